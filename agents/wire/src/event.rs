@@ -1,0 +1,339 @@
+//! The event vocabulary: what one intercepted call or observation looks like.
+//!
+//! Owns the fixed-size [`Event`] record and the small enums inside it ([`EventKind`],
+//! [`Api`], [`MemKind`], [`Vendor`]). It does not own byte layout (see `codec`) or
+//! framing (see `frame`). Enum discriminants are part of the on-disk format: append new
+//! variants, never renumber.
+
+/// What happened. Stored as one byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum EventKind {
+    /// A successful allocation: `ptr`, `size` valid.
+    Alloc = 1,
+    /// A release of an earlier allocation: `ptr` valid, `size` 0 unless the API states it.
+    Free = 2,
+    /// An allocation call that returned an error: `size` is the request, `result` the code.
+    AllocFailed = 3,
+    /// A timed API call that is not an allocation (stream create, module load, ...):
+    /// `aux` holds the duration in ns, `ts_ns` the start.
+    ApiSpan = 4,
+    /// A release call that returned an error (double free, invalid pointer ...).
+    FreeFailed = 5,
+    /// The thread's current device changed (hipSetDevice / cuCtxSetCurrent); `device` is
+    /// the new one.
+    SetDevice = 6,
+}
+
+impl EventKind {
+    /// Decodes the stored byte; `None` for a value this version does not know.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Self::Alloc,
+            2 => Self::Free,
+            3 => Self::AllocFailed,
+            4 => Self::ApiSpan,
+            5 => Self::FreeFailed,
+            6 => Self::SetDevice,
+            _ => return None,
+        })
+    }
+
+    /// Stable lower-case name used in JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Alloc => "alloc",
+            Self::Free => "free",
+            Self::AllocFailed => "alloc_failed",
+            Self::ApiSpan => "api_span",
+            Self::FreeFailed => "free_failed",
+            Self::SetDevice => "set_device",
+        }
+    }
+}
+
+/// The kind of memory an allocation API hands out. Stored as one byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum MemKind {
+    /// Not a memory event (spans, set-device).
+    None = 0,
+    /// Ordinary device memory (hipMalloc, cuMemAlloc).
+    Device = 1,
+    /// Page-locked host memory (hipHostMalloc, cuMemHostAlloc, host register).
+    HostPinned = 2,
+    /// Managed / unified memory (hipMallocManaged, cuMemAllocManaged).
+    Managed = 3,
+    /// Physical memory of the virtual memory management API (hipMemCreate, cuMemCreate).
+    VmmPhysical = 4,
+    /// A mapping of physical memory into a reserved range (hipMemMap, cuMemMap).
+    VmmMap = 5,
+    /// A reserved virtual address range (hipMemAddressReserve); takes no memory.
+    VmmReserve = 6,
+    /// Stream-ordered pool memory (hipMallocAsync, cuMemAllocAsync, *FromPoolAsync).
+    StreamPool = 7,
+    /// A memory pool object (hipMemPoolCreate); size 0.
+    PoolObject = 8,
+}
+
+impl MemKind {
+    /// Decodes the stored byte; `None` for a value this version does not know.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => Self::None,
+            1 => Self::Device,
+            2 => Self::HostPinned,
+            3 => Self::Managed,
+            4 => Self::VmmPhysical,
+            5 => Self::VmmMap,
+            6 => Self::VmmReserve,
+            7 => Self::StreamPool,
+            8 => Self::PoolObject,
+            _ => return None,
+        })
+    }
+
+    /// Stable lower-case name used in JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Device => "device",
+            Self::HostPinned => "host_pinned",
+            Self::Managed => "managed",
+            Self::VmmPhysical => "vmm_physical",
+            Self::VmmMap => "vmm_map",
+            Self::VmmReserve => "vmm_reserve",
+            Self::StreamPool => "stream_pool",
+            Self::PoolObject => "pool_object",
+        }
+    }
+
+    /// Whether bytes of this kind occupy device memory (counted in device live bytes).
+    /// Reservations, pool objects and host memory do not; VMM mappings do not either,
+    /// because the physical handle (`VmmPhysical`) already counts the bytes.
+    pub fn occupies_device_memory(self) -> bool {
+        matches!(
+            self,
+            Self::Device | Self::Managed | Self::VmmPhysical | Self::StreamPool
+        )
+    }
+}
+
+/// GPU vendor of a device record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Vendor {
+    Unknown = 0,
+    Amd = 1,
+    Nvidia = 2,
+    /// The test runtime's simulated device.
+    Simulated = 3,
+}
+
+impl Vendor {
+    pub fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Amd,
+            2 => Self::Nvidia,
+            3 => Self::Simulated,
+            _ => Self::Unknown,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Amd => "amd",
+            Self::Nvidia => "nvidia",
+            Self::Simulated => "simulated",
+        }
+    }
+}
+
+macro_rules! apis {
+    ($($variant:ident = $num:literal => $name:literal,)*) => {
+        /// Every API function the shim can intercept. Stored as a little-endian u16.
+        /// Numbers 1..=999 are HIP, 1000..=1999 CUDA driver, 2000..=2999 CUDA runtime,
+        /// 3000.. framework-level (PJRT). Append only.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u16)]
+        pub enum Api {
+            Unknown = 0,
+            $($variant = $num,)*
+        }
+
+        impl Api {
+            /// Decodes the stored number; unknown numbers map to [`Api::Unknown`].
+            pub fn from_u16(v: u16) -> Self {
+                match v {
+                    $($num => Self::$variant,)*
+                    _ => Self::Unknown,
+                }
+            }
+
+            /// The C symbol name, e.g. `"hipMalloc"`.
+            pub fn name(self) -> &'static str {
+                match self {
+                    Self::Unknown => "unknown",
+                    $(Self::$variant => $name,)*
+                }
+            }
+
+            /// Looks a C symbol name up; `None` when the shim does not know it.
+            pub fn from_name(name: &str) -> Option<Self> {
+                match name {
+                    $($name => Some(Self::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// All known APIs, in numeric order.
+            pub const ALL: &'static [Api] = &[$(Self::$variant,)*];
+        }
+    };
+}
+
+apis! {
+    HipMalloc = 1 => "hipMalloc",
+    HipFree = 2 => "hipFree",
+    HipMallocManaged = 3 => "hipMallocManaged",
+    HipMallocAsync = 4 => "hipMallocAsync",
+    HipFreeAsync = 5 => "hipFreeAsync",
+    HipMallocFromPoolAsync = 6 => "hipMallocFromPoolAsync",
+    HipHostMalloc = 7 => "hipHostMalloc",
+    HipHostFree = 8 => "hipHostFree",
+    HipExtMallocWithFlags = 9 => "hipExtMallocWithFlags",
+    HipMallocPitch = 10 => "hipMallocPitch",
+    HipHostRegister = 11 => "hipHostRegister",
+    HipHostUnregister = 12 => "hipHostUnregister",
+    HipMemCreate = 13 => "hipMemCreate",
+    HipMemRelease = 14 => "hipMemRelease",
+    HipMemMap = 15 => "hipMemMap",
+    HipMemUnmap = 16 => "hipMemUnmap",
+    HipMemAddressReserve = 17 => "hipMemAddressReserve",
+    HipMemAddressFree = 18 => "hipMemAddressFree",
+    HipMemPoolCreate = 19 => "hipMemPoolCreate",
+    HipMemPoolDestroy = 20 => "hipMemPoolDestroy",
+    HipStreamCreate = 21 => "hipStreamCreate",
+    HipStreamCreateWithFlags = 22 => "hipStreamCreateWithFlags",
+    HipStreamCreateWithPriority = 23 => "hipStreamCreateWithPriority",
+    HipStreamDestroy = 24 => "hipStreamDestroy",
+    HipModuleLoad = 25 => "hipModuleLoad",
+    HipModuleLoadData = 26 => "hipModuleLoadData",
+    HipModuleLoadDataEx = 27 => "hipModuleLoadDataEx",
+    HipModuleUnload = 28 => "hipModuleUnload",
+    HipSetDevice = 29 => "hipSetDevice",
+    HipMemGetInfo = 30 => "hipMemGetInfo",
+    CuMemAlloc = 1001 => "cuMemAlloc_v2",
+    CuMemFree = 1002 => "cuMemFree_v2",
+    CuMemAllocManaged = 1003 => "cuMemAllocManaged",
+    CuMemAllocPitch = 1004 => "cuMemAllocPitch_v2",
+    CuMemHostAlloc = 1005 => "cuMemHostAlloc",
+    CuMemAllocHost = 1006 => "cuMemAllocHost_v2",
+    CuMemFreeHost = 1007 => "cuMemFreeHost",
+    CuMemAllocAsync = 1008 => "cuMemAllocAsync",
+    CuMemFreeAsync = 1009 => "cuMemFreeAsync",
+    CuMemAllocFromPoolAsync = 1010 => "cuMemAllocFromPoolAsync",
+    CuMemCreate = 1011 => "cuMemCreate",
+    CuMemRelease = 1012 => "cuMemRelease",
+    CuMemMap = 1013 => "cuMemMap",
+    CuMemUnmap = 1014 => "cuMemUnmap",
+    CuMemAddressReserve = 1015 => "cuMemAddressReserve",
+    CuMemAddressFree = 1016 => "cuMemAddressFree",
+    CuStreamCreate = 1017 => "cuStreamCreate",
+    CuStreamDestroy = 1018 => "cuStreamDestroy_v2",
+    CuCtxSetCurrent = 1019 => "cuCtxSetCurrent",
+    CuMemGetInfo = 1020 => "cuMemGetInfo_v2",
+    CuMemAllocV1 = 1021 => "cuMemAlloc",
+    CuMemFreeV1 = 1022 => "cuMemFree",
+    CuStreamCreateWithPriority = 1023 => "cuStreamCreateWithPriority",
+    CuModuleLoad = 1024 => "cuModuleLoad",
+    CuModuleLoadData = 1025 => "cuModuleLoadData",
+    CuModuleLoadDataEx = 1026 => "cuModuleLoadDataEx",
+    CuModuleUnload = 1027 => "cuModuleUnload",
+    CuMemPoolCreate = 1028 => "cuMemPoolCreate",
+    CuMemPoolDestroy = 1029 => "cuMemPoolDestroy",
+    CudaMalloc = 2001 => "cudaMalloc",
+    CudaFree = 2002 => "cudaFree",
+    CudaMallocManaged = 2003 => "cudaMallocManaged",
+    CudaMallocAsync = 2004 => "cudaMallocAsync",
+    CudaFreeAsync = 2005 => "cudaFreeAsync",
+    CudaMallocHost = 2006 => "cudaMallocHost",
+    CudaHostAlloc = 2007 => "cudaHostAlloc",
+    CudaFreeHost = 2008 => "cudaFreeHost",
+}
+
+/// One intercepted call or observation. Fixed size on the wire (see `codec`).
+///
+/// Field meanings by kind are documented on [`EventKind`]. `device` is the thread's
+/// current device ordinal (-1 when unknown). `result` is the real call's return code,
+/// unchanged (0 = success for HIP and CUDA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Event {
+    /// CLOCK_MONOTONIC nanoseconds when the call started.
+    pub ts_ns: u64,
+    /// Returned (alloc) or passed (free) pointer / handle; 0 when none.
+    pub ptr: u64,
+    /// Bytes requested (alloc, failed alloc) or stated (free with size, VMM).
+    pub size: u64,
+    /// Stream handle for stream-ordered calls; 0 when none.
+    pub stream: u64,
+    /// Kind-specific extra: span duration in ns; pitch for pitched allocations; the
+    /// physical handle for VMM map/unmap; the pool handle for *FromPoolAsync; flags
+    /// otherwise.
+    pub aux: u64,
+    /// Duration of the real call in ns (all kinds).
+    pub duration_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub result: i32,
+    pub device: i32,
+    pub kind: u8,
+    pub mem_kind: u8,
+    pub api: u16,
+}
+
+impl Event {
+    /// The decoded event kind, `None` for a kind this version does not know.
+    pub fn event_kind(&self) -> Option<EventKind> {
+        EventKind::from_u8(self.kind)
+    }
+
+    /// The decoded memory kind, `None` for a kind this version does not know.
+    pub fn memory_kind(&self) -> Option<MemKind> {
+        MemKind::from_u8(self.mem_kind)
+    }
+
+    /// The decoded API (unknown numbers give [`Api::Unknown`]).
+    pub fn api_name(&self) -> Api {
+        Api::from_u16(self.api)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_names_round_trip_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for api in Api::ALL {
+            assert!(seen.insert(api.name()), "duplicate name {}", api.name());
+            assert_eq!(Api::from_name(api.name()), Some(*api));
+            assert_eq!(Api::from_u16(*api as u16), *api);
+        }
+        assert_eq!(Api::from_u16(9999), Api::Unknown);
+    }
+
+    #[test]
+    fn kinds_round_trip() {
+        for v in 0..=255u8 {
+            if let Some(k) = EventKind::from_u8(v) {
+                assert_eq!(k as u8, v);
+            }
+            if let Some(k) = MemKind::from_u8(v) {
+                assert_eq!(k as u8, v);
+            }
+        }
+    }
+}

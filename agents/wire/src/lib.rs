@@ -1,0 +1,46 @@
+//! memwatch-wire: THE event schema and framing shared by every memwatch component.
+//!
+//! Owns: the [`Event`] record and its enums (`event`), the byte layout and framing
+//! (`frame`, documented there), streaming reading with damage handling (`reader`) and
+//! writing (`writer`). It must stay dependency-light: the LD_PRELOAD shim links it, so
+//! nothing here may start threads, use async, or allocate on the per-event encode path.
+
+pub mod event;
+pub mod frame;
+pub mod reader;
+pub mod writer;
+
+pub use event::{Api, Event, EventKind, MemKind, Vendor};
+pub use frame::{
+    encode_events_frame_into, encode_record, DeviceInfo, DeviceSample, Dropped, Marker,
+    ProcessEnd, ProcessStart, Record, EVENT_SIZE, FORMAT_VERSION, MAGIC, PREAMBLE_LEN,
+};
+pub use reader::{Damage, DamageKind, FrameReader, ReadMode};
+pub use writer::FrameWriter;
+
+/// Errors of encoding and decoding.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("not a memwatch capture: wrong magic bytes (expected \"MWCAP\\0\\r\\n\")")]
+    BadMagic,
+    #[error("not a memwatch capture: only {got} bytes, shorter than the 16-byte header")]
+    ShortPreamble { got: usize },
+    #[error("capture format version {found} is not supported (this build reads version {supported})")]
+    UnsupportedVersion { found: u16, supported: u16 },
+    #[error("frame type {frame_type}: payload too short (need {need} bytes, have {got})")]
+    ShortPayload {
+        frame_type: u8,
+        need: usize,
+        got: usize,
+    },
+    #[error("frame type {frame_type}: {extra} unexpected bytes after the payload")]
+    TrailingBytes { frame_type: u8, extra: usize },
+    #[error("frame of {len} bytes exceeds the 16 MiB limit")]
+    FrameTooLarge { len: u64 },
+    #[error("cannot encode a frame of unknown type {frame_type}")]
+    CannotEncodeUnknown { frame_type: u8 },
+    #[error("damaged stream at byte {offset}: {what}")]
+    Damaged { offset: u64, what: String },
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
