@@ -1,10 +1,21 @@
 //! memwatch: the one user-facing binary. Thin: parses arguments and calls the crates.
+//!
+//! Exit codes (DESIGN.md): 0 success, 1 "the check failed" (a command returns
+//! [`cmd::Outcome::CheckFailed`]), 2 bad usage or unreadable input (any error: one line
+//! naming the file and what is wrong, printed to stderr).
+
+mod cmd;
 
 use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
 /// memwatch finds out where GPU memory goes and why a job ran out of it.
+///
+/// Capture every device allocation of a program (HIP on AMD, CUDA on NVIDIA), explain
+/// peaks in terms of the XLA program, diagnose out-of-memory logs, predict whether a
+/// trace fits on another device, and fail CI when memory regresses.
 #[derive(Parser)]
-#[command(name = "memwatch", version, about, long_about = None)]
+#[command(name = "memwatch", version, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,10 +27,13 @@ enum Command {
     FormatVersion,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::FormatVersion => println!("{}", memwatch_wire::FORMAT_VERSION),
-    }
-    Ok(())
+    let result = match cli.command {
+        Command::FormatVersion => {
+            println!("{}", memwatch_wire::FORMAT_VERSION);
+            Ok(cmd::Outcome::Success)
+        }
+    };
+    cmd::finish(result)
 }

@@ -132,7 +132,10 @@ pub enum Record {
     ProcessEnd(ProcessEnd),
     DeviceSample(DeviceSample),
     /// A frame type this version does not know; skipped.
-    Unknown { frame_type: u8, len: u32 },
+    Unknown {
+        frame_type: u8,
+        len: u32,
+    },
 }
 
 /// Writes the 16-byte stream preamble.
@@ -396,87 +399,88 @@ pub fn decode_payload(ty: u8, payload: &[u8]) -> Result<Record, WireError> {
         pos: 0,
         frame_type: ty,
     };
-    let record = match ty {
-        frame_type::PROCESS_START => {
-            let pid = c.u32()?;
-            let ppid = c.u32()?;
-            let mono_anchor_ns = c.u64()?;
-            let wall_anchor_unix_ns = c.u64()?;
-            let shim_version = c.str()?;
-            let hostname = c.str()?;
-            let argc = c.u16()?;
-            let mut argv = Vec::with_capacity(argc as usize);
-            for _ in 0..argc {
-                argv.push(c.str()?);
-            }
-            Record::ProcessStart(ProcessStart {
-                pid,
-                ppid,
-                mono_anchor_ns,
-                wall_anchor_unix_ns,
-                shim_version,
-                hostname,
-                argv,
-            })
-        }
-        frame_type::EVENTS => {
-            let count = c.u32()? as usize;
-            let body = c.take(count.checked_mul(EVENT_SIZE).ok_or(
-                WireError::ShortPayload {
-                    frame_type: ty,
-                    need: usize::MAX,
-                    got: payload.len(),
-                },
-            )?)?;
-            let events = body
-                .chunks_exact(EVENT_SIZE)
-                .map(|chunk| {
-                    let mut slot = [0u8; EVENT_SIZE];
-                    slot.copy_from_slice(chunk);
-                    decode_event(&slot)
+    let record =
+        match ty {
+            frame_type::PROCESS_START => {
+                let pid = c.u32()?;
+                let ppid = c.u32()?;
+                let mono_anchor_ns = c.u64()?;
+                let wall_anchor_unix_ns = c.u64()?;
+                let shim_version = c.str()?;
+                let hostname = c.str()?;
+                let argc = c.u16()?;
+                let mut argv = Vec::with_capacity(argc as usize);
+                for _ in 0..argc {
+                    argv.push(c.str()?);
+                }
+                Record::ProcessStart(ProcessStart {
+                    pid,
+                    ppid,
+                    mono_anchor_ns,
+                    wall_anchor_unix_ns,
+                    shim_version,
+                    hostname,
+                    argv,
                 })
-                .collect();
-            Record::Events(events)
-        }
-        frame_type::DEVICE_INFO => Record::DeviceInfo(DeviceInfo {
-            pid: c.u32()?,
-            device: c.i32()?,
-            vendor: c.u8()?,
-            total_bytes: c.u64()?,
-            name: c.str()?,
-        }),
-        frame_type::MARKER => Record::Marker(Marker {
-            pid: c.u32()?,
-            tid: c.u32()?,
-            ts_ns: c.u64()?,
-            device: c.i32()?,
-            text: c.str()?,
-        }),
-        frame_type::DROPPED => Record::Dropped(Dropped {
-            pid: c.u32()?,
-            ts_ns: c.u64()?,
-            dropped_total: c.u64()?,
-        }),
-        frame_type::PROCESS_END => Record::ProcessEnd(ProcessEnd {
-            pid: c.u32()?,
-            ts_ns: c.u64()?,
-            exit_code: c.i32()?,
-        }),
-        frame_type::DEVICE_SAMPLE => Record::DeviceSample(DeviceSample {
-            ts_ns: c.u64()?,
-            device: c.i32()?,
-            memory: c.u8()?,
-            used_bytes: c.u64()?,
-            total_bytes: c.u64()?,
-            source: c.str()?,
-        }),
-        other => {
-            return Ok(Record::Unknown {
-                frame_type: other,
-                len: payload.len() as u32 + 1,
-            })
-        }
-    };
+            }
+            frame_type::EVENTS => {
+                let count = c.u32()? as usize;
+                let body = c.take(count.checked_mul(EVENT_SIZE).ok_or(
+                    WireError::ShortPayload {
+                        frame_type: ty,
+                        need: usize::MAX,
+                        got: payload.len(),
+                    },
+                )?)?;
+                let events = body
+                    .chunks_exact(EVENT_SIZE)
+                    .map(|chunk| {
+                        let mut slot = [0u8; EVENT_SIZE];
+                        slot.copy_from_slice(chunk);
+                        decode_event(&slot)
+                    })
+                    .collect();
+                Record::Events(events)
+            }
+            frame_type::DEVICE_INFO => Record::DeviceInfo(DeviceInfo {
+                pid: c.u32()?,
+                device: c.i32()?,
+                vendor: c.u8()?,
+                total_bytes: c.u64()?,
+                name: c.str()?,
+            }),
+            frame_type::MARKER => Record::Marker(Marker {
+                pid: c.u32()?,
+                tid: c.u32()?,
+                ts_ns: c.u64()?,
+                device: c.i32()?,
+                text: c.str()?,
+            }),
+            frame_type::DROPPED => Record::Dropped(Dropped {
+                pid: c.u32()?,
+                ts_ns: c.u64()?,
+                dropped_total: c.u64()?,
+            }),
+            frame_type::PROCESS_END => Record::ProcessEnd(ProcessEnd {
+                pid: c.u32()?,
+                ts_ns: c.u64()?,
+                exit_code: c.i32()?,
+            }),
+            frame_type::DEVICE_SAMPLE => Record::DeviceSample(DeviceSample {
+                ts_ns: c.u64()?,
+                device: c.i32()?,
+                memory: c.u8()?,
+                used_bytes: c.u64()?,
+                total_bytes: c.u64()?,
+                source: c.str()?,
+            }),
+            other => {
+                return Ok(Record::Unknown {
+                    frame_type: other,
+                    len: payload.len() as u32 + 1,
+                })
+            }
+        };
     if c.pos != payload.len() {
         return Err(WireError::TrailingBytes {
             frame_type: ty,
@@ -514,7 +518,13 @@ mod tests {
 
     #[test]
     fn no_alloc_events_frame_equals_record_encoding() {
-        let events = vec![Event::default(), Event { size: 5, ..Event::default() }];
+        let events = vec![
+            Event::default(),
+            Event {
+                size: 5,
+                ..Event::default()
+            },
+        ];
         let mut a = Vec::new();
         encode_record(&Record::Events(events.clone()), &mut a).unwrap();
         let mut b = vec![0u8; 512];

@@ -12,8 +12,8 @@ pub mod writer;
 
 pub use event::{Api, Event, EventKind, MemKind, Vendor};
 pub use frame::{
-    encode_events_frame_into, encode_record, DeviceInfo, DeviceSample, Dropped, Marker,
-    ProcessEnd, ProcessStart, Record, EVENT_SIZE, FORMAT_VERSION, MAGIC, PREAMBLE_LEN,
+    encode_events_frame_into, encode_record, DeviceInfo, DeviceSample, Dropped, Marker, ProcessEnd,
+    ProcessStart, Record, EVENT_SIZE, FORMAT_VERSION, MAGIC, PREAMBLE_LEN,
 };
 pub use reader::{Damage, DamageKind, FrameReader, ReadMode};
 pub use writer::FrameWriter;
@@ -25,7 +25,9 @@ pub enum WireError {
     BadMagic,
     #[error("not a memwatch capture: only {got} bytes, shorter than the 16-byte header")]
     ShortPreamble { got: usize },
-    #[error("capture format version {found} is not supported (this build reads version {supported})")]
+    #[error(
+        "capture format version {found} is not supported (this build reads version {supported})"
+    )]
     UnsupportedVersion { found: u16, supported: u16 },
     #[error("frame type {frame_type}: payload too short (need {need} bytes, have {got})")]
     ShortPayload {

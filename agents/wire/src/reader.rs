@@ -87,9 +87,7 @@ impl<R: Read> FrameReader<R> {
             frames_read: 0,
         };
         if !r.fill(PREAMBLE_LEN)? {
-            return Err(WireError::ShortPreamble {
-                got: r.available(),
-            });
+            return Err(WireError::ShortPreamble { got: r.available() });
         }
         decode_preamble(&r.buf[r.start..r.start + PREAMBLE_LEN])?;
         r.consume(PREAMBLE_LEN);

@@ -1,0 +1,29 @@
+//! Subcommand implementations, one file each, plus the shared exit-code policy.
+
+use std::process::ExitCode;
+
+/// What a command that ran to completion concluded.
+#[allow(dead_code)]
+pub enum Outcome {
+    /// Exit 0.
+    Success,
+    /// Exit 1: the check the user asked for failed (gate regression, predicted OOM with
+    /// `--fail-on-oom`).
+    CheckFailed,
+    /// Exit with this code (e.g. `memwatch run` exits with the command's code).
+    Code(u8),
+}
+
+/// Turns a command's result into the process exit code; errors print one line (the
+/// whole `anyhow` context chain) to stderr and exit 2.
+pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
+    match result {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::CheckFailed) => ExitCode::from(1),
+        Ok(Outcome::Code(c)) => ExitCode::from(c),
+        Err(e) => {
+            eprintln!("memwatch: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
