@@ -52,6 +52,8 @@ pub struct CaptureReport {
     /// Events and frames of kinds this build does not know (skipped).
     pub unknown_events: u64,
     pub unknown_frames: u64,
+    /// Capture-level tags (`memwatch run --tag K=V`).
+    pub tags: std::collections::BTreeMap<String, String>,
 }
 
 /// One process.
@@ -416,6 +418,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
         damage: loaded.damage.clone(),
         unknown_events: loaded.unknown_events,
         unknown_frames: loaded.unknown_frames,
+        tags: std::mem::take(&mut loaded.tags),
     }
 }
 
@@ -493,7 +496,10 @@ impl ApiAcc {
             api: Api::from_u16(api).name().to_string(),
             count: n as u64,
             errors: self.errors,
-            total_ns: self.durations.iter().fold(0u64, |s, d| s.saturating_add(*d)),
+            total_ns: self
+                .durations
+                .iter()
+                .fold(0u64, |s, d| s.saturating_add(*d)),
             p50_ns: pct(50),
             p99_ns: pct(99),
             max_ns: self.durations.last().copied().unwrap_or(0),
@@ -555,7 +561,10 @@ mod tests {
             acc.add(&ev(d * 1000, d, 0));
         }
         let s = acc.finish(Api::HipStreamCreate as u16);
-        assert_eq!((s.p50_ns, s.p99_ns, s.max_ns, s.total_ns), (50, 99, 100, 5050));
+        assert_eq!(
+            (s.p50_ns, s.p99_ns, s.max_ns, s.total_ns),
+            (50, 99, 100, 5050)
+        );
         let one = {
             let mut a = ApiAcc::default();
             a.add(&ev(0, 7, 0));
