@@ -11,7 +11,9 @@ use memwatch_wire::*;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let out = args.next().ok_or("usage: synth_capture OUT.mwcap [EVENTS]")?;
+    let out = args
+        .next()
+        .ok_or("usage: synth_capture OUT.mwcap [EVENTS]")?;
     let total: u64 = args.next().map_or(Ok(10_000_000), |s| s.parse())?;
     let (procs, threads, batch) = (4u32, 8u32, 4096u64);
     let per_thread = total / (procs * threads) as u64;
@@ -47,7 +49,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 for i in start..end {
                     let ts = 2_000_000 + i * 1000 + t as u64 * 7;
                     // Each allocation i is freed at step i+64 (so ~32 live per thread).
-                    let ptr = |k: u64| 0x7f00_0000_0000 + ((t as u64) << 36) + (k % 4096) * 0x10_0000;
+                    let ptr =
+                        |k: u64| 0x7f00_0000_0000 + ((t as u64) << 36) + (k % 4096) * 0x10_0000;
                     let base = Event {
                         ts_ns: ts,
                         duration_ns: 500 + (i * 37) % 2000,
@@ -73,7 +76,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         },
                         k if k % 2 == 0 => Event {
                             kind: EventKind::Alloc as u8,
-                            mem_kind: if k % 8 == 0 { MemKind::StreamPool } else { MemKind::Device } as u8,
+                            mem_kind: if k % 8 == 0 {
+                                MemKind::StreamPool
+                            } else {
+                                MemKind::Device
+                            } as u8,
                             api: Api::HipMalloc as u16,
                             ptr: ptr(i / 2),
                             size: 256 + (i % 1000) * 4096,

@@ -112,18 +112,24 @@ pub struct Loaded {
     pub file_bytes: u64,
     /// Capture-level tags (see [`TAG_PREFIX`]).
     pub tags: BTreeMap<String, String>,
+    /// Earliest event start.
+    pub min_event_ts: Option<u64>,
 }
 
 impl Loaded {
-    /// The capture's time origin: the earliest `process_start` anchor, or the earliest
-    /// event when no process_start survived.
+    /// The capture's time origin: the earliest `process_start` anchor or the earliest
+    /// event, whichever is earlier (a shim may announce itself at its first flush, after
+    /// its first events).
     pub fn base_ns(&self) -> u64 {
-        self.processes
+        let anchors = self
+            .processes
             .values()
             .filter_map(|p| p.mono_anchor_ns)
-            .min()
-            .or_else(|| self.events.iter().map(|e| e.ts).min())
-            .unwrap_or(0)
+            .min();
+        match (anchors, self.min_event_ts) {
+            (Some(a), Some(e)) => a.min(e),
+            (a, e) => a.or(e).unwrap_or(0),
+        }
     }
 }
 
@@ -179,6 +185,9 @@ impl Builder {
             if p.failures.len() < MAX_FAILURES_KEPT {
                 p.failures.push(failure);
             }
+        }
+        if self.loaded.min_event_ts.is_none_or(|t| e.ts_ns < t) {
+            self.loaded.min_event_ts = Some(e.ts_ns);
         }
         self.loaded.events.push(Ev {
             ts: e.ts_ns,

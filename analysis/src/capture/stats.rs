@@ -29,7 +29,8 @@ impl Default for ReportOptions {
 }
 
 /// Everything `memwatch report` prints. Times are ns since the capture's start (the
-/// earliest `process_start` anchor); bytes are integers.
+/// earliest `process_start` anchor or event, see [`Loaded::base_ns`]); bytes are
+/// integers.
 #[derive(Debug, Clone, Serialize)]
 pub struct CaptureReport {
     pub file: String,
@@ -402,7 +403,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
         .values()
         .filter_map(|p| p.mono_anchor_ns.map(|a| (a, p.wall_anchor_unix_ns)))
         .min()
-        .map(|(_, wall)| wall);
+        .map(|(anchor, wall)| wall.saturating_sub(anchor.saturating_sub(base)));
 
     CaptureReport {
         file: loaded.path.display().to_string(),
