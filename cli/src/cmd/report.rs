@@ -268,8 +268,9 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
     for p in &r.processes {
         o.push('\n');
         let exit = match p.exit_code {
+            Some(-1) => "ended (exit status not known to the shim)".to_string(),
             Some(c) => format!("exit {c}"),
-            None => "no exit recorded".into(),
+            None => "no end recorded (killed, still running, or cut off)".into(),
         };
         o.push_str(&format!(
             "process {} (parent {}): {}\n  {}, peak {} at {}, {} dropped events\n",
