@@ -25,6 +25,8 @@ struct Cli {
 enum Command {
     /// Print the capture format version this build reads and writes.
     FormatVersion,
+    /// Replay an allocation trace through an allocator model: would it fit on a device?
+    Replay(cmd::replay::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
             println!("{}", memwatch_wire::FORMAT_VERSION);
             Ok(cmd::Outcome::Success)
         }
+        Command::Replay(args) => cmd::replay::run(args),
     };
     cmd::finish(result)
 }
