@@ -44,14 +44,14 @@ pub struct ReplayArgs {
     #[arg(long, conflicts_with = "capacity")]
     pub device: Option<String>,
     /// Device capacity in bytes (suffixes K/M/G/KiB/MiB/GiB accepted).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub capacity: Option<String>,
     /// Allocator model: bfc, platform, async, torch.
     #[arg(long)]
     pub allocator: Option<String>,
     /// Fraction of the capacity the pool may use (default 0.75 for bfc/async as in JAX,
     /// 1.0 for platform/torch).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub mem_fraction: Option<f64>,
     /// Preallocate the pool (JAX's XLA_PYTHON_CLIENT_PREALLOCATE; default true).
     #[arg(long, action = clap::ArgAction::Set)]
@@ -319,6 +319,32 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
         human(r.peak_bytes_in_use),
         human(r.peak_pool_bytes)
     );
+    if trace.meta.format == "bfc_oom_dump" {
+        let need = replay::peak_live_bytes(trace);
+        let request = match trace.ops.last() {
+            Some(trace::TraceOp::Alloc { size, .. }) => *size,
+            _ => 0,
+        };
+        println!(
+            "source     the log's OOM dump: {} live buffers ({}) + the failed request ({}) need {}",
+            trace.slots().saturating_sub(1),
+            human(need - request),
+            human(request),
+            human(need)
+        );
+        if need > run.limit {
+            println!(
+                "verdict    the pool of {} is short by at least {} (before any fragmentation)",
+                human(run.limit),
+                human(need - run.limit)
+            );
+        } else if r.fits {
+            println!(
+                "verdict    packed without holes they fit in {}: the real failure came from fragmentation",
+                human(run.limit)
+            );
+        }
+    }
     match &r.oom {
         None => println!("result     FITS"),
         Some(o) => {
