@@ -133,7 +133,6 @@ impl BfcConfig {
 struct Chunk {
     ptr: u64,
     size: u64,
-    requested: u64,
     prev: u32,
     next: u32,
     in_use: bool,
@@ -167,6 +166,9 @@ pub struct Bfc {
     max_internal_fragmentation: u64,
     free_chunk_tag: Tag,
     chunks: Vec<Chunk>,
+    /// Requested bytes per chunk handle (cold: dumps only), kept apart so that a chunk
+    /// is 32 bytes.
+    requested: Vec<u64>,
     unused: Vec<u32>,
     /// `bins[b][0]` lower-tag holes, `bins[b][1]` upper-tag holes; key = size << 64 |
     /// address order.
@@ -215,6 +217,7 @@ impl Bfc {
             max_internal_fragmentation,
             free_chunk_tag,
             chunks: Vec::new(),
+            requested: Vec::new(),
             unused: Vec::new(),
             bins: (0..NUM_BINS)
                 .map(|_| [BTreeMap::new(), BTreeMap::new()])
@@ -309,6 +312,7 @@ impl Bfc {
             h
         } else {
             self.chunks.push(c);
+            self.requested.push(0);
             (self.chunks.len() - 1) as u32
         }
     }
@@ -350,7 +354,6 @@ impl Bfc {
         let nh = self.new_chunk(Chunk {
             ptr: c.ptr + num_bytes,
             size: c.size - num_bytes,
-            requested: 0,
             prev: h,
             next: c.next,
             in_use: false,
@@ -373,10 +376,10 @@ impl Bfc {
     }
 
     fn finish(&mut self, h: u32, num_bytes: u64, tag: Tag) {
+        self.requested[h as usize] = num_bytes;
         let c = &mut self.chunks[h as usize];
         c.tag = tag;
         c.in_use = true;
-        c.requested = num_bytes;
         let size = c.size;
         let s = &mut self.stats;
         s.num_allocs += 1;
@@ -498,7 +501,6 @@ impl Bfc {
         let h = self.new_chunk(Chunk {
             ptr: base,
             size: bytes,
-            requested: 0,
             prev: NIL,
             next: NIL,
             in_use: false,
@@ -653,7 +655,11 @@ impl Bfc {
                 out.push(Block {
                     addr: c.ptr,
                     size: c.size,
-                    requested: if c.in_use { c.requested } else { 0 },
+                    requested: if c.in_use {
+                        self.requested[h as usize]
+                    } else {
+                        0
+                    },
                     state: if c.in_use {
                         BlockState::InUse
                     } else {

@@ -173,21 +173,24 @@ fn describe_oom(
     slot: u32,
     size: u64,
 ) -> Oom {
-    let mut live: Vec<LiveBuffer> = Vec::new();
-    // Sizes of live slots come from their alloc events.
-    let mut sizes = vec![0u64; trace.slots()];
+    // Which allocation (number, size) occupies each slot at `index`.
+    let mut owner = vec![(0usize, 0u64); trace.slots()];
+    let mut n = 0usize;
     for op in &trace.ops[..index] {
         if let TraceOp::Alloc { slot, size } = *op {
-            sizes[slot as usize] = size;
+            owner[slot as usize] = (n, size);
+            n += 1;
         }
     }
+    let mut live: Vec<LiveBuffer> = Vec::new();
     for (s, &h) in handles.iter().enumerate() {
-        if h < u64::MAX - 1 {
+        if h < u64::MAX - 1 && s != slot as usize {
+            let (k, sz) = owner[s];
             live.push(LiveBuffer {
-                id: trace.slot_ids[s],
-                size: sizes[s],
+                id: trace.alloc_ids[k],
+                size: sz,
                 allocated: model.allocated_size(h),
-                tag: trace.slot_tags[s].clone(),
+                tag: trace.tag(k).map(str::to_string),
             });
         }
     }
@@ -196,9 +199,9 @@ fn describe_oom(
     let in_use = model.bytes_in_use();
     Oom {
         index,
-        id: trace.slot_ids[slot as usize],
+        id: trace.alloc_ids[n],
         size,
-        tag: trace.slot_tags[slot as usize].clone(),
+        tag: trace.tag(n).map(str::to_string),
         bytes_in_use: in_use,
         pool_bytes: pool,
         limit: model.limit(),

@@ -282,7 +282,7 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
         path.display(),
         trace.meta.format,
         trace.len(),
-        trace.slots(),
+        trace.buffers(),
         human(replay::peak_live_bytes(trace))
     );
     let mode = match run.kind {
@@ -327,7 +327,7 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
         };
         println!(
             "source     the log's OOM dump: {} live buffers ({}) + the failed request ({}) need {}",
-            trace.slots().saturating_sub(1),
+            trace.buffers().saturating_sub(1),
             human(need - request),
             human(request),
             human(need)
