@@ -64,19 +64,46 @@ fn make_trace(live: usize, events: usize, seed: u64) -> Trace {
     Trace::from_pairs(pairs).expect("generated trace is well formed")
 }
 
-fn main() {
-    // `cargo bench` passes `--bench`; ignore arguments. MW_BENCH_EVENTS scales the trace,
-    // MW_BENCH_QUICK=1 skips the capacity search (profiling).
-    let events = std::env::var("MW_BENCH_EVENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000_000);
-    let t = make_trace(100_000, events, 0x9e3779b97f4a7c15);
-    let peak = peak_live_bytes(&t);
+/// A step-like trace: `live` long-lived buffers (parameters, optimizer state) allocated
+/// first and kept, then steps that each allocate the same 64 temporaries (an executable
+/// asks for the same sizes every step) and free them in reverse order, plus one output
+/// per step that replaces the previous step's, until `events` more events.
+fn make_step_trace(live: usize, events: usize, seed: u64) -> Trace {
+    let mut rng = Rng(seed);
+    let mut pairs = Vec::with_capacity(live + events);
+    let mut next = 0u64;
+    for _ in 0..live {
+        pairs.push((next, Some(1 + rng.next() % (2 << 20))));
+        next += 1;
+    }
+    let temps: Vec<u64> = (0..64).map(|_| 1 + rng.next() % (32 << 20)).collect();
+    let mut prev_out: Option<u64> = None;
+    let mut n = 0;
+    while n < events {
+        let first = next;
+        for &sz in &temps {
+            pairs.push((next, Some(sz)));
+            next += 1;
+        }
+        let out = next;
+        pairs.push((out, Some(8 << 20)));
+        next += 1;
+        if let Some(p) = prev_out.replace(out) {
+            pairs.push((p, None));
+        }
+        for id in (first..first + temps.len() as u64).rev() {
+            pairs.push((id, None));
+        }
+        n += 2 * temps.len() + 2;
+    }
+    Trace::from_pairs(pairs).expect("generated trace is well formed")
+}
+
+fn bench_models(t: &Trace, what: &str) {
+    let peak = peak_live_bytes(t);
     println!(
-        "trace: {} events ({} live buffers kept), peak live {:.1} GiB",
+        "{what}: {} events, 100000 long-lived buffers, peak live {:.1} GiB",
         t.len(),
-        100_000,
         peak as f64 / (1u64 << 30) as f64
     );
     let limit = peak * 3;
@@ -87,6 +114,9 @@ fn main() {
         (AllocatorKind::Async, true, "async"),
         (AllocatorKind::Torch, true, "torch"),
     ] {
+        if std::env::var("MW_BENCH_ONLY").is_ok_and(|o| !label.starts_with(o.as_str())) {
+            continue;
+        }
         let spec = ModelSpec {
             kind,
             limit,
@@ -97,22 +127,40 @@ fn main() {
         let mut m = build(&spec);
         let start = Instant::now();
         let cpu0 = cpu_ns();
-        let r = replay(&t, m.as_mut(), ReplayOptions::default(), &mut |_| {}).expect("replay");
+        let r = replay(t, m.as_mut(), ReplayOptions::default(), &mut |_| {}).expect("replay");
         let secs = start.elapsed().as_secs_f64();
         let cpu = match (cpu0, cpu_ns()) {
             (Some(a), Some(b)) => (b - a) as f64 / 1e9,
             _ => secs,
         };
         println!(
-            "{label:<28} {:>6.2} M events/s per CPU-second ({:>6.2} M/s wall; {:.2} s CPU, {:.2} s wall, fits {}, peak in use {:.1} GiB)",
+            "  {label:<28} {:>6.2} M events/s per CPU-second ({:>6.2} M/s wall; {:.2} s CPU, fits {})",
             t.len() as f64 / cpu / 1e6,
             t.len() as f64 / secs / 1e6,
             cpu,
-            secs,
             r.fits,
-            r.peak_bytes_in_use as f64 / (1u64 << 30) as f64
         );
     }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; ignore arguments. MW_BENCH_EVENTS scales the trace,
+    // MW_BENCH_QUICK=1 skips the capacity search (profiling).
+    let events = std::env::var("MW_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_000);
+    let steps = make_step_trace(100_000, events, 7);
+    bench_models(
+        &steps,
+        "step-like trace (temporaries freed in reverse order)",
+    );
+    let t = make_trace(100_000, events, 0x9e3779b97f4a7c15);
+    bench_models(
+        &t,
+        "random trace (uniformly random frees: worst case for caches)",
+    );
+    let peak = peak_live_bytes(&t);
     if std::env::var("MW_BENCH_QUICK").is_ok() {
         return;
     }

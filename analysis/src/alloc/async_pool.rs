@@ -64,7 +64,7 @@ impl AllocatorModel for AsyncPool {
         "async"
     }
 
-    fn alloc(&mut self, size: u64) -> Option<u64> {
+    fn alloc(&mut self, size: u64) -> Option<u32> {
         let rounded = size.div_ceil(ASYNC_ROUND).checked_mul(ASYNC_ROUND)?;
         let need = self.in_use.checked_add(rounded)?;
         if need > self.reserved {
@@ -85,10 +85,10 @@ impl AllocatorModel for AsyncPool {
                 self.sizes.len() - 1
             }
         };
-        Some(h as u64)
+        Some(h as u32)
     }
 
-    fn free(&mut self, handle: u64) {
+    fn free(&mut self, handle: u32) {
         let size = std::mem::take(&mut self.sizes[handle as usize]);
         self.in_use -= size;
         self.unused.push(handle as usize);
@@ -99,7 +99,7 @@ impl AllocatorModel for AsyncPool {
         }
     }
 
-    fn allocated_size(&self, handle: u64) -> u64 {
+    fn allocated_size(&self, handle: u32) -> u64 {
         self.sizes[handle as usize]
     }
 

@@ -388,7 +388,7 @@ impl Bfc {
         s.largest_alloc_size = s.largest_alloc_size.max(size);
     }
 
-    fn from_low_end(&mut self, h: u32, rounded: u64, num_bytes: u64) {
+    fn carve_low_end(&mut self, h: u32, rounded: u64, num_bytes: u64) {
         let c = self.chunks[h as usize];
         let exact = c.tag == Tag::CentralGap || self.cfg.lower_policy.split == SplitPolicy::Exact;
         if if exact {
@@ -401,7 +401,7 @@ impl Bfc {
         self.finish(h, num_bytes, Tag::Lower);
     }
 
-    fn from_high_end(&mut self, mut h: u32, rounded: u64, num_bytes: u64) -> u32 {
+    fn carve_high_end(&mut self, mut h: u32, rounded: u64, num_bytes: u64) -> u32 {
         let c = self.chunks[h as usize];
         let exact = c.tag == Tag::CentralGap || self.cfg.upper_policy.split == SplitPolicy::Exact;
         let mut prefix = c.size - rounded;
@@ -454,10 +454,10 @@ impl Bfc {
         self.remove_free(h);
         match end {
             End::Lower => {
-                self.from_low_end(h, rounded, num_bytes);
+                self.carve_low_end(h, rounded, num_bytes);
                 Some(h)
             }
-            End::Upper => Some(self.from_high_end(h, rounded, num_bytes)),
+            End::Upper => Some(self.carve_high_end(h, rounded, num_bytes)),
         }
     }
 
@@ -587,14 +587,13 @@ impl Bfc {
         debug_assert!(c.in_use);
         let mut tag = c.tag;
         if self.free_chunk_tag == Tag::CentralGap {
-            // ReturnBoundaryChunkToGap.
-            if tag == Tag::Lower
-                && (c.next == NIL || self.chunks[c.next as usize].tag != Tag::Lower)
-            {
-                tag = Tag::CentralGap;
-            } else if tag == Tag::Upper
-                && (c.prev == NIL || self.chunks[c.prev as usize].tag != Tag::Upper)
-            {
+            // ReturnBoundaryChunkToGap: a lower chunk whose upper neighbour is not lower
+            // (or an upper chunk whose lower neighbour is not upper) rejoins the gap.
+            let lower_boundary = tag == Tag::Lower
+                && (c.next == NIL || self.chunks[c.next as usize].tag != Tag::Lower);
+            let upper_boundary = tag == Tag::Upper
+                && (c.prev == NIL || self.chunks[c.prev as usize].tag != Tag::Upper);
+            if lower_boundary || upper_boundary {
                 tag = Tag::CentralGap;
             }
         }
@@ -701,7 +700,7 @@ impl Bfc {
                 if c.prev != prev {
                     return Err(format!("chunk {h}: prev link broken"));
                 }
-                if c.size == 0 || c.size % MIN_ALLOCATION != 0 {
+                if c.size == 0 || !c.size.is_multiple_of(MIN_ALLOCATION) {
                     return Err(format!(
                         "chunk {h}: size {} not a positive multiple of 256",
                         c.size
@@ -774,16 +773,16 @@ impl AllocatorModel for Bfc {
         "bfc"
     }
 
-    fn alloc(&mut self, size: u64) -> Option<u64> {
-        self.allocate(size, End::Lower).map(u64::from)
+    fn alloc(&mut self, size: u64) -> Option<u32> {
+        self.allocate(size, End::Lower)
     }
 
-    fn free(&mut self, handle: u64) {
-        self.deallocate(handle as u32)
+    fn free(&mut self, handle: u32) {
+        self.deallocate(handle)
     }
 
-    fn allocated_size(&self, handle: u64) -> u64 {
-        self.chunk_size(handle as u32)
+    fn allocated_size(&self, handle: u32) -> u64 {
+        self.chunk_size(handle)
     }
 
     fn bytes_in_use(&self) -> u64 {

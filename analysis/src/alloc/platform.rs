@@ -40,7 +40,7 @@ impl AllocatorModel for Platform {
         "platform"
     }
 
-    fn alloc(&mut self, size: u64) -> Option<u64> {
+    fn alloc(&mut self, size: u64) -> Option<u32> {
         let rounded = size
             .div_ceil(self.granularity)
             .checked_mul(self.granularity)?;
@@ -61,17 +61,17 @@ impl AllocatorModel for Platform {
                 self.live.len() - 1
             }
         };
-        Some(h as u64)
+        Some(h as u32)
     }
 
-    fn free(&mut self, handle: u64) {
+    fn free(&mut self, handle: u32) {
         if let Some((_, size)) = self.live[handle as usize].take() {
             self.in_use -= size;
             self.unused.push(handle as usize);
         }
     }
 
-    fn allocated_size(&self, handle: u64) -> u64 {
+    fn allocated_size(&self, handle: u32) -> u64 {
         self.live[handle as usize].map_or(0, |(_, s)| s)
     }
 

@@ -98,8 +98,8 @@ pub fn replay(
     opts: ReplayOptions,
     progress: &mut dyn FnMut(usize),
 ) -> Result<ReplayResult, super::ModelError> {
-    const NONE: u64 = u64::MAX;
-    const ZERO: u64 = u64::MAX - 1;
+    const NONE: u32 = u32::MAX;
+    const ZERO: u32 = u32::MAX - 1;
     let mut handles = vec![NONE; trace.slots()];
     let mut steps = if opts.record_steps {
         Some(Vec::with_capacity(trace.len()))
@@ -168,7 +168,7 @@ pub fn replay(
 fn describe_oom(
     trace: &Trace,
     model: &dyn AllocatorModel,
-    handles: &[u64],
+    handles: &[u32],
     index: usize,
     slot: u32,
     size: u64,
@@ -184,7 +184,7 @@ fn describe_oom(
     }
     let mut live: Vec<LiveBuffer> = Vec::new();
     for (s, &h) in handles.iter().enumerate() {
-        if h < u64::MAX - 1 && s != slot as usize {
+        if h < u32::MAX - 1 && s != slot as usize {
             let (k, sz) = owner[s];
             live.push(LiveBuffer {
                 id: trace.alloc_ids[k],
