@@ -35,6 +35,7 @@ pub struct AsyncPool {
     unused: Vec<usize>,
     in_use: u64,
     reserved: u64,
+    peak_in_use: u64,
 }
 
 impl AsyncPool {
@@ -51,6 +52,7 @@ impl AsyncPool {
             unused: Vec::new(),
             in_use: 0,
             reserved,
+            peak_in_use: 0,
         }
     }
 
@@ -75,6 +77,7 @@ impl AllocatorModel for AsyncPool {
             self.reserved = grown;
         }
         self.in_use = need;
+        self.peak_in_use = self.peak_in_use.max(need);
         let h = match self.unused.pop() {
             Some(h) => {
                 self.sizes[h] = rounded;
@@ -121,6 +124,11 @@ impl AllocatorModel for AsyncPool {
 
     fn blocks(&self) -> Vec<Block> {
         Vec::new()
+    }
+
+    /// Fits exactly when the peak live bytes, in whole pages, fit.
+    fn exact_min_limit(&self) -> Option<u64> {
+        Some(self.pages(self.peak_in_use).max(self.cfg.granularity))
     }
 
     fn check_invariants(&self) -> Result<(), ModelError> {

@@ -178,6 +178,10 @@ pub struct Bfc {
     next_region_base: u64,
     curr_region_allocation_bytes: u64,
     stats: BfcStats,
+    /// Highest end (offset from the first region's base) of any lower-end chunk ever in
+    /// use, and whether any upper-end allocation happened.
+    lower_high_water: u64,
+    used_upper: bool,
 }
 
 fn rounded_bytes(n: u64) -> u64 {
@@ -228,6 +232,8 @@ impl Bfc {
             next_region_base: 0x3_0200_0000,
             curr_region_allocation_bytes: curr,
             stats: BfcStats::default(),
+            lower_high_water: 0,
+            used_upper: false,
             cfg,
         }
     }
@@ -377,6 +383,13 @@ impl Bfc {
 
     fn finish(&mut self, h: u32, num_bytes: u64, tag: Tag) {
         self.requested[h as usize] = num_bytes;
+        if tag == Tag::Lower {
+            let c = &self.chunks[h as usize];
+            let base = self.regions.first().map_or(c.ptr, |r| r.base);
+            self.lower_high_water = self.lower_high_water.max(c.ptr + c.size - base);
+        } else {
+            self.used_upper = true;
+        }
         let c = &mut self.chunks[h as usize];
         c.tag = tag;
         c.in_use = true;
@@ -807,6 +820,19 @@ impl AllocatorModel for Bfc {
 
     fn check_invariants(&self) -> Result<(), ModelError> {
         self.check().map_err(ModelError::Invariant)
+    }
+
+    /// A spatially partitioned (preallocated) pool serving only the lower end decides
+    /// everything from its holes (independent of the limit) and carves the rest from the
+    /// gap above its high-water mark: any limit covering the high-water mark replays
+    /// identically, and a smaller one fails when the mark is reached. So the exact
+    /// minimum is the high-water mark.
+    fn exact_min_limit(&self) -> Option<u64> {
+        (self.cfg.spatial_partitioning
+            && !self.cfg.allow_growth
+            && !self.used_upper
+            && self.regions.len() <= 1)
+            .then_some(self.lower_high_water.max(MIN_ALLOCATION))
     }
 }
 

@@ -67,6 +67,13 @@ pub trait AllocatorModel {
     fn blocks(&self) -> Vec<Block>;
     /// Checks structural invariants (tiling, no overlap, statistics add up).
     fn check_invariants(&self) -> Result<(), ModelError>;
+    /// After a replay that fit: the exact smallest limit with which the same replay
+    /// would also fit, when the model can prove it from this run (its decisions do not
+    /// depend on the limit as long as the limit covers the run's high-water mark).
+    /// `None` when only a search can tell.
+    fn exact_min_limit(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Which model to build.

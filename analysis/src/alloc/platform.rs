@@ -18,6 +18,7 @@ pub struct Platform {
     live: Vec<Option<(u64, u64)>>,
     unused: Vec<usize>,
     in_use: u64,
+    peak: u64,
     next_addr: u64,
 }
 
@@ -30,6 +31,7 @@ impl Platform {
             live: Vec::new(),
             unused: Vec::new(),
             in_use: 0,
+            peak: 0,
             next_addr: 0x7f00_0000_0000,
         }
     }
@@ -48,6 +50,7 @@ impl AllocatorModel for Platform {
             return None;
         }
         self.in_use += rounded;
+        self.peak = self.peak.max(self.in_use);
         let addr = self.next_addr;
         self.next_addr += rounded;
         let entry = Some((addr, rounded));
@@ -106,6 +109,11 @@ impl AllocatorModel for Platform {
             .collect();
         v.sort_by_key(|b| b.addr);
         v
+    }
+
+    /// Fits exactly when the peak of granule-rounded live bytes fits.
+    fn exact_min_limit(&self) -> Option<u64> {
+        Some(self.peak.max(1))
     }
 
     fn check_invariants(&self) -> Result<(), ModelError> {

@@ -595,6 +595,7 @@ pub fn run(args: ReplayArgs) -> Result<Outcome> {
                         "min_capacity_bytes": m.map(|m| (m.min_pool_bytes as f64 / f).ceil() as u64),
                         "min_mem_fraction": m.and_then(|m| base.map(|c| m.min_pool_bytes as f64 / c as f64)),
                         "resolution_bytes": m.map(|m| m.resolution),
+                        "exact": m.map(|m| m.exact),
                         "replays": m.map(|m| m.replays),
                     })
                 })
@@ -605,19 +606,19 @@ pub fn run(args: ReplayArgs) -> Result<Outcome> {
             );
         } else {
             println!(
-                "trace {} ({} events, peak live {}); smallest pool that fits, to 1 MiB:",
+                "trace {} ({} events, peak live {}); smallest pool that fits:",
                 args.trace.display(),
                 trace.len(),
                 human(replay::peak_live_bytes(&trace))
             );
             println!(
-                "{:<9} {:>14} {:>6} {:>16} {:>14} {:>8}",
+                "{:<9} {:>14} {:>6} {:>16} {:>14} {:>8}  how",
                 "allocator", "min pool", "frac", "min capacity", "min fraction", "replays"
             );
             for (k, f, m) in &rows {
                 match m {
                     Some(m) => println!(
-                        "{:<9} {:>14} {:>6} {:>16} {:>14} {:>8}",
+                        "{:<9} {:>14} {:>6} {:>16} {:>14} {:>8}  {}",
                         k.name(),
                         human(m.min_pool_bytes),
                         f,
