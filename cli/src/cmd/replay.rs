@@ -627,7 +627,12 @@ pub fn run(args: ReplayArgs) -> Result<Outcome> {
                             "{:.4}",
                             m.min_pool_bytes as f64 / c as f64
                         )),
-                        m.replays
+                        m.replays,
+                        if m.exact {
+                            "exact (high-water mark, verified)".to_string()
+                        } else {
+                            format!("bisection to {}", human(m.resolution))
+                        }
                     ),
                     None => println!("{:<9} {:>14}", k.name(), "none found"),
                 }
