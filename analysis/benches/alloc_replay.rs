@@ -160,35 +160,41 @@ fn main() {
         &t,
         "random trace (uniformly random frees: worst case for caches)",
     );
-    let peak = peak_live_bytes(&t);
     if std::env::var("MW_BENCH_QUICK").is_ok() {
         return;
     }
-    let start = Instant::now();
-    let cpu0 = cpu_ns();
-    let spec = |limit| ModelSpec {
-        kind: AllocatorKind::Bfc,
-        limit,
-        preallocate: true,
-        granularity: 2 << 20,
-        device_free_bytes: None,
-    };
-    let found = find_min_limit(&t, &spec, 1 << 20, peak * 64, &mut |_, _| {}).expect("search");
-    let secs = start.elapsed().as_secs_f64();
-    let cpu = match (cpu0, cpu_ns()) {
-        (Some(a), Some(b)) => (b - a) as f64 / 1e9,
-        _ => secs,
-    };
-    match found {
-        Some(m) => println!(
-            "find-min-capacity (bfc, {} events): {:.1} s CPU ({:.1} s wall), {} replays, min pool {:.3} GiB = {:.4} x peak live",
-            t.len(),
-            cpu,
-            secs,
-            m.replays,
-            m.min_pool_bytes as f64 / (1u64 << 30) as f64,
-            m.min_pool_bytes as f64 / peak as f64
-        ),
-        None => println!("find-min-capacity: nothing fits ({secs:.1} s)"),
+    for (trace, what) in [(&steps, "step-like"), (&t, "random")] {
+        for (prealloc, mode) in [(true, "bfc preallocated"), (false, "bfc growing pool")] {
+            let peak = peak_live_bytes(trace);
+            let start = Instant::now();
+            let cpu0 = cpu_ns();
+            let spec = |limit| ModelSpec {
+                kind: AllocatorKind::Bfc,
+                limit,
+                preallocate: prealloc,
+                granularity: 2 << 20,
+                device_free_bytes: None,
+            };
+            let found =
+                find_min_limit(trace, &spec, 1 << 20, peak * 64, &mut |_, _| {}).expect("search");
+            let secs = start.elapsed().as_secs_f64();
+            let cpu = match (cpu0, cpu_ns()) {
+                (Some(a), Some(b)) => (b - a) as f64 / 1e9,
+                _ => secs,
+            };
+            match found {
+                Some(m) => println!(
+                    "find-min-capacity ({mode}, {what} trace, {} events): {:.1} s CPU ({:.1} s wall), {} replays ({}), min pool {:.3} GiB = {:.4} x peak live",
+                    trace.len(),
+                    cpu,
+                    secs,
+                    m.replays,
+                    if m.exact { "exact" } else { "bisection to 1 MiB" },
+                    m.min_pool_bytes as f64 / (1u64 << 30) as f64,
+                    m.min_pool_bytes as f64 / peak as f64
+                ),
+                None => println!("find-min-capacity ({mode}, {what}): nothing fits ({secs:.1} s)"),
+            }
+        }
     }
 }

@@ -629,7 +629,7 @@ pub fn run(args: ReplayArgs) -> Result<Outcome> {
                         )),
                         m.replays,
                         if m.exact {
-                            "exact (high-water mark, verified)".to_string()
+                            "exact (from one run, verified)".to_string()
                         } else {
                             format!("bisection to {}", human(m.resolution))
                         }
