@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(resolve("strix-halo").unwrap().capacity_bytes, 96 * GIB);
         let d = resolve("strix-halo:vram=512M,mem=managed").unwrap();
         assert_eq!(d.capacity_bytes, (128 * GIB - 512 * MIB) / 2);
-        let d = resolve("strix-halo:mem=managed,gtt=100G").unwrap();
+        let d = resolve("strix-halo:vram=512M,mem=managed,gtt=100G").unwrap();
         assert_eq!(d.capacity_bytes, 100 * GIB);
         assert!(resolve("strix-halo:vram=200G").is_err());
         assert!(resolve("strix-halo:foo=1").is_err());
