@@ -1,0 +1,4 @@
+//! Adapters from measurement sources to [`GateEntry`](super::entry::GateEntry)s, one file
+//! per source. Each reads its own input format and nothing else.
+
+pub mod memory_analysis;
