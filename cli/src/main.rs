@@ -25,6 +25,8 @@ struct Cli {
 enum Command {
     /// Print the capture format version this build reads and writes.
     FormatVersion,
+    /// Fail CI when memory regresses: compare per-module figures with a baseline file.
+    Gate(cmd::gate::GateArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
             println!("{}", memwatch_wire::FORMAT_VERSION);
             Ok(cmd::Outcome::Success)
         }
+        Command::Gate(args) => cmd::gate::run(args),
     };
     cmd::finish(result)
 }
