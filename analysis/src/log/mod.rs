@@ -1,0 +1,1 @@
+//! XLA/JAX/TSL log analysis (`memwatch log`). Placeholder module list filled below.
