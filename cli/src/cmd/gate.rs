@@ -60,6 +60,10 @@ pub struct GateArgs {
     /// jitted function. Repeatable.
     #[arg(long = "memory-analysis", value_name = "FILE")]
     pub memory_analysis: Vec<PathBuf>,
+    /// XLA dump directory (`XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text`), or one
+    /// module's dump file. Gives per-op figures for regressed modules. Repeatable.
+    #[arg(long = "xla-dump", value_name = "DIR")]
+    pub xla_dump: Vec<PathBuf>,
     /// Relative growth allowed per metric, in percent of the baseline.
     #[arg(long, value_name = "PERCENT", default_value = "2%", value_parser = parse_percent)]
     pub max_increase: f64,
@@ -111,8 +115,11 @@ fn measure(args: &GateArgs) -> Result<Measurements> {
     for p in &args.memory_analysis {
         m.extend(source::memory_analysis::load(p)?)?;
     }
+    for p in &args.xla_dump {
+        m.extend(source::xla::load(p)?)?;
+    }
     if m.is_empty() {
-        if args.memory_analysis.is_empty() {
+        if args.memory_analysis.is_empty() && args.xla_dump.is_empty() {
             bail!("nothing to gate: give --memory-analysis FILE or --xla-dump DIR");
         }
         bail!("no entries found in the given inputs ({})", inputs(args));
@@ -123,6 +130,7 @@ fn measure(args: &GateArgs) -> Result<Measurements> {
 fn inputs(args: &GateArgs) -> String {
     args.memory_analysis
         .iter()
+        .chain(&args.xla_dump)
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ")

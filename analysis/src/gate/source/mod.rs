@@ -2,3 +2,4 @@
 //! per source. Each reads its own input format and nothing else.
 
 pub mod memory_analysis;
+pub mod xla;

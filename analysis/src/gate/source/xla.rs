@@ -1,0 +1,61 @@
+//! Gate entries from XLA dump directories, through the XLA analysis API
+//! ([`crate::xla::load_path`]): one entry per module, keyed by the normalised module name
+//! (`jit_train_step`; a name compiled twice in one dump becomes `jit_f#2`, … in module-id
+//! order). Figures: argument/output/temp/alias/host_temp exactly as `memory_analysis()`,
+//! `total` = argument + output + temp − alias, `peak` = bytes live at the module's peak
+//! (from the live-range file). Per-op figures: the peak bytes by framework `op_name`
+//! (by op category when the HLO carries no op names). Owns this mapping only.
+
+use crate::gate::entry::{disambiguate, GateEntry, OpBytes};
+use crate::gate::error::GateError;
+use crate::gate::metric::Metric;
+use crate::xla::{self, ModuleReport};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Converts module reports (in dump order) to gate entries.
+pub fn entries_from_reports(reports: &[ModuleReport], origin: &Path) -> Vec<GateEntry> {
+    let mut keys: Vec<String> = reports.iter().map(|r| r.name.clone()).collect();
+    disambiguate(&mut keys);
+    reports
+        .iter()
+        .zip(keys)
+        .map(|(r, key)| {
+            let mut metrics = BTreeMap::new();
+            metrics.insert(Metric::Argument, r.argument_bytes);
+            metrics.insert(Metric::Output, r.output_bytes);
+            metrics.insert(Metric::Temp, r.temp_bytes);
+            metrics.insert(Metric::Alias, r.alias_bytes);
+            metrics.insert(Metric::HostTemp, r.totals.host_temp_bytes);
+            if let Some(p) = r.peak_bytes {
+                metrics.insert(Metric::Peak, p);
+            }
+            let groups = if r.by_op_name.is_empty() { &r.by_category } else { &r.by_op_name };
+            let mut top_ops: Vec<OpBytes> = groups
+                .iter()
+                .map(|g| OpBytes {
+                    name: g.key.clone(),
+                    bytes: g.bytes,
+                })
+                .collect();
+            top_ops.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
+            let mut e = GateEntry {
+                key,
+                source: format!("xla-dump:{}", origin.display()),
+                metrics,
+                top_ops,
+            };
+            e.fill_total();
+            e
+        })
+        .collect()
+}
+
+/// Loads a dump directory (or one module's file) and converts it.
+pub fn load(path: &Path) -> Result<Vec<GateEntry>, GateError> {
+    let reports = xla::load_path(path).map_err(|e| GateError::Input {
+        path: path.to_path_buf(),
+        message: format!("cannot read XLA dump: {e}"),
+    })?;
+    Ok(entries_from_reports(&reports, path))
+}
