@@ -84,38 +84,203 @@ fn scenario() -> Vec<Record> {
     let a = 10;
     // Thread 2 (device 1) is flushed before thread 1 although its events interleave.
     let thread2 = vec![
-        ev(a, e(150, 10, 2, 1, Alloc, Device, Api::HipMalloc, 0x1a, 2000)),
+        ev(
+            a,
+            e(150, 10, 2, 1, Alloc, Device, Api::HipMalloc, 0x1a, 2000),
+        ),
         ev(a, e(450, 5, 2, 1, Free, Device, Api::HipFree, 0x1a, 0)),
-        ev(a, e(2050, 100, 2, 1, ApiSpan, MemKind::None, Api::HipModuleLoad, 0, 0)),
-        ev(a, e(2060, 10, 3, 1, ApiSpan, MemKind::None, Api::HipModuleLoad, 0, 0)),
+        ev(
+            a,
+            e(
+                2050,
+                100,
+                2,
+                1,
+                ApiSpan,
+                MemKind::None,
+                Api::HipModuleLoad,
+                0,
+                0,
+            ),
+        ),
+        ev(
+            a,
+            e(
+                2060,
+                10,
+                3,
+                1,
+                ApiSpan,
+                MemKind::None,
+                Api::HipModuleLoad,
+                0,
+                0,
+            ),
+        ),
     ];
-    let mut failed = e(600, 40, 1, 0, AllocFailed, Device, Api::HipMalloc, 0, 1 << 40);
+    let mut failed = e(
+        600,
+        40,
+        1,
+        0,
+        AllocFailed,
+        Device,
+        Api::HipMalloc,
+        0,
+        1 << 40,
+    );
     failed.result = 2;
     let thread1 = vec![
         ev(a, e(100, 10, 1, 0, Alloc, Device, Api::HipMalloc, 0xa, 100)),
         ev(a, e(200, 20, 1, 0, Alloc, Device, Api::HipMalloc, 0xb, 300)),
         ev(a, e(300, 5, 1, 0, Free, Device, Api::HipFree, 0xa, 0)),
-        ev(a, e(400, 30, 1, 0, Alloc, StreamPool, Api::HipMallocAsync, 0xc, 500)),
-        ev(a, e(500, 5, 1, 0, Free, StreamPool, Api::HipFreeAsync, 0xc, 0)),
+        ev(
+            a,
+            e(
+                400,
+                30,
+                1,
+                0,
+                Alloc,
+                StreamPool,
+                Api::HipMallocAsync,
+                0xc,
+                500,
+            ),
+        ),
+        ev(
+            a,
+            e(500, 5, 1, 0, Free, StreamPool, Api::HipFreeAsync, 0xc, 0),
+        ),
         ev(a, failed),
         ev(a, e(700, 5, 1, 0, Free, Device, Api::HipFree, 0xdead, 0)),
-        ev(a, e(800, 15, 1, 0, Alloc, HostPinned, Api::HipHostMalloc, 0x4000, 64)),
-        ev(a, e(900, 50, 1, 0, Alloc, VmmPhysical, Api::HipMemCreate, 0x77, 1000)),
-        ev(a, e(950, 5, 1, 0, Alloc, VmmMap, Api::HipMemMap, 0x9000, 1000)),
-        ev(a, e(1000, 5, 1, 0, Free, VmmMap, Api::HipMemUnmap, 0x9000, 0)),
-        ev(a, e(1100, 5, 1, 0, Free, VmmPhysical, Api::HipMemRelease, 0x77, 0)),
-        ev(a, e(2000, 100, 1, 0, ApiSpan, MemKind::None, Api::HipModuleLoad, 0, 0)),
-        ev(a, e(2100, 50, 1, 0, ApiSpan, MemKind::None, Api::HipModuleLoad, 0, 0)),
+        ev(
+            a,
+            e(
+                800,
+                15,
+                1,
+                0,
+                Alloc,
+                HostPinned,
+                Api::HipHostMalloc,
+                0x4000,
+                64,
+            ),
+        ),
+        ev(
+            a,
+            e(
+                900,
+                50,
+                1,
+                0,
+                Alloc,
+                VmmPhysical,
+                Api::HipMemCreate,
+                0x77,
+                1000,
+            ),
+        ),
+        ev(
+            a,
+            e(950, 5, 1, 0, Alloc, VmmMap, Api::HipMemMap, 0x9000, 1000),
+        ),
+        ev(
+            a,
+            e(1000, 5, 1, 0, Free, VmmMap, Api::HipMemUnmap, 0x9000, 0),
+        ),
+        ev(
+            a,
+            e(
+                1100,
+                5,
+                1,
+                0,
+                Free,
+                VmmPhysical,
+                Api::HipMemRelease,
+                0x77,
+                0,
+            ),
+        ),
+        ev(
+            a,
+            e(
+                2000,
+                100,
+                1,
+                0,
+                ApiSpan,
+                MemKind::None,
+                Api::HipModuleLoad,
+                0,
+                0,
+            ),
+        ),
+        ev(
+            a,
+            e(
+                2100,
+                50,
+                1,
+                0,
+                ApiSpan,
+                MemKind::None,
+                Api::HipModuleLoad,
+                0,
+                0,
+            ),
+        ),
     ];
     let b = 11;
-    let mut oom_drv = e(2400, 7, 5, 0, AllocFailed, Device, Api::CuMemAlloc, 0, 1 << 30);
+    let mut oom_drv = e(
+        2400,
+        7,
+        5,
+        0,
+        AllocFailed,
+        Device,
+        Api::CuMemAlloc,
+        0,
+        1 << 30,
+    );
     oom_drv.result = 2;
-    let mut oom_rt = e(2500, 9, 5, 0, AllocFailed, Device, Api::CudaMalloc, 0, 1 << 31);
+    let mut oom_rt = e(
+        2500,
+        9,
+        5,
+        0,
+        AllocFailed,
+        Device,
+        Api::CudaMalloc,
+        0,
+        1 << 31,
+    );
     oom_rt.result = 2;
     let proc_b = vec![
-        ev(b, e(2070, 20, 5, 0, ApiSpan, MemKind::None, Api::HipModuleLoad, 0, 0)),
-        ev(b, e(2200, 3, 5, 0, Alloc, Device, Api::CuMemAlloc, 0xb000, 10)),
-        ev(b, e(2300, 3, 5, 0, Alloc, Device, Api::CuMemAlloc, 0xb100, 20)),
+        ev(
+            b,
+            e(
+                2070,
+                20,
+                5,
+                0,
+                ApiSpan,
+                MemKind::None,
+                Api::HipModuleLoad,
+                0,
+                0,
+            ),
+        ),
+        ev(
+            b,
+            e(2200, 3, 5, 0, Alloc, Device, Api::CuMemAlloc, 0xb000, 10),
+        ),
+        ev(
+            b,
+            e(2300, 3, 5, 0, Alloc, Device, Api::CuMemAlloc, 0xb100, 20),
+        ),
         ev(b, oom_drv),
         ev(b, oom_rt),
     ];
@@ -178,7 +343,10 @@ fn scenario_numbers() {
     let a = &r.processes[0];
     assert_eq!(a.pid, 10);
     assert_eq!(a.command, vec!["launcher", "--n", "2"]);
-    assert_eq!((a.start_ns, a.end_ns, a.exit_code), (Some(0), Some(4000), Some(3)));
+    assert_eq!(
+        (a.start_ns, a.end_ns, a.exit_code),
+        (Some(0), Some(4000), Some(3))
+    );
     assert_eq!(a.dropped_events, 0);
     // Process-wide: 100 + 2000 + 300 + 500 live at t=400 (0xa freed at 300): 2800.
     assert_eq!((a.peak_bytes, a.peak_ts_ns), (2800, 400));
@@ -223,7 +391,10 @@ fn scenario_numbers() {
     assert_eq!((ml.max_concurrent, ml.max_concurrent_devices), (3, 2));
     let hm = a.api.iter().find(|s| s.api == "hipMalloc").unwrap();
     // hipMalloc calls: 10, 20, 40 (failed), 10 (device 1).
-    assert_eq!((hm.count, hm.errors, hm.total_ns, hm.p50_ns), (4, 1, 80, 10));
+    assert_eq!(
+        (hm.count, hm.errors, hm.total_ns, hm.p50_ns),
+        (4, 1, 80, 10)
+    );
 
     let b = &r.processes[1];
     assert_eq!(b.pid, 11);
@@ -233,7 +404,10 @@ fn scenario_numbers() {
     assert_eq!(b.devices.len(), 1);
     let bd = &b.devices[0];
     assert_eq!((bd.alloc_count, bd.free_count, bd.failed_count), (2, 0, 2));
-    assert_eq!((bd.peak_bytes, bd.peak_ts_ns, bd.live_bytes_at_exit), (30, 2300, 30));
+    assert_eq!(
+        (bd.peak_bytes, bd.peak_ts_ns, bd.live_bytes_at_exit),
+        (30, 2300, 30)
+    );
 
     // Capture-wide: five module loads (10, 20, 50, 100, 100); at t=2070 process 10's
     // threads 1 and 2 and process 11 are inside: 3 calls on 3 (process, device) pairs.
@@ -247,13 +421,27 @@ fn scenario_numbers() {
     let f: Vec<_> = r
         .failures
         .iter()
-        .map(|f| (f.pid, f.ts_ns, f.api.as_str(), f.result, f.result_name.as_deref()))
+        .map(|f| {
+            (
+                f.pid,
+                f.ts_ns,
+                f.api.as_str(),
+                f.result,
+                f.result_name.as_deref(),
+            )
+        })
         .collect();
     assert_eq!(
         f,
         vec![
             (10, 600, "hipMalloc", 2, Some("hipErrorOutOfMemory")),
-            (11, 2400, "cuMemAlloc_v2", 2, Some("CUDA_ERROR_OUT_OF_MEMORY")),
+            (
+                11,
+                2400,
+                "cuMemAlloc_v2",
+                2,
+                Some("CUDA_ERROR_OUT_OF_MEMORY")
+            ),
             (11, 2500, "cudaMalloc", 2, Some("cudaErrorMemoryAllocation")),
         ]
     );
@@ -323,9 +511,13 @@ fn corrupt_frame_is_skipped_and_the_rest_survives() {
 
 #[test]
 fn not_a_capture_is_an_error_naming_the_file() {
-    let err = load_reader(&b"{\"op\":\"alloc\"}\n"[..], Path::new("x.jsonl"), &mut |_| {})
-        .err()
-        .unwrap();
+    let err = load_reader(
+        &b"{\"op\":\"alloc\"}\n"[..],
+        Path::new("x.jsonl"),
+        &mut |_| {},
+    )
+    .err()
+    .unwrap();
     assert!(matches!(err, CaptureError::NotACapture { .. }));
     let msg = err.to_string();
     assert!(msg.starts_with("x.jsonl: not a memwatch capture"), "{msg}");
@@ -346,7 +538,12 @@ fn empty_capture_is_valid() {
 #[test]
 fn trace_export_ids_streams_and_device_filter() {
     let mut out = Vec::new();
-    let s = write_trace(load(&encode(&scenario())), &TraceOptions::default(), &mut out).unwrap();
+    let s = write_trace(
+        load(&encode(&scenario())),
+        &TraceOptions::default(),
+        &mut out,
+    )
+    .unwrap();
     let text = String::from_utf8(out).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(

@@ -337,16 +337,32 @@ impl Family {
     fn of_api(api: Api) -> Option<Self> {
         use Api::*;
         Some(match api {
-            HipMalloc | HipFree | HipMallocManaged | HipMallocAsync | HipFreeAsync
-            | HipMallocFromPoolAsync | HipExtMallocWithFlags | HipMallocPitch | CuMemAlloc
-            | CuMemFree | CuMemAllocManaged | CuMemAllocPitch | CuMemAllocAsync
-            | CuMemFreeAsync | CuMemAllocFromPoolAsync | CuMemAllocV1 | CuMemFreeV1
-            | CudaMalloc | CudaFree | CudaMallocManaged | CudaMallocAsync | CudaFreeAsync => {
-                Self::Device
+            HipMalloc
+            | HipFree
+            | HipMallocManaged
+            | HipMallocAsync
+            | HipFreeAsync
+            | HipMallocFromPoolAsync
+            | HipExtMallocWithFlags
+            | HipMallocPitch
+            | CuMemAlloc
+            | CuMemFree
+            | CuMemAllocManaged
+            | CuMemAllocPitch
+            | CuMemAllocAsync
+            | CuMemFreeAsync
+            | CuMemAllocFromPoolAsync
+            | CuMemAllocV1
+            | CuMemFreeV1
+            | CudaMalloc
+            | CudaFree
+            | CudaMallocManaged
+            | CudaMallocAsync
+            | CudaFreeAsync => Self::Device,
+            HipHostMalloc | HipHostFree | HipHostRegister | HipHostUnregister | CuMemHostAlloc
+            | CuMemAllocHost | CuMemFreeHost | CudaMallocHost | CudaHostAlloc | CudaFreeHost => {
+                Self::Host
             }
-            HipHostMalloc | HipHostFree | HipHostRegister | HipHostUnregister
-            | CuMemHostAlloc | CuMemAllocHost | CuMemFreeHost | CudaMallocHost
-            | CudaHostAlloc | CudaFreeHost => Self::Host,
             HipMemCreate | HipMemRelease | CuMemCreate | CuMemRelease => Self::VmmHandle,
             _ => return None,
         })

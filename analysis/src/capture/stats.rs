@@ -493,7 +493,10 @@ impl ApiAcc {
             api: Api::from_u16(api).name().to_string(),
             count: n as u64,
             errors: self.errors,
-            total_ns: self.durations.iter().fold(0u64, |s, d| s.saturating_add(*d)),
+            total_ns: self
+                .durations
+                .iter()
+                .fold(0u64, |s, d| s.saturating_add(*d)),
             p50_ns: pct(50),
             p99_ns: pct(99),
             max_ns: self.durations.last().copied().unwrap_or(0),
@@ -555,7 +558,10 @@ mod tests {
             acc.add(&ev(d * 1000, d, 0));
         }
         let s = acc.finish(Api::HipStreamCreate as u16);
-        assert_eq!((s.p50_ns, s.p99_ns, s.max_ns, s.total_ns), (50, 99, 100, 5050));
+        assert_eq!(
+            (s.p50_ns, s.p99_ns, s.max_ns, s.total_ns),
+            (50, 99, 100, 5050)
+        );
         let one = {
             let mut a = ApiAcc::default();
             a.add(&ev(0, 7, 0));

@@ -94,10 +94,18 @@ fn bytes_value(ctx: &Ctx<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64
             v.span().start,
             format!("`{key}` is negative ({n}); byte figures must be zero or more"),
         )),
-        Some(n) => u64::try_from(n).map_err(|_| ctx.err(v.span().start, format!("`{key}` = {n} does not fit in 64 bits"))),
+        Some(n) => u64::try_from(n).map_err(|_| {
+            ctx.err(
+                v.span().start,
+                format!("`{key}` = {n} does not fit in 64 bits"),
+            )
+        }),
         None => Err(ctx.err(
             v.span().start,
-            format!("`{key}` must be an integer number of bytes, found {}", v.get_ref().type_str()),
+            format!(
+                "`{key}` must be an integer number of bytes, found {}",
+                v.get_ref().type_str()
+            ),
         )),
     }
 }
@@ -117,7 +125,13 @@ impl Baseline {
         let ctx = Ctx { path, text };
         let root = DeTable::parse(text).map_err(|e| {
             let offset = e.span().map_or(0, |s| s.start);
-            ctx.err(offset, format!("TOML syntax error: {}", e.message().trim().replace('\n', "; ")))
+            ctx.err(
+                offset,
+                format!(
+                    "TOML syntax error: {}",
+                    e.message().trim().replace('\n', "; ")
+                ),
+            )
         })?;
         let mut baseline = Baseline::default();
         let mut saw_version = false;
@@ -153,7 +167,12 @@ impl Baseline {
             }
         }
         if !saw_version {
-            return Err(ctx.err(0, format!("missing `version = {BASELINE_VERSION}`: is this a memwatch gate baseline?")));
+            return Err(ctx.err(
+                0,
+                format!(
+                    "missing `version = {BASELINE_VERSION}`: is this a memwatch gate baseline?"
+                ),
+            ));
         }
         Ok(baseline)
     }
@@ -211,7 +230,10 @@ impl Baseline {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let tmp = dir.join(format!(".{file_name}.tmp{}", std::process::id()));
         std::fs::write(&tmp, self.to_toml_string()).map_err(io)?;
         std::fs::rename(&tmp, path).map_err(|e| {
@@ -225,27 +247,43 @@ fn clamp_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn parse_entry(ctx: &Ctx<'_>, name: &str, value: &Spanned<DeValue<'_>>) -> Result<BaselineEntry, GateError> {
-    let table = value
-        .get_ref()
-        .as_table()
-        .ok_or_else(|| ctx.err(value.span().start, format!("entry `{name}` must be a table")))?;
+fn parse_entry(
+    ctx: &Ctx<'_>,
+    name: &str,
+    value: &Spanned<DeValue<'_>>,
+) -> Result<BaselineEntry, GateError> {
+    let table = value.get_ref().as_table().ok_or_else(|| {
+        ctx.err(
+            value.span().start,
+            format!("entry `{name}` must be a table"),
+        )
+    })?;
     let mut e = BaselineEntry::default();
     for (k, v) in table {
         let key = k.get_ref().as_ref();
         match key {
             "note" => {
                 let s = v.get_ref().as_str().ok_or_else(|| {
-                    ctx.err(v.span().start, format!("entry `{name}`: `note` must be a string"))
+                    ctx.err(
+                        v.span().start,
+                        format!("entry `{name}`: `note` must be a string"),
+                    )
                 })?;
                 e.note = Some(s.to_string());
             }
             "max_increase" => {
                 let s = v.get_ref().as_str().ok_or_else(|| {
-                    ctx.err(v.span().start, format!("entry `{name}`: `max_increase` must be a string like \"2%\""))
+                    ctx.err(
+                        v.span().start,
+                        format!("entry `{name}`: `max_increase` must be a string like \"2%\""),
+                    )
                 })?;
-                let value = parse_percent(s)
-                    .map_err(|err| ctx.err(v.span().start, format!("entry `{name}`: `max_increase`: {err}")))?;
+                let value = parse_percent(s).map_err(|err| {
+                    ctx.err(
+                        v.span().start,
+                        format!("entry `{name}`: `max_increase`: {err}"),
+                    )
+                })?;
                 e.max_increase = Some(Threshold {
                     value,
                     written: toml::Value::String(s.to_string()),
@@ -254,7 +292,10 @@ fn parse_entry(ctx: &Ctx<'_>, name: &str, value: &Spanned<DeValue<'_>>) -> Resul
             "max_increase_bytes" => {
                 let (value, written) = if let Some(s) = v.get_ref().as_str() {
                     let b = parse_bytes(s).map_err(|err| {
-                        ctx.err(v.span().start, format!("entry `{name}`: `max_increase_bytes`: {err}"))
+                        ctx.err(
+                            v.span().start,
+                            format!("entry `{name}`: `max_increase_bytes`: {err}"),
+                        )
                     })?;
                     (b, toml::Value::String(s.to_string()))
                 } else if let Some(n) = integer(v) {
@@ -264,7 +305,8 @@ fn parse_entry(ctx: &Ctx<'_>, name: &str, value: &Spanned<DeValue<'_>>) -> Resul
                             format!("entry `{name}`: `max_increase_bytes`: negative threshold `{n}`: thresholds must be zero or more"),
                         ));
                     }
-                    let b = u64::try_from(n).map_err(|_| ctx.err(v.span().start, "threshold too large"))?;
+                    let b = u64::try_from(n)
+                        .map_err(|_| ctx.err(v.span().start, "threshold too large"))?;
                     (b, toml::Value::Integer(clamp_i64(b)))
                 } else {
                     return Err(ctx.err(
@@ -276,7 +318,10 @@ fn parse_entry(ctx: &Ctx<'_>, name: &str, value: &Spanned<DeValue<'_>>) -> Resul
             }
             "ops" => {
                 let ops = v.get_ref().as_table().ok_or_else(|| {
-                    ctx.err(v.span().start, format!("entry `{name}`: `ops` must be a table of op name = bytes"))
+                    ctx.err(
+                        v.span().start,
+                        format!("entry `{name}`: `ops` must be a table of op name = bytes"),
+                    )
                 })?;
                 for (op, b) in ops {
                     let bytes = bytes_value(ctx, &format!("{name}.ops.{}", op.get_ref()), b)?;
@@ -290,7 +335,8 @@ fn parse_entry(ctx: &Ctx<'_>, name: &str, value: &Spanned<DeValue<'_>>) -> Resul
                         format!("entry `{name}`: {err}; other keys allowed: note, max_increase, max_increase_bytes, ops"),
                     )
                 })?;
-                e.metrics.insert(metric, bytes_value(ctx, &format!("{name}.{other}"), v)?);
+                e.metrics
+                    .insert(metric, bytes_value(ctx, &format!("{name}.{other}"), v)?);
             }
         }
     }
@@ -330,12 +376,23 @@ max_increase_bytes = 100
         assert_eq!(e.max_increase.as_ref().unwrap().value, 5.0);
         assert_eq!(e.max_increase_bytes.as_ref().unwrap().value, 1 << 20);
         assert_eq!(e.ops["fusion.1"], 512);
-        assert_eq!(b.entries["cap/pid1/device0"].max_increase_bytes.as_ref().unwrap().value, 100);
+        assert_eq!(
+            b.entries["cap/pid1/device0"]
+                .max_increase_bytes
+                .as_ref()
+                .unwrap()
+                .value,
+            100
+        );
         let text = b.to_toml_string();
         assert_eq!(parse(&text).unwrap(), b, "{text}");
         // Deterministic and sorted: writing twice gives the same bytes.
         assert_eq!(parse(&text).unwrap().to_toml_string(), text);
-        assert!(text.find("[entries.\"cap/pid1/device0\"]").unwrap() < text.find("[entries.jit_step]").unwrap(), "{text}");
+        assert!(
+            text.find("[entries.\"cap/pid1/device0\"]").unwrap()
+                < text.find("[entries.jit_step]").unwrap(),
+            "{text}"
+        );
     }
 
     fn err(text: &str) -> String {
@@ -352,20 +409,35 @@ max_increase_bytes = 100
     #[test]
     fn unknown_metric_names_line_and_known_metrics() {
         let e = err("version = 1\n[entries.jit_f]\ntemp = 1\ntmep = 2\n");
-        assert!(e.starts_with("base.toml:4:1: entry `jit_f`: unknown metric `tmep`"), "{e}");
+        assert!(
+            e.starts_with("base.toml:4:1: entry `jit_f`: unknown metric `tmep`"),
+            "{e}"
+        );
         assert!(e.contains("host_temp"), "{e}");
     }
 
     #[test]
     fn negative_thresholds_and_figures_are_rejected_with_line() {
         let e = err("version = 1\n[entries.jit_f]\ntemp = 1\nmax_increase = \"-2%\"\n");
-        assert!(e.starts_with("base.toml:4:16:") && e.contains("negative threshold"), "{e}");
+        assert!(
+            e.starts_with("base.toml:4:16:") && e.contains("negative threshold"),
+            "{e}"
+        );
         let e = err("version = 1\n[entries.jit_f]\nmax_increase_bytes = -5\n");
-        assert!(e.starts_with("base.toml:3:") && e.contains("negative threshold"), "{e}");
+        assert!(
+            e.starts_with("base.toml:3:") && e.contains("negative threshold"),
+            "{e}"
+        );
         let e = err("version = 1\n[entries.jit_f]\nmax_increase_bytes = \"-5MiB\"\n");
-        assert!(e.starts_with("base.toml:3:") && e.contains("negative threshold"), "{e}");
+        assert!(
+            e.starts_with("base.toml:3:") && e.contains("negative threshold"),
+            "{e}"
+        );
         let e = err("version = 1\n[entries.jit_f]\ntemp = -1\n");
-        assert!(e.starts_with("base.toml:3:8:") && e.contains("negative"), "{e}");
+        assert!(
+            e.starts_with("base.toml:3:8:") && e.contains("negative"),
+            "{e}"
+        );
     }
 
     #[test]

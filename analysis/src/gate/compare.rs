@@ -156,8 +156,16 @@ fn exceeds(base: u64, cur: u64, max_percent: f64, max_bytes: u64) -> bool {
 }
 
 fn op_growth(base: &BTreeMap<String, u64>, cur: &GateEntry, n: usize) -> Vec<OpGrowth> {
-    let cur_ops: BTreeMap<&str, u64> = cur.top_ops.iter().map(|o| (o.name.as_str(), o.bytes)).collect();
-    let names: BTreeSet<&str> = base.keys().map(String::as_str).chain(cur_ops.keys().copied()).collect();
+    let cur_ops: BTreeMap<&str, u64> = cur
+        .top_ops
+        .iter()
+        .map(|o| (o.name.as_str(), o.bytes))
+        .collect();
+    let names: BTreeSet<&str> = base
+        .keys()
+        .map(String::as_str)
+        .chain(cur_ops.keys().copied())
+        .collect();
     let mut grown: Vec<OpGrowth> = names
         .into_iter()
         .map(|name| {
@@ -172,12 +180,21 @@ fn op_growth(base: &BTreeMap<String, u64>, cur: &GateEntry, n: usize) -> Vec<OpG
         })
         .filter(|g| g.delta_bytes > 0)
         .collect();
-    grown.sort_by(|a, b| b.delta_bytes.cmp(&a.delta_bytes).then_with(|| a.name.cmp(&b.name)));
+    grown.sort_by(|a, b| {
+        b.delta_bytes
+            .cmp(&a.delta_bytes)
+            .then_with(|| a.name.cmp(&b.name))
+    });
     grown.truncate(n);
     grown
 }
 
-fn compare_entry(key: &str, base: Option<&BaselineEntry>, cur: Option<&GateEntry>, opts: &GateOptions) -> EntryReport {
+fn compare_entry(
+    key: &str,
+    base: Option<&BaselineEntry>,
+    cur: Option<&GateEntry>,
+    opts: &GateOptions,
+) -> EntryReport {
     let max_p = base
         .and_then(|b| b.max_increase.as_ref())
         .map_or(opts.max_increase_percent, |t| t.value);
@@ -194,7 +211,11 @@ fn compare_entry(key: &str, base: Option<&BaselineEntry>, cur: Option<&GateEntry
         }
         let gated = opts.metrics.contains(&m);
         let (d, p, r) = match (b, c) {
-            (Some(b), Some(c)) => (Some(delta(b, c)), percent(b, c), exceeds(b, c, max_p, max_b)),
+            (Some(b), Some(c)) => (
+                Some(delta(b, c)),
+                percent(b, c),
+                exceeds(b, c, max_p, max_b),
+            ),
             _ => (None, None, false),
         };
         if gated && base.is_some() && cur.is_some() {
@@ -257,7 +278,11 @@ pub fn compare(baseline: &Baseline, current: &Measurements, opts: &GateOptions) 
         Status::Missing => 4,
         Status::Unchanged => 5,
     };
-    entries.sort_by(|a, b| order(a.status).cmp(&order(b.status)).then_with(|| a.key.cmp(&b.key)));
+    entries.sort_by(|a, b| {
+        order(a.status)
+            .cmp(&order(b.status))
+            .then_with(|| a.key.cmp(&b.key))
+    });
     let mut s = Summary {
         entries: entries.len(),
         ..Summary::default()
@@ -302,7 +327,12 @@ fn ops_of(e: &GateEntry) -> BTreeMap<String, u64> {
 /// The baseline after `--update` (mode `Accept`) or `--ratchet`. Notes and per-entry
 /// thresholds are kept. Entries no longer measured are kept when `keep_missing`
 /// (`--allow-missing`), dropped otherwise.
-pub fn updated_baseline(old: &Baseline, current: &Measurements, mode: UpdateMode, keep_missing: bool) -> Baseline {
+pub fn updated_baseline(
+    old: &Baseline,
+    current: &Measurements,
+    mode: UpdateMode,
+    keep_missing: bool,
+) -> Baseline {
     let mut new = Baseline::default();
     for c in current.entries() {
         let prev = old.entries.get(&c.key);
@@ -342,7 +372,6 @@ pub fn updated_baseline(old: &Baseline, current: &Measurements, mode: UpdateMode
     new
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,7 +383,13 @@ mod tests {
             key: key.into(),
             source: "test".into(),
             metrics: metrics.iter().copied().collect(),
-            top_ops: ops.iter().map(|(n, b)| OpBytes { name: n.to_string(), bytes: *b }).collect(),
+            top_ops: ops
+                .iter()
+                .map(|(n, b)| OpBytes {
+                    name: n.to_string(),
+                    bytes: *b,
+                })
+                .collect(),
         }
     }
 
@@ -378,7 +413,10 @@ mod tests {
     fn regression_needs_both_thresholds_exceeded() {
         let base = updated_baseline(
             &Baseline::default(),
-            &measured(vec![entry("big", &[(Metric::Temp, 100_000 * MIB)], &[]), entry("small", &[(Metric::Temp, MIB)], &[])]),
+            &measured(vec![
+                entry("big", &[(Metric::Temp, 100_000 * MIB)], &[]),
+                entry("small", &[(Metric::Temp, MIB)], &[]),
+            ]),
             UpdateMode::Accept,
             false,
         );
@@ -402,21 +440,53 @@ mod tests {
 
     #[test]
     fn growth_from_zero_exceeds_relative_threshold() {
-        let base = updated_baseline(&Baseline::default(), &measured(vec![entry("m", &[(Metric::Temp, 0)], &[])]), UpdateMode::Accept, false);
-        let r = compare(&base, &measured(vec![entry("m", &[(Metric::Temp, 10)], &[])]), &opts(2.0, 0));
+        let base = updated_baseline(
+            &Baseline::default(),
+            &measured(vec![entry("m", &[(Metric::Temp, 0)], &[])]),
+            UpdateMode::Accept,
+            false,
+        );
+        let r = compare(
+            &base,
+            &measured(vec![entry("m", &[(Metric::Temp, 10)], &[])]),
+            &opts(2.0, 0),
+        );
         assert_eq!(r.entries[0].status, Status::Regressed);
-        assert_eq!(r.entries[0].metric(Metric::Temp).unwrap().delta_percent, None);
+        assert_eq!(
+            r.entries[0].metric(Metric::Temp).unwrap().delta_percent,
+            None
+        );
     }
 
     #[test]
     fn ungated_metrics_never_fail_and_per_entry_thresholds_win() {
-        let mut base = updated_baseline(&Baseline::default(), &measured(vec![entry("m", &[(Metric::Temp, 100), (Metric::Alias, 100)], &[])]), UpdateMode::Accept, false);
-        let now = measured(vec![entry("m", &[(Metric::Temp, 100), (Metric::Alias, 1000)], &[])]);
+        let mut base = updated_baseline(
+            &Baseline::default(),
+            &measured(vec![entry(
+                "m",
+                &[(Metric::Temp, 100), (Metric::Alias, 100)],
+                &[],
+            )]),
+            UpdateMode::Accept,
+            false,
+        );
+        let now = measured(vec![entry(
+            "m",
+            &[(Metric::Temp, 100), (Metric::Alias, 1000)],
+            &[],
+        )]);
         let r = compare(&base, &now, &opts(0.0, 0));
         assert!(r.passed, "alias is not gated by default");
-        let now = measured(vec![entry("m", &[(Metric::Temp, 150), (Metric::Alias, 100)], &[])]);
+        let now = measured(vec![entry(
+            "m",
+            &[(Metric::Temp, 150), (Metric::Alias, 100)],
+            &[],
+        )]);
         assert!(!compare(&base, &now, &opts(0.0, 0)).passed);
-        base.entries.get_mut("m").unwrap().max_increase = Some(Threshold { value: 60.0, written: toml::Value::String("60%".into()) });
+        base.entries.get_mut("m").unwrap().max_increase = Some(Threshold {
+            value: 60.0,
+            written: toml::Value::String("60%".into()),
+        });
         let r = compare(&base, &now, &opts(0.0, 0));
         assert!(r.passed);
         assert_eq!(r.entries[0].max_increase_percent, 60.0);
@@ -426,35 +496,84 @@ mod tests {
     fn improvements_new_and_missing_entries() {
         let base = updated_baseline(
             &Baseline::default(),
-            &measured(vec![entry("a", &[(Metric::Temp, 100)], &[]), entry("gone", &[(Metric::Temp, 1)], &[])]),
+            &measured(vec![
+                entry("a", &[(Metric::Temp, 100)], &[]),
+                entry("gone", &[(Metric::Temp, 1)], &[]),
+            ]),
             UpdateMode::Accept,
             false,
         );
-        let r = compare(&base, &measured(vec![entry("a", &[(Metric::Temp, 50)], &[]), entry("b", &[(Metric::Temp, 5)], &[])]), &opts(2.0, 0));
+        let r = compare(
+            &base,
+            &measured(vec![
+                entry("a", &[(Metric::Temp, 50)], &[]),
+                entry("b", &[(Metric::Temp, 5)], &[]),
+            ]),
+            &opts(2.0, 0),
+        );
         assert!(r.passed);
-        let st: Vec<_> = r.entries.iter().map(|e| (e.key.as_str(), e.status)).collect();
-        assert_eq!(st, [("a", Status::Improved), ("b", Status::New), ("gone", Status::Missing)]);
-        assert_eq!((r.summary.improved, r.summary.new, r.summary.missing), (1, 1, 1));
+        let st: Vec<_> = r
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.status))
+            .collect();
+        assert_eq!(
+            st,
+            [
+                ("a", Status::Improved),
+                ("b", Status::New),
+                ("gone", Status::Missing)
+            ]
+        );
+        assert_eq!(
+            (r.summary.improved, r.summary.new, r.summary.missing),
+            (1, 1, 1)
+        );
     }
 
     #[test]
     fn op_growth_lists_largest_growth_first() {
         let base = updated_baseline(
             &Baseline::default(),
-            &measured(vec![entry("m", &[(Metric::Temp, 100)], &[("fusion.1", 60), ("copy.2", 40)])]),
+            &measured(vec![entry(
+                "m",
+                &[(Metric::Temp, 100)],
+                &[("fusion.1", 60), ("copy.2", 40)],
+            )]),
             UpdateMode::Accept,
             false,
         );
-        let now = measured(vec![entry("m", &[(Metric::Temp, 400)], &[("fusion.1", 70), ("copy.2", 30), ("dot.3", 300)])]);
+        let now = measured(vec![entry(
+            "m",
+            &[(Metric::Temp, 400)],
+            &[("fusion.1", 70), ("copy.2", 30), ("dot.3", 300)],
+        )]);
         let r = compare(&base, &now, &opts(2.0, 0));
-        let g: Vec<_> = r.entries[0].op_growth.iter().map(|g| (g.name.as_str(), g.delta_bytes)).collect();
+        let g: Vec<_> = r.entries[0]
+            .op_growth
+            .iter()
+            .map(|g| (g.name.as_str(), g.delta_bytes))
+            .collect();
         assert_eq!(g, [("dot.3", 300), ("fusion.1", 10)]);
     }
 
     #[test]
     fn ratchet_keeps_lower_figures_and_update_accepts_all() {
-        let base = updated_baseline(&Baseline::default(), &measured(vec![entry("m", &[(Metric::Temp, 100), (Metric::Output, 100)], &[])]), UpdateMode::Accept, false);
-        let now = measured(vec![entry("m", &[(Metric::Temp, 50), (Metric::Output, 150)], &[])]);
+        let base = updated_baseline(
+            &Baseline::default(),
+            &measured(vec![entry(
+                "m",
+                &[(Metric::Temp, 100), (Metric::Output, 100)],
+                &[],
+            )]),
+            UpdateMode::Accept,
+            false,
+        );
+        let now = measured(vec![entry(
+            "m",
+            &[(Metric::Temp, 50), (Metric::Output, 150)],
+            &[],
+        )]);
         let r = updated_baseline(&base, &now, UpdateMode::Ratchet, false);
         assert_eq!(r.entries["m"].metrics[&Metric::Temp], 50);
         assert_eq!(r.entries["m"].metrics[&Metric::Output], 100);
@@ -462,6 +581,10 @@ mod tests {
         assert_eq!(a.entries["m"].metrics[&Metric::Output], 150);
         let kept = updated_baseline(&base, &Measurements::new(), UpdateMode::Accept, true);
         assert!(kept.entries.contains_key("m"));
-        assert!(updated_baseline(&base, &Measurements::new(), UpdateMode::Accept, false).entries.is_empty());
+        assert!(
+            updated_baseline(&base, &Measurements::new(), UpdateMode::Accept, false)
+                .entries
+                .is_empty()
+        );
     }
 }

@@ -33,7 +33,11 @@ impl GateEntry {
     /// present, when argument, output and temp are all there.
     pub fn fill_total(&mut self) {
         let get = |m| self.metrics.get(&m).copied();
-        if let (Some(a), Some(o), Some(t)) = (get(Metric::Argument), get(Metric::Output), get(Metric::Temp)) {
+        if let (Some(a), Some(o), Some(t)) = (
+            get(Metric::Argument),
+            get(Metric::Output),
+            get(Metric::Temp),
+        ) {
             let alias = get(Metric::Alias).unwrap_or(0);
             let total = a.saturating_add(o).saturating_add(t).saturating_sub(alias);
             self.metrics.insert(Metric::Total, total);
@@ -120,12 +124,20 @@ mod tests {
         m.extend(vec![entry("jit_f", "a.json")]).unwrap();
         let e = m.extend(vec![entry("jit_f", "dump/")]).unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("jit_f") && text.contains("a.json") && text.contains("dump/"), "{text}");
+        assert!(
+            text.contains("jit_f") && text.contains("a.json") && text.contains("dump/"),
+            "{text}"
+        );
     }
 
     #[test]
     fn repeated_names_get_numbered_suffixes() {
-        let mut keys = vec!["jit_f".to_string(), "jit_g".into(), "jit_f".into(), "jit_f".into()];
+        let mut keys = vec![
+            "jit_f".to_string(),
+            "jit_g".into(),
+            "jit_f".into(),
+            "jit_f".into(),
+        ];
         disambiguate(&mut keys);
         assert_eq!(keys, ["jit_f", "jit_g", "jit_f#2", "jit_f#3"]);
     }

@@ -87,7 +87,10 @@ mod tests {
         assert!(matches!(parse_percent("-2%"), Err(UnitError::Negative(_))));
         assert!(matches!(parse_percent("2"), Err(UnitError::NotPercent(_))));
         assert!(matches!(parse_percent("x%"), Err(UnitError::NotPercent(_))));
-        assert!(matches!(parse_percent("inf%"), Err(UnitError::NotPercent(_))));
+        assert!(matches!(
+            parse_percent("inf%"),
+            Err(UnitError::NotPercent(_))
+        ));
     }
 
     #[test]

@@ -64,6 +64,11 @@ pub struct GateArgs {
     /// module's dump file. Gives per-op figures for regressed modules. Repeatable.
     #[arg(long = "xla-dump", value_name = "DIR")]
     pub xla_dump: Vec<PathBuf>,
+    /// Capture file (`memwatch run --out FILE.mwcap`): one entry per process and device
+    /// (`<stem>/device<D>`, or `<stem>/proc<N>/device<D>` with several processes), metric
+    /// `peak`. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub capture: Vec<PathBuf>,
     /// Relative growth allowed per metric, in percent of the baseline.
     #[arg(long, value_name = "PERCENT", default_value = "2%", value_parser = parse_percent)]
     pub max_increase: f64,
@@ -118,9 +123,12 @@ fn measure(args: &GateArgs) -> Result<Measurements> {
     for p in &args.xla_dump {
         m.extend(source::xla::load(p)?)?;
     }
+    for p in &args.capture {
+        m.extend(source::capture::load(p)?)?;
+    }
     if m.is_empty() {
-        if args.memory_analysis.is_empty() && args.xla_dump.is_empty() {
-            bail!("nothing to gate: give --memory-analysis FILE or --xla-dump DIR");
+        if args.memory_analysis.is_empty() && args.xla_dump.is_empty() && args.capture.is_empty() {
+            bail!("nothing to gate: give --memory-analysis FILE, --xla-dump DIR or --capture FILE");
         }
         bail!("no entries found in the given inputs ({})", inputs(args));
     }
@@ -131,6 +139,7 @@ fn inputs(args: &GateArgs) -> String {
     args.memory_analysis
         .iter()
         .chain(&args.xla_dump)
+        .chain(&args.capture)
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ")
@@ -202,18 +211,30 @@ pub fn run(args: GateArgs) -> Result<Outcome> {
         write_file(p, &render::junit::render(&report))?;
     }
     if writing {
-        let mode = if args.update { UpdateMode::Accept } else { UpdateMode::Ratchet };
+        let mode = if args.update {
+            UpdateMode::Accept
+        } else {
+            UpdateMode::Ratchet
+        };
         let new = gate::updated_baseline(&baseline, &measured, mode, args.allow_missing);
         new.save(&args.baseline)?;
         eprintln!(
             "memwatch gate: wrote {} ({} entries, {})",
             args.baseline.display(),
             new.entries.len(),
-            if args.update { "current figures" } else { "ratcheted: lower figures kept" }
+            if args.update {
+                "current figures"
+            } else {
+                "ratcheted: lower figures kept"
+            }
         );
         if args.update {
             return Ok(Outcome::Success);
         }
     }
-    Ok(if report.passed { Outcome::Success } else { Outcome::CheckFailed })
+    Ok(if report.passed {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
 }

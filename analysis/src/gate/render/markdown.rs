@@ -50,12 +50,24 @@ pub fn render(r: &GateReport) -> String {
             out.push_str(&format!(" {} |", cell(e, m)));
         }
         let d = deltas(e, |s| format!("**{s}**"));
-        out.push_str(&format!(" {} |\n", if d.is_empty() { "—".to_string() } else { esc(&d.join("<br>")) }));
+        out.push_str(&format!(
+            " {} |\n",
+            if d.is_empty() {
+                "—".to_string()
+            } else {
+                esc(&d.join("<br>"))
+            }
+        ));
     }
     for e in r.entries.iter().filter(|e| e.status == Status::Regressed) {
-        out.push_str(&format!("\n#### `{}`: ops whose peak bytes grew most\n\n", esc(&e.key)));
+        out.push_str(&format!(
+            "\n#### `{}`: ops whose peak bytes grew most\n\n",
+            esc(&e.key)
+        ));
         if e.op_growth.is_empty() {
-            out.push_str("No per-op figures on both sides (they come from XLA dumps: `--xla-dump`).\n");
+            out.push_str(
+                "No per-op figures on both sides (they come from XLA dumps: `--xla-dump`).\n",
+            );
             continue;
         }
         out.push_str("| Op | Baseline | Current | Δ |\n|---|---:|---:|---:|\n");
@@ -69,6 +81,9 @@ pub fn render(r: &GateReport) -> String {
             ));
         }
     }
-    out.push_str(&format!("\n<sub>{}</sub>\n", rule_line(r.options.max_increase_percent, r.options.max_increase_bytes)));
+    out.push_str(&format!(
+        "\n<sub>{}</sub>\n",
+        rule_line(r.options.max_increase_percent, r.options.max_increase_bytes)
+    ));
     out
 }

@@ -40,7 +40,11 @@ pub fn describe_delta(d: &MetricDelta) -> Option<String> {
 
 /// The changed metrics of an entry, regressed ones first, each marked by `mark`.
 pub fn deltas(e: &EntryReport, mark: impl Fn(&str) -> String) -> Vec<String> {
-    let mut changed: Vec<&MetricDelta> = e.metrics.iter().filter(|d| d.delta_bytes.is_some_and(|x| x != 0)).collect();
+    let mut changed: Vec<&MetricDelta> = e
+        .metrics
+        .iter()
+        .filter(|d| d.delta_bytes.is_some_and(|x| x != 0))
+        .collect();
     changed.sort_by_key(|d| !d.regressed);
     changed
         .into_iter()

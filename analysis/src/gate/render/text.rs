@@ -57,7 +57,10 @@ pub fn render(r: &GateReport) -> String {
         s.missing,
         s.entries
     ));
-    out.push_str(&rule_line(r.options.max_increase_percent, r.options.max_increase_bytes));
+    out.push_str(&rule_line(
+        r.options.max_increase_percent,
+        r.options.max_increase_bytes,
+    ));
     out.push('\n');
     out
 }

@@ -70,11 +70,18 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<GateEntry>, GateError> {
         message: format!("not a memwatch-jax memory-analysis file: {e}"),
     })?;
     if file.format.as_deref() != Some(FORMAT) {
-        return Err(input(format!("`format` is {:?}, expected \"{FORMAT}\" (write it with memwatch_jax.MemoryReport)", file.format)));
+        return Err(input(format!(
+            "`format` is {:?}, expected \"{FORMAT}\" (write it with memwatch_jax.MemoryReport)",
+            file.format
+        )));
     }
     match file.version {
         Some(v) if v <= VERSION && v > 0 => {}
-        v => return Err(input(format!("unsupported `version` {v:?} (this memwatch reads 1..={VERSION})"))),
+        v => {
+            return Err(input(format!(
+                "unsupported `version` {v:?} (this memwatch reads 1..={VERSION})"
+            )))
+        }
     }
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(file.entries.len());
@@ -83,18 +90,34 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<GateEntry>, GateError> {
             return Err(input(format!("entries[{i}]: empty `name`")));
         }
         if !seen.insert(e.name.clone()) {
-            return Err(input(format!("entries[{i}]: name `{}` appears twice", e.name)));
+            return Err(input(format!(
+                "entries[{i}]: name `{}` appears twice",
+                e.name
+            )));
         }
         let a = &e.memory_analysis;
         let required = [
-            (Metric::Argument, a.argument_size_in_bytes, "argument_size_in_bytes"),
-            (Metric::Output, a.output_size_in_bytes, "output_size_in_bytes"),
+            (
+                Metric::Argument,
+                a.argument_size_in_bytes,
+                "argument_size_in_bytes",
+            ),
+            (
+                Metric::Output,
+                a.output_size_in_bytes,
+                "output_size_in_bytes",
+            ),
             (Metric::Alias, a.alias_size_in_bytes, "alias_size_in_bytes"),
             (Metric::Temp, a.temp_size_in_bytes, "temp_size_in_bytes"),
         ];
         let mut metrics = BTreeMap::new();
         for (m, v, field) in required {
-            let v = v.ok_or_else(|| input(format!("entries[{i}] (`{}`): memory_analysis lacks `{field}`", e.name)))?;
+            let v = v.ok_or_else(|| {
+                input(format!(
+                    "entries[{i}] (`{}`): memory_analysis lacks `{field}`",
+                    e.name
+                ))
+            })?;
             metrics.insert(m, v);
         }
         let optional = [
@@ -129,10 +152,12 @@ mod tests {
 
     #[test]
     fn reads_entries_and_computes_total() {
-        let e = p(r#"{"format":"memwatch-jax","version":1,"jax_version":"0.10.2","entries":[
+        let e = p(
+            r#"{"format":"memwatch-jax","version":1,"jax_version":"0.10.2","entries":[
             {"name":"jit_f","module":"jit_f","memory_analysis":{"argument_size_in_bytes":10,
              "output_size_in_bytes":20,"alias_size_in_bytes":5,"temp_size_in_bytes":30,
-             "host_temp_size_in_bytes":0,"peak_memory_in_bytes":55,"future_field":1}}]}"#)
+             "host_temp_size_in_bytes":0,"peak_memory_in_bytes":55,"future_field":1}}]}"#,
+        )
         .unwrap();
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].key, "jit_f");

@@ -30,7 +30,11 @@ pub fn entries_from_reports(reports: &[ModuleReport], origin: &Path) -> Vec<Gate
             if let Some(p) = r.peak_bytes {
                 metrics.insert(Metric::Peak, p);
             }
-            let groups = if r.by_op_name.is_empty() { &r.by_category } else { &r.by_op_name };
+            let groups = if r.by_op_name.is_empty() {
+                &r.by_category
+            } else {
+                &r.by_op_name
+            };
             let mut top_ops: Vec<OpBytes> = groups
                 .iter()
                 .map(|g| OpBytes {
