@@ -69,7 +69,7 @@ pub fn format_delta(delta: i128) -> String {
 /// `+12.50%`, `-3.00%`, `new` (growth from zero), `0.00%`.
 pub fn format_percent(percent: Option<f64>) -> String {
     match percent {
-        Some(p) if p == 0.0 => "0.00%".to_string(),
+        Some(0.0) => "0.00%".to_string(),
         Some(p) => format!("{p:+.2}%"),
         None => "new".to_string(),
     }
