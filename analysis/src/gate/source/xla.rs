@@ -55,9 +55,45 @@ pub fn entries_from_reports(reports: &[ModuleReport], origin: &Path) -> Vec<Gate
         .collect()
 }
 
+/// Loads the modules of a dump directory on every available core (module order kept).
+fn load_dir_parallel(dir: &Path) -> Result<Vec<ModuleReport>, xla::XlaError> {
+    let modules = xla::list_modules(dir)?;
+    if modules.is_empty() {
+        // Let the XLA API produce its "no modules here" error.
+        return xla::load_dump_dir(dir);
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(modules.len());
+    let chunk = modules.len().div_ceil(threads);
+    let results: Vec<Result<Vec<ModuleReport>, xla::XlaError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = modules
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(xla::load_module).collect()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(modules.len());
+    for r in results {
+        out.extend(r?);
+    }
+    Ok(out)
+}
+
 /// Loads a dump directory (or one module's file) and converts it.
 pub fn load(path: &Path) -> Result<Vec<GateEntry>, GateError> {
-    let reports = xla::load_path(path).map_err(|e| GateError::Input {
+    let reports = if path.is_dir() {
+        load_dir_parallel(path)
+    } else {
+        xla::load_path(path)
+    };
+    let reports = reports.map_err(|e| GateError::Input {
         path: path.to_path_buf(),
         message: format!("cannot read XLA dump: {e}"),
     })?;
