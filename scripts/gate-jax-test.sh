@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 REGEN=0
 [ "${1:-}" = "--regenerate" ] && REGEN=1
 PY="$(bash scripts/jax-venv.sh | tail -n 1)"
+"$PY" python/memwatch-jax/tests/test_memwatch_jax.py
 FIX=testdata/gate-jax0.10.2
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
