@@ -67,6 +67,18 @@ cat "$W/regressed.txt"
   --max-increase 2% --max-increase-bytes 512KiB --json >"$W/improved.json" \
   || { echo "gate-jax-test: FAIL: the smaller model must pass"; exit 1; }
 
+# The same scenario on the fresh XLA dumps (figures from the dump parser, not from JAX).
+"$MW" gate --baseline "$W/dump-baseline.toml" --xla-dump "$W/checkpoint/dump" --update 2>/dev/null >/dev/null
+set +e
+"$MW" gate --baseline "$W/dump-baseline.toml" --xla-dump "$W/no-checkpoint/dump" \
+  --max-increase 2% --max-increase-bytes 512KiB --json >"$W/dump-regressed.json"
+rc=$?
+set -e
+[ "$rc" = 1 ] || { echo "gate-jax-test: FAIL: XLA dumps: expected exit 1 without jax.checkpoint, got $rc"; exit 1; }
+"$MW" gate --baseline "$W/dump-baseline.toml" --xla-dump "$W/small/dump" \
+  --max-increase 2% --max-increase-bytes 512KiB >/dev/null \
+  || { echo "gate-jax-test: FAIL: XLA dumps: the smaller model must pass"; exit 1; }
+
 "$PY" - "$W" <<'PYEOF'
 import json, sys
 w = sys.argv[1]
@@ -91,6 +103,11 @@ step = {e["key"]: e for e in imp["entries"]}["jit_train_step"]
 assert step["status"] == "improved", step["status"]
 temp = next(m for m in step["metrics"] if m["metric"] == "temp")
 assert temp["delta_bytes"] == small["jit_train_step"]["temp_size_in_bytes"] - base["jit_train_step"]["temp_size_in_bytes"] < 0, temp
+dump = {e["key"]: e for e in json.load(open(f"{w}/dump-regressed.json"))["entries"]}["jit_train_step"]
+dtemp = next(m for m in dump["metrics"] if m["metric"] == "temp")
+assert dump["status"] == "regressed" and dtemp["regressed"] and dtemp["delta_bytes"] == want, (dump["status"], dtemp, want)
+assert dump["op_growth"], "XLA dumps must name the grown ops"
+print(f"gate-jax-test: OK (XLA dumps): temp +{dtemp['delta_bytes']} bytes, top grown op {dump['op_growth'][0]['name']}")
 print(f"gate-jax-test: OK: without jax.checkpoint jit_train_step temp regressed by {want} bytes "
       f"({temp['delta_bytes']} bytes after shrinking the model: improvement reported)")
 PYEOF
