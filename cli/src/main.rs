@@ -27,6 +27,11 @@ enum Command {
     FormatVersion,
     /// Fail CI when memory regresses: compare per-module figures with a baseline file.
     Gate(cmd::gate::GateArgs),
+    /// Analyse XLA dumps (`XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text`).
+    #[command(subcommand)]
+    Xla(cmd::xla::XlaCmd),
+    /// Explain XLA/JAX out-of-memory logs (BFC dumps, remat warnings, RESOURCE_EXHAUSTED).
+    Log(cmd::log::LogArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +42,8 @@ fn main() -> ExitCode {
             Ok(cmd::Outcome::Success)
         }
         Command::Gate(args) => cmd::gate::run(args),
+        Command::Xla(c) => cmd::xla::run(c),
+        Command::Log(a) => cmd::log::run(a),
     };
     cmd::finish(result)
 }
