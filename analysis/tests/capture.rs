@@ -578,3 +578,28 @@ fn trace_export_ids_streams_and_device_filter() {
         assert_eq!(v["device"], 1);
     }
 }
+
+#[test]
+fn events_before_the_announcement_start_the_capture() {
+    // The shim announces a process at its first flush, after its first events.
+    let recs = vec![
+        start(20, 500, &["late"]),
+        Record::Events(vec![
+            ev(
+                20,
+                e(100, 5, 1, 0, Alloc, Device, Api::CudaMalloc, 0x10, 64),
+            ),
+            ev(20, e(600, 5, 1, 0, Free, Device, Api::CudaFree, 0x10, 0)),
+        ]),
+    ];
+    let r = report(&encode(&recs));
+    let p = &r.processes[0];
+    assert_eq!(p.start_ns, Some(400));
+    assert_eq!((p.devices[0].peak_bytes, p.devices[0].peak_ts_ns), (64, 0));
+    // Wall clock of the start = the anchor's wall time minus 400 ns.
+    assert_eq!(
+        r.start_wall_unix_ns,
+        Some(1_700_000_000_000_000_000 + 500 - 400)
+    );
+    assert_eq!(r.duration_ns, 505);
+}

@@ -32,6 +32,10 @@ enum Command {
     Xla(cmd::xla::XlaCmd),
     /// Explain XLA/JAX out-of-memory logs (BFC dumps, remat warnings, RESOURCE_EXHAUSTED).
     Log(cmd::log::LogArgs),
+    /// Run a command with every GPU allocation captured, then print a short report.
+    Run(cmd::run::RunArgs),
+    /// Report a capture: per process and device counts, peaks, leaks, failures, API times.
+    Report(cmd::report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +48,8 @@ fn main() -> ExitCode {
         Command::Gate(args) => cmd::gate::run(args),
         Command::Xla(c) => cmd::xla::run(c),
         Command::Log(a) => cmd::log::run(a),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Report(args) => cmd::report::run(args),
     };
     cmd::finish(result)
 }

@@ -17,6 +17,10 @@ use super::CaptureError;
 /// Failed calls kept per process in full detail; more are only counted.
 pub const MAX_FAILURES_KEPT: usize = 10_000;
 
+/// Markers whose text starts with this are capture-level tags (`memwatch run --tag K=V`
+/// writes `memwatch.tag K=V`), not annotations of a process.
+pub const TAG_PREFIX: &str = "memwatch.tag ";
+
 /// One event, compacted: what the analyses need, nothing more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ev {
@@ -106,18 +110,26 @@ pub struct Loaded {
     pub device_samples: u64,
     pub damage: Vec<DamageReport>,
     pub file_bytes: u64,
+    /// Capture-level tags (see [`TAG_PREFIX`]).
+    pub tags: BTreeMap<String, String>,
+    /// Earliest event start.
+    pub min_event_ts: Option<u64>,
 }
 
 impl Loaded {
-    /// The capture's time origin: the earliest `process_start` anchor, or the earliest
-    /// event when no process_start survived.
+    /// The capture's time origin: the earliest `process_start` anchor or the earliest
+    /// event, whichever is earlier (a shim may announce itself at its first flush, after
+    /// its first events).
     pub fn base_ns(&self) -> u64 {
-        self.processes
+        let anchors = self
+            .processes
             .values()
             .filter_map(|p| p.mono_anchor_ns)
-            .min()
-            .or_else(|| self.events.iter().map(|e| e.ts).min())
-            .unwrap_or(0)
+            .min();
+        match (anchors, self.min_event_ts) {
+            (Some(a), Some(e)) => a.min(e),
+            (a, e) => a.or(e).unwrap_or(0),
+        }
     }
 }
 
@@ -174,6 +186,9 @@ impl Builder {
                 p.failures.push(failure);
             }
         }
+        if self.loaded.min_event_ts.is_none_or(|t| e.ts_ns < t) {
+            self.loaded.min_event_ts = Some(e.ts_ns);
+        }
         self.loaded.events.push(Ev {
             ts: e.ts_ns,
             dur,
@@ -195,7 +210,7 @@ impl Builder {
                 p.argv = s.argv;
                 p.hostname = s.hostname;
                 p.shim_version = s.shim_version;
-                if p.mono_anchor_ns.map_or(true, |a| s.mono_anchor_ns < a) {
+                if p.mono_anchor_ns.is_none_or(|a| s.mono_anchor_ns < a) {
                     p.mono_anchor_ns = Some(s.mono_anchor_ns);
                     p.wall_anchor_unix_ns = s.wall_anchor_unix_ns;
                 }
@@ -216,7 +231,13 @@ impl Builder {
                     },
                 );
             }
-            Record::Marker(m) => self.process(m.pid).markers += 1,
+            Record::Marker(m) => match m.text.strip_prefix(TAG_PREFIX) {
+                Some(tag) => {
+                    let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
+                    self.loaded.tags.insert(k.to_string(), v.to_string());
+                }
+                None => self.process(m.pid).markers += 1,
+            },
             Record::Dropped(d) => {
                 let p = self.process(d.pid);
                 p.dropped_events = p.dropped_events.max(d.dropped_total);
@@ -240,13 +261,13 @@ pub fn load_reader<R: Read>(
     progress: &mut dyn FnMut(u64),
 ) -> Result<Loaded, CaptureError> {
     let mut reader = FrameReader::new(src, ReadMode::Salvage).map_err(|e| match e {
-        WireError::Io(source) => CaptureError::Io {
+        WireError::Io(error) => CaptureError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         },
         other => CaptureError::NotACapture {
             path: path.to_path_buf(),
-            source: other,
+            error: other,
         },
     })?;
     let mut b = Builder {
@@ -261,10 +282,10 @@ pub fn load_reader<R: Read>(
         match reader.next_record() {
             Ok(Some(record)) => b.record(record),
             Ok(None) => break,
-            Err(WireError::Io(source)) => {
+            Err(WireError::Io(error)) => {
                 return Err(CaptureError::Io {
                     path: path.to_path_buf(),
-                    source,
+                    error,
                 })
             }
             // Salvage mode reports damage instead of failing; any other error is a bug
@@ -300,9 +321,9 @@ pub fn load_reader<R: Read>(
 
 /// Opens and loads a capture file.
 pub fn load_path(path: &Path, progress: &mut dyn FnMut(u64)) -> Result<Loaded, CaptureError> {
-    let file = std::fs::File::open(path).map_err(|source| CaptureError::Io {
+    let file = std::fs::File::open(path).map_err(|error| CaptureError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     load_reader(file, path, progress)
 }

@@ -22,17 +22,15 @@ use std::path::PathBuf;
 /// it is reported in [`Loaded::damage`]).
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     NotACapture {
         path: PathBuf,
-        #[source]
-        source: memwatch_wire::WireError,
+        error: memwatch_wire::WireError,
     },
     #[error("{path}: at byte {offset}: {message}")]
     Read {

@@ -29,7 +29,8 @@ impl Default for ReportOptions {
 }
 
 /// Everything `memwatch report` prints. Times are ns since the capture's start (the
-/// earliest `process_start` anchor); bytes are integers.
+/// earliest `process_start` anchor or event, see [`Loaded::base_ns`]); bytes are
+/// integers.
 #[derive(Debug, Clone, Serialize)]
 pub struct CaptureReport {
     pub file: String,
@@ -52,6 +53,8 @@ pub struct CaptureReport {
     /// Events and frames of kinds this build does not know (skipped).
     pub unknown_events: u64,
     pub unknown_frames: u64,
+    /// Capture-level tags (`memwatch run --tag K=V`).
+    pub tags: std::collections::BTreeMap<String, String>,
 }
 
 /// One process.
@@ -400,7 +403,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
         .values()
         .filter_map(|p| p.mono_anchor_ns.map(|a| (a, p.wall_anchor_unix_ns)))
         .min()
-        .map(|(_, wall)| wall);
+        .map(|(anchor, wall)| wall.saturating_sub(anchor.saturating_sub(base)));
 
     CaptureReport {
         file: loaded.path.display().to_string(),
@@ -416,6 +419,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
         damage: loaded.damage.clone(),
         unknown_events: loaded.unknown_events,
         unknown_frames: loaded.unknown_frames,
+        tags: std::mem::take(&mut loaded.tags),
     }
 }
 

@@ -64,7 +64,7 @@ pub fn write_trace<W: Write>(
                 let id = next_id;
                 next_id += 1;
                 live.insert((pid, family, e.ptr), (id, e.stream));
-                if opts.device.map_or(true, |d| d == device) {
+                if opts.device.is_none_or(|d| d == device) {
                     writeln!(
                         out,
                         r#"{{"op":"alloc","id":{id},"size":{},"ts_ns":{},"device":{device},"stream":{}}}"#,
@@ -80,7 +80,7 @@ pub fn write_trace<W: Write>(
                     continue;
                 };
                 let device = loaded.streams[stream as usize].1;
-                if opts.device.map_or(true, |d| d == device) {
+                if opts.device.is_none_or(|d| d == device) {
                     writeln!(
                         out,
                         r#"{{"op":"free","id":{id},"ts_ns":{},"device":{device},"stream":{}}}"#,

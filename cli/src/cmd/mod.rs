@@ -1,6 +1,8 @@
 //! Subcommand implementations, one file each, plus the shared exit-code policy.
 
 pub mod gate;
+pub mod report;
+pub mod run;
 
 use std::process::ExitCode;
 
