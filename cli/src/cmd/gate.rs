@@ -121,7 +121,7 @@ fn measure(args: &GateArgs) -> Result<Measurements> {
         m.extend(source::memory_analysis::load(p)?)?;
     }
     for p in &args.xla_dump {
-        m.extend(source::xla::load(p)?)?;
+        m.extend(load_dump_with_progress(p)?)?;
     }
     for p in &args.capture {
         m.extend(source::capture::load(p)?)?;
@@ -133,6 +133,29 @@ fn measure(args: &GateArgs) -> Result<Measurements> {
         bail!("no entries found in the given inputs ({})", inputs(args));
     }
     Ok(m)
+}
+
+/// Loads a dump directory; a progress bar on stderr (drawn only on a terminal) once a
+/// dump has more than a few dozen modules.
+fn load_dump_with_progress(path: &Path) -> Result<Vec<gate::GateEntry>> {
+    let bar = indicatif::ProgressBar::hidden();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} modules ({eta})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message(format!("reading {}", path.display()));
+    let shown = std::sync::Once::new();
+    let entries = source::xla::load_with_progress(path, &|done, total| {
+        if total > 50 {
+            shown.call_once(|| {
+                bar.set_length(total as u64);
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            });
+            bar.set_position(done as u64);
+        }
+    });
+    bar.finish_and_clear();
+    Ok(entries?)
 }
 
 fn inputs(args: &GateArgs) -> String {

@@ -12,6 +12,7 @@ use crate::gate::metric::Metric;
 use crate::xla::{self, ModuleReport};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Converts module reports (in dump order) to gate entries.
 pub fn entries_from_reports(reports: &[ModuleReport], origin: &Path) -> Vec<GateEntry> {
@@ -55,13 +56,26 @@ pub fn entries_from_reports(reports: &[ModuleReport], origin: &Path) -> Vec<Gate
         .collect()
 }
 
+/// Called with (modules loaded, modules in total) as a dump loads.
+pub type Progress<'a> = &'a (dyn Fn(usize, usize) + Sync);
+
 /// Loads the modules of a dump directory on every available core (module order kept).
-fn load_dir_parallel(dir: &Path) -> Result<Vec<ModuleReport>, xla::XlaError> {
+fn load_dir_parallel(
+    dir: &Path,
+    progress: Progress<'_>,
+) -> Result<Vec<ModuleReport>, xla::XlaError> {
     let modules = xla::list_modules(dir)?;
     if modules.is_empty() {
         // Let the XLA API produce its "no modules here" error.
         return xla::load_dump_dir(dir);
     }
+    let total = modules.len();
+    let done = AtomicUsize::new(0);
+    let load_one = |m: &xla::dump::ModuleFiles| {
+        let r = xla::load_module(m);
+        progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+        r
+    };
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(modules.len());
@@ -69,7 +83,7 @@ fn load_dir_parallel(dir: &Path) -> Result<Vec<ModuleReport>, xla::XlaError> {
     let results: Vec<Result<Vec<ModuleReport>, xla::XlaError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = modules
             .chunks(chunk)
-            .map(|part| scope.spawn(move || part.iter().map(xla::load_module).collect()))
+            .map(|part| scope.spawn(|| part.iter().map(load_one).collect()))
             .collect();
         handles
             .into_iter()
@@ -88,8 +102,16 @@ fn load_dir_parallel(dir: &Path) -> Result<Vec<ModuleReport>, xla::XlaError> {
 
 /// Loads a dump directory (or one module's file) and converts it.
 pub fn load(path: &Path) -> Result<Vec<GateEntry>, GateError> {
+    load_with_progress(path, &|_, _| {})
+}
+
+/// [`load`], reporting progress per module loaded.
+pub fn load_with_progress(
+    path: &Path,
+    progress: Progress<'_>,
+) -> Result<Vec<GateEntry>, GateError> {
     let reports = if path.is_dir() {
-        load_dir_parallel(path)
+        load_dir_parallel(path, progress)
     } else {
         xla::load_path(path)
     };
