@@ -5,5 +5,7 @@
 //! into them. Nothing here prints or exits: functions return typed errors (`thiserror`).
 pub mod alloc;
 
+pub mod capture;
+pub mod gate;
 pub mod log;
 pub mod xla;

@@ -27,11 +27,17 @@ enum Command {
     FormatVersion,
     /// Replay an allocation trace through an allocator model: would it fit on a device?
     Replay(cmd::replay::ReplayArgs),
+    /// Fail CI when memory regresses: compare per-module figures with a baseline file.
+    Gate(cmd::gate::GateArgs),
     /// Analyse XLA dumps (`XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text`).
     #[command(subcommand)]
     Xla(cmd::xla::XlaCmd),
     /// Explain XLA/JAX out-of-memory logs (BFC dumps, remat warnings, RESOURCE_EXHAUSTED).
     Log(cmd::log::LogArgs),
+    /// Run a command with every GPU allocation captured, then print a short report.
+    Run(cmd::run::RunArgs),
+    /// Report a capture: per process and device counts, peaks, leaks, failures, API times.
+    Report(cmd::report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,8 +48,11 @@ fn main() -> ExitCode {
             Ok(cmd::Outcome::Success)
         }
         Command::Replay(args) => cmd::replay::run(args),
+        Command::Gate(args) => cmd::gate::run(args),
         Command::Xla(c) => cmd::xla::run(c),
         Command::Log(a) => cmd::log::run(a),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Report(args) => cmd::report::run(args),
     };
     cmd::finish(result)
 }

@@ -1,6 +1,9 @@
 //! Subcommand implementations, one file each, plus the shared exit-code policy.
 
 pub mod replay;
+pub mod gate;
+pub mod report;
+pub mod run;
 
 use std::process::ExitCode;
 
