@@ -69,16 +69,14 @@ struct Api {
 
 macro_rules! sym {
     ($lib:expr, $path:expr, $name:literal) => {{
-        // SAFETY: the symbol is a CUDA driver entry point with the signature declared in Api.
+        // SAFETY: the symbol is a CUDA driver entry point whose C signature is the fn type
+        // of the Api field it is assigned to (inferred).
         let s =
-            unsafe { $lib.get::<*const c_void>(concat!($name, "\0").as_bytes()) }.map_err(|e| {
-                GpuError::Load {
-                    lib: $path.to_string(),
-                    reason: format!("missing {}: {e}", $name),
-                }
+            unsafe { $lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| GpuError::Load {
+                lib: $path.to_string(),
+                reason: format!("missing {}: {e}", $name),
             })?;
-        // SAFETY: transmuting a non-null function address to its declared fn type.
-        unsafe { std::mem::transmute::<*const c_void, _>(*s) }
+        *s
     }};
 }
 

@@ -625,7 +625,7 @@ fn replay_bfc(
                     real.oom_event = Some(OomEvent { index, id, size });
                     break;
                 };
-                if offset.checked_add(size).map_or(true, |end| end > pool) {
+                if !matches!(offset.checked_add(size), Some(end) if end <= pool) {
                     return Err(RunError::PlacementOutside {
                         index,
                         id,
