@@ -20,22 +20,29 @@ pub struct CapacityPlan {
     pub capacity_bytes: u64,
     /// Ballast to allocate first so that `capacity_bytes` remain free.
     pub ballast_bytes: u64,
+    /// The device capacity the allocator model is given (what a framework on the emulated
+    /// device would see as its total, the base of a memory fraction): the target (scaled),
+    /// or the real device's total when nothing is emulated.
+    pub device_bytes: u64,
 }
 
-/// Plans emulating `target` (None: use the device as it is) on a device with `free` bytes.
-pub fn plan_capacity(target: Option<u64>, free: u64) -> CapacityPlan {
+/// Plans emulating `target` (None: use the device as it is) on a device with `free` of
+/// `total` bytes free.
+pub fn plan_capacity(target: Option<u64>, free: u64, total: u64) -> CapacityPlan {
     match target {
         None => CapacityPlan {
             target_bytes: None,
             scale_divisor: 1,
             capacity_bytes: free,
             ballast_bytes: 0,
+            device_bytes: total,
         },
         Some(t) if t <= free => CapacityPlan {
             target_bytes: Some(t),
             scale_divisor: 1,
             capacity_bytes: t,
             ballast_bytes: free - t,
+            device_bytes: t,
         },
         Some(t) => {
             // free > 0 here unless the device is full; a full device cannot emulate anything,
@@ -47,6 +54,7 @@ pub fn plan_capacity(target: Option<u64>, free: u64) -> CapacityPlan {
                 scale_divisor: divisor,
                 capacity_bytes: capacity,
                 ballast_bytes: free - capacity,
+                device_bytes: capacity,
             }
         }
     }
@@ -69,7 +77,7 @@ mod tests {
 
     #[test]
     fn smaller_target_gets_a_ballast_of_the_difference() {
-        let p = plan_capacity(Some(80 * GIB), 139 * GIB);
+        let p = plan_capacity(Some(80 * GIB), 139 * GIB, 200 * GIB);
         assert_eq!(p.ballast_bytes, 59 * GIB);
         assert_eq!(p.capacity_bytes, 80 * GIB);
         assert_eq!(p.scale_divisor, 1);
@@ -79,19 +87,19 @@ mod tests {
     #[test]
     fn larger_target_is_scaled_by_the_smallest_integer_that_fits() {
         // MI300X (192 GiB) on an H100 with 78 GiB free: divide by 3, 64 GiB remain.
-        let p = plan_capacity(Some(192 * GIB), 78 * GIB);
+        let p = plan_capacity(Some(192 * GIB), 78 * GIB, 200 * GIB);
         assert_eq!(p.scale_divisor, 3);
         assert_eq!(p.capacity_bytes, 64 * GIB);
         assert_eq!(p.ballast_bytes, 14 * GIB);
         // Just over: divisor 2.
-        let p = plan_capacity(Some(100 * GIB + 1), 100 * GIB);
+        let p = plan_capacity(Some(100 * GIB + 1), 100 * GIB, 200 * GIB);
         assert_eq!(p.scale_divisor, 2);
         assert!(p.capacity_bytes <= 100 * GIB);
     }
 
     #[test]
     fn no_target_uses_what_is_free() {
-        let p = plan_capacity(None, 5 * GIB);
+        let p = plan_capacity(None, 5 * GIB, 200 * GIB);
         assert_eq!(
             (p.scale_divisor, p.capacity_bytes, p.ballast_bytes),
             (1, 5 * GIB, 0)
@@ -100,7 +108,7 @@ mod tests {
 
     #[test]
     fn exact_fit_needs_no_ballast() {
-        let p = plan_capacity(Some(5 * GIB), 5 * GIB);
+        let p = plan_capacity(Some(5 * GIB), 5 * GIB, 200 * GIB);
         assert_eq!((p.scale_divisor, p.ballast_bytes), (1, 0));
     }
 

@@ -58,12 +58,25 @@ pub trait Placer {
     fn free(&mut self, id: u64);
 }
 
+/// The capacity a model is asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ModelCapacity {
+    /// The (emulated, scaled) device's capacity: the base of a framework's memory fraction.
+    pub device_bytes: u64,
+    /// Bytes actually free for the trace on the device when the replay starts (after the
+    /// ballast): what a one-driver-allocation-per-buffer model can hand out.
+    pub available_bytes: u64,
+    /// Mode of the run the prediction is compared with.
+    pub mode: Mode,
+}
+
 /// What the runner needs from memwatch's allocator models.
 pub trait ReplayModel {
-    /// The model's prediction for these events on a device of `capacity` bytes.
-    fn predict(&mut self, events: &[TraceEvent], capacity: u64) -> Result<Prediction, String>;
-    /// A fresh placer for a device of `capacity` bytes (bfc mode).
-    fn placer(&mut self, capacity: u64) -> Result<Box<dyn Placer>, String>;
+    /// The model's prediction for exactly these events (already scaled) and capacity.
+    fn predict(&mut self, events: &[TraceEvent], cap: &ModelCapacity)
+        -> Result<Prediction, String>;
+    /// A fresh placer for this capacity (bfc mode).
+    fn placer(&mut self, cap: &ModelCapacity) -> Result<Box<dyn Placer>, String>;
 }
 
 /// Settings of one run.
@@ -214,6 +227,8 @@ pub struct RunReport {
     pub plan: CapacityPlan,
     pub ballast: BallastReport,
     pub pool_bytes: Option<u64>,
+    /// What the model was asked about.
+    pub model_capacity: ModelCapacity,
     pub real: RealOutcome,
     pub prediction: Prediction,
     /// Real and predicted outcome agree (both fit, or both fail at the same event).
@@ -344,8 +359,9 @@ pub fn run(
     };
 
     // Capacity emulation.
-    let free = session.device().mem_info()?.free_bytes;
-    let plan = plan_capacity(opts.target_capacity, free);
+    let now = session.device().mem_info()?;
+    let free = now.free_bytes;
+    let plan = plan_capacity(opts.target_capacity, free, now.total_bytes);
     let mut ballast = BallastReport {
         planned_bytes: plan.ballast_bytes,
         allocated_bytes: 0,
@@ -383,9 +399,12 @@ pub fn run(
         ));
     }
 
-    let prediction = model
-        .predict(&events, plan.capacity_bytes)
-        .map_err(RunError::Model)?;
+    let cap = ModelCapacity {
+        device_bytes: plan.device_bytes,
+        available_bytes: ballast.free_after_bytes,
+        mode: opts.mode,
+    };
+    let prediction = model.predict(&events, &cap).map_err(RunError::Model)?;
 
     let mut real = RealOutcome {
         fits: true,
@@ -409,7 +428,7 @@ pub fn run(
     match opts.mode {
         Mode::Driver => replay_driver(&mut session, &events, opts, interrupt, &mut real, &mut c)?,
         Mode::Bfc => {
-            let mut placer = model.placer(plan.capacity_bytes).map_err(RunError::Model)?;
+            let mut placer = model.placer(&cap).map_err(RunError::Model)?;
             let pool = placer.pool_bytes();
             pool_bytes = Some(pool);
             match session.alloc(pool) {
@@ -458,6 +477,7 @@ pub fn run(
         plan,
         ballast,
         pool_bytes,
+        model_capacity: cap,
         real,
         prediction,
         agrees,

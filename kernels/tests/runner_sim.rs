@@ -4,7 +4,9 @@
 //! is a test double too: a first-fit placer and a granularity-rounding predictor, so the
 //! runner is exercised without depending on memwatch-analysis' models.
 
-use memwatch_kernels::runner::{Mode, Placer, Prediction, ReplayModel, RunError, RunOptions};
+use memwatch_kernels::runner::{
+    Mode, ModelCapacity, Placer, Prediction, ReplayModel, RunError, RunOptions,
+};
 use memwatch_kernels::sim::SimDevice;
 use memwatch_kernels::{run, GpuBackend, TraceEvent};
 use std::collections::BTreeMap;
@@ -78,7 +80,12 @@ impl TestModel {
 }
 
 impl ReplayModel for TestModel {
-    fn predict(&mut self, events: &[TraceEvent], capacity: u64) -> Result<Prediction, String> {
+    fn predict(
+        &mut self,
+        events: &[TraceEvent],
+        cap: &ModelCapacity,
+    ) -> Result<Prediction, String> {
+        let capacity = cap.available_bytes;
         self.capacities_seen.push(capacity);
         let mut live = BTreeMap::new();
         let (mut used, mut peak) = (0u64, 0u64);
@@ -110,7 +117,8 @@ impl ReplayModel for TestModel {
             pool_bytes: capacity,
         })
     }
-    fn placer(&mut self, capacity: u64) -> Result<Box<dyn Placer>, String> {
+    fn placer(&mut self, cap: &ModelCapacity) -> Result<Box<dyn Placer>, String> {
+        let capacity = cap.device_bytes;
         let pool = (capacity as f64 * self.fraction) as u64 / 256 * 256;
         Ok(Box::new(FirstFit {
             pool,
@@ -282,10 +290,10 @@ fn a_placement_outside_the_pool_is_an_error_and_memory_is_freed() {
     }
     struct M(TestModel);
     impl ReplayModel for M {
-        fn predict(&mut self, e: &[TraceEvent], c: u64) -> Result<Prediction, String> {
+        fn predict(&mut self, e: &[TraceEvent], c: &ModelCapacity) -> Result<Prediction, String> {
             self.0.predict(e, c)
         }
-        fn placer(&mut self, _: u64) -> Result<Box<dyn Placer>, String> {
+        fn placer(&mut self, _: &ModelCapacity) -> Result<Box<dyn Placer>, String> {
             Ok(Box::new(Outside))
         }
     }
