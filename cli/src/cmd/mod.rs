@@ -1,5 +1,7 @@
 //! Subcommand implementations, one file each, plus the shared exit-code policy.
 
+pub mod replay_gpu;
+
 use std::process::ExitCode;
 
 /// What a command that ran to completion concluded.
