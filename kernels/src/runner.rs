@@ -66,6 +66,8 @@ pub struct ModelCapacity {
     /// Bytes actually free for the trace on the device when the replay starts (after the
     /// ballast): what a one-driver-allocation-per-buffer model can hand out.
     pub available_bytes: u64,
+    /// Every trace size was divided by this (capacity emulation of a larger device).
+    pub scale_divisor: u64,
     /// Mode of the run the prediction is compared with.
     pub mode: Mode,
 }
@@ -402,6 +404,7 @@ pub fn run(
     let cap = ModelCapacity {
         device_bytes: plan.device_bytes,
         available_bytes: ballast.free_after_bytes,
+        scale_divisor: plan.scale_divisor,
         mode: opts.mode,
     };
     let prediction = model.predict(&events, &cap).map_err(RunError::Model)?;

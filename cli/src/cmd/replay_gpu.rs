@@ -84,8 +84,11 @@ pub struct GpuArgs {
 /// The model settings of the replay the GPU run is compared with.
 #[derive(Debug, Clone, Copy)]
 pub struct ModelSettings {
-    /// The pool is `capacity × mem_fraction` (bfc mode).
+    /// The pool is `capacity × mem_fraction` (bfc mode)...
     pub mem_fraction: f64,
+    /// ...unless given in bytes (e.g. the recording run's `bytes_limit`), scaled like every
+    /// other size when the device is emulated larger.
+    pub pool_bytes: Option<u64>,
     pub preallocate: bool,
 }
 
@@ -121,7 +124,10 @@ pub struct AnalysisModel {
 
 impl AnalysisModel {
     fn bfc_config(&self, cap: &ModelCapacity) -> BfcConfig {
-        let limit = device::pool_limit(cap.device_bytes, self.settings.mem_fraction);
+        let limit = match self.settings.pool_bytes {
+            Some(b) => b / cap.scale_divisor.max(1),
+            None => device::pool_limit(cap.device_bytes, self.settings.mem_fraction),
+        };
         let mut cfg = BfcConfig::jax(limit, self.settings.preallocate);
         cfg.device_free_bytes = Some(cap.available_bytes);
         cfg
@@ -467,6 +473,10 @@ pub struct ReplayGpuArgs {
     /// Pool = capacity × this (bfc mode; JAX's default is 0.75).
     #[arg(long, default_value_t = device::JAX_DEFAULT_MEM_FRACTION, value_name = "F")]
     pub mem_fraction: f64,
+    /// The BFC pool in bytes instead of capacity × --mem-fraction (e.g. the recording's
+    /// `bytes_limit`, 6006243328 for the H200 fixtures).
+    #[arg(long, value_name = "BYTES")]
+    pub pool_bytes: Option<u64>,
     /// JAX's XLA_PYTHON_CLIENT_PREALLOCATE (bfc mode).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub preallocate: bool,
@@ -498,6 +508,7 @@ pub fn cmd(a: &ReplayGpuArgs) -> Result<super::Outcome> {
         .with_context(|| format!("{}", a.trace.display()))?;
     let settings = ModelSettings {
         mem_fraction: a.mem_fraction,
+        pool_bytes: a.pool_bytes,
         preallocate: a.preallocate,
     };
     let r = run(&trace, &a.gpu, default_mode, settings)
@@ -548,6 +559,7 @@ mod tests {
         AnalysisModel {
             settings: ModelSettings {
                 mem_fraction: 0.04,
+                pool_bytes: None,
                 preallocate: true,
             },
         }
