@@ -661,3 +661,66 @@ mod tests {
         assert!(format!("{e:#}").contains("--emulate tpu9000"));
     }
 }
+
+#[cfg(test)]
+mod json_contract {
+    //! The `on_gpu` JSON keys that tests/gpu/replay_kernels.sh and users' scripts read.
+    use super::*;
+    use memwatch_kernels::sim::SimDevice;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn on_gpu_report_has_the_documented_keys() {
+        let mut dev = SimDevice::new(1 << 30);
+        let events = [
+            TraceEvent::Alloc { id: 1, size: 4096 },
+            TraceEvent::Free { id: 1 },
+        ];
+        let opts = RunOptions {
+            touch: true,
+            target_capacity: Some(256 << 20),
+            bandwidth_bytes: Some(1 << 20),
+            ..RunOptions::default()
+        };
+        let mut m = AnalysisModel {
+            settings: ModelSettings {
+                mem_fraction: 0.75,
+                pool_bytes: None,
+                preallocate: true,
+            },
+        };
+        let r = memwatch_kernels::run(&mut dev, &events, &opts, &mut m, &AtomicBool::new(false))
+            .unwrap();
+        let v = serde_json::to_value(&r).unwrap();
+        if let Ok(p) = std::env::var("MEMWATCH_DUMP_ON_GPU_JSON") {
+            std::fs::write(p, serde_json::json!({ "on_gpu": v }).to_string()).unwrap();
+        }
+        for k in [
+            "device",
+            "mode",
+            "touch",
+            "memory_before",
+            "memory_after",
+            "plan",
+            "ballast",
+            "pool_bytes",
+            "model_capacity",
+            "real",
+            "prediction",
+            "agrees",
+            "timing",
+            "bandwidth",
+            "cleanup_freed",
+            "cleanup_errors",
+            "notes",
+        ] {
+            assert!(v.get(k).is_some(), "missing {k}");
+        }
+        assert_eq!(v["mode"], "driver");
+        assert_eq!(v["plan"]["target_bytes"], 256u64 << 20);
+        assert!(v["real"]["oom_step"].is_null());
+        assert!(v["timing"]["events_per_second"].as_f64().unwrap() > 0.0);
+        assert!(v["bandwidth"]["touch_fraction_of_copy"].is_number());
+        assert!(v["memory_before"]["free_bytes"].is_u64());
+    }
+}
