@@ -25,18 +25,13 @@ struct Cli {
 enum Command {
     /// Print the capture format version this build reads and writes.
     FormatVersion,
-    /// Replay an allocation trace on this machine's GPU and compare with the model.
-    ///
-    /// Every allocation is a real driver allocation (--gpu-mode driver) or a chunk that
-    /// memwatch's BFC model places inside one real device region (--gpu-mode bfc);
-    /// --touch writes every byte and checksums each buffer before its free. Everything
-    /// allocated is freed on exit, Ctrl-C included.
-    #[command(after_help = "Examples:\n  \
-      kernels/build-cuda.sh /tmp/k.fatbin\n  \
-      memwatch replay-gpu testdata/h200/bfc/h200-jax0.11.2/bfc_seed12.json --mem-fraction 0.04 --kernels /tmp/k.fatbin --touch\n  \
-      memwatch replay-gpu trace.jsonl --allocator platform --emulate h100 --kernels /tmp/k.fatbin --json\n  \
-      memwatch replay-gpu trace.jsonl --emulate mi300x --kernels /tmp/k.fatbin   # scaled down, says by how much")]
-    ReplayGpu(cmd::replay_gpu::ReplayGpuArgs),
+    /// Replay an allocation trace through an allocator model: would it fit on a device?
+    Replay(cmd::replay::ReplayArgs),
+    /// Analyse XLA dumps (`XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text`).
+    #[command(subcommand)]
+    Xla(cmd::xla::XlaCmd),
+    /// Explain XLA/JAX out-of-memory logs (BFC dumps, remat warnings, RESOURCE_EXHAUSTED).
+    Log(cmd::log::LogArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,7 +41,9 @@ fn main() -> ExitCode {
             println!("{}", memwatch_wire::FORMAT_VERSION);
             Ok(cmd::Outcome::Success)
         }
-        Command::ReplayGpu(a) => cmd::replay_gpu::cmd(&a),
+        Command::Replay(args) => cmd::replay::run(args),
+        Command::Xla(c) => cmd::xla::run(c),
+        Command::Log(a) => cmd::log::run(a),
     };
     cmd::finish(result)
 }

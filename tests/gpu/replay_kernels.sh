@@ -5,7 +5,7 @@
 # copy with the same layout: kernels/, tests/gpu/, testdata/h200/bfc/).
 #
 # It builds the CUDA kernels, replays the H200 BFC fixture bfc_seed12.json in bfc and
-# driver modes, emulates an 80 GB device on an H200 (a 40 GB one on a smaller GPU), runs an
+# driver modes (memwatch replay --on-gpu), emulates an 80 GB device on an H200 (a 40 GB one on a smaller GPU), runs an
 # MI300X-sized run scaled down, interrupts a run with SIGINT, and prints the benchmark:
 # allocation events per second in driver and bfc modes and the touch kernel's bandwidth as
 # a fraction of a device-to-device copy's (target >= 80%). Exit 1 if a check failed.
@@ -90,7 +90,7 @@ PY
 
 mwrun() { # name args...
 local name=$1; shift
-"$MW" replay-gpu "$@" "${K[@]}" --json >"$work/$name.json" 2>"$work/$name.err"
+"$MW" replay "$@" --on-gpu "${K[@]}" --json >"$work/$name.json" 2>"$work/$name.err"
 local rc=$?
 echo "[$name] exit $rc"; cat "$work/$name.err"
 summary "$name" "$work/$name.json"
@@ -99,27 +99,27 @@ return 0
 freed='d["memory_after"]["free_bytes"] + (64<<20) >= d["memory_before"]["free_bytes"]'
 
 say "1. bfc mode: bfc_seed12.json, the recording's pool (6006243328 B), touch + strided + checksums"
-mwrun bfc_seed12 "$fixture" --pool-bytes 6006243328 --touch --strided-passes 2
+mwrun bfc_seed12 "$fixture" --touch --strided-passes 2
 check bfc_seed12 "$work/bfc_seed12.json" 'r["oom_step"] == p["oom_step"] == 46 and r["checksum_mismatches"] == 0' "real OOM at event 46 = model = fixture's oom_step, data intact" || fail=1
 check bfc_seed12 "$work/bfc_seed12.json" "$freed" "device memory returned" || fail=1
 
 say "2. driver mode: bfc_seed12.json, one cuMemAlloc per buffer, emulated 3 GiB device"
-mwrun driver_seed12 "$fixture" --gpu-mode driver --emulate 3221225472 --touch
+mwrun driver_seed12 "$fixture" --allocator driver --emulate 3GiB --touch
 check driver_seed12 "$work/driver_seed12.json" 'd["agrees"] and r["checksum_mismatches"] == 0' "real outcome = platform model's" || fail=1
 check driver_seed12 "$work/driver_seed12.json" "$freed" "device memory returned" || fail=1
 
-if [ "${total_mib:-0}" -gt 100000 ]; then emu=h100; else emu=40000000000; fi
+if [ "${total_mib:-0}" -gt 100000 ]; then emu=h100; else emu=40GB; fi
 say "3. emulate a smaller device ($emu) with a ballast: 40 x 4 GiB, driver mode, touched"
-mwrun emulate_small "$work/big.jsonl" --gpu-mode driver --emulate "$emu" --touch
+mwrun emulate_small "$work/big.jsonl" --allocator driver --emulate "$emu" --touch
 check emulate_small "$work/emulate_small.json" 'd["agrees"] and not r["fits"] and r["checksum_mismatches"] == 0' "OOM where the platform model says" || fail=1
 check emulate_small "$work/emulate_small.json" "$freed" "device memory returned (ballast too)" || fail=1
 
 say "4. MI300X-sized run scaled down: 40 x 4 GiB, bfc mode, JAX's 75% pool"
-mwrun mi300x_scaled "$work/big.jsonl" --emulate mi300x --mem-fraction 0.75 --touch
+mwrun mi300x_scaled "$work/big.jsonl" --allocator bfc --emulate mi300x --mem-fraction 0.75 --touch
 check mi300x_scaled "$work/mi300x_scaled.json" 'd["plan"]["scale_divisor"] > 1 and d["agrees"] and r["checksum_mismatches"] == 0' "scaled, and real = model" || fail=1
 
 say "5. Ctrl-C: SIGINT during a touched churn replay"
-"$MW" replay-gpu "$work/churn_long.jsonl" --gpu-mode driver --touch --strided-passes 2 "${K[@]}" --json >"$work/sigint.json" 2>"$work/sigint.err" &
+"$MW" replay "$work/churn_long.jsonl" --on-gpu --allocator driver --emulate 64GiB --touch --strided-passes 2 "${K[@]}" --json >"$work/sigint.json" 2>"$work/sigint.err" &
 pid=$!; sleep 2; kill -INT "$pid"; wait "$pid"; rc=$?
 echo "[sigint] exit $rc"; cat "$work/sigint.err"; summary sigint "$work/sigint.json"
 if [ "$rc" = 130 ]; then
@@ -129,9 +129,9 @@ else
 fi
 
 say "6. benchmark: allocation rate (churn, 20000 events, no touch) and touch bandwidth"
-mwrun bench_driver "$work/churn.jsonl" --gpu-mode driver
-mwrun bench_bfc "$work/churn.jsonl" --gpu-mode bfc --pool-bytes 17179869184
-mwrun bench_bw "$fixture" --pool-bytes 6006243328 --bandwidth 4294967296
+mwrun bench_driver "$work/churn.jsonl" --allocator driver --emulate 64GiB
+mwrun bench_bfc "$work/churn.jsonl" --allocator bfc --capacity 16GiB --mem-fraction 1.0
+mwrun bench_bw "$fixture" --bandwidth 4294967296
 python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]

@@ -659,7 +659,7 @@ impl Bfc {
                 out.push(Block {
                     addr: c.ptr,
                     size: c.size,
-                    requested: c.requested,
+                    requested: if c.in_use { c.requested } else { 0 },
                     state: if c.in_use {
                         BlockState::InUse
                     } else {

@@ -118,6 +118,10 @@ pub enum TraceError {
     FreeNotLive { line: usize, id: u64 },
     #[error("the trace has no events")]
     Empty,
+    #[error(
+        "the log has no BFC out-of-memory dump (no `ran out of memory` report with chunk lines)"
+    )]
+    NoOomDump,
     #[error("capture: {0}")]
     Capture(String),
     #[error("capture has events of several devices ({devices}); pick one with --trace-device")]
@@ -437,8 +441,58 @@ pub fn read_capture<R: Read>(src: R, device: Option<i32>) -> Result<Trace, Trace
     Ok(t)
 }
 
+/// Builds a trace from a BFC out-of-memory dump: the live set at the failure (every
+/// in-use chunk, in address order, which is the lower end's allocation order) followed by
+/// the request that failed. Replaying it asks "how much memory would this moment need?".
+/// Chunk sizes are exact (the dump prints them); requested sizes are used when printed.
+pub fn from_bfc_oom(oom: &crate::log::BfcOom) -> Result<Trace, TraceError> {
+    let mut b = Builder::default();
+    let mut chunks: Vec<&crate::log::Chunk> = oom.chunks.iter().filter(|c| c.in_use).collect();
+    chunks.sort_by_key(|c| c.address);
+    for (i, c) in chunks.iter().enumerate() {
+        let tag = c
+            .executable
+            .clone()
+            .or_else(|| c.annotation.clone())
+            .or_else(|| c.op.clone())
+            .or_else(|| Some(format!("chunk@{:#x}", c.address)));
+        b.alloc(i as u64, c.requested_size.unwrap_or(c.size), tag, c.at.line)?;
+    }
+    if oom.rounded_bytes == 0 {
+        return Err(TraceError::Field {
+            line: oom.at.line,
+            field: "rounded to",
+            msg: "the OOM line states no request size".into(),
+        });
+    }
+    b.alloc(
+        chunks.len() as u64,
+        oom.rounded_bytes,
+        Some("failed request".into()),
+        oom.at.line,
+    )?;
+    let mut t = b.finish("bfc_oom_dump");
+    t.meta.bytes_limit = oom.pool_bytes();
+    let has_gap = oom
+        .chunks
+        .iter()
+        .any(|c| c.tag.as_deref() == Some("central_gap"));
+    t.meta.preallocate = Some(oom.regions.len() <= 1 && (has_gap || oom.end.is_some()));
+    Ok(t)
+}
+
+/// Reads the last BFC out-of-memory dump of an XLA/JAX log (see [`from_bfc_oom`]).
+pub fn read_oom_log(text: &str, name: &std::path::Path) -> Result<Trace, TraceError> {
+    let mut report = crate::log::LogReport::default();
+    crate::log::parse_log(text.as_bytes(), name, &mut report)
+        .map_err(|e| TraceError::Capture(e.to_string()))?;
+    let oom = report.ooms.last().ok_or(TraceError::NoOomDump)?;
+    from_bfc_oom(oom)
+}
+
 /// Reads any supported trace from bytes, choosing the reader by content: the capture
-/// magic, a `bfc_validate` document, else JSON lines.
+/// magic, a `bfc_validate` document, JSON lines (text starting with `{`), else an
+/// XLA/JAX log with a BFC out-of-memory dump.
 pub fn read_any(bytes: &[u8], device: Option<i32>) -> Result<Trace, TraceError> {
     if bytes.starts_with(&memwatch_wire::MAGIC) {
         return read_capture(bytes, device);
@@ -452,6 +506,14 @@ pub fn read_any(bytes: &[u8], device: Option<i32>) -> Result<Trace, TraceError> 
     })?;
     if looks_like_validate_doc(text) {
         return read_validate_doc(text);
+    }
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    if !first.starts_with('{') && text.contains("ran out of memory") {
+        return read_oom_log(text, std::path::Path::new("trace"));
     }
     read_jsonl(text.as_bytes())
 }

@@ -1,5 +1,6 @@
 //! Subcommand implementations, one file each, plus the shared exit-code policy.
 
+pub mod replay;
 pub mod replay_gpu;
 
 use std::process::ExitCode;
@@ -29,3 +30,7 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
         }
     }
 }
+
+pub mod fmt;
+pub mod log;
+pub mod xla;

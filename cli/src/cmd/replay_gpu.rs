@@ -41,6 +41,7 @@ pub enum BackendChoice {
 
 /// Flags of the GPU run (`memwatch replay --on-gpu`).
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "GPU replay (--on-gpu)")]
 pub struct GpuArgs {
     /// GPU ordinal.
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -228,7 +229,7 @@ impl Placer for BfcPlacer {
 
 /// Parses `--emulate`: a device profile or a byte count.
 pub fn emulate_bytes(spec: &str) -> Result<u64> {
-    if let Ok(b) = spec.trim().parse::<u64>() {
+    if let Ok(b) = super::replay::parse_capacity(spec) {
         return Ok(b);
     }
     let p = device::resolve(spec).with_context(|| format!("--emulate {spec}"))?;
@@ -461,77 +462,55 @@ fn yes(b: bool) -> String {
     if b { "yes" } else { "no" }.to_string()
 }
 
-/// `memwatch replay-gpu`: the GPU replay on its own (until `memwatch replay --on-gpu`).
-#[derive(clap::Args, Debug)]
-pub struct ReplayGpuArgs {
-    /// Trace: JSON lines (`{"op":"alloc","id":7,"size":1048576}` / `{"op":"free","id":7}`),
-    /// a bfc_validate.py document, or a capture file.
-    pub trace: PathBuf,
-    /// The model the run is compared with picks the default mode: bfc → bfc, platform → driver.
-    #[arg(long, default_value = "bfc", value_name = "bfc|platform|driver")]
-    pub allocator: String,
-    /// Pool = capacity × this (bfc mode; JAX's default is 0.75).
-    #[arg(long, default_value_t = device::JAX_DEFAULT_MEM_FRACTION, value_name = "F")]
-    pub mem_fraction: f64,
-    /// The BFC pool in bytes instead of capacity × --mem-fraction (e.g. the recording's
-    /// `bytes_limit`, 6006243328 for the H200 fixtures).
-    #[arg(long, value_name = "BYTES")]
-    pub pool_bytes: Option<u64>,
-    /// JAX's XLA_PYTHON_CLIENT_PREALLOCATE (bfc mode).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-    pub preallocate: bool,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// Exit 1 when the real run does not fit.
-    #[arg(long)]
-    pub fail_on_oom: bool,
-    #[command(flatten)]
-    pub gpu: GpuArgs,
+/// Prepares `memwatch replay --on-gpu` arguments before the model replay: `--allocator
+/// driver` means the `platform` model (and driver mode); `--emulate` without `--device` /
+/// `--capacity` also sets the model replay's target, so both describe the same device.
+pub fn prepare_replay_args(
+    allocator: &mut Option<String>,
+    device: &mut Option<String>,
+    capacity: &mut Option<String>,
+    gpu: &GpuArgs,
+) -> Result<()> {
+    if allocator.as_deref() == Some("driver") {
+        *allocator = Some("platform".into());
+    }
+    if let Some(e) = &gpu.emulate {
+        if device.is_none() && capacity.is_none() {
+            if super::replay::parse_capacity(e).is_ok() {
+                *capacity = Some(e.clone());
+            } else {
+                *device = Some(e.clone());
+            }
+        }
+    }
+    Ok(())
 }
 
-/// Runs `memwatch replay-gpu`.
-pub fn cmd(a: &ReplayGpuArgs) -> Result<super::Outcome> {
-    let default_mode = match a.allocator.as_str() {
-        "bfc" => GpuMode::Bfc,
-        "platform" | "driver" => GpuMode::Driver,
-        other => {
-            bail!("--allocator {other}: the GPU replay compares with bfc or platform (driver)")
-        }
+/// Runs the GPU half of `memwatch replay --on-gpu` for the replay's settings: the
+/// allocator picks the default mode (bfc → bfc, platform → driver); the BFC pool is the
+/// replay's pool (`limit`), divided like every size when a larger device is emulated.
+pub fn run_for_replay(
+    trace: &Trace,
+    gpu: &GpuArgs,
+    kind: AllocatorKind,
+    limit: u64,
+    mem_fraction: f64,
+    preallocate: bool,
+) -> Result<RunReport> {
+    let default_mode = match kind {
+        AllocatorKind::Bfc => GpuMode::Bfc,
+        AllocatorKind::Platform => GpuMode::Driver,
+        other => bail!(
+            "--on-gpu replays with the bfc or the platform (driver) allocator, not {}",
+            other.name()
+        ),
     };
-    if !(a.mem_fraction > 0.0 && a.mem_fraction <= 1.0) {
-        bail!("--mem-fraction {}: must be in (0, 1]", a.mem_fraction);
-    }
-    let bytes =
-        std::fs::read(&a.trace).with_context(|| format!("{}: cannot read", a.trace.display()))?;
-    let trace = memwatch_analysis::alloc::trace::read_any(&bytes, None)
-        .with_context(|| format!("{}", a.trace.display()))?;
     let settings = ModelSettings {
-        mem_fraction: a.mem_fraction,
-        pool_bytes: a.pool_bytes,
-        preallocate: a.preallocate,
+        mem_fraction,
+        pool_bytes: Some(limit),
+        preallocate,
     };
-    let r = run(&trace, &a.gpu, default_mode, settings)
-        .with_context(|| format!("{}", a.trace.display()))?;
-    if a.json {
-        let doc = serde_json::json!({
-            "fits": r.prediction.fits,
-            "oom_step": r.prediction.oom_step,
-            "peak_bytes_in_use": r.prediction.peak_bytes_in_use,
-            "pool_bytes": r.prediction.pool_bytes,
-            "on_gpu": r,
-        });
-        println!("{doc}");
-    } else {
-        print!("{}", render(&r));
-    }
-    Ok(if r.real.interrupted {
-        super::Outcome::Code(130)
-    } else if a.fail_on_oom && !r.real.fits {
-        super::Outcome::CheckFailed
-    } else {
-        super::Outcome::Success
-    })
+    run(trace, gpu, default_mode, settings)
 }
 
 #[cfg(test)]
@@ -656,6 +635,7 @@ mod tests {
     #[test]
     fn emulate_takes_profiles_and_bytes_and_rejects_the_rest() {
         assert_eq!(emulate_bytes("1000").unwrap(), 1000);
+        assert_eq!(emulate_bytes("80GiB").unwrap(), 80 << 30);
         assert!(emulate_bytes("h100").unwrap() > 79 << 30);
         let e = emulate_bytes("tpu9000").unwrap_err();
         assert!(format!("{e:#}").contains("--emulate tpu9000"));
