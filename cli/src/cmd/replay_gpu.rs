@@ -386,12 +386,12 @@ pub fn render(r: &RunReport) -> String {
     let oom = |step: Option<usize>| step.map_or("-".to_string(), |i| format!("event {i}"));
     let _ = writeln!(
         s,
-        "  {:<22}{:<26}model ({})",
+        "  {:<22}{:<32}model ({})",
         "", "real GPU", r.prediction.allocator
     );
     let _ = writeln!(
         s,
-        "  {:<22}{:<26}{}",
+        "  {:<22}{:<32}{}",
         "fits",
         if r.real.interrupted {
             "interrupted".into()
@@ -407,14 +407,14 @@ pub fn render(r: &RunReport) -> String {
     };
     let _ = writeln!(
         s,
-        "  {:<22}{:<26}{}",
+        "  {:<22}{:<32}{}",
         "out of memory at",
         real_oom,
         oom(r.prediction.oom_step)
     );
     let _ = writeln!(
         s,
-        "  {:<22}{:<26}{}",
+        "  {:<22}{:<32}{}",
         "peak live / in use",
         gib(r.real.peak_live_bytes),
         gib(r.prediction.peak_bytes_in_use)
