@@ -142,7 +142,7 @@ fn compare_devices_and_min_capacity() {
     for r in rows {
         let min = r["min_pool_bytes"].as_u64().unwrap();
         assert!(
-            min >= 100_000_000_000 && min < 100_000_000_000 + (24 << 20),
+            (100_000_000_000..100_000_000_000 + (24 << 20)).contains(&min),
             "{r}"
         );
     }

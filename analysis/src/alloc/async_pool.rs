@@ -35,6 +35,7 @@ pub struct AsyncPool {
     unused: Vec<usize>,
     in_use: u64,
     reserved: u64,
+    peak_in_use: u64,
 }
 
 impl AsyncPool {
@@ -51,6 +52,7 @@ impl AsyncPool {
             unused: Vec::new(),
             in_use: 0,
             reserved,
+            peak_in_use: 0,
         }
     }
 
@@ -64,7 +66,7 @@ impl AllocatorModel for AsyncPool {
         "async"
     }
 
-    fn alloc(&mut self, size: u64) -> Option<u64> {
+    fn alloc(&mut self, size: u64) -> Option<u32> {
         let rounded = size.div_ceil(ASYNC_ROUND).checked_mul(ASYNC_ROUND)?;
         let need = self.in_use.checked_add(rounded)?;
         if need > self.reserved {
@@ -75,6 +77,7 @@ impl AllocatorModel for AsyncPool {
             self.reserved = grown;
         }
         self.in_use = need;
+        self.peak_in_use = self.peak_in_use.max(need);
         let h = match self.unused.pop() {
             Some(h) => {
                 self.sizes[h] = rounded;
@@ -85,10 +88,10 @@ impl AllocatorModel for AsyncPool {
                 self.sizes.len() - 1
             }
         };
-        Some(h as u64)
+        Some(h as u32)
     }
 
-    fn free(&mut self, handle: u64) {
+    fn free(&mut self, handle: u32) {
         let size = std::mem::take(&mut self.sizes[handle as usize]);
         self.in_use -= size;
         self.unused.push(handle as usize);
@@ -99,7 +102,7 @@ impl AllocatorModel for AsyncPool {
         }
     }
 
-    fn allocated_size(&self, handle: u64) -> u64 {
+    fn allocated_size(&self, handle: u32) -> u64 {
         self.sizes[handle as usize]
     }
 
@@ -121,6 +124,11 @@ impl AllocatorModel for AsyncPool {
 
     fn blocks(&self) -> Vec<Block> {
         Vec::new()
+    }
+
+    /// Fits exactly when the peak live bytes, in whole pages, fit.
+    fn exact_min_limit(&self) -> Option<u64> {
+        Some(self.pages(self.peak_in_use).max(self.cfg.granularity))
     }
 
     fn check_invariants(&self) -> Result<(), ModelError> {

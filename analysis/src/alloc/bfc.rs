@@ -133,7 +133,6 @@ impl BfcConfig {
 struct Chunk {
     ptr: u64,
     size: u64,
-    requested: u64,
     prev: u32,
     next: u32,
     in_use: bool,
@@ -167,6 +166,9 @@ pub struct Bfc {
     max_internal_fragmentation: u64,
     free_chunk_tag: Tag,
     chunks: Vec<Chunk>,
+    /// Requested bytes per chunk handle (cold: dumps only), kept apart so that a chunk
+    /// is 32 bytes.
+    requested: Vec<u64>,
     unused: Vec<u32>,
     /// `bins[b][0]` lower-tag holes, `bins[b][1]` upper-tag holes; key = size << 64 |
     /// address order.
@@ -176,6 +178,10 @@ pub struct Bfc {
     next_region_base: u64,
     curr_region_allocation_bytes: u64,
     stats: BfcStats,
+    /// Highest end (offset from the first region's base) of any lower-end chunk ever in
+    /// use, and whether any upper-end allocation happened.
+    lower_high_water: u64,
+    used_upper: bool,
 }
 
 fn rounded_bytes(n: u64) -> u64 {
@@ -215,6 +221,7 @@ impl Bfc {
             max_internal_fragmentation,
             free_chunk_tag,
             chunks: Vec::new(),
+            requested: Vec::new(),
             unused: Vec::new(),
             bins: (0..NUM_BINS)
                 .map(|_| [BTreeMap::new(), BTreeMap::new()])
@@ -225,6 +232,8 @@ impl Bfc {
             next_region_base: 0x3_0200_0000,
             curr_region_allocation_bytes: curr,
             stats: BfcStats::default(),
+            lower_high_water: 0,
+            used_upper: false,
             cfg,
         }
     }
@@ -309,6 +318,7 @@ impl Bfc {
             h
         } else {
             self.chunks.push(c);
+            self.requested.push(0);
             (self.chunks.len() - 1) as u32
         }
     }
@@ -350,7 +360,6 @@ impl Bfc {
         let nh = self.new_chunk(Chunk {
             ptr: c.ptr + num_bytes,
             size: c.size - num_bytes,
-            requested: 0,
             prev: h,
             next: c.next,
             in_use: false,
@@ -373,10 +382,17 @@ impl Bfc {
     }
 
     fn finish(&mut self, h: u32, num_bytes: u64, tag: Tag) {
+        self.requested[h as usize] = num_bytes;
+        if tag == Tag::Lower {
+            let c = &self.chunks[h as usize];
+            let base = self.regions.first().map_or(c.ptr, |r| r.base);
+            self.lower_high_water = self.lower_high_water.max(c.ptr + c.size - base);
+        } else {
+            self.used_upper = true;
+        }
         let c = &mut self.chunks[h as usize];
         c.tag = tag;
         c.in_use = true;
-        c.requested = num_bytes;
         let size = c.size;
         let s = &mut self.stats;
         s.num_allocs += 1;
@@ -385,7 +401,7 @@ impl Bfc {
         s.largest_alloc_size = s.largest_alloc_size.max(size);
     }
 
-    fn from_low_end(&mut self, h: u32, rounded: u64, num_bytes: u64) {
+    fn carve_low_end(&mut self, h: u32, rounded: u64, num_bytes: u64) {
         let c = self.chunks[h as usize];
         let exact = c.tag == Tag::CentralGap || self.cfg.lower_policy.split == SplitPolicy::Exact;
         if if exact {
@@ -398,7 +414,7 @@ impl Bfc {
         self.finish(h, num_bytes, Tag::Lower);
     }
 
-    fn from_high_end(&mut self, mut h: u32, rounded: u64, num_bytes: u64) -> u32 {
+    fn carve_high_end(&mut self, mut h: u32, rounded: u64, num_bytes: u64) -> u32 {
         let c = self.chunks[h as usize];
         let exact = c.tag == Tag::CentralGap || self.cfg.upper_policy.split == SplitPolicy::Exact;
         let mut prefix = c.size - rounded;
@@ -451,10 +467,10 @@ impl Bfc {
         self.remove_free(h);
         match end {
             End::Lower => {
-                self.from_low_end(h, rounded, num_bytes);
+                self.carve_low_end(h, rounded, num_bytes);
                 Some(h)
             }
-            End::Upper => Some(self.from_high_end(h, rounded, num_bytes)),
+            End::Upper => Some(self.carve_high_end(h, rounded, num_bytes)),
         }
     }
 
@@ -498,7 +514,6 @@ impl Bfc {
         let h = self.new_chunk(Chunk {
             ptr: base,
             size: bytes,
-            requested: 0,
             prev: NIL,
             next: NIL,
             in_use: false,
@@ -585,14 +600,13 @@ impl Bfc {
         debug_assert!(c.in_use);
         let mut tag = c.tag;
         if self.free_chunk_tag == Tag::CentralGap {
-            // ReturnBoundaryChunkToGap.
-            if tag == Tag::Lower
-                && (c.next == NIL || self.chunks[c.next as usize].tag != Tag::Lower)
-            {
-                tag = Tag::CentralGap;
-            } else if tag == Tag::Upper
-                && (c.prev == NIL || self.chunks[c.prev as usize].tag != Tag::Upper)
-            {
+            // ReturnBoundaryChunkToGap: a lower chunk whose upper neighbour is not lower
+            // (or an upper chunk whose lower neighbour is not upper) rejoins the gap.
+            let lower_boundary = tag == Tag::Lower
+                && (c.next == NIL || self.chunks[c.next as usize].tag != Tag::Lower);
+            let upper_boundary = tag == Tag::Upper
+                && (c.prev == NIL || self.chunks[c.prev as usize].tag != Tag::Upper);
+            if lower_boundary || upper_boundary {
                 tag = Tag::CentralGap;
             }
         }
@@ -659,7 +673,11 @@ impl Bfc {
                 out.push(Block {
                     addr: c.ptr,
                     size: c.size,
-                    requested: if c.in_use { c.requested } else { 0 },
+                    requested: if c.in_use {
+                        self.requested[h as usize]
+                    } else {
+                        0
+                    },
                     state: if c.in_use {
                         BlockState::InUse
                     } else {
@@ -701,7 +719,7 @@ impl Bfc {
                 if c.prev != prev {
                     return Err(format!("chunk {h}: prev link broken"));
                 }
-                if c.size == 0 || c.size % MIN_ALLOCATION != 0 {
+                if c.size == 0 || !c.size.is_multiple_of(MIN_ALLOCATION) {
                     return Err(format!(
                         "chunk {h}: size {} not a positive multiple of 256",
                         c.size
@@ -774,16 +792,16 @@ impl AllocatorModel for Bfc {
         "bfc"
     }
 
-    fn alloc(&mut self, size: u64) -> Option<u64> {
-        self.allocate(size, End::Lower).map(u64::from)
+    fn alloc(&mut self, size: u64) -> Option<u32> {
+        self.allocate(size, End::Lower)
     }
 
-    fn free(&mut self, handle: u64) {
-        self.deallocate(handle as u32)
+    fn free(&mut self, handle: u32) {
+        self.deallocate(handle)
     }
 
-    fn allocated_size(&self, handle: u64) -> u64 {
-        self.chunk_size(handle as u32)
+    fn allocated_size(&self, handle: u32) -> u64 {
+        self.chunk_size(handle)
     }
 
     fn bytes_in_use(&self) -> u64 {
@@ -808,6 +826,19 @@ impl AllocatorModel for Bfc {
 
     fn check_invariants(&self) -> Result<(), ModelError> {
         self.check().map_err(ModelError::Invariant)
+    }
+
+    /// A spatially partitioned (preallocated) pool serving only the lower end decides
+    /// everything from its holes (independent of the limit) and carves the rest from the
+    /// gap above its high-water mark: any limit covering the high-water mark replays
+    /// identically, and a smaller one fails when the mark is reached. So the exact
+    /// minimum is the high-water mark.
+    fn exact_min_limit(&self) -> Option<u64> {
+        (self.cfg.spatial_partitioning
+            && !self.cfg.allow_growth
+            && !self.used_upper
+            && self.regions.len() <= 1)
+            .then_some(self.lower_high_water.max(MIN_ALLOCATION))
     }
 }
 

@@ -43,17 +43,17 @@ pub enum ModelError {
     Invariant(String),
 }
 
-/// One allocator model. Handles are opaque to callers; `alloc` returns `None` exactly
+/// One allocator model. Handles are opaque slab indices (below `u32::MAX - 1`); `alloc` returns `None` exactly
 /// when the real allocator would report out-of-memory.
 pub trait AllocatorModel {
     /// Short name (`bfc`, `platform`, `async`, `torch`).
     fn name(&self) -> &'static str;
     /// Allocates `size` bytes (`size > 0`).
-    fn alloc(&mut self, size: u64) -> Option<u64>;
+    fn alloc(&mut self, size: u64) -> Option<u32>;
     /// Frees a handle returned by `alloc`.
-    fn free(&mut self, handle: u64);
+    fn free(&mut self, handle: u32);
     /// Bytes the allocation occupies (after rounding).
-    fn allocated_size(&self, handle: u64) -> u64;
+    fn allocated_size(&self, handle: u32) -> u64;
     /// Bytes handed to clients (rounded), the `bytes_in_use` statistic.
     fn bytes_in_use(&self) -> u64;
     /// The largest single allocation that could be served from memory already held
@@ -67,6 +67,13 @@ pub trait AllocatorModel {
     fn blocks(&self) -> Vec<Block>;
     /// Checks structural invariants (tiling, no overlap, statistics add up).
     fn check_invariants(&self) -> Result<(), ModelError>;
+    /// After a replay that fit: the exact smallest limit with which the same replay
+    /// would also fit, when the model can prove it from this run (its decisions do not
+    /// depend on the limit as long as the limit covers the run's high-water mark).
+    /// `None` when only a search can tell.
+    fn exact_min_limit(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Which model to build.

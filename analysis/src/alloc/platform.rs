@@ -18,6 +18,7 @@ pub struct Platform {
     live: Vec<Option<(u64, u64)>>,
     unused: Vec<usize>,
     in_use: u64,
+    peak: u64,
     next_addr: u64,
 }
 
@@ -30,6 +31,7 @@ impl Platform {
             live: Vec::new(),
             unused: Vec::new(),
             in_use: 0,
+            peak: 0,
             next_addr: 0x7f00_0000_0000,
         }
     }
@@ -40,7 +42,7 @@ impl AllocatorModel for Platform {
         "platform"
     }
 
-    fn alloc(&mut self, size: u64) -> Option<u64> {
+    fn alloc(&mut self, size: u64) -> Option<u32> {
         let rounded = size
             .div_ceil(self.granularity)
             .checked_mul(self.granularity)?;
@@ -48,6 +50,7 @@ impl AllocatorModel for Platform {
             return None;
         }
         self.in_use += rounded;
+        self.peak = self.peak.max(self.in_use);
         let addr = self.next_addr;
         self.next_addr += rounded;
         let entry = Some((addr, rounded));
@@ -61,17 +64,17 @@ impl AllocatorModel for Platform {
                 self.live.len() - 1
             }
         };
-        Some(h as u64)
+        Some(h as u32)
     }
 
-    fn free(&mut self, handle: u64) {
+    fn free(&mut self, handle: u32) {
         if let Some((_, size)) = self.live[handle as usize].take() {
             self.in_use -= size;
             self.unused.push(handle as usize);
         }
     }
 
-    fn allocated_size(&self, handle: u64) -> u64 {
+    fn allocated_size(&self, handle: u32) -> u64 {
         self.live[handle as usize].map_or(0, |(_, s)| s)
     }
 
@@ -106,6 +109,11 @@ impl AllocatorModel for Platform {
             .collect();
         v.sort_by_key(|b| b.addr);
         v
+    }
+
+    /// Fits exactly when the peak of granule-rounded live bytes fits.
+    fn exact_min_limit(&self) -> Option<u64> {
+        Some(self.peak.max(1))
     }
 
     fn check_invariants(&self) -> Result<(), ModelError> {

@@ -98,8 +98,8 @@ pub fn replay(
     opts: ReplayOptions,
     progress: &mut dyn FnMut(usize),
 ) -> Result<ReplayResult, super::ModelError> {
-    const NONE: u64 = u64::MAX;
-    const ZERO: u64 = u64::MAX - 1;
+    const NONE: u32 = u32::MAX;
+    const ZERO: u32 = u32::MAX - 1;
     let mut handles = vec![NONE; trace.slots()];
     let mut steps = if opts.record_steps {
         Some(Vec::with_capacity(trace.len()))
@@ -168,26 +168,29 @@ pub fn replay(
 fn describe_oom(
     trace: &Trace,
     model: &dyn AllocatorModel,
-    handles: &[u64],
+    handles: &[u32],
     index: usize,
     slot: u32,
     size: u64,
 ) -> Oom {
-    let mut live: Vec<LiveBuffer> = Vec::new();
-    // Sizes of live slots come from their alloc events.
-    let mut sizes = vec![0u64; trace.slots()];
+    // Which allocation (number, size) occupies each slot at `index`.
+    let mut owner = vec![(0usize, 0u64); trace.slots()];
+    let mut n = 0usize;
     for op in &trace.ops[..index] {
         if let TraceOp::Alloc { slot, size } = *op {
-            sizes[slot as usize] = size;
+            owner[slot as usize] = (n, size);
+            n += 1;
         }
     }
+    let mut live: Vec<LiveBuffer> = Vec::new();
     for (s, &h) in handles.iter().enumerate() {
-        if h < u64::MAX - 1 {
+        if h < u32::MAX - 1 && s != slot as usize {
+            let (k, sz) = owner[s];
             live.push(LiveBuffer {
-                id: trace.slot_ids[s],
-                size: sizes[s],
+                id: trace.alloc_ids[k],
+                size: sz,
                 allocated: model.allocated_size(h),
-                tag: trace.slot_tags[s].clone(),
+                tag: trace.tag(k).map(str::to_string),
             });
         }
     }
@@ -196,9 +199,9 @@ fn describe_oom(
     let in_use = model.bytes_in_use();
     Oom {
         index,
-        id: trace.slot_ids[slot as usize],
+        id: trace.alloc_ids[n],
         size,
-        tag: trace.slot_tags[slot as usize].clone(),
+        tag: trace.tag(n).map(str::to_string),
         bytes_in_use: in_use,
         pool_bytes: pool,
         limit: model.limit(),
@@ -247,10 +250,15 @@ pub struct MinCapacity {
     pub replays: usize,
     /// Search resolution in bytes.
     pub resolution: u64,
+    /// The model proved the minimum from a fitting run (checked by replays at it and 256
+    /// bytes below); otherwise a bisection to `resolution`.
+    pub exact: bool,
 }
 
-/// Searches the smallest pool limit (to `resolution` bytes) for which the trace fits:
-/// exponential search up from the peak live bytes, then bisection. Allocators are not
+/// Searches the smallest pool limit for which the trace fits. Models that can prove
+/// their minimum from one fitting run ([`AllocatorModel::exact_min_limit`]) answer
+/// exactly; the others get an exponential search up from the peak live bytes, then
+/// bisection to `resolution`. Allocators are not
 /// perfectly monotonic in their limit (fragmentation can differ), so the answer is a
 /// limit that was verified to fit and whose predecessor by `resolution` did not, within
 /// the bracket the search saw. `make_spec(limit)` builds the model for a limit;
@@ -268,12 +276,40 @@ pub fn find_min_limit(
         ..Default::default()
     };
     let mut replays = 0usize;
-    let mut fits = |limit: u64, replays: &mut usize| -> Result<bool, super::ModelError> {
-        *replays += 1;
-        let n = *replays;
-        let r = replay_spec(trace, &make_spec(limit), opts, &mut |e| progress(n, e))?;
-        Ok(r.fits)
-    };
+    // One replay; returns whether it fit and the model's exact minimum, if any.
+    let mut probe =
+        |limit: u64, replays: &mut usize| -> Result<(bool, Option<u64>), super::ModelError> {
+            *replays += 1;
+            let n = *replays;
+            let mut model = build(&make_spec(limit));
+            let r = replay(trace, model.as_mut(), opts, &mut |e| progress(n, e))?;
+            Ok((
+                r.fits,
+                if r.fits {
+                    model.exact_min_limit()
+                } else {
+                    None
+                },
+            ))
+        };
+    // Models that can name their exact minimum from one fitting run need three replays:
+    // one at the maximum, and a check at the minimum and just below it.
+    let (fits_max, hint) = probe(max_limit, &mut replays)?;
+    if !fits_max {
+        return Ok(None);
+    }
+    if let Some(min) = hint {
+        let below = min.saturating_sub(256);
+        if probe(min, &mut replays)?.0 && (below == 0 || !probe(below, &mut replays)?.0) {
+            return Ok(Some(MinCapacity {
+                min_pool_bytes: min,
+                replays,
+                resolution: 256,
+                exact: true,
+            }));
+        }
+    }
+    let mut fits = |limit: u64, replays: &mut usize| probe(limit, replays).map(|(f, _)| f);
     let floor = peak_live_bytes(trace).div_ceil(resolution) * resolution;
     let mut lo = floor.saturating_sub(resolution); // known (assumed) not to fit
     let mut step = (floor / 16).max(resolution).div_ceil(resolution) * resolution;
@@ -307,5 +343,6 @@ pub fn find_min_limit(
         min_pool_bytes: hi,
         replays,
         resolution,
+        exact: false,
     }))
 }

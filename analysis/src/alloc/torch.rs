@@ -178,7 +178,7 @@ impl AllocatorModel for Torch {
         "torch"
     }
 
-    fn alloc(&mut self, size: u64) -> Option<u64> {
+    fn alloc(&mut self, size: u64) -> Option<u32> {
         let size = round_size(size);
         let small = size <= SMALL_SIZE;
         let found = self
@@ -227,11 +227,11 @@ impl AllocatorModel for Torch {
         bm.allocated = true;
         bm.requested = size;
         self.allocated += bm.size;
-        Some(h as u64)
+        Some(h)
     }
 
-    fn free(&mut self, handle: u64) {
-        let mut h = handle as u32;
+    fn free(&mut self, handle: u32) {
+        let mut h = handle;
         let b = self.blocks[h as usize];
         self.blocks[h as usize].allocated = false;
         self.allocated -= b.size;
@@ -264,7 +264,7 @@ impl AllocatorModel for Torch {
         self.insert_free(h);
     }
 
-    fn allocated_size(&self, handle: u64) -> u64 {
+    fn allocated_size(&self, handle: u32) -> u64 {
         self.blocks[handle as usize].size
     }
 

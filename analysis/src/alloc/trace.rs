@@ -13,8 +13,9 @@ use std::io::{BufRead, Read};
 use memwatch_wire::{EventKind, FrameReader, MemKind, ReadMode, Record};
 use serde::Deserialize;
 
-/// One trace event. Buffer identities are dense slot numbers (`0..Trace::slots`), so a
-/// replay can keep its live set in a plain vector.
+/// One trace event. Buffers live in dense slots (`0..Trace::slots`), reused once a
+/// buffer is freed, so a replay keeps its live set in a small vector (as many entries as
+/// buffers are ever live at once, which keeps it in cache).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TraceOp {
     /// Allocate `size` bytes for buffer `slot`.
@@ -56,10 +57,13 @@ pub struct TraceMeta {
 pub struct Trace {
     /// Events in order.
     pub ops: Vec<TraceOp>,
-    /// Original buffer id of each slot (the `id` field, or the pointer of a capture).
-    pub slot_ids: Vec<u64>,
-    /// Optional tag of each slot (`tag` field of the alloc event).
-    pub slot_tags: Vec<Option<String>>,
+    /// Number of slots (the most buffers live at once).
+    pub slot_count: usize,
+    /// Original buffer id of each allocation, in order (the `id` field, or a capture's
+    /// allocation number).
+    pub alloc_ids: Vec<u64>,
+    /// Tags (`tag` field) by allocation number, for the allocations that have one.
+    pub alloc_tags: HashMap<usize, String>,
     /// Ground truth per event, when the source recorded it (same length as `ops`).
     pub observed: Option<Vec<Observed>>,
     /// Provenance.
@@ -67,9 +71,19 @@ pub struct Trace {
 }
 
 impl Trace {
-    /// Number of distinct buffer slots.
+    /// Number of buffer slots (the most buffers live at once).
     pub fn slots(&self) -> usize {
-        self.slot_ids.len()
+        self.slot_count
+    }
+
+    /// Number of allocations.
+    pub fn buffers(&self) -> usize {
+        self.alloc_ids.len()
+    }
+
+    /// Tag of allocation number `n`.
+    pub fn tag(&self, n: usize) -> Option<&str> {
+        self.alloc_tags.get(&n).map(String::as_str)
     }
 
     /// Number of events.
@@ -134,8 +148,10 @@ pub enum TraceError {
 #[derive(Default)]
 struct Builder {
     ops: Vec<TraceOp>,
-    slot_ids: Vec<u64>,
-    slot_tags: Vec<Option<String>>,
+    slot_count: u32,
+    free_slots: Vec<u32>,
+    alloc_ids: Vec<u64>,
+    alloc_tags: HashMap<usize, String>,
     live: HashMap<u64, u32>,
 }
 
@@ -150,13 +166,22 @@ impl Builder {
         if self.live.contains_key(&id) {
             return Err(TraceError::DoubleAlloc { line, id });
         }
-        let slot = u32::try_from(self.slot_ids.len()).map_err(|_| TraceError::Field {
-            line,
-            field: "id",
-            msg: "more than 4 billion buffers".into(),
-        })?;
-        self.slot_ids.push(id);
-        self.slot_tags.push(tag);
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                let s = self.slot_count;
+                self.slot_count = s.checked_add(1).ok_or(TraceError::Field {
+                    line,
+                    field: "id",
+                    msg: "more than 4 billion live buffers".into(),
+                })?;
+                s
+            }
+        };
+        if let Some(tag) = tag {
+            self.alloc_tags.insert(self.alloc_ids.len(), tag);
+        }
+        self.alloc_ids.push(id);
         self.live.insert(id, slot);
         self.ops.push(TraceOp::Alloc { slot, size });
         Ok(())
@@ -166,6 +191,7 @@ impl Builder {
         match self.live.remove(&id) {
             Some(slot) => {
                 self.ops.push(TraceOp::Free { slot });
+                self.free_slots.push(slot);
                 Ok(())
             }
             None => Err(TraceError::FreeNotLive { line, id }),
@@ -175,8 +201,9 @@ impl Builder {
     fn finish(self, format: &'static str) -> Trace {
         Trace {
             ops: self.ops,
-            slot_ids: self.slot_ids,
-            slot_tags: self.slot_tags,
+            slot_count: self.slot_count as usize,
+            alloc_ids: self.alloc_ids,
+            alloc_tags: self.alloc_tags,
             observed: None,
             meta: TraceMeta {
                 format,
@@ -311,7 +338,8 @@ pub fn read_validate_doc(text: &str) -> Result<Trace, TraceError> {
                 })?;
                 b.alloc(st.id, size, None, line)?;
                 if !st.ok {
-                    // The real allocation failed: the buffer never became live.
+                    // The real allocation failed: the buffer never became live, but its
+                    // slot stays taken (a replay that succeeds there would keep it).
                     b.live.remove(&st.id);
                 }
             }
@@ -537,11 +565,13 @@ mod tests {
                     size: 1048576
                 },
                 TraceOp::Free { slot: 0 },
-                TraceOp::Alloc { slot: 1, size: 5 }
+                TraceOp::Alloc { slot: 0, size: 5 }
             ]
         );
-        assert_eq!(t.slot_tags[0].as_deref(), Some("w"));
-        assert_eq!(t.slot_ids, vec![7, 7]);
+        assert_eq!(t.tag(0), Some("w"));
+        assert_eq!(t.tag(1), None);
+        assert_eq!(t.alloc_ids, vec![7, 7]);
+        assert_eq!(t.slots(), 1);
     }
 
     #[test]

@@ -151,7 +151,7 @@ impl BfcOom {
             e.1 += 1;
         }
         let mut v: Vec<(String, u64, u64)> = m.into_iter().map(|(k, (b, n))| (k, b, n)).collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v.sort_by_key(|e| std::cmp::Reverse(e.1));
         v
     }
 }

@@ -33,8 +33,8 @@ pub struct Instruction {
     pub source_file: Option<String>,
     /// Source line (metadata or resolved stack frame).
     pub source_line: Option<u64>,
-    /// Name of the computation that holds it.
-    pub computation: String,
+    /// Index into [`HloModule::computations`] of the computation that holds it.
+    pub computation: u32,
     /// Whether that computation is the ENTRY computation.
     pub in_entry: bool,
     /// Line in the HLO file.
@@ -72,11 +72,11 @@ pub struct HloModule {
     /// `HloModule NAME`.
     pub name: String,
     /// Instructions by name (names are unique within a module).
-    pub instructions: HashMap<String, Instruction>,
+    pub instructions: HashMap<String, Instruction, foldhash::fast::RandomState>,
     /// Name of the ENTRY computation.
     pub entry: Option<String>,
-    /// Number of computations.
-    pub computation_count: usize,
+    /// Computation names, in file order.
+    pub computations: Vec<String>,
 }
 
 #[derive(Default)]
@@ -86,13 +86,23 @@ struct FrameTables {
     frames: HashMap<u64, u64>,
 }
 
-/// Parses HLO text.
+/// Parses HLO text, keeping every instruction.
 pub fn parse_hlo<R: BufRead>(reader: R, file: &Path) -> Result<HloModule, ParseError> {
+    parse_hlo_filtered(reader, file, None)
+}
+
+/// Parses HLO text, keeping only the instructions named in `keep` (when given): the file
+/// is still read and checked line by line, but memory stays proportional to `keep`.
+pub fn parse_hlo_filtered<R: BufRead>(
+    reader: R,
+    file: &Path,
+    keep: Option<&foldhash::HashSet<String>>,
+) -> Result<HloModule, ParseError> {
     let mut lines = Lines::new(reader, file);
     let mut m = HloModule::default();
     let mut tables = FrameTables::default();
     let mut section = "";
-    let mut current: Option<(String, bool)> = None;
+    let mut current: Option<(u32, bool)> = None;
     while let Some((no, line)) = lines.next_line()? {
         if m.name.is_empty() {
             if line.trim().is_empty() {
@@ -139,8 +149,8 @@ pub fn parse_hlo<R: BufRead>(reader: R, file: &Path) -> Result<HloModule, ParseE
                 if entry {
                     m.entry = Some(cname.clone());
                 }
-                m.computation_count += 1;
-                current = Some((cname, entry));
+                m.computations.push(cname);
+                current = Some(((m.computations.len() - 1) as u32, entry));
                 section = "";
                 continue;
             }
@@ -159,11 +169,28 @@ pub fn parse_hlo<R: BufRead>(reader: R, file: &Path) -> Result<HloModule, ParseE
             current = None;
             continue;
         }
-        let Some((cname, entry)) = &current else {
+        let Some((cidx, entry)) = current else {
             continue;
         };
+        if let Some(keep) = keep {
+            let t = line.trim_start();
+            let t = t.strip_prefix("ROOT ").unwrap_or(t);
+            let Some((name, _)) = t.split_once(" = ") else {
+                return Err(ParseError::new(
+                    file,
+                    no,
+                    format!(
+                        "expected an instruction `name = shape opcode(...)`, found {:?}",
+                        clip(line)
+                    ),
+                ));
+            };
+            if !keep.contains(name.trim_start_matches('%')) {
+                continue;
+            }
+        }
         let (name, instr) =
-            parse_instruction(line, cname, *entry, no).map_err(|e| ParseError::new(file, no, e))?;
+            parse_instruction(line, cidx, entry, no).map_err(|e| ParseError::new(file, no, e))?;
         m.instructions.insert(name, instr);
     }
     if m.name.is_empty() {
@@ -174,6 +201,7 @@ pub fn parse_hlo<R: BufRead>(reader: R, file: &Path) -> Result<HloModule, ParseE
         ));
     }
     if let Some((c, _)) = current {
+        let c = &m.computations[c as usize];
         return Err(ParseError::new(
             file,
             lines.line_no(),
@@ -364,7 +392,7 @@ fn split_metadata(s: &str) -> Vec<(&str, &str)> {
 
 fn parse_instruction(
     line: &str,
-    computation: &str,
+    computation: u32,
     in_entry: bool,
     no: usize,
 ) -> Result<(String, Instruction), String> {
@@ -400,7 +428,7 @@ fn parse_instruction(
     let mut instr = Instruction {
         opcode,
         shape: shape.to_string(),
-        computation: computation.to_string(),
+        computation,
         in_entry,
         line: no,
         ..Default::default()

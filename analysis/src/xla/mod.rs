@@ -62,15 +62,21 @@ pub fn load_module(files: &dump::ModuleFiles) -> Result<ModuleReport, XlaError> 
         open(&files.buffer_assignment)?,
         &files.buffer_assignment,
     )?;
-    let hlo = if files.hlo.is_file() {
-        Some(hlo::parse_hlo(open(&files.hlo)?, &files.hlo)?)
-    } else {
-        None
-    };
     let live = if files.live_range.is_file() {
         Some(live_range::parse_live_range(
             open(&files.live_range)?,
             &files.live_range,
+        )?)
+    } else {
+        None
+    };
+    // Keep only the HLO instructions the report describes: bounded memory on huge dumps.
+    let keep = report::instructions_needed(&ba, live.as_ref());
+    let hlo = if files.hlo.is_file() {
+        Some(hlo::parse_hlo_filtered(
+            open(&files.hlo)?,
+            &files.hlo,
+            Some(&keep),
         )?)
     } else {
         None

@@ -6,8 +6,8 @@
 use super::buffer_assignment::{AssignedValue, BufferAssignment};
 use super::hlo::HloModule;
 use super::live_range::LiveRanges;
+use foldhash::HashMap;
 use serde::Serialize;
-use std::collections::HashMap;
 
 /// Totals exactly as JAX's `compiled.memory_analysis()` (XLA `CompiledMemoryStats`)
 /// derives them from the buffer assignment: per allocation, an entry parameter adds to
@@ -249,14 +249,22 @@ fn split_key(key: &str) -> (&str, &str) {
 
 /// Sweeps live ranges, counting each distinct (allocation, offset, size) slice once while
 /// any value in it is live. Returns (peak bytes, first step reaching it).
+type RangeMap<'a> = HashMap<(&'a str, &'a str), (u64, u64)>;
+
+fn range_map(live: &LiveRanges) -> RangeMap<'_> {
+    live.ranges
+        .iter()
+        .map(|(k, s, e)| (split_key(k), (*s, *e)))
+        .collect()
+}
+
 fn simulate<'v>(
     values: impl Iterator<Item = (&'v AssignedValue, u64)>,
-    ranges: &HashMap<&str, (u64, u64)>,
+    ranges: &RangeMap<'_>,
 ) -> Option<(u64, u64)> {
     let mut events: Vec<(u64, bool, (u64, u64, u64))> = Vec::new();
     for (v, alloc) in values {
-        let key = v.key();
-        if let Some(&(s, e)) = ranges.get(key.as_str()) {
+        if let Some(&(s, e)) = ranges.get(&(v.instruction.as_str(), v.index.as_str())) {
             let slice = (alloc, v.offset, v.size);
             events.push((s, true, slice));
             events.push((e + 1, false, slice));
@@ -267,7 +275,7 @@ fn simulate<'v>(
     }
     // Frees before allocations at the same step.
     events.sort_by_key(|&(t, is_alloc, _)| (t, is_alloc));
-    let mut refs: HashMap<(u64, u64, u64), u32> = HashMap::new();
+    let mut refs: HashMap<(u64, u64, u64), u32> = HashMap::default();
     let (mut live, mut peak, mut peak_t) = (0u64, 0u64, 0u64);
     let mut i = 0;
     while i < events.len() {
@@ -297,7 +305,7 @@ fn simulate<'v>(
 }
 
 fn group(buffers: &[PeakBuffer], key: impl Fn(&PeakBuffer) -> String) -> Vec<Group> {
-    let mut m: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut m: HashMap<String, (u64, u64)> = HashMap::default();
     for b in buffers {
         let e = m.entry(key(b)).or_insert((0, 0));
         e.0 += b.bytes;
@@ -314,24 +322,28 @@ fn group(buffers: &[PeakBuffer], key: impl Fn(&PeakBuffer) -> String) -> Vec<Gro
 /// Builds the module report from parsed files.
 pub fn build_report(inp: ReportInputs<'_>) -> ModuleReport {
     let totals = memory_totals(inp.ba);
-    let mut by_key: HashMap<String, (u64, &str, &AssignedValue)> = HashMap::new();
+    let mut by_key: HashMap<(&str, &str), (u64, &str, &AssignedValue)> = HashMap::default();
     for a in &inp.ba.allocations {
         for v in &a.values {
-            by_key.insert(v.key(), (a.index, a.kind(), v));
+            by_key.insert(
+                (v.instruction.as_str(), v.index.as_str()),
+                (a.index, a.kind(), v),
+            );
         }
     }
-    let locate = |key: &str| by_key.get(key).map(|&(a, k, v)| (a, k, v));
+    let locate = |key: &str| by_key.get(&split_key(key)).map(|&(a, k, v)| (a, k, v));
+    let locate_v = |v: &AssignedValue| {
+        by_key
+            .get(&(v.instruction.as_str(), v.index.as_str()))
+            .map(|&(a, k, v)| (a, k, v))
+    };
 
     let mut peak_bytes = None;
     let mut peak_time = None;
     let mut peak_buffers = Vec::new();
     let mut temp_live_peak = None;
     if let Some(live) = inp.live {
-        let ranges: HashMap<&str, (u64, u64)> = live
-            .ranges
-            .iter()
-            .map(|(k, s, e)| (k.as_str(), (*s, *e)))
-            .collect();
+        let ranges = range_map(live);
         if !live.peak_buffers.is_empty() {
             // XLA's own answer: the list printed under `Live ranges at T (peak)`.
             peak_time = live.peak_time;
@@ -352,13 +364,13 @@ pub fn build_report(inp: ReportInputs<'_>) -> ModuleReport {
             peak_time = Some(t);
             for a in inp.ba.allocations.iter().filter(|a| !a.thread_local) {
                 for v in &a.values {
-                    if let Some(&(s, e)) = ranges.get(v.key().as_str()) {
+                    if let Some(&(s, e)) = ranges.get(&(v.instruction.as_str(), v.index.as_str())) {
                         if s <= t && t <= e {
                             peak_buffers.push(describe(
                                 &v.instruction,
                                 &v.index,
                                 v.size,
-                                locate(&v.key()),
+                                locate_v(v),
                                 inp.hlo,
                             ));
                         }
@@ -382,21 +394,24 @@ pub fn build_report(inp: ReportInputs<'_>) -> ModuleReport {
             .then_with(|| a.instruction.cmp(&b.instruction))
     });
 
-    let mut top_temp_values: Vec<PeakBuffer> = inp
+    let mut temp_refs: Vec<&AssignedValue> = inp
         .ba
         .allocations
         .iter()
         .filter(|a| a.is_preallocated_temp())
         .flat_map(|a| a.values.iter())
         .filter(|v| !v.shape.starts_with('('))
-        .map(|v| describe(&v.instruction, &v.index, v.size, locate(&v.key()), inp.hlo))
         .collect();
-    top_temp_values.sort_by(|a, b| {
-        b.bytes
-            .cmp(&a.bytes)
+    temp_refs.sort_by(|a, b| {
+        b.size
+            .cmp(&a.size)
             .then_with(|| a.instruction.cmp(&b.instruction))
     });
-    top_temp_values.truncate(64);
+    let top_temp_values: Vec<PeakBuffer> = temp_refs
+        .iter()
+        .take(TOP_TEMP_VALUES)
+        .map(|v| describe(&v.instruction, &v.index, v.size, locate_v(v), inp.hlo))
+        .collect();
 
     let name = inp
         .hlo
@@ -432,16 +447,58 @@ pub fn build_report(inp: ReportInputs<'_>) -> ModuleReport {
     }
 }
 
+/// Names of the HLO instructions a report will describe (the buffers at the peak and the
+/// largest temp values), so the HLO file can be parsed keeping only those.
+pub fn instructions_needed(
+    ba: &BufferAssignment,
+    live: Option<&LiveRanges>,
+) -> foldhash::HashSet<String> {
+    let mut out = foldhash::HashSet::default();
+    if let Some(live) = live {
+        if !live.peak_buffers.is_empty() {
+            for (k, _) in &live.peak_buffers {
+                out.insert(split_key(k).0.to_string());
+            }
+        } else if let Some((_, t)) = simulated_peak(ba, live) {
+            let ranges = range_map(live);
+            for a in ba.allocations.iter().filter(|a| !a.thread_local) {
+                for v in &a.values {
+                    if let Some(&(s, e)) = ranges.get(&(v.instruction.as_str(), v.index.as_str())) {
+                        if s <= t && t <= e {
+                            out.insert(v.instruction.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut temp_refs: Vec<&AssignedValue> = ba
+        .allocations
+        .iter()
+        .filter(|a| a.is_preallocated_temp())
+        .flat_map(|a| a.values.iter())
+        .filter(|v| !v.shape.starts_with('('))
+        .collect();
+    temp_refs.sort_by(|a, b| {
+        b.size
+            .cmp(&a.size)
+            .then_with(|| a.instruction.cmp(&b.instruction))
+    });
+    for v in temp_refs.iter().take(TOP_TEMP_VALUES) {
+        out.insert(v.instruction.clone());
+    }
+    out
+}
+
+/// How many of the largest temp values a report lists.
+pub const TOP_TEMP_VALUES: usize = 64;
+
 /// Our own sweep over the live ranges (each distinct allocation slice counted while any
 /// value in it is live). Used only when the live-range file prints no peak list; it counts
 /// short-lived workspace buffers that XLA's printed `HloLiveRange` peak omits, so it can
 /// be higher than XLA's figure.
 pub fn simulated_peak(ba: &BufferAssignment, live: &LiveRanges) -> Option<(u64, u64)> {
-    let ranges: HashMap<&str, (u64, u64)> = live
-        .ranges
-        .iter()
-        .map(|(k, s, e)| (k.as_str(), (*s, *e)))
-        .collect();
+    let ranges = range_map(live);
     simulate(
         ba.allocations
             .iter()

@@ -289,7 +289,7 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
         path.display(),
         trace.meta.format,
         trace.len(),
-        trace.slots(),
+        trace.buffers(),
         human(replay::peak_live_bytes(trace))
     );
     let mode = match run.kind {
@@ -334,7 +334,7 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
         };
         println!(
             "source     the log's OOM dump: {} live buffers ({}) + the failed request ({}) need {}",
-            trace.slots().saturating_sub(1),
+            trace.buffers().saturating_sub(1),
             human(need - request),
             human(request),
             human(need)
@@ -615,6 +615,7 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
                         "min_capacity_bytes": m.map(|m| (m.min_pool_bytes as f64 / f).ceil() as u64),
                         "min_mem_fraction": m.and_then(|m| base.map(|c| m.min_pool_bytes as f64 / c as f64)),
                         "resolution_bytes": m.map(|m| m.resolution),
+                        "exact": m.map(|m| m.exact),
                         "replays": m.map(|m| m.replays),
                     })
                 })
@@ -625,19 +626,19 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
             );
         } else {
             println!(
-                "trace {} ({} events, peak live {}); smallest pool that fits, to 1 MiB:",
+                "trace {} ({} events, peak live {}); smallest pool that fits:",
                 args.trace.display(),
                 trace.len(),
                 human(replay::peak_live_bytes(&trace))
             );
             println!(
-                "{:<9} {:>14} {:>6} {:>16} {:>14} {:>8}",
+                "{:<9} {:>14} {:>6} {:>16} {:>14} {:>8}  how",
                 "allocator", "min pool", "frac", "min capacity", "min fraction", "replays"
             );
             for (k, f, m) in &rows {
                 match m {
                     Some(m) => println!(
-                        "{:<9} {:>14} {:>6} {:>16} {:>14} {:>8}",
+                        "{:<9} {:>14} {:>6} {:>16} {:>14} {:>8}  {}",
                         k.name(),
                         human(m.min_pool_bytes),
                         f,
@@ -646,7 +647,12 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
                             "{:.4}",
                             m.min_pool_bytes as f64 / c as f64
                         )),
-                        m.replays
+                        m.replays,
+                        if m.exact {
+                            "exact (from one run, verified)".to_string()
+                        } else {
+                            format!("bisection to {}", human(m.resolution))
+                        }
                     ),
                     None => println!("{:<9} {:>14}", k.name(), "none found"),
                 }

@@ -93,18 +93,23 @@ pub struct ModelSettings {
     pub preallocate: bool,
 }
 
-/// Converts an analysis trace into runner events (ids: the trace's own ids).
+/// Converts an analysis trace into runner events (ids: the trace's own buffer ids; the
+/// analysis trace reuses slots, so each free is matched to the buffer in its slot).
 pub fn events_of(trace: &Trace) -> Vec<TraceEvent> {
+    let mut in_slot: HashMap<u32, u64> = HashMap::new();
+    let mut n = 0usize;
     trace
         .ops
         .iter()
         .map(|op| match *op {
-            TraceOp::Alloc { slot, size } => TraceEvent::Alloc {
-                id: trace.slot_ids[slot as usize],
-                size,
-            },
+            TraceOp::Alloc { slot, size } => {
+                let id = trace.alloc_ids.get(n).copied().unwrap_or(n as u64);
+                n += 1;
+                in_slot.insert(slot, id);
+                TraceEvent::Alloc { id, size }
+            }
             TraceOp::Free { slot } => TraceEvent::Free {
-                id: trace.slot_ids[slot as usize],
+                id: in_slot.remove(&slot).unwrap_or(u64::MAX),
             },
         })
         .collect()
@@ -630,6 +635,30 @@ mod tests {
         assert_eq!(r.model_capacity.device_bytes, r.plan.capacity_bytes);
         assert!(r.agrees, "{:?} vs {:?}", r.real, r.prediction);
         assert_eq!(r.real.checksum_mismatches, 0);
+    }
+
+    #[test]
+    fn events_keep_the_trace_ids_across_reused_slots() {
+        let t = Trace::from_pairs([
+            (7, Some(10)),
+            (7, None),
+            (9, Some(20)),
+            (3, Some(5)),
+            (9, None),
+            (3, None),
+        ])
+        .unwrap();
+        assert_eq!(
+            events_of(&t),
+            vec![
+                TraceEvent::Alloc { id: 7, size: 10 },
+                TraceEvent::Free { id: 7 },
+                TraceEvent::Alloc { id: 9, size: 20 },
+                TraceEvent::Alloc { id: 3, size: 5 },
+                TraceEvent::Free { id: 9 },
+                TraceEvent::Free { id: 3 },
+            ]
+        );
     }
 
     #[test]
