@@ -452,7 +452,14 @@ impl Bfc {
             if map.is_empty() {
                 continue;
             }
-            if let Some((_, &h)) = map.range(lo..).next() {
+            // Above the request's own bin every chunk is larger than the request: the
+            // bin's first chunk (smallest, then lowest address) is the best fit.
+            let hit = if b == start {
+                map.range(lo..).next()
+            } else {
+                map.first_key_value()
+            };
+            if let Some((_, &h)) = hit {
                 found = Some(h);
                 break;
             }

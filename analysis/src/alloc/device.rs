@@ -173,7 +173,9 @@ fn parse_bytes(s: &str) -> Option<u64> {
     Some((v * mult as f64) as u64)
 }
 
-/// Resolves `NAME[:key=value,...]`. Strix Halo keys: `vram=` (carve-out, default 512M),
+/// Resolves `NAME[:key=value,...]`. Strix Halo keys: `vram=` (carve-out, default 96G,
+/// the largest the firmware offers and the usual setting for ML work; 512M is the
+/// factory minimum),
 /// `gtt=` (GTT limit, default half the OS-visible RAM), `mem=hipmalloc|managed` (default
 /// `hipmalloc`), `ram=` (default 128G).
 pub fn resolve(spec: &str) -> Result<DeviceProfile, DeviceError> {
@@ -193,7 +195,7 @@ pub fn resolve(spec: &str) -> Result<DeviceProfile, DeviceError> {
     ) {
         let mut sh = StrixHalo {
             system_bytes: 128 * GIB,
-            vram_carveout: 512 * MIB,
+            vram_carveout: 96 * GIB,
             gtt_limit: None,
             accounting: ApuAccounting::DeviceMalloc,
         };
@@ -283,9 +285,10 @@ mod tests {
     fn strix_halo_params() {
         let d = resolve("strix-halo:vram=96G").unwrap();
         assert_eq!(d.capacity_bytes, 96 * GIB);
-        let d = resolve("strix-halo:mem=managed").unwrap();
+        assert_eq!(resolve("strix-halo").unwrap().capacity_bytes, 96 * GIB);
+        let d = resolve("strix-halo:vram=512M,mem=managed").unwrap();
         assert_eq!(d.capacity_bytes, (128 * GIB - 512 * MIB) / 2);
-        let d = resolve("strix-halo:mem=managed,gtt=100G").unwrap();
+        let d = resolve("strix-halo:vram=512M,mem=managed,gtt=100G").unwrap();
         assert_eq!(d.capacity_bytes, 100 * GIB);
         assert!(resolve("strix-halo:vram=200G").is_err());
         assert!(resolve("strix-halo:foo=1").is_err());

@@ -237,6 +237,9 @@ fn run_json(run: &Run) -> Value {
         "peak_pool_bytes": r.peak_pool_bytes,
         "allocator": run.kind.name(),
         "device": run.target.device.as_ref().map(|d| d.name.clone()),
+        "device_source": run.target.device.as_ref().map(|d| d.source),
+        "device_capacity_measured": run.target.device.as_ref().map(|d| d.measured),
+        "framework_reserve": run.target.device.as_ref().map(|d| d.framework_reserve),
         "capacity_bytes": run.target.capacity,
         "mem_fraction": run.fraction,
         "preallocate": run.preallocate,
@@ -301,14 +304,17 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
     };
     println!("allocator  {} ({mode})", run.kind.name());
     match &run.target.device {
-        Some(d) => println!(
-            "device     {} ({}): capacity {} x {} = pool {}",
-            d.name,
-            d.display,
-            human(run.target.capacity),
-            run.fraction,
-            human(run.limit)
-        ),
+        Some(d) => {
+            println!(
+                "device     {} ({}): capacity {} x {} = pool {}",
+                d.name,
+                d.display,
+                human(run.target.capacity),
+                run.fraction,
+                human(run.limit)
+            );
+            println!("source     {}", d.source);
+        }
         None => println!(
             "capacity   {}{} x {} = pool {}",
             human(run.target.capacity),
