@@ -4,6 +4,7 @@ pub mod replay;
 pub mod gate;
 pub mod report;
 pub mod run;
+pub mod replay_gpu;
 
 use std::process::ExitCode;
 
