@@ -1,7 +1,10 @@
 //! Subcommand implementations, one file each, plus the shared exit-code policy.
 
+pub mod replay;
+pub mod gate;
 pub mod report;
 pub mod run;
+pub mod replay_gpu;
 
 use std::process::ExitCode;
 
@@ -30,3 +33,7 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
         }
     }
 }
+
+pub mod fmt;
+pub mod log;
+pub mod xla;
