@@ -9,8 +9,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use memwatch_wire::{Api, EventKind, MemKind};
 use foldhash::HashMap as FastMap;
+use memwatch_wire::{Api, EventKind, MemKind};
 use serde::Serialize;
 
 use super::codes::result_name;

@@ -11,8 +11,8 @@
 
 use std::io::Write;
 
-use memwatch_wire::EventKind;
 use foldhash::HashMap as FastMap;
+use memwatch_wire::EventKind;
 
 use super::load::{Family, Loaded};
 
