@@ -1,10 +1,10 @@
 //! Subcommand implementations, one file each, plus the shared exit-code policy.
 
-pub mod replay;
 pub mod gate;
+pub mod replay;
+pub mod replay_gpu;
 pub mod report;
 pub mod run;
-pub mod replay_gpu;
 
 use std::process::ExitCode;
 
