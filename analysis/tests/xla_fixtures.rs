@@ -65,7 +65,10 @@ fn incident_jit_model_matches_memory_analysis() {
 
 #[test]
 fn cpu_jax_0_10_2_dumps_match_recorded_memory_analysis() {
-    let dir = repo("testdata/cpu-jax0.10.2");
+    // tests/python/check_cpu_dumps.sh points this at freshly generated dumps.
+    let dir = std::env::var_os("MEMWATCH_CPU_DUMPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo("testdata/cpu-jax0.10.2"));
     let mods = xla::load_dump_dir(&dir).unwrap();
     assert!(mods.len() >= 4);
     let mut checked = 0;
