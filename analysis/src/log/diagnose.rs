@@ -175,10 +175,24 @@ fn diagnose_one(
             gib(req)
         )),
     }
+    // Name what the live chunks are, when their total matches a buffer class of the
+    // failing module (chunk sizes are rounded to 256 B, so allow 256 B per chunk).
+    let close = |a: u64, b: u64, n: u64| a.abs_diff(b) <= n * BFC_ROUNDING;
     let others: Vec<String> = oom
         .in_use_by_executable()
         .iter()
-        .map(|(e, b, n)| format!("{} in {n} chunk(s) from {e}", gib(*b)))
+        .map(|(e, b, n)| {
+            let what = match module {
+                Some(m) if e == &m.name && close(*b, m.output_bytes, *n) => {
+                    format!(" = {}'s outputs, allocated before its temp buffer", m.name)
+                }
+                Some(m) if close(*b, m.argument_bytes, *n) => {
+                    format!(" = exactly the size of {}'s arguments (its input arrays)", m.name)
+                }
+                _ => String::new(),
+            };
+            format!("{} in {n} chunk(s) from {e}{what}", gib(*b))
+        })
         .collect();
     if !others.is_empty() {
         findings.push(format!(
