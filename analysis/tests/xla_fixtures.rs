@@ -108,3 +108,37 @@ fn cpu_jax_0_10_2_dumps_match_recorded_memory_analysis() {
     // The donated MLP train step aliases its parameters.
     assert!(find(&mods, "jit_mlp_train_step").alias_bytes > 0);
 }
+
+#[test]
+fn load_path_accepts_any_file_of_a_module() {
+    let d = repo("testdata/h200/xla/h200-jax0.11.2-mlp");
+    for f in [
+        "module_142220.jit_padf.sm_9.0a_gpu_after_optimizations.txt",
+        "module_142220.jit_padf.sm_9.0a_gpu_after_optimizations-live-range.txt",
+        "module_142220.jit_padf.sm_9.0a_gpu_after_optimizations-buffer-assignment.txt",
+    ] {
+        let m = xla::load_path(&d.join(f)).unwrap();
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].name.as_str(), m[0].id), ("jit_padf", Some(142220)));
+    }
+    let e = xla::load_path(&d.join("module_142220.jit_padf.before_optimizations.txt")).unwrap_err();
+    assert!(e.to_string().contains("not an XLA dump"), "{e}");
+}
+
+#[test]
+fn diff_of_dump_with_itself_is_zero_and_detects_changes() {
+    let a = xla::load_dump_dir(&repo("testdata/h200/xla/h200-jax0.11.2-mlp")).unwrap();
+    let d = xla::diff::diff_reports(&a, &a);
+    assert!(d.added.is_empty() && d.removed.is_empty());
+    assert!(d
+        .modules
+        .iter()
+        .all(|m| m.ops.is_empty() && m.figures.values().all(|f| f.2 == 0)));
+    let mut b = a.clone();
+    b[0].temp_bytes += 1024;
+    b[0].by_category[0].bytes += 4096;
+    let d = xla::diff::diff_reports(&a, &b);
+    let m = d.modules.iter().find(|m| m.name == b[0].name).unwrap();
+    assert_eq!(m.figures["temp_bytes"].2, 1024);
+    assert_eq!(m.ops[0].delta_bytes, 4096);
+}

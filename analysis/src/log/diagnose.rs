@@ -187,7 +187,10 @@ fn diagnose_one(
                     format!(" = {}'s outputs, allocated before its temp buffer", m.name)
                 }
                 Some(m) if close(*b, m.argument_bytes, *n) => {
-                    format!(" = exactly the size of {}'s arguments (its input arrays)", m.name)
+                    format!(
+                        " = exactly the size of {}'s arguments (its input arrays)",
+                        m.name
+                    )
                 }
                 _ => String::new(),
             };
