@@ -33,6 +33,7 @@ pub struct LogArgs {
 
 /// Runs `memwatch log`.
 pub fn run(a: LogArgs) -> Result<Outcome> {
+    super::fmt::quiet_broken_pipe();
     if let Some(f) = a.mem_fraction {
         if !(f > 0.0 && f <= 1.0) {
             bail!("--mem-fraction {f}: must be in (0, 1]");

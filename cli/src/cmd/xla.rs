@@ -55,6 +55,7 @@ pub fn load(path: &Path) -> Result<Vec<ModuleReport>> {
 
 /// Runs `memwatch xla …`.
 pub fn run(cmd: XlaCmd) -> Result<Outcome> {
+    super::fmt::quiet_broken_pipe();
     match cmd {
         XlaCmd::Report {
             path,
