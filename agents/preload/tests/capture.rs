@@ -299,3 +299,88 @@ fn device_info_describes_simulated_devices() {
     dedup.dedup();
     assert_eq!(ids, dedup, "each device described once");
 }
+
+#[test]
+fn unix_socket_sink_streams_each_process() {
+    use std::io::Read;
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let sock = tmp.path().join("recv.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let server = std::thread::spawn(move || {
+        // fork scenario: the parent and the child each connect once.
+        let mut streams = Vec::new();
+        for _ in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = Vec::new();
+            streams.push(std::thread::spawn(move || {
+                s.read_to_end(&mut buf).unwrap();
+                buf
+            }));
+        }
+        streams
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let mut c = std::process::Command::new(&b.direct);
+    c.args(["direct", "fork"])
+        .env("LD_PRELOAD", &b.shim)
+        .env("MEMWATCH_SINK", format!("unix:{}", sock.display()));
+    let out = c.output().unwrap();
+    assert!(out.status.success());
+    let bufs = server.join().unwrap();
+    let mut sizes = Vec::new();
+    for buf in bufs {
+        let mut r =
+            memwatch_wire::FrameReader::new(&buf[..], memwatch_wire::ReadMode::Strict).unwrap();
+        let mut recs = Vec::new();
+        while let Some(rec) = r.next_record().unwrap() {
+            recs.push(rec);
+        }
+        assert!(
+            matches!(recs.first(), Some(Record::ProcessStart(_))),
+            "{recs:?}"
+        );
+        assert!(
+            matches!(recs.last(), Some(Record::ProcessEnd(_))),
+            "{recs:?}"
+        );
+        sizes.extend(events(&recs).iter().filter(|e| e.kind == 1).map(|e| e.size));
+    }
+    sizes.sort();
+    assert_eq!(sizes, vec![1000, 2000, 3000]);
+}
+
+#[test]
+fn oom_under_small_capacity_is_recorded_with_real_code() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("oom.mwcap");
+    // 1 MiB per device: the basic scenario's 1 MiB hipMalloc still fits, later ones fail.
+    let plain = b.run(
+        "dlsym",
+        &["basic"],
+        None,
+        &[("MEMWATCH_TESTRT_CAPACITY", "1048576")],
+    );
+    let out = b.run(
+        "dlsym",
+        &["basic"],
+        Some(&cap),
+        &[("MEMWATCH_TESTRT_CAPACITY", "1048576")],
+    );
+    assert_eq!(normalized(&plain.stdout), normalized(&out.stdout));
+    let want = expected(&String::from_utf8_lossy(&out.stdout));
+    let evs = events(&read_capture(&cap));
+    assert_eq!(evs.len(), want.len());
+    let failed: Vec<_> = evs.iter().filter(|e| e.kind == 3).collect();
+    assert!(failed.len() >= 5, "several allocations fail at 1 MiB");
+    assert!(
+        failed.iter().all(|e| e.result == 2 || e.result == 400),
+        "{failed:?}"
+    );
+    assert!(failed
+        .iter()
+        .any(|e| e.api_name().name() == "cuMemAlloc_v2" && e.size == 7 << 20 && e.result == 2));
+}

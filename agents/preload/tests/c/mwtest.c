@@ -260,6 +260,7 @@ static void basic(void) {
     r = T.cuModuleUnload(m); E("cuModuleUnload", SPAN, MK_NONE, r, (uint64_t)m, 0, cur, 0);
     /* CUDA runtime */
     r = T.cudaSetDevice(6); E("cudaSetDevice", SETDEV, MK_NONE, r, 6, 0, 6, 0); cur = 6;
+    p = NULL;
     r = T.cudaMalloc(&p, 9 * MiB); E("cudaMalloc", ALLOC, DEV, r, (uint64_t)p, 9 * MiB, cur, 0);
     r = T.cudaMalloc(&q, 3ull << 30); E("cudaMalloc", ALLOC, DEV, r, 0, 3ull << 30, cur, 0);
     r = T.cudaFree(p); E("cudaFree", FREE, DEV, r, (uint64_t)p, 0, cur, 0);
