@@ -99,10 +99,13 @@ unsafe fn after_lookup(handle: *mut c_void, name: *const c_char, p: *mut c_void)
     if p.is_null() || name.is_null() {
         return p;
     }
-    match lookup_exact(CStr::from_ptr(name).to_bytes()).and_then(|i| HOOKS.get(i)) {
+    let bytes = CStr::from_ptr(name).to_bytes();
+    match lookup_exact(bytes).and_then(|i| HOOKS.get(i)) {
         Some(h) => {
             remember_handle(handle);
-            wrap_result(h, p)
+            let r = wrap_result(h, p);
+            crate::debug::lookup("dlsym", bytes, if r == h.wrapper() { "wrapped" } else { "real" });
+            r
         }
         None => p,
     }
@@ -221,6 +224,9 @@ pub unsafe fn wrap_proc(
     let p = *pfn;
     let is_candidate = |h: &&HookInfo| h.family == fam && h.base.as_bytes() == name;
     if !HOOKS.iter().any(|h| is_candidate(&h)) {
+        if crate::debug::enabled() && name.windows(3).any(|w| w == b"Mem") {
+            crate::debug::lookup("getprocaddress", name, "not-hooked");
+        }
         return;
     }
     let mut chosen: Option<&HookInfo> = None;
@@ -251,6 +257,8 @@ pub unsafe fn wrap_proc(
     }
     if let Some(h) = chosen {
         *pfn = wrap_result(h, p);
+        let what = if *pfn == h.wrapper() { h.name() } else { "real" };
+        crate::debug::lookup("getprocaddress", name, what);
     }
     *libc::__errno_location() = saved_errno;
 }

@@ -17,6 +17,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 pub mod config;
+pub mod debug;
 pub mod device;
 pub mod dl;
 pub mod exec;
