@@ -26,7 +26,15 @@ pub fn lookup(path: &str, name: &[u8], what: &str) {
     }
     let mut buf = [0u8; 256];
     let mut n = 0;
-    for part in [b"memwatch: ".as_slice(), path.as_bytes(), b" ", name, b" ", what.as_bytes(), b"\n"] {
+    for part in [
+        b"memwatch: ".as_slice(),
+        path.as_bytes(),
+        b" ",
+        name,
+        b" ",
+        what.as_bytes(),
+        b"\n",
+    ] {
         for b in part {
             if let Some(slot) = buf.get_mut(n) {
                 *slot = *b;

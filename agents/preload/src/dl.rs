@@ -104,7 +104,11 @@ unsafe fn after_lookup(handle: *mut c_void, name: *const c_char, p: *mut c_void)
         Some(h) => {
             remember_handle(handle);
             let r = wrap_result(h, p);
-            crate::debug::lookup("dlsym", bytes, if r == h.wrapper() { "wrapped" } else { "real" });
+            crate::debug::lookup(
+                "dlsym",
+                bytes,
+                if r == h.wrapper() { "wrapped" } else { "real" },
+            );
             r
         }
         None => p,
@@ -257,7 +261,11 @@ pub unsafe fn wrap_proc(
     }
     if let Some(h) = chosen {
         *pfn = wrap_result(h, p);
-        let what = if *pfn == h.wrapper() { h.name() } else { "real" };
+        let what = if *pfn == h.wrapper() {
+            h.name()
+        } else {
+            "real"
+        };
         crate::debug::lookup("getprocaddress", name, what);
     }
     *libc::__errno_location() = saved_errno;

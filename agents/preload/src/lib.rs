@@ -16,6 +16,7 @@
 // dlsym), so the hook-only code is unused there.
 #![cfg_attr(test, allow(dead_code))]
 
+pub mod clock;
 pub mod config;
 pub mod debug;
 pub mod device;

@@ -29,10 +29,18 @@ pub static FLUSHER_RUNNING: AtomicBool = AtomicBool::new(false);
 pub static EXITING: AtomicBool = AtomicBool::new(false);
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
+/// Everything the hot path needs from thread-local storage, in one block so a hooked
+/// call pays for one TLS lookup on entry and one on exit.
+struct ThreadState {
+    in_hook: Cell<bool>,
+    tid: Cell<u32>,
+    device: Cell<i32>,
+}
+
 thread_local! {
-    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
-    static TID: Cell<u32> = const { Cell::new(0) };
-    static DEVICE: Cell<i32> = const { Cell::new(-1) };
+    static TS: ThreadState = const {
+        ThreadState { in_hook: Cell::new(false), tid: Cell::new(0), device: Cell::new(-1) }
+    };
 }
 
 /// The environment configuration (parsed once).
@@ -47,34 +55,25 @@ pub fn wrap_allowed(f: Family) -> bool {
 
 /// Marks the calling thread as never recording (the flusher).
 pub fn mark_internal_thread() {
-    IN_HOOK.with(|g| g.set(true));
+    TS.with(|t| t.in_hook.set(true));
 }
 
+/// CLOCK_MONOTONIC nanoseconds (not the hot-path clock; see `clock`).
 #[inline]
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
+    crate::clock::monotonic_ns()
 }
 
 #[inline]
-fn tid() -> u32 {
-    TID.with(|t| {
-        let v = t.get();
-        if v != 0 {
-            return v;
-        }
-        // SAFETY: plain syscall.
-        let v = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-        t.set(v);
-        v
-    })
+fn tid_of(t: &ThreadState) -> u32 {
+    let v = t.tid.get();
+    if v != 0 {
+        return v;
+    }
+    // SAFETY: plain syscall.
+    let v = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    t.tid.set(v);
+    v
 }
 
 #[inline]
@@ -93,12 +92,12 @@ fn set_errno(v: c_int) {
 /// CUDA runtime default).
 #[inline]
 pub fn current_device() -> i32 {
-    DEVICE.with(|d| d.get()).max(0)
+    TS.with(|t| t.device.get()).max(0)
 }
 
 /// Updates the thread's current device; returns the previous raw value (-1 = never set).
 pub fn swap_device(dev: i32) -> i32 {
-    DEVICE.with(|d| d.replace(dev))
+    TS.with(|t| t.device.replace(dev))
 }
 
 /// One call being recorded.
@@ -118,7 +117,7 @@ pub fn begin(f: Family, api: Api) -> Option<Pending> {
     if FAMILIES.load(Ordering::Relaxed) & f as u8 == 0 {
         return None;
     }
-    let nested = IN_HOOK.with(|g| g.replace(true));
+    let (nested, tid, device) = TS.with(|t| (t.in_hook.replace(true), tid_of(t), t.device.get()));
     if nested {
         return None;
     }
@@ -126,10 +125,10 @@ pub fn begin(f: Family, api: Api) -> Option<Pending> {
         start_flusher();
     }
     let ev = Event {
-        ts_ns: now_ns(),
+        ts_ns: crate::clock::raw(),
         pid: PID.load(Ordering::Relaxed),
-        tid: tid(),
-        device: current_device(),
+        tid,
+        device: device.max(0),
         api: api as u16,
         ..Event::default()
     };
@@ -141,7 +140,7 @@ impl Pending {
     #[inline]
     pub fn finished(&mut self, result: c_int) {
         self.errno = errno();
-        self.ev.duration_ns = now_ns().wrapping_sub(self.ev.ts_ns);
+        self.ev.duration_ns = crate::clock::raw().wrapping_sub(self.ev.ts_ns);
         self.ev.result = result;
     }
 
@@ -181,7 +180,7 @@ impl Pending {
     /// Abandons the record (nothing queued): clears the guard and restores errno.
     #[inline]
     pub fn discard(self) {
-        IN_HOOK.with(|g| g.set(false));
+        TS.with(|t| t.in_hook.set(false));
         set_errno(self.errno);
     }
 
@@ -191,7 +190,7 @@ impl Pending {
         if !RING.push(&self.ev) {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }
-        IN_HOOK.with(|g| g.set(false));
+        TS.with(|t| t.in_hook.set(false));
         set_errno(self.errno);
     }
 }
@@ -199,7 +198,7 @@ impl Pending {
 /// Records a set-device event for the calling thread outside `begin` (set-device hooks
 /// update the thread's device even when nested, and record only real changes).
 pub fn guard_is_set() -> bool {
-    IN_HOOK.with(|g| g.get())
+    TS.with(|t| t.in_hook.get())
 }
 
 /// One-time start-up on the first hooked call. Returns true when recording is active.
@@ -230,6 +229,7 @@ fn init() -> bool {
         return false;
     }
     FAMILIES.store(c.families, Ordering::Relaxed);
+    crate::clock::init();
     // SAFETY: plain libc calls with valid function pointers.
     unsafe {
         PID.store(libc::getpid() as u32, Ordering::Relaxed);
@@ -281,7 +281,7 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     // Only this thread exists now: the child is a new process of the capture.
     FORK_LOCKED.store(false, Ordering::Relaxed);
-    TID.with(|t| t.set(0));
+    TS.with(|t| t.tid.set(0));
     // SAFETY: plain syscall.
     PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
     RING.reset();
@@ -305,9 +305,9 @@ pub fn final_flush(exit_code: i32) {
         return;
     }
     EXITING.store(true, Ordering::Release);
-    let was_internal = IN_HOOK.with(|g| g.replace(true));
+    let was_internal = TS.with(|t| t.in_hook.replace(true));
     sink::flush_locked(true, exit_code, 2_000_000_000);
-    IN_HOOK.with(|g| g.set(was_internal));
+    TS.with(|t| t.in_hook.set(was_internal));
     turn_off();
 }
 

@@ -165,6 +165,15 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         if st.events.is_empty() {
             break;
         }
+        // Raw hot-path clock -> CLOCK_MONOTONIC ns (after popping: all are older).
+        let conv = crate::clock::Converter::sample();
+        for e in st.events.iter_mut() {
+            e.ts_ns = conv.ts(e.ts_ns);
+            e.duration_ns = conv.dur(e.duration_ns);
+            if e.kind == memwatch_wire::EventKind::ApiSpan as u8 {
+                e.aux = e.duration_ns;
+            }
+        }
         total += st.events.len();
         if !final_ {
             describe_new_devices(st);

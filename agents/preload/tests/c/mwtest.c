@@ -296,31 +296,65 @@ static void threads(void) {
 }
 
 static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-/* bench: threads pairs [pairs_per_sec_per_thread]: alloc+free pairs, prints ns/pair. */
-static long bench_pairs; static double bench_rate;
+/* bench THREADS BATCHES BATCH_PAIRS: each thread times BATCHES batches of BATCH_PAIRS
+ * hipMalloc+hipFree pairs; prints the median and p90 ns per call over all batches.
+ * rate THREADS SECONDS CALLS_PER_S: rate-limited pairs (total CALLS_PER_S over all
+ * threads) for SECONDS; prints the calls made and the rate reached. */
+#define MAXB 4096
+static long bench_batches, bench_batch; static double bench_rate, bench_secs;
+static double batch_ns[64][MAXB];
+static long made[64];
 static void *bench_worker(void *arg) {
-    int dev = (int)(intptr_t)arg;
-    T.hipSetDevice(dev % 8);
-    double t0 = now_s();
-    for (long i = 0; i < bench_pairs; i++) {
-        void *p;
-        if (T.hipMalloc(&p, 256) == 0) T.hipFree(p);
-        if (bench_rate > 0 && (i & 63) == 63) {
-            double due = t0 + (double)(i + 1) / bench_rate;
-            while (now_s() < due) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
-        }
+    int t = (int)(intptr_t)arg;
+    T.hipSetDevice(t % 8);
+    void *p;
+    if (T.hipMalloc(&p, 256) == 0) T.hipFree(p); /* first call: start-up not timed */
+    for (long b = 0; b < bench_batches && b < MAXB; b++) {
+        double t0 = now_s();
+        for (long i = 0; i < bench_batch; i++)
+            if (T.hipMalloc(&p, 256) == 0) T.hipFree(p);
+        batch_ns[t][b] = (now_s() - t0) * 1e9 / (2.0 * bench_batch);
     }
     return NULL;
 }
-static void bench(int nthreads, long pairs, double rate) {
+static int cmpd(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+static void bench(int nthreads) {
     pthread_t th[64];
-    bench_pairs = pairs; bench_rate = rate;
-    double t0 = now_s();
     for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, bench_worker, (void *)(intptr_t)i);
     for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+    static double all[64 * MAXB];
+    long n = 0;
+    for (int i = 0; i < nthreads; i++) for (long b = 0; b < bench_batches && b < MAXB; b++) all[n++] = batch_ns[i][b];
+    qsort(all, n, sizeof all[0], cmpd);
+    printf("B threads=%d batches=%ld median_ns_per_call=%.1f p10=%.1f p90=%.1f\n", nthreads, n, all[n / 2], all[n / 10], all[n * 9 / 10]);
+}
+static void *rate_worker(void *arg) {
+    int t = (int)(intptr_t)arg;
+    T.hipSetDevice(t % 8);
+    double t0 = now_s(), per_thread_pairs_s = bench_rate / 2.0;
+    long i = 0;
+    void *p;
+    while (1) {
+        double el = now_s() - t0;
+        if (el >= bench_secs) break;
+        long due = (long)(el * per_thread_pairs_s);
+        for (; i < due; i++)
+            if (T.hipMalloc(&p, 256) == 0) T.hipFree(p);
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    made[t] = 2 * i + 2; /* + the set-device ... counted as calls below */
+    return NULL;
+}
+static void rate(int nthreads) {
+    pthread_t th[64];
+    double t0 = now_s();
+    for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, rate_worker, (void *)(intptr_t)i);
+    for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
     double el = now_s() - t0;
-    printf("B threads=%d pairs=%ld seconds=%.6f ns_per_pair_per_thread=%.1f calls_per_s=%.0f\n", nthreads, pairs, el,
-           el * 1e9 / (double)pairs, 2.0 * pairs * nthreads / el);
+    long calls = 0;
+    for (int i = 0; i < nthreads; i++) calls += made[i] - 2;
+    printf("R threads=%d target_calls_per_s=%.0f calls=%ld seconds=%.3f reached_calls_per_s=%.0f\n", nthreads, bench_rate, calls, el, calls / el);
 }
 
 int main(int argc, char **argv) {
@@ -356,7 +390,13 @@ int main(int argc, char **argv) {
         r = T.hipMalloc(&p, 5000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 5000, 0, 0);
         printf("Y pid=%d\n", getpid());
     } else if (!strcmp(sc, "bench")) {
-        bench(argc > 3 ? atoi(argv[3]) : 1, argc > 4 ? atol(argv[4]) : 1000000, argc > 5 ? atof(argv[5]) : 0);
+        bench_batches = argc > 4 ? atol(argv[4]) : 200;
+        bench_batch = argc > 5 ? atol(argv[5]) : 1000;
+        bench(argc > 3 ? atoi(argv[3]) : 1);
+    } else if (!strcmp(sc, "rate")) {
+        bench_secs = argc > 4 ? atof(argv[4]) : 2;
+        bench_rate = (argc > 5 ? atof(argv[5]) : 1e6) / (argc > 3 ? atoi(argv[3]) : 1);
+        rate(argc > 3 ? atoi(argv[3]) : 1);
     } else { fprintf(stderr, "unknown scenario %s\n", sc); return 2; }
     return 0;
 }
