@@ -388,3 +388,38 @@ fn oom_under_small_capacity_is_recorded_with_real_code() {
         .iter()
         .any(|e| e.api_name().name() == "cuMemAlloc_v2" && e.size == 7 << 20 && e.result == 2));
 }
+
+#[test]
+fn timestamps_are_clock_monotonic_and_durations_fit() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("clock.mwcap");
+    let out = b.run("direct", &["clock"], Some(&cap), &[]);
+    let evs = events(&read_capture(&cap));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("K ")).collect();
+    assert_eq!(lines.len(), 20);
+    assert_eq!(evs.len(), 20);
+    for (line, e) in lines.iter().zip(&evs) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (size, before, after): (u64, u64, u64) = (
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+        );
+        assert_eq!(e.size, size);
+        // the converted TSC clock may be off by a few microseconds at most
+        let slack = 20_000;
+        assert!(
+            e.ts_ns + slack >= before && e.ts_ns <= after + slack,
+            "ts {} not in [{before}, {after}]",
+            e.ts_ns
+        );
+        assert!(
+            e.duration_ns <= after - before + slack,
+            "duration {} > {}",
+            e.duration_ns,
+            after - before
+        );
+    }
+}

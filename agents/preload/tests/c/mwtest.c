@@ -389,6 +389,17 @@ int main(int argc, char **argv) {
         void *p = NULL; int r;
         r = T.hipMalloc(&p, 5000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 5000, 0, 0);
         printf("Y pid=%d\n", getpid());
+    } else if (!strcmp(sc, "clock")) {
+        /* CLOCK_MONOTONIC around calls, to check the capture's timestamps and durations */
+        for (int i = 0; i < 20; i++) {
+            struct timespec a, b, pause = {0, 2000000};
+            void *p = NULL;
+            clock_gettime(CLOCK_MONOTONIC, &a);
+            int r = T.hipMalloc(&p, 100 + i);
+            clock_gettime(CLOCK_MONOTONIC, &b);
+            printf("K %d %lld %lld r=%d\n", 100 + i, a.tv_sec * 1000000000LL + a.tv_nsec, b.tv_sec * 1000000000LL + b.tv_nsec, r);
+            nanosleep(&pause, NULL);
+        }
     } else if (!strcmp(sc, "bench")) {
         bench_batches = argc > 4 ? atol(argv[4]) : 200;
         bench_batch = argc > 5 ? atol(argv[5]) : 1000;
