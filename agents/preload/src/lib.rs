@@ -8,7 +8,7 @@
 //!
 //! Modules: `config` (environment), `hooks` (the wrappers and hook table), `dl` (dlsym,
 //! dlvsym, *GetProcAddress), `real` (finding real functions), `rt` (hot path, lifecycle,
-//! fork/exit), `ring` (lock-free queue), `sink` (frames out), `flusher` (the background
+//! fork/exit), `tring` (per-thread rings), `ring` (shared fallback queue), `sink` (frames out), `flusher` (the background
 //! thread), `device` (device_info queries), `exec` (exec wrappers).
 
 #![allow(non_snake_case)]
@@ -28,3 +28,4 @@ pub mod real;
 pub mod ring;
 pub mod rt;
 pub mod sink;
+pub mod tring;
