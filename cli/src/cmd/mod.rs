@@ -1,5 +1,7 @@
 //! Subcommand implementations, one file each, plus the shared exit-code policy.
 
+pub mod replay;
+
 use std::process::ExitCode;
 
 /// What a command that ran to completion concluded.
@@ -27,3 +29,7 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
         }
     }
 }
+
+pub mod fmt;
+pub mod log;
+pub mod xla;
