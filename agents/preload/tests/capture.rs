@@ -443,3 +443,23 @@ fn thousands_of_short_threads_lose_nothing() {
     assert!(tids.len() > 100, "distinct threads: {}", tids.len());
     assert!(!recs.iter().any(|r| matches!(r, Record::Dropped(_))));
 }
+
+#[test]
+fn lookups_of_absent_runtimes_still_fail() {
+    // A program that probes for a GPU runtime with dlsym(RTLD_DEFAULT) must not find the
+    // shim's own exports when no runtime is loaded.
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("probe.mwcap");
+    let plain = b.run("dlsym", &["probe"], None, &[]);
+    let shimmed = b.run("dlsym", &["probe"], Some(&cap), &[]);
+    let text = String::from_utf8_lossy(&shimmed.stdout).to_string();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), text);
+    assert!(text.contains("N probe hipMalloc found=0 error=1"), "{text}");
+    assert!(
+        text.contains("N probe cuGetProcAddress_v2 found=0 error=1"),
+        "{text}"
+    );
+    assert!(text.contains("N probe dlsym found=1 error=0"), "{text}");
+    assert!(!cap.exists(), "no GPU call, no capture");
+}

@@ -366,8 +366,18 @@ static void rate(int nthreads) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) { fprintf(stderr, "usage: mwtest direct|dlsym|proc basic|threads|fork|exec|bench\n"); return 2; }
-    load(argv[1]);
     const char *sc = argv[2];
+    if (!strcmp(sc, "probe")) {
+        /* no runtime loaded: RTLD_DEFAULT lookups of hooked names must still fail */
+        const char *names[] = {"hipMalloc", "cuMemAlloc_v2", "cuGetProcAddress_v2", "cudaMalloc", "dlsym"};
+        for (int i = 0; i < 5; i++) {
+            void *p = dlsym(RTLD_DEFAULT, names[i]);
+            const char *err = dlerror();
+            printf("N probe %s found=%d error=%d\n", names[i], p != NULL, err != NULL);
+        }
+        return 0;
+    }
+    load(argv[1]);
     if (!strcmp(sc, "basic")) basic();
     else if (!strcmp(sc, "threads")) { if (argc > 3) per_thread = atoi(argv[3]); threads(); }
     else if (!strcmp(sc, "fork")) {
