@@ -463,3 +463,17 @@ fn lookups_of_absent_runtimes_still_fail() {
     assert!(text.contains("N probe dlsym found=1 error=0"), "{text}");
     assert!(!cap.exists(), "no GPU call, no capture");
 }
+
+#[test]
+fn runtime_reloaded_after_dlclose_is_followed() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("reload.mwcap");
+    let plain = b.run("dlsym", &["reload"], None, &[]);
+    let out = b.run("dlsym", &["reload"], Some(&cap), &[]);
+    assert_eq!(normalized(&plain.stdout), normalized(&out.stdout));
+    let want = expected(&String::from_utf8_lossy(&out.stdout));
+    let evs = events(&read_capture(&cap));
+    let got: Vec<Expected> = evs.iter().map(|e| as_expected(e, false)).collect();
+    assert_eq!(got, want);
+}
