@@ -10,7 +10,9 @@ use std::time::Duration;
 use memwatch_attach::{call_entry, AttachError, Method, START_ENTRY, STOP_ENTRY};
 
 fn cc(dir: &Path, src: &str, out: &str, extra: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(src);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(src);
     let out = dir.join(out);
     let st = Command::new("cc")
         .args(extra)
@@ -79,7 +81,10 @@ fn roundtrip(method: Method, busy: bool) {
     let r = call_entry(t.pid(), &probe, START_ENTRY, log_s, method).unwrap();
     assert_eq!(r.entry_result, 0);
     assert_eq!(r.method, method);
-    eprintln!("{method:?} busy={busy}: pause {:?} at_syscall {:?}", r.pause, r.at_syscall);
+    eprintln!(
+        "{method:?} busy={busy}: pause {:?} at_syscall {:?}",
+        r.pause, r.at_syscall
+    );
     if method == Method::Ptrace {
         assert!(r.pause < Duration::from_millis(200), "pause {:?}", r.pause);
     }
@@ -155,8 +160,14 @@ fn errors_are_specific() {
     assert!(e.to_string().contains("nope.so"), "{e}");
 
     // A library without the entry point.
-    let e = call_entry(t.pid(), Path::new("/lib/x86_64-linux-gnu/libm.so.6"), START_ENTRY, "x", Method::Ptrace)
-        .unwrap_err();
+    let e = call_entry(
+        t.pid(),
+        Path::new("/lib/x86_64-linux-gnu/libm.so.6"),
+        START_ENTRY,
+        "x",
+        Method::Ptrace,
+    )
+    .unwrap_err();
     assert!(matches!(e, AttachError::EntryMissing { .. }), "{e}");
 
     // Another tracer: a child stopped under our own PTRACE_TRACEME-free tracer (gdb holding it).
@@ -172,6 +183,13 @@ fn target_exiting_midway_is_reported_cleanly() {
     let pid = t.pid();
     let (_, code) = t.finish();
     assert_eq!(code, 7);
-    let e = call_entry(pid, &probe, START_ENTRY, log.to_str().unwrap(), Method::Ptrace).unwrap_err();
+    let e = call_entry(
+        pid,
+        &probe,
+        START_ENTRY,
+        log.to_str().unwrap(),
+        Method::Ptrace,
+    )
+    .unwrap_err();
     assert!(matches!(e, AttachError::NoSuchProcess { .. }), "{e}");
 }

@@ -47,12 +47,13 @@ impl CaptureFileSink {
             path: path.to_path_buf(),
             source,
         })?;
-        let writer = FrameWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(
-            |source| AgentError::Wire {
-                path: path.to_path_buf(),
-                source,
-            },
-        )?;
+        let writer =
+            FrameWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(|source| {
+                AgentError::Wire {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
         Ok(Self {
             path: path.to_path_buf(),
             inner: Mutex::new(Inner {

@@ -374,7 +374,9 @@ fn read_connection(id: ConnId, stream: UnixStream, shared: &Shared) -> CloseReas
     let mut reader = match FrameReader::new(tee, ReadMode::Strict) {
         Ok(r) => r,
         Err(WireError::ShortPreamble { got: 0 }) => {
-            return stopped(CloseReason::Protocol("closed before sending anything".into()))
+            return stopped(CloseReason::Protocol(
+                "closed before sending anything".into(),
+            ))
         }
         Err(WireError::Io(e)) => return stopped(CloseReason::Io(e.to_string())),
         Err(e) => return stopped(CloseReason::Protocol(e.to_string())),
@@ -389,9 +391,7 @@ fn read_connection(id: ConnId, stream: UnixStream, shared: &Shared) -> CloseReas
             Ok(Some(record)) => {
                 if first {
                     let Record::ProcessStart(start) = &record else {
-                        return CloseReason::Protocol(
-                            "first frame is not a process_start".into(),
-                        );
+                        return CloseReason::Protocol("first frame is not a process_start".into());
                     };
                     let mut table = shared.table();
                     if let Some(entry) = table.conns.get_mut(&id) {
