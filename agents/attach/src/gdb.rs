@@ -41,6 +41,9 @@ pub fn render(shim: &Path, entry: &str, arg: &str) -> Result<String> {
     check_literal("shim path", &shim)?;
     check_literal("argument", arg)?;
     Ok(TEMPLATE
+        .replace("@SHIM_N@", &(shim.len() + 1).to_string())
+        .replace("@ENTRY_N@", &(entry.len() + 1).to_string())
+        .replace("@ARG_N@", &(arg.len() + 1).to_string())
         .replace("@SHIM@", &shim)
         .replace("@ENTRY@", entry)
         .replace("@ARG@", arg))
@@ -78,6 +81,15 @@ pub fn inject(proc_: &Proc, pid: i32, shim: &Path, entry: &str, arg: &str) -> Re
 
 /// Interprets gdb's output: the `MEMWATCH` lines, or gdb's own error messages.
 pub fn parse_output(proc_: &Proc, pid: i32, shim: &Path, entry: &str, text: &str) -> Result<i32> {
+    let restored = text.lines().any(|l| l.starts_with("MEMWATCH restored"));
+    if !restored && text.lines().any(|l| l.starts_with("MEMWATCH dlopen-")) {
+        let tail: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let tail = tail[tail.len().saturating_sub(3)..].join(" | ");
+        return Err(AttachError::Gdb(format!(
+            "the gdb script stopped before restoring the registers of process {pid}; the \
+             process may not continue correctly. gdb's last lines: {tail}"
+        )));
+    }
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("MEMWATCH entry-result ") {
             return rest
@@ -150,9 +162,12 @@ mod tests {
             "unix:/tmp/s",
         )
         .unwrap();
-        assert!(s.contains("dlopen)(\"/opt/mw/libmemwatch_preload.so\", 2)"));
-        assert!(s.contains("\"memwatch_attach_start\""));
-        assert!(s.contains("(\"unix:/tmp/s\")"));
+        assert!(
+            s.contains("set {char[31]} $mw_shim = \"/opt/mw/libmemwatch_preload.so\""),
+            "{s}"
+        );
+        assert!(s.contains("set {char[22]} $mw_entry_name = \"memwatch_attach_start\""));
+        assert!(s.contains("set {char[12]} $mw_arg = \"unix:/tmp/s\""));
         assert!(!s.contains('@'));
         assert!(render(Path::new("/a\"b.so"), "e", "x").is_err());
     }
@@ -167,7 +182,7 @@ mod tests {
                 1,
                 shim,
                 "e",
-                "noise\nMEMWATCH dlopen-ok 0x1\nMEMWATCH entry-result 1\n"
+                "noise\nMEMWATCH dlopen-ok 0x1\nMEMWATCH entry-result 1\nMEMWATCH restored\n"
             )
             .unwrap(),
             1
@@ -177,16 +192,35 @@ mod tests {
             1,
             shim,
             "e",
-            "MEMWATCH dlopen-failed /x.so: cannot open shared object file\n",
+            "MEMWATCH dlopen-failed /x.so: cannot open shared object file\nMEMWATCH restored\n",
         )
         .unwrap_err();
         assert!(
             e.to_string().contains("cannot open shared object file"),
             "{e}"
         );
-        let e = parse_output(&p, 1, shim, "e", "MEMWATCH entry-missing\n").unwrap_err();
+        let e = parse_output(
+            &p,
+            1,
+            shim,
+            "e",
+            "MEMWATCH dlopen-ok 0x1\nMEMWATCH entry-missing\nMEMWATCH restored\n",
+        )
+        .unwrap_err();
         assert!(matches!(e, AttachError::EntryMissing { .. }));
         let e = parse_output(&p, 999_999_999, shim, "e", "ptrace: No such process.\n").unwrap_err();
         assert!(matches!(e, AttachError::NoSuchProcess { .. }));
+        let e = parse_output(
+            &p,
+            1,
+            shim,
+            "e",
+            "MEMWATCH dlopen-ok 0x1\nerror in sourced file\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("before restoring the registers"),
+            "{e}"
+        );
     }
 }
