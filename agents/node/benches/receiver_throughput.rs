@@ -42,7 +42,7 @@ fn client(path: std::path::PathBuf, pid: u32, events: usize) {
                 size: 256,
                 pid,
                 tid: pid,
-                kind: if k % 2 == 0 { 1 } else { 2 },
+                kind: if k.is_multiple_of(2) { 1 } else { 2 },
                 mem_kind: 1,
                 api: 1,
                 duration_ns: 100,
