@@ -17,6 +17,7 @@
 # thread in that window re-executes and faults again after detach. The thread is usually inside a
 # system call (gdb stops all threads with SIGSTOP); restoring $orig_rax lets the kernel
 # restart that call.
+set language c
 set confirm off
 set pagination off
 set print thread-events off

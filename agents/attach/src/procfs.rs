@@ -5,7 +5,7 @@
 //! Owns reading and interpreting /proc files (rooted at a configurable directory so tests
 //! can feed fabricated files). It never ptraces or writes to a process.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::error::{AttachError, Result};
 
