@@ -52,7 +52,9 @@ impl Method {
     }
 }
 
-/// The user's choice; `Auto` is gdb when it is installed, else the built-in injector.
+/// The user's choice. `Auto` is the built-in injector on x86-64 Linux (it pauses one
+/// thread for ~10-50 ms; gdb stops every thread for ~0.7 s while it reads symbols), and
+/// gdb on other architectures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MethodChoice {
     Auto,
@@ -65,8 +67,10 @@ impl MethodChoice {
         match self {
             MethodChoice::Gdb => Method::Gdb,
             MethodChoice::Ptrace => Method::Ptrace,
-            MethodChoice::Auto if gdb::available() => Method::Gdb,
-            MethodChoice::Auto => Method::Ptrace,
+            MethodChoice::Auto if cfg!(all(target_arch = "x86_64", target_os = "linux")) => {
+                Method::Ptrace
+            }
+            MethodChoice::Auto => Method::Gdb,
         }
     }
 }

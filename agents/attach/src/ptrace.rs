@@ -39,6 +39,9 @@ pub struct Session {
     base: libc::user_regs_struct,
     /// Where called functions return to: an existing int3 byte (or 0, trapping by SIGSEGV).
     trap_addr: u64,
+    /// The x87/SSE state at the stop (called functions may clobber xmm registers, which
+    /// interrupted user code can have live).
+    fpregs: Option<libc::user_fpregs_struct>,
     /// Stack bytes we overwrote: (address, original bytes).
     saved_mem: Vec<(u64, Vec<u8>)>,
     stopped_at: Instant,
@@ -103,6 +106,20 @@ fn get_regs(pid: i32) -> Result<libc::user_regs_struct> {
         return Err(ptrace_err(pid, "GETREGS"));
     }
     Ok(regs)
+}
+
+fn get_fpregs(pid: i32) -> Option<libc::user_fpregs_struct> {
+    let mut fp: libc::user_fpregs_struct = unsafe { std::mem::zeroed() };
+    // SAFETY: PTRACE_GETFPREGS fills a user_fpregs_struct.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETFPREGS,
+            pid,
+            std::ptr::null_mut::<libc::c_void>(),
+            &mut fp as *mut _ as *mut libc::c_void,
+        )
+    };
+    (r == 0).then_some(fp)
 }
 
 fn set_regs(pid: i32, regs: &libc::user_regs_struct) -> Result<()> {
@@ -194,12 +211,14 @@ impl Session {
             restore: unsafe { std::mem::zeroed() },
             base: unsafe { std::mem::zeroed() },
             trap_addr: 0,
+            fpregs: None,
             saved_mem: Vec::new(),
             stopped_at: Instant::now(),
             detached: false,
             at_syscall: false,
         };
         s.stop_at_safe_point()?;
+        s.fpregs = get_fpregs(pid);
         s.trap_addr = find_int3(&s.mem, maps);
         Ok(s)
     }
@@ -411,6 +430,17 @@ impl Session {
         for (addr, old) in self.saved_mem.drain(..).rev() {
             // Best effort per region; a failure is reported after detaching.
             let _ = self.mem.write_all_at(&old, addr);
+        }
+        if let Some(fp) = &self.fpregs {
+            // SAFETY: PTRACE_SETFPREGS reads a user_fpregs_struct.
+            unsafe {
+                libc::ptrace(
+                    libc::PTRACE_SETFPREGS,
+                    self.pid,
+                    std::ptr::null_mut::<libc::c_void>(),
+                    fp as *const _ as *mut libc::c_void,
+                );
+            }
         }
         let set = set_regs(self.pid, &self.restore);
         let r = unsafe {

@@ -38,11 +38,12 @@ Examples:
   memwatch attach 12345                       # until Ctrl-C
   memwatch attach 12345 --duration 60s --out step.mwcap
   memwatch attach --all-children 4242 --live  # a launcher and its workers; q detaches
-  memwatch attach 12345 --method ptrace       # hosts without gdb
+  memwatch attach 12345 --method gdb          # inject with gdb instead
 
 How it works: the shim (libmemwatch_preload.so) is loaded into the running process with
-dlopen, through gdb when it is installed or a built-in ptrace injector (x86-64), and told
-where to send events. It then redirects the process's already-linked calls of HIP / CUDA
+dlopen, by a built-in ptrace injector (x86-64; the default) or by gdb running the batch
+script agents/attach/gdb/inject.gdb (--method gdb; it stops all threads for ~0.7 s), and
+told where to send events. It then redirects the process's already-linked calls of HIP / CUDA
 allocation functions (their GOT entries) and of dlsym / *GetProcAddress to its wrappers.
 The process is paused only while this happens (milliseconds with ptrace).
 
@@ -58,7 +59,7 @@ running. ptrace must be allowed: kernel.yama.ptrace_scope 0, or root / CAP_SYS_P
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum MethodArg {
-    /// gdb when installed, else the built-in injector.
+    /// The built-in injector on x86-64 (pauses one thread ~10-50 ms), gdb elsewhere.
     Auto,
     Gdb,
     Ptrace,
