@@ -44,6 +44,9 @@ def read_capture(path):
             starts.append(pid)
         else:
             other[{3: "device_info", 5: "dropped", 6: "process_end"}.get(ty, f"type{ty}")] += 1
+            if ty == 5:
+                _pid, _ts, total = struct.unpack_from("<IQQ", payload, 0)
+                other["dropped_total"] = max(other["dropped_total"], total)
         pos += 4 + ln + 4
     return events, starts, other
 

@@ -37,6 +37,10 @@ run_one() { # name, env assignments..., -- workload
   grep -h "^memwatch: " "$out/$name.err" | sort | uniq -c | sort -rn | head -40 | sed 's/^/  lookup /'
   grep -v "^memwatch: " "$out/$name.err" | grep -iE "error|Traceback" | head -5 | sed 's/^/  stderr: /'
   [ -f "$cap" ] && "$py" "$here/capture_frameworks.py" compare "$cap" "$out/$name.out" || echo "  no capture written"
+  if [ -n "$mw" ] && [ -f "$cap" ]; then
+    "$mw" report "$cap" >"$out/$name.report.txt" 2>&1
+    sed -n '1,14p' "$out/$name.report.txt" | sed 's/^/  report: /'
+  fi
 }
 
 run_one jax_platform XLA_PYTHON_CLIENT_ALLOCATOR=platform -- jax

@@ -9,6 +9,7 @@
 use crate::config::{Config, Family};
 use crate::ring::Ring;
 use crate::sink;
+use crate::tring::{self, ThreadRing};
 use core::cell::Cell;
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -35,12 +36,36 @@ struct ThreadState {
     in_hook: Cell<bool>,
     tid: Cell<u32>,
     device: Cell<i32>,
+    /// This thread's ring; NULL before its first recorded call.
+    ring: Cell<*const ThreadRing>,
+    /// Set when no ring could be had: use the shared ring.
+    shared: Cell<bool>,
 }
 
 thread_local! {
     static TS: ThreadState = const {
-        ThreadState { in_hook: Cell::new(false), tid: Cell::new(0), device: Cell::new(-1) }
+        ThreadState {
+            in_hook: Cell::new(false),
+            tid: Cell::new(0),
+            device: Cell::new(-1),
+            ring: Cell::new(core::ptr::null()),
+            shared: Cell::new(false),
+        }
     };
+    /// Hands the thread's ring back for reuse when the thread ends. Touched once per
+    /// thread (registering its destructor), when the ring is taken.
+    static RING_OWNER: RingOwner = const { RingOwner(Cell::new(core::ptr::null())) };
+}
+
+struct RingOwner(Cell<*const ThreadRing>);
+
+impl Drop for RingOwner {
+    fn drop(&mut self) {
+        // SAFETY: rings are never unmapped.
+        if let Some(r) = unsafe { self.0.get().as_ref() } {
+            r.orphan();
+        }
+    }
 }
 
 /// The environment configuration (parsed once).
@@ -187,12 +212,36 @@ impl Pending {
     /// Queues the event (or counts a drop), clears the guard and restores errno.
     #[inline]
     pub fn commit(self) {
-        if !RING.push(&self.ev) {
+        let ok = TS.with(|t| {
+            // SAFETY: rings are never unmapped.
+            let ok = match unsafe { t.ring.get().as_ref() } {
+                Some(r) => r.push(&self.ev),
+                None => push_slow(t, &self.ev),
+            };
+            t.in_hook.set(false);
+            ok
+        });
+        if !ok {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }
-        TS.with(|t| t.in_hook.set(false));
         set_errno(self.errno);
     }
+}
+
+/// First recorded call of a thread: take a ring (or settle for the shared one).
+#[cold]
+fn push_slow(t: &ThreadState, ev: &Event) -> bool {
+    if !t.shared.get() {
+        match tring::acquire(config().buffer_events) {
+            Some(r) => {
+                t.ring.set(r);
+                RING_OWNER.with(|o| o.0.set(r));
+                return r.push(ev);
+            }
+            None => t.shared.set(true),
+        }
+    }
+    RING.push(ev)
 }
 
 /// Records a set-device event for the calling thread outside `begin` (set-device hooks
@@ -281,7 +330,10 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     // Only this thread exists now: the child is a new process of the capture.
     FORK_LOCKED.store(false, Ordering::Relaxed);
-    TS.with(|t| t.tid.set(0));
+    TS.with(|t| {
+        t.tid.set(0);
+        tring::reset_in_child(t.ring.get());
+    });
     // SAFETY: plain syscall.
     PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
     RING.reset();

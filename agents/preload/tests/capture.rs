@@ -423,3 +423,23 @@ fn timestamps_are_clock_monotonic_and_durations_fit() {
         );
     }
 }
+
+#[test]
+fn thousands_of_short_threads_lose_nothing() {
+    // More threads than the ring registry holds (1024), one after another: rings of
+    // ended threads are reused, every call is captured.
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("churn.mwcap");
+    b.run("direct", &["churn", "1500"], Some(&cap), &[]);
+    let recs = read_capture(&cap);
+    let evs = events(&recs);
+    assert_eq!(evs.len(), 3000);
+    assert_eq!(
+        evs.iter().filter(|e| e.kind == 1 && e.size == 512).count(),
+        1500
+    );
+    let tids: std::collections::HashSet<u32> = evs.iter().map(|e| e.tid).collect();
+    assert!(tids.len() > 100, "distinct threads: {}", tids.len());
+    assert!(!recs.iter().any(|r| matches!(r, Record::Dropped(_))));
+}

@@ -289,6 +289,12 @@ static void *worker(void *arg) {
     printf("T dev=%d tid=%ld n=%d\n", dev, (long)gettid(), per_thread);
     return NULL;
 }
+static void *churn_worker(void *arg) {
+    void *p = NULL;
+    (void)arg;
+    if (T.hipMalloc(&p, 512) == 0) T.hipFree(p);
+    return NULL;
+}
 static void threads(void) {
     pthread_t th[8];
     for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i);
@@ -389,6 +395,16 @@ int main(int argc, char **argv) {
         void *p = NULL; int r;
         r = T.hipMalloc(&p, 5000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 5000, 0, 0);
         printf("Y pid=%d\n", getpid());
+    } else if (!strcmp(sc, "churn")) {
+        /* many short-lived threads, one after another: per-thread rings must be reused */
+        int n = argc > 3 ? atoi(argv[3]) : 1500;
+        for (int i = 0; i < n; i++) {
+            pthread_t th;
+            per_thread = 1;
+            pthread_create(&th, NULL, churn_worker, (void *)(intptr_t)(i % 8));
+            pthread_join(th, NULL);
+        }
+        printf("churn threads=%d\n", n);
     } else if (!strcmp(sc, "clock")) {
         /* CLOCK_MONOTONIC around calls, to check the capture's timestamps and durations */
         for (int i = 0; i < 20; i++) {
