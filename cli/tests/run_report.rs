@@ -159,6 +159,10 @@ fn command_not_found_is_exit_2() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot run /no/such/cmd"));
+    assert!(
+        !dir.path().join("x.mwcap").exists(),
+        "no capture for a command that never ran"
+    );
 }
 
 fn sample_capture() -> Vec<u8> {

@@ -245,12 +245,22 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     }
     install_forwarding()?;
     let started = Instant::now();
-    let mut child = Command::new(&args.command[0])
+    let spawned = Command::new(&args.command[0])
         .args(&args.command[1..])
         .env("LD_PRELOAD", &ld_preload)
         .env("MEMWATCH_SINK", receiver.sink_address())
-        .spawn()
-        .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()))?;
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            // Nothing ran: leave no capture behind.
+            receiver.shutdown();
+            let _ = sink.finish();
+            let _ = std::fs::remove_file(&out);
+            return Err(e)
+                .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()));
+        }
+    };
     CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
     let status = child.wait();
     CHILD_PID.store(0, Ordering::SeqCst);
