@@ -472,6 +472,46 @@ fn error_paths_are_specific() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown unit"));
 
+    // ptrace denied: memwatch without CAP_SYS_PTRACE (dropped from its bounding set by
+    // setpriv) against a process of another uid. Needs root to set that up.
+    if unsafe { libc::geteuid() } == 0 && Command::new("setpriv").arg("--version").output().is_ok()
+    {
+        let mut other = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sleep",
+                "5",
+            ])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let out = Command::new("setpriv")
+            .args(["--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace", "--"])
+            .arg(env!("CARGO_BIN_EXE_memwatch"))
+            .args([
+                "attach",
+                &other.id().to_string(),
+                "--method",
+                "ptrace",
+                "--shim",
+            ])
+            .arg(&built().shim)
+            .output()
+            .unwrap();
+        let _ = other.kill();
+        let _ = other.wait();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("not permitted")
+                && err.contains("uid 65534")
+                && err.contains("CAP_SYS_PTRACE"),
+            "{err}"
+        );
+    }
+
     // A process started under `memwatch run` (MEMWATCH_SINK set) is refused.
     let mut under_run = Command::new("sleep")
         .arg("3")

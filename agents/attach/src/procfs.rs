@@ -77,7 +77,7 @@ impl Proc {
     pub fn status(&self, pid: i32) -> Result<Status> {
         let text = self
             .read(&format!("{pid}/status"))
-            .map_err(|e| gone(pid, e))?;
+            .map_err(|e| self.gone(pid, e))?;
         Ok(parse_status(&text))
     }
 
@@ -110,7 +110,7 @@ impl Proc {
         let path = self.path(&format!("{pid}/exe"));
         let mut head = [0u8; 20];
         let data = std::fs::read(&path).map_err(|source| {
-            gone(
+            self.gone(
                 pid,
                 AttachError::Read {
                     path: path.clone(),
@@ -139,7 +139,7 @@ impl Proc {
     pub fn maps(&self, pid: i32) -> Result<Vec<Mapping>> {
         let text = self
             .read(&format!("{pid}/maps"))
-            .map_err(|e| gone(pid, e))?;
+            .map_err(|e| self.gone(pid, e))?;
         Ok(parse_maps(&text))
     }
 
@@ -202,6 +202,26 @@ impl Proc {
         Ok(out)
     }
 
+    /// Maps an unreadable per-process file to "no such process" when the process is gone,
+    /// and to [`AttachError::PtraceDenied`] when access is refused (/proc/PID/exe, maps
+    /// and mem are guarded by the same ptrace access check).
+    fn gone(&self, pid: i32, e: AttachError) -> AttachError {
+        match &e {
+            AttachError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                AttachError::NoSuchProcess { pid }
+            }
+            AttachError::Read { source, .. }
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                AttachError::PtraceDenied {
+                    pid,
+                    advice: self.explain_ptrace_denied(pid),
+                }
+            }
+            _ => e,
+        }
+    }
+
     /// Explains an EPERM from PTRACE_SEIZE: which rule forbids it and what to change.
     pub fn explain_ptrace_denied(&self, pid: i32) -> String {
         let me = self.status(std::process::id() as i32).unwrap_or_default();
@@ -212,16 +232,6 @@ impl Proc {
             me.uid,
             target.uid,
         )
-    }
-}
-
-/// Maps an unreadable per-process file to "no such process" when the process is gone.
-fn gone(pid: i32, e: AttachError) -> AttachError {
-    match &e {
-        AttachError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-            AttachError::NoSuchProcess { pid }
-        }
-        _ => e,
     }
 }
 

@@ -188,7 +188,10 @@ impl TargetDir {
 
 impl Drop for TargetDir {
     fn drop(&mut self) {
+        // The lock is released when `_lock` closes; the directory goes with it.
         let _ = std::fs::remove_file(self.sink_path());
+        let _ = std::fs::remove_file(self.dir.join("lock"));
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
@@ -354,7 +357,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
                     method.name(),
                     p as f64 / 1e6
                 ),
-                (Some(e), _) => eprintln!("memwatch: pid {pid}: {e}"),
+                (Some(e), _) if pids.len() > 1 => eprintln!("memwatch: pid {pid}: {e}"),
                 _ => {}
             }
         }
