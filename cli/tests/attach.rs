@@ -113,8 +113,12 @@ struct Target {
 
 impl Target {
     fn start(iters: u32, ms: u32) -> Target {
+        Self::start_mode(iters, ms, "direct")
+    }
+
+    fn start_mode(iters: u32, ms: u32, mode: &str) -> Target {
         let mut child = Command::new(&built().target)
-            .args([iters.to_string(), ms.to_string()])
+            .args([iters.to_string(), ms.to_string(), mode.to_string()])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -346,6 +350,42 @@ fn attach_via_gdb_captures_exactly_while_attached() {
         "gdb is required (scripts/install-deps.sh installs it)"
     );
     attach_roundtrip("gdb");
+}
+
+#[test]
+fn lookups_after_attach_are_captured_cached_pointers_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    // dlsym in every iteration: the program's dlsym GOT entry now leads to the shim's
+    // dlsym, which hands out wrappers.
+    let t = Target::start_mode(200, 10, "dlsym");
+    let cap = dir.path().join("dlsym.mwcap");
+    let j = json(&attach(t.pid(), "ptrace", &["--duration", "500ms"], &cap));
+    assert_eq!(j["targets"][0]["attached"], true, "{j}");
+    let c = read_capture(&cap);
+    let (a, b) = check_exact(&c);
+    assert!(b > a + 5, "iterations {a}..{b} captured through dlsym");
+    let (_, code) = t.finish();
+    assert_eq!(code, 3);
+
+    // Pointers looked up once before attach (as XLA caches them) cannot be redirected:
+    // nothing is captured, but the attach says so through its baseline.
+    let t = Target::start_mode(100, 10, "cached");
+    let cap = dir.path().join("cached.mwcap");
+    let j = json(&attach(t.pid(), "ptrace", &["--duration", "300ms"], &cap));
+    assert_eq!(j["targets"][0]["attached"], true, "{j}");
+    let c = read_capture(&cap);
+    assert!(
+        c.iter_allocs.is_empty(),
+        "cached pointers bypass the shim: {:?}",
+        c.iter_allocs
+    );
+    assert!(c
+        .markers
+        .iter()
+        .any(|m| m.starts_with("pre-attach-baseline device=0 ")));
+    let (output, code) = t.finish();
+    assert_eq!(code, 3);
+    assert_eq!(output, undisturbed(100), "output unchanged");
 }
 
 #[test]
