@@ -234,6 +234,8 @@ struct TargetJson {
     at_syscall: Option<bool>,
     error: Option<String>,
     detached: Option<String>,
+    /// What the shim hooked (`patched_slots=N objects=... failed_slots=N hooked_names=N`).
+    hooked: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -327,6 +329,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
             at_syscall: None,
             error: None,
             detached: None,
+            hooked: None,
         };
         match memwatch_attach::call_entry(pid, &shim, START_ENTRY, &sink, method) {
             Ok(r) => {
@@ -432,6 +435,17 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
     drop(dirs);
 
     let first_event = *tee.first_event.lock().unwrap_or_else(|p| p.into_inner());
+    let starts = tee
+        .live
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .starts
+        .clone();
+    for t in targets.iter_mut() {
+        t.hooked = starts
+            .get(&(t.pid as u32))
+            .map(|s| s.trim_start_matches("memwatch-attach start ").to_string());
+    }
     let loaded = load_with_progress(&out)?;
     print_damage(&loaded);
     let report = analyze(loaded, &ReportOptions { top: args.top });
@@ -471,6 +485,16 @@ fn summary(
             )),
         }
         s.push('\n');
+        if let Some(h) = &t.hooked {
+            s.push_str(&format!("            hooks: {h}\n"));
+            if h.starts_with("patched_slots=0 ") {
+                s.push_str(
+                    "            nothing in this process calls HIP/CUDA allocation functions through \
+                     its GOT: calls through pointers it cached earlier (dlsym, *GetProcAddress; \
+                     XLA, PyTorch) cannot be seen after attach; only new lookups are\n",
+                );
+            }
+        }
     }
     if let Some(f) = first_event {
         s.push_str(&format!(

@@ -40,6 +40,8 @@ pub struct LiveStats {
     pub devices: BTreeMap<(u32, i32), DeviceLive>,
     /// `pre-attach-baseline` marker texts.
     pub baselines: Vec<String>,
+    /// Per pid: the shim's `memwatch-attach start` marker (what it could hook).
+    pub starts: BTreeMap<u32, String>,
 }
 
 impl LiveStats {
@@ -75,6 +77,9 @@ impl LiveStats {
             }
             Record::Marker(m) if m.text.starts_with("pre-attach-baseline") => {
                 self.baselines.push(format!("pid {} {}", m.pid, m.text));
+            }
+            Record::Marker(m) if m.text.starts_with("memwatch-attach start") => {
+                self.starts.insert(m.pid, m.text.clone());
             }
             _ => {}
         }
