@@ -9,13 +9,15 @@
 //!
 //! Modules: `procfs` (what /proc says: existence, tracer, yama, caps, maps, children),
 //! `elfsym` (symbol addresses in another process), `ptrace` (the remote-call session),
-//! `gdb`, `error`. Nothing here receives events: the CLI does that.
+//! `gdb`, `smi` (nvidia-smi per-process figures), `error`. Nothing here receives events:
+//! the CLI does that.
 
 pub mod elfsym;
 pub mod error;
 pub mod gdb;
 pub mod procfs;
 pub mod ptrace;
+pub mod smi;
 
 use std::path::Path;
 use std::time::Duration;

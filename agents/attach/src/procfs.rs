@@ -241,6 +241,88 @@ fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
         .map(|v| v.trim())
 }
 
+/// A process's memory on one DRM device, from `/proc/PID/fdinfo` (the kernel's DRM
+/// client usage stats; amdgpu reports them, also for ROCm processes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrmUsage {
+    pub driver: String,
+    /// PCI address, e.g. `0000:03:00.0`.
+    pub pdev: String,
+    pub vram_bytes: u64,
+    pub gtt_bytes: u64,
+}
+
+/// One fdinfo file's DRM fields: (driver, pdev, client id, vram bytes, gtt bytes).
+pub fn parse_drm_fdinfo(text: &str) -> Option<(String, String, u64, u64, u64)> {
+    let driver = field(text, "drm-driver:")?.to_string();
+    let pdev = field(text, "drm-pdev:").unwrap_or("").to_string();
+    let client = field(text, "drm-client-id:")?.parse().ok()?;
+    // Older kernels: drm-memory-<region>; newer: drm-total-<region>. Values in KiB/MiB.
+    let amount = |region: &str| {
+        [
+            format!("drm-memory-{region}:"),
+            format!("drm-total-{region}:"),
+        ]
+        .iter()
+        .find_map(|k| field(text, k))
+        .and_then(|v| {
+            let mut it = v.split_whitespace();
+            let n: u64 = it.next()?.parse().ok()?;
+            let mult = match it.next() {
+                Some("KiB") => 1 << 10,
+                Some("MiB") => 1 << 20,
+                Some("GiB") => 1 << 30,
+                _ => 1,
+            };
+            Some(n * mult)
+        })
+        .unwrap_or(0)
+    };
+    Some((driver, pdev, client, amount("vram"), amount("gtt")))
+}
+
+impl Proc {
+    /// Device memory the process holds per DRM device, summed over its DRM clients
+    /// (each client counted once although several descriptors may share it). Empty when
+    /// the driver does not report (e.g. NVIDIA's) or /proc/PID/fdinfo is unreadable.
+    pub fn drm_usage(&self, pid: i32) -> Vec<DrmUsage> {
+        let dir = self.path(&format!("{pid}/fdinfo"));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out: Vec<DrmUsage> = Vec::new();
+        for e in entries.flatten() {
+            let Ok(text) = std::fs::read_to_string(e.path()) else {
+                continue;
+            };
+            let Some((driver, pdev, client, vram, gtt)) = parse_drm_fdinfo(&text) else {
+                continue;
+            };
+            if !seen.insert((pdev.clone(), client)) {
+                continue;
+            }
+            match out
+                .iter_mut()
+                .find(|u| u.pdev == pdev && u.driver == driver)
+            {
+                Some(u) => {
+                    u.vram_bytes += vram;
+                    u.gtt_bytes += gtt;
+                }
+                None => out.push(DrmUsage {
+                    driver,
+                    pdev,
+                    vram_bytes: vram,
+                    gtt_bytes: gtt,
+                }),
+            }
+        }
+        out.sort_by(|a, b| a.pdev.cmp(&b.pdev));
+        out
+    }
+}
+
 /// Parses the text of /proc/PID/status.
 pub fn parse_status(text: &str) -> Status {
     Status {
@@ -385,11 +467,32 @@ mod tests {
         w("12/status", "Name:\tworker\nPPid:\t10\nTracerPid:\t0\n");
         w("13/status", "Name:\tgrandkid\nPPid:\t12\nTracerPid:\t0\n");
         w("77/status", "Name:\tgdb\nPPid:\t1\nTracerPid:\t0\n");
+        // Two descriptors of one amdgpu client, one of another client, a non-DRM fd.
+        let amd = |client: u32, vram: &str| {
+            format!(
+                "pos:\t0\nflags:\t02100002\ndrm-driver:\tamdgpu\ndrm-pdev:\t0000:03:00.0\n\
+                 drm-client-id:\t{client}\ndrm-memory-vram:\t{vram}\ndrm-memory-gtt:\t2048 KiB\n"
+            )
+        };
+        w("12/fdinfo/5", &amd(18, "1048576 KiB"));
+        w("12/fdinfo/6", &amd(18, "1048576 KiB"));
+        w("12/fdinfo/7", &amd(19, "512 MiB"));
+        w("12/fdinfo/1", "pos:\t0\nflags:\t02\n");
         let p = Proc::new(dir.path());
         assert_eq!(p.ptrace_scope(), Some(1));
         assert_eq!(p.with_descendants(10).unwrap(), vec![10, 11, 12, 13]);
         let err = p.require_untraced(11).unwrap_err().to_string();
         assert!(err.contains("traced by pid 77 (gdb)"), "{err}");
+        assert_eq!(
+            p.drm_usage(12),
+            vec![DrmUsage {
+                driver: "amdgpu".into(),
+                pdev: "0000:03:00.0".into(),
+                vram_bytes: (1 << 30) + (512 << 20),
+                gtt_bytes: 2 * 2048 * 1024,
+            }]
+        );
+        assert!(p.drm_usage(13).is_empty());
         assert!(matches!(
             p.require_process(99),
             Err(AttachError::NoSuchProcess { pid: 99 })

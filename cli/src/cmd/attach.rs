@@ -247,6 +247,55 @@ struct AttachJson {
     report: memwatch_analysis::capture::CaptureReport,
 }
 
+/// Per-process device memory as seen from outside the process at attach time: amdgpu's
+/// /proc/PID/fdinfo DRM stats and nvidia-smi, as `pre-attach-baseline-process` markers.
+fn outside_baseline(proc_: &Proc, pid: i32) -> Vec<String> {
+    let mut out: Vec<String> = proc_
+        .drm_usage(pid)
+        .into_iter()
+        .map(|u| {
+            format!(
+                "pre-attach-baseline-process pid={pid} pdev={} vram={} gtt={} source=drm-fdinfo driver={}",
+                u.pdev, u.vram_bytes, u.gtt_bytes, u.driver
+            )
+        })
+        .collect();
+    out.extend(
+        memwatch_attach::smi::nvidia_usage(pid as u32)
+            .into_iter()
+            .map(|u| {
+                format!(
+                    "pre-attach-baseline-process pid={pid} pdev={} vram={} source=nvidia-smi",
+                    u.bus_id, u.used_bytes
+                )
+            }),
+    );
+    out
+}
+
+fn write_marker(file: &CaptureFileSink, pid: i32, text: String) -> Result<()> {
+    let now = {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid out-pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    };
+    let record = Record::Marker(memwatch_wire::Marker {
+        pid: pid as u32,
+        tid: 0,
+        ts_ns: now,
+        device: -1,
+        text,
+    });
+    let mut bytes = Vec::new();
+    memwatch_wire::encode_record(&record, &mut bytes).context("cannot encode a marker")?;
+    file.frame(ConnId(0), &record, &bytes)
+        .map_err(|e| anyhow::anyhow!("capture file: {}", e.0))
+}
+
 fn default_out(pid: i32) -> PathBuf {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -313,6 +362,11 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
     let receiver = Receiver::start(None, tee.clone() as Arc<dyn FrameSink>)?;
     install_stop_handlers()?;
 
+    for &pid in &pids {
+        for text in outside_baseline(&proc_, pid) {
+            write_marker(&file, pid, text)?;
+        }
+    }
     let mut targets = Vec::new();
     for (pid, dir) in pids.iter().copied().zip(&dirs) {
         let link = dir.sink_path();
