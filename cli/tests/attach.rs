@@ -145,7 +145,7 @@ impl Target {
     fn finish(mut self) -> (String, i32) {
         let code = self.child.wait().unwrap().code().unwrap_or(-1);
         let mut all = String::from("iter 0 size 4096 r 0\n");
-        for l in self.lines.try_iter() {
+        for l in self.lines.iter() {
             all.push_str(&l);
             all.push('\n');
         }

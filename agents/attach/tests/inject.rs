@@ -59,7 +59,7 @@ impl Target {
     /// All remaining output and the exit code.
     fn finish(mut self) -> (Vec<String>, i32) {
         let code = self.child.wait().unwrap().code().unwrap_or(-1);
-        let rest: Vec<String> = self.lines.try_iter().collect();
+        let rest: Vec<String> = self.lines.iter().collect();
         (rest, code)
     }
 }
