@@ -299,8 +299,10 @@ fn json(out: &std::process::Output) -> serde_json::Value {
 }
 
 fn attach_roundtrip(method: &str) {
+    // Long enough for two gdb attach/detach cycles (~1 s each) on a loaded machine.
+    const ITERS: u32 = 600;
     let dir = tempfile::tempdir().unwrap();
-    let t = Target::start(250, 10);
+    let t = Target::start(ITERS, 10);
     let cap1 = dir.path().join("one.mwcap");
     let j = json(&attach(t.pid(), method, &["--duration", "600ms"], &cap1));
     let tgt = &j["targets"][0];
@@ -314,7 +316,9 @@ fn attach_roundtrip(method: &str) {
         first as f64 / 1e6
     );
     if method == "ptrace" {
-        assert!(pause < 200_000_000, "pause {pause} ns");
+        // The figure is bench/attach.sh's (target < 200 ms); here only a sanity bound
+        // that holds on a loaded CI machine.
+        assert!(pause < 1_000_000_000, "pause {pause} ns");
     }
     let c1 = read_capture(&cap1);
     let (a1, b1) = check_exact(&c1);
@@ -334,8 +338,11 @@ fn attach_roundtrip(method: &str) {
     );
     let (output, code) = t.finish();
     assert_eq!(code, 3, "exit code unchanged");
-    assert!(b2 < 249, "iterations after detach are not captured");
-    assert_eq!(output, undisturbed(250), "output unchanged");
+    assert!(
+        b2 < ITERS as u64 - 1,
+        "iterations after detach are not captured"
+    );
+    assert_eq!(output, undisturbed(ITERS), "output unchanged");
 }
 
 #[test]
@@ -391,7 +398,7 @@ fn lookups_after_attach_are_captured_cached_pointers_are_not() {
 #[test]
 fn second_attach_is_refused_and_exit_midway_is_clean() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Target::start(60, 10); // ~0.6 s
+    let t = Target::start(150, 10); // ~1.5 s
     let cap = dir.path().join("a.mwcap");
     let first = memwatch()
         .args([
@@ -411,7 +418,13 @@ fn second_attach_is_refused_and_exit_midway_is_clean() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(150));
+    // Wait until the first has claimed the process (it creates the capture after that).
+    for _ in 0..500 {
+        if cap.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let second = attach(
         t.pid(),
         "ptrace",
@@ -424,7 +437,7 @@ fn second_attach_is_refused_and_exit_midway_is_clean() {
     // The process exits while attached: memwatch notices, the capture has its end.
     let (output, code) = t.finish();
     assert_eq!(code, 3);
-    assert_eq!(output, undisturbed(60));
+    assert_eq!(output, undisturbed(150));
     let out = first.wait_with_output().unwrap();
     let j = json(&out);
     assert_eq!(j["targets"][0]["detached"], "process exited", "{j}");
@@ -433,7 +446,7 @@ fn second_attach_is_refused_and_exit_midway_is_clean() {
     assert!(c.ended, "process_end recorded at exit");
     assert_eq!(
         *c.iter_allocs.last().unwrap(),
-        4096 + 59,
+        4096 + 149,
         "the last iteration is captured"
     );
 }

@@ -341,8 +341,10 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
                  its capture already has every allocation"
             );
         }
-        memwatch_attach::preflight(&proc_, pid)?;
+        // The lock first: a concurrent `memwatch attach` of the same process is then
+        // refused as such, not as "traced by another process" while we inject.
         dirs.push(claim(pid)?);
+        memwatch_attach::preflight(&proc_, pid)?;
     }
     let method = match args.method {
         MethodArg::Auto => MethodChoice::Auto,
