@@ -4,3 +4,7 @@
 //! the regression gate. Each area is one module tree below; the CLI and the daemon call
 //! into them. Nothing here prints or exits: functions return typed errors (`thiserror`).
 pub mod capture;
+pub mod alloc;
+
+pub mod log;
+pub mod xla;

@@ -31,6 +31,13 @@ enum Command {
     Report(cmd::report::ReportArgs),
     /// Capture a process that is already running (loads the shim into it), until Ctrl-C.
     Attach(cmd::attach::AttachArgs),
+    /// Replay an allocation trace through an allocator model: would it fit on a device?
+    Replay(cmd::replay::ReplayArgs),
+    /// Analyse XLA dumps (`XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text`).
+    #[command(subcommand)]
+    Xla(cmd::xla::XlaCmd),
+    /// Explain XLA/JAX out-of-memory logs (BFC dumps, remat warnings, RESOURCE_EXHAUSTED).
+    Log(cmd::log::LogArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +50,9 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args),
         Command::Report(args) => cmd::report::run(args),
         Command::Attach(args) => cmd::attach::run(args),
+        Command::Replay(args) => cmd::replay::run(args),
+        Command::Xla(c) => cmd::xla::run(c),
+        Command::Log(a) => cmd::log::run(a),
     };
     cmd::finish(result)
 }

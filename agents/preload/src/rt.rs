@@ -129,6 +129,9 @@ pub fn swap_device(dev: i32) -> i32 {
 pub struct Pending {
     pub ev: Event,
     errno: c_int,
+    /// This thread's state (thread-local storage lives as long as the thread), so the
+    /// exit path needs no second TLS lookup.
+    ts: *const ThreadState,
 }
 
 /// Starts recording a call of `api`, or `None` when this call must not be recorded
@@ -142,7 +145,14 @@ pub fn begin(f: Family, api: Api) -> Option<Pending> {
     if FAMILIES.load(Ordering::Relaxed) & f as u8 == 0 {
         return None;
     }
-    let (nested, tid, device) = TS.with(|t| (t.in_hook.replace(true), tid_of(t), t.device.get()));
+    let (nested, tid, device, ts) = TS.with(|t| {
+        (
+            t.in_hook.replace(true),
+            tid_of(t),
+            t.device.get(),
+            t as *const ThreadState,
+        )
+    });
     if nested {
         return None;
     }
@@ -157,7 +167,7 @@ pub fn begin(f: Family, api: Api) -> Option<Pending> {
         api: api as u16,
         ..Event::default()
     };
-    Some(Pending { ev, errno: 0 })
+    Some(Pending { ev, errno: 0, ts })
 }
 
 impl Pending {
@@ -205,22 +215,22 @@ impl Pending {
     /// Abandons the record (nothing queued): clears the guard and restores errno.
     #[inline]
     pub fn discard(self) {
-        TS.with(|t| t.in_hook.set(false));
+        // SAFETY: `ts` is this thread's live thread-local block (set in `begin`).
+        unsafe { (*self.ts).in_hook.set(false) };
         set_errno(self.errno);
     }
 
     /// Queues the event (or counts a drop), clears the guard and restores errno.
     #[inline]
     pub fn commit(self) {
-        let ok = TS.with(|t| {
-            // SAFETY: rings are never unmapped.
-            let ok = match unsafe { t.ring.get().as_ref() } {
-                Some(r) => r.push(&self.ev),
-                None => push_slow(t, &self.ev),
-            };
-            t.in_hook.set(false);
-            ok
-        });
+        // SAFETY: `ts` is this thread's live thread-local block (set in `begin`).
+        let t = unsafe { &*self.ts };
+        // SAFETY: rings are never unmapped.
+        let ok = match unsafe { t.ring.get().as_ref() } {
+            Some(r) => r.push(&self.ev),
+            None => push_slow(t, &self.ev),
+        };
+        t.in_hook.set(false);
         if !ok {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }

@@ -4,6 +4,7 @@ pub mod attach;
 pub mod attach_live;
 pub mod report;
 pub mod run;
+pub mod replay;
 
 use std::process::ExitCode;
 
@@ -32,3 +33,7 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
         }
     }
 }
+
+pub mod fmt;
+pub mod log;
+pub mod xla;
