@@ -65,7 +65,10 @@ fn incident_jit_model_matches_memory_analysis() {
 
 #[test]
 fn cpu_jax_0_10_2_dumps_match_recorded_memory_analysis() {
-    let dir = repo("testdata/cpu-jax0.10.2");
+    // tests/python/check_cpu_dumps.sh points this at freshly generated dumps.
+    let dir = std::env::var_os("MEMWATCH_CPU_DUMPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo("testdata/cpu-jax0.10.2"));
     let mods = xla::load_dump_dir(&dir).unwrap();
     assert!(mods.len() >= 4);
     let mut checked = 0;
@@ -104,4 +107,61 @@ fn cpu_jax_0_10_2_dumps_match_recorded_memory_analysis() {
     assert_eq!(checked, 4, "expected 4 recorded memory_analysis() files");
     // The donated MLP train step aliases its parameters.
     assert!(find(&mods, "jit_mlp_train_step").alias_bytes > 0);
+}
+
+#[test]
+fn load_path_accepts_any_file_of_a_module() {
+    let d = repo("testdata/h200/xla/h200-jax0.11.2-mlp");
+    for f in [
+        "module_142220.jit_padf.sm_9.0a_gpu_after_optimizations.txt",
+        "module_142220.jit_padf.sm_9.0a_gpu_after_optimizations-live-range.txt",
+        "module_142220.jit_padf.sm_9.0a_gpu_after_optimizations-buffer-assignment.txt",
+    ] {
+        let m = xla::load_path(&d.join(f)).unwrap();
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].name.as_str(), m[0].id), ("jit_padf", Some(142220)));
+    }
+    let e = xla::load_path(&d.join("module_142220.jit_padf.before_optimizations.txt")).unwrap_err();
+    assert!(e.to_string().contains("not an XLA dump"), "{e}");
+}
+
+#[test]
+fn diff_of_dump_with_itself_is_zero_and_detects_changes() {
+    let a = xla::load_dump_dir(&repo("testdata/h200/xla/h200-jax0.11.2-mlp")).unwrap();
+    let d = xla::diff::diff_reports(&a, &a);
+    assert!(d.added.is_empty() && d.removed.is_empty());
+    assert!(d
+        .modules
+        .iter()
+        .all(|m| m.ops.is_empty() && m.figures.values().all(|f| f.2 == 0)));
+    let mut b = a.clone();
+    b[0].temp_bytes += 1024;
+    b[0].by_category[0].bytes += 4096;
+    let d = xla::diff::diff_reports(&a, &b);
+    let m = d.modules.iter().find(|m| m.name == b[0].name).unwrap();
+    assert_eq!(m.figures["temp_bytes"].2, 1024);
+    assert_eq!(m.ops[0].delta_bytes, 4096);
+}
+
+#[test]
+fn usage_reports_of_all_fixtures_parse_and_agree_with_totals() {
+    use memwatch_analysis::xla::usage_report::parse_usage_report;
+    for d in [
+        "testdata/h200/xla/h200-jax0.11.2-mlp",
+        "testdata/h200/incidents/h200-jax0.11.2-oom-temp",
+        "testdata/cpu-jax0.10.2",
+    ] {
+        for m in xla::list_modules(&repo(d)).unwrap() {
+            let f = &m.memory_usage_report;
+            let r = parse_usage_report(std::io::BufReader::new(std::fs::File::open(f).unwrap()), f)
+                .unwrap();
+            let rep = xla::load_module(&m).unwrap();
+            assert_eq!(
+                r.iter().map(|s| s.total_bytes).sum::<u64>(),
+                rep.total_allocation_bytes,
+                "{}",
+                m.name
+            );
+        }
+    }
 }

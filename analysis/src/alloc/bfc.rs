@@ -664,6 +664,12 @@ impl Bfc {
         self.chunks[h as usize].size
     }
 
+    /// Address of a chunk in the model's address space (inside one of [`Bfc::regions`]);
+    /// the GPU replay runner maps it into a real device region.
+    pub fn chunk_ptr(&self, h: u32) -> u64 {
+        self.chunks[h as usize].ptr
+    }
+
     /// Every chunk of every region, in address order.
     pub fn chunks_in_order(&self) -> Vec<Block> {
         let mut out = Vec::new();

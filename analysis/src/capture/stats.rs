@@ -9,8 +9,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use foldhash::HashMap as FastMap;
 use memwatch_wire::{Api, EventKind, MemKind};
-use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::codes::result_name;
@@ -224,9 +224,9 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
     let mut accs: Vec<Acc> = (0..loaded.streams.len()).map(|_| Acc::default()).collect();
     let mut api = ApiTable::new(events, &loaded.streams);
     let mut procs: HashMap<u32, ProcAcc> = HashMap::new();
-    // Hashing pointers with FxHash: several times faster than SipHash here, and the keys
+    // Hashing pointers with foldhash: several times faster than SipHash here; the keys
     // come from the capture, not from an adversary that could force collisions.
-    let mut live: FxHashMap<(u32, Family, u64), Live> = FxHashMap::default();
+    let mut live: FastMap<(u32, Family, u64), Live> = FastMap::default();
     let mut last_ts = 0u64;
 
     for (i, e) in events.iter().enumerate() {

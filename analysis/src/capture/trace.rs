@@ -11,8 +11,8 @@
 
 use std::io::Write;
 
+use foldhash::HashMap as FastMap;
 use memwatch_wire::EventKind;
-use rustc_hash::FxHashMap;
 
 use super::load::{Family, Loaded};
 
@@ -49,7 +49,7 @@ pub fn write_trace<W: Write>(
     let summary_streams = order.iter().map(|&i| loaded.streams[i as usize]).collect();
 
     let mut next_id = 1u64;
-    let mut live: FxHashMap<(u32, Family, u64), (u64, u32)> = FxHashMap::default();
+    let mut live: FastMap<(u32, Family, u64), (u64, u32)> = FastMap::default();
     let mut summary = TraceSummary {
         streams: summary_streams,
         ..TraceSummary::default()

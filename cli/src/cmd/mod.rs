@@ -2,9 +2,11 @@
 
 pub mod attach;
 pub mod attach_live;
+pub mod gate;
+pub mod replay;
+pub mod replay_gpu;
 pub mod report;
 pub mod run;
-pub mod replay;
 
 use std::process::ExitCode;
 

@@ -74,6 +74,13 @@ pub struct ReplayArgs {
     /// For captures with several devices: which device's events to replay.
     #[arg(long)]
     pub trace_device: Option<i32>,
+    /// Also replay the trace on this machine's GPU (real driver allocations, or the BFC
+    /// model inside one real device region) and compare with the model; `--allocator
+    /// driver` = the platform model with driver allocations. JSON: adds `on_gpu`.
+    #[arg(long)]
+    pub on_gpu: bool,
+    #[command(flatten)]
+    pub gpu: super::replay_gpu::GpuArgs,
 }
 
 /// Parses a byte count: an integer with an optional binary/decimal unit suffix.
@@ -443,7 +450,20 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
 }
 
 /// Runs `memwatch replay`.
-pub fn run(args: ReplayArgs) -> Result<Outcome> {
+pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
+    if args.on_gpu {
+        if args.compare_devices.is_some() || args.find_min_capacity {
+            bail!(
+                "--on-gpu replays one configuration: drop --compare-devices / --find-min-capacity"
+            );
+        }
+        super::replay_gpu::prepare_replay_args(
+            &mut args.allocator,
+            &mut args.device,
+            &mut args.capacity,
+            &args.gpu,
+        )?;
+    }
     if let Some(f) = args.mem_fraction {
         if !(f.is_finite() && f > 0.0 && f <= 1.0) {
             bail!("--mem-fraction {f}: must be in (0, 1]");
@@ -656,12 +676,37 @@ pub fn run(args: ReplayArgs) -> Result<Outcome> {
         preallocate,
         args.steps,
     )?;
+    let gpu = if args.on_gpu {
+        let g = super::replay_gpu::run_for_replay(
+            &trace,
+            &args.gpu,
+            kind,
+            run.limit,
+            run.fraction,
+            preallocate,
+        )
+        .with_context(|| format!("trace {}: --on-gpu", args.trace.display()))?;
+        Some(g)
+    } else {
+        None
+    };
     if args.json {
-        println!("{}", run_json(&run));
+        let mut v = run_json(&run);
+        if let Some(g) = &gpu {
+            v["on_gpu"] = serde_json::to_value(g).context("serialising the GPU report")?;
+        }
+        println!("{v}");
     } else {
         print_run(&run, &trace, &args.trace);
+        if let Some(g) = &gpu {
+            println!();
+            print!("{}", super::replay_gpu::render(g));
+        }
     }
-    Ok(if args.fail_on_oom && !run.result.fits {
+    let real_fits = gpu.as_ref().is_none_or(|g| g.real.fits);
+    Ok(if gpu.as_ref().is_some_and(|g| g.real.interrupted) {
+        Outcome::Code(130)
+    } else if args.fail_on_oom && !(run.result.fits && real_fits) {
         Outcome::CheckFailed
     } else {
         Outcome::Success
