@@ -38,6 +38,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Report a capture: per process and device counts, peaks, leaks, failures, API times.
     Report(cmd::report::ReportArgs),
+    /// Capture a process that is already running (loads the shim into it), until Ctrl-C.
+    Attach(cmd::attach::AttachArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Command::Log(a) => cmd::log::run(a),
         Command::Run(args) => cmd::run::run(args),
         Command::Report(args) => cmd::report::run(args),
+        Command::Attach(args) => cmd::attach::run(args),
     };
     cmd::finish(result)
 }

@@ -8,14 +8,17 @@
 //!
 //! Modules: `config` (environment), `hooks` (the wrappers and hook table), `dl` (dlsym,
 //! dlvsym, *GetProcAddress), `real` (finding real functions), `rt` (hot path, lifecycle,
-//! fork/exit), `tring` (per-thread rings), `ring` (shared fallback queue), `sink` (frames out), `flusher` (the background
-//! thread), `device` (device_info queries), `exec` (exec wrappers).
+//! fork/exit), `tring` (per-thread rings), `ring` (shared fallback queue), `sink` (frames
+//! out), `flusher` (the background thread), `device` (device_info queries), `exec` (exec
+//! wrappers), `attach` and `got_patch` (late attach by `memwatch attach`: entry points,
+//! GOT patching, baseline).
 
 #![allow(non_snake_case)]
 // Unit-test builds do not export the hooks (the test binary must not interpose its own
 // dlsym), so the hook-only code is unused there.
 #![cfg_attr(test, allow(dead_code))]
 
+pub mod attach;
 pub mod clock;
 pub mod config;
 pub mod debug;
@@ -23,6 +26,7 @@ pub mod device;
 pub mod dl;
 pub mod exec;
 pub mod flusher;
+pub mod got_patch;
 pub mod hooks;
 pub mod real;
 pub mod ring;

@@ -379,3 +379,24 @@ pub fn resume_after_failed_exec() {
     sink::restart_process();
     STATE.store(ACTIVE, Ordering::Release);
 }
+
+/// Used by `attach` (late attach): fixes the configuration from the attach request
+/// before anything read the environment. False when it was already fixed.
+pub fn set_config(c: Config) -> bool {
+    CONFIG.set(c).is_ok()
+}
+
+/// Used by `attach`: turns recording on now, the first time through the normal start-up,
+/// later back from [`turn_off`] (the ring and fork/exit handlers already exist).
+pub fn activate() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        ACTIVE => true,
+        OFF if RING.capacity() > 1 && config().sink != crate::config::SinkKind::None => {
+            EXITING.store(false, Ordering::Release);
+            STATE.store(ACTIVE, Ordering::Release);
+            true
+        }
+        OFF => false,
+        _ => init(),
+    }
+}

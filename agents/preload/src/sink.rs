@@ -132,6 +132,44 @@ pub fn flush_locked(final_: bool, exit_code: i32, timeout_ns: u64) -> usize {
     n
 }
 
+/// Used by `attach`: drains what is queued, then writes `rec` (opening the sink and
+/// announcing the process first when needed). False when the sink is unavailable.
+pub fn emit_record(rec: &Record, timeout_ns: u64) -> bool {
+    if !lock_raw(timeout_ns) {
+        return false;
+    }
+    // SAFETY: lock held.
+    let st = unsafe { &mut *SINK.st.get() };
+    flush(st, false, 0);
+    let mut out = Vec::new();
+    let ok =
+        st.fd >= 0 && st.started && encode_record(rec, &mut out).is_ok() && write_all(st, &out);
+    unlock_raw();
+    ok
+}
+
+/// Used by `attach` on detach: drains what is queued and closes the connection without
+/// a `process_end` (the process goes on); a later attach opens a new stream.
+pub fn close_stream(timeout_ns: u64) -> bool {
+    if !lock_raw(timeout_ns) {
+        return false;
+    }
+    // SAFETY: lock held.
+    let st = unsafe { &mut *SINK.st.get() };
+    if st.fd >= 0 {
+        flush(st, false, 0);
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(st.fd) };
+    }
+    st.fd = -1;
+    st.started = false;
+    st.attempts = 0;
+    st.last_attempt_ns = 0;
+    st.devices_seen = [0; 3];
+    unlock_raw();
+    true
+}
+
 fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     if st.fd < 0 && !open(st) {
         // Sink unavailable: discard what is queued, counting it as dropped.

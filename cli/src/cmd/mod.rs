@@ -1,5 +1,7 @@
 //! Subcommand implementations, one file each, plus the shared exit-code policy.
 
+pub mod attach;
+pub mod attach_live;
 pub mod gate;
 pub mod replay;
 pub mod replay_gpu;

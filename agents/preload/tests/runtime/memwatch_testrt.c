@@ -337,3 +337,41 @@ int hipGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long f
     *pfn = NULL; if (status) *status = 1;
     return ret(500);
 }
+
+/* ---- memory queries (used by `memwatch attach`'s pre-attach baseline) ---- */
+static void dev_usage(int d, size_t *freeb, size_t *total) {
+    pthread_once(&once, init_heaps);
+    pthread_mutex_lock(&heaps[d].mu);
+    uint64_t used = heaps[d].used;
+    pthread_mutex_unlock(&heaps[d].mu);
+    *total = cap_bytes;
+    *freeb = cap_bytes - used;
+}
+int hipMemGetInfo(size_t *freeb, size_t *total) { if (!freeb || !total) return ret(1); dev_usage(cur_dev, freeb, total); return ret(0); }
+int cuMemGetInfo_v2(size_t *freeb, size_t *total) { if (!freeb || !total) return ret(1); dev_usage(cur_dev, freeb, total); return ret(0); }
+/* A device's primary context is "active" once anything was allocated on it. */
+int cuDevicePrimaryCtxGetState(int d, unsigned *flags, int *active) {
+    if (d < 0 || d >= NDEV || !flags || !active) return ret(101);
+    pthread_once(&once, init_heaps);
+    pthread_mutex_lock(&heaps[d].mu);
+    *active = heaps[d].next > 0;
+    pthread_mutex_unlock(&heaps[d].mu);
+    *flags = 0;
+    return ret(0);
+}
+static __thread int ctx_stack[16];
+static __thread int ctx_depth;
+int cuCtxPushCurrent_v2(void *ctx) {
+    uintptr_t c = (uintptr_t)ctx;
+    if (c < 0xC0000 || c >= 0xC0000 + NDEV || ctx_depth >= 16) return ret(201);
+    ctx_stack[ctx_depth++] = cur_dev;
+    cur_dev = (int)(c - 0xC0000);
+    return ret(0);
+}
+int cuCtxPopCurrent_v2(void **ctx) {
+    if (ctx_depth == 0) return ret(201);
+    if (ctx) *ctx = (void *)(uintptr_t)(0xC0000 + cur_dev);
+    cur_dev = ctx_stack[--ctx_depth];
+    return ret(0);
+}
+int cuDevicePrimaryCtxRelease_v2(int d) { if (d < 0 || d >= NDEV) return ret(101); return ret(0); }

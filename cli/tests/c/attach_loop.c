@@ -1,0 +1,55 @@
+/* Target for the `memwatch attach` tests: allocates 4096+i bytes on device 0 of the test
+ * runtime (libmemwatch_testrt.so, simulated HIP), prints "iter i size r", sleeps, frees,
+ * N times, then prints a checksum and exits with code 3. The size identifies the
+ * iteration, so a capture shows exactly which iterations happened while attached.
+ * argv[1]: iterations, argv[2]: ms per iteration, argv[3]: how hipMalloc/hipFree are
+ * reached: "direct" (linked, through the GOT; default), "dlsym" (looked up with dlsym in
+ * every iteration), "cached" (looked up with dlsym once before the loop, as XLA does). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int hipMalloc(void **p, size_t size);
+int hipFree(void *p);
+typedef int (*malloc_fn)(void **, size_t);
+typedef int (*free_fn)(void *);
+
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 100;
+    int ms = argc > 2 ? atoi(argv[2]) : 10;
+    const char *mode = argc > 3 ? argv[3] : "direct";
+    unsigned long long sum = 0;
+    void *keep = NULL;
+    int direct = strcmp(mode, "direct") == 0;
+    malloc_fn m = NULL;
+    free_fn f = NULL;
+    if (!direct) {
+        m = (malloc_fn)dlsym(RTLD_DEFAULT, "hipMalloc");
+        f = (free_fn)dlsym(RTLD_DEFAULT, "hipFree");
+        if (!m || !f) return 8;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    /* Allocated before anyone attaches: part of the pre-attach baseline. */
+    if ((direct ? hipMalloc(&keep, 1 << 20) : m(&keep, 1 << 20)) != 0) return 9;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(mode, "dlsym") == 0) {
+            m = (malloc_fn)dlsym(RTLD_DEFAULT, "hipMalloc");
+            f = (free_fn)dlsym(RTLD_DEFAULT, "hipFree");
+        }
+        void *p = NULL;
+        size_t size = 4096 + (size_t)i;
+        /* direct: a call through the PLT/GOT each time (no function pointer kept). */
+        int r = direct ? hipMalloc(&p, size) : m(&p, size);
+        printf("iter %d size %zu r %d\n", i, size, r);
+        sum = sum * 31 + (unsigned long long)size + (unsigned long long)r;
+        struct timespec ts = {0, (long)ms * 1000000L};
+        nanosleep(&ts, NULL);
+        if (r == 0) (void)(direct ? hipFree(p) : f(p));
+    }
+    (void)(direct ? hipFree(keep) : f(keep));
+    printf("done %llu\n", sum);
+    return 3;
+}
