@@ -25,6 +25,11 @@ struct Cli {
 enum Command {
     /// Print the capture format version this build reads and writes.
     FormatVersion,
+    /// Analyse XLA dumps (`XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text`).
+    #[command(subcommand)]
+    Xla(cmd::xla::XlaCmd),
+    /// Explain XLA/JAX out-of-memory logs (BFC dumps, remat warnings, RESOURCE_EXHAUSTED).
+    Log(cmd::log::LogArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +39,8 @@ fn main() -> ExitCode {
             println!("{}", memwatch_wire::FORMAT_VERSION);
             Ok(cmd::Outcome::Success)
         }
+        Command::Xla(c) => cmd::xla::run(c),
+        Command::Log(a) => cmd::log::run(a),
     };
     cmd::finish(result)
 }

@@ -27,3 +27,7 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
         }
     }
 }
+
+pub mod fmt;
+pub mod log;
+pub mod xla;
