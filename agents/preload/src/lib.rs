@@ -9,7 +9,8 @@
 //! Modules: `config` (environment), `hooks` (the wrappers and hook table), `dl` (dlsym,
 //! dlvsym, *GetProcAddress), `real` (finding real functions), `rt` (hot path, lifecycle,
 //! fork/exit), `ring` (lock-free queue), `sink` (frames out), `flusher` (the background
-//! thread), `device` (device_info queries), `exec` (exec wrappers).
+//! thread), `device` (device_info queries), `exec` (exec wrappers), `pjrt` (the PJRT C
+//! API table wrapping: executables, executes, buffers, allocator statistics).
 
 #![allow(non_snake_case)]
 // Unit-test builds do not export the hooks (the test binary must not interpose its own
@@ -24,6 +25,7 @@ pub mod dl;
 pub mod exec;
 pub mod flusher;
 pub mod hooks;
+pub mod pjrt;
 pub mod real;
 pub mod ring;
 pub mod rt;
