@@ -6,3 +6,4 @@
 
 pub mod log;
 pub mod xla;
+pub mod runtime;

@@ -30,6 +30,9 @@ enum Command {
     Xla(cmd::xla::XlaCmd),
     /// Explain XLA/JAX out-of-memory logs (BFC dumps, remat warnings, RESOURCE_EXHAUSTED).
     Log(cmd::log::LogArgs),
+    /// Runtime attribution from a capture's PJRT records: allocator timeline per device,
+    /// the executable at the runtime peak, co-resident buffers, OOMs in execute.
+    Runtime(cmd::runtime::RuntimeArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         }
         Command::Xla(c) => cmd::xla::run(c),
         Command::Log(a) => cmd::log::run(a),
+        Command::Runtime(a) => cmd::runtime::run(a),
     };
     cmd::finish(result)
 }

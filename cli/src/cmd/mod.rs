@@ -30,4 +30,5 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
 
 pub mod fmt;
 pub mod log;
+pub mod runtime;
 pub mod xla;
