@@ -9,15 +9,14 @@ use std::path::{Path, PathBuf};
 /// Errors loading a capture.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {source}", path.display())]
+    /// The file could not be read.
+    #[error("{}: {err}", path.display())]
+    Io { path: PathBuf, err: std::io::Error },
+    /// Not a capture, or an unsupported format version.
+    #[error("{}: {err}", path.display())]
     Format {
         path: PathBuf,
-        source: memwatch_wire::WireError,
+        err: memwatch_wire::WireError,
     },
 }
 
@@ -42,14 +41,14 @@ pub fn is_pjrt(e: &Event) -> bool {
 
 /// Reads the PJRT records of `path`.
 pub fn load_capture(path: &Path) -> Result<RuntimeCapture, RuntimeError> {
-    let f = std::fs::File::open(path).map_err(|source| RuntimeError::Io {
+    let f = std::fs::File::open(path).map_err(|err| RuntimeError::Io {
         path: path.to_path_buf(),
-        source,
+        err,
     })?;
     let mut r = FrameReader::new(std::io::BufReader::new(f), ReadMode::Salvage).map_err(
-        |source| RuntimeError::Format {
+        |err| RuntimeError::Format {
             path: path.to_path_buf(),
-            source,
+            err,
         },
     )?;
     let mut out = RuntimeCapture::default();
@@ -64,10 +63,10 @@ pub fn load_capture(path: &Path) -> Result<RuntimeCapture, RuntimeError> {
             }
             Ok(Some(_)) => {}
             Ok(None) => break,
-            Err(source) => {
+            Err(err) => {
                 return Err(RuntimeError::Format {
                     path: path.to_path_buf(),
-                    source,
+                    err,
                 })
             }
         }
@@ -91,4 +90,79 @@ pub fn load_capture(path: &Path) -> Result<RuntimeCapture, RuntimeError> {
     out.events.sort_by_key(|e| e.ts_ns);
     out.stats.sort_by_key(|s| s.ts_ns);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memwatch_wire::frame::encode_preamble;
+    use memwatch_wire::{encode_record, EventKind, ProcessStart};
+
+    #[test]
+    fn loads_pjrt_records_relative_to_the_capture_start() {
+        let mut b = encode_preamble().to_vec();
+        let recs = [
+            Record::ProcessStart(ProcessStart {
+                pid: 1,
+                mono_anchor_ns: 1_000,
+                ..ProcessStart::default()
+            }),
+            Record::PjrtExecutable(PjrtExecutable {
+                pid: 1,
+                ts_ns: 1_500,
+                handle: 7,
+                name: "jit_f".into(),
+                ..PjrtExecutable::default()
+            }),
+            Record::PjrtMemoryStats(PjrtMemoryStats {
+                pid: 1,
+                ts_ns: 3_000,
+                flags: 1,
+                bytes_in_use: 5,
+                ..PjrtMemoryStats::default()
+            }),
+            Record::Events(vec![
+                Event {
+                    ts_ns: 2_000,
+                    pid: 1,
+                    ptr: 7,
+                    api: Api::PjrtExecute as u16,
+                    kind: EventKind::ApiSpan as u8,
+                    ..Event::default()
+                },
+                Event {
+                    ts_ns: 2_100,
+                    pid: 1,
+                    api: Api::CuMemAlloc as u16,
+                    kind: EventKind::Alloc as u8,
+                    ..Event::default()
+                },
+            ]),
+        ];
+        for r in &recs {
+            encode_record(r, &mut b).unwrap();
+        }
+        b.extend_from_slice(&[9, 9, 9]); // a cut-off frame: salvaged, reported
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.mwcap");
+        std::fs::write(&p, &b).unwrap();
+        let c = load_capture(&p).unwrap();
+        assert_eq!(c.origin_ns, 1_000);
+        assert_eq!(c.executables[0].ts_ns, 500);
+        assert_eq!(c.stats[0].ts_ns, 2_000);
+        assert_eq!(c.events.len(), 1);
+        assert_eq!(c.events[0].ts_ns, 1_000);
+        assert_eq!(c.damage.len(), 1);
+    }
+
+    #[test]
+    fn bad_input_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bad.mwcap");
+        std::fs::write(&p, b"not a capture at all, really").unwrap();
+        let e = load_capture(&p).unwrap_err().to_string();
+        assert!(e.contains("bad.mwcap") && e.contains("magic"), "{e}");
+        let e = load_capture(&dir.path().join("missing")).unwrap_err().to_string();
+        assert!(e.contains("missing"), "{e}");
+    }
 }

@@ -482,3 +482,182 @@ pub fn join_dump(report: &mut RuntimeReport, mods: &[ModuleReport], top: usize) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memwatch_wire::{CompiledMemoryStats, MemKind};
+
+    const GIB: u64 = 1 << 30;
+
+    fn exe(handle: u64, name: &str, temp: i64, arg: i64, out: i64) -> PjrtExecutable {
+        PjrtExecutable {
+            pid: 1,
+            handle,
+            flags: PjrtExecutable::FLAG_STATS,
+            stats: CompiledMemoryStats {
+                temp,
+                argument: arg,
+                output: out,
+                ..CompiledMemoryStats::default()
+            },
+            devices: vec![0],
+            name: name.into(),
+            ..PjrtExecutable::default()
+        }
+    }
+
+    fn ev(api: Api, kind: EventKind, ts: u64, dur: u64, ptr: u64) -> Event {
+        Event {
+            ts_ns: ts,
+            duration_ns: dur,
+            ptr,
+            pid: 1,
+            device: 0,
+            api: api as u16,
+            kind: kind as u8,
+            ..Event::default()
+        }
+    }
+
+    fn buf(api: Api, ts: u64, ptr: u64, size: u64, producer: u64) -> Event {
+        Event {
+            size,
+            aux: producer,
+            mem_kind: MemKind::PjrtBuffer as u8,
+            ..ev(api, EventKind::Alloc, ts, 10, ptr)
+        }
+    }
+
+    fn stats(ts: u64, in_use: u64, peak: u64) -> PjrtMemoryStats {
+        PjrtMemoryStats {
+            pid: 1,
+            ts_ns: ts,
+            device: 0,
+            flags: PjrtMemoryStats::BYTES_IN_USE
+                | PjrtMemoryStats::PEAK_BYTES_IN_USE
+                | PjrtMemoryStats::POOL_BYTES
+                | PjrtMemoryStats::BYTES_LIMIT,
+            bytes_in_use: in_use as i64,
+            peak_bytes_in_use: peak as i64,
+            pool_bytes: 20 * GIB as i64,
+            bytes_limit: 20 * GIB as i64,
+            ..PjrtMemoryStats::default()
+        }
+    }
+
+    /// The parameters of one executable (`jit_init`'s outputs) plus the temp of another
+    /// (`jit_step`) make the peak.
+    fn co_resident_capture() -> RuntimeCapture {
+        RuntimeCapture {
+            executables: vec![
+                exe(0xa, "jit_init", 0, 0, 4 * GIB as i64),
+                exe(0xb, "jit_step", 8 * GIB as i64, 4 * GIB as i64, 1024),
+            ],
+            stats: vec![
+                stats(100, 0, 0),
+                stats(300, 4 * GIB, 4 * GIB),
+                stats(600, 4 * GIB + 1024, 12 * GIB + 1024),
+                stats(900, 4 * GIB + 1024, 12 * GIB + 1024),
+            ],
+            events: vec![
+                ev(Api::PjrtExecute, EventKind::ApiSpan, 150, 50, 0xa),
+                buf(Api::PjrtExecuteOutput, 150, 0x100, 4 * GIB, 0xa),
+                ev(Api::PjrtExecute, EventKind::ApiSpan, 400, 20, 0xb),
+                ev(Api::PjrtExecuteComplete, EventKind::ApiSpan, 400, 150, 0xb),
+                buf(Api::PjrtExecuteOutput, 400, 0x200, 1024, 0xb),
+                Event {
+                    size: 16 * GIB,
+                    result: 8,
+                    ..ev(Api::PjrtExecute, EventKind::ApiSpan, 950, 5, 0xb)
+                },
+            ],
+            ..RuntimeCapture::default()
+        }
+    }
+
+    #[test]
+    fn peak_names_running_executable_and_co_resident_buffers() {
+        let r = analyse(&co_resident_capture(), true);
+        let p = &r.processes[0];
+        let d = &p.devices[0];
+        assert_eq!(d.samples, 4);
+        assert_eq!(d.timeline.len(), 4);
+        let pk = d.peak.as_ref().unwrap();
+        assert_eq!(pk.peak_bytes_in_use, 12 * GIB + 1024);
+        assert_eq!((pk.window_start_ns, pk.ts_ns), (300, 600));
+        assert_eq!(pk.executable.as_deref(), Some("jit_step"));
+        assert!(pk.running[0].completed);
+        assert_eq!(pk.running[0].end_ns, 550);
+        assert_eq!(pk.co_resident[0].producer, "jit_init");
+        assert_eq!(pk.co_resident[0].bytes, 4 * GIB);
+        assert_eq!(pk.live_buffer_bytes, 4 * GIB + 1024);
+        assert_eq!(pk.running_temp_bytes, 8 * GIB);
+        assert_eq!(pk.explained_bytes, 12 * GIB + 1024);
+        assert_eq!(pk.unexplained_bytes, 0);
+        let step = p.executables.iter().find(|x| x.name == "jit_step").unwrap();
+        assert_eq!((step.executions, step.failed_executions), (1, 1));
+    }
+
+    #[test]
+    fn oom_incident_carries_request_and_last_stats() {
+        let r = analyse(&co_resident_capture(), false);
+        let o = &r.processes[0].ooms[0];
+        assert_eq!(o.executable, "jit_step");
+        assert_eq!(o.requested_bytes, Some(16 * GIB));
+        assert_eq!(o.compiled_temp_bytes, Some(8 * GIB));
+        assert_eq!(o.last_stats.as_ref().unwrap().ts_ns, 900);
+        assert_eq!(o.live_buffer_bytes, 4 * GIB + 1024);
+        assert!(r.processes[0].devices[0].timeline.is_empty());
+    }
+
+    #[test]
+    fn no_overlap_falls_back_to_the_last_execution_before_the_peak() {
+        let mut c = co_resident_capture();
+        c.events.retain(|e| e.api_name() != Api::PjrtExecuteComplete);
+        c.stats[2].ts_ns = 700; // window 300..700, step ran 400..420: overlaps
+        let r = analyse(&c, false);
+        let pk = r.processes[0].devices[0].peak.clone().unwrap();
+        assert_eq!(pk.executable.as_deref(), Some("jit_step"));
+        assert!(!pk.running[0].completed);
+        c.stats.truncate(1); // only the first sample: no execution before it but init
+        c.stats[0].ts_ns = 250;
+        let r = analyse(&c, false);
+        let pk = r.processes[0].devices[0].peak.clone().unwrap();
+        assert_eq!(pk.executable.as_deref(), Some("jit_init"));
+    }
+
+    #[test]
+    fn names_normalise() {
+        assert_eq!(normalise("jit_mlp"), "mlp");
+        assert_eq!(normalise("jit(mlp)"), "mlp");
+        assert_eq!(normalise("pjit_mlp"), "mlp");
+        assert_ne!(normalise("jit_mlp"), normalise("jit_padf"));
+    }
+
+    #[test]
+    fn joins_the_real_h200_dump_by_name_and_stats() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/h200/xla/h200-jax0.11.2-mlp");
+        let mods = crate::xla::load_dump_dir(&dir).unwrap();
+        // memory_analysis() of jit_mlp on the H200 (see the fixture's README)
+        let mut c = co_resident_capture();
+        c.executables[1] = exe(0xb, "jit_mlp", 239_103_760, 71_303_168, 67_108_938);
+        let mut r = analyse(&c, false);
+        join_dump(&mut r, &mods, 5);
+        let j = r.processes[0].devices[0].peak.as_ref().unwrap().xla.clone().unwrap();
+        assert_eq!(j.module, "jit_mlp");
+        assert_eq!(j.matched_by, "name+stats");
+        assert_eq!(j.temp_bytes, 239_103_760);
+        assert_eq!(j.peak_buffers.len(), 5);
+        assert!(!j.by_op_name.is_empty());
+        let o = &r.processes[0].ooms[0];
+        assert_eq!(o.xla.as_ref().unwrap().module, "jit_mlp");
+        // different stats: joined by name only
+        c.executables[1].stats.temp = 1;
+        let mut r = analyse(&c, false);
+        join_dump(&mut r, &mods, 5);
+        let pk = r.processes[0].devices[0].peak.clone().unwrap();
+        assert_eq!(pk.xla.unwrap().matched_by, "name");
+    }
+}
