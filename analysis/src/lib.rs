@@ -5,5 +5,5 @@
 //! into them. Nothing here prints or exits: functions return typed errors (`thiserror`).
 
 pub mod log;
-pub mod xla;
 pub mod runtime;
+pub mod xla;

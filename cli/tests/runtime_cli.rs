@@ -85,7 +85,8 @@ fn runtime_json_names_the_executable_and_joins_the_dump() {
     let dir = tempfile::tempdir().unwrap();
     let cap = dir.path().join("run.mwcap");
     capture(&cap);
-    let dump = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/h200/xla/h200-jax0.11.2-mlp");
+    let dump =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/h200/xla/h200-jax0.11.2-mlp");
     let (code, out, err) = mw(&[
         "runtime",
         cap.to_str().unwrap(),
@@ -118,7 +119,10 @@ fn runtime_bad_input_exits_2_naming_the_file() {
     std::fs::write(&bad, b"\x00\x01garbage garbage garbage").unwrap();
     let (code, _, err) = mw(&["runtime", bad.to_str().unwrap()]);
     assert_eq!(code, 2);
-    assert!(err.contains("junk.mwcap") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("junk.mwcap") && err.lines().count() == 1,
+        "{err}"
+    );
     let (code, _, err) = mw(&["runtime", "/nonexistent/x.mwcap"]);
     assert_eq!(code, 2);
     assert!(err.contains("x.mwcap"), "{err}");

@@ -214,18 +214,18 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
 
     let ev = pjrt_events(&recs);
     let count = |api: Api, pred: &dyn Fn(&Event) -> bool| {
-        ev.iter()
-            .filter(|e| e.api_name() == api && pred(e))
-            .count()
+        ev.iter().filter(|e| e.api_name() == api && pred(e)).count()
     };
     // 5 executes x 2 devices; each span carries the executable's handle.
     assert_eq!(count(Api::PjrtExecute, &|_| true), 10);
     assert_eq!(
-        count(Api::PjrtExecute, &|e| e.ptr == model.handle && e.result == 0),
+        count(Api::PjrtExecute, &|e| e.ptr == model.handle
+            && e.result == 0),
         6
     );
     assert_eq!(
-        count(Api::PjrtExecute, &|e| e.ptr == model.handle && e.device == 1),
+        count(Api::PjrtExecute, &|e| e.ptr == model.handle
+            && e.device == 1),
         3
     );
     let oom = exes.iter().find(|x| x.name == "jit_oom").unwrap();
@@ -234,7 +234,9 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
         .filter(|e| e.api_name() == Api::PjrtExecute && e.ptr == oom.handle)
         .collect();
     assert_eq!(oom_ev.len(), 2);
-    assert!(oom_ev.iter().all(|e| e.result == 8 && e.size == 2_147_483_648));
+    assert!(oom_ev
+        .iter()
+        .all(|e| e.result == 8 && e.size == 2_147_483_648));
     // completion callbacks for the 3 executes that asked for events, per device
     assert_eq!(
         count(Api::PjrtExecuteComplete, &|e| e.ptr == model.handle),
@@ -253,20 +255,23 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
         count(Api::PjrtBufferFromHostBuffer, &|e| e.size == 4_194_304),
         2
     );
-    assert_eq!(
-        count(Api::PjrtBufferFromHostBuffer, &|e| e.device == 1),
-        1
-    );
+    assert_eq!(count(Api::PjrtBufferFromHostBuffer, &|e| e.device == 1), 1);
     assert_eq!(
         count(Api::PjrtBufferCopyToDevice, &|e| e.device == 1
             && e.size == 4_194_304),
         1
     );
-    assert_eq!(count(Api::PjrtBufferDestroy, &|e| e.kind == EventKind::Free as u8), 17);
+    assert_eq!(
+        count(Api::PjrtBufferDestroy, &|e| e.kind == EventKind::Free as u8),
+        17
+    );
     assert_eq!(count(Api::PjrtBufferDelete, &|_| true), 1);
     assert_eq!(count(Api::PjrtLoadedExecutableDestroy, &|_| true), 3);
     assert_eq!(count(Api::PjrtClientCompile, &|e| e.result == 0), 2);
-    assert_eq!(count(Api::PjrtDeserializeAndLoad, &|e| e.ptr == small.handle), 1);
+    assert_eq!(
+        count(Api::PjrtDeserializeAndLoad, &|e| e.ptr == small.handle),
+        1
+    );
 
     // Memory statistics from the flusher: both devices, with the plugin's limit, and the
     // peak includes jit_model's 256 MiB temp on top of parameters and outputs.
@@ -279,7 +284,9 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
         .collect();
     assert!(stats.iter().any(|s| s.device == 0), "{stats:?}");
     assert!(stats.iter().any(|s| s.device == 1), "{stats:?}");
-    assert!(stats.iter().all(|s| s.bytes_limit == 1 << 30 && s.flags == 0xff));
+    assert!(stats
+        .iter()
+        .all(|s| s.bytes_limit == 1 << 30 && s.flags == 0xff));
     let peak1 = stats
         .iter()
         .filter(|s| s.device == 1)
@@ -292,8 +299,15 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
 
 #[test]
 fn no_sink_means_no_wrapping() {
-    let out = stdout(&drive(&["table"], None, &[("LD_PRELOAD", built().shim.to_str().unwrap())]));
-    assert!(out.starts_with("T size=1080 major=0 minor=94 copy=0"), "{out}");
+    let out = stdout(&drive(
+        &["table"],
+        None,
+        &[("LD_PRELOAD", built().shim.to_str().unwrap())],
+    ));
+    assert!(
+        out.starts_with("T size=1080 major=0 minor=94 copy=0"),
+        "{out}"
+    );
 }
 
 /// Prints the ns a wrapped execute adds through the test plugin (run with --nocapture).

@@ -1,9 +1,7 @@
 //! Reading a capture's PJRT records into [`RuntimeCapture`] (salvaging damaged frames and
 //! reporting them, like every capture reader).
 
-use memwatch_wire::{
-    Api, Event, FrameReader, PjrtExecutable, PjrtMemoryStats, ReadMode, Record,
-};
+use memwatch_wire::{Api, Event, FrameReader, PjrtExecutable, PjrtMemoryStats, ReadMode, Record};
 use std::path::{Path, PathBuf};
 
 /// Errors loading a capture.
@@ -45,12 +43,12 @@ pub fn load_capture(path: &Path) -> Result<RuntimeCapture, RuntimeError> {
         path: path.to_path_buf(),
         err,
     })?;
-    let mut r = FrameReader::new(std::io::BufReader::new(f), ReadMode::Salvage).map_err(
-        |err| RuntimeError::Format {
+    let mut r = FrameReader::new(std::io::BufReader::new(f), ReadMode::Salvage).map_err(|err| {
+        RuntimeError::Format {
             path: path.to_path_buf(),
             err,
-        },
-    )?;
+        }
+    })?;
     let mut out = RuntimeCapture::default();
     let mut origin: Option<u64> = None;
     loop {
@@ -162,7 +160,9 @@ mod tests {
         std::fs::write(&p, b"not a capture at all, really").unwrap();
         let e = load_capture(&p).unwrap_err().to_string();
         assert!(e.contains("bad.mwcap") && e.contains("magic"), "{e}");
-        let e = load_capture(&dir.path().join("missing")).unwrap_err().to_string();
+        let e = load_capture(&dir.path().join("missing"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("missing"), "{e}");
     }
 }

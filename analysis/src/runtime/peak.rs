@@ -12,7 +12,7 @@
 //!   by the executable that produced them (or "host transfer" / "copy").
 
 use super::load::RuntimeCapture;
-use crate::xla::{ModuleReport, PeakBuffer, Group};
+use crate::xla::{Group, ModuleReport, PeakBuffer};
 use memwatch_wire::{Api, Event, EventKind, PjrtExecutable, PjrtMemoryStats};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -35,12 +35,15 @@ impl Sample {
             bytes_in_use: s.bytes_in_use.max(0) as u64,
             peak_bytes_in_use: s.get(PjrtMemoryStats::PEAK_BYTES_IN_USE, s.peak_bytes_in_use),
             pool_bytes: s.get(PjrtMemoryStats::POOL_BYTES, s.pool_bytes),
-            largest_free_block_bytes: s.get(PjrtMemoryStats::LARGEST_FREE_BLOCK, s.largest_free_block),
+            largest_free_block_bytes: s
+                .get(PjrtMemoryStats::LARGEST_FREE_BLOCK, s.largest_free_block),
             bytes_limit: s.get(PjrtMemoryStats::BYTES_LIMIT, s.bytes_limit),
         }
     }
     fn peak(&self) -> u64 {
-        self.peak_bytes_in_use.unwrap_or(self.bytes_in_use).max(self.bytes_in_use)
+        self.peak_bytes_in_use
+            .unwrap_or(self.bytes_in_use)
+            .max(self.bytes_in_use)
     }
 }
 
@@ -187,12 +190,20 @@ fn producer_name(api: Api, aux: u64, names: &HashMap<u64, String>) -> String {
 }
 
 /// Live PJRT buffers at `ts` on `device` (all devices when the free events lack one).
-fn live_at(events: &[&Event], ts: u64, device: i32, names: &HashMap<u64, String>) -> (u64, Vec<LiveGroup>) {
+fn live_at(
+    events: &[&Event],
+    ts: u64,
+    device: i32,
+    names: &HashMap<u64, String>,
+) -> (u64, Vec<LiveGroup>) {
     let mut live: HashMap<u64, (u64, String, i32)> = HashMap::new();
     for e in events.iter().take_while(|e| e.ts_ns <= ts) {
         match e.event_kind() {
             Some(EventKind::Alloc) if e.mem_kind == memwatch_wire::MemKind::PjrtBuffer as u8 => {
-                live.insert(e.ptr, (e.size, producer_name(e.api_name(), e.aux, names), e.device));
+                live.insert(
+                    e.ptr,
+                    (e.size, producer_name(e.api_name(), e.aux, names), e.device),
+                );
             }
             Some(EventKind::Free) => {
                 live.remove(&e.ptr);
@@ -213,7 +224,11 @@ fn live_at(events: &[&Event], ts: u64, device: i32, names: &HashMap<u64, String>
     }
     let mut v: Vec<LiveGroup> = groups
         .into_iter()
-        .map(|(producer, (bytes, count))| LiveGroup { producer, bytes, count })
+        .map(|(producer, (bytes, count))| LiveGroup {
+            producer,
+            bytes,
+            count,
+        })
         .collect();
     v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.producer.cmp(&b.producer)));
     (total, v)
@@ -272,9 +287,11 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
                 });
             }
             Api::PjrtExecuteComplete => {
-                if let Some(sp) = spans.iter_mut().rev().find(|s| {
-                    s.handle == e.ptr && s.device == e.device && s.start == e.ts_ns
-                }) {
+                if let Some(sp) = spans
+                    .iter_mut()
+                    .rev()
+                    .find(|s| s.handle == e.ptr && s.device == e.device && s.start == e.ts_ns)
+                {
                     sp.end = sp.end.max(e.ts_ns + e.duration_ns);
                     sp.completed = true;
                 }
@@ -303,10 +320,20 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
             }
         })
         .collect();
-    let name_of = |h: u64| names.get(&h).cloned().unwrap_or_else(|| format!("executable {h:#x}"));
+    let name_of = |h: u64| {
+        names
+            .get(&h)
+            .cloned()
+            .unwrap_or_else(|| format!("executable {h:#x}"))
+    };
     let temp_of = |h: u64| by_handle.get(&h).and_then(|x| stat(x, x.stats.temp));
 
-    let mut devs: Vec<i32> = cap.stats.iter().filter(|s| s.pid == pid).map(|s| s.device).collect();
+    let mut devs: Vec<i32> = cap
+        .stats
+        .iter()
+        .filter(|s| s.pid == pid)
+        .map(|s| s.device)
+        .collect();
     devs.sort_unstable();
     devs.dedup();
     let devices = devs
@@ -323,7 +350,9 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
                 let window_start = if i > 0 { samples[i - 1].ts_ns } else { 0 };
                 let mut running: Vec<Running> = spans
                     .iter()
-                    .filter(|sp| sp.device == device && sp.start <= s.ts_ns && sp.end >= window_start)
+                    .filter(|sp| {
+                        sp.device == device && sp.start <= s.ts_ns && sp.end >= window_start
+                    })
                     .map(|sp| Running {
                         executable: name_of(sp.handle),
                         handle: sp.handle,
@@ -334,7 +363,11 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
                     })
                     .collect();
                 if running.is_empty() {
-                    if let Some(sp) = spans.iter().filter(|sp| sp.device == device && sp.start <= s.ts_ns).last() {
+                    if let Some(sp) = spans
+                        .iter()
+                        .rev()
+                        .find(|sp| sp.device == device && sp.start <= s.ts_ns)
+                    {
                         running.push(Running {
                             executable: name_of(sp.handle),
                             handle: sp.handle,
@@ -388,8 +421,10 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
             let last = cap
                 .stats
                 .iter()
-                .filter(|s| s.pid == pid && s.device == e.device && s.ts_ns <= e.ts_ns + e.duration_ns)
-                .last()
+                .rev()
+                .find(|s| {
+                    s.pid == pid && s.device == e.device && s.ts_ns <= e.ts_ns + e.duration_ns
+                })
                 .map(Sample::of);
             let (live, groups) = live_at(&events, e.ts_ns, e.device, &names);
             OomIncident {
@@ -434,7 +469,10 @@ pub fn normalise(name: &str) -> String {
 
 /// Finds `exe`'s module among `mods`: same normalised name; among several, the one whose
 /// argument/output/temp bytes equal the compiled statistics.
-pub fn find_module<'a>(exe: &ExecutableSummary, mods: &'a [ModuleReport]) -> Option<(&'a ModuleReport, &'static str)> {
+pub fn find_module<'a>(
+    exe: &ExecutableSummary,
+    mods: &'a [ModuleReport],
+) -> Option<(&'a ModuleReport, &'static str)> {
     let key = normalise(&exe.name);
     let same: Vec<&ModuleReport> = mods.iter().filter(|m| normalise(&m.name) == key).collect();
     let stats_match = |m: &&&ModuleReport| {
@@ -614,7 +652,8 @@ mod tests {
     #[test]
     fn no_overlap_falls_back_to_the_last_execution_before_the_peak() {
         let mut c = co_resident_capture();
-        c.events.retain(|e| e.api_name() != Api::PjrtExecuteComplete);
+        c.events
+            .retain(|e| e.api_name() != Api::PjrtExecuteComplete);
         c.stats[2].ts_ns = 700; // window 300..700, step ran 400..420: overlaps
         let r = analyse(&c, false);
         let pk = r.processes[0].devices[0].peak.clone().unwrap();
@@ -645,7 +684,13 @@ mod tests {
         c.executables[1] = exe(0xb, "jit_mlp", 239_103_760, 71_303_168, 67_108_938);
         let mut r = analyse(&c, false);
         join_dump(&mut r, &mods, 5);
-        let j = r.processes[0].devices[0].peak.as_ref().unwrap().xla.clone().unwrap();
+        let j = r.processes[0].devices[0]
+            .peak
+            .as_ref()
+            .unwrap()
+            .xla
+            .clone()
+            .unwrap();
         assert_eq!(j.module, "jit_mlp");
         assert_eq!(j.matched_by, "name+stats");
         assert_eq!(j.temp_bytes, 239_103_760);

@@ -105,7 +105,9 @@ fn print_human(r: &RuntimeReport, timeline: bool) {
             );
             println!(
                 "    running: {}",
-                pk.executable.as_deref().unwrap_or("(no execution recorded)")
+                pk.executable
+                    .as_deref()
+                    .unwrap_or("(no execution recorded)")
             );
             for g in &pk.co_resident {
                 println!(
@@ -175,6 +177,11 @@ fn print_join(j: &runtime::peak::DumpJoin) {
         );
     }
     for g in &j.by_op_name {
-        println!("        op {:>11} x{:<4} {}", bytes(g.bytes), g.count, clip(&g.key, 80));
+        println!(
+            "        op {:>11} x{:<4} {}",
+            bytes(g.bytes),
+            g.count,
+            clip(&g.key, 80)
+        );
     }
 }

@@ -89,6 +89,11 @@ macro_rules! args {
                 v
             }
         }
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
     };
 }
 

@@ -66,7 +66,11 @@ fn switches() -> u8 {
     }
     if let Some(hz) = env(c"MEMWATCH_PJRT_SAMPLE_HZ").and_then(parse_u64) {
         SAMPLE_PERIOD_NS.store(
-            if hz == 0 { u64::MAX } else { 1_000_000_000 / hz.min(10_000) },
+            if hz == 0 {
+                u64::MAX
+            } else {
+                1_000_000_000 / hz.min(10_000)
+            },
             Ordering::Relaxed,
         );
     }
@@ -188,8 +192,8 @@ pub fn tick() {
     let now = crate::rt::now_ns();
     let last = LAST_SAMPLE_NS.load(Ordering::Relaxed);
     let period = SAMPLE_PERIOD_NS.load(Ordering::Relaxed);
-    let requested = SAMPLE_REQUESTED.load(Ordering::Relaxed)
-        && now.saturating_sub(last) >= MIN_REQUEST_GAP_NS;
+    let requested =
+        SAMPLE_REQUESTED.load(Ordering::Relaxed) && now.saturating_sub(last) >= MIN_REQUEST_GAP_NS;
     if !requested && now.saturating_sub(last) < period {
         return;
     }

@@ -244,8 +244,7 @@ pub fn drain_new_execs(mut f: impl FnMut(u64, &ExecInfo) -> bool) -> usize {
         if s.state.load(Ordering::Acquire) != READY {
             continue;
         }
-        if s
-            .state
+        if s.state
             .compare_exchange(READY, BUSY, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {

@@ -45,12 +45,18 @@ static BUILD: AtomicU8 = AtomicU8::new(NONE);
 /// The entries we replace and their wrappers.
 const WRAPPED_SLOTS: &[(usize, abi::ApiFn)] = &[
     (slot::CLIENT_DESTROY, wrap::client_destroy),
-    (slot::CLIENT_ADDRESSABLE_DEVICES, wrap::client_addressable_devices),
+    (
+        slot::CLIENT_ADDRESSABLE_DEVICES,
+        wrap::client_addressable_devices,
+    ),
     (slot::CLIENT_COMPILE, wrap::client_compile),
     (slot::CLIENT_BUFFER_FROM_HOST_BUFFER, wrap::buffer_from_host),
     (slot::LOADED_EXECUTABLE_DESTROY, wrap::loaded_destroy),
     (slot::LOADED_EXECUTABLE_EXECUTE, wrap::execute),
-    (slot::EXECUTABLE_DESERIALIZE_AND_LOAD, wrap::deserialize_and_load),
+    (
+        slot::EXECUTABLE_DESERIALIZE_AND_LOAD,
+        wrap::deserialize_and_load,
+    ),
     (slot::BUFFER_DESTROY, wrap::buffer_destroy),
     (slot::BUFFER_DELETE, wrap::buffer_delete),
     (slot::BUFFER_COPY_TO_DEVICE, wrap::buffer_copy_to_device),
@@ -121,7 +127,8 @@ unsafe extern "C" fn get_pjrt_api_wrapper() -> *const c_void {
             }
         }
     }
-    if BUILD.load(Ordering::Acquire) == WRAPPED && REAL_API.load(Ordering::Acquire) == api as *mut _
+    if BUILD.load(Ordering::Acquire) == WRAPPED
+        && core::ptr::eq(REAL_API.load(Ordering::Acquire), api)
     {
         COPY.0.get() as *const c_void
     } else {
@@ -138,13 +145,16 @@ unsafe fn build(api: *const c_void) -> bool {
     }
     let minor = head.minor;
     let in_table = |s: usize| {
-        abi::slot_offset(s) + 8 <= size && (s < abi::LATE_SLOT || minor >= abi::MIN_MINOR_LATE_SLOTS)
+        abi::slot_offset(s) + 8 <= size
+            && (s < abi::LATE_SLOT || minor >= abi::MIN_MINOR_LATE_SLOTS)
     };
     let dst = COPY.0.get() as *mut u8;
     core::ptr::copy_nonoverlapping(api as *const u8, dst, size);
     for (s, cell) in CALL.iter().enumerate() {
         if in_table(s) {
-            let p = *(api as *const u8).add(abi::slot_offset(s)).cast::<*mut c_void>();
+            let p = *(api as *const u8)
+                .add(abi::slot_offset(s))
+                .cast::<*mut c_void>();
             cell.store(p, Ordering::Relaxed);
         }
     }

@@ -101,8 +101,10 @@ unsafe fn device_of(dev: *mut c_void) -> i32 {
     }
     let mut a = DeviceLocalHardwareIdArgs::new();
     a.device = dev;
-    if call_quiet(slot::DEVICE_LOCAL_HARDWARE_ID, (&mut a as *mut DeviceLocalHardwareIdArgs).cast())
-    {
+    if call_quiet(
+        slot::DEVICE_LOCAL_HARDWARE_ID,
+        (&mut a as *mut DeviceLocalHardwareIdArgs).cast(),
+    ) {
         registry::register_device(dev, a.local_hardware_id);
         a.local_hardware_id
     } else {
@@ -113,7 +115,10 @@ unsafe fn device_of(dev: *mut c_void) -> i32 {
 unsafe fn buffer_size(buf: *mut c_void) -> u64 {
     let mut a = BufferOnDeviceSizeArgs::new();
     a.buffer = buf;
-    if call_quiet(slot::BUFFER_ON_DEVICE_SIZE_IN_BYTES, (&mut a as *mut BufferOnDeviceSizeArgs).cast()) {
+    if call_quiet(
+        slot::BUFFER_ON_DEVICE_SIZE_IN_BYTES,
+        (&mut a as *mut BufferOnDeviceSizeArgs).cast(),
+    ) {
         a.on_device_size_in_bytes as u64
     } else {
         0
@@ -123,7 +128,10 @@ unsafe fn buffer_size(buf: *mut c_void) -> u64 {
 unsafe fn buffer_device(buf: *mut c_void) -> i32 {
     let mut a = BufferDeviceArgs::new();
     a.buffer = buf;
-    if call_quiet(slot::BUFFER_DEVICE, (&mut a as *mut BufferDeviceArgs).cast()) {
+    if call_quiet(
+        slot::BUFFER_DEVICE,
+        (&mut a as *mut BufferDeviceArgs).cast(),
+    ) {
         device_of(a.device)
     } else {
         -1
@@ -154,13 +162,13 @@ macro_rules! field_ok {
 
 // ------------------------------------------------------------- client
 
-pub unsafe extern "C" fn client_destroy(args: *mut c_void) -> *mut Error {
+pub(super) unsafe extern "C" fn client_destroy(args: *mut c_void) -> *mut Error {
     super::stop_sampling();
     registry::clear_devices();
     call_real(slot::CLIENT_DESTROY, args)
 }
 
-pub unsafe extern "C" fn client_addressable_devices(args: *mut c_void) -> *mut Error {
+pub(super) unsafe extern "C" fn client_addressable_devices(args: *mut c_void) -> *mut Error {
     let err = call_real(slot::CLIENT_ADDRESSABLE_DEVICES, args);
     let a = args as *mut ClientAddressableDevicesArgs;
     if err.is_null() && !a.is_null() && field_ok!(a, ClientAddressableDevicesArgs, num_devices) {
@@ -184,30 +192,50 @@ unsafe fn describe(loaded: *mut c_void, flags: u32, t0: u64) {
     info.flags = flags;
     let mut g = LoadedGetExecutableArgs::new();
     g.loaded_executable = loaded;
-    if call_quiet(slot::LOADED_EXECUTABLE_GET_EXECUTABLE, (&mut g as *mut LoadedGetExecutableArgs).cast())
-        && !g.executable.is_null()
+    if call_quiet(
+        slot::LOADED_EXECUTABLE_GET_EXECUTABLE,
+        (&mut g as *mut LoadedGetExecutableArgs).cast(),
+    ) && !g.executable.is_null()
     {
         let exe = g.executable;
         let mut n = ExecutableNameArgs::new();
         n.executable = exe;
-        if call_quiet(slot::EXECUTABLE_NAME, (&mut n as *mut ExecutableNameArgs).cast()) && !n.name.is_null() {
-            info.set_name(core::slice::from_raw_parts(n.name.cast::<u8>(), n.name_size));
+        if call_quiet(
+            slot::EXECUTABLE_NAME,
+            (&mut n as *mut ExecutableNameArgs).cast(),
+        ) && !n.name.is_null()
+        {
+            info.set_name(core::slice::from_raw_parts(
+                n.name.cast::<u8>(),
+                n.name_size,
+            ));
         }
         let mut f = ExecutableFingerprintArgs::new();
         f.executable = exe;
-        if call_quiet(slot::EXECUTABLE_FINGERPRINT, (&mut f as *mut ExecutableFingerprintArgs).cast())
-            && !f.fingerprint.is_null()
+        if call_quiet(
+            slot::EXECUTABLE_FINGERPRINT,
+            (&mut f as *mut ExecutableFingerprintArgs).cast(),
+        ) && !f.fingerprint.is_null()
         {
-            info.set_fingerprint(core::slice::from_raw_parts(f.fingerprint.cast::<u8>(), f.fingerprint_size));
+            info.set_fingerprint(core::slice::from_raw_parts(
+                f.fingerprint.cast::<u8>(),
+                f.fingerprint_size,
+            ));
         }
         let mut o = ExecutableNumOutputsArgs::new();
         o.executable = exe;
-        if call_quiet(slot::EXECUTABLE_NUM_OUTPUTS, (&mut o as *mut ExecutableNumOutputsArgs).cast()) {
+        if call_quiet(
+            slot::EXECUTABLE_NUM_OUTPUTS,
+            (&mut o as *mut ExecutableNumOutputsArgs).cast(),
+        ) {
             info.num_outputs = o.num_outputs.min(u32::MAX as usize) as u32;
         }
         let mut m = CompiledMemoryStatsArgs::new();
         m.executable = exe;
-        if call_quiet(slot::EXECUTABLE_GET_COMPILED_MEMORY_STATS, (&mut m as *mut CompiledMemoryStatsArgs).cast()) {
+        if call_quiet(
+            slot::EXECUTABLE_GET_COMPILED_MEMORY_STATS,
+            (&mut m as *mut CompiledMemoryStatsArgs).cast(),
+        ) {
             info.flags |= PjrtExecutable::FLAG_STATS;
             info.stats = memwatch_wire::CompiledMemoryStats {
                 generated_code: m.generated_code,
@@ -224,21 +252,31 @@ unsafe fn describe(loaded: *mut c_void, flags: u32, t0: u64) {
         }
         let mut d = ExecutableDestroyArgs::new();
         d.executable = exe;
-        call_quiet(slot::EXECUTABLE_DESTROY, (&mut d as *mut ExecutableDestroyArgs).cast());
+        call_quiet(
+            slot::EXECUTABLE_DESTROY,
+            (&mut d as *mut ExecutableDestroyArgs).cast(),
+        );
     }
     if info.fp_len == 0 {
         let mut f = ExecutableFingerprintArgs::new();
         f.executable = loaded;
-        if call_quiet(slot::LOADED_EXECUTABLE_FINGERPRINT, (&mut f as *mut ExecutableFingerprintArgs).cast())
-            && !f.fingerprint.is_null()
+        if call_quiet(
+            slot::LOADED_EXECUTABLE_FINGERPRINT,
+            (&mut f as *mut ExecutableFingerprintArgs).cast(),
+        ) && !f.fingerprint.is_null()
         {
-            info.set_fingerprint(core::slice::from_raw_parts(f.fingerprint.cast::<u8>(), f.fingerprint_size));
+            info.set_fingerprint(core::slice::from_raw_parts(
+                f.fingerprint.cast::<u8>(),
+                f.fingerprint_size,
+            ));
         }
     }
     let mut ad = LoadedAddressableDevicesArgs::new();
     ad.executable = loaded;
-    if call_quiet(slot::LOADED_EXECUTABLE_ADDRESSABLE_DEVICES, (&mut ad as *mut LoadedAddressableDevicesArgs).cast())
-        && !ad.devices.is_null()
+    if call_quiet(
+        slot::LOADED_EXECUTABLE_ADDRESSABLE_DEVICES,
+        (&mut ad as *mut LoadedAddressableDevicesArgs).cast(),
+    ) && !ad.devices.is_null()
     {
         let n = ad.num_devices.min(registry::EXEC_DEVICES);
         for i in 0..n {
@@ -264,7 +302,7 @@ unsafe fn after_load(api: Api, loaded: *mut c_void, err: *mut Error, flags: u32,
     });
 }
 
-pub unsafe extern "C" fn client_compile(args: *mut c_void) -> *mut Error {
+pub(super) unsafe extern "C" fn client_compile(args: *mut c_void) -> *mut Error {
     if !super::recording() || args.is_null() {
         return call_real(slot::CLIENT_COMPILE, args);
     }
@@ -272,12 +310,16 @@ pub unsafe extern "C" fn client_compile(args: *mut c_void) -> *mut Error {
     let err = call_real(slot::CLIENT_COMPILE, args);
     let t1 = crate::clock::raw();
     let a = args as *mut ClientCompileArgs;
-    let loaded = if field_ok!(a, ClientCompileArgs, executable) { (*a).executable } else { core::ptr::null_mut() };
+    let loaded = if field_ok!(a, ClientCompileArgs, executable) {
+        (*a).executable
+    } else {
+        core::ptr::null_mut()
+    };
     after_load(Api::PjrtClientCompile, loaded, err, 0, t0, t1);
     err
 }
 
-pub unsafe extern "C" fn deserialize_and_load(args: *mut c_void) -> *mut Error {
+pub(super) unsafe extern "C" fn deserialize_and_load(args: *mut c_void) -> *mut Error {
     if !super::recording() || args.is_null() {
         return call_real(slot::EXECUTABLE_DESERIALIZE_AND_LOAD, args);
     }
@@ -290,11 +332,18 @@ pub unsafe extern "C" fn deserialize_and_load(args: *mut c_void) -> *mut Error {
     } else {
         core::ptr::null_mut()
     };
-    after_load(Api::PjrtDeserializeAndLoad, loaded, err, PjrtExecutable::FLAG_DESERIALIZED, t0, t1);
+    after_load(
+        Api::PjrtDeserializeAndLoad,
+        loaded,
+        err,
+        PjrtExecutable::FLAG_DESERIALIZED,
+        t0,
+        t1,
+    );
     err
 }
 
-pub unsafe extern "C" fn loaded_destroy(args: *mut c_void) -> *mut Error {
+pub(super) unsafe extern "C" fn loaded_destroy(args: *mut c_void) -> *mut Error {
     let a = args as *mut LoadedExecutableDestroyArgs;
     let handle = if !a.is_null() && field_ok!(a, LoadedExecutableDestroyArgs, executable) {
         (*a).executable as u64
@@ -338,7 +387,7 @@ unsafe extern "C" fn on_complete(err: *mut Error, user_arg: *mut c_void) {
     }
 }
 
-pub unsafe extern "C" fn execute(args: *mut c_void) -> *mut Error {
+pub(super) unsafe extern "C" fn execute(args: *mut c_void) -> *mut Error {
     if !super::recording() || args.is_null() {
         return call_real(slot::LOADED_EXECUTABLE_EXECUTE, args);
     }
@@ -353,7 +402,9 @@ pub unsafe extern "C" fn execute(args: *mut c_void) -> *mut Error {
     let handle = a.executable as u64;
     let (code, requested) = error_info(err);
     let layout = registry::exec_layout(handle);
-    let single = if field_ok!(a as *const ExecuteArgs, ExecuteArgs, execute_device) && !a.execute_device.is_null() {
+    let single = if field_ok!(a as *const ExecuteArgs, ExecuteArgs, execute_device)
+        && !a.execute_device.is_null()
+    {
         Some(device_of(a.execute_device))
     } else {
         None
@@ -391,7 +442,15 @@ pub unsafe extern "C" fn execute(args: *mut c_void) -> *mut Error {
                     for i in 0..nout as usize {
                         let b = *list.add(i);
                         if !b.is_null() {
-                            new_buffer(Api::PjrtExecuteOutput, b, dev_at(d), buffer_size(b), handle, t0, t1);
+                            new_buffer(
+                                Api::PjrtExecuteOutput,
+                                b,
+                                dev_at(d),
+                                buffer_size(b),
+                                handle,
+                                t0,
+                                t1,
+                            );
                         }
                     }
                 }
@@ -426,7 +485,7 @@ pub unsafe extern "C" fn execute(args: *mut c_void) -> *mut Error {
 
 // ------------------------------------------------------------ buffers
 
-pub unsafe extern "C" fn buffer_from_host(args: *mut c_void) -> *mut Error {
+pub(super) unsafe extern "C" fn buffer_from_host(args: *mut c_void) -> *mut Error {
     if !super::recording() || args.is_null() || !super::buffers_on() {
         return call_real(slot::CLIENT_BUFFER_FROM_HOST_BUFFER, args);
     }
@@ -437,8 +496,20 @@ pub unsafe extern "C" fn buffer_from_host(args: *mut c_void) -> *mut Error {
     if err.is_null() && field_ok!(a, BufferFromHostBufferArgs, buffer) {
         let a = &*a;
         if !a.buffer.is_null() {
-            let dev = if a.device.is_null() { buffer_device(a.buffer) } else { device_of(a.device) };
-            new_buffer(Api::PjrtBufferFromHostBuffer, a.buffer, dev, buffer_size(a.buffer), 0, t0, t1);
+            let dev = if a.device.is_null() {
+                buffer_device(a.buffer)
+            } else {
+                device_of(a.device)
+            };
+            new_buffer(
+                Api::PjrtBufferFromHostBuffer,
+                a.buffer,
+                dev,
+                buffer_size(a.buffer),
+                0,
+                t0,
+                t1,
+            );
         }
     }
     err
@@ -462,12 +533,20 @@ unsafe fn copy_common(s: usize, api: Api, args: *mut c_void) -> *mut Error {
     err
 }
 
-pub unsafe extern "C" fn buffer_copy_to_device(args: *mut c_void) -> *mut Error {
-    copy_common(slot::BUFFER_COPY_TO_DEVICE, Api::PjrtBufferCopyToDevice, args)
+pub(super) unsafe extern "C" fn buffer_copy_to_device(args: *mut c_void) -> *mut Error {
+    copy_common(
+        slot::BUFFER_COPY_TO_DEVICE,
+        Api::PjrtBufferCopyToDevice,
+        args,
+    )
 }
 
-pub unsafe extern "C" fn buffer_copy_to_memory(args: *mut c_void) -> *mut Error {
-    copy_common(slot::BUFFER_COPY_TO_MEMORY, Api::PjrtBufferCopyToMemory, args)
+pub(super) unsafe extern "C" fn buffer_copy_to_memory(args: *mut c_void) -> *mut Error {
+    copy_common(
+        slot::BUFFER_COPY_TO_MEMORY,
+        Api::PjrtBufferCopyToMemory,
+        args,
+    )
 }
 
 unsafe fn release(s: usize, api: Api, args: *mut c_void) -> *mut Error {
@@ -482,7 +561,11 @@ unsafe fn release(s: usize, api: Api, args: *mut c_void) -> *mut Error {
     let t1 = crate::clock::raw();
     if !buf.is_null() && super::recording() {
         push(api, |e| {
-            e.kind = if err.is_null() { EventKind::Free as u8 } else { EventKind::FreeFailed as u8 };
+            e.kind = if err.is_null() {
+                EventKind::Free as u8
+            } else {
+                EventKind::FreeFailed as u8
+            };
             e.mem_kind = MemKind::PjrtBuffer as u8;
             e.ptr = buf as u64;
             e.device = -1;
@@ -493,22 +576,30 @@ unsafe fn release(s: usize, api: Api, args: *mut c_void) -> *mut Error {
     err
 }
 
-pub unsafe extern "C" fn buffer_destroy(args: *mut c_void) -> *mut Error {
+pub(super) unsafe extern "C" fn buffer_destroy(args: *mut c_void) -> *mut Error {
     release(slot::BUFFER_DESTROY, Api::PjrtBufferDestroy, args)
 }
 
-pub unsafe extern "C" fn buffer_delete(args: *mut c_void) -> *mut Error {
+pub(super) unsafe extern "C" fn buffer_delete(args: *mut c_void) -> *mut Error {
     release(slot::BUFFER_DELETE, Api::PjrtBufferDelete, args)
 }
 
 // ------------------------------------------------------ memory stats
 
 /// One `PJRT_Device_MemoryStats` call (flusher thread only).
-pub unsafe fn memory_stats(dev: *mut c_void, id: i32, pid: u32, ts_ns: u64) -> Option<memwatch_wire::PjrtMemoryStats> {
+pub(super) unsafe fn memory_stats(
+    dev: *mut c_void,
+    id: i32,
+    pid: u32,
+    ts_ns: u64,
+) -> Option<memwatch_wire::PjrtMemoryStats> {
     use memwatch_wire::PjrtMemoryStats as S;
     let mut a = DeviceMemoryStatsArgs::new();
     a.device = dev;
-    if !call_quiet(slot::DEVICE_MEMORY_STATS, (&mut a as *mut DeviceMemoryStatsArgs).cast()) {
+    if !call_quiet(
+        slot::DEVICE_MEMORY_STATS,
+        (&mut a as *mut DeviceMemoryStatsArgs).cast(),
+    ) {
         return None;
     }
     let mut flags = S::BYTES_IN_USE;
@@ -518,7 +609,10 @@ pub unsafe fn memory_stats(dev: *mut c_void, id: i32, pid: u32, ts_ns: u64) -> O
         }
     };
     set(a.peak_bytes_in_use_is_set != 0, S::PEAK_BYTES_IN_USE);
-    set(a.largest_free_block_bytes_is_set != 0, S::LARGEST_FREE_BLOCK);
+    set(
+        a.largest_free_block_bytes_is_set != 0,
+        S::LARGEST_FREE_BLOCK,
+    );
     set(a.pool_bytes_is_set != 0, S::POOL_BYTES);
     set(a.peak_pool_bytes_is_set != 0, S::PEAK_POOL_BYTES);
     set(a.bytes_limit_is_set != 0, S::BYTES_LIMIT);
