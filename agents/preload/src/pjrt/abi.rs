@@ -72,6 +72,12 @@ pub type OnReadyCallback = unsafe extern "C" fn(*mut Error, *mut c_void);
 /// PJRT_Error_Code_RESOURCE_EXHAUSTED.
 pub const RESOURCE_EXHAUSTED: c_int = 8;
 
+/// Spare bytes after every args struct the shim builds itself: `struct_size` names only
+/// the fields we know, so a plugin built against a newer header either rejects the call
+/// (`struct_size` too small: an error, we record nothing) or, if it does not check,
+/// writes its newer out-fields into this spare room instead of past our struct.
+pub const SPARE_WORDS: usize = 16;
+
 macro_rules! args {
     ($name:ident { $($f:ident : $t:ty),* $(,)? }) => {
         #[repr(C)]
@@ -79,13 +85,16 @@ macro_rules! args {
             pub struct_size: usize,
             pub extension_start: *mut c_void,
             $(pub $f: $t,)*
+            spare: [u64; SPARE_WORDS],
         }
         impl $name {
-            /// A zeroed value with `struct_size` set to this layout's size.
+            /// Bytes of the fields we know (what `struct_size` says).
+            pub const KNOWN: usize = core::mem::offset_of!($name, spare);
+            /// A zeroed value with `struct_size` set to [`Self::KNOWN`].
             pub fn new() -> Self {
                 // SAFETY: plain-old-data of integers and raw pointers; all-zero is valid.
                 let mut v: Self = unsafe { core::mem::zeroed() };
-                v.struct_size = core::mem::size_of::<Self>();
+                v.struct_size = Self::KNOWN;
                 v
             }
         }
@@ -166,6 +175,8 @@ args!(CompiledMemoryStatsArgs {
     host_output: i64,
     host_alias: i64,
     host_temp: i64,
+    peak_memory: i64,
+    total_size: i64,
 });
 args!(LoadedExecutableDestroyArgs { executable: *mut c_void });
 args!(LoadedGetExecutableArgs { loaded_executable: *mut c_void, executable: *mut c_void });
@@ -205,15 +216,19 @@ mod tests {
     #[test]
     fn layouts_match_the_header() {
         // Sizes the header's PJRT_DEFINE_STRUCT_TRAITS give (x86-64).
-        assert_eq!(size_of::<ExecuteArgs>(), 80);
+        assert_eq!(ExecuteArgs::KNOWN, 80);
         assert_eq!(offset_of!(ExecuteArgs, execute_device), 72);
-        assert_eq!(size_of::<ClientCompileArgs>(), 56);
+        assert_eq!(ClientCompileArgs::KNOWN, 56);
         assert_eq!(offset_of!(BufferFromHostBufferArgs, dims), 40);
         assert_eq!(offset_of!(BufferFromHostBufferArgs, device), 80);
         assert_eq!(offset_of!(BufferFromHostBufferArgs, buffer), 112);
-        assert_eq!(size_of::<CompiledMemoryStatsArgs>(), 104);
+        // the newest header appends peak_memory_in_bytes and total_size_in_bytes
+        assert_eq!(CompiledMemoryStatsArgs::KNOWN, 120);
         assert_eq!(offset_of!(DeviceMemoryStatsArgs, pool_bytes), 160);
-        assert_eq!(size_of::<DeviceMemoryStatsArgs>(), 192);
+        assert_eq!(DeviceMemoryStatsArgs::KNOWN, 192);
+        // header STRUCT_SIZE 28; ours rounds up to the spare words' alignment
+        assert_eq!(DeviceLocalHardwareIdArgs::new().struct_size, 32);
+        assert_eq!(size_of::<ErrorDestroyArgs>(), 24 + 8 * SPARE_WORDS);
         assert_eq!(slot_offset(slot::LOADED_EXECUTABLE_EXECUTE), 40 + 55 * 8);
         assert_eq!(size_of::<ApiHead>(), API_HEADER);
     }

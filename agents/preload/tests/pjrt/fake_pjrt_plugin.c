@@ -171,10 +171,13 @@ typedef struct { size_t ss; void *ext; Exe *exe; void **devices; size_t n; } Exe
 static Err *LoadedExecutable_AddressableDevices(void *args) { A(ExeDevsA); CNT(52); a->devices = (void **)devptrs; a->n = NDEV; return NULL; }
 static Err *LoadedExecutable_Fingerprint(void *args) { A(ExeStrA); CNT(57); a->s = a->exe->fp; a->n = strlen(a->exe->fp); return NULL; }
 static Err *Executable_Fingerprint(void *args) { A(ExeStrA); CNT(94); a->s = a->exe->fp; a->n = strlen(a->exe->fp); return NULL; }
-typedef struct { size_t ss; void *ext; Exe *exe; int64_t v[10]; } MemStatsA;
+typedef struct { size_t ss; void *ext; Exe *exe; int64_t v[12]; } MemStatsA;
 static Err *Executable_GetCompiledMemoryStats(void *args) {
   A(MemStatsA); CNT(96);
+  /* like a plugin built with the newest header: callers must know all 12 fields */
+  if (a->ss < sizeof(MemStatsA)) return mkerr(3, "struct_size %llu too small", a->ss);
   memset(a->v, 0, sizeof a->v);
+  a->v[10] = a->exe->arg + a->exe->out + a->exe->temp; a->v[11] = a->v[10];
   a->v[0] = 4096; a->v[1] = a->exe->arg; a->v[2] = a->exe->out; a->v[4] = a->exe->temp;
   return NULL;
 }
