@@ -10,6 +10,8 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 struct Built {
+    /// The C test runtime's CUDA driver (`libcuda.so` symlink).
+    cuda: PathBuf,
     plugin: PathBuf,
     driver: PathBuf,
     shim: PathBuf,
@@ -27,7 +29,9 @@ fn cc(args: &[&str]) {
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
     B.get_or_init(|| {
-        let shim = common::built("pjrt").shim.clone();
+        let common = common::built("pjrt");
+        let shim = common.shim.clone();
+        let cuda = common.dir.join("libcuda.so");
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-pjrt-c");
         std::fs::create_dir_all(&dir).unwrap();
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/pjrt");
@@ -42,6 +46,7 @@ fn built() -> &'static Built {
             "-o",
             plugin.to_str().unwrap(),
             src.join("fake_pjrt_plugin.c").to_str().unwrap(),
+            "-ldl",
             "-lpthread",
         ]);
         cc(&[
@@ -54,6 +59,7 @@ fn built() -> &'static Built {
             "-ldl",
         ]);
         Built {
+            cuda,
             plugin,
             driver,
             shim,
@@ -180,7 +186,11 @@ fn pjrt_events(recs: &[Record]) -> Vec<Event> {
 fn run_records_executables_executes_buffers_stats_and_the_oom() {
     let dir = tempfile::tempdir().unwrap();
     let cap = dir.path().join("run.mwcap");
-    let env = [("MEMWATCH_PJRT_SAMPLE_HZ", "50")];
+    let cuda = built().cuda.to_str().unwrap().to_string();
+    let env = [
+        ("MEMWATCH_PJRT_SAMPLE_HZ", "50"),
+        ("FAKE_PJRT_CUDA_LIB", cuda.as_str()),
+    ];
     let with = drive(&["run"], Some(&cap), &env);
     let without = drive(&["run"], None, &env);
     // Pass-through: the program sees exactly the same results, and the plugin ran each
@@ -272,6 +282,29 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
         count(Api::PjrtDeserializeAndLoad, &|e| e.ptr == small.handle),
         1
     );
+
+    // The plugin's own driver calls inside execute are still recorded (the PJRT wrapper
+    // holds no recording guard across the real call): one 256 MiB cuMemAlloc_v2 per
+    // device and execute of jit_model, each inside an execute span.
+    let all = common::events(&recs);
+    let temps: Vec<&Event> = all
+        .iter()
+        .filter(|e| e.api_name() == Api::CuMemAlloc && e.size == 268_435_456 && e.result == 0)
+        .collect();
+    assert_eq!(temps.len(), 6, "driver allocations inside execute");
+    let spans: Vec<&Event> = ev
+        .iter()
+        .filter(|e| e.api_name() == Api::PjrtExecute && e.ptr == model.handle)
+        .collect();
+    for t in &temps {
+        assert!(
+            spans
+                .iter()
+                .any(|s| s.ts_ns <= t.ts_ns && t.ts_ns <= s.ts_ns + s.duration_ns),
+            "cuMemAlloc at {} outside every execute span",
+            t.ts_ns
+        );
+    }
 
     // Memory statistics from the flusher: both devices, with the plugin's limit, and the
     // peak includes jit_model's 256 MiB temp on top of parameters and outputs.

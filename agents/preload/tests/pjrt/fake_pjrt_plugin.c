@@ -12,8 +12,12 @@
  *   FAKE_PJRT_SLOTS  number of function slots (default 130: newer than memwatch knows;
  *                    slots past the known ones hold distinct sentinel functions)
  *   FAKE_PJRT_MAJOR / FAKE_PJRT_MINOR  the reported API version (default 0 / 94)
+ *   FAKE_PJRT_CUDA_LIB  a CUDA driver library: Execute then also takes each temp buffer
+ *                    from it (cuMemAlloc_v2 / cuMemFree_v2 looked up with dlsym), as a
+ *                    plugin's allocator does, so driver calls nest inside execute
  * fake_pjrt_real_api() returns the table itself, fake_pjrt_calls(slot) how many times
  * each entry ran, so tests can check pass-through. */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -181,6 +185,22 @@ static Err *Executable_GetCompiledMemoryStats(void *args) {
   a->v[0] = 4096; a->v[1] = a->exe->arg; a->v[2] = a->exe->out; a->v[4] = a->exe->temp;
   return NULL;
 }
+static int (*cu_alloc)(unsigned long long *, size_t);
+static int (*cu_free)(unsigned long long);
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static void cu_load(void) {
+  const char *lib = getenv("FAKE_PJRT_CUDA_LIB");
+  void *h = lib && *lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
+  if (!h) return;
+  cu_alloc = (int (*)(unsigned long long *, size_t))dlsym(h, "cuMemAlloc_v2");
+  cu_free = (int (*)(unsigned long long))dlsym(h, "cuMemFree_v2");
+}
+static void driver_temp(int64_t n) {
+  pthread_once(&cu_once, cu_load);
+  unsigned long long p = 0;
+  if (n > 0 && cu_alloc && cu_free && cu_alloc(&p, (size_t)n) == 0) cu_free(p);
+}
+
 typedef struct { size_t ss; void *ext; Exe *exe; void *opts; Buf ***args; size_t ndev; size_t nargs; Buf ***outs; Ev **events; Dev *exec_dev; } ExecA;
 static Err *Execute(void *args) {
   A(ExecA); CNT(55);
@@ -200,6 +220,7 @@ static Err *Execute(void *args) {
     }
     dev->in_use -= e->temp; dev->nallocs--;
     pthread_mutex_unlock(&mu);
+    driver_temp(e->temp);
     if (!ok) return mkerr(8, "Out of memory while trying to allocate %llu bytes.", (unsigned long long)per);
     if (a->events) a->events[d] = calloc(1, sizeof(Ev));
   }
