@@ -122,8 +122,20 @@ pub fn version() -> Option<(i32, i32, u64)> {
     })
 }
 
+static AT_EXIT_SET: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn stop_sampling_at_exit() {
+    stop_sampling();
+}
+
 fn start_sampling() {
     SAMPLING_ON.store(true, Ordering::Release);
+    // Registered after the plugin was loaded and initialised, so it runs before the
+    // plugin's own exit-time destructors: no sample is taken from a torn-down plugin.
+    if !AT_EXIT_SET.swap(true, Ordering::AcqRel) {
+        // SAFETY: registering a plain extern "C" fn.
+        unsafe { libc::atexit(stop_sampling_at_exit) };
+    }
 }
 
 /// Called before the client is destroyed: no new samples, and waits (bounded, 1 s) for
@@ -186,7 +198,7 @@ pub fn requested_bytes(msg: &[u8]) -> u64 {
 /// Flusher-thread work: samples every known device's memory statistics when due (the
 /// configured rate, or soon after an execute) and writes the frames.
 pub fn tick() {
-    if !SAMPLING_ON.load(Ordering::Acquire) {
+    if !SAMPLING_ON.load(Ordering::Acquire) || crate::rt::EXITING.load(Ordering::Acquire) {
         return;
     }
     let now = crate::rt::now_ns();
