@@ -47,7 +47,7 @@ for rate in 1000000 10000000; do
   out=$(LD_PRELOAD="$shim" MEMWATCH_SINK="file:$work/r.mwcap" "$work/mwtest" direct rate 8 3 "$rate")
   calls=$(sed -n 's/.* calls=\([0-9]*\).*/\1/p' <<<"$out"); reached=$(sed -n 's/.*reached_calls_per_s=\([0-9]*\).*/\1/p' <<<"$out")
   read -r n dropped _ < <(summ "$root/tests/gpu" "$work/r.mwcap")
-  echo "rate $rate calls/s requested, 8 threads, default buffer: reached $reached calls/s, $calls calls, $n events captured (+8 set-device), dropped $dropped"
+  echo "rate $rate calls/s requested, 8 threads, default buffer: reached $reached calls/s, $calls calls, $n events captured (the calls + 8 set-device), dropped $dropped"
 done
 rm -f "$work/t.mwcap"
 start=$(date +%s%N)

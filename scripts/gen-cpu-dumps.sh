@@ -19,6 +19,8 @@ mkdir -p "$OUT.tmp"
 # keep only the text dumps and the recorded memory_analysis() (no LLVM IR, objects)
 find "$OUT.tmp" -type f ! -name "*.txt" ! -name "*.json" -delete
 find "$OUT.tmp" -mindepth 1 -type d -empty -delete
+# keep the provenance note
+[ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/"
 rm -rf "$OUT"
 mv "$OUT.tmp" "$OUT"
 echo "wrote $(ls "$OUT" | wc -l) files to $OUT"

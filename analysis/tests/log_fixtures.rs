@@ -32,7 +32,7 @@ fn incident_log_and_diagnosis() {
     assert_eq!(oom.regions, vec![3753902080]);
     assert_eq!(oom.chunks.len(), 37);
     assert_eq!(oom.chunks.iter().filter(|c| !c.in_use).count(), 1);
-    assert_eq!(oom.in_use_bytes(), 3 * 256 + 32 * 33554432 + 67108864);
+    assert_eq!(oom.in_use_bytes(), Some(3 * 256 + 32 * 33554432 + 67108864));
     assert_eq!(oom.largest_free_chunk(), Some(2613050624));
     assert_eq!(
         oom.stats.as_ref().unwrap().approx["bytes_limit"],
@@ -73,6 +73,7 @@ fn all_log_fixtures_parse() {
     let r = parse(&seeds);
     assert_eq!(r.remat_warnings.len(), 10);
     assert_eq!(r.ooms[0].rounded_bytes, 51712165888);
+    assert_eq!(r.ooms[0].in_use_bytes(), None);
     assert_eq!(r.resource_exhausted[0].bytes, Some(51712165888));
     let s = parse(&repo("testdata/h200/seeds/allocator-stats-block.txt"));
     assert_eq!(s.allocator_stats[0].exact["bytes_limit"], 31804391424);

@@ -15,7 +15,7 @@ fn inputs() -> impl Strategy<Value = Vec<u8>> {
         "HloLiveRange (max 3):\n", "  BufferLiveRange:\n", "    a{}:0-2\n", "  Live ranges at 1 (peak):\n", "    a{}: 4 bytes (cumulative: 4 bytes)\n",
         "W1121 23:04:04.075047 2389 bfc_allocator.cc:598] Allocator (G) ran out of memory trying to allocate 3.25GiB (rounded to 3) from the lower end\n",
         "I1 00:00:00.1 1 b.cc:1] InUse at ff of size 256 tag lower allocation_annotation xla.execute{executable=j} next 1\n",
-        "Stats: \n", "Limit: 3.50GiB\n", "│ AllocatorStats\n", "│ bytes_limit: 12\n", "MEMORY_STATS {'bytes_limit': 1}\n",
+        "Stats: \n", "Limit: 3.50GiB\n", "│ AllocatorStats\n", "│ bytes_limit: 12\n", "MEMORY_STATS {'bytes_limit': 1}\n", "Memory Space: default (color=0)\n", "  1.0KiB(1%); 1.0KiB; 0; 1; f32[2]\n", "  cumulative_size; size; offset; used_by_n_values; shapes_list\n",
         "(", ")", "{", "}", "\"", "\\", "|", ":", ",", " ", "\n", "\u{ff}", "\0",
     ]);
     prop::collection::vec(
@@ -37,6 +37,7 @@ proptest! {
         let _ = hlo::parse_hlo(&data[..], p);
         let _ = live_range::parse_live_range(&data[..], p);
         let _ = live_range::parse_total_bytes(&data[..], p);
+        let _ = memwatch_analysis::xla::usage_report::parse_usage_report(&data[..], p);
         let mut r = LogReport::default();
         let _ = parse_log(&data[..], p, &mut r);
         if let Ok(ba) = buffer_assignment::parse_buffer_assignment(&data[..], p) {

@@ -142,3 +142,26 @@ fn diff_of_dump_with_itself_is_zero_and_detects_changes() {
     assert_eq!(m.figures["temp_bytes"].2, 1024);
     assert_eq!(m.ops[0].delta_bytes, 4096);
 }
+
+#[test]
+fn usage_reports_of_all_fixtures_parse_and_agree_with_totals() {
+    use memwatch_analysis::xla::usage_report::parse_usage_report;
+    for d in [
+        "testdata/h200/xla/h200-jax0.11.2-mlp",
+        "testdata/h200/incidents/h200-jax0.11.2-oom-temp",
+        "testdata/cpu-jax0.10.2",
+    ] {
+        for m in xla::list_modules(&repo(d)).unwrap() {
+            let f = &m.memory_usage_report;
+            let r = parse_usage_report(std::io::BufReader::new(std::fs::File::open(f).unwrap()), f)
+                .unwrap();
+            let rep = xla::load_module(&m).unwrap();
+            assert_eq!(
+                r.iter().map(|s| s.total_bytes).sum::<u64>(),
+                rep.total_allocation_bytes,
+                "{}",
+                m.name
+            );
+        }
+    }
+}

@@ -8,8 +8,8 @@ use core::ffi::CStr;
 
 /// Largest sink path accepted (longer paths disable the shim).
 pub const MAX_PATH: usize = 1024;
-/// Default number of event slots in the shared ring.
-pub const DEFAULT_BUFFER_EVENTS: usize = 1 << 16;
+/// Default number of event slots per recording thread (and in the shared fallback ring).
+pub const DEFAULT_BUFFER_EVENTS: usize = 1 << 14;
 
 /// Where frames go.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -39,7 +39,7 @@ pub struct Config {
     pub sink: SinkKind,
     pub path: [u8; MAX_PATH],
     pub path_len: usize,
-    /// Ring capacity, a power of two.
+    /// Ring capacity per thread, a power of two.
     pub buffer_events: usize,
     /// Bit set of [`Family`] values.
     pub families: u8,

@@ -49,6 +49,19 @@ fn library_handle(fam: usize) -> *mut c_void {
     core::ptr::null_mut()
 }
 
+/// A `dlopen(RTLD_NOLOAD)` reference, released when dropped: the shim must never keep
+/// a runtime loaded that the program `dlclose`s.
+struct Handle(*mut c_void);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: a handle from dlopen, closed once.
+            unsafe { libc::dlclose(self.0) };
+        }
+    }
+}
+
 unsafe fn sym(handle: *mut c_void, name: &CStr) -> *mut c_void {
     if handle.is_null() {
         return core::ptr::null_mut();
@@ -59,7 +72,9 @@ unsafe fn sym(handle: *mut c_void, name: &CStr) -> *mut c_void {
 /// Name and total bytes of device `ordinal` of family `fam`; `None` when the runtime
 /// cannot say (e.g. no such device).
 pub fn query(fam: usize, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
-    let handle = library_handle(fam);
+    let lib = Handle(library_handle(fam));
+    let handle = lib.0;
+    let mut _extra = Handle(core::ptr::null_mut());
     // SAFETY: function pointers come from the runtime library with the documented
     // signatures; buffers are sized as passed.
     unsafe {
@@ -69,6 +84,7 @@ pub fn query(fam: usize, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
                 c"libcuda.so.1".as_ptr(),
                 libc::RTLD_LAZY | libc::RTLD_NOLOAD,
             );
+            _extra = Handle(cuda);
         }
         let simulated = !sym(handle, c"memwatchSimulatedRuntime").is_null();
         let mut name = [0 as c_char; 256];

@@ -54,40 +54,74 @@ fn resolve_index(h: &HookInfo) -> *mut c_void {
         .map_or(core::ptr::null_mut(), resolve)
 }
 
-/// `dlopen` handles in which the program looked up hooked names (fallback for finding
-/// real functions of libraries opened with RTLD_LOCAL).
-static HANDLES: [AtomicPtr<c_void>; 16] = [const { AtomicPtr::new(core::ptr::null_mut()) }; 16];
+/// Addresses the program's `dlsym` returned for hooked names, one per library (fallback
+/// for finding real functions of libraries opened with RTLD_LOCAL). Addresses, not
+/// handles: a handle dies with `dlclose`, an address is checked with `dladdr` first.
+static ANCHORS: [AtomicPtr<c_void>; 16] = [const { AtomicPtr::new(core::ptr::null_mut()) }; 16];
 
-fn remember_handle(handle: *mut c_void) {
+/// The load base of the object containing `p` (NULL when none).
+fn object_base(p: *mut c_void) -> *mut c_void {
+    // SAFETY: dladdr only inspects the loader's tables.
+    unsafe {
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        if libc::dladdr(p, &mut info) == 0 {
+            return core::ptr::null_mut();
+        }
+        info.dli_fbase
+    }
+}
+
+fn remember_library(handle: *mut c_void, p: *mut c_void) {
     if handle.is_null() || handle == libc::RTLD_NEXT || handle == libc::RTLD_DEFAULT {
         return;
     }
-    for slot in HANDLES.iter() {
-        match slot.compare_exchange(
-            core::ptr::null_mut(),
-            handle,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => return,
-            Err(cur) if cur == handle => return,
-            Err(_) => {}
+    let base = object_base(p);
+    if base.is_null() {
+        return;
+    }
+    for slot in ANCHORS.iter() {
+        let cur = slot.load(Ordering::Acquire);
+        if cur.is_null() {
+            if slot
+                .compare_exchange(
+                    core::ptr::null_mut(),
+                    p,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                return;
+            }
+            continue;
+        }
+        if object_base(cur) == base {
+            return;
         }
     }
 }
 
-/// Looks `name` up in the remembered handles; skips `not` (our own wrapper).
+/// Looks `name` up in the libraries the program looked hooked names up in (those still
+/// loaded, each opened with RTLD_NOLOAD and closed again); skips `not` (our wrapper).
 ///
 /// # Safety
 /// `name` must be NUL-terminated.
 pub unsafe fn lookup_in_known_handles(name: *const c_char, not: *mut c_void) -> *mut c_void {
-    for slot in HANDLES.iter() {
-        let h = slot.load(Ordering::Acquire);
-        if h.is_null() {
+    for slot in ANCHORS.iter() {
+        let a = slot.load(Ordering::Acquire);
+        if a.is_null() {
             break;
         }
-        // SAFETY: a handle dlopen gave the program; NUL-terminated name.
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        if libc::dladdr(a, &mut info) == 0 || info.dli_fname.is_null() {
+            continue;
+        }
+        let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        if h.is_null() {
+            continue;
+        }
         let p = real_dlsym()(h, name);
+        libc::dlclose(h);
         if !p.is_null() && p != not {
             return p;
         }
@@ -107,7 +141,7 @@ unsafe fn after_lookup(handle: *mut c_void, name: *const c_char, p: *mut c_void)
     }
     match lookup_exact(bytes).and_then(|i| HOOKS.get(i)) {
         Some(h) => {
-            remember_handle(handle);
+            remember_library(handle, p);
             let r = wrap_result(h, p);
             crate::debug::lookup(
                 "dlsym",

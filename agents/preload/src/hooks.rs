@@ -64,7 +64,20 @@ impl HookInfo {
             Ordering::Acquire,
         ) {
             Ok(_) => true,
-            Err(cur) => cur == p,
+            Err(cur) if cur == p => true,
+            Err(cur) => {
+                // The library the known function came from was unloaded (dlclose, then
+                // dlopen again at another address; its old range may hold another
+                // object by now): the new one takes its place.
+                // SAFETY: dladdr only inspects the loader's tables.
+                let gone = unsafe {
+                    let mut info: libc::Dl_info = core::mem::zeroed();
+                    libc::dladdr(cur, &mut info) == 0 || info.dli_saddr != cur
+                };
+                gone && slot
+                    .compare_exchange(cur, p, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            }
         }
     }
 }
@@ -392,19 +405,25 @@ pub unsafe extern "C" fn cudaSetDevice(dev: c_int) -> c_int {
 }
 
 static CU_CTX_GET_DEVICE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+/// The real cuCtxSetCurrent that `CU_CTX_GET_DEVICE` was looked up next to.
+static CU_CTX_KEY: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
-/// The device of the current context, asked of the same library as cuCtxSetCurrent.
+/// The device of the current context, asked of the same library as cuCtxSetCurrent
+/// (looked up again when that function changed; no reference to the library is kept).
 unsafe fn ctx_device() -> i32 {
     type F = unsafe extern "C" fn(*mut c_int) -> c_int;
+    let real = resolve(H::cuCtxSetCurrent as usize);
     let mut f = CU_CTX_GET_DEVICE.load(Ordering::Acquire);
-    if f.is_null() {
-        let real = resolve(H::cuCtxSetCurrent as usize);
+    if f.is_null() || CU_CTX_KEY.load(Ordering::Acquire) != real {
+        f = core::ptr::null_mut();
         let mut info: libc::Dl_info = core::mem::zeroed();
         if !real.is_null() && libc::dladdr(real, &mut info) != 0 && !info.dli_fname.is_null() {
             let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
             if !h.is_null() {
                 f = real_dlsym()(h, c"cuCtxGetDevice".as_ptr());
+                libc::dlclose(h);
                 CU_CTX_GET_DEVICE.store(f, Ordering::Release);
+                CU_CTX_KEY.store(real, Ordering::Release);
             }
         }
     }

@@ -8,9 +8,10 @@
 //!
 //! Modules: `config` (environment), `hooks` (the wrappers and hook table), `dl` (dlsym,
 //! dlvsym, *GetProcAddress), `real` (finding real functions), `rt` (hot path, lifecycle,
-//! fork/exit), `ring` (lock-free queue), `sink` (frames out), `flusher` (the background
-//! thread), `device` (device_info queries), `exec` (exec wrappers), `pjrt` (the PJRT C
-//! API table wrapping: executables, executes, buffers, allocator statistics).
+//! fork/exit), `tring` (per-thread rings), `ring` (shared fallback queue), `sink` (frames
+//! out), `flusher` (the background thread), `device` (device_info queries), `exec` (exec
+//! wrappers), `pjrt` (the PJRT C API table wrapping: executables, executes, buffers,
+//! allocator statistics).
 
 #![allow(non_snake_case)]
 // Unit-test builds do not export the hooks (the test binary must not interpose its own
@@ -30,3 +31,4 @@ pub mod real;
 pub mod ring;
 pub mod rt;
 pub mod sink;
+pub mod tring;

@@ -9,6 +9,7 @@
 use crate::config::{Config, Family};
 use crate::ring::Ring;
 use crate::sink;
+use crate::tring::{self, ThreadRing};
 use core::cell::Cell;
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -35,12 +36,36 @@ struct ThreadState {
     in_hook: Cell<bool>,
     tid: Cell<u32>,
     device: Cell<i32>,
+    /// This thread's ring; NULL before its first recorded call.
+    ring: Cell<*const ThreadRing>,
+    /// Set when no ring could be had: use the shared ring.
+    shared: Cell<bool>,
 }
 
 thread_local! {
     static TS: ThreadState = const {
-        ThreadState { in_hook: Cell::new(false), tid: Cell::new(0), device: Cell::new(-1) }
+        ThreadState {
+            in_hook: Cell::new(false),
+            tid: Cell::new(0),
+            device: Cell::new(-1),
+            ring: Cell::new(core::ptr::null()),
+            shared: Cell::new(false),
+        }
     };
+    /// Hands the thread's ring back for reuse when the thread ends. Touched once per
+    /// thread (registering its destructor), when the ring is taken.
+    static RING_OWNER: RingOwner = const { RingOwner(Cell::new(core::ptr::null())) };
+}
+
+struct RingOwner(Cell<*const ThreadRing>);
+
+impl Drop for RingOwner {
+    fn drop(&mut self) {
+        // SAFETY: rings are never unmapped.
+        if let Some(r) = unsafe { self.0.get().as_ref() } {
+            r.orphan();
+        }
+    }
 }
 
 /// The environment configuration (parsed once).
@@ -104,6 +129,9 @@ pub fn swap_device(dev: i32) -> i32 {
 pub struct Pending {
     pub ev: Event,
     errno: c_int,
+    /// This thread's state (thread-local storage lives as long as the thread), so the
+    /// exit path needs no second TLS lookup.
+    ts: *const ThreadState,
 }
 
 /// Starts recording a call of `api`, or `None` when this call must not be recorded
@@ -117,7 +145,14 @@ pub fn begin(f: Family, api: Api) -> Option<Pending> {
     if FAMILIES.load(Ordering::Relaxed) & f as u8 == 0 {
         return None;
     }
-    let (nested, tid, device) = TS.with(|t| (t.in_hook.replace(true), tid_of(t), t.device.get()));
+    let (nested, tid, device, ts) = TS.with(|t| {
+        (
+            t.in_hook.replace(true),
+            tid_of(t),
+            t.device.get(),
+            t as *const ThreadState,
+        )
+    });
     if nested {
         return None;
     }
@@ -132,7 +167,7 @@ pub fn begin(f: Family, api: Api) -> Option<Pending> {
         api: api as u16,
         ..Event::default()
     };
-    Some(Pending { ev, errno: 0 })
+    Some(Pending { ev, errno: 0, ts })
 }
 
 impl Pending {
@@ -180,19 +215,43 @@ impl Pending {
     /// Abandons the record (nothing queued): clears the guard and restores errno.
     #[inline]
     pub fn discard(self) {
-        TS.with(|t| t.in_hook.set(false));
+        // SAFETY: `ts` is this thread's live thread-local block (set in `begin`).
+        unsafe { (*self.ts).in_hook.set(false) };
         set_errno(self.errno);
     }
 
     /// Queues the event (or counts a drop), clears the guard and restores errno.
     #[inline]
     pub fn commit(self) {
-        if !RING.push(&self.ev) {
+        // SAFETY: `ts` is this thread's live thread-local block (set in `begin`).
+        let t = unsafe { &*self.ts };
+        // SAFETY: rings are never unmapped.
+        let ok = match unsafe { t.ring.get().as_ref() } {
+            Some(r) => r.push(&self.ev),
+            None => push_slow(t, &self.ev),
+        };
+        t.in_hook.set(false);
+        if !ok {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }
-        TS.with(|t| t.in_hook.set(false));
         set_errno(self.errno);
     }
+}
+
+/// First recorded call of a thread: take a ring (or settle for the shared one).
+#[cold]
+fn push_slow(t: &ThreadState, ev: &Event) -> bool {
+    if !t.shared.get() {
+        match tring::acquire(config().buffer_events) {
+            Some(r) => {
+                t.ring.set(r);
+                RING_OWNER.with(|o| o.0.set(r));
+                return r.push(ev);
+            }
+            None => t.shared.set(true),
+        }
+    }
+    RING.push(ev)
 }
 
 /// Records a set-device event for the calling thread outside `begin` (set-device hooks
@@ -281,7 +340,10 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     // Only this thread exists now: the child is a new process of the capture.
     FORK_LOCKED.store(false, Ordering::Relaxed);
-    TS.with(|t| t.tid.set(0));
+    TS.with(|t| {
+        t.tid.set(0);
+        tring::reset_in_child(t.ring.get());
+    });
     // SAFETY: plain syscall.
     PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
     RING.reset();

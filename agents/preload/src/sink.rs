@@ -149,6 +149,14 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     if st.fd < 0 && !open(st) {
         // Sink unavailable: discard what is queued, counting it as dropped.
         let mut lost = 0u64;
+        loop {
+            st.events.clear();
+            let n = crate::tring::drain_all(&mut st.events, FRAME_EVENTS);
+            lost += n as u64;
+            if n == 0 {
+                break;
+            }
+        }
         while rt::RING.pop().is_some() {
             lost += 1;
         }
@@ -169,6 +177,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     let mut total = 0usize;
     loop {
         st.events.clear();
+        crate::tring::drain_all(&mut st.events, FRAME_EVENTS);
         while st.events.len() < FRAME_EVENTS {
             match rt::RING.pop() {
                 Some(e) => st.events.push(e),

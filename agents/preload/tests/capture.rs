@@ -423,3 +423,57 @@ fn timestamps_are_clock_monotonic_and_durations_fit() {
         );
     }
 }
+
+#[test]
+fn thousands_of_short_threads_lose_nothing() {
+    // More threads than the ring registry holds (1024), one after another: rings of
+    // ended threads are reused, every call is captured.
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("churn.mwcap");
+    b.run("direct", &["churn", "1500"], Some(&cap), &[]);
+    let recs = read_capture(&cap);
+    let evs = events(&recs);
+    assert_eq!(evs.len(), 3000);
+    assert_eq!(
+        evs.iter().filter(|e| e.kind == 1 && e.size == 512).count(),
+        1500
+    );
+    let tids: std::collections::HashSet<u32> = evs.iter().map(|e| e.tid).collect();
+    assert!(tids.len() > 100, "distinct threads: {}", tids.len());
+    assert!(!recs.iter().any(|r| matches!(r, Record::Dropped(_))));
+}
+
+#[test]
+fn lookups_of_absent_runtimes_still_fail() {
+    // A program that probes for a GPU runtime with dlsym(RTLD_DEFAULT) must not find the
+    // shim's own exports when no runtime is loaded.
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("probe.mwcap");
+    let plain = b.run("dlsym", &["probe"], None, &[]);
+    let shimmed = b.run("dlsym", &["probe"], Some(&cap), &[]);
+    let text = String::from_utf8_lossy(&shimmed.stdout).to_string();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), text);
+    assert!(text.contains("N probe hipMalloc found=0 error=1"), "{text}");
+    assert!(
+        text.contains("N probe cuGetProcAddress_v2 found=0 error=1"),
+        "{text}"
+    );
+    assert!(text.contains("N probe dlsym found=1 error=0"), "{text}");
+    assert!(!cap.exists(), "no GPU call, no capture");
+}
+
+#[test]
+fn runtime_reloaded_after_dlclose_is_followed() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("reload.mwcap");
+    let plain = b.run("dlsym", &["reload"], None, &[]);
+    let out = b.run("dlsym", &["reload"], Some(&cap), &[]);
+    assert_eq!(normalized(&plain.stdout), normalized(&out.stdout));
+    let want = expected(&String::from_utf8_lossy(&out.stdout));
+    let evs = events(&read_capture(&cap));
+    let got: Vec<Expected> = evs.iter().map(|e| as_expected(e, false)).collect();
+    assert_eq!(got, want);
+}

@@ -41,13 +41,13 @@ pub struct Diagnosis {
     pub matched: Option<MatchedBuffer>,
     /// In-use bytes at the failure, by executable annotation: (executable, bytes, chunks).
     pub live_by_executable: Vec<(String, u64, u64)>,
-    /// Exact in-use bytes at the failure.
-    pub in_use_bytes: u64,
+    /// Exact in-use bytes at the failure (`None`: the log has no chunk dump).
+    pub in_use_bytes: Option<u64>,
     /// Pool size in bytes.
     pub pool_bytes: Option<u64>,
     /// Largest free chunk (exact from chunk lines, else approximate).
     pub largest_free_bytes: Option<u64>,
-    /// in_use + request.
+    /// in_use + request (the request alone when in-use is unknown).
     pub needed_bytes: u64,
     /// needed - pool, when positive.
     pub shortfall_bytes: Option<u64>,
@@ -145,7 +145,7 @@ fn diagnose_one(
     let largest_free = oom
         .largest_free_chunk()
         .or_else(|| oom.summary_approx.get("total_free_in_pool").copied());
-    let needed = in_use.saturating_add(req);
+    let needed = in_use.unwrap_or(0).saturating_add(req);
     let shortfall = pool.and_then(|p| needed.checked_sub(p)).filter(|s| *s > 0);
     let device = match (pool, mem_fraction) {
         (Some(p), Some(f)) if f > 0.0 && f <= 1.0 => Some((p as f64 / f).round() as u64),
@@ -197,12 +197,16 @@ fn diagnose_one(
             format!("{} in {n} chunk(s) from {e}{what}", gib(*b))
         })
         .collect();
-    if !others.is_empty() {
-        findings.push(format!(
+    match in_use {
+        Some(b) if !others.is_empty() => findings.push(format!(
             "Already in use when it failed: {} ({}).",
-            gib(in_use),
+            gib(b),
             others.join(", ")
-        ));
+        )),
+        Some(b) => findings.push(format!("Already in use when it failed: {}.", gib(b))),
+        None => findings.push(
+            "The log has no allocator chunk dump, so what else was live is unknown (TF_CPP_MIN_LOG_LEVEL=0 prints it); the figures below count the request alone.".to_string(),
+        ),
     }
     if let Some(p) = pool {
         match shortfall {

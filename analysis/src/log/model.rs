@@ -105,18 +105,21 @@ pub struct BfcOom {
 }
 
 impl BfcOom {
-    /// Exact bytes in use: sum of in-use chunk lines, else of the by-size summary.
-    pub fn in_use_bytes(&self) -> u64 {
-        let from_chunks: u64 = self
-            .chunks
-            .iter()
-            .filter(|c| c.in_use)
-            .map(|c| c.size)
-            .sum();
-        if from_chunks > 0 {
-            from_chunks
+    /// Exact bytes in use: sum of in-use chunk lines, else of the by-size summary;
+    /// `None` when the log has neither (older one-line OOM messages).
+    pub fn in_use_bytes(&self) -> Option<u64> {
+        if self.chunks.iter().any(|c| c.in_use) {
+            Some(
+                self.chunks
+                    .iter()
+                    .filter(|c| c.in_use)
+                    .map(|c| c.size)
+                    .sum(),
+            )
+        } else if !self.in_use_by_size.is_empty() {
+            Some(self.in_use_by_size.iter().map(|(n, s)| n * s).sum())
         } else {
-            self.in_use_by_size.iter().map(|(n, s)| n * s).sum()
+            None
         }
     }
 

@@ -14,6 +14,7 @@ pub mod hlo;
 pub mod live_range;
 pub mod report;
 pub mod text;
+pub mod usage_report;
 
 pub use report::{build_report, memory_totals, Group, MemoryTotals, ModuleReport, PeakBuffer};
 pub use text::ParseError;
@@ -86,14 +87,21 @@ pub fn load_module(files: &dump::ModuleFiles) -> Result<ModuleReport, XlaError> 
             open(&files.values)?,
             &files.values,
         )?)
-    } else if files.memory_usage_report.is_file() {
-        Some(live_range::parse_total_bytes(
-            open(&files.memory_usage_report)?,
-            &files.memory_usage_report,
-        )?)
     } else {
         None
     };
+    // The usage report is validated (any malformed line is an error naming it); its
+    // integer `Total bytes` stands in when the values file is missing.
+    let usage_total = if files.memory_usage_report.is_file() {
+        let spaces = usage_report::parse_usage_report(
+            open(&files.memory_usage_report)?,
+            &files.memory_usage_report,
+        )?;
+        Some(spaces.iter().map(|s| s.total_bytes).sum::<u64>())
+    } else {
+        None
+    };
+    let dump_total_bytes = dump_total_bytes.or(usage_total);
     Ok(build_report(report::ReportInputs {
         name: files.name.clone(),
         id: files.id,

@@ -1,5 +1,5 @@
 //! Human-readable formatting shared by the xla and log commands: binary units and
-//! percentages. Output only; no logic.
+//! percentages (and the broken-pipe policy of report output). Output only; no logic.
 
 /// `3.25 GiB`, `8.0 KiB`, `768 B`.
 pub fn bytes(b: u64) -> String {
@@ -44,5 +44,15 @@ pub fn clip(s: &str, n: usize) -> String {
         let mut t: String = s.chars().take(n.saturating_sub(1)).collect();
         t.push('…');
         t
+    }
+}
+
+/// Lets `memwatch … | head` end quietly: restores the default SIGPIPE action so a closed
+/// stdout terminates the process instead of making `println!` panic.
+pub fn quiet_broken_pipe() {
+    // SAFETY: setting a signal disposition to SIG_DFL at start-up, before any threads.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -33,6 +33,7 @@ pub struct LogArgs {
 
 /// Runs `memwatch log`.
 pub fn run(a: LogArgs) -> Result<Outcome> {
+    super::fmt::quiet_broken_pipe();
     if let Some(f) = a.mem_fraction {
         if !(f > 0.0 && f <= 1.0) {
             bail!("--mem-fraction {f}: must be in (0, 1]");
@@ -109,11 +110,10 @@ fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) {
             .pool_bytes()
             .map(|p| format!("{} ({p} B)", bytes(p)))
             .unwrap_or_else(|| "?".into());
-        println!(
-            "  pool {pool}; in use {} ({} B)",
-            bytes(o.in_use_bytes()),
-            o.in_use_bytes()
-        );
+        match o.in_use_bytes() {
+            Some(u) => println!("  pool {pool}; in use {} ({u} B)", bytes(u)),
+            None => println!("  pool {pool}; in use unknown (no chunk dump in the log)"),
+        }
         if let Some(f) = o.largest_free_chunk() {
             println!("  largest free chunk {} ({f} B)", bytes(f));
         }

@@ -48,11 +48,31 @@ pub fn run(a: RuntimeArgs) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+/// The runtime section of `memwatch report`: `None` when the capture holds no PJRT
+/// records (a program that is not an XLA/PJRT framework).
+pub fn for_report(
+    capture: &std::path::Path,
+    xla_dump: Option<&std::path::Path>,
+    top: usize,
+) -> Result<Option<RuntimeReport>> {
+    let cap = runtime::load_capture(capture).context("reading capture")?;
+    if cap.executables.is_empty() && cap.stats.is_empty() && cap.events.is_empty() {
+        return Ok(None);
+    }
+    let mut report = runtime::analyse(&cap, false);
+    if let Some(d) = xla_dump {
+        let mods = super::xla::load(d)?;
+        runtime::join_dump(&mut report, &mods, top);
+    }
+    Ok(Some(report))
+}
+
 fn opt(b: Option<u64>) -> String {
     b.map(bytes).unwrap_or_else(|| "-".into())
 }
 
-fn print_human(r: &RuntimeReport, timeline: bool) {
+/// Prints the report as text.
+pub fn print_human(r: &RuntimeReport, timeline: bool) {
     if r.processes.is_empty() {
         println!("no PJRT records in this capture (was the program an XLA/PJRT framework, and MEMWATCH_PJRT not 0?)");
     }

@@ -55,6 +55,7 @@ pub fn load(path: &Path) -> Result<Vec<ModuleReport>> {
 
 /// Runs `memwatch xla …`.
 pub fn run(cmd: XlaCmd) -> Result<Outcome> {
+    super::fmt::quiet_broken_pipe();
     match cmd {
         XlaCmd::Report {
             path,
@@ -173,18 +174,25 @@ fn print_module(m: &ModuleReport, top: usize) {
             g.count
         );
     }
-    println!("\n  Top ops at peak (by category):");
+    println!("\n  Top ops at peak (by category; the largest buffer's framework op):");
     println!(
-        "    {:<32} {:>12} {:>6} {:>5}",
-        "category", "bytes", "share", "count"
+        "    {:<28} {:>12} {:>6} {:>5}  {:<22} op_name",
+        "category", "bytes", "share", "count", "largest instruction"
     );
     for g in m.by_category.iter().take(top) {
+        // peak_buffers is sorted largest first: the first of this category is its largest.
+        let largest = m.peak_buffers.iter().find(|b| b.category == g.key);
         println!(
-            "    {:<32} {:>12} {:>6} {:>5}",
-            clip(&g.key, 32),
+            "    {:<28} {:>12} {:>6} {:>5}  {:<22} {}",
+            clip(&g.key, 28),
             bytes(g.bytes),
             pct(g.bytes, peak),
-            g.count
+            g.count,
+            clip(largest.map(|b| b.instruction.as_str()).unwrap_or("-"), 22),
+            clip(
+                largest.and_then(|b| b.op_name.as_deref()).unwrap_or("-"),
+                60
+            )
         );
     }
     println!("\n  Peak by framework op_name:");

@@ -289,6 +289,12 @@ static void *worker(void *arg) {
     printf("T dev=%d tid=%ld n=%d\n", dev, (long)gettid(), per_thread);
     return NULL;
 }
+static void *churn_worker(void *arg) {
+    void *p = NULL;
+    (void)arg;
+    if (T.hipMalloc(&p, 512) == 0) T.hipFree(p);
+    return NULL;
+}
 static void threads(void) {
     pthread_t th[8];
     for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i);
@@ -360,8 +366,39 @@ static void rate(int nthreads) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) { fprintf(stderr, "usage: mwtest direct|dlsym|proc basic|threads|fork|exec|bench\n"); return 2; }
-    load(argv[1]);
     const char *sc = argv[2];
+#ifndef DIRECT
+    if (!strcmp(sc, "reload")) {
+        /* dlopen, call, dlclose, dlopen again (maybe elsewhere), call: both recorded */
+        for (int round = 0; round < 2; round++) {
+            void *h = open_lib("libamdhip64.so");
+            fn_pp_s m = (fn_pp_s)must(h, "hipMalloc");
+            fn_p f = (fn_p)must(h, "hipFree");
+            void *p = NULL;
+            int r = m(&p, 777 + round);
+            E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 777 + round, 0, 0);
+            r = f(p);
+            E("hipFree", FREE, DEV, r, (uint64_t)p, 0, 0, 0);
+            /* let the flusher's device query (which holds a reference for microseconds) finish */
+            struct timespec settle = {0, 50000000};
+            nanosleep(&settle, NULL);
+            dlclose(h);
+            if (round == 0) { void *pad = dlopen("libm.so.6", RTLD_NOW); (void)pad; }
+        }
+        return 0;
+    }
+#endif
+    if (!strcmp(sc, "probe")) {
+        /* no runtime loaded: RTLD_DEFAULT lookups of hooked names must still fail */
+        const char *names[] = {"hipMalloc", "cuMemAlloc_v2", "cuGetProcAddress_v2", "cudaMalloc", "dlsym"};
+        for (int i = 0; i < 5; i++) {
+            void *p = dlsym(RTLD_DEFAULT, names[i]);
+            const char *err = dlerror();
+            printf("N probe %s found=%d error=%d\n", names[i], p != NULL, err != NULL);
+        }
+        return 0;
+    }
+    load(argv[1]);
     if (!strcmp(sc, "basic")) basic();
     else if (!strcmp(sc, "threads")) { if (argc > 3) per_thread = atoi(argv[3]); threads(); }
     else if (!strcmp(sc, "fork")) {
@@ -389,6 +426,16 @@ int main(int argc, char **argv) {
         void *p = NULL; int r;
         r = T.hipMalloc(&p, 5000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 5000, 0, 0);
         printf("Y pid=%d\n", getpid());
+    } else if (!strcmp(sc, "churn")) {
+        /* many short-lived threads, one after another: per-thread rings must be reused */
+        int n = argc > 3 ? atoi(argv[3]) : 1500;
+        for (int i = 0; i < n; i++) {
+            pthread_t th;
+            per_thread = 1;
+            pthread_create(&th, NULL, churn_worker, (void *)(intptr_t)(i % 8));
+            pthread_join(th, NULL);
+        }
+        printf("churn threads=%d\n", n);
     } else if (!strcmp(sc, "clock")) {
         /* CLOCK_MONOTONIC around calls, to check the capture's timestamps and durations */
         for (int i = 0; i < 20; i++) {

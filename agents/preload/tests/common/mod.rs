@@ -28,8 +28,12 @@ fn shim_path() -> PathBuf {
         .expect("target/<profile>");
     let so = profile_dir.join("libmemwatch_preload.so");
     if !so.exists() {
+        let mut args = vec!["build", "-p", "memwatch-preload"];
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            args.push("--release");
+        }
         let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "memwatch-preload"])
+            .args(&args)
             .current_dir(crate_dir())
             .status()
             .expect("run cargo build");
