@@ -127,3 +127,37 @@ fn runtime_bad_input_exits_2_naming_the_file() {
     assert_eq!(code, 2);
     assert!(err.contains("x.mwcap"), "{err}");
 }
+
+#[test]
+fn report_carries_the_runtime_section_only_when_there_are_pjrt_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("run.mwcap");
+    capture(&cap);
+    let (code, out, err) = mw(&["report", cap.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["runtime"]["processes"][0]["devices"][0]["peak"]["executable"],
+        "jit_mlp"
+    );
+    assert!(v["processes"].is_array());
+    let (code, out, _) = mw(&["report", cap.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("PJRT runtime"), "{out}");
+
+    let plain = dir.path().join("plain.mwcap");
+    let mut b = encode_preamble().to_vec();
+    encode_record(
+        &Record::ProcessStart(ProcessStart {
+            pid: 3,
+            ..ProcessStart::default()
+        }),
+        &mut b,
+    )
+    .unwrap();
+    std::fs::write(&plain, b).unwrap();
+    let (code, out, err) = mw(&["report", plain.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v.get("runtime").is_none());
+}
