@@ -8,4 +8,5 @@ pub mod alloc;
 pub mod capture;
 pub mod gate;
 pub mod log;
+pub mod runtime;
 pub mod xla;

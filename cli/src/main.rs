@@ -40,6 +40,9 @@ enum Command {
     Report(cmd::report::ReportArgs),
     /// Capture a process that is already running (loads the shim into it), until Ctrl-C.
     Attach(cmd::attach::AttachArgs),
+    /// Runtime attribution from a capture's PJRT records: allocator timeline per device,
+    /// the executable at the runtime peak, co-resident buffers, OOMs in execute.
+    Runtime(cmd::runtime::RuntimeArgs),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args),
         Command::Report(args) => cmd::report::run(args),
         Command::Attach(args) => cmd::attach::run(args),
+        Command::Runtime(a) => cmd::runtime::run(a),
     };
     cmd::finish(result)
 }

@@ -29,6 +29,8 @@ pub enum Family {
     Hip = 1,
     Cuda = 2,
     Cudart = 4,
+    /// The PJRT C API (`GetPjrtApi` table wrapping).
+    Pjrt = 8,
 }
 
 /// The parsed environment.
@@ -87,14 +89,17 @@ impl Config {
             .clamp(1024, 1 << 24)
             .next_power_of_two();
         c.families = match hook {
-            None => Family::Hip as u8 | Family::Cuda as u8 | Family::Cudart as u8,
+            None => {
+                Family::Hip as u8 | Family::Cuda as u8 | Family::Cudart as u8 | Family::Pjrt as u8
+            }
             Some(list) => list
                 .split(|b| *b == b',')
                 .map(|w| match w {
                     b"hip" => Family::Hip as u8,
                     b"cuda" => Family::Cuda as u8,
                     b"cudart" => Family::Cudart as u8,
-                    b"all" => 7,
+                    b"pjrt" => Family::Pjrt as u8,
+                    b"all" => 15,
                     _ => 0,
                 })
                 .fold(0, |a, b| a | b),
@@ -172,6 +177,6 @@ mod tests {
         let d = Config::parse(Some(b"unix:/s"), Some(b"junk"), None);
         assert_eq!(d.sink, SinkKind::Unix);
         assert_eq!(d.buffer_events, DEFAULT_BUFFER_EVENTS);
-        assert_eq!(d.families, 7);
+        assert_eq!(d.families, 15);
     }
 }

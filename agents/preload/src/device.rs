@@ -10,12 +10,14 @@ use crate::real::real_dlsym;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use memwatch_wire::{DeviceInfo, Vendor};
 
-/// 0 HIP, 1 CUDA driver, 2 CUDA runtime (from the API number ranges).
+/// 0 HIP, 1 CUDA driver, 2 CUDA runtime, 3 PJRT (from the API number ranges).
 pub fn family_index(api: u16) -> usize {
     match api {
         0..=999 => 0,
         1000..=1999 => 1,
-        _ => 2,
+        2000..=2999 => 2,
+        // PJRT (3000..): no runtime to describe devices with.
+        _ => 3,
     }
 }
 

@@ -134,6 +134,11 @@ unsafe fn after_lookup(handle: *mut c_void, name: *const c_char, p: *mut c_void)
         return p;
     }
     let bytes = CStr::from_ptr(name).to_bytes();
+    if bytes == b"GetPjrtApi" {
+        let r = crate::pjrt::on_lookup(p);
+        crate::debug::lookup("dlsym", bytes, if r == p { "real" } else { "wrapped" });
+        return r;
+    }
     match lookup_exact(bytes).and_then(|i| HOOKS.get(i)) {
         Some(h) => {
             remember_library(handle, p);

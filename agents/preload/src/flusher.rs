@@ -12,6 +12,7 @@ pub fn run() {
     let mut idle_ns = 1_000_000u64;
     while !rt::EXITING.load(Ordering::Acquire) && rt::is_active() {
         let n = sink::flush_locked(false, 0, 50_000_000);
+        crate::pjrt::tick();
         idle_ns = if n > 0 {
             1_000_000
         } else {

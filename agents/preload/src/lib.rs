@@ -11,7 +11,8 @@
 //! fork/exit), `tring` (per-thread rings), `ring` (shared fallback queue), `sink` (frames
 //! out), `flusher` (the background thread), `device` (device_info queries), `exec` (exec
 //! wrappers), `attach` and `got_patch` (late attach by `memwatch attach`: entry points,
-//! GOT patching, baseline).
+//! GOT patching, baseline), `pjrt` (the PJRT C API table wrapping: executables, executes, buffers,
+//! allocator statistics).
 
 #![allow(non_snake_case)]
 // Unit-test builds do not export the hooks (the test binary must not interpose its own
@@ -28,6 +29,7 @@ pub mod exec;
 pub mod flusher;
 pub mod got_patch;
 pub mod hooks;
+pub mod pjrt;
 pub mod real;
 pub mod ring;
 pub mod rt;

@@ -349,6 +349,7 @@ extern "C" fn fork_child() {
     RING.reset();
     DROPPED.store(0, Ordering::Relaxed);
     sink::reset_in_child();
+    crate::pjrt::reset_in_child();
     FLUSHER_RUNNING.store(false, Ordering::Release);
     EXITING.store(false, Ordering::Relaxed);
 }

@@ -91,6 +91,19 @@ pub fn sleep_ns(ns: u64) {
     unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
 }
 
+/// Writes already-encoded frames (PJRT memory statistics) when the sink is open and
+/// the process announced; waits at most 50 ms for the lock. Returns whether written.
+pub fn write_frames(bytes: &[u8]) -> bool {
+    if bytes.is_empty() || !lock_raw(50_000_000) {
+        return false;
+    }
+    // SAFETY: lock held.
+    let st = unsafe { &mut *SINK.st.get() };
+    let ok = st.fd >= 0 && st.started && write_all(st, bytes);
+    unlock_raw();
+    ok
+}
+
 /// In a forked child: forget the parent's connection (close our copy of its fd) so the
 /// child opens its own and announces itself with its own `process_start`.
 pub fn reset_in_child() {
@@ -236,6 +249,9 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         if !ok {
             rt::DROPPED.fetch_add(st.events.len() as u64, Ordering::Relaxed);
         }
+    }
+    if st.started {
+        crate::pjrt::pending_frames(|b| write_all(st, b));
     }
     let dropped = rt::DROPPED.load(Ordering::Relaxed);
     let pid = rt::PID.load(Ordering::Relaxed);

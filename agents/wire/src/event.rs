@@ -74,6 +74,10 @@ pub enum MemKind {
     StreamPool = 7,
     /// A memory pool object (hipMemPoolCreate); size 0.
     PoolObject = 8,
+    /// A PJRT buffer (a `jax.Array`'s device storage) with its on-device size. It lives
+    /// inside the framework's allocator pool, which the driver-level events already
+    /// count, so it does not add to device live bytes.
+    PjrtBuffer = 9,
 }
 
 impl MemKind {
@@ -89,6 +93,7 @@ impl MemKind {
             6 => Self::VmmReserve,
             7 => Self::StreamPool,
             8 => Self::PoolObject,
+            9 => Self::PjrtBuffer,
             _ => return None,
         })
     }
@@ -105,6 +110,7 @@ impl MemKind {
             Self::VmmReserve => "vmm_reserve",
             Self::StreamPool => "stream_pool",
             Self::PoolObject => "pool_object",
+            Self::PjrtBuffer => "pjrt_buffer",
         }
     }
 
@@ -262,6 +268,17 @@ apis! {
     CudaHostAlloc = 2007 => "cudaHostAlloc",
     CudaFreeHost = 2008 => "cudaFreeHost",
     CudaSetDevice = 2009 => "cudaSetDevice",
+    PjrtClientCompile = 3001 => "PJRT_Client_Compile",
+    PjrtDeserializeAndLoad = 3002 => "PJRT_Executable_DeserializeAndLoad",
+    PjrtLoadedExecutableDestroy = 3003 => "PJRT_LoadedExecutable_Destroy",
+    PjrtExecute = 3004 => "PJRT_LoadedExecutable_Execute",
+    PjrtExecuteComplete = 3005 => "PJRT_LoadedExecutable_Execute:complete",
+    PjrtBufferFromHostBuffer = 3006 => "PJRT_Client_BufferFromHostBuffer",
+    PjrtExecuteOutput = 3007 => "PJRT_LoadedExecutable_Execute:output",
+    PjrtBufferCopyToDevice = 3008 => "PJRT_Buffer_CopyToDevice",
+    PjrtBufferCopyToMemory = 3009 => "PJRT_Buffer_CopyToMemory",
+    PjrtBufferDestroy = 3010 => "PJRT_Buffer_Destroy",
+    PjrtBufferDelete = 3011 => "PJRT_Buffer_Delete",
 }
 
 /// One intercepted call or observation. Fixed size on the wire (see `codec`).

@@ -22,6 +22,21 @@
 //! type 6  process_end   := pid:u32 ts_ns:u64 exit_code:i32       (-1: unknown)
 //! type 7  device_sample := ts_ns:u64 device:i32 memory:u8 used_bytes:u64 total_bytes:u64
 //!                          source:str                             (memory: 0 vram, 1 gtt)
+//! type 8  pjrt_executable := pid:u32 ts_ns:u64 handle:u64 flags:u32
+//!                          generated_code:i64 argument:i64 output:i64 alias:i64 temp:i64
+//!                          host_generated_code:i64 host_argument:i64 host_output:i64
+//!                          host_alias:i64 host_temp:i64
+//!                          num_devices:u16 device:i32[num_devices] name:str fingerprint:str
+//!          (an executable compiled or loaded through the PJRT C API; handle = the
+//!           PJRT_LoadedExecutable pointer that execute events carry in `ptr`;
+//!           flags bit 0: the ten byte counts are valid (PJRT_Executable_
+//!           GetCompiledMemoryStats answered), bit 1: loaded from a serialized executable)
+//! type 9  pjrt_memory_stats := pid:u32 ts_ns:u64 device:i32 flags:u32
+//!                          bytes_in_use:i64 peak_bytes_in_use:i64 largest_free_block:i64
+//!                          pool_bytes:i64 peak_pool_bytes:i64 bytes_limit:i64
+//!                          num_allocs:i64 largest_alloc_size:i64
+//!          (one PJRT_Device_MemoryStats answer, i.e. the framework allocator's own
+//!           counters; flags bit i set: field i of the eight is valid, bit 0 always)
 //! other types: skipped by readers (counted), so the format can grow without a version bump.
 //!
 //! event (72 bytes):
@@ -63,6 +78,83 @@ pub mod frame_type {
     pub const DROPPED: u8 = 5;
     pub const PROCESS_END: u8 = 6;
     pub const DEVICE_SAMPLE: u8 = 7;
+    pub const PJRT_EXECUTABLE: u8 = 8;
+    pub const PJRT_MEMORY_STATS: u8 = 9;
+}
+
+/// Compiled memory statistics of a PJRT executable (`PJRT_Executable_GetCompiledMemoryStats`,
+/// the numbers JAX's `compiled.memory_analysis()` shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CompiledMemoryStats {
+    pub generated_code: i64,
+    pub argument: i64,
+    pub output: i64,
+    pub alias: i64,
+    pub temp: i64,
+    pub host_generated_code: i64,
+    pub host_argument: i64,
+    pub host_output: i64,
+    pub host_alias: i64,
+    pub host_temp: i64,
+}
+
+/// An executable the framework compiled or loaded through the PJRT C API.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PjrtExecutable {
+    pub pid: u32,
+    pub ts_ns: u64,
+    /// The `PJRT_LoadedExecutable*` (execute events carry it in `ptr`).
+    pub handle: u64,
+    /// Bit 0: `stats` valid; bit 1: loaded from a serialized executable.
+    pub flags: u32,
+    pub stats: CompiledMemoryStats,
+    /// Local hardware ids of the devices it runs on (in execute's device order).
+    pub devices: Vec<i32>,
+    /// `PJRT_Executable_Name`, e.g. `jit_mlp`.
+    pub name: String,
+    /// `PJRT_Executable_Fingerprint` (empty when the plugin gives none).
+    pub fingerprint: String,
+}
+
+impl PjrtExecutable {
+    pub const FLAG_STATS: u32 = 1;
+    pub const FLAG_DESERIALIZED: u32 = 2;
+}
+
+/// One `PJRT_Device_MemoryStats` answer (the framework allocator's counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PjrtMemoryStats {
+    pub pid: u32,
+    pub ts_ns: u64,
+    /// Local hardware id of the device.
+    pub device: i32,
+    /// Bit i: field i of (bytes_in_use, peak_bytes_in_use, largest_free_block,
+    /// pool_bytes, peak_pool_bytes, bytes_limit, num_allocs, largest_alloc_size) valid.
+    pub flags: u32,
+    pub bytes_in_use: i64,
+    pub peak_bytes_in_use: i64,
+    pub largest_free_block: i64,
+    pub pool_bytes: i64,
+    pub peak_pool_bytes: i64,
+    pub bytes_limit: i64,
+    pub num_allocs: i64,
+    pub largest_alloc_size: i64,
+}
+
+impl PjrtMemoryStats {
+    pub const BYTES_IN_USE: u32 = 1;
+    pub const PEAK_BYTES_IN_USE: u32 = 2;
+    pub const LARGEST_FREE_BLOCK: u32 = 4;
+    pub const POOL_BYTES: u32 = 8;
+    pub const PEAK_POOL_BYTES: u32 = 16;
+    pub const BYTES_LIMIT: u32 = 32;
+    pub const NUM_ALLOCS: u32 = 64;
+    pub const LARGEST_ALLOC_SIZE: u32 = 128;
+
+    /// The value of a field when its flag is set.
+    pub fn get(&self, flag: u32, v: i64) -> Option<u64> {
+        (self.flags & flag != 0 && v >= 0).then_some(v as u64)
+    }
 }
 
 /// The header of one process in a capture.
@@ -135,6 +227,8 @@ pub enum Record {
     Dropped(Dropped),
     ProcessEnd(ProcessEnd),
     DeviceSample(DeviceSample),
+    PjrtExecutable(PjrtExecutable),
+    PjrtMemoryStats(PjrtMemoryStats),
     /// A frame type this version does not know; skipped.
     Unknown {
         frame_type: u8,
@@ -259,6 +353,10 @@ impl Payload {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
+    fn i64(&mut self, v: i64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
     /// Strings longer than u16::MAX bytes are cut at a char boundary.
     fn str(&mut self, s: &str) -> &mut Self {
         let mut end = s.len().min(u16::MAX as usize);
@@ -331,6 +429,47 @@ pub fn encode_record(record: &Record, out: &mut Vec<u8>) -> Result<(), WireError
                 .str(&s.source);
             frame_type::DEVICE_SAMPLE
         }
+        Record::PjrtExecutable(x) => {
+            p.u32(x.pid).u64(x.ts_ns).u64(x.handle).u32(x.flags);
+            let s = &x.stats;
+            for v in [
+                s.generated_code,
+                s.argument,
+                s.output,
+                s.alias,
+                s.temp,
+                s.host_generated_code,
+                s.host_argument,
+                s.host_output,
+                s.host_alias,
+                s.host_temp,
+            ] {
+                p.i64(v);
+            }
+            let n = x.devices.len().min(u16::MAX as usize);
+            p.u16(n as u16);
+            for d in &x.devices[..n] {
+                p.i32(*d);
+            }
+            p.str(&x.name).str(&x.fingerprint);
+            frame_type::PJRT_EXECUTABLE
+        }
+        Record::PjrtMemoryStats(m) => {
+            p.u32(m.pid).u64(m.ts_ns).i32(m.device).u32(m.flags);
+            for v in [
+                m.bytes_in_use,
+                m.peak_bytes_in_use,
+                m.largest_free_block,
+                m.pool_bytes,
+                m.peak_pool_bytes,
+                m.bytes_limit,
+                m.num_allocs,
+                m.largest_alloc_size,
+            ] {
+                p.i64(v);
+            }
+            frame_type::PJRT_MEMORY_STATS
+        }
         Record::Unknown { frame_type, .. } => {
             return Err(WireError::CannotEncodeUnknown {
                 frame_type: *frame_type,
@@ -389,6 +528,9 @@ impl<'a> Cursor<'a> {
         let mut a = [0u8; 8];
         a.copy_from_slice(s);
         Ok(u64::from_le_bytes(a))
+    }
+    fn i64(&mut self) -> Result<i64, WireError> {
+        Ok(self.u64()? as i64)
     }
     fn str(&mut self) -> Result<String, WireError> {
         let n = self.u16()? as usize;
@@ -477,6 +619,53 @@ pub fn decode_payload(ty: u8, payload: &[u8]) -> Result<Record, WireError> {
                 used_bytes: c.u64()?,
                 total_bytes: c.u64()?,
                 source: c.str()?,
+            }),
+            frame_type::PJRT_EXECUTABLE => {
+                let pid = c.u32()?;
+                let ts_ns = c.u64()?;
+                let handle = c.u64()?;
+                let flags = c.u32()?;
+                let stats = CompiledMemoryStats {
+                    generated_code: c.i64()?,
+                    argument: c.i64()?,
+                    output: c.i64()?,
+                    alias: c.i64()?,
+                    temp: c.i64()?,
+                    host_generated_code: c.i64()?,
+                    host_argument: c.i64()?,
+                    host_output: c.i64()?,
+                    host_alias: c.i64()?,
+                    host_temp: c.i64()?,
+                };
+                let n = c.u16()?;
+                let mut devices = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    devices.push(c.i32()?);
+                }
+                Record::PjrtExecutable(PjrtExecutable {
+                    pid,
+                    ts_ns,
+                    handle,
+                    flags,
+                    stats,
+                    devices,
+                    name: c.str()?,
+                    fingerprint: c.str()?,
+                })
+            }
+            frame_type::PJRT_MEMORY_STATS => Record::PjrtMemoryStats(PjrtMemoryStats {
+                pid: c.u32()?,
+                ts_ns: c.u64()?,
+                device: c.i32()?,
+                flags: c.u32()?,
+                bytes_in_use: c.i64()?,
+                peak_bytes_in_use: c.i64()?,
+                largest_free_block: c.i64()?,
+                pool_bytes: c.i64()?,
+                peak_pool_bytes: c.i64()?,
+                bytes_limit: c.i64()?,
+                num_allocs: c.i64()?,
+                largest_alloc_size: c.i64()?,
             }),
             other => {
                 return Ok(Record::Unknown {

@@ -253,6 +253,8 @@ impl Builder {
                 p.exit_code = Some(e.exit_code);
             }
             Record::DeviceSample(_) => self.loaded.device_samples += 1,
+            // PJRT executables and allocator statistics: read by `analysis::runtime`.
+            Record::PjrtExecutable(_) | Record::PjrtMemoryStats(_) => {}
             Record::Unknown { .. } => self.loaded.unknown_frames += 1,
         }
     }
@@ -355,7 +357,11 @@ impl Family {
             Some(MemKind::Device | MemKind::Managed | MemKind::StreamPool) => Some(Self::Device),
             Some(MemKind::HostPinned) => Some(Self::Host),
             Some(MemKind::VmmPhysical) => Some(Self::VmmHandle),
-            Some(MemKind::VmmMap | MemKind::VmmReserve | MemKind::PoolObject) => None,
+            // PJRT buffers live inside the framework's pool, which the driver-level
+            // events already count.
+            Some(
+                MemKind::VmmMap | MemKind::VmmReserve | MemKind::PoolObject | MemKind::PjrtBuffer,
+            ) => None,
             Some(MemKind::None) | None => Self::of_api(Api::from_u16(api)),
         }
     }

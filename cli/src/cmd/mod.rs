@@ -2,11 +2,15 @@
 
 pub mod attach;
 pub mod attach_live;
+pub mod fmt;
 pub mod gate;
+pub mod log;
 pub mod replay;
 pub mod replay_gpu;
 pub mod report;
 pub mod run;
+pub mod runtime;
+pub mod xla;
 
 use std::process::ExitCode;
 
@@ -35,7 +39,3 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
         }
     }
 }
-
-pub mod fmt;
-pub mod log;
-pub mod xla;

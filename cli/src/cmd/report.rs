@@ -52,6 +52,10 @@ pub struct ReportArgs {
         allow_negative_numbers = true
     )]
     pub device: Option<i32>,
+    /// XLA dump directory of the same run: join the PJRT runtime peak and OOMs (see
+    /// `memwatch runtime`) to the executables' buffer assignments.
+    #[arg(long, value_name = "DIR", conflicts_with = "trace")]
+    pub xla_dump: Option<PathBuf>,
 }
 
 /// Runs `memwatch report`.
@@ -87,12 +91,24 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
         return Ok(Outcome::Success);
     }
     let report = analyze(loaded, &ReportOptions { top: args.top });
+    let runtime = super::runtime::for_report(&args.capture, args.xla_dump.as_deref(), args.top)?;
     if args.json {
         let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, &report).context("cannot write JSON to stdout")?;
+        let mut v = serde_json::to_value(&report).context("cannot encode the report")?;
+        if let (Some(r), Some(obj)) = (&runtime, v.as_object_mut()) {
+            obj.insert(
+                "runtime".into(),
+                serde_json::to_value(r).context("cannot encode the runtime report")?,
+            );
+        }
+        serde_json::to_writer(&mut out, &v).context("cannot write JSON to stdout")?;
         writeln!(out).context("cannot write JSON to stdout")?;
     } else {
         print!("{}", render(&report, args.top));
+        if let Some(r) = &runtime {
+            println!("\nPJRT runtime (allocator statistics, executables; see `memwatch runtime`)");
+            super::runtime::print_human(r, false);
+        }
     }
     Ok(Outcome::Success)
 }

@@ -1,0 +1,175 @@
+//! The `GetPjrtApi` interposition: the copied function table.
+//!
+//! Owns finding the plugin's real `GetPjrtApi` (handed to us by the `dlsym` hook), making
+//! one copy of the `PJRT_Api` table the plugin returns, and replacing a few entries in
+//! the copy with the wrappers of `wrap`. Only entries that lie inside the plugin's own
+//! `struct_size` and are non-null are replaced; slots past [`abi::LATE_SLOT`] only for
+//! API minor >= [`abi::MIN_MINOR_LATE_SLOTS`]; any major version other than 0, a table
+//! larger than our copy buffer or smaller than the header passes through untouched.
+//! Everything past the last slot we know is copied byte for byte, so newer plugins keep
+//! every entry. The real table stays the one we call through.
+
+use super::abi::{self, slot, ApiHead};
+use super::wrap;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+
+type GetApiFn = unsafe extern "C" fn() -> *const c_void;
+
+/// The plugin's real `GetPjrtApi`.
+static REAL_GET: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+/// The plugin's real table (after the first call).
+static REAL_API: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+/// Real function of each slot we wrap (null: not wrapped).
+static REAL: [AtomicPtr<c_void>; slot::MAX] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; slot::MAX];
+/// Real function of each slot we only call (may be null).
+static CALL: [AtomicPtr<c_void>; slot::MAX] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; slot::MAX];
+
+/// Bytes of table we can hold (512 entries; today's header has ~130).
+const COPY_BYTES: usize = 4096;
+
+#[repr(C, align(64))]
+struct Copy(core::cell::UnsafeCell<[u8; COPY_BYTES]>);
+// SAFETY: written once by the thread that wins BUILD, read-only afterwards.
+unsafe impl Sync for Copy {}
+static COPY: Copy = Copy(core::cell::UnsafeCell::new([0; COPY_BYTES]));
+
+const NONE: u8 = 0;
+const BUILDING: u8 = 1;
+const WRAPPED: u8 = 2;
+const PASSTHROUGH: u8 = 3;
+static BUILD: AtomicU8 = AtomicU8::new(NONE);
+
+/// The entries we replace and their wrappers.
+const WRAPPED_SLOTS: &[(usize, abi::ApiFn)] = &[
+    (slot::CLIENT_DESTROY, wrap::client_destroy),
+    (
+        slot::CLIENT_ADDRESSABLE_DEVICES,
+        wrap::client_addressable_devices,
+    ),
+    (slot::CLIENT_COMPILE, wrap::client_compile),
+    (slot::CLIENT_BUFFER_FROM_HOST_BUFFER, wrap::buffer_from_host),
+    (slot::LOADED_EXECUTABLE_DESTROY, wrap::loaded_destroy),
+    (slot::LOADED_EXECUTABLE_EXECUTE, wrap::execute),
+    (
+        slot::EXECUTABLE_DESERIALIZE_AND_LOAD,
+        wrap::deserialize_and_load,
+    ),
+    (slot::BUFFER_DESTROY, wrap::buffer_destroy),
+    (slot::BUFFER_DELETE, wrap::buffer_delete),
+    (slot::BUFFER_COPY_TO_DEVICE, wrap::buffer_copy_to_device),
+    (slot::BUFFER_COPY_TO_MEMORY, wrap::buffer_copy_to_memory),
+];
+
+/// Called by the `dlsym` hook when the program looked up `GetPjrtApi` and got `p`.
+/// Returns what the program should get.
+pub fn on_lookup(p: *mut c_void) -> *mut c_void {
+    if p.is_null() || !super::enabled() {
+        return p;
+    }
+    match REAL_GET.compare_exchange(
+        core::ptr::null_mut(),
+        p,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => get_pjrt_api_wrapper as *mut c_void,
+        Err(cur) if cur == p => get_pjrt_api_wrapper as *mut c_void,
+        // A second, different plugin: left alone (one plugin per process is recorded).
+        Err(_) => p,
+    }
+}
+
+/// The real function of wrapped slot `s` (null when `s` is not wrapped).
+#[inline]
+pub fn real(s: usize) -> *mut c_void {
+    REAL.get(s)
+        .map_or(core::ptr::null_mut(), |a| a.load(Ordering::Relaxed))
+}
+
+/// A real function we call (wrapped or not); null when the plugin lacks it.
+#[inline]
+pub fn callable(s: usize) -> Option<abi::ApiFn> {
+    let p = CALL.get(s)?.load(Ordering::Relaxed);
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: a function pointer taken from the plugin's own table for this slot.
+        Some(unsafe { core::mem::transmute::<*mut c_void, abi::ApiFn>(p) })
+    }
+}
+
+/// `GetPjrtApi` as the program sees it.
+unsafe extern "C" fn get_pjrt_api_wrapper() -> *const c_void {
+    let real_get = REAL_GET.load(Ordering::Acquire);
+    if real_get.is_null() {
+        return core::ptr::null();
+    }
+    let get: GetApiFn = core::mem::transmute::<*mut c_void, GetApiFn>(real_get);
+    let api = get();
+    if api.is_null() {
+        return api;
+    }
+    match BUILD.compare_exchange(NONE, BUILDING, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            let ok = build(api);
+            BUILD.store(if ok { WRAPPED } else { PASSTHROUGH }, Ordering::Release);
+        }
+        Err(_) => {
+            // Another thread builds (microseconds): wait for it, bounded.
+            for _ in 0..100_000 {
+                if BUILD.load(Ordering::Acquire) != BUILDING {
+                    break;
+                }
+                libc::sched_yield();
+            }
+        }
+    }
+    if BUILD.load(Ordering::Acquire) == WRAPPED
+        && core::ptr::eq(REAL_API.load(Ordering::Acquire), api)
+    {
+        COPY.0.get() as *const c_void
+    } else {
+        api
+    }
+}
+
+/// Copies the table and installs the wrappers. Returns false to pass through.
+unsafe fn build(api: *const c_void) -> bool {
+    let head = &*(api as *const ApiHead);
+    let size = head.struct_size;
+    if !(abi::slot_offset(1)..=COPY_BYTES).contains(&size) || head.major != 0 {
+        return false;
+    }
+    let minor = head.minor;
+    let in_table = |s: usize| {
+        abi::slot_offset(s) + 8 <= size
+            && (s < abi::LATE_SLOT || minor >= abi::MIN_MINOR_LATE_SLOTS)
+    };
+    let dst = COPY.0.get() as *mut u8;
+    core::ptr::copy_nonoverlapping(api as *const u8, dst, size);
+    for (s, cell) in CALL.iter().enumerate() {
+        if in_table(s) {
+            let p = *(api as *const u8)
+                .add(abi::slot_offset(s))
+                .cast::<*mut c_void>();
+            cell.store(p, Ordering::Relaxed);
+        }
+    }
+    for (s, w) in WRAPPED_SLOTS {
+        if !in_table(*s) {
+            continue;
+        }
+        let p = CALL[*s].load(Ordering::Relaxed);
+        if p.is_null() {
+            continue;
+        }
+        REAL[*s].store(p, Ordering::Relaxed);
+        *dst.add(abi::slot_offset(*s)).cast::<*const ()>() = *w as *const ();
+    }
+    REAL_API.store(api as *mut c_void, Ordering::Release);
+    super::set_version(head.major, minor, size);
+    true
+}

@@ -1,0 +1,635 @@
+//! The wrappers placed in the copied `PJRT_Api` table.
+//!
+//! Each wrapper calls the plugin's real entry with the caller's args untouched, returns
+//! its `PJRT_Error*` untouched, and records afterwards: compile/load (span + the
+//! executable's name, fingerprint and compiled memory stats, asked of the plugin on the
+//! compiling thread), execute (one span per device, output buffers with their on-device
+//! size, a completion span from `PJRT_Event_OnReady` when the caller asked for completion
+//! events, a memory-stats request for the flusher), buffer creation / copy / destroy.
+//! Fields are only read when the caller's `struct_size` covers them. No lock is held
+//! across a real call and the recording guard is not held either, so the driver calls
+//! the plugin makes inside (cuMemAlloc ...) are still recorded.
+
+use super::abi::{self, slot, *};
+use super::registry::{self, ExecInfo};
+use super::table::{callable, real};
+use core::ffi::{c_int, c_void};
+use core::mem::{offset_of, size_of};
+use memwatch_wire::{Api, Event, EventKind, MemKind, PjrtExecutable};
+
+#[inline]
+unsafe fn call_real(s: usize, args: *mut c_void) -> *mut Error {
+    let p = real(s);
+    // SAFETY: only installed for slots whose real entry is non-null (see table::build).
+    let f: ApiFn = core::mem::transmute::<*mut c_void, ApiFn>(p);
+    f(args)
+}
+
+/// Calls a plugin entry we do not wrap; destroys any error it returns. Returns success.
+unsafe fn call_quiet(s: usize, args: *mut c_void) -> bool {
+    let Some(f) = callable(s) else {
+        return false;
+    };
+    let err = f(args);
+    if err.is_null() {
+        true
+    } else {
+        destroy_error(err);
+        false
+    }
+}
+
+unsafe fn destroy_error(err: *mut Error) {
+    if let Some(f) = callable(slot::ERROR_DESTROY) {
+        let mut a = ErrorDestroyArgs::new();
+        a.error = err;
+        // PJRT_Error_Destroy returns void; the ApiFn return value is ignored.
+        let f: VoidFn = core::mem::transmute::<ApiFn, VoidFn>(f);
+        f((&mut a as *mut ErrorDestroyArgs).cast());
+    }
+}
+
+/// The error's code, and for RESOURCE_EXHAUSTED the byte count its message names.
+unsafe fn error_info(err: *mut Error) -> (c_int, u64) {
+    if err.is_null() {
+        return (0, 0);
+    }
+    let mut a = ErrorGetCodeArgs::new();
+    a.error = err;
+    let mut code = 2; // UNKNOWN
+    if let Some(f) = callable(slot::ERROR_GET_CODE) {
+        let e2 = f((&mut a as *mut ErrorGetCodeArgs).cast());
+        if e2.is_null() {
+            code = a.code;
+        } else {
+            destroy_error(e2);
+        }
+    }
+    let mut bytes = 0;
+    if code == RESOURCE_EXHAUSTED {
+        if let Some(f) = callable(slot::ERROR_MESSAGE) {
+            let mut m = ErrorMessageArgs::new();
+            m.error = err;
+            let f: VoidFn = core::mem::transmute::<ApiFn, VoidFn>(f);
+            f((&mut m as *mut ErrorMessageArgs).cast());
+            if !m.message.is_null() {
+                let msg = core::slice::from_raw_parts(m.message.cast::<u8>(), m.message_size);
+                bytes = super::requested_bytes(msg);
+            }
+        }
+    }
+    (code, bytes)
+}
+
+/// Queues one event of `api` built by `f` (timestamps in raw clock units).
+#[inline]
+fn push(api: Api, f: impl FnOnce(&mut Event)) {
+    let Some(mut p) = crate::rt::begin(crate::config::Family::Pjrt, api) else {
+        return;
+    };
+    p.finished(0);
+    f(&mut p.ev);
+    p.commit();
+}
+
+unsafe fn device_of(dev: *mut c_void) -> i32 {
+    if dev.is_null() {
+        return -1;
+    }
+    if let Some(id) = registry::device_id(dev) {
+        return id;
+    }
+    let mut a = DeviceLocalHardwareIdArgs::new();
+    a.device = dev;
+    if call_quiet(
+        slot::DEVICE_LOCAL_HARDWARE_ID,
+        (&mut a as *mut DeviceLocalHardwareIdArgs).cast(),
+    ) {
+        registry::register_device(dev, a.local_hardware_id);
+        a.local_hardware_id
+    } else {
+        -1
+    }
+}
+
+unsafe fn buffer_size(buf: *mut c_void) -> u64 {
+    let mut a = BufferOnDeviceSizeArgs::new();
+    a.buffer = buf;
+    if call_quiet(
+        slot::BUFFER_ON_DEVICE_SIZE_IN_BYTES,
+        (&mut a as *mut BufferOnDeviceSizeArgs).cast(),
+    ) {
+        a.on_device_size_in_bytes as u64
+    } else {
+        0
+    }
+}
+
+unsafe fn buffer_device(buf: *mut c_void) -> i32 {
+    let mut a = BufferDeviceArgs::new();
+    a.buffer = buf;
+    if call_quiet(
+        slot::BUFFER_DEVICE,
+        (&mut a as *mut BufferDeviceArgs).cast(),
+    ) {
+        device_of(a.device)
+    } else {
+        -1
+    }
+}
+
+fn new_buffer(api: Api, buf: *mut c_void, device: i32, size: u64, producer: u64, t0: u64, t1: u64) {
+    push(api, |e| {
+        e.kind = EventKind::Alloc as u8;
+        e.mem_kind = MemKind::PjrtBuffer as u8;
+        e.ptr = buf as u64;
+        e.size = size;
+        e.aux = producer;
+        e.device = device;
+        e.ts_ns = t0;
+        e.duration_ns = t1.wrapping_sub(t0);
+    });
+}
+
+macro_rules! field_ok {
+    ($args:expr, $ty:ty, $field:ident) => {
+        abi::covers(
+            (*$args).struct_size,
+            offset_of!($ty, $field) + size_of::<usize>(),
+        )
+    };
+}
+
+// ------------------------------------------------------------- client
+
+pub(super) unsafe extern "C" fn client_destroy(args: *mut c_void) -> *mut Error {
+    super::stop_sampling();
+    registry::clear_devices();
+    call_real(slot::CLIENT_DESTROY, args)
+}
+
+pub(super) unsafe extern "C" fn client_addressable_devices(args: *mut c_void) -> *mut Error {
+    let err = call_real(slot::CLIENT_ADDRESSABLE_DEVICES, args);
+    let a = args as *mut ClientAddressableDevicesArgs;
+    if err.is_null() && !a.is_null() && field_ok!(a, ClientAddressableDevicesArgs, num_devices) {
+        let a = &*a;
+        if !a.devices.is_null() {
+            for i in 0..a.num_devices.min(registry::MAX_DEVICES) {
+                device_of(*a.devices.add(i));
+            }
+            super::start_sampling();
+        }
+    }
+    err
+}
+
+// ------------------------------------------------------- executables
+
+/// Asks the plugin about a freshly loaded executable and stores what it says.
+unsafe fn describe(loaded: *mut c_void, flags: u32, t0: u64) {
+    let mut info = ExecInfo::empty();
+    info.ts_raw = t0;
+    info.flags = flags;
+    let mut g = LoadedGetExecutableArgs::new();
+    g.loaded_executable = loaded;
+    if call_quiet(
+        slot::LOADED_EXECUTABLE_GET_EXECUTABLE,
+        (&mut g as *mut LoadedGetExecutableArgs).cast(),
+    ) && !g.executable.is_null()
+    {
+        let exe = g.executable;
+        let mut n = ExecutableNameArgs::new();
+        n.executable = exe;
+        if call_quiet(
+            slot::EXECUTABLE_NAME,
+            (&mut n as *mut ExecutableNameArgs).cast(),
+        ) && !n.name.is_null()
+        {
+            info.set_name(core::slice::from_raw_parts(
+                n.name.cast::<u8>(),
+                n.name_size,
+            ));
+        }
+        let mut f = ExecutableFingerprintArgs::new();
+        f.executable = exe;
+        if call_quiet(
+            slot::EXECUTABLE_FINGERPRINT,
+            (&mut f as *mut ExecutableFingerprintArgs).cast(),
+        ) && !f.fingerprint.is_null()
+        {
+            info.set_fingerprint(core::slice::from_raw_parts(
+                f.fingerprint.cast::<u8>(),
+                f.fingerprint_size,
+            ));
+        }
+        let mut o = ExecutableNumOutputsArgs::new();
+        o.executable = exe;
+        if call_quiet(
+            slot::EXECUTABLE_NUM_OUTPUTS,
+            (&mut o as *mut ExecutableNumOutputsArgs).cast(),
+        ) {
+            info.num_outputs = o.num_outputs.min(u32::MAX as usize) as u32;
+        }
+        let mut m = CompiledMemoryStatsArgs::new();
+        m.executable = exe;
+        if call_quiet(
+            slot::EXECUTABLE_GET_COMPILED_MEMORY_STATS,
+            (&mut m as *mut CompiledMemoryStatsArgs).cast(),
+        ) {
+            info.flags |= PjrtExecutable::FLAG_STATS;
+            info.stats = memwatch_wire::CompiledMemoryStats {
+                generated_code: m.generated_code,
+                argument: m.argument,
+                output: m.output,
+                alias: m.alias,
+                temp: m.temp,
+                host_generated_code: m.host_generated_code,
+                host_argument: m.host_argument,
+                host_output: m.host_output,
+                host_alias: m.host_alias,
+                host_temp: m.host_temp,
+            };
+        }
+        let mut d = ExecutableDestroyArgs::new();
+        d.executable = exe;
+        call_quiet(
+            slot::EXECUTABLE_DESTROY,
+            (&mut d as *mut ExecutableDestroyArgs).cast(),
+        );
+    }
+    if info.fp_len == 0 {
+        let mut f = ExecutableFingerprintArgs::new();
+        f.executable = loaded;
+        if call_quiet(
+            slot::LOADED_EXECUTABLE_FINGERPRINT,
+            (&mut f as *mut ExecutableFingerprintArgs).cast(),
+        ) && !f.fingerprint.is_null()
+        {
+            info.set_fingerprint(core::slice::from_raw_parts(
+                f.fingerprint.cast::<u8>(),
+                f.fingerprint_size,
+            ));
+        }
+    }
+    let mut ad = LoadedAddressableDevicesArgs::new();
+    ad.executable = loaded;
+    if call_quiet(
+        slot::LOADED_EXECUTABLE_ADDRESSABLE_DEVICES,
+        (&mut ad as *mut LoadedAddressableDevicesArgs).cast(),
+    ) && !ad.devices.is_null()
+    {
+        let n = ad.num_devices.min(registry::EXEC_DEVICES);
+        for i in 0..n {
+            info.devices[i] = device_of(*ad.devices.add(i));
+        }
+        info.num_devices = n as u8;
+    }
+    registry::insert_exec(loaded as u64, &info);
+}
+
+unsafe fn after_load(api: Api, loaded: *mut c_void, err: *mut Error, flags: u32, t0: u64, t1: u64) {
+    let (code, _) = error_info(err);
+    if err.is_null() && !loaded.is_null() {
+        describe(loaded, flags, t0);
+    }
+    push(api, |e| {
+        e.kind = EventKind::ApiSpan as u8;
+        e.ptr = if err.is_null() { loaded as u64 } else { 0 };
+        e.result = code;
+        e.device = -1;
+        e.ts_ns = t0;
+        e.duration_ns = t1.wrapping_sub(t0);
+    });
+}
+
+pub(super) unsafe extern "C" fn client_compile(args: *mut c_void) -> *mut Error {
+    if !super::recording() || args.is_null() {
+        return call_real(slot::CLIENT_COMPILE, args);
+    }
+    let t0 = crate::clock::raw();
+    let err = call_real(slot::CLIENT_COMPILE, args);
+    let t1 = crate::clock::raw();
+    let a = args as *mut ClientCompileArgs;
+    let loaded = if field_ok!(a, ClientCompileArgs, executable) {
+        (*a).executable
+    } else {
+        core::ptr::null_mut()
+    };
+    after_load(Api::PjrtClientCompile, loaded, err, 0, t0, t1);
+    err
+}
+
+pub(super) unsafe extern "C" fn deserialize_and_load(args: *mut c_void) -> *mut Error {
+    if !super::recording() || args.is_null() {
+        return call_real(slot::EXECUTABLE_DESERIALIZE_AND_LOAD, args);
+    }
+    let t0 = crate::clock::raw();
+    let err = call_real(slot::EXECUTABLE_DESERIALIZE_AND_LOAD, args);
+    let t1 = crate::clock::raw();
+    let a = args as *mut DeserializeAndLoadArgs;
+    let loaded = if field_ok!(a, DeserializeAndLoadArgs, loaded_executable) {
+        (*a).loaded_executable
+    } else {
+        core::ptr::null_mut()
+    };
+    after_load(
+        Api::PjrtDeserializeAndLoad,
+        loaded,
+        err,
+        PjrtExecutable::FLAG_DESERIALIZED,
+        t0,
+        t1,
+    );
+    err
+}
+
+pub(super) unsafe extern "C" fn loaded_destroy(args: *mut c_void) -> *mut Error {
+    let a = args as *mut LoadedExecutableDestroyArgs;
+    let handle = if !a.is_null() && field_ok!(a, LoadedExecutableDestroyArgs, executable) {
+        (*a).executable as u64
+    } else {
+        0
+    };
+    let t0 = crate::clock::raw();
+    let err = call_real(slot::LOADED_EXECUTABLE_DESTROY, args);
+    let t1 = crate::clock::raw();
+    if handle != 0 && super::recording() {
+        push(Api::PjrtLoadedExecutableDestroy, |e| {
+            e.kind = EventKind::ApiSpan as u8;
+            e.ptr = handle;
+            e.result = if err.is_null() { 0 } else { 2 };
+            e.device = -1;
+            e.ts_ns = t0;
+            e.duration_ns = t1.wrapping_sub(t0);
+        });
+    }
+    err
+}
+
+// ------------------------------------------------------------ execute
+
+unsafe extern "C" fn on_complete(err: *mut Error, user_arg: *mut c_void) {
+    let now = crate::clock::raw();
+    let (code, _) = error_info(err);
+    if let Some((handle, t0, device)) = registry::take_completion(user_arg as usize) {
+        push(Api::PjrtExecuteComplete, |e| {
+            e.kind = EventKind::ApiSpan as u8;
+            e.ptr = handle;
+            e.result = code;
+            e.device = device;
+            e.ts_ns = t0;
+            e.duration_ns = now.wrapping_sub(t0);
+        });
+    }
+    super::request_sample();
+    if !err.is_null() {
+        destroy_error(err);
+    }
+}
+
+pub(super) unsafe extern "C" fn execute(args: *mut c_void) -> *mut Error {
+    if !super::recording() || args.is_null() {
+        return call_real(slot::LOADED_EXECUTABLE_EXECUTE, args);
+    }
+    let t0 = crate::clock::raw();
+    let err = call_real(slot::LOADED_EXECUTABLE_EXECUTE, args);
+    let t1 = crate::clock::raw();
+    let a = args as *mut ExecuteArgs;
+    if !field_ok!(a, ExecuteArgs, device_complete_events) {
+        return err;
+    }
+    let a = &*a;
+    let handle = a.executable as u64;
+    let (code, requested) = error_info(err);
+    let layout = registry::exec_layout(handle);
+    let single = if field_ok!(a as *const ExecuteArgs, ExecuteArgs, execute_device)
+        && !a.execute_device.is_null()
+    {
+        Some(device_of(a.execute_device))
+    } else {
+        None
+    };
+    let ndev = a.num_devices.min(registry::EXEC_DEVICES);
+    let dev_at = |d: usize| -> i32 {
+        if let Some(s) = single {
+            return s;
+        }
+        match layout {
+            Some((_, n, devs)) if d < n as usize => devs[d],
+            _ => d as i32,
+        }
+    };
+    for d in 0..ndev.max(1) {
+        let device = dev_at(d);
+        push(Api::PjrtExecute, |e| {
+            e.kind = EventKind::ApiSpan as u8;
+            e.ptr = handle;
+            e.size = requested;
+            e.result = code;
+            e.device = device;
+            e.ts_ns = t0;
+            e.duration_ns = t1.wrapping_sub(t0);
+        });
+    }
+    if err.is_null() {
+        if let (Some((nout, _, _)), false) = (layout, a.output_lists.is_null()) {
+            if super::buffers_on() {
+                for d in 0..ndev {
+                    let list = *a.output_lists.add(d);
+                    if list.is_null() {
+                        continue;
+                    }
+                    for i in 0..nout as usize {
+                        let b = *list.add(i);
+                        if !b.is_null() {
+                            new_buffer(
+                                Api::PjrtExecuteOutput,
+                                b,
+                                dev_at(d),
+                                buffer_size(b),
+                                handle,
+                                t0,
+                                t1,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        if !a.device_complete_events.is_null() && super::completion_on() {
+            if let Some(on_ready) = callable(slot::EVENT_ON_READY) {
+                for d in 0..ndev {
+                    let ev = *a.device_complete_events.add(d);
+                    if ev.is_null() {
+                        continue;
+                    }
+                    let Some(idx) = registry::claim_completion(handle, t0, dev_at(d)) else {
+                        continue;
+                    };
+                    let mut r = EventOnReadyArgs::new();
+                    r.event = ev;
+                    r.callback = Some(on_complete);
+                    r.user_arg = idx as *mut c_void;
+                    let e2 = on_ready((&mut r as *mut EventOnReadyArgs).cast());
+                    if !e2.is_null() {
+                        destroy_error(e2);
+                        registry::take_completion(idx);
+                    }
+                }
+            }
+        }
+    }
+    super::request_sample();
+    err
+}
+
+// ------------------------------------------------------------ buffers
+
+pub(super) unsafe extern "C" fn buffer_from_host(args: *mut c_void) -> *mut Error {
+    if !super::recording() || args.is_null() || !super::buffers_on() {
+        return call_real(slot::CLIENT_BUFFER_FROM_HOST_BUFFER, args);
+    }
+    let t0 = crate::clock::raw();
+    let err = call_real(slot::CLIENT_BUFFER_FROM_HOST_BUFFER, args);
+    let t1 = crate::clock::raw();
+    let a = args as *mut BufferFromHostBufferArgs;
+    if err.is_null() && field_ok!(a, BufferFromHostBufferArgs, buffer) {
+        let a = &*a;
+        if !a.buffer.is_null() {
+            let dev = if a.device.is_null() {
+                buffer_device(a.buffer)
+            } else {
+                device_of(a.device)
+            };
+            new_buffer(
+                Api::PjrtBufferFromHostBuffer,
+                a.buffer,
+                dev,
+                buffer_size(a.buffer),
+                0,
+                t0,
+                t1,
+            );
+        }
+    }
+    err
+}
+
+unsafe fn copy_common(s: usize, api: Api, args: *mut c_void) -> *mut Error {
+    if !super::recording() || args.is_null() || !super::buffers_on() {
+        return call_real(s, args);
+    }
+    let t0 = crate::clock::raw();
+    let err = call_real(s, args);
+    let t1 = crate::clock::raw();
+    let a = args as *mut BufferCopyArgs;
+    if err.is_null() && field_ok!(a, BufferCopyArgs, dst_buffer) {
+        let a = &*a;
+        if !a.dst_buffer.is_null() {
+            let dev = buffer_device(a.dst_buffer);
+            new_buffer(api, a.dst_buffer, dev, buffer_size(a.dst_buffer), 0, t0, t1);
+        }
+    }
+    err
+}
+
+pub(super) unsafe extern "C" fn buffer_copy_to_device(args: *mut c_void) -> *mut Error {
+    copy_common(
+        slot::BUFFER_COPY_TO_DEVICE,
+        Api::PjrtBufferCopyToDevice,
+        args,
+    )
+}
+
+pub(super) unsafe extern "C" fn buffer_copy_to_memory(args: *mut c_void) -> *mut Error {
+    copy_common(
+        slot::BUFFER_COPY_TO_MEMORY,
+        Api::PjrtBufferCopyToMemory,
+        args,
+    )
+}
+
+unsafe fn release(s: usize, api: Api, args: *mut c_void) -> *mut Error {
+    let a = args as *mut BufferArgs;
+    let buf = if !a.is_null() && super::buffers_on() && field_ok!(a, BufferArgs, buffer) {
+        (*a).buffer
+    } else {
+        core::ptr::null_mut()
+    };
+    let t0 = crate::clock::raw();
+    let err = call_real(s, args);
+    let t1 = crate::clock::raw();
+    if !buf.is_null() && super::recording() {
+        push(api, |e| {
+            e.kind = if err.is_null() {
+                EventKind::Free as u8
+            } else {
+                EventKind::FreeFailed as u8
+            };
+            e.mem_kind = MemKind::PjrtBuffer as u8;
+            e.ptr = buf as u64;
+            e.device = -1;
+            e.ts_ns = t0;
+            e.duration_ns = t1.wrapping_sub(t0);
+        });
+    }
+    err
+}
+
+pub(super) unsafe extern "C" fn buffer_destroy(args: *mut c_void) -> *mut Error {
+    release(slot::BUFFER_DESTROY, Api::PjrtBufferDestroy, args)
+}
+
+pub(super) unsafe extern "C" fn buffer_delete(args: *mut c_void) -> *mut Error {
+    release(slot::BUFFER_DELETE, Api::PjrtBufferDelete, args)
+}
+
+// ------------------------------------------------------ memory stats
+
+/// One `PJRT_Device_MemoryStats` call (flusher thread only).
+pub(super) unsafe fn memory_stats(
+    dev: *mut c_void,
+    id: i32,
+    pid: u32,
+    ts_ns: u64,
+) -> Option<memwatch_wire::PjrtMemoryStats> {
+    use memwatch_wire::PjrtMemoryStats as S;
+    let mut a = DeviceMemoryStatsArgs::new();
+    a.device = dev;
+    if !call_quiet(
+        slot::DEVICE_MEMORY_STATS,
+        (&mut a as *mut DeviceMemoryStatsArgs).cast(),
+    ) {
+        return None;
+    }
+    let mut flags = S::BYTES_IN_USE;
+    let mut set = |b: bool, f: u32| {
+        if b {
+            flags |= f
+        }
+    };
+    set(a.peak_bytes_in_use_is_set != 0, S::PEAK_BYTES_IN_USE);
+    set(
+        a.largest_free_block_bytes_is_set != 0,
+        S::LARGEST_FREE_BLOCK,
+    );
+    set(a.pool_bytes_is_set != 0, S::POOL_BYTES);
+    set(a.peak_pool_bytes_is_set != 0, S::PEAK_POOL_BYTES);
+    set(a.bytes_limit_is_set != 0, S::BYTES_LIMIT);
+    set(a.num_allocs_is_set != 0, S::NUM_ALLOCS);
+    set(a.largest_alloc_size_is_set != 0, S::LARGEST_ALLOC_SIZE);
+    Some(S {
+        pid,
+        ts_ns,
+        device: id,
+        flags,
+        bytes_in_use: a.bytes_in_use,
+        peak_bytes_in_use: a.peak_bytes_in_use,
+        largest_free_block: a.largest_free_block_bytes,
+        pool_bytes: a.pool_bytes,
+        peak_pool_bytes: a.peak_pool_bytes,
+        bytes_limit: a.bytes_limit,
+        num_allocs: a.num_allocs,
+        largest_alloc_size: a.largest_alloc_size,
+    })
+}

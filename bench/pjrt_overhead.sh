@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 9 benchmark: wall time of 10,000 small jax.jit executions with and without the
+# memwatch shim's PJRT wrapping (GPU machine, JAX with its CUDA/ROCm plugin). Runs each
+# variant 5 times, alternating, and prints the medians and the ratio (target <= 1.02).
+#
+#   bench/pjrt_overhead.sh [SHIM.so] [N]
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+shim="${1:-$root/target/release/libmemwatch_preload.so}"
+n="${2:-10000}"
+py="${PYTHON:-python3}"
+tmp="$(mktemp -d)"
+prog='
+import sys, time, jax, jax.numpy as jnp
+n = int(sys.argv[1])
+f = jax.jit(lambda x: x * 2.0 + 1.0)
+x = jnp.ones((8,), jnp.float32)
+for _ in range(200): x = f(x)
+x.block_until_ready()
+t = time.perf_counter()
+for _ in range(n): x = f(x)
+x.block_until_ready()
+print((time.perf_counter() - t) / n * 1e9)
+'
+plain=(); shimmed=()
+for i in 1 2 3 4 5; do
+  plain+=("$(env -u LD_PRELOAD "$py" -c "$prog" "$n")")
+  shimmed+=("$(LD_PRELOAD="$shim" MEMWATCH_SINK="file:$tmp/b$i.mwcap" "$py" -c "$prog" "$n")")
+done
+med() { printf '%s\n' "$@" | sort -g | sed -n 3p; }
+p=$(med "${plain[@]}"); s=$(med "${shimmed[@]}")
+echo "ns per jitted call (median of 5 x $n): plain $p, shim $s"
+"$py" -c "p,s=$p,$s; print(f'ratio {s/p:.4f} (+{s-p:.0f} ns per call); target <= 1.02')"
+ls -la "$tmp"/*.mwcap | head -2
+rm -rf "$tmp"

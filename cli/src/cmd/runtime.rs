@@ -1,0 +1,207 @@
+//! `memwatch runtime`: the PJRT part of a capture (issue 9) through
+//! `memwatch_analysis::runtime`: per device the framework allocator's own timeline, the
+//! executable running at the runtime peak, co-resident buffers, OOMs inside execute, and
+//! with `--xla-dump` the join to the executable's buffer assignment. Output only.
+
+use super::fmt::{bytes, clip};
+use super::Outcome;
+use anyhow::{Context, Result};
+use clap::Args;
+use memwatch_analysis::runtime::{self, RuntimeReport};
+use std::path::PathBuf;
+
+/// `memwatch runtime CAPTURE [--xla-dump DIR] [--top N] [--timeline] [--json]`
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  memwatch run --out run.mwcap -- python train.py\n  memwatch runtime run.mwcap\n  XLA_FLAGS=--xla_dump_to=/tmp/dump memwatch run --out run.mwcap -- python train.py\n  memwatch runtime run.mwcap --xla-dump /tmp/dump --top 5\n  memwatch runtime run.mwcap --json --timeline | jq '.processes[0].devices[0].peak'\n\nThe shim wraps the PJRT C API of XLA plugins (JAX's xla_cuda_plugin / xla_rocm_plugin):\nit samples the allocator's PJRT_Device_MemoryStats (bytes in use, peak, pool, limit;\nMEMWATCH_PJRT_SAMPLE_HZ, default 10, plus after each execute), records executables with\ntheir compiled memory statistics, executions and jax.Array buffers. The runtime peak is\nthe largest peak_bytes_in_use sampled; the executable running at it is the one whose\nexecution overlaps the window in which the peak was reached."
+)]
+pub struct RuntimeArgs {
+    /// Capture file written by `memwatch run` (or MEMWATCH_SINK=file:...).
+    capture: PathBuf,
+    /// XLA dump directory of the same run (`--xla_dump_to`) to join executables to.
+    #[arg(long)]
+    xla_dump: Option<PathBuf>,
+    /// How many HLO buffers / op_names to list per joined executable.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Include every memory-statistics sample (JSON) / a compact timeline (text).
+    #[arg(long)]
+    timeline: bool,
+    /// One JSON document on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `memwatch runtime`.
+pub fn run(a: RuntimeArgs) -> Result<Outcome> {
+    let cap = runtime::load_capture(&a.capture).context("reading capture")?;
+    let mut report = runtime::analyse(&cap, a.timeline);
+    if let Some(d) = &a.xla_dump {
+        let mods = super::xla::load(d)?;
+        runtime::join_dump(&mut report, &mods, a.top);
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_human(&report, a.timeline);
+    }
+    Ok(Outcome::Success)
+}
+
+/// The runtime section of `memwatch report`: `None` when the capture holds no PJRT
+/// records (a program that is not an XLA/PJRT framework).
+pub fn for_report(
+    capture: &std::path::Path,
+    xla_dump: Option<&std::path::Path>,
+    top: usize,
+) -> Result<Option<RuntimeReport>> {
+    let cap = runtime::load_capture(capture).context("reading capture")?;
+    if cap.executables.is_empty() && cap.stats.is_empty() && cap.events.is_empty() {
+        return Ok(None);
+    }
+    let mut report = runtime::analyse(&cap, false);
+    if let Some(d) = xla_dump {
+        let mods = super::xla::load(d)?;
+        runtime::join_dump(&mut report, &mods, top);
+    }
+    Ok(Some(report))
+}
+
+fn opt(b: Option<u64>) -> String {
+    b.map(bytes).unwrap_or_else(|| "-".into())
+}
+
+/// Prints the report as text.
+pub fn print_human(r: &RuntimeReport, timeline: bool) {
+    if r.processes.is_empty() {
+        println!("no PJRT records in this capture (was the program an XLA/PJRT framework, and MEMWATCH_PJRT not 0?)");
+    }
+    if r.damaged_regions > 0 {
+        println!("warning: {} damaged region(s) skipped", r.damaged_regions);
+    }
+    for p in &r.processes {
+        println!("process {}", p.pid);
+        println!(
+            "  {:<28} {:>6} {:>6} {:>11} {:>11} {:>11} {:>11}",
+            "executable", "runs", "failed", "argument", "output", "temp", "code"
+        );
+        for x in &p.executables {
+            println!(
+                "  {:<28} {:>6} {:>6} {:>11} {:>11} {:>11} {:>11}",
+                clip(&x.name, 28),
+                x.executions,
+                x.failed_executions,
+                opt(x.argument_bytes),
+                opt(x.output_bytes),
+                opt(x.temp_bytes),
+                opt(x.generated_code_bytes)
+            );
+        }
+        for d in &p.devices {
+            println!(
+                "  device {}: {} allocator samples, pool up to {}, limit {}",
+                d.device,
+                d.samples,
+                opt(d.max_pool_bytes),
+                opt(d.last.as_ref().and_then(|s| s.bytes_limit))
+            );
+            if timeline {
+                for s in &d.timeline {
+                    println!(
+                        "    t={:>14} ns in use {:>11} peak {:>11} pool {:>11}",
+                        s.ts_ns,
+                        bytes(s.bytes_in_use),
+                        opt(s.peak_bytes_in_use),
+                        opt(s.pool_bytes)
+                    );
+                }
+            }
+            let Some(pk) = &d.peak else { continue };
+            println!(
+                "    runtime peak {} (reached between t={} and t={} ns)",
+                bytes(pk.peak_bytes_in_use),
+                pk.window_start_ns,
+                pk.ts_ns
+            );
+            println!(
+                "    running: {}",
+                pk.executable
+                    .as_deref()
+                    .unwrap_or("(no execution recorded)")
+            );
+            for g in &pk.co_resident {
+                println!(
+                    "      live {:>11} in {:>4} buffer(s) from {}",
+                    bytes(g.bytes),
+                    g.count,
+                    g.producer
+                );
+            }
+            println!(
+                "      + temp {:>10} of {}",
+                bytes(pk.running_temp_bytes),
+                pk.executable.as_deref().unwrap_or("-")
+            );
+            println!(
+                "      = {} explained, {} not covered (allocator rounding, non-PJRT buffers)",
+                bytes(pk.explained_bytes),
+                bytes(pk.unexplained_bytes)
+            );
+            if let Some(j) = &pk.xla {
+                print_join(j);
+            }
+        }
+        for o in &p.ooms {
+            println!(
+                "  OOM in execute of {} on device {} at t={} ns: requested {}, compiled temp {}",
+                o.executable,
+                o.device,
+                o.ts_ns,
+                opt(o.requested_bytes),
+                opt(o.compiled_temp_bytes)
+            );
+            if let Some(s) = &o.last_stats {
+                println!(
+                    "    last allocator stats: in use {}, largest free block {}, limit {}",
+                    bytes(s.bytes_in_use),
+                    opt(s.largest_free_block_bytes),
+                    opt(s.bytes_limit)
+                );
+            }
+            for g in &o.co_resident {
+                println!("    live {:>11} from {}", bytes(g.bytes), g.producer);
+            }
+            if let Some(j) = &o.xla {
+                print_join(j);
+            }
+        }
+    }
+}
+
+fn print_join(j: &runtime::peak::DumpJoin) {
+    println!(
+        "      XLA module {} (matched by {}): argument {}, output {}, temp {}",
+        j.module,
+        j.matched_by,
+        bytes(j.argument_bytes),
+        bytes(j.output_bytes),
+        bytes(j.temp_bytes)
+    );
+    for b in &j.peak_buffers {
+        println!(
+            "        {:>11} {:<9} {:<34} {}",
+            bytes(b.bytes),
+            clip(&b.category, 9),
+            clip(&b.instruction, 34),
+            b.op_name.as_deref().unwrap_or("")
+        );
+    }
+    for g in &j.by_op_name {
+        println!(
+            "        op {:>11} x{:<4} {}",
+            bytes(g.bytes),
+            g.count,
+            clip(&g.key, 80)
+        );
+    }
+}

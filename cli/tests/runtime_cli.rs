@@ -1,0 +1,163 @@
+//! End-to-end checks of `memwatch runtime`: a capture holding PJRT records (written with
+//! memwatch-wire, the shape the shim writes) joined to the real H200 dump; bad input
+//! exits 2 naming the file.
+
+use memwatch_wire::frame::encode_preamble;
+use memwatch_wire::*;
+use std::path::Path;
+use std::process::Command;
+
+fn mw(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn capture(path: &Path) {
+    let mut b = encode_preamble().to_vec();
+    let recs = vec![
+        Record::ProcessStart(ProcessStart {
+            pid: 9,
+            mono_anchor_ns: 1_000,
+            ..ProcessStart::default()
+        }),
+        Record::PjrtExecutable(PjrtExecutable {
+            pid: 9,
+            handle: 0xb,
+            flags: PjrtExecutable::FLAG_STATS,
+            stats: CompiledMemoryStats {
+                argument: 71_303_168,
+                output: 67_108_938,
+                temp: 239_103_760,
+                ..CompiledMemoryStats::default()
+            },
+            devices: vec![0],
+            name: "jit_mlp".into(),
+            ..PjrtExecutable::default()
+        }),
+        Record::Events(vec![
+            Event {
+                ts_ns: 2_000,
+                duration_ns: 100,
+                pid: 9,
+                ptr: 0x100,
+                size: 71_303_168,
+                api: Api::PjrtBufferFromHostBuffer as u16,
+                kind: EventKind::Alloc as u8,
+                mem_kind: MemKind::PjrtBuffer as u8,
+                ..Event::default()
+            },
+            Event {
+                ts_ns: 3_000,
+                duration_ns: 500,
+                pid: 9,
+                ptr: 0xb,
+                api: Api::PjrtExecute as u16,
+                kind: EventKind::ApiSpan as u8,
+                ..Event::default()
+            },
+        ]),
+        Record::PjrtMemoryStats(PjrtMemoryStats {
+            pid: 9,
+            ts_ns: 4_000,
+            flags: 0xff,
+            bytes_in_use: 138_412_106,
+            peak_bytes_in_use: 377_515_866,
+            pool_bytes: 1 << 32,
+            bytes_limit: 1 << 34,
+            ..PjrtMemoryStats::default()
+        }),
+    ];
+    for r in &recs {
+        encode_record(r, &mut b).unwrap();
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn runtime_json_names_the_executable_and_joins_the_dump() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("run.mwcap");
+    capture(&cap);
+    let dump =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/h200/xla/h200-jax0.11.2-mlp");
+    let (code, out, err) = mw(&[
+        "runtime",
+        cap.to_str().unwrap(),
+        "--xla-dump",
+        dump.to_str().unwrap(),
+        "--top",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let pk = &v["processes"][0]["devices"][0]["peak"];
+    assert_eq!(pk["executable"], "jit_mlp");
+    assert_eq!(pk["peak_bytes_in_use"], 377_515_866u64);
+    assert_eq!(pk["live_buffer_bytes"], 71_303_168u64);
+    assert_eq!(pk["running_temp_bytes"], 239_103_760u64);
+    assert_eq!(pk["xla"]["module"], "jit_mlp");
+    assert_eq!(pk["xla"]["matched_by"], "name+stats");
+    assert_eq!(pk["xla"]["peak_buffers"].as_array().unwrap().len(), 3);
+    let (code, out, _) = mw(&["runtime", cap.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("running: jit_mlp"), "{out}");
+    assert!(out.contains("runtime peak 360.03 MiB"), "{out}");
+}
+
+#[test]
+fn runtime_bad_input_exits_2_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("junk.mwcap");
+    std::fs::write(&bad, b"\x00\x01garbage garbage garbage").unwrap();
+    let (code, _, err) = mw(&["runtime", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("junk.mwcap") && err.lines().count() == 1,
+        "{err}"
+    );
+    let (code, _, err) = mw(&["runtime", "/nonexistent/x.mwcap"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("x.mwcap"), "{err}");
+}
+
+#[test]
+fn report_carries_the_runtime_section_only_when_there_are_pjrt_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("run.mwcap");
+    capture(&cap);
+    let (code, out, err) = mw(&["report", cap.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["runtime"]["processes"][0]["devices"][0]["peak"]["executable"],
+        "jit_mlp"
+    );
+    assert!(v["processes"].is_array());
+    let (code, out, _) = mw(&["report", cap.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("PJRT runtime"), "{out}");
+
+    let plain = dir.path().join("plain.mwcap");
+    let mut b = encode_preamble().to_vec();
+    encode_record(
+        &Record::ProcessStart(ProcessStart {
+            pid: 3,
+            ..ProcessStart::default()
+        }),
+        &mut b,
+    )
+    .unwrap();
+    std::fs::write(&plain, b).unwrap();
+    let (code, out, err) = mw(&["report", plain.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v.get("runtime").is_none());
+}
