@@ -21,7 +21,10 @@ pub struct Resolved {
 pub fn loaded_objects(maps: &[Mapping]) -> Vec<(String, u64)> {
     let mut out: Vec<(String, u64)> = Vec::new();
     for m in maps {
-        if !m.path.starts_with('/') || m.path.ends_with(" (deleted)") {
+        // Device files (GPU drivers map /dev/nvidia*, /dev/kfd, /dev/dri/*) are never
+        // ELF objects, and reading them fails.
+        if !m.path.starts_with('/') || m.path.ends_with(" (deleted)") || m.path.starts_with("/dev/")
+        {
             continue;
         }
         if m.offset == 0 && !out.iter().any(|(p, _)| p == &m.path) {
@@ -75,15 +78,26 @@ pub fn find_symbol(
     which: impl Fn(&str) -> bool,
     name: &str,
 ) -> Result<Option<Resolved>> {
+    // An object that cannot be read or parsed (a data file mapped by the program, a file
+    // of another mount namespace) is skipped; its error is returned only when the symbol
+    // is found nowhere else.
+    let mut first_error = None;
     for (path, start) in loaded_objects(maps) {
         if !which(file_name(&path)) {
             continue;
         }
-        if let Some(addr) = symbol_in_object(proc_, pid, &path, start, name)? {
-            return Ok(Some(Resolved { addr, object: path }));
+        match symbol_in_object(proc_, pid, &path, start, name) {
+            Ok(Some(addr)) => return Ok(Some(Resolved { addr, object: path })),
+            Ok(None) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
         }
     }
-    Ok(None)
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(None),
+    }
 }
 
 /// Whether the file name is a C library or dynamic loader that can define `dlopen`.
@@ -122,5 +136,34 @@ mod tests {
             loaded_objects(&maps),
             vec![("/lib/libc.so.6".to_string(), 0x1000)]
         );
+    }
+
+    #[test]
+    fn device_mappings_are_not_objects() {
+        // What a CUDA process maps (seen on an H200): device files at offset 0.
+        let maps = crate::procfs::parse_maps(
+            "1000-2000 r--p 00000000 0:0 1 /lib/libc.so.6\n\
+             7000-8000 rw-s 00000000 0:5 3 /dev/nvidia0\n\
+             9000-a000 rw-s 00000000 0:5 4 /dev/nvidiactl\n",
+        );
+        assert_eq!(
+            loaded_objects(&maps),
+            vec![("/lib/libc.so.6".to_string(), 0x1000)]
+        );
+    }
+
+    #[test]
+    fn unreadable_objects_are_skipped_when_the_symbol_is_elsewhere() {
+        let proc_ = Proc::default();
+        let pid = std::process::id() as i32;
+        let mut maps =
+            crate::procfs::parse_maps("1000-2000 r--p 00000000 0:0 9 /nonexistent/libc.so.6\n");
+        maps.extend(proc_.maps(pid).unwrap());
+        let found = find_symbol(&proc_, pid, &maps, is_libc_like, "dlopen").unwrap();
+        assert!(found.is_some());
+        // Alone, the unreadable object's error is reported.
+        let alone =
+            crate::procfs::parse_maps("1000-2000 r--p 00000000 0:0 9 /nonexistent/libc.so.6\n");
+        assert!(find_symbol(&proc_, pid, &alone, is_libc_like, "dlopen").is_err());
     }
 }

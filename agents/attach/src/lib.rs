@@ -187,7 +187,12 @@ fn ptrace_inject(proc_: &Proc, pid: i32, shim: &Path, entry: &str, arg: &str) ->
     let maps = proc_.maps(pid)?;
     let canon = std::fs::canonicalize(shim).unwrap_or_else(|_| shim.to_path_buf());
     let canon = canon.to_string_lossy().into_owned();
-    let entry_addr = elfsym::find_symbol(proc_, pid, &maps, |_| true, entry)?
+    // Only the shim's own mapping is searched: other mapped files are irrelevant and may
+    // not be readable ELF objects at all.
+    let shim_file = elfsym::file_name(&canon).to_string();
+    let entry_addr = elfsym::find_symbol(proc_, pid, &maps, |f| f == shim_file, entry)
+        .ok()
+        .flatten()
         .filter(|r| r.object == canon || r.object == shim_str);
     let entry_addr = match entry_addr {
         Some(r) => r.addr,
