@@ -38,8 +38,12 @@ static SAMPLING_NOW: AtomicBool = AtomicBool::new(false);
 static SAMPLE_REQUESTED: AtomicBool = AtomicBool::new(false);
 static LAST_SAMPLE_NS: AtomicU64 = AtomicU64::new(0);
 static SAMPLES_FAILED: AtomicU32 = AtomicU32::new(0);
-/// Smallest gap between samples asked for by executes (1 ms).
-const MIN_REQUEST_GAP_NS: u64 = 1_000_000;
+/// Smallest gap between samples asked for by executes (10 ms): an execute ending more
+/// than 10 ms after the last sample gets its own sample; a burst of short executes gets
+/// at most 100 samples a second, plus one after its last execute (the request stays
+/// pending until the flusher takes it). Each sample takes the plugin's allocator lock,
+/// so sampling after every one of thousands of tiny executes slowed them down.
+const MIN_REQUEST_GAP_NS: u64 = 10_000_000;
 
 fn env(name: &core::ffi::CStr) -> Option<&'static [u8]> {
     // SAFETY: getenv with a NUL-terminated name; the result lives in the environment.
@@ -153,7 +157,8 @@ fn stop_sampling() {
 /// Asks the flusher for a memory-statistics sample soon (execute end).
 #[inline]
 fn request_sample() {
-    if SAMPLING_ON.load(Ordering::Relaxed) {
+    // Load first: no cache-line write (shared with the flusher) when already pending.
+    if SAMPLING_ON.load(Ordering::Relaxed) && !SAMPLE_REQUESTED.load(Ordering::Relaxed) {
         SAMPLE_REQUESTED.store(true, Ordering::Relaxed);
     }
 }

@@ -81,13 +81,13 @@ unsafe fn error_info(err: *mut Error) -> (c_int, u64) {
     (code, bytes)
 }
 
-/// Queues one event of `api` built by `f` (timestamps in raw clock units).
+/// Queues one event of `api` built by `f` (timestamps in raw clock units; `f` sets
+/// them, so no clock is read here).
 #[inline]
 fn push(api: Api, f: impl FnOnce(&mut Event)) {
-    let Some(mut p) = crate::rt::begin(crate::config::Family::Pjrt, api) else {
+    let Some(mut p) = crate::rt::begin_at(crate::config::Family::Pjrt, api, 0) else {
         return;
     };
-    p.finished(0);
     f(&mut p.ev);
     p.commit();
 }
@@ -370,11 +370,15 @@ pub(super) unsafe extern "C" fn loaded_destroy(args: *mut c_void) -> *mut Error 
 
 unsafe extern "C" fn on_complete(err: *mut Error, user_arg: *mut c_void) {
     let now = crate::clock::raw();
-    let (code, _) = error_info(err);
+    // An execute that returned success can still fail on the device side (e.g. the
+    // temp allocation of an asynchronously dispatched execute): the error then arrives
+    // here, and is recorded like a synchronous one (code + the size its message names).
+    let (code, requested) = error_info(err);
     if let Some((handle, t0, device)) = registry::take_completion(user_arg as usize) {
         push(Api::PjrtExecuteComplete, |e| {
             e.kind = EventKind::ApiSpan as u8;
             e.ptr = handle;
+            e.size = requested;
             e.result = code;
             e.device = device;
             e.ts_ns = t0;
@@ -442,15 +446,15 @@ pub(super) unsafe extern "C" fn execute(args: *mut c_void) -> *mut Error {
                     for i in 0..nout as usize {
                         let b = *list.add(i);
                         if !b.is_null() {
-                            new_buffer(
-                                Api::PjrtExecuteOutput,
-                                b,
-                                dev_at(d),
-                                buffer_size(b),
-                                handle,
-                                t0,
-                                t1,
-                            );
+                            let size = match registry::output_size(handle, i) {
+                                Some(n) => n,
+                                None => {
+                                    let n = buffer_size(b);
+                                    registry::set_output_size(handle, i, n);
+                                    n
+                                }
+                            };
+                            new_buffer(Api::PjrtExecuteOutput, b, dev_at(d), size, handle, t0, t1);
                         }
                     }
                 }
