@@ -7,7 +7,8 @@
 //! the whole thing off, `MEMWATCH_PJRT_BUFFERS=0` the per-buffer events,
 //! `MEMWATCH_PJRT_COMPLETION=0` the execute-completion callbacks,
 //! `MEMWATCH_PJRT_SAMPLE_HZ` the memory-statistics rate, default 10, 0 = only after
-//! executes), the flusher-side work ([`tick`]: `PJRT_Device_MemoryStats` sampling, never
+//! executes; an execute end asks for a sample too, at most one per 10 ms, the last
+//! request of a burst always served), the flusher-side work ([`tick`]: `PJRT_Device_MemoryStats` sampling, never
 //! on a framework thread) and the frames the sink writes ([`pending_frames`]).
 
 pub mod abi;

@@ -4,8 +4,12 @@
 //! its `PJRT_Error*` untouched, and records afterwards: compile/load (span + the
 //! executable's name, fingerprint and compiled memory stats, asked of the plugin on the
 //! compiling thread), execute (one span per device, output buffers with their on-device
-//! size, a completion span from `PJRT_Event_OnReady` when the caller asked for completion
-//! events, a memory-stats request for the flusher), buffer creation / copy / destroy.
+//! size — asked of the plugin on an executable's first execute, then cached per output
+//! since output shapes are static —, a completion span from `PJRT_Event_OnReady` when
+//! the caller asked for completion events, a memory-stats request for the flusher),
+//! buffer creation / copy / destroy. An execute error is recorded with its code and the
+//! size its RESOURCE_EXHAUSTED message names, whether Execute returned it or it came
+//! later with the completion event.
 //! Fields are only read when the caller's `struct_size` covers them. No lock is held
 //! across a real call and the recording guard is not held either, so the driver calls
 //! the plugin makes inside (cuMemAlloc ...) are still recorded.
