@@ -121,6 +121,8 @@ proptest! {
 
     /// The exact minimum a preallocated BFC pool reports (its high-water mark) is right:
     /// the trace fits there and at any larger limit tried, and fails 256 bytes below.
+    /// (Since a lower-end carve may take a small central gap whole, as the real
+    /// allocator does, not every trace has a provable exact minimum: a search answers.)
     #[test]
     fn bfc_exact_min_limit_is_the_threshold(ops in ops(), extra in prop::collection::vec(0u64..(512 << 20), 3)) {
         use memwatch_analysis::alloc::replay::find_min_limit;
@@ -128,15 +130,16 @@ proptest! {
         prop_assume!(t.buffers() > 0);
         let spec = |limit| ModelSpec { kind: AllocatorKind::Bfc, limit, preallocate: true, granularity: 2 << 20, device_free_bytes: None };
         let m = find_min_limit(&t, &spec, 1 << 20, 1 << 40, &mut |_, _| {}).unwrap().unwrap();
-        prop_assert!(m.exact);
         let fits = |limit: u64| {
             let mut model = build(&spec(limit));
             replay(&t, model.as_mut(), ReplayOptions::default(), &mut |_| {}).unwrap().fits
         };
         prop_assert!(fits(m.min_pool_bytes));
-        prop_assert!(!fits(m.min_pool_bytes - 256));
-        for e in extra {
-            prop_assert!(fits(m.min_pool_bytes + e));
+        if m.exact {
+            prop_assert!(!fits(m.min_pool_bytes - 256));
+            for e in extra {
+                prop_assert!(fits(m.min_pool_bytes + e));
+            }
         }
     }
 }

@@ -73,7 +73,9 @@ fn capture_events_become_a_trace() {
     let mut m = build(&spec);
     let r = replay(&t, m.as_mut(), ReplayOptions::default(), &mut |_| {}).unwrap();
     assert!(r.fits);
-    assert_eq!(r.peak_bytes_in_use, 9 << 20);
+    // The 8 MiB request finds the 4 MiB hole too small and takes the 11 MiB central gap
+    // whole (under twice the request, remainder under 128 MiB: not split, as on the H200).
+    assert_eq!(r.peak_bytes_in_use, 12 << 20);
 }
 
 #[test]

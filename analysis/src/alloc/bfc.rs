@@ -9,8 +9,10 @@
 //! free neighbours, region growth (`allow_growth`: a 2 MiB first region, doubling, a 0.9
 //! back-off when the device refuses, garbage collection of free regions when enabled), and
 //! spatial partitioning of a preallocated pool: a lower end growing up, an upper end
-//! growing down, and one central gap that is not binned, that either end carves exactly,
-//! and that freed boundary chunks rejoin. It models the allocator only: no devices, no
+//! growing down, and one central gap that is not binned, that freed boundary chunks rejoin,
+//! that the upper end carves exactly and the lower end splits by the same heuristic as any
+//! chunk (as in JAX 0.11.2: a gap under twice the request is handed out whole when the
+//! remainder is under the maximum internal fragmentation). It models the allocator only: no devices, no
 //! traces (see `replay`). Addresses are synthetic but laid out as the real allocator lays
 //! them out, so chunk order and sizes match its dumps.
 
@@ -182,6 +184,10 @@ pub struct Bfc {
     /// use, and whether any upper-end allocation happened.
     lower_high_water: u64,
     used_upper: bool,
+    /// Smallest limit (offset from the first region's base) at which every lower-end
+    /// carve from the central gap so far splits: below it, a carve would have found a
+    /// gap small enough to hand out whole.
+    gap_split_floor: u64,
 }
 
 fn rounded_bytes(n: u64) -> u64 {
@@ -234,6 +240,7 @@ impl Bfc {
             stats: BfcStats::default(),
             lower_high_water: 0,
             used_upper: false,
+            gap_split_floor: 0,
             cfg,
         }
     }
@@ -401,9 +408,23 @@ impl Bfc {
         s.largest_alloc_size = s.largest_alloc_size.max(size);
     }
 
+    /// `AllocateChunkFromLowEnd` as JAX 0.11.2 ships it: the split heuristic decides for
+    /// every chunk, the central gap included, so a gap less than twice the request that
+    /// would leave less than the maximum internal fragmentation is handed out whole (the
+    /// H200 recordings in `testdata/h200-gpu-validation` show it). Later XLA carves the
+    /// gap exactly; the `Exact` hole policy (a later option) also splits exactly here.
     fn carve_low_end(&mut self, h: u32, rounded: u64, num_bytes: u64) {
         let c = self.chunks[h as usize];
-        let exact = c.tag == Tag::CentralGap || self.cfg.lower_policy.split == SplitPolicy::Exact;
+        let exact = self.cfg.lower_policy.split == SplitPolicy::Exact;
+        if c.tag == Tag::CentralGap && !exact {
+            // With the gap running to the limit, it splits iff the limit reaches
+            // start + min(2 x request, request + max internal fragmentation).
+            let base = self.regions.first().map_or(c.ptr, |r| r.base);
+            let need = rounded
+                .saturating_mul(2)
+                .min(rounded.saturating_add(self.max_internal_fragmentation));
+            self.gap_split_floor = self.gap_split_floor.max(c.ptr - base + need);
+        }
         if if exact {
             c.size > rounded
         } else {
@@ -837,15 +858,20 @@ impl AllocatorModel for Bfc {
 
     /// A spatially partitioned (preallocated) pool serving only the lower end decides
     /// everything from its holes (independent of the limit) and carves the rest from the
-    /// gap above its high-water mark: any limit covering the high-water mark replays
-    /// identically, and a smaller one fails when the mark is reached. So the exact
-    /// minimum is the high-water mark.
+    /// gap above its high-water mark. A gap carve splits only when the gap (which runs to
+    /// the limit) is large enough, so any limit covering both the high-water mark and
+    /// every carve's split floor replays identically. When the high-water mark covers
+    /// the floors it is the answer (the caller checks that 256 bytes less fails);
+    /// otherwise only a search can tell.
     fn exact_min_limit(&self) -> Option<u64> {
+        let high_water = self.lower_high_water.max(MIN_ALLOCATION);
         (self.cfg.spatial_partitioning
             && !self.cfg.allow_growth
             && !self.used_upper
-            && self.regions.len() <= 1)
-            .then_some(self.lower_high_water.max(MIN_ALLOCATION))
+            && self.cfg.fragmentation_fraction <= 0.0
+            && self.regions.len() <= 1
+            && self.gap_split_floor <= high_water)
+            .then_some(high_water)
     }
 }
 
@@ -890,6 +916,26 @@ mod tests {
         assert_eq!(a.central_gap_bytes(), (1 << 30) - 1024);
         a.deallocate(x);
         assert_eq!(a.central_gap_bytes(), 1 << 30);
+        a.check().unwrap();
+    }
+
+    #[test]
+    fn lower_end_takes_a_small_enough_gap_whole() {
+        // Gap 1 GiB - 1 MiB, request 1 GiB - 100 MiB: under twice the request, remainder
+        // 99 MiB < 128 MiB: the real allocator (H200, JAX 0.11.2) does not split.
+        let mut a = Bfc::new(BfcConfig::jax(1 << 30, true));
+        let x = a.allocate(1 << 20, End::Lower).unwrap();
+        let y = a.allocate((1 << 30) - (100 << 20), End::Lower).unwrap();
+        assert_eq!(a.chunk_size(y), (1 << 30) - (1 << 20));
+        assert_eq!(a.central_gap_bytes(), 0);
+        assert_eq!(a.largest_free_chunk(), 0);
+        a.deallocate(y);
+        // A remainder of at least 128 MiB is split off and stays the gap.
+        let z = a.allocate((1 << 30) - (200 << 20), End::Lower).unwrap();
+        assert_eq!(a.chunk_size(z), (1 << 30) - (200 << 20));
+        assert_eq!(a.central_gap_bytes(), (200 << 20) - (1 << 20));
+        a.deallocate(z);
+        a.deallocate(x);
         a.check().unwrap();
     }
 
