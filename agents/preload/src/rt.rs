@@ -138,6 +138,19 @@ pub struct Pending {
 /// (shim off, family off, nested inside another hooked call, or the flusher thread).
 #[inline]
 pub fn begin(f: Family, api: Api) -> Option<Pending> {
+    begin_with(f, api, None)
+}
+
+/// Like [`begin`] for an event whose timestamps the caller already took (`ts_raw`, raw
+/// clock units): reads no clock, and keeps the thread's errno as it is now, so the
+/// event can be committed without [`Pending::finished`].
+#[inline]
+pub fn begin_at(f: Family, api: Api, ts_raw: u64) -> Option<Pending> {
+    begin_with(f, api, Some(ts_raw))
+}
+
+#[inline(always)]
+fn begin_with(f: Family, api: Api, at: Option<u64>) -> Option<Pending> {
     let st = STATE.load(Ordering::Acquire);
     if st != ACTIVE && !init() {
         return None;
@@ -159,15 +172,19 @@ pub fn begin(f: Family, api: Api) -> Option<Pending> {
     if !FLUSHER_RUNNING.load(Ordering::Relaxed) {
         start_flusher();
     }
+    let (ts_ns, errno) = match at {
+        Some(t) => (t, errno()),
+        None => (crate::clock::raw(), 0),
+    };
     let ev = Event {
-        ts_ns: crate::clock::raw(),
+        ts_ns,
         pid: PID.load(Ordering::Relaxed),
         tid,
         device: device.max(0),
         api: api as u16,
         ..Event::default()
     };
-    Some(Pending { ev, errno: 0, ts })
+    Some(Pending { ev, errno, ts })
 }
 
 impl Pending {

@@ -158,7 +158,7 @@ fn older_plugin_keeps_its_struct_size_and_nothing_past_it_is_touched() {
             .iter()
             .filter(|e| e.api_name() == Api::PjrtExecute)
             .count(),
-        10
+        12
     );
 }
 
@@ -196,7 +196,7 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
     // Pass-through: the program sees exactly the same results, and the plugin ran each
     // entry as often as the program called it (the shim's own calls are other entries).
     assert_eq!(stdout(&with), stdout(&without));
-    assert!(stdout(&with).contains("R calls execute=5 compile=2 destroy=17"));
+    assert!(stdout(&with).contains("R calls execute=6 compile=3 destroy=19"));
 
     let recs = common::read_capture(&cap);
     let exes: Vec<&PjrtExecutable> = recs
@@ -207,8 +207,8 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
         })
         .collect();
     let names: Vec<&str> = exes.iter().map(|x| x.name.as_str()).collect();
-    assert_eq!(names.len(), 3, "{names:?}");
-    for n in ["jit_model", "jit_small", "jit_oom"] {
+    assert_eq!(names.len(), 4, "{names:?}");
+    for n in ["jit_model", "jit_small", "jit_oom", "jit_oom_async"] {
         assert!(names.contains(&n), "{names:?}");
     }
     let model = exes.iter().find(|x| x.name == "jit_model").unwrap();
@@ -226,8 +226,8 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
     let count = |api: Api, pred: &dyn Fn(&Event) -> bool| {
         ev.iter().filter(|e| e.api_name() == api && pred(e)).count()
     };
-    // 5 executes x 2 devices; each span carries the executable's handle.
-    assert_eq!(count(Api::PjrtExecute, &|_| true), 10);
+    // 6 executes x 2 devices; each span carries the executable's handle.
+    assert_eq!(count(Api::PjrtExecute, &|_| true), 12);
     assert_eq!(
         count(Api::PjrtExecute, &|e| e.ptr == model.handle
             && e.result == 0),
@@ -247,6 +247,19 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
     assert!(oom_ev
         .iter()
         .all(|e| e.result == 8 && e.size == 2_147_483_648));
+    // An OOM Execute did not return (asynchronous): the execute spans succeed, the
+    // completion events carry RESOURCE_EXHAUSTED and the size the message names.
+    let aoom = exes.iter().find(|x| x.name == "jit_oom_async").unwrap();
+    assert_eq!(
+        count(Api::PjrtExecute, &|e| e.ptr == aoom.handle && e.result == 0),
+        2
+    );
+    assert_eq!(
+        count(Api::PjrtExecuteComplete, &|e| e.ptr == aoom.handle
+            && e.result == 8
+            && e.size == 3_221_225_472),
+        2
+    );
     // completion callbacks for the 3 executes that asked for events, per device
     assert_eq!(
         count(Api::PjrtExecuteComplete, &|e| e.ptr == model.handle),
@@ -273,11 +286,11 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
     );
     assert_eq!(
         count(Api::PjrtBufferDestroy, &|e| e.kind == EventKind::Free as u8),
-        17
+        19
     );
     assert_eq!(count(Api::PjrtBufferDelete, &|_| true), 1);
-    assert_eq!(count(Api::PjrtLoadedExecutableDestroy, &|_| true), 3);
-    assert_eq!(count(Api::PjrtClientCompile, &|e| e.result == 0), 2);
+    assert_eq!(count(Api::PjrtLoadedExecutableDestroy, &|_| true), 4);
+    assert_eq!(count(Api::PjrtClientCompile, &|e| e.result == 0), 3);
     assert_eq!(
         count(Api::PjrtDeserializeAndLoad, &|e| e.ptr == small.handle),
         1
@@ -365,6 +378,23 @@ fn execute_overhead_micro_benchmark() {
         "pjrt execute: {base:.1} ns plain, {shim:.1} ns under the shim, +{:.1} ns per call",
         shim - base
     );
+    // as a jax.jit call: one output buffer per device, destroyed by the next call
+    let cap1 = dir.path().join("b1.mwcap");
+    let base1 = ns(&drive(&["bench", n, "1"], None, &[]));
+    let shim1 = ns(&drive(&["bench", n, "1"], Some(&cap1), &env));
+    println!(
+        "pjrt execute + 1 output/device + destroy: {base1:.1} ns plain, {shim1:.1} ns under the shim, +{:.1} ns per call",
+        shim1 - base1
+    );
+    let recs1 = common::read_capture(&cap1);
+    // every output carries its size, also those taken from the per-executable cache
+    let outputs: Vec<u64> = pjrt_events(&recs1)
+        .iter()
+        .filter(|e| e.api_name() == Api::PjrtExecuteOutput)
+        .map(|e| e.size)
+        .collect();
+    assert!(outputs.len() > 1000, "{}", outputs.len());
+    assert!(outputs.iter().all(|&s| s == 32));
     let recs = common::read_capture(&cap);
     let n_exec = pjrt_events(&recs)
         .iter()

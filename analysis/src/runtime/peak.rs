@@ -295,6 +295,13 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
                     sp.end = sp.end.max(e.ts_ns + e.duration_ns);
                     sp.completed = true;
                 }
+                // Execute returned success but the device-side run failed (reported
+                // through the completion event): count it as a failed run.
+                if e.result != 0 {
+                    let s = summary.entry(e.ptr).or_default();
+                    s.0 = s.0.saturating_sub(1);
+                    s.1 += 1;
+                }
             }
             _ => {}
         }
@@ -416,7 +423,14 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
 
     let ooms = events
         .iter()
-        .filter(|e| e.api_name() == Api::PjrtExecute && e.result == RESOURCE_EXHAUSTED)
+        .filter(|e| {
+            // Synchronous: Execute itself returned the error. Asynchronous: Execute
+            // returned success and the error came with the completion event (the
+            // wrapper only asks for completion after a successful Execute, so one
+            // failure is never counted twice).
+            matches!(e.api_name(), Api::PjrtExecute | Api::PjrtExecuteComplete)
+                && e.result == RESOURCE_EXHAUSTED
+        })
         .map(|e| {
             let last = cap
                 .stats
@@ -647,6 +661,33 @@ mod tests {
         assert_eq!(o.last_stats.as_ref().unwrap().ts_ns, 900);
         assert_eq!(o.live_buffer_bytes, 4 * GIB + 1024);
         assert!(r.processes[0].devices[0].timeline.is_empty());
+    }
+
+    #[test]
+    fn oom_reported_through_the_completion_event_is_an_incident() {
+        let mut c = co_resident_capture();
+        // the failing execute returned success; its completion event carried the error
+        c.events.pop();
+        c.events
+            .push(ev(Api::PjrtExecute, EventKind::ApiSpan, 950, 5, 0xb));
+        c.events.push(Event {
+            size: 8 * GIB + 256,
+            result: 8,
+            ..ev(Api::PjrtExecuteComplete, EventKind::ApiSpan, 950, 40, 0xb)
+        });
+        let r = analyse(&c, false);
+        let p = &r.processes[0];
+        assert_eq!(p.ooms.len(), 1);
+        let o = &p.ooms[0];
+        assert_eq!(o.executable, "jit_step");
+        assert_eq!(o.requested_bytes, Some(8 * GIB + 256));
+        assert_eq!(o.compiled_temp_bytes, Some(8 * GIB));
+        assert_eq!(o.last_stats.as_ref().unwrap().ts_ns, 900);
+        let step = p.executables.iter().find(|x| x.name == "jit_step").unwrap();
+        assert_eq!((step.executions, step.failed_executions), (1, 1));
+        // a completion that succeeded is no incident
+        c.events.last_mut().unwrap().result = 0;
+        assert!(analyse(&c, false).processes[0].ooms.is_empty());
     }
 
     #[test]

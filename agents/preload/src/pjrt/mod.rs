@@ -7,7 +7,8 @@
 //! the whole thing off, `MEMWATCH_PJRT_BUFFERS=0` the per-buffer events,
 //! `MEMWATCH_PJRT_COMPLETION=0` the execute-completion callbacks,
 //! `MEMWATCH_PJRT_SAMPLE_HZ` the memory-statistics rate, default 10, 0 = only after
-//! executes), the flusher-side work ([`tick`]: `PJRT_Device_MemoryStats` sampling, never
+//! executes; an execute end asks for a sample too, at most one per 10 ms, the last
+//! request of a burst always served), the flusher-side work ([`tick`]: `PJRT_Device_MemoryStats` sampling, never
 //! on a framework thread) and the frames the sink writes ([`pending_frames`]).
 
 pub mod abi;
@@ -38,8 +39,12 @@ static SAMPLING_NOW: AtomicBool = AtomicBool::new(false);
 static SAMPLE_REQUESTED: AtomicBool = AtomicBool::new(false);
 static LAST_SAMPLE_NS: AtomicU64 = AtomicU64::new(0);
 static SAMPLES_FAILED: AtomicU32 = AtomicU32::new(0);
-/// Smallest gap between samples asked for by executes (1 ms).
-const MIN_REQUEST_GAP_NS: u64 = 1_000_000;
+/// Smallest gap between samples asked for by executes (10 ms): an execute ending more
+/// than 10 ms after the last sample gets its own sample; a burst of short executes gets
+/// at most 100 samples a second, plus one after its last execute (the request stays
+/// pending until the flusher takes it). Each sample takes the plugin's allocator lock,
+/// so sampling after every one of thousands of tiny executes slowed them down.
+const MIN_REQUEST_GAP_NS: u64 = 10_000_000;
 
 fn env(name: &core::ffi::CStr) -> Option<&'static [u8]> {
     // SAFETY: getenv with a NUL-terminated name; the result lives in the environment.
@@ -153,7 +158,8 @@ fn stop_sampling() {
 /// Asks the flusher for a memory-statistics sample soon (execute end).
 #[inline]
 fn request_sample() {
-    if SAMPLING_ON.load(Ordering::Relaxed) {
+    // Load first: no cache-line write (shared with the flusher) when already pending.
+    if SAMPLING_ON.load(Ordering::Relaxed) && !SAMPLE_REQUESTED.load(Ordering::Relaxed) {
         SAMPLE_REQUESTED.store(true, Ordering::Relaxed);
     }
 }

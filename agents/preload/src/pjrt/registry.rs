@@ -144,10 +144,16 @@ impl ExecInfo {
     }
 }
 
+/// Output sizes cached per executable (outputs past this are asked of the plugin).
+pub const OUT_SIZES: usize = 16;
+
 struct ExecSlot {
     key: AtomicU64,
     state: AtomicU8,
     info: UnsafeCell<ExecInfo>,
+    /// On-device size of output i (0: not known yet). An executable's output shapes are
+    /// static, so the first execute's answer holds for all later ones.
+    out_sizes: [AtomicU64; OUT_SIZES],
 }
 // SAFETY: `info` is written only by the holder of state BUSY.
 unsafe impl Sync for ExecSlot {}
@@ -157,6 +163,7 @@ static EXECS: [ExecSlot; MAX_EXECUTABLES] = [const {
         key: AtomicU64::new(0),
         state: AtomicU8::new(EMPTY),
         info: UnsafeCell::new(ExecInfo::empty()),
+        out_sizes: [const { AtomicU64::new(0) }; OUT_SIZES],
     }
 }; MAX_EXECUTABLES];
 
@@ -212,6 +219,9 @@ pub fn insert_exec(handle: u64, info: &ExecInfo) -> bool {
             {
                 // SAFETY: state BUSY held.
                 unsafe { *s.info.get() = *info };
+                for o in &s.out_sizes {
+                    o.store(0, Ordering::Relaxed);
+                }
                 s.state.store(READY, Ordering::Release);
                 return true;
             }
@@ -234,6 +244,20 @@ pub fn exec_layout(handle: u64) -> Option<(u32, u8, [i32; EXEC_DEVICES])> {
     // the fields read are plain integers.
     let i = unsafe { &*s.info.get() };
     Some((i.num_outputs, i.num_devices, i.devices))
+}
+
+/// The cached on-device size of `handle`'s output `i` (None: not cached yet).
+#[inline]
+pub fn output_size(handle: u64, i: usize) -> Option<u64> {
+    let v = find_slot(handle)?.out_sizes.get(i)?.load(Ordering::Relaxed);
+    (v != 0).then_some(v)
+}
+
+/// Remembers the on-device size of `handle`'s output `i` (ignored past [`OUT_SIZES`]).
+pub fn set_output_size(handle: u64, i: usize, size: u64) {
+    if let Some(o) = find_slot(handle).and_then(|s| s.out_sizes.get(i)) {
+        o.store(size, Ordering::Relaxed);
+    }
 }
 
 /// Calls `f` for every executable not yet emitted, then marks it emitted. Returns how

@@ -4,8 +4,12 @@
 //! its `PJRT_Error*` untouched, and records afterwards: compile/load (span + the
 //! executable's name, fingerprint and compiled memory stats, asked of the plugin on the
 //! compiling thread), execute (one span per device, output buffers with their on-device
-//! size, a completion span from `PJRT_Event_OnReady` when the caller asked for completion
-//! events, a memory-stats request for the flusher), buffer creation / copy / destroy.
+//! size — asked of the plugin on an executable's first execute, then cached per output
+//! since output shapes are static —, a completion span from `PJRT_Event_OnReady` when
+//! the caller asked for completion events, a memory-stats request for the flusher),
+//! buffer creation / copy / destroy. An execute error is recorded with its code and the
+//! size its RESOURCE_EXHAUSTED message names, whether Execute returned it or it came
+//! later with the completion event.
 //! Fields are only read when the caller's `struct_size` covers them. No lock is held
 //! across a real call and the recording guard is not held either, so the driver calls
 //! the plugin makes inside (cuMemAlloc ...) are still recorded.
@@ -81,13 +85,13 @@ unsafe fn error_info(err: *mut Error) -> (c_int, u64) {
     (code, bytes)
 }
 
-/// Queues one event of `api` built by `f` (timestamps in raw clock units).
+/// Queues one event of `api` built by `f` (timestamps in raw clock units; `f` sets
+/// them, so no clock is read here).
 #[inline]
 fn push(api: Api, f: impl FnOnce(&mut Event)) {
-    let Some(mut p) = crate::rt::begin(crate::config::Family::Pjrt, api) else {
+    let Some(mut p) = crate::rt::begin_at(crate::config::Family::Pjrt, api, 0) else {
         return;
     };
-    p.finished(0);
     f(&mut p.ev);
     p.commit();
 }
@@ -370,11 +374,15 @@ pub(super) unsafe extern "C" fn loaded_destroy(args: *mut c_void) -> *mut Error 
 
 unsafe extern "C" fn on_complete(err: *mut Error, user_arg: *mut c_void) {
     let now = crate::clock::raw();
-    let (code, _) = error_info(err);
+    // An execute that returned success can still fail on the device side (e.g. the
+    // temp allocation of an asynchronously dispatched execute): the error then arrives
+    // here, and is recorded like a synchronous one (code + the size its message names).
+    let (code, requested) = error_info(err);
     if let Some((handle, t0, device)) = registry::take_completion(user_arg as usize) {
         push(Api::PjrtExecuteComplete, |e| {
             e.kind = EventKind::ApiSpan as u8;
             e.ptr = handle;
+            e.size = requested;
             e.result = code;
             e.device = device;
             e.ts_ns = t0;
@@ -442,15 +450,15 @@ pub(super) unsafe extern "C" fn execute(args: *mut c_void) -> *mut Error {
                     for i in 0..nout as usize {
                         let b = *list.add(i);
                         if !b.is_null() {
-                            new_buffer(
-                                Api::PjrtExecuteOutput,
-                                b,
-                                dev_at(d),
-                                buffer_size(b),
-                                handle,
-                                t0,
-                                t1,
-                            );
+                            let size = match registry::output_size(handle, i) {
+                                Some(n) => n,
+                                None => {
+                                    let n = buffer_size(b);
+                                    registry::set_output_size(handle, i, n);
+                                    n
+                                }
+                            };
+                            new_buffer(Api::PjrtExecuteOutput, b, dev_at(d), size, handle, t0, t1);
                         }
                     }
                 }

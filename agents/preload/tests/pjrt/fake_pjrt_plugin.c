@@ -6,7 +6,8 @@
  * program->code, or the serialized bytes of DeserializeAndLoad). Execute allocates the
  * outputs (K buffers of out/K bytes) on each device, holds temp during the call, and
  * fails with RESOURCE_EXHAUSTED "Out of memory while trying to allocate N bytes." when
- * the device limit would be passed.
+ * the device limit would be passed. With ";async=1" that failure is not returned by
+ * Execute but delivered through the completion event's OnReady callback.
  *
  * The table's shape is chosen by the environment, read on each GetPjrtApi call:
  *   FAKE_PJRT_SLOTS  number of function slots (default 130: newer than memwatch knows;
@@ -38,8 +39,8 @@ typedef struct { size_t struct_size; void *ext; size_t vsize; void *vext; int ma
 typedef struct { int code; char msg[160]; } Err;
 typedef struct { int id; int64_t in_use, peak, nallocs, largest; } Dev;
 typedef struct { int dev; uint64_t size; int deleted; } Buf;
-typedef struct { char name[64]; char fp[80]; int64_t arg, out, temp; int outs; } Exe;
-typedef struct { int ready; } Ev;
+typedef struct { char name[64]; char fp[80]; int64_t arg, out, temp; int outs, async; } Exe;
+typedef struct { int ready; Err *err; } Ev;
 
 static Dev devs[NDEV] = {{0}, {1}};
 static Dev *devptrs[NDEV] = {&devs[0], &devs[1]};
@@ -69,9 +70,15 @@ static Err *Error_GetCode(void *args) { A(ErrCodeA); CNT(2); a->code = a->error-
 
 /* ---- events (5, 9) */
 typedef struct { size_t ss; void *ext; Ev *event; } EvA;
-static Err *Event_Destroy(void *args) { A(EvA); CNT(5); free(a->event); return NULL; }
+static Err *Event_Destroy(void *args) { A(EvA); CNT(5); free(a->event->err); free(a->event); return NULL; }
 typedef struct { size_t ss; void *ext; Ev *event; void (*cb)(Err *, void *); void *user; } OnReadyA;
-static Err *Event_OnReady(void *args) { A(OnReadyA); CNT(9); a->cb(NULL, a->user); return NULL; }
+/* The callback owns the event's error (PJRT_Event_OnReadyCallback). */
+static Err *Event_OnReady(void *args) {
+  A(OnReadyA); CNT(9);
+  Err *e = a->event->err; a->event->err = NULL;
+  a->cb(e, a->user);
+  return NULL;
+}
 
 /* ---- client (10, 11, 16) */
 typedef struct { size_t ss; void *ext; void *opts; size_t nopts; void *g, *gu, *p, *pu; void *client; } CreateA;
@@ -108,6 +115,7 @@ static Exe *parse(const char *code, size_t n) {
     else if (!strncmp(t, "out=", 4)) e->out = atoll(t + 4);
     else if (!strncmp(t, "temp=", 5)) e->temp = atoll(t + 5);
     else if (!strncmp(t, "outs=", 5)) e->outs = atoi(t + 5);
+    else if (!strncmp(t, "async=", 6)) e->async = atoi(t + 6);
   }
   snprintf(e->fp, sizeof e->fp, "fp-%s-%lld", e->name, (long long)e->temp);
   return e;
@@ -211,7 +219,16 @@ static Err *Execute(void *args) {
     uint64_t per = e->outs ? (uint64_t)e->out / e->outs : 0;
     if (!reserve(dev, e->temp)) {
       pthread_mutex_unlock(&mu);
-      return mkerr(8, "Out of memory while trying to allocate %llu bytes.", (unsigned long long)e->temp);
+      Err *oom = mkerr(8, "Out of memory while trying to allocate %llu bytes.", (unsigned long long)e->temp);
+      if (!e->async) return oom;
+      /* async=1: a dispatched execute whose device-side run fails. Execute returns
+       * success; outputs are error buffers holding no memory, the error comes with the
+       * completion event (or is dropped when the caller asked for none). */
+      for (int i = 0; i < e->outs; i++) {
+        Buf *b = calloc(1, sizeof *b); b->dev = dev->id; b->deleted = 1; a->outs[d][i] = b;
+      }
+      if (a->events) { a->events[d] = calloc(1, sizeof(Ev)); a->events[d]->err = oom; } else free(oom);
+      continue;
     }
     int ok = 1;
     for (int i = 0; i < e->outs && ok; i++) {

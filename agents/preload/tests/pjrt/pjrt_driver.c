@@ -4,7 +4,8 @@
  *   pjrt_driver PLUGIN table        -> struct size/version seen, and per slot whether the
  *                                      entry equals the plugin's own ("same"/"wrapped")
  *   pjrt_driver PLUGIN run          -> buffers, two executables, executes, an OOM
- *   pjrt_driver PLUGIN bench N      -> ns per execute of a tiny executable */
+ *   pjrt_driver PLUGIN bench N [1]  -> ns per execute of a tiny executable (with 1: one
+ *                                      output buffer per device, destroyed after) */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -106,11 +107,12 @@ int main(int argc, char **argv) {
   printf("R devices %zu\n", d.n);
   if (!strcmp(argv[2], "bench")) {
     long n = argc > 3 ? atol(argv[3]) : 10000;
-    void *exe = compile("name=jit_tiny;arg=0;out=0;temp=0;outs=0");
+    int outs = argc > 4 ? atoi(argv[4]) : 0; /* 1: one output buffer, destroyed, as a jax.jit call */
+    void *exe = compile(outs ? "name=jit_tiny;arg=0;out=32;temp=0;outs=1" : "name=jit_tiny;arg=0;out=0;temp=0;outs=0");
     struct timespec t0, t1;
-    for (int i = 0; i < 1000; i++) execute(exe, 0, 0, NULL);
+    for (int i = 0; i < 1000; i++) execute(exe, outs, 0, NULL);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (long i = 0; i < n; i++) execute(exe, 0, 0, NULL);
+    for (long i = 0; i < n; i++) execute(exe, outs, 0, NULL);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ns = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n;
     printf("B ns_per_execute %.1f\n", ns);
@@ -131,11 +133,15 @@ int main(int argc, char **argv) {
   usleep(150000); /* let the flusher sample at its configured rate */
   void *oom = compile("name=jit_oom;arg=0;out=4096;temp=2147483648;outs=1");
   printf("R execute jit_oom code=%d\n", execute(oom, 1, 1, NULL));
+  /* an OOM that Execute does not return: it comes with the completion event */
+  void *aoom = compile("name=jit_oom_async;arg=0;out=4096;temp=3221225472;outs=1;async=1");
+  printf("R execute jit_oom_async code=%d\n", execute(aoom, 1, 1, NULL));
   for (int i = 0; i < 4; i++) destroy_buffer(keep[i]);
   BufA del = {sizeof del, 0, w1}; check(F(67)(&del), "delete");
   destroy_buffer(w0); destroy_buffer(w1); destroy_buffer(cp.out);
   ExeA x1 = {sizeof x1, 0, step}, x2 = {sizeof x2, 0, small}, x3 = {sizeof x3, 0, oom};
-  F(50)(&x1); F(50)(&x2); F(50)(&x3);
+  ExeA x4 = {sizeof x4, 0, aoom};
+  F(50)(&x1); F(50)(&x2); F(50)(&x3); F(50)(&x4);
   typedef struct { size_t ss; void *ext; void *client; } CdA;
   CdA cd = {sizeof cd, 0, client};
   check(F(11)(&cd), "client_destroy");
