@@ -1,0 +1,155 @@
+//! A [`FrameSink`] that writes every connection's frames into one `.mwcap` file.
+//!
+//! Owns the capture file: the preamble once, then frames exactly as received, each frame
+//! written whole under one lock (frames are self-describing by pid, so interleaving
+//! connections is fine). It does not decode, reorder or filter.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use memwatch_wire::{FrameWriter, Record};
+
+use crate::sink::{CloseReason, ConnId, FrameSink, SinkError};
+use crate::AgentError;
+
+/// Totals of what a [`CaptureFileSink`] wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaptureStats {
+    /// Frames written (all types).
+    pub frames: u64,
+    /// Events inside the events frames.
+    pub events: u64,
+    /// Processes seen (process_start frames).
+    pub processes: u64,
+    /// File size in bytes, preamble included.
+    pub bytes: u64,
+}
+
+struct Inner {
+    writer: Option<FrameWriter<BufWriter<File>>>,
+    failed: Option<String>,
+    stats: CaptureStats,
+}
+
+/// Writes one capture file; share it as `Arc<CaptureFileSink>` with a receiver.
+pub struct CaptureFileSink {
+    path: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+impl CaptureFileSink {
+    /// Creates (truncates) `path` and writes the preamble.
+    pub fn create(path: &Path) -> Result<Self, AgentError> {
+        let file = File::create(path).map_err(|source| AgentError::Io {
+            what: "cannot create capture file",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let writer = FrameWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(
+            |source| AgentError::Wire {
+                path: path.to_path_buf(),
+                source,
+            },
+        )?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            inner: Mutex::new(Inner {
+                writer: Some(writer),
+                failed: None,
+                stats: CaptureStats {
+                    bytes: memwatch_wire::PREAMBLE_LEN as u64,
+                    ..CaptureStats::default()
+                },
+            }),
+        })
+    }
+
+    /// The file being written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What was written so far.
+    pub fn stats(&self) -> CaptureStats {
+        self.lock().stats
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves the writer usable (frames are written
+        // whole or the error is recorded), so a poisoned lock is still safe to use.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Flushes and syncs the file; later frames are refused. Returns the totals, or the
+    /// first write error.
+    pub fn finish(&self) -> Result<CaptureStats, AgentError> {
+        let mut inner = self.lock();
+        if let Some(why) = &inner.failed {
+            return Err(AgentError::Sink {
+                path: self.path.clone(),
+                message: why.clone(),
+            });
+        }
+        if let Some(writer) = inner.writer.take() {
+            let buf = writer.into_inner().map_err(|source| AgentError::Wire {
+                path: self.path.clone(),
+                source,
+            })?;
+            let file = buf.into_inner().map_err(|e| AgentError::Io {
+                what: "cannot flush capture file",
+                path: self.path.clone(),
+                source: e.into_error(),
+            })?;
+            file.sync_all().map_err(|source| AgentError::Io {
+                what: "cannot sync capture file",
+                path: self.path.clone(),
+                source,
+            })?;
+        }
+        Ok(inner.stats)
+    }
+}
+
+impl FrameSink for CaptureFileSink {
+    fn frame(&self, _conn: ConnId, record: &Record, bytes: &[u8]) -> Result<(), SinkError> {
+        let mut inner = self.lock();
+        if let Some(why) = &inner.failed {
+            return Err(SinkError(why.clone()));
+        }
+        let Some(writer) = inner.writer.as_mut() else {
+            return Err(SinkError(format!(
+                "capture file {} is already finished",
+                self.path.display()
+            )));
+        };
+        if let Err(e) = writer.write_raw_frames(bytes) {
+            let why = format!("cannot write capture file {}: {e}", self.path.display());
+            inner.failed = Some(why.clone());
+            return Err(SinkError(why));
+        }
+        inner.stats.bytes += bytes.len() as u64;
+        inner.stats.frames += 1;
+        match record {
+            Record::Events(events) => inner.stats.events += events.len() as u64,
+            Record::ProcessStart(_) => inner.stats.processes += 1,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn closed(&self, _conn: ConnId, _reason: &CloseReason) {
+        // Push what this process sent to the file now: a crash of memwatch itself later
+        // then loses nothing that a closed connection delivered.
+        let mut inner = self.lock();
+        if let Some(writer) = inner.writer.as_mut() {
+            if let Err(e) = writer.flush() {
+                inner.failed = Some(format!(
+                    "cannot write capture file {}: {e}",
+                    self.path.display()
+                ));
+            }
+        }
+    }
+}

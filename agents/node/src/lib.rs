@@ -1,0 +1,37 @@
+//! memwatch-agent: the node side of memwatch.
+//!
+//! Owns the local receiver that LD_PRELOAD shims connect to (`receiver`), the interface
+//! through which received frames leave it (`sink::FrameSink`), and the sink that writes
+//! one `.mwcap` capture file (`capture_sink`). Later parts (device samplers, spooling,
+//! forwarding to `memwatch serve`) plug in as further [`sink::FrameSink`]s. It does not
+//! interpret events (that is `memwatch-analysis`) and never changes frame bytes.
+
+pub mod capture_sink;
+pub mod receiver;
+pub mod sink;
+
+pub use capture_sink::{CaptureFileSink, CaptureStats};
+pub use receiver::{ConnSummary, Receiver, ReceiverStats};
+pub use sink::{CloseReason, ConnId, FrameSink, SinkError};
+
+use std::path::PathBuf;
+
+/// Errors of the agent library.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("capture file {path}: {source}")]
+    Wire {
+        path: PathBuf,
+        #[source]
+        source: memwatch_wire::WireError,
+    },
+    #[error("capture file {path}: {message}")]
+    Sink { path: PathBuf, message: String },
+}

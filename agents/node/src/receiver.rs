@@ -1,0 +1,435 @@
+//! The local receiver: a Unix socket that any number of shims connect to at once.
+//!
+//! Owns the private socket directory (mode 0700, removed on shutdown), accepting
+//! connections, and reading each one on its own thread in [`ReadMode::Strict`]: every
+//! frame is length-, CRC- and decode-checked before its exact bytes go to the
+//! [`FrameSink`]. A connection that sends anything invalid is closed with the reason
+//! logged (see [`ConnSummary`]); other connections never notice. It does not interpret
+//! events and does not own what sinks do with frames.
+//!
+//! Idle detection ([`Receiver::wait_idle`]) is exact about the accept backlog: a process
+//! that connected and exited before it was accepted is still read in full.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io::{ErrorKind, Read};
+use std::net::Shutdown;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use memwatch_wire::{FrameReader, ReadMode, Record, WireError};
+
+use crate::sink::{CloseReason, ConnId, FrameSink};
+use crate::AgentError;
+
+/// How often the accept loop looks at the backlog when it is empty.
+const ACCEPT_POLL: Duration = Duration::from_millis(2);
+/// Delivered bytes kept in a connection's copy buffer before it is compacted.
+const COMPACT_AT: usize = 1 << 20;
+
+/// What one connection delivered, and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnSummary {
+    pub id: ConnId,
+    /// From the connection's `process_start`; `None` if it never sent a valid one.
+    pub pid: Option<u32>,
+    /// The process's argv[0], if known.
+    pub command: Option<String>,
+    /// Valid frames delivered to the sink.
+    pub frames: u64,
+    /// Bytes delivered to the sink.
+    pub bytes: u64,
+    /// `None` while the connection is open.
+    pub reason: Option<CloseReason>,
+}
+
+/// All connections of a receiver, in accept order.
+#[derive(Debug, Clone, Default)]
+pub struct ReceiverStats {
+    pub connections: Vec<ConnSummary>,
+}
+
+impl ReceiverStats {
+    /// Connections that ended other than by a clean close.
+    pub fn failed(&self) -> impl Iterator<Item = &ConnSummary> {
+        self.connections
+            .iter()
+            .filter(|c| !c.reason.as_ref().is_some_and(CloseReason::is_clean))
+    }
+}
+
+struct ConnEntry {
+    summary: ConnSummary,
+    /// A second handle on the socket, used to cut it at shutdown.
+    stream: Option<UnixStream>,
+}
+
+#[derive(Default)]
+struct Table {
+    conns: BTreeMap<ConnId, ConnEntry>,
+    open: usize,
+}
+
+struct Shared {
+    sink: Arc<dyn FrameSink>,
+    stop: AtomicBool,
+    /// Incremented each time the accept loop finds the backlog empty.
+    empty_polls: AtomicU64,
+    table: Mutex<Table>,
+    changed: Condvar,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A running receiver. Drop or [`Receiver::shutdown`] stops it and removes the socket.
+pub struct Receiver {
+    dir: Option<tempfile::TempDir>,
+    socket_path: PathBuf,
+    shared: Arc<Shared>,
+    accept_thread: Option<JoinHandle<()>>,
+}
+
+impl Receiver {
+    /// Creates a private directory (0700) under `parent` (default: the system temp
+    /// directory), binds `agent.sock` in it and starts accepting; frames go to `sink`.
+    pub fn start(parent: Option<&Path>, sink: Arc<dyn FrameSink>) -> Result<Self, AgentError> {
+        let parent = parent
+            .map(Path::to_path_buf)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = tempfile::Builder::new()
+            .prefix("memwatch-")
+            .tempdir_in(&parent)
+            .map_err(|source| AgentError::Io {
+                what: "cannot create a private socket directory in",
+                path: parent.clone(),
+                source,
+            })?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).map_err(
+            |source| AgentError::Io {
+                what: "cannot make the socket directory private",
+                path: dir.path().to_path_buf(),
+                source,
+            },
+        )?;
+        let socket_path = dir.path().join("agent.sock");
+        let io_err = |what: &'static str| {
+            let path = socket_path.clone();
+            move |source| AgentError::Io { what, path, source }
+        };
+        let listener = UnixListener::bind(&socket_path).map_err(io_err("cannot bind socket"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io_err("cannot configure socket"))?;
+        let shared = Arc::new(Shared {
+            sink,
+            stop: AtomicBool::new(false),
+            empty_polls: AtomicU64::new(0),
+            table: Mutex::new(Table::default()),
+            changed: Condvar::new(),
+            threads: Mutex::new(Vec::new()),
+        });
+        let accept_shared = Arc::clone(&shared);
+        let accept_thread = std::thread::Builder::new()
+            .name("memwatch-accept".into())
+            .spawn(move || accept_loop(listener, accept_shared))
+            .map_err(io_err("cannot start the accept thread for"))?;
+        Ok(Self {
+            dir: Some(dir),
+            socket_path,
+            shared,
+            accept_thread: Some(accept_thread),
+        })
+    }
+
+    /// The socket's path.
+    pub fn socket_path(&self) -> &Path {
+        &self.socket_path
+    }
+
+    /// The value for the shim's `MEMWATCH_SINK` variable.
+    pub fn sink_address(&self) -> String {
+        format!("unix:{}", self.socket_path.display())
+    }
+
+    /// Connections accepted and not yet closed.
+    pub fn open_connections(&self) -> usize {
+        self.shared.table().open
+    }
+
+    /// Summaries of all connections so far.
+    pub fn stats(&self) -> ReceiverStats {
+        ReceiverStats {
+            connections: self
+                .shared
+                .table()
+                .conns
+                .values()
+                .map(|e| e.summary.clone())
+                .collect(),
+        }
+    }
+
+    /// Waits until no connection is open and none is waiting in the accept backlog, or
+    /// until `timeout` passes. Returns whether the receiver became idle.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let polls = self.shared.empty_polls.load(Ordering::SeqCst);
+            {
+                let mut table = self.shared.table();
+                while table.open > 0 {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return false;
+                    }
+                    table = self
+                        .shared
+                        .changed
+                        .wait_timeout(table, deadline - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            }
+            // Two empty looks at the backlog after our check: anything that was queued
+            // when we started has been accepted (and counted as open) by now.
+            while self.shared.empty_polls.load(Ordering::SeqCst) < polls + 2 {
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                std::thread::sleep(ACCEPT_POLL / 2);
+            }
+            if self.shared.table().open == 0 {
+                return true;
+            }
+        }
+    }
+
+    /// Stops accepting, cuts connections that are still open (they end with
+    /// [`CloseReason::Shutdown`]), waits for every reader thread, removes the socket
+    /// directory and returns all connection summaries.
+    pub fn shutdown(mut self) -> ReceiverStats {
+        self.stop_all();
+        self.stats()
+    }
+
+    fn stop_all(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.accept_thread.take() {
+            let _ = t.join();
+        }
+        {
+            let table = self.shared.table();
+            for entry in table.conns.values() {
+                if let Some(s) = &entry.stream {
+                    let _ = s.shutdown(Shutdown::Both);
+                }
+            }
+        }
+        let threads = std::mem::take(
+            &mut *self
+                .shared
+                .threads
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for t in threads {
+            let _ = t.join();
+        }
+        if let Some(dir) = self.dir.take() {
+            let _ = dir.close();
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
+    let mut next_id = 0u64;
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                next_id += 1;
+                let id = ConnId(next_id);
+                spawn_connection(id, stream, &shared);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                shared.empty_polls.fetch_add(1, Ordering::SeqCst);
+                if shared.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(ACCEPT_POLL);
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                eprintln!("memwatch receiver: accept failed: {e}");
+                if shared.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(ACCEPT_POLL);
+            }
+        }
+    }
+}
+
+fn spawn_connection(id: ConnId, stream: UnixStream, shared: &Arc<Shared>) {
+    // The listener is non-blocking; accepted sockets must block.
+    let setup = stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.try_clone());
+    {
+        let mut table = shared.table();
+        table.open += 1;
+        table.conns.insert(
+            id,
+            ConnEntry {
+                summary: ConnSummary {
+                    id,
+                    pid: None,
+                    command: None,
+                    frames: 0,
+                    bytes: 0,
+                    reason: None,
+                },
+                stream: setup.as_ref().ok().and_then(|s| s.try_clone().ok()),
+            },
+        );
+    }
+    let conn_shared = Arc::clone(shared);
+    let spawned = std::thread::Builder::new()
+        .name(format!("memwatch-{id}"))
+        .spawn(move || {
+            let reason = match setup {
+                Ok(_) => read_connection(id, stream, &conn_shared),
+                Err(e) => CloseReason::Io(e.to_string()),
+            };
+            close_connection(id, reason, &conn_shared);
+        });
+    match spawned {
+        Ok(handle) => shared
+            .threads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(handle),
+        Err(e) => close_connection(id, CloseReason::Io(format!("no thread: {e}")), shared),
+    }
+}
+
+fn close_connection(id: ConnId, reason: CloseReason, shared: &Shared) {
+    if !reason.is_clean() {
+        eprintln!("memwatch receiver: {id} {reason}");
+    }
+    shared.sink.closed(id, &reason);
+    let mut table = shared.table();
+    if let Some(entry) = table.conns.get_mut(&id) {
+        entry.summary.reason = Some(reason);
+        entry.stream = None;
+    }
+    table.open = table.open.saturating_sub(1);
+    shared.changed.notify_all();
+}
+
+/// A reader that keeps a copy of every byte it hands out, so the exact bytes of each
+/// frame the [`FrameReader`] accepted can be passed on without re-encoding.
+struct Tee<R> {
+    inner: R,
+    copy: Rc<RefCell<Vec<u8>>>,
+}
+
+impl<R: Read> Read for Tee<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.copy.borrow_mut().extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+fn read_connection(id: ConnId, stream: UnixStream, shared: &Shared) -> CloseReason {
+    let copy = Rc::new(RefCell::new(Vec::with_capacity(256 * 1024)));
+    let tee = Tee {
+        inner: stream,
+        copy: Rc::clone(&copy),
+    };
+    let stopped = |why: CloseReason| {
+        if shared.stop.load(Ordering::SeqCst) {
+            CloseReason::Shutdown
+        } else {
+            why
+        }
+    };
+    let mut reader = match FrameReader::new(tee, ReadMode::Strict) {
+        Ok(r) => r,
+        Err(WireError::ShortPreamble { got: 0 }) => {
+            return stopped(CloseReason::Protocol("closed before sending anything".into()))
+        }
+        Err(WireError::Io(e)) => return stopped(CloseReason::Io(e.to_string())),
+        Err(e) => return stopped(CloseReason::Protocol(e.to_string())),
+    };
+    // `copy[0]` is at stream offset `base`.
+    let mut base = 0u64;
+    let mut first = true;
+    loop {
+        let before = reader.offset();
+        match reader.next_record() {
+            Ok(None) => return CloseReason::Eof,
+            Ok(Some(record)) => {
+                if first {
+                    let Record::ProcessStart(start) = &record else {
+                        return CloseReason::Protocol(
+                            "first frame is not a process_start".into(),
+                        );
+                    };
+                    let mut table = shared.table();
+                    if let Some(entry) = table.conns.get_mut(&id) {
+                        entry.summary.pid = Some(start.pid);
+                        entry.summary.command = start.argv.first().cloned();
+                    }
+                    first = false;
+                }
+                let after = reader.offset();
+                let result = {
+                    let buf = copy.borrow();
+                    let (lo, hi) = ((before - base) as usize, (after - base) as usize);
+                    shared.sink.frame(id, &record, &buf[lo..hi])
+                };
+                {
+                    // Drop delivered bytes; compact rarely so read-ahead is not moved
+                    // on every small frame.
+                    let mut buf = copy.borrow_mut();
+                    let delivered = (after - base) as usize;
+                    if delivered == buf.len() {
+                        buf.clear();
+                        base = after;
+                    } else if delivered >= COMPACT_AT {
+                        buf.drain(..delivered);
+                        base = after;
+                    }
+                }
+                if let Err(e) = result {
+                    return CloseReason::Sink(e.0);
+                }
+                let mut table = shared.table();
+                if let Some(entry) = table.conns.get_mut(&id) {
+                    entry.summary.frames += 1;
+                    entry.summary.bytes += after - before;
+                }
+            }
+            Err(WireError::Io(e)) => return stopped(CloseReason::Io(e.to_string())),
+            Err(e) => return stopped(CloseReason::Protocol(e.to_string())),
+        }
+    }
+}
