@@ -25,6 +25,10 @@ struct Cli {
 enum Command {
     /// Print the capture format version this build reads and writes.
     FormatVersion,
+    /// Run a command with every GPU allocation captured, then print a short report.
+    Run(cmd::run::RunArgs),
+    /// Report a capture: per process and device counts, peaks, leaks, failures, API times.
+    Report(cmd::report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +38,8 @@ fn main() -> ExitCode {
             println!("{}", memwatch_wire::FORMAT_VERSION);
             Ok(cmd::Outcome::Success)
         }
+        Command::Run(args) => cmd::run::run(args),
+        Command::Report(args) => cmd::report::run(args),
     };
     cmd::finish(result)
 }

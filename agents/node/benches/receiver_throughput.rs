@@ -42,7 +42,7 @@ fn client(path: std::path::PathBuf, pid: u32, events: usize) {
                 size: 256,
                 pid,
                 tid: pid,
-                kind: if k % 2 == 0 { 1 } else { 2 },
+                kind: if k.is_multiple_of(2) { 1 } else { 2 },
                 mem_kind: 1,
                 api: 1,
                 duration_ns: 100,
@@ -61,7 +61,10 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2_000_000);
     let dir = tempfile::tempdir().expect("tempdir");
-    println!("receiver throughput ({} events per client, {BATCH}-event frames, 72 B/event)", per_client);
+    println!(
+        "receiver throughput ({} events per client, {BATCH}-event frames, 72 B/event)",
+        per_client
+    );
     for clients in [1usize, 4, 8] {
         let path = dir.path().join(format!("bench-{clients}.mwcap"));
         let sink = Arc::new(CaptureFileSink::create(&path).expect("capture"));
@@ -76,7 +79,10 @@ fn main() {
         for h in handles {
             h.join().expect("client");
         }
-        assert!(rx.wait_idle(Duration::from_secs(120)), "receiver did not drain");
+        assert!(
+            rx.wait_idle(Duration::from_secs(120)),
+            "receiver did not drain"
+        );
         let stats = rx.shutdown();
         let cap = sink.finish().expect("finish");
         let secs = t0.elapsed().as_secs_f64();

@@ -42,17 +42,18 @@ pub struct CaptureFileSink {
 impl CaptureFileSink {
     /// Creates (truncates) `path` and writes the preamble.
     pub fn create(path: &Path) -> Result<Self, AgentError> {
-        let file = File::create(path).map_err(|source| AgentError::Io {
+        let file = File::create(path).map_err(|error| AgentError::Io {
             what: "cannot create capture file",
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
-        let writer = FrameWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(
-            |source| AgentError::Wire {
-                path: path.to_path_buf(),
-                source,
-            },
-        )?;
+        let writer =
+            FrameWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(|error| {
+                AgentError::Wire {
+                    path: path.to_path_buf(),
+                    error,
+                }
+            })?;
         Ok(Self {
             path: path.to_path_buf(),
             inner: Mutex::new(Inner {
@@ -93,19 +94,19 @@ impl CaptureFileSink {
             });
         }
         if let Some(writer) = inner.writer.take() {
-            let buf = writer.into_inner().map_err(|source| AgentError::Wire {
+            let buf = writer.into_inner().map_err(|error| AgentError::Wire {
                 path: self.path.clone(),
-                source,
+                error,
             })?;
             let file = buf.into_inner().map_err(|e| AgentError::Io {
                 what: "cannot flush capture file",
                 path: self.path.clone(),
-                source: e.into_error(),
+                error: e.into_error(),
             })?;
-            file.sync_all().map_err(|source| AgentError::Io {
+            file.sync_all().map_err(|error| AgentError::Io {
                 what: "cannot sync capture file",
                 path: self.path.clone(),
-                source,
+                error,
             })?;
         }
         Ok(inner.stats)

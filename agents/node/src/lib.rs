@@ -19,18 +19,16 @@ use std::path::PathBuf;
 /// Errors of the agent library.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {path}: {error}")]
     Io {
         what: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("capture file {path}: {source}")]
+    #[error("capture file {path}: {error}")]
     Wire {
         path: PathBuf,
-        #[source]
-        source: memwatch_wire::WireError,
+        error: memwatch_wire::WireError,
     },
     #[error("capture file {path}: {message}")]
     Sink { path: PathBuf, message: String },

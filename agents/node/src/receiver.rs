@@ -110,22 +110,22 @@ impl Receiver {
         let dir = tempfile::Builder::new()
             .prefix("memwatch-")
             .tempdir_in(&parent)
-            .map_err(|source| AgentError::Io {
+            .map_err(|error| AgentError::Io {
                 what: "cannot create a private socket directory in",
                 path: parent.clone(),
-                source,
+                error,
             })?;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).map_err(
-            |source| AgentError::Io {
+            |error| AgentError::Io {
                 what: "cannot make the socket directory private",
                 path: dir.path().to_path_buf(),
-                source,
+                error,
             },
         )?;
         let socket_path = dir.path().join("agent.sock");
         let io_err = |what: &'static str| {
             let path = socket_path.clone();
-            move |source| AgentError::Io { what, path, source }
+            move |error| AgentError::Io { what, path, error }
         };
         let listener = UnixListener::bind(&socket_path).map_err(io_err("cannot bind socket"))?;
         listener
@@ -374,7 +374,9 @@ fn read_connection(id: ConnId, stream: UnixStream, shared: &Shared) -> CloseReas
     let mut reader = match FrameReader::new(tee, ReadMode::Strict) {
         Ok(r) => r,
         Err(WireError::ShortPreamble { got: 0 }) => {
-            return stopped(CloseReason::Protocol("closed before sending anything".into()))
+            return stopped(CloseReason::Protocol(
+                "closed before sending anything".into(),
+            ))
         }
         Err(WireError::Io(e)) => return stopped(CloseReason::Io(e.to_string())),
         Err(e) => return stopped(CloseReason::Protocol(e.to_string())),
@@ -389,9 +391,7 @@ fn read_connection(id: ConnId, stream: UnixStream, shared: &Shared) -> CloseReas
             Ok(Some(record)) => {
                 if first {
                     let Record::ProcessStart(start) = &record else {
-                        return CloseReason::Protocol(
-                            "first frame is not a process_start".into(),
-                        );
+                        return CloseReason::Protocol("first frame is not a process_start".into());
                     };
                     let mut table = shared.table();
                     if let Some(entry) = table.conns.get_mut(&id) {

@@ -183,10 +183,15 @@ fn concurrent_clients_and_garbage_senders() {
         .contains("checksum"));
     assert_eq!(by_pid(900).frames, 1);
     assert_eq!(by_pid(902).frames, 1);
+    assert!(failed
+        .iter()
+        .any(|c| c.pid.is_none() && c.reason.as_ref().unwrap().to_string().contains("magic")));
     assert!(failed.iter().any(|c| c.pid.is_none()
-        && c.reason.as_ref().unwrap().to_string().contains("magic")));
-    assert!(failed.iter().any(|c| c.pid.is_none()
-        && c.reason.as_ref().unwrap().to_string().contains("process_start")));
+        && c.reason
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("process_start")));
 
     // The capture holds every good process's records in order, and the bad ones' valid
     // prefix (their process_start).

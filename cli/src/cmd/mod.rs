@@ -1,5 +1,8 @@
 //! Subcommand implementations, one file each, plus the shared exit-code policy.
 
+pub mod report;
+pub mod run;
+
 use std::process::ExitCode;
 
 /// What a command that ran to completion concluded.

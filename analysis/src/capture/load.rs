@@ -1,0 +1,396 @@
+//! Streaming capture loading: one pass over the file, frames decoded one at a time,
+//! each event folded into a compact 40-byte record.
+//!
+//! Owns reading (salvage mode: damage is recorded, never fatal), per-process metadata,
+//! and the compact event list the analyses sort and walk. It holds each event once, in
+//! compact form (never the decoded frames, never the file), so 10M+ events fit. It does
+//! not compute statistics (`stats`) or print anything.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use memwatch_wire::{Api, Event, EventKind, FrameReader, MemKind, ReadMode, Record, WireError};
+
+use super::CaptureError;
+
+/// Failed calls kept per process in full detail; more are only counted.
+pub const MAX_FAILURES_KEPT: usize = 10_000;
+
+/// Markers whose text starts with this are capture-level tags (`memwatch run --tag K=V`
+/// writes `memwatch.tag K=V`), not annotations of a process.
+pub const TAG_PREFIX: &str = "memwatch.tag ";
+
+/// One event, compacted: what the analyses need, nothing more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ev {
+    /// Raw CLOCK_MONOTONIC start.
+    pub ts: u64,
+    /// Duration of the call in ns.
+    pub dur: u64,
+    pub ptr: u64,
+    pub size: u64,
+    /// Index into [`Loaded::streams`]: the (pid, device) the event belongs to.
+    pub stream: u32,
+    pub api: u16,
+    pub kind: u8,
+    pub mem: u8,
+}
+
+/// A failed call, kept in full.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedCall {
+    pub pid: u32,
+    pub tid: u32,
+    pub device: i32,
+    /// Raw CLOCK_MONOTONIC start.
+    pub ts: u64,
+    pub api: Api,
+    pub kind: EventKind,
+    pub mem_kind: u8,
+    pub size: u64,
+    pub result: i32,
+}
+
+/// A device a process reported (`device_info` frame).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceMeta {
+    pub name: String,
+    pub vendor: u8,
+    pub total_bytes: u64,
+}
+
+/// What the capture says about one process (all `process_start`s of a pid merge: an
+/// `exec` keeps the pid).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessMeta {
+    pub pid: u32,
+    pub ppid: u32,
+    pub argv: Vec<String>,
+    pub hostname: String,
+    pub shim_version: String,
+    /// Earliest monotonic anchor of the pid's `process_start`s (`None`: events only).
+    pub mono_anchor_ns: Option<u64>,
+    pub wall_anchor_unix_ns: u64,
+    /// Number of `process_start` frames for this pid (more than 1 after `exec`).
+    pub starts: u32,
+    pub end_ts: Option<u64>,
+    pub exit_code: Option<i32>,
+    /// Largest cumulative dropped-events counter the process reported.
+    pub dropped_events: u64,
+    pub markers: u64,
+    pub devices: BTreeMap<i32, DeviceMeta>,
+    /// Failed calls in file order (at most [`MAX_FAILURES_KEPT`]).
+    pub failures: Vec<FailedCall>,
+    /// All failed calls, including those not kept.
+    pub failures_total: u64,
+}
+
+/// One damaged region of the file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DamageReport {
+    pub offset: u64,
+    pub kind: String,
+    pub bytes_lost: u64,
+}
+
+/// A whole capture, loaded.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub path: PathBuf,
+    pub processes: BTreeMap<u32, ProcessMeta>,
+    /// (pid, device) of each stream index used by [`Ev::stream`].
+    pub streams: Vec<(u32, i32)>,
+    /// Events in file order (not necessarily time order: shim threads flush separately).
+    pub events: Vec<Ev>,
+    /// Events whose kind this build does not know (skipped).
+    pub unknown_events: u64,
+    pub frames: u64,
+    pub unknown_frames: u64,
+    pub device_samples: u64,
+    pub damage: Vec<DamageReport>,
+    pub file_bytes: u64,
+    /// Capture-level tags (see [`TAG_PREFIX`]).
+    pub tags: BTreeMap<String, String>,
+    /// Earliest event start.
+    pub min_event_ts: Option<u64>,
+}
+
+impl Loaded {
+    /// The capture's time origin: the earliest `process_start` anchor or the earliest
+    /// event, whichever is earlier (a shim may announce itself at its first flush, after
+    /// its first events).
+    pub fn base_ns(&self) -> u64 {
+        let anchors = self
+            .processes
+            .values()
+            .filter_map(|p| p.mono_anchor_ns)
+            .min();
+        match (anchors, self.min_event_ts) {
+            (Some(a), Some(e)) => a.min(e),
+            (a, e) => a.or(e).unwrap_or(0),
+        }
+    }
+}
+
+struct Builder {
+    loaded: Loaded,
+    stream_index: std::collections::HashMap<(u32, i32), u32>,
+}
+
+impl Builder {
+    fn process(&mut self, pid: u32) -> &mut ProcessMeta {
+        self.loaded
+            .processes
+            .entry(pid)
+            .or_insert_with(|| ProcessMeta {
+                pid,
+                ..ProcessMeta::default()
+            })
+    }
+
+    fn stream(&mut self, pid: u32, device: i32) -> u32 {
+        let streams = &mut self.loaded.streams;
+        *self.stream_index.entry((pid, device)).or_insert_with(|| {
+            streams.push((pid, device));
+            (streams.len() - 1) as u32
+        })
+    }
+
+    fn event(&mut self, e: &Event) {
+        let Some(kind) = e.event_kind() else {
+            self.loaded.unknown_events += 1;
+            return;
+        };
+        let stream = self.stream(e.pid, e.device);
+        let dur = if kind == EventKind::ApiSpan && e.duration_ns == 0 {
+            e.aux
+        } else {
+            e.duration_ns
+        };
+        if matches!(kind, EventKind::AllocFailed | EventKind::FreeFailed) {
+            let failure = FailedCall {
+                pid: e.pid,
+                tid: e.tid,
+                device: e.device,
+                ts: e.ts_ns,
+                api: e.api_name(),
+                kind,
+                mem_kind: e.mem_kind,
+                size: e.size,
+                result: e.result,
+            };
+            let p = self.process(e.pid);
+            p.failures_total += 1;
+            if p.failures.len() < MAX_FAILURES_KEPT {
+                p.failures.push(failure);
+            }
+        }
+        if self.loaded.min_event_ts.is_none_or(|t| e.ts_ns < t) {
+            self.loaded.min_event_ts = Some(e.ts_ns);
+        }
+        self.loaded.events.push(Ev {
+            ts: e.ts_ns,
+            dur,
+            ptr: e.ptr,
+            size: e.size,
+            stream,
+            api: e.api,
+            kind: kind as u8,
+            mem: e.mem_kind,
+        });
+    }
+
+    fn record(&mut self, record: Record) {
+        match record {
+            Record::ProcessStart(s) => {
+                let p = self.process(s.pid);
+                p.starts += 1;
+                p.ppid = s.ppid;
+                p.argv = s.argv;
+                p.hostname = s.hostname;
+                p.shim_version = s.shim_version;
+                if p.mono_anchor_ns.is_none_or(|a| s.mono_anchor_ns < a) {
+                    p.mono_anchor_ns = Some(s.mono_anchor_ns);
+                    p.wall_anchor_unix_ns = s.wall_anchor_unix_ns;
+                }
+            }
+            Record::Events(events) => {
+                for e in &events {
+                    self.event(e);
+                }
+            }
+            Record::DeviceInfo(d) => {
+                self.stream(d.pid, d.device);
+                self.process(d.pid).devices.insert(
+                    d.device,
+                    DeviceMeta {
+                        name: d.name,
+                        vendor: d.vendor,
+                        total_bytes: d.total_bytes,
+                    },
+                );
+            }
+            Record::Marker(m) => match m.text.strip_prefix(TAG_PREFIX) {
+                Some(tag) => {
+                    let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
+                    self.loaded.tags.insert(k.to_string(), v.to_string());
+                }
+                None => self.process(m.pid).markers += 1,
+            },
+            Record::Dropped(d) => {
+                let p = self.process(d.pid);
+                p.dropped_events = p.dropped_events.max(d.dropped_total);
+            }
+            Record::ProcessEnd(e) => {
+                let p = self.process(e.pid);
+                p.end_ts = Some(p.end_ts.map_or(e.ts_ns, |t| t.max(e.ts_ns)));
+                p.exit_code = Some(e.exit_code);
+            }
+            Record::DeviceSample(_) => self.loaded.device_samples += 1,
+            Record::Unknown { .. } => self.loaded.unknown_frames += 1,
+        }
+    }
+}
+
+/// Loads a capture from any reader. `progress` is called now and then with the bytes
+/// consumed so far.
+pub fn load_reader<R: Read>(
+    src: R,
+    path: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Loaded, CaptureError> {
+    let mut reader = FrameReader::new(src, ReadMode::Salvage).map_err(|e| match e {
+        WireError::Io(error) => CaptureError::Io {
+            path: path.to_path_buf(),
+            error,
+        },
+        other => CaptureError::NotACapture {
+            path: path.to_path_buf(),
+            error: other,
+        },
+    })?;
+    let mut b = Builder {
+        loaded: Loaded {
+            path: path.to_path_buf(),
+            ..Loaded::default()
+        },
+        stream_index: Default::default(),
+    };
+    let mut last_progress = 0u64;
+    loop {
+        match reader.next_record() {
+            Ok(Some(record)) => b.record(record),
+            Ok(None) => break,
+            Err(WireError::Io(error)) => {
+                return Err(CaptureError::Io {
+                    path: path.to_path_buf(),
+                    error,
+                })
+            }
+            // Salvage mode reports damage instead of failing; any other error is a bug
+            // in the reader's contract, surfaced as a read error at that offset.
+            Err(other) => {
+                return Err(CaptureError::Read {
+                    path: path.to_path_buf(),
+                    offset: reader.offset(),
+                    message: other.to_string(),
+                })
+            }
+        }
+        if reader.offset() - last_progress >= 8 << 20 {
+            last_progress = reader.offset();
+            progress(last_progress);
+        }
+    }
+    progress(reader.offset());
+    b.loaded.frames = reader.frames_read();
+    b.loaded.unknown_frames += reader.unknown_frames();
+    b.loaded.file_bytes = reader.offset();
+    b.loaded.damage = reader
+        .damage()
+        .iter()
+        .map(|d| DamageReport {
+            offset: d.offset,
+            kind: d.kind.to_string(),
+            bytes_lost: d.bytes_skipped,
+        })
+        .collect();
+    Ok(b.loaded)
+}
+
+/// Opens and loads a capture file.
+pub fn load_path(path: &Path, progress: &mut dyn FnMut(u64)) -> Result<Loaded, CaptureError> {
+    let file = std::fs::File::open(path).map_err(|error| CaptureError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    load_reader(file, path, progress)
+}
+
+/// Which allocations a free can release: a free is matched to an allocation of the same
+/// process, pointer and family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// Device, managed and stream-ordered pool memory (freed by hipFree, cuMemFree,
+    /// cudaFree, *FreeAsync).
+    Device,
+    /// Pinned host memory (hipHostFree, cuMemFreeHost, cudaFreeHost, host unregister).
+    Host,
+    /// VMM physical handles (cuMemCreate / cuMemRelease).
+    VmmHandle,
+}
+
+impl Family {
+    /// The family of an alloc or free, from its memory kind, or from its API when the
+    /// kind is `none`. `None`: the event does not allocate or release memory that is
+    /// counted (VMM map/unmap, address reservations, pool objects).
+    pub fn of(mem: u8, api: u16) -> Option<Self> {
+        match MemKind::from_u8(mem) {
+            Some(MemKind::Device | MemKind::Managed | MemKind::StreamPool) => Some(Self::Device),
+            Some(MemKind::HostPinned) => Some(Self::Host),
+            Some(MemKind::VmmPhysical) => Some(Self::VmmHandle),
+            Some(MemKind::VmmMap | MemKind::VmmReserve | MemKind::PoolObject) => None,
+            Some(MemKind::None) | None => Self::of_api(Api::from_u16(api)),
+        }
+    }
+
+    fn of_api(api: Api) -> Option<Self> {
+        use Api::*;
+        Some(match api {
+            HipMalloc
+            | HipFree
+            | HipMallocManaged
+            | HipMallocAsync
+            | HipFreeAsync
+            | HipMallocFromPoolAsync
+            | HipExtMallocWithFlags
+            | HipMallocPitch
+            | CuMemAlloc
+            | CuMemFree
+            | CuMemAllocManaged
+            | CuMemAllocPitch
+            | CuMemAllocAsync
+            | CuMemFreeAsync
+            | CuMemAllocFromPoolAsync
+            | CuMemAllocV1
+            | CuMemFreeV1
+            | CudaMalloc
+            | CudaFree
+            | CudaMallocManaged
+            | CudaMallocAsync
+            | CudaFreeAsync => Self::Device,
+            HipHostMalloc | HipHostFree | HipHostRegister | HipHostUnregister | CuMemHostAlloc
+            | CuMemAllocHost | CuMemFreeHost | CudaMallocHost | CudaHostAlloc | CudaFreeHost => {
+                Self::Host
+            }
+            HipMemCreate | HipMemRelease | CuMemCreate | CuMemRelease => Self::VmmHandle,
+            _ => return None,
+        })
+    }
+
+    /// Whether this family's bytes count as device memory.
+    pub fn on_device(self) -> bool {
+        !matches!(self, Self::Host)
+    }
+}

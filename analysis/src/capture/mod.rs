@@ -1,0 +1,41 @@
+//! Capture analysis: load a `.mwcap` file and turn it into per-process, per-device
+//! memory statistics (`memwatch report`) or a JSON-lines allocation trace
+//! (`memwatch report --trace`).
+//!
+//! Submodules: `load` (streaming, damage-tolerant reading into compact events),
+//! `stats` (counts, peaks, leaks, failures, API durations and overlap), `codes` (result
+//! code names per API family), `trace` (trace export). Nothing here prints or exits.
+
+pub mod codes;
+pub mod load;
+pub mod stats;
+pub mod trace;
+
+pub use codes::{result_name, ApiFamily};
+pub use load::{load_path, load_reader, DamageReport, Family, Loaded};
+pub use stats::{analyze, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportOptions};
+pub use trace::{write_trace, TraceOptions, TraceSummary};
+
+use std::path::PathBuf;
+
+/// Why a capture could not be loaded at all (damage inside a capture is not an error:
+/// it is reported in [`Loaded::damage`]).
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error("{path}: cannot read: {error}")]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{path}: {error}")]
+    NotACapture {
+        path: PathBuf,
+        error: memwatch_wire::WireError,
+    },
+    #[error("{path}: at byte {offset}: {message}")]
+    Read {
+        path: PathBuf,
+        offset: u64,
+        message: String,
+    },
+}

@@ -1,0 +1,587 @@
+//! Per-process and per-device statistics of a loaded capture: allocation counts, peak
+//! live bytes and when, leaks at exit, largest allocations, failed calls with their
+//! result names, API call durations (p50/p99) and how many calls of one API overlapped.
+//!
+//! Owns the definitions of these numbers (documented on the report fields) and nothing
+//! about how they are printed. Events are walked in time order (a stable sort by start
+//! time: ties keep file order), because shim threads flush their buffers separately.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use memwatch_wire::{Api, EventKind, MemKind};
+use serde::Serialize;
+
+use super::codes::result_name;
+use super::load::{DamageReport, Ev, Family, Loaded};
+
+/// Knobs of [`analyze`].
+#[derive(Debug, Clone)]
+pub struct ReportOptions {
+    /// How many largest allocations to keep per device.
+    pub top: usize,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        Self { top: 10 }
+    }
+}
+
+/// Everything `memwatch report` prints. Times are ns since the capture's start (the
+/// earliest `process_start` anchor or event, see [`Loaded::base_ns`]); bytes are
+/// integers.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaptureReport {
+    pub file: String,
+    pub file_bytes: u64,
+    pub frames: u64,
+    /// Events read (all kinds).
+    pub events: u64,
+    /// Wall-clock time of the capture's start (Unix ns), from the earliest process.
+    pub start_wall_unix_ns: Option<u64>,
+    /// From the start to the last event or process end.
+    pub duration_ns: u64,
+    pub processes: Vec<ProcessReport>,
+    /// Capture-wide API statistics (all processes together), by API number.
+    pub api: Vec<ApiStats>,
+    /// Failed calls of all processes, in time order (at most 10,000 per process kept).
+    pub failures: Vec<FailureReport>,
+    pub failures_total: u64,
+    /// Damaged regions of the file (empty for an intact capture).
+    pub damage: Vec<DamageReport>,
+    /// Events and frames of kinds this build does not know (skipped).
+    pub unknown_events: u64,
+    pub unknown_frames: u64,
+    /// Capture-level tags (`memwatch run --tag K=V`).
+    pub tags: std::collections::BTreeMap<String, String>,
+}
+
+/// One process.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessReport {
+    pub pid: u32,
+    pub ppid: u32,
+    pub command: Vec<String>,
+    pub hostname: String,
+    pub start_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    /// From the shim's `process_end` (`null`: the process ended without one, e.g. it
+    /// was killed, or the capture was cut off).
+    pub exit_code: Option<i32>,
+    pub devices: Vec<DeviceReport>,
+    /// Events the shim had to drop (its buffers were full): figures below miss them.
+    pub dropped_events: u64,
+    /// Peak of device-occupying bytes summed over all the process's devices.
+    pub peak_bytes: u64,
+    pub peak_ts_ns: u64,
+    pub markers: u64,
+    /// This process's API statistics (overlap counts only its own threads).
+    pub api: Vec<ApiStats>,
+}
+
+/// One device of one process. Device memory counts device, managed, stream-ordered
+/// pool and VMM physical (cuMemCreate/hipMemCreate) allocations; VMM mappings and
+/// address reservations are not counted (the physical handle already is), pinned host
+/// memory is counted separately under `host_pinned`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceReport {
+    /// Device ordinal as the process saw it (-1: unknown).
+    pub device: i32,
+    pub name: Option<String>,
+    pub total_bytes: Option<u64>,
+    /// Successful device-memory allocations.
+    pub alloc_count: u64,
+    /// Frees matched to an allocation made on this device.
+    pub free_count: u64,
+    /// Allocation calls that returned an error (any memory kind).
+    pub failed_count: u64,
+    /// Release calls that returned an error.
+    pub free_failed_count: u64,
+    /// Frees of pointers no allocation in the capture returned (counted, not an error).
+    pub unmatched_frees: u64,
+    /// Allocations returning a pointer that was still live (its free was not seen).
+    pub reused_without_free: u64,
+    /// Sum of all successful device-memory allocation sizes.
+    pub alloc_bytes: u64,
+    pub peak_bytes: u64,
+    /// When `peak_bytes` was first reached.
+    pub peak_ts_ns: u64,
+    /// Device bytes still allocated when the capture ends (leaks).
+    pub live_bytes_at_exit: u64,
+    pub live_allocs_at_exit: u64,
+    pub host_pinned: HostPinnedReport,
+    /// VMM map/unmap, address reserve/free and pool create/destroy calls.
+    pub vmm_and_pool_calls: u64,
+    /// Largest successful allocations (device memory and pinned host), largest first.
+    pub largest_allocations: Vec<AllocReport>,
+}
+
+/// Pinned host memory of one device's calls.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HostPinnedReport {
+    pub alloc_count: u64,
+    pub free_count: u64,
+    pub peak_bytes: u64,
+    pub peak_ts_ns: u64,
+    pub live_bytes_at_exit: u64,
+}
+
+/// One allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AllocReport {
+    pub size: u64,
+    pub ts_ns: u64,
+    pub api: String,
+    pub mem_kind: String,
+    pub ptr: u64,
+}
+
+/// Durations and overlap of one API's calls (spans and allocation calls alike).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApiStats {
+    pub api: String,
+    pub count: u64,
+    /// Calls that returned an error (failed allocs and frees).
+    pub errors: u64,
+    pub total_ns: u64,
+    /// Nearest-rank percentiles of the call durations.
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    /// Most calls of this API in progress at one instant (each call is the half-open
+    /// interval [ts, ts + max(duration, 1 ns))); one thread is in one call at a time, so
+    /// this is the number of threads inside the API at once.
+    pub max_concurrent: u64,
+    /// Most distinct (process, device) pairs inside the API at one instant.
+    pub max_concurrent_devices: u64,
+}
+
+/// A failed call.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailureReport {
+    pub pid: u32,
+    pub tid: u32,
+    pub device: i32,
+    pub ts_ns: u64,
+    pub api: String,
+    /// "alloc_failed" or "free_failed".
+    pub kind: String,
+    pub mem_kind: String,
+    /// Bytes requested (allocations).
+    pub size: u64,
+    pub result: i32,
+    /// e.g. "hipErrorOutOfMemory"; `null` for a code not in the tables.
+    pub result_name: Option<String>,
+}
+
+fn mem_name(mem: u8) -> String {
+    MemKind::from_u8(mem).map_or_else(|| format!("unknown({mem})"), |k| k.name().to_string())
+}
+
+#[derive(Default)]
+struct Acc {
+    alloc_count: u64,
+    free_count: u64,
+    failed_count: u64,
+    free_failed_count: u64,
+    unmatched_frees: u64,
+    reused_without_free: u64,
+    alloc_bytes: u64,
+    live: u64,
+    live_allocs: u64,
+    peak: u64,
+    peak_ts: u64,
+    host: HostPinnedReport,
+    host_live: u64,
+    vmm_and_pool_calls: u64,
+    /// Min-heap of the `top` largest: (size, earlier first, index into events).
+    largest: BinaryHeap<Reverse<(u64, Reverse<u64>, usize)>>,
+}
+
+#[derive(Default)]
+struct ProcAcc {
+    live: u64,
+    peak: u64,
+    peak_ts: u64,
+}
+
+/// Live allocation: size and the stream (pid, device) it was made on.
+struct Live {
+    size: u64,
+    stream: u32,
+}
+
+/// Computes the report. Consumes the loaded capture (its events are sorted in place).
+pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
+    let base = loaded.base_ns();
+    let rel = |t: u64| t.saturating_sub(base);
+    // Time order; stable so equal timestamps keep file order.
+    loaded.events.sort_by_key(|e| e.ts);
+    let events = &loaded.events;
+
+    let mut accs: Vec<Acc> = (0..loaded.streams.len()).map(|_| Acc::default()).collect();
+    let mut procs: HashMap<u32, ProcAcc> = HashMap::new();
+    let mut live: HashMap<(u32, Family, u64), Live> = HashMap::new();
+    let mut last_ts = 0u64;
+
+    for (i, e) in events.iter().enumerate() {
+        last_ts = last_ts.max(e.ts.saturating_add(e.dur));
+        let (pid, _) = loaded.streams[e.stream as usize];
+        let kind = EventKind::from_u8(e.kind);
+        let family = Family::of(e.mem, e.api);
+        match kind {
+            Some(EventKind::Alloc) => {
+                let Some(family) = family else {
+                    accs[e.stream as usize].vmm_and_pool_calls += 1;
+                    continue;
+                };
+                if let Some(old) = live.insert(
+                    (pid, family, e.ptr),
+                    Live {
+                        size: e.size,
+                        stream: e.stream,
+                    },
+                ) {
+                    // The same pointer handed out again: its free was never seen.
+                    accs[e.stream as usize].reused_without_free += 1;
+                    release(&mut accs, &mut procs, pid, family, &old);
+                }
+                let top = opts.top;
+                let a = &mut accs[e.stream as usize];
+                if top > 0 {
+                    a.largest.push(Reverse((e.size, Reverse(e.ts), i)));
+                    if a.largest.len() > top {
+                        a.largest.pop();
+                    }
+                }
+                if family.on_device() {
+                    a.alloc_count += 1;
+                    a.alloc_bytes = a.alloc_bytes.saturating_add(e.size);
+                    a.live = a.live.saturating_add(e.size);
+                    a.live_allocs += 1;
+                    if a.live > a.peak {
+                        a.peak = a.live;
+                        a.peak_ts = e.ts;
+                    }
+                    let p = procs.entry(pid).or_default();
+                    p.live = p.live.saturating_add(e.size);
+                    if p.live > p.peak {
+                        p.peak = p.live;
+                        p.peak_ts = e.ts;
+                    }
+                } else {
+                    a.host.alloc_count += 1;
+                    a.host_live = a.host_live.saturating_add(e.size);
+                    if a.host_live > a.host.peak_bytes {
+                        a.host.peak_bytes = a.host_live;
+                        a.host.peak_ts_ns = e.ts;
+                    }
+                }
+            }
+            Some(EventKind::Free) => {
+                let Some(family) = family else {
+                    accs[e.stream as usize].vmm_and_pool_calls += 1;
+                    continue;
+                };
+                if e.ptr == 0 {
+                    continue; // free(NULL) is a no-op
+                }
+                match live.remove(&(pid, family, e.ptr)) {
+                    Some(old) => {
+                        let a = &mut accs[old.stream as usize];
+                        if family.on_device() {
+                            a.free_count += 1;
+                        } else {
+                            a.host.free_count += 1;
+                        }
+                        release(&mut accs, &mut procs, pid, family, &old);
+                    }
+                    None => accs[e.stream as usize].unmatched_frees += 1,
+                }
+            }
+            Some(EventKind::AllocFailed) => accs[e.stream as usize].failed_count += 1,
+            Some(EventKind::FreeFailed) => accs[e.stream as usize].free_failed_count += 1,
+            Some(EventKind::ApiSpan | EventKind::SetDevice) | None => {}
+        }
+    }
+
+    let top_list = |acc: &Acc| -> Vec<AllocReport> {
+        let mut v: Vec<_> = acc.largest.iter().map(|r| r.0).collect();
+        v.sort_by(|a, b| b.cmp(a));
+        v.into_iter()
+            .map(|(_, _, i)| {
+                let e = &events[i];
+                AllocReport {
+                    size: e.size,
+                    ts_ns: rel(e.ts),
+                    api: Api::from_u16(e.api).name().to_string(),
+                    mem_kind: mem_name(e.mem),
+                    ptr: e.ptr,
+                }
+            })
+            .collect()
+    };
+
+    let largest: Vec<Vec<AllocReport>> = accs.iter().map(top_list).collect();
+    let (global_api, per_pid_api) = api_stats(&mut loaded.events, &loaded.streams);
+
+    let mut processes = Vec::new();
+    let mut failures = Vec::new();
+    let mut failures_total = 0;
+    for (pid, meta) in &loaded.processes {
+        let mut devices: Vec<DeviceReport> = loaded
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|(_, (p, _))| p == pid)
+            .map(|(i, &(_, device))| {
+                let a = &accs[i];
+                let info = meta.devices.get(&device);
+                let mut host = a.host.clone();
+                host.peak_ts_ns = rel(host.peak_ts_ns);
+                host.live_bytes_at_exit = a.host_live;
+                DeviceReport {
+                    device,
+                    name: info.map(|d| d.name.clone()),
+                    total_bytes: info.map(|d| d.total_bytes),
+                    alloc_count: a.alloc_count,
+                    free_count: a.free_count,
+                    failed_count: a.failed_count,
+                    free_failed_count: a.free_failed_count,
+                    unmatched_frees: a.unmatched_frees,
+                    reused_without_free: a.reused_without_free,
+                    alloc_bytes: a.alloc_bytes,
+                    peak_bytes: a.peak,
+                    peak_ts_ns: rel(a.peak_ts),
+                    live_bytes_at_exit: a.live,
+                    live_allocs_at_exit: a.live_allocs,
+                    host_pinned: host,
+                    vmm_and_pool_calls: a.vmm_and_pool_calls,
+                    largest_allocations: largest[i].clone(),
+                }
+            })
+            .collect();
+        devices.sort_by_key(|d| d.device);
+        let p = procs.remove(pid).unwrap_or_default();
+        if let Some(end) = meta.end_ts {
+            last_ts = last_ts.max(end);
+        }
+        failures_total += meta.failures_total;
+        failures.extend(meta.failures.iter().map(|f| FailureReport {
+            pid: f.pid,
+            tid: f.tid,
+            device: f.device,
+            ts_ns: rel(f.ts),
+            api: f.api.name().to_string(),
+            kind: f.kind.name().to_string(),
+            mem_kind: mem_name(f.mem_kind),
+            size: f.size,
+            result: f.result,
+            result_name: result_name(f.api, f.result).map(str::to_string),
+        }));
+        processes.push(ProcessReport {
+            pid: *pid,
+            ppid: meta.ppid,
+            command: meta.argv.clone(),
+            hostname: meta.hostname.clone(),
+            start_ns: meta.mono_anchor_ns.map(rel),
+            end_ns: meta.end_ts.map(rel),
+            exit_code: meta.exit_code,
+            devices,
+            dropped_events: meta.dropped_events,
+            peak_bytes: p.peak,
+            peak_ts_ns: rel(p.peak_ts),
+            markers: meta.markers,
+            api: per_pid_api.get(pid).cloned().unwrap_or_default(),
+        });
+    }
+    failures.sort_by_key(|f| (f.ts_ns, f.pid, f.tid));
+
+    let start_wall_unix_ns = loaded
+        .processes
+        .values()
+        .filter_map(|p| p.mono_anchor_ns.map(|a| (a, p.wall_anchor_unix_ns)))
+        .min()
+        .map(|(anchor, wall)| wall.saturating_sub(anchor.saturating_sub(base)));
+
+    CaptureReport {
+        file: loaded.path.display().to_string(),
+        file_bytes: loaded.file_bytes,
+        frames: loaded.frames,
+        events: loaded.events.len() as u64 + loaded.unknown_events,
+        start_wall_unix_ns,
+        duration_ns: rel(last_ts),
+        processes,
+        api: global_api,
+        failures,
+        failures_total,
+        damage: loaded.damage.clone(),
+        unknown_events: loaded.unknown_events,
+        unknown_frames: loaded.unknown_frames,
+        tags: std::mem::take(&mut loaded.tags),
+    }
+}
+
+fn release(accs: &mut [Acc], procs: &mut HashMap<u32, ProcAcc>, pid: u32, f: Family, old: &Live) {
+    let a = &mut accs[old.stream as usize];
+    if f.on_device() {
+        a.live = a.live.saturating_sub(old.size);
+        a.live_allocs = a.live_allocs.saturating_sub(1);
+        let p = procs.entry(pid).or_default();
+        p.live = p.live.saturating_sub(old.size);
+    } else {
+        a.host_live = a.host_live.saturating_sub(old.size);
+    }
+}
+
+/// Sweep state for the overlap of one API's calls.
+#[derive(Default)]
+struct Overlap {
+    ends: BinaryHeap<Reverse<(u64, u32)>>,
+    per_stream: HashMap<u32, u32>,
+    max_calls: u64,
+    max_streams: u64,
+}
+
+impl Overlap {
+    /// Adds a call; calls must come in start order.
+    fn add(&mut self, start: u64, dur: u64, stream: u32) {
+        while let Some(Reverse((end, s))) = self.ends.peek().copied() {
+            if end > start {
+                break;
+            }
+            self.ends.pop();
+            if let Some(n) = self.per_stream.get_mut(&s) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_stream.remove(&s);
+                }
+            }
+        }
+        self.ends
+            .push(Reverse((start.saturating_add(dur.max(1)), stream)));
+        *self.per_stream.entry(stream).or_default() += 1;
+        self.max_calls = self.max_calls.max(self.ends.len() as u64);
+        self.max_streams = self.max_streams.max(self.per_stream.len() as u64);
+    }
+}
+
+#[derive(Default)]
+struct ApiAcc {
+    durations: Vec<u64>,
+    errors: u64,
+    overlap: Overlap,
+}
+
+impl ApiAcc {
+    fn add(&mut self, e: &Ev) {
+        self.durations.push(e.dur);
+        if matches!(
+            EventKind::from_u8(e.kind),
+            Some(EventKind::AllocFailed | EventKind::FreeFailed)
+        ) {
+            self.errors += 1;
+        }
+        self.overlap.add(e.ts, e.dur, e.stream);
+    }
+
+    fn finish(mut self, api: u16) -> ApiStats {
+        self.durations.sort_unstable();
+        let n = self.durations.len();
+        let pct = |p: usize| {
+            let rank = (p * n).div_ceil(100).max(1);
+            self.durations.get(rank - 1).copied().unwrap_or(0)
+        };
+        ApiStats {
+            api: Api::from_u16(api).name().to_string(),
+            count: n as u64,
+            errors: self.errors,
+            total_ns: self
+                .durations
+                .iter()
+                .fold(0u64, |s, d| s.saturating_add(*d)),
+            p50_ns: pct(50),
+            p99_ns: pct(99),
+            max_ns: self.durations.last().copied().unwrap_or(0),
+            max_concurrent: self.overlap.max_calls,
+            max_concurrent_devices: self.overlap.max_streams,
+        }
+    }
+}
+
+/// Capture-wide and per-process statistics per API. Re-sorts `events` by (api, start).
+fn api_stats(
+    events: &mut [Ev],
+    streams: &[(u32, i32)],
+) -> (Vec<ApiStats>, HashMap<u32, Vec<ApiStats>>) {
+    events.sort_unstable_by_key(|e| (e.api, e.ts, e.stream));
+    let mut global = Vec::new();
+    let mut per_pid: HashMap<u32, Vec<ApiStats>> = HashMap::new();
+    for group in events.chunk_by(|a, b| a.api == b.api) {
+        let api = group[0].api;
+        let mut all = ApiAcc::default();
+        let mut mine: HashMap<u32, ApiAcc> = HashMap::new();
+        for e in group {
+            all.add(e);
+            let pid = streams[e.stream as usize].0;
+            mine.entry(pid).or_default().add(e);
+        }
+        global.push(all.finish(api));
+        for (pid, acc) in mine {
+            per_pid.entry(pid).or_default().push(acc.finish(api));
+        }
+    }
+    for v in per_pid.values_mut() {
+        v.sort_by_key(|s| Api::from_name(&s.api).map_or(0, |a| a as u16));
+    }
+    (global, per_pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(ts: u64, dur: u64, stream: u32) -> Ev {
+        Ev {
+            ts,
+            dur,
+            ptr: 0,
+            size: 0,
+            stream,
+            api: Api::HipStreamCreate as u16,
+            kind: EventKind::ApiSpan as u8,
+            mem: 0,
+        }
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let mut acc = ApiAcc::default();
+        for d in (1..=100).rev() {
+            acc.add(&ev(d * 1000, d, 0));
+        }
+        let s = acc.finish(Api::HipStreamCreate as u16);
+        assert_eq!(
+            (s.p50_ns, s.p99_ns, s.max_ns, s.total_ns),
+            (50, 99, 100, 5050)
+        );
+        let one = {
+            let mut a = ApiAcc::default();
+            a.add(&ev(0, 7, 0));
+            a.finish(0)
+        };
+        assert_eq!((one.p50_ns, one.p99_ns), (7, 7));
+    }
+
+    #[test]
+    fn overlap_is_half_open_and_counts_streams() {
+        let mut o = Overlap::default();
+        o.add(0, 10, 0);
+        o.add(10, 10, 1); // starts exactly when the first ends: no overlap
+        assert_eq!((o.max_calls, o.max_streams), (1, 1));
+        o.add(12, 0, 1); // zero-length call counts as 1 ns
+        o.add(12, 5, 2);
+        assert_eq!((o.max_calls, o.max_streams), (3, 2));
+    }
+}

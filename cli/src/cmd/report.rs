@@ -1,0 +1,438 @@
+//! `memwatch report CAPTURE`: per-process, per-device memory statistics of a capture
+//! (human tables or `--json`), or its allocation trace as JSON lines (`--trace`).
+//!
+//! Owns argument handling and presentation; the numbers come from
+//! `memwatch_analysis::capture`. Also used by `memwatch run` for its closing summary.
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use memwatch_analysis::capture::{
+    analyze, load_path, write_trace, CaptureReport, Loaded, ProcessReport, ReportOptions,
+    TraceOptions,
+};
+
+use super::Outcome;
+
+const AFTER_HELP: &str = "\
+Examples:
+  memwatch report run.mwcap                 tables per process and device
+  memwatch report run.mwcap --json | jq '.processes[].devices[].peak_bytes'
+  memwatch report run.mwcap --top 20        20 largest allocations per device
+  memwatch report run.mwcap --trace --device 0 > dev0.jsonl    input for `memwatch replay`
+
+Times are since the capture's start (the first process's start). Device memory counts
+device, managed, stream-ordered pool and VMM physical allocations; pinned host memory is
+shown separately. A damaged capture (cut off by a crash) is reported up to the damage,
+and the damage is listed on stderr. A file that is not a capture exits with status 2.";
+
+/// Arguments of `memwatch report`.
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct ReportArgs {
+    /// Capture file (.mwcap) written by `memwatch run`.
+    pub capture: PathBuf,
+    /// Print one JSON document on stdout (bytes and ns as integers).
+    #[arg(long, conflicts_with = "trace")]
+    pub json: bool,
+    /// How many largest allocations to list per device.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    /// Print the device allocations as a JSON-lines trace (alloc/free with ids), the
+    /// input format of `memwatch replay`.
+    #[arg(long)]
+    pub trace: bool,
+    /// With --trace: only this device ordinal.
+    #[arg(
+        long,
+        requires = "trace",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub device: Option<i32>,
+}
+
+/// Runs `memwatch report`.
+pub fn run(args: ReportArgs) -> Result<Outcome> {
+    let loaded = load_with_progress(&args.capture)?;
+    print_damage(&loaded);
+    if args.trace {
+        let stdout = std::io::stdout().lock();
+        let summary = write_trace(
+            loaded,
+            &TraceOptions {
+                device: args.device,
+            },
+            BufWriter::with_capacity(1 << 20, stdout),
+        )
+        .context("cannot write the trace to stdout")?;
+        let streams: Vec<String> = summary
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(i, (pid, dev))| format!("{i}=pid {pid} device {dev}"))
+            .collect();
+        eprintln!(
+            "memwatch: trace: {} allocs, {} frees; streams: {}",
+            summary.allocs,
+            summary.frees,
+            if streams.is_empty() {
+                "none".to_string()
+            } else {
+                streams.join(", ")
+            }
+        );
+        return Ok(Outcome::Success);
+    }
+    let report = analyze(loaded, &ReportOptions { top: args.top });
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer(&mut out, &report).context("cannot write JSON to stdout")?;
+        writeln!(out).context("cannot write JSON to stdout")?;
+    } else {
+        print!("{}", render(&report, args.top));
+    }
+    Ok(Outcome::Success)
+}
+
+/// Loads a capture, with a progress bar on stderr for large files on a terminal.
+pub fn load_with_progress(path: &Path) -> Result<Loaded> {
+    let len = std::fs::metadata(path)
+        .with_context(|| format!("{}: cannot read", path.display()))?
+        .len();
+    let bar = if len > 64 << 20 {
+        let bar = indicatif::ProgressBar::new(len);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} ({eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(format!("reading {}", path.display()));
+        Some(bar)
+    } else {
+        None
+    };
+    let loaded = load_path(path, &mut |done| {
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(loaded?)
+}
+
+/// Lists damaged regions on stderr.
+pub fn print_damage(loaded: &Loaded) {
+    if loaded.damage.is_empty() {
+        return;
+    }
+    let lost: u64 = loaded.damage.iter().map(|d| d.bytes_lost).sum();
+    eprintln!(
+        "memwatch: warning: {}: damaged capture, {} lost in {} place(s); reporting what was readable:",
+        loaded.path.display(),
+        bytes(lost),
+        loaded.damage.len()
+    );
+    for d in &loaded.damage {
+        eprintln!(
+            "  at byte {}: {} ({} bytes skipped)",
+            d.offset, d.kind, d.bytes_lost
+        );
+    }
+}
+
+/// Binary units: `1.5 MiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// Durations: `850 ns`, `12.3 µs`, `4.56 ms`, `7.89 s`.
+pub fn duration(ns: u64) -> String {
+    match ns {
+        0..=999 => format!("{ns} ns"),
+        1_000..=999_999 => format!("{:.1} µs", ns as f64 / 1e3),
+        1_000_000..=999_999_999 => format!("{:.2} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
+}
+
+/// `2026-11-21 23:20:01 UTC` from Unix ns.
+pub fn utc(unix_ns: u64) -> String {
+    let secs = unix_ns / 1_000_000_000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) (H. Hinnant's algorithm).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Left-aligned first column, right-aligned others.
+fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in rows {
+        let mut line = String::from(indent);
+        for (c, cell) in row.iter().enumerate() {
+            let pad = widths[c] - cell.chars().count();
+            if c == 0 {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            } else {
+                line.push_str("  ");
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+}
+
+fn command_line(p: &ProcessReport) -> String {
+    let mut s = p.command.join(" ");
+    if s.chars().count() > 80 {
+        s = s.chars().take(77).collect::<String>() + "...";
+    }
+    if s.is_empty() {
+        "(command unknown)".into()
+    } else {
+        s
+    }
+}
+
+/// The full human report.
+pub fn render(r: &CaptureReport, top: usize) -> String {
+    let mut o = String::new();
+    o.push_str(&format!(
+        "capture {}: {} process(es), {} events, {}",
+        r.file,
+        r.processes.len(),
+        r.events,
+        duration(r.duration_ns)
+    ));
+    if let Some(w) = r.start_wall_unix_ns {
+        o.push_str(&format!(", started {}", utc(w)));
+    }
+    o.push('\n');
+    if !r.tags.is_empty() {
+        let tags: Vec<String> = r.tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        o.push_str(&format!("tags: {}\n", tags.join(" ")));
+    }
+    if !r.damage.is_empty() {
+        let lost: u64 = r.damage.iter().map(|d| d.bytes_lost).sum();
+        o.push_str(&format!(
+            "DAMAGED: {} lost in {} place(s) (details on stderr)\n",
+            bytes(lost),
+            r.damage.len()
+        ));
+    }
+    for p in &r.processes {
+        o.push('\n');
+        let exit = match p.exit_code {
+            Some(-1) => "ended (exit status not known to the shim)".to_string(),
+            Some(c) => format!("exit {c}"),
+            None => "no end recorded (killed, still running, or cut off)".into(),
+        };
+        o.push_str(&format!(
+            "process {} (parent {}): {}\n  {}, peak {} at {}, {} dropped events\n",
+            p.pid,
+            p.ppid,
+            command_line(p),
+            exit,
+            bytes(p.peak_bytes),
+            duration(p.peak_ts_ns),
+            p.dropped_events
+        ));
+        if p.dropped_events > 0 {
+            o.push_str("  WARNING: the shim dropped events; the figures below miss them\n");
+        }
+        if !p.devices.is_empty() {
+            let mut rows = vec![[
+                "device",
+                "allocs",
+                "frees",
+                "failed",
+                "peak",
+                "peak at",
+                "live at exit",
+                "pinned host peak",
+                "unmatched frees",
+            ]
+            .map(String::from)
+            .to_vec()];
+            for d in &p.devices {
+                let name = d.name.as_ref().map_or(String::new(), |n| format!(" {n}"));
+                rows.push(vec![
+                    format!("{}{name}", d.device),
+                    d.alloc_count.to_string(),
+                    d.free_count.to_string(),
+                    d.failed_count.to_string(),
+                    bytes(d.peak_bytes),
+                    duration(d.peak_ts_ns),
+                    format!(
+                        "{} ({})",
+                        bytes(d.live_bytes_at_exit),
+                        d.live_allocs_at_exit
+                    ),
+                    bytes(d.host_pinned.peak_bytes),
+                    d.unmatched_frees.to_string(),
+                ]);
+            }
+            table(&mut o, "  ", &rows);
+        }
+        for d in &p.devices {
+            if d.largest_allocations.is_empty() || top == 0 {
+                continue;
+            }
+            o.push_str(&format!("  largest allocations, device {}:\n", d.device));
+            let rows: Vec<Vec<String>> = d
+                .largest_allocations
+                .iter()
+                .map(|a| {
+                    vec![
+                        bytes(a.size),
+                        a.api.clone(),
+                        a.mem_kind.clone(),
+                        format!("at {}", duration(a.ts_ns)),
+                        format!("{:#x}", a.ptr),
+                    ]
+                })
+                .collect();
+            table(&mut o, "    ", &rows);
+        }
+        if !p.api.is_empty() {
+            o.push_str("  API calls:\n");
+            api_table(&mut o, &p.api);
+        }
+    }
+    if r.processes.len() > 1 && !r.api.is_empty() {
+        o.push_str("\nAPI calls, all processes:\n");
+        api_table(&mut o, &r.api);
+    }
+    if !r.failures.is_empty() {
+        o.push_str(&format!("\nfailed calls ({}):\n", r.failures_total));
+        let rows: Vec<Vec<String>> = r
+            .failures
+            .iter()
+            .take(50)
+            .map(|f| {
+                vec![
+                    format!("at {}", duration(f.ts_ns)),
+                    format!("pid {} tid {}", f.pid, f.tid),
+                    format!("device {}", f.device),
+                    f.api.clone(),
+                    bytes(f.size),
+                    format!(
+                        "-> {} {}",
+                        f.result,
+                        f.result_name.as_deref().unwrap_or("(unknown code)")
+                    ),
+                ]
+            })
+            .collect();
+        table(&mut o, "  ", &rows);
+        if r.failures.len() > 50 {
+            o.push_str(&format!(
+                "  ... {} more (see --json)\n",
+                r.failures.len() - 50
+            ));
+        }
+    }
+    o
+}
+
+fn api_table(o: &mut String, stats: &[memwatch_analysis::capture::ApiStats]) {
+    let mut rows = vec![[
+        "api",
+        "calls",
+        "errors",
+        "total",
+        "p50",
+        "p99",
+        "max",
+        "max at once",
+        "devices at once",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for s in stats {
+        rows.push(vec![
+            s.api.clone(),
+            s.count.to_string(),
+            s.errors.to_string(),
+            duration(s.total_ns),
+            duration(s.p50_ns),
+            duration(s.p99_ns),
+            duration(s.max_ns),
+            s.max_concurrent.to_string(),
+            s.max_concurrent_devices.to_string(),
+        ]);
+    }
+    table(o, "    ", &rows);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 << 30), "3.0 GiB");
+        assert_eq!(duration(999), "999 ns");
+        assert_eq!(duration(1500), "1.5 µs");
+        assert_eq!(duration(2_500_000), "2.50 ms");
+        assert_eq!(duration(3_000_000_000), "3.00 s");
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(
+            utc(1_795_000_000 * 1_000_000_000),
+            "2026-11-18 11:06:40 UTC"
+        );
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+    }
+}

@@ -1,0 +1,453 @@
+//! `memwatch run -- CMD ARGS...`: capture every GPU allocation of CMD and all its
+//! processes into one `.mwcap`, then print a short report.
+//!
+//! Owns the orchestration: find the preload shim, start the receiver (memwatch-agent)
+//! on a private socket, spawn CMD with the shim preloaded, forward SIGINT/SIGTERM/
+//! SIGHUP/SIGQUIT that were sent to memwatch itself (a terminal's Ctrl-C already reaches
+//! CMD directly), wait for CMD and then, bounded, for its processes' connections, and
+//! exit with CMD's status (128+N when a signal N killed it). It does not interpret
+//! events (memwatch-analysis) or read sockets (memwatch-agent).
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use memwatch_agent::{CaptureFileSink, ConnId, FrameSink, Receiver, ReceiverStats};
+use memwatch_analysis::capture::{analyze, ReportOptions};
+use memwatch_wire::{encode_record, Marker, Record};
+use serde::Serialize;
+
+use super::report::{bytes, load_with_progress, print_damage};
+use super::Outcome;
+
+/// File name of the LD_PRELOAD shim.
+pub const PRELOAD_NAME: &str = "libmemwatch_preload.so";
+
+const AFTER_HELP: &str = "\
+Examples:
+  memwatch run -- python3 train.py --steps 10
+  memwatch run --out step.mwcap --tag run=baseline -- ./launcher --workers 8
+  memwatch run --quiet -- ./bench && memwatch report memwatch-bench-*.mwcap
+
+Every process CMD starts (fork, exec, launcher workers) is captured into the one file.
+The default file is memwatch-<cmd>-<UTC time>.mwcap in the current directory. memwatch
+exits with CMD's exit status (128+N if signal N killed it) and prints a short report on
+stderr; `memwatch report FILE` shows everything. The shim is found via $MEMWATCH_PRELOAD,
+next to the memwatch executable, or in ../lib/memwatch/ relative to it.
+Tags are recorded in the capture as `memwatch.tag K=V` markers.";
+
+/// Arguments of `memwatch run`. (Storing into a database or sending to a daemon,
+/// `--db`/`--daemon`, belong to the daemon's issue and will be added here.)
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct RunArgs {
+    /// Capture file to write [default: memwatch-<cmd>-<UTC time>.mwcap].
+    #[arg(long, short, value_name = "FILE.mwcap")]
+    pub out: Option<PathBuf>,
+    /// Print no report (errors and warnings still go to stderr).
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Print the report as one JSON document on stdout when CMD ends.
+    #[arg(long)]
+    pub json: bool,
+    /// Label the capture (repeatable), e.g. --tag run=baseline.
+    #[arg(long = "tag", value_name = "K=V", value_parser = parse_tag)]
+    pub tags: Vec<(String, String)>,
+    /// After CMD exits, how long to wait for processes it left behind to close their
+    /// connections, in seconds.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    pub drain_timeout: f64,
+    /// How many largest allocations per device the JSON report lists.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    /// The command to run, after `--`.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+fn parse_tag(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("tag {s:?} is not of the form KEY=VALUE")),
+    }
+}
+
+/// Finds the shim: $MEMWATCH_PRELOAD, next to the executable, ../lib/memwatch/.
+pub fn find_preload() -> Result<PathBuf> {
+    let mut looked = Vec::new();
+    if let Some(p) = std::env::var_os("MEMWATCH_PRELOAD") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!(
+            "MEMWATCH_PRELOAD={} is not a file (unset it to search next to memwatch)",
+            p.display()
+        );
+    }
+    looked.push("$MEMWATCH_PRELOAD (unset)".to_string());
+    let exe = std::env::current_exe().context("cannot locate the memwatch executable")?;
+    if let Some(dir) = exe.parent() {
+        for cand in [
+            dir.join(PRELOAD_NAME),
+            dir.join("../lib/memwatch").join(PRELOAD_NAME),
+        ] {
+            if cand.is_file() {
+                return Ok(cand);
+            }
+            looked.push(cand.display().to_string());
+        }
+    }
+    bail!(
+        "cannot find {PRELOAD_NAME}; looked in: {}. Build it (cargo build -p memwatch-preload) \
+         or set MEMWATCH_PRELOAD=/path/to/{PRELOAD_NAME}",
+        looked.join(", ")
+    )
+}
+
+/// `memwatch-<cmd>-<YYYYmmddTHHMMSSZ>.mwcap`, made unique in the current directory.
+fn default_out(command: &OsString) -> PathBuf {
+    let name: String = Path::new(command)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (y, m, d) = super::report::civil_from_days((now / 86_400) as i64);
+    let rem = now % 86_400;
+    let stamp = format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    );
+    let base = format!("memwatch-{name}-{stamp}");
+    let mut path = PathBuf::from(format!("{base}.mwcap"));
+    let mut n = 1;
+    while path.exists() {
+        path = PathBuf::from(format!("{base}-{n}.mwcap"));
+        n += 1;
+    }
+    path
+}
+
+static CHILD_PID: AtomicI32 = AtomicI32::new(0);
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    let pid = CHILD_PID.load(Ordering::SeqCst);
+    if pid <= 0 {
+        INTERRUPTED.store(true, Ordering::SeqCst);
+        return;
+    }
+    // SAFETY: the kernel passes a valid siginfo_t for SA_SIGINFO handlers.
+    let code = if info.is_null() {
+        0
+    } else {
+        unsafe { (*info).si_code }
+    };
+    // A terminal's Ctrl-C (SI_KERNEL) already went to CMD's process group: sending it
+    // again would deliver it twice. Signals sent with kill() are forwarded.
+    if code != libc::SI_KERNEL {
+        // SAFETY: kill is async-signal-safe.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+fn install_forwarding() -> Result<()> {
+    for sig in FORWARDED {
+        // SAFETY: a zeroed sigaction with a valid handler and empty mask is valid.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error())
+                    .with_context(|| format!("cannot install a handler for signal {sig}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How CMD ended.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct ChildEnd {
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    /// memwatch's own exit status.
+    status: u8,
+}
+
+#[derive(Serialize)]
+struct ConnJson {
+    pid: Option<u32>,
+    command: Option<String>,
+    frames: u64,
+    bytes: u64,
+    closed: String,
+    clean: bool,
+}
+
+#[derive(Serialize)]
+struct RunJson {
+    capture: String,
+    command: Vec<String>,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    connections: Vec<ConnJson>,
+    report: memwatch_analysis::capture::CaptureReport,
+}
+
+/// Runs `memwatch run`.
+pub fn run(args: RunArgs) -> Result<Outcome> {
+    let preload = find_preload()?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out(&args.command[0]));
+    let sink = Arc::new(CaptureFileSink::create(&out)?);
+    let receiver = Receiver::start(None, sink.clone() as Arc<dyn FrameSink>)?;
+    for (k, v) in &args.tags {
+        write_tag(&sink, k, v)?;
+    }
+
+    let mut ld_preload = preload.clone().into_os_string();
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        ld_preload.push(":");
+        ld_preload.push(existing);
+    }
+    install_forwarding()?;
+    let started = Instant::now();
+    let spawned = Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .env("LD_PRELOAD", &ld_preload)
+        .env("MEMWATCH_SINK", receiver.sink_address())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            // Nothing ran: leave no capture behind.
+            receiver.shutdown();
+            let _ = sink.finish();
+            let _ = std::fs::remove_file(&out);
+            return Err(e)
+                .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()));
+        }
+    };
+    CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
+    let status = child.wait();
+    CHILD_PID.store(0, Ordering::SeqCst);
+    let status = status.context("cannot wait for the command")?;
+    let end = match (status.code(), status.signal()) {
+        (Some(c), _) => ChildEnd {
+            exit_code: Some(c),
+            signal: None,
+            status: (c & 0xff) as u8,
+        },
+        (None, Some(s)) => ChildEnd {
+            exit_code: None,
+            signal: Some(s),
+            status: (128 + s).clamp(0, 255) as u8,
+        },
+        (None, None) => ChildEnd {
+            exit_code: None,
+            signal: None,
+            status: 1,
+        },
+    };
+
+    // Grand-children may still hold connections; give them a bounded time.
+    let deadline = Instant::now() + Duration::from_secs_f64(args.drain_timeout.max(0.0));
+    let mut idle = false;
+    while !INTERRUPTED.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        let slice = deadline
+            .saturating_duration_since(now)
+            .min(Duration::from_millis(100));
+        if receiver.wait_idle(slice) {
+            idle = true;
+            break;
+        }
+        if now >= deadline {
+            break;
+        }
+    }
+    let still_open = receiver.open_connections();
+    let stats = receiver.shutdown();
+    let written = sink
+        .finish()
+        .with_context(|| format!("capture {} is incomplete", out.display()))?;
+    if !idle && still_open > 0 {
+        eprintln!(
+            "memwatch: {still_open} process(es) still running {:.1} s after the command ended; \
+             their capture stops here",
+            args.drain_timeout
+        );
+    }
+
+    let loaded = load_with_progress(&out)?;
+    print_damage(&loaded);
+    let report = analyze(loaded, &ReportOptions { top: args.top });
+    if args.json {
+        let doc = RunJson {
+            capture: out.display().to_string(),
+            command: args
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            exit_code: end.exit_code,
+            signal: end.signal,
+            connections: conn_json(&stats),
+            report,
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&doc).context("cannot encode the JSON report")?
+        );
+    } else if !args.quiet {
+        eprint!(
+            "{}",
+            summary(
+                &out,
+                &end,
+                started.elapsed(),
+                &stats,
+                written.events,
+                &report
+            )
+        );
+    }
+    Ok(Outcome::Code(end.status))
+}
+
+fn write_tag(sink: &CaptureFileSink, k: &str, v: &str) -> Result<()> {
+    let record = Record::Marker(Marker {
+        pid: std::process::id(),
+        tid: 0,
+        ts_ns: 0,
+        device: -1,
+        text: format!("memwatch.tag {k}={v}"),
+    });
+    let mut bytes = Vec::new();
+    encode_record(&record, &mut bytes).context("cannot encode tag")?;
+    sink.frame(ConnId(0), &record, &bytes)
+        .map_err(|e| anyhow::anyhow!("{}", e.0))
+}
+
+fn conn_json(stats: &ReceiverStats) -> Vec<ConnJson> {
+    stats
+        .connections
+        .iter()
+        .map(|c| ConnJson {
+            pid: c.pid,
+            command: c.command.clone(),
+            frames: c.frames,
+            bytes: c.bytes,
+            closed: c
+                .reason
+                .as_ref()
+                .map_or_else(|| "open".into(), ToString::to_string),
+            clean: c.reason.as_ref().is_some_and(|r| r.is_clean()),
+        })
+        .collect()
+}
+
+fn summary(
+    out: &Path,
+    end: &ChildEnd,
+    took: Duration,
+    stats: &ReceiverStats,
+    events: u64,
+    report: &memwatch_analysis::capture::CaptureReport,
+) -> String {
+    let mut s = String::from("\nmemwatch: ");
+    match (end.exit_code, end.signal) {
+        (Some(c), _) => s.push_str(&format!("command exited with status {c}")),
+        (_, Some(sig)) => s.push_str(&format!("command killed by signal {sig}")),
+        _ => s.push_str("command ended"),
+    }
+    s.push_str(&format!(
+        " after {:.1} s; {} process(es), {} events\n",
+        took.as_secs_f64(),
+        report.processes.len(),
+        events
+    ));
+    for p in &report.processes {
+        let allocs: u64 = p.devices.iter().map(|d| d.alloc_count).sum();
+        let failed: u64 = p.devices.iter().map(|d| d.failed_count).sum();
+        let leaked: u64 = p.devices.iter().map(|d| d.live_bytes_at_exit).sum();
+        let devs = p.devices.iter().filter(|d| d.alloc_count > 0).count();
+        s.push_str(&format!(
+            "  pid {:<7} {:<28} peak {:>10} on {} device(s), {} allocs, {} failed, {} live at exit",
+            p.pid,
+            p.command.first().map_or("?", |c| c.as_str()),
+            bytes(p.peak_bytes),
+            devs,
+            allocs,
+            failed,
+            bytes(leaked)
+        ));
+        if p.dropped_events > 0 {
+            s.push_str(&format!(", {} DROPPED events", p.dropped_events));
+        }
+        s.push('\n');
+    }
+    let mut names: Vec<&str> = report
+        .failures
+        .iter()
+        .filter_map(|f| f.result_name.as_deref())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    if report.failures_total > 0 {
+        s.push_str(&format!(
+            "  {} failed call(s): {}\n",
+            report.failures_total,
+            names.join(", ")
+        ));
+    }
+    for c in stats.failed() {
+        s.push_str(&format!(
+            "  connection {} (pid {}): {}\n",
+            c.id,
+            c.pid.map_or("?".into(), |p| p.to_string()),
+            c.reason
+                .as_ref()
+                .map_or_else(|| "open".into(), ToString::to_string)
+        ));
+    }
+    s.push_str(&format!(
+        "  capture: {}  (memwatch report {} for details)\n",
+        out.display(),
+        out.display()
+    ));
+    s
+}

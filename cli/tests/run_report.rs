@@ -1,0 +1,278 @@
+//! `memwatch run` and `memwatch report` as a user runs them: real child processes,
+//! exit codes and signals, capture files good, cut off and foreign.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use memwatch_wire::*;
+
+fn memwatch() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_memwatch"))
+}
+
+/// The preload library for `memwatch run`: the real shim when it is built next to the
+/// binary, otherwise an empty shared library compiled here (these tests are about
+/// process handling, not interception).
+fn preload(dir: &Path) -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_memwatch"));
+    let shim = exe.with_file_name("libmemwatch_preload.so");
+    if shim.is_file() {
+        return shim;
+    }
+    let src = dir.join("empty.c");
+    std::fs::write(&src, "int memwatch_test_placeholder;\n").unwrap();
+    let lib = dir.join("libempty.so");
+    let st = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("cc (build-essential) is needed");
+    assert!(st.success());
+    lib
+}
+
+fn run_in(dir: &Path, args: &[&str]) -> Output {
+    memwatch()
+        .current_dir(dir)
+        .env("MEMWATCH_PRELOAD", preload(dir))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn report_json(path: &Path) -> serde_json::Value {
+    let out = memwatch()
+        .args(["report", "--json"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn exit_code_is_the_commands_and_capture_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "run", "--out", "a.mwcap", "--tag", "run=t1", "--", "sh", "-c", "exit 3",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("command exited with status 3"), "{err}");
+    let v = report_json(&dir.path().join("a.mwcap"));
+    assert_eq!(v["damage"].as_array().unwrap().len(), 0);
+    assert_eq!(v["tags"]["run"], "t1");
+    for p in v["processes"].as_array().unwrap() {
+        for d in p["devices"].as_array().unwrap() {
+            assert_eq!(d["alloc_count"], 0);
+        }
+    }
+}
+
+#[test]
+fn killed_command_exits_128_plus_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &["run", "--out", "k.mwcap", "--", "sh", "-c", "kill -KILL $$"],
+    );
+    assert_eq!(out.status.code(), Some(137));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("killed by signal 9"));
+    report_json(&dir.path().join("k.mwcap"));
+}
+
+#[test]
+fn sigterm_to_memwatch_is_forwarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = memwatch()
+        .current_dir(dir.path())
+        .env("MEMWATCH_PRELOAD", preload(dir.path()))
+        .args(["run", "--quiet", "--out", "s.mwcap", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let t0 = std::time::Instant::now();
+    // SAFETY: plain kill(2) on our own child.
+    unsafe_kill(child.id() as i32, 15);
+    let status = child.wait().unwrap();
+    assert!(t0.elapsed().as_secs() < 10);
+    assert_eq!(status.code(), Some(143));
+    report_json(&dir.path().join("s.mwcap"));
+}
+
+fn unsafe_kill(pid: i32, sig: i32) {
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+#[test]
+fn json_run_report_and_default_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(dir.path(), &["run", "--json", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit_code"], 0);
+    let cap = v["capture"].as_str().unwrap();
+    assert!(
+        cap.starts_with("memwatch-true-") && cap.ends_with(".mwcap"),
+        "{cap}"
+    );
+    assert!(dir.path().join(cap).is_file());
+    assert!(v["report"]["processes"].is_array());
+}
+
+#[test]
+fn missing_shim_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = memwatch()
+        .current_dir(dir.path())
+        .env("MEMWATCH_PRELOAD", dir.path().join("nope.so"))
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nope.so") && err.contains("MEMWATCH_PRELOAD"),
+        "{err}"
+    );
+}
+
+#[test]
+fn command_not_found_is_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &["run", "--out", "x.mwcap", "--", "/no/such/cmd"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot run /no/such/cmd"));
+    assert!(
+        !dir.path().join("x.mwcap").exists(),
+        "no capture for a command that never ran"
+    );
+}
+
+fn sample_capture() -> Vec<u8> {
+    let mut w = FrameWriter::new(Vec::new()).unwrap();
+    w.write_record(&Record::ProcessStart(ProcessStart {
+        pid: 42,
+        ppid: 1,
+        mono_anchor_ns: 1000,
+        wall_anchor_unix_ns: 1_795_000_000_000_000_000,
+        argv: vec!["python3".into(), "train.py".into()],
+        ..ProcessStart::default()
+    }))
+    .unwrap();
+    let mk = |ts: u64, kind: EventKind, ptr: u64, size: u64, result: i32| Event {
+        ts_ns: 1000 + ts,
+        duration_ns: 10,
+        ptr,
+        size,
+        pid: 42,
+        tid: 42,
+        result,
+        device: 0,
+        kind: kind as u8,
+        mem_kind: MemKind::Device as u8,
+        api: Api::HipMalloc as u16,
+        ..Event::default()
+    };
+    w.write_record(&Record::Events(vec![
+        mk(10, EventKind::Alloc, 0x100, 1 << 20, 0),
+        mk(20, EventKind::Alloc, 0x200, 3 << 20, 0),
+        mk(30, EventKind::AllocFailed, 0, 1 << 34, 2),
+    ]))
+    .unwrap();
+    w.write_record(&Record::ProcessEnd(ProcessEnd {
+        pid: 42,
+        ts_ns: 2000,
+        exit_code: 1,
+    }))
+    .unwrap();
+    w.into_inner().unwrap()
+}
+
+#[test]
+fn report_human_json_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.mwcap");
+    std::fs::write(&path, sample_capture()).unwrap();
+    let v = report_json(&path);
+    let d = &v["processes"][0]["devices"][0];
+    assert_eq!(d["peak_bytes"], 4 << 20);
+    assert_eq!(d["peak_ts_ns"], 20);
+    assert_eq!(d["failed_count"], 1);
+    assert_eq!(v["failures"][0]["result_name"], "hipErrorOutOfMemory");
+
+    let out = memwatch().arg("report").arg(&path).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("process 42"), "{text}");
+    assert!(text.contains("4.0 MiB"), "{text}");
+    assert!(text.contains("hipErrorOutOfMemory"), "{text}");
+
+    let out = memwatch()
+        .args(["report", "--trace", "--device", "0"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            r#"{"op":"alloc","id":1,"size":1048576,"ts_ns":10,"device":0,"stream":0}"#,
+            r#"{"op":"alloc","id":2,"size":3145728,"ts_ns":20,"device":0,"stream":0}"#,
+        ]
+    );
+}
+
+#[test]
+fn report_of_cut_off_capture_lists_damage_and_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut.mwcap");
+    let full = sample_capture();
+    std::fs::write(&path, &full[..full.len() - 4]).unwrap();
+    let out = memwatch()
+        .args(["report", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("damaged capture") && err.contains("cut off"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["processes"][0]["devices"][0]["peak_bytes"], 4 << 20);
+    assert_eq!(v["processes"][0]["exit_code"], serde_json::Value::Null);
+    assert_eq!(v["damage"][0]["bytes_lost"], 25 - 4); // process_end frame: 4 + 1 + 16 + 4
+}
+
+#[test]
+fn report_of_a_foreign_file_is_exit_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "these are not the bytes you are looking for\n").unwrap();
+    let out = memwatch().arg("report").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("notes.txt") && err.contains("wrong magic"),
+        "{err}"
+    );
+}
