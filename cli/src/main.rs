@@ -29,6 +29,12 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Report a capture: per process and device counts, peaks, leaks, failures, API times.
     Report(cmd::report::ReportArgs),
+    /// Run the central daemon: ingest from agents, SQLite/PostgreSQL storage, JSON API.
+    Serve(cmd::serve::ServeArgs),
+    /// Run the node agent: shim receiver, device sampling, spool, forwarding to a daemon.
+    Agent(cmd::agent::AgentArgs),
+    /// Load a capture file into a database or a daemon.
+    Import(cmd::import::ImportArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +46,9 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => cmd::run::run(args),
         Command::Report(args) => cmd::report::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
+        Command::Agent(args) => cmd::agent::run(args),
+        Command::Import(args) => cmd::import::run(args),
     };
     cmd::finish(result)
 }

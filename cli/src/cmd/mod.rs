@@ -3,6 +3,10 @@
 pub mod report;
 pub mod run;
 
+pub mod agent;
+pub mod import;
+pub mod serve;
+
 use std::process::ExitCode;
 
 /// What a command that ran to completion concluded.
