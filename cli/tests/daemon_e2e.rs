@@ -58,11 +58,32 @@ fn events(n: usize) -> Vec<Event> {
             if i % 3 == 2 {
                 // A free names the device its allocation was made on.
                 let (ptr, device) = live.remove(0);
-                Event { ts_ns: ts, ptr, pid: 4242, tid: 1, device, kind: 2, mem_kind: 1, api: 2, ..Event::default() }
+                Event {
+                    ts_ns: ts,
+                    ptr,
+                    pid: 4242,
+                    tid: 1,
+                    device,
+                    kind: 2,
+                    mem_kind: 1,
+                    api: 2,
+                    ..Event::default()
+                }
             } else {
                 let ptr = 0x10_0000 + i as u64 * 0x1000;
                 live.push((ptr, device));
-                Event { ts_ns: ts, ptr, size: 4096 + i as u64, pid: 4242, tid: 1, device, kind: 1, mem_kind: 1, api: 1, ..Event::default() }
+                Event {
+                    ts_ns: ts,
+                    ptr,
+                    size: 4096 + i as u64,
+                    pid: 4242,
+                    tid: 1,
+                    device,
+                    kind: 1,
+                    mem_kind: 1,
+                    api: 1,
+                    ..Event::default()
+                }
             }
         })
         .collect()
@@ -76,7 +97,11 @@ fn agent_to_daemon_survives_kill_9_exactly_once() {
     let mut daemon = serve(&db, api, ingest);
     get(api, "/api/runs");
 
-    let mut cfg = ForwarderConfig::new(format!("127.0.0.1:{ingest}"), "e2e-node", dir.path().join("spool"));
+    let mut cfg = ForwarderConfig::new(
+        format!("127.0.0.1:{ingest}"),
+        "e2e-node",
+        dir.path().join("spool"),
+    );
     cfg.batch_bytes = 64 << 10;
     cfg.flush_interval = Duration::from_millis(20);
     let fwd = Arc::new(Forwarder::start(cfg).unwrap());
@@ -114,22 +139,39 @@ fn agent_to_daemon_survives_kill_9_exactly_once() {
         }
     }
     buf.clear();
-    encode_record(&Record::ProcessEnd(ProcessEnd { pid: 4242, ts_ns: 99_000_000_000, exit_code: 0 }), &mut buf).unwrap();
+    encode_record(
+        &Record::ProcessEnd(ProcessEnd {
+            pid: 4242,
+            ts_ns: 99_000_000_000,
+            exit_code: 0,
+        }),
+        &mut buf,
+    )
+    .unwrap();
     shim.write_all(&buf).unwrap();
     drop(shim);
     assert!(receiver.wait_idle(Duration::from_secs(20)));
     let stats = receiver.shutdown();
     assert!(stats.failed().next().is_none(), "{stats:?}");
     let fwd = Arc::try_unwrap(fwd).ok().unwrap();
-    assert!(fwd.shutdown(Duration::from_secs(60)), "everything acknowledged");
+    assert!(
+        fwd.shutdown(Duration::from_secs(60)),
+        "everything acknowledged"
+    );
 
     let runs = get(api, "/api/runs");
     let run = &runs["runs"][0];
     assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
-    assert_eq!(run["event_count"], 60_000, "nothing lost, nothing duplicated");
+    assert_eq!(
+        run["event_count"], 60_000,
+        "nothing lost, nothing duplicated"
+    );
     let id = run["id"].as_i64().unwrap();
     for device in 0..2 {
-        let page = get(api, &format!("/api/runs/{id}/events?device={device}&limit=100000"));
+        let page = get(
+            api,
+            &format!("/api/runs/{id}/events?device={device}&limit=100000"),
+        );
         let got: Vec<(u64, u64, u64, u8)> = page["events"]
             .as_array()
             .unwrap()
@@ -150,7 +192,10 @@ fn agent_to_daemon_survives_kill_9_exactly_once() {
             .collect();
         assert_eq!(got.len(), want.len(), "device {device}");
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
-            panic!("device {device}: event {i} differs: stored {:?}, sent {:?}", got[i], want[i]);
+            panic!(
+                "device {device}: event {i} differs: stored {:?}, sent {:?}",
+                got[i], want[i]
+            );
         }
     }
     let detail = get(api, &format!("/api/runs/{id}"));

@@ -12,6 +12,5 @@ pub mod store;
 pub mod tcp;
 pub mod writer;
 
-
 pub use server::{start, Running, ServeConfig, ServeError};
 pub use store::{Backend, Batch, BatchOutcome, Ingestor, Store, StoreError};
