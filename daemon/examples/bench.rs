@@ -19,7 +19,7 @@ fn gen(start: u64, n: usize, devices: i32) -> Vec<Event> {
             let i = start + k;
             let device = (i % devices as u64) as i32;
             let slot = i / devices as u64;
-            let (kind, ptr, size) = if slot % 2 == 0 {
+            let (kind, ptr, size) = if slot.is_multiple_of(2) {
                 (
                     1u8,
                     0x1000_0000 + (slot / 2) * 0x1000,
