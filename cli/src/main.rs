@@ -43,6 +43,12 @@ enum Command {
     /// Runtime attribution from a capture's PJRT records: allocator timeline per device,
     /// the executable at the runtime peak, co-resident buffers, OOMs in execute.
     Runtime(cmd::runtime::RuntimeArgs),
+    /// Run the central daemon: ingest from agents, SQLite/PostgreSQL storage, JSON API.
+    Serve(cmd::serve::ServeArgs),
+    /// Run the node agent: shim receiver, device sampling, spool, forwarding to a daemon.
+    Agent(cmd::agent::AgentArgs),
+    /// Load a capture file into a database or a daemon.
+    Import(cmd::import::ImportArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +66,9 @@ fn main() -> ExitCode {
         Command::Report(args) => cmd::report::run(args),
         Command::Attach(args) => cmd::attach::run(args),
         Command::Runtime(a) => cmd::runtime::run(a),
+        Command::Serve(args) => cmd::serve::run(args),
+        Command::Agent(args) => cmd::agent::run(args),
+        Command::Import(args) => cmd::import::run(args),
     };
     cmd::finish(result)
 }

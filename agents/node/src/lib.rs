@@ -7,8 +7,11 @@
 //! interpret events (that is `memwatch-analysis`) and never changes frame bytes.
 
 pub mod capture_sink;
+pub mod forwarder;
 pub mod receiver;
+pub mod sampler;
 pub mod sink;
+pub mod spool;
 
 pub use capture_sink::{CaptureFileSink, CaptureStats};
 pub use receiver::{ConnSummary, Receiver, ReceiverStats};

@@ -7,6 +7,7 @@
 
 pub mod event;
 pub mod frame;
+pub mod ingest;
 pub mod reader;
 pub mod writer;
 

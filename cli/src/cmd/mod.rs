@@ -1,15 +1,18 @@
 //! Subcommand implementations, one file each, plus the shared exit-code policy.
 
+pub mod agent;
 pub mod attach;
 pub mod attach_live;
 pub mod fmt;
 pub mod gate;
+pub mod import;
 pub mod log;
 pub mod replay;
 pub mod replay_gpu;
 pub mod report;
 pub mod run;
 pub mod runtime;
+pub mod serve;
 pub mod xla;
 
 use std::process::ExitCode;

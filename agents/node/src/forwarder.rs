@@ -1,0 +1,483 @@
+//! Forwarding to `memwatch serve`: a [`FrameSink`] that groups each shim connection's
+//! frames into numbered batches, appends them to the on-disk [`Spool`], and a sender
+//! thread that replays the spool to the daemon in order over TCP
+//! (`memwatch_wire::ingest`), deleting spooled data only once the daemon acknowledged
+//! its commit.
+//!
+//! Guarantees: frames reach the daemon in the order received, each batch at least once;
+//! the daemon drops resends by (node, stream, seq), so each is stored exactly once.
+//! While the daemon is unreachable everything waits on disk (bounded by the spool size;
+//! beyond it whole batches are refused and counted). Memory stays small: at most one open
+//! batch per connection plus a window of in-flight batch headers.
+//!
+//! Run keys: a process whose parent is already captured joins its parent's run; any
+//! other process starts a run named `HOST:PID:WALLNS`.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use memwatch_wire::frame::encode_preamble;
+use memwatch_wire::ingest::{
+    decode_ack, encode_batch_header, encode_hello, ACK_LEN, ACK_MAGIC, ERROR_MAGIC,
+};
+use memwatch_wire::Record;
+
+use crate::sink::{CloseReason, ConnId, FrameSink, SinkError};
+use crate::spool::{Pos, Spool, SpoolError, SpoolRecord};
+
+/// Settings of a forwarder.
+#[derive(Debug, Clone)]
+pub struct ForwarderConfig {
+    /// `HOST:PORT` of the daemon's ingest listener.
+    pub daemon: String,
+    pub token: String,
+    pub node: String,
+    pub spool_dir: PathBuf,
+    pub spool_max_bytes: u64,
+    /// A connection's batch is sealed at this size…
+    pub batch_bytes: usize,
+    /// …or when it is this old.
+    pub flush_interval: Duration,
+    /// Batches sent but not yet acknowledged.
+    pub window: usize,
+    /// Fixed run key for every connection (`memwatch run --daemon`); `None`: per process
+    /// tree (see the module docs).
+    pub run_key: Option<String>,
+}
+
+impl ForwarderConfig {
+    pub fn new(daemon: impl Into<String>, node: impl Into<String>, spool_dir: PathBuf) -> Self {
+        Self {
+            daemon: daemon.into(),
+            token: String::new(),
+            node: node.into(),
+            spool_dir,
+            spool_max_bytes: 1 << 30,
+            batch_bytes: 1 << 20,
+            flush_interval: Duration::from_millis(100),
+            window: 32,
+            run_key: None,
+        }
+    }
+}
+
+/// Counters of a forwarder.
+#[derive(Debug, Default)]
+pub struct ForwarderStats {
+    pub batches_spooled: AtomicU64,
+    pub batches_acked: AtomicU64,
+    pub batches_refused: AtomicU64,
+    pub bytes_spooled: AtomicU64,
+    pub connects: AtomicU64,
+}
+
+struct StreamBuf {
+    stream: u64,
+    seq: u64,
+    run: String,
+    buf: Vec<u8>,
+    since: Instant,
+}
+
+struct Inner {
+    cfg: ForwarderConfig,
+    spool: Mutex<Spool>,
+    data: Condvar,
+    streams: Mutex<HashMap<u64, StreamBuf>>,
+    pid_runs: Mutex<HashMap<u32, String>>,
+    stream_base: u64,
+    next_stream: AtomicU64,
+    stop: AtomicBool,
+    stats: ForwarderStats,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A running forwarder. [`Forwarder::shutdown`] drains what it can.
+pub struct Forwarder {
+    inner: Arc<Inner>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// The key a caller uses for its own (non-shim) stream, e.g. the device sampler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamKey(pub u64);
+
+impl Forwarder {
+    /// Opens the spool (replaying whatever a previous agent left) and starts the sender.
+    pub fn start(cfg: ForwarderConfig) -> Result<Self, SpoolError> {
+        let spool = Spool::open(&cfg.spool_dir, cfg.spool_max_bytes)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let inner = Arc::new(Inner {
+            cfg,
+            spool: Mutex::new(spool),
+            data: Condvar::new(),
+            streams: Mutex::new(HashMap::new()),
+            pid_runs: Mutex::new(HashMap::new()),
+            // Unique per agent start: time in the high bits, a counter in the low ones.
+            stream_base: (now << 16) ^ ((std::process::id() as u64) << 40),
+            next_stream: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+            stats: ForwarderStats::default(),
+        });
+        let mut threads = Vec::new();
+        let i = inner.clone();
+        threads.push(std::thread::spawn(move || sender(&i)));
+        let i = inner.clone();
+        threads.push(std::thread::spawn(move || {
+            while !i.stop.load(Ordering::Relaxed) {
+                std::thread::sleep(i.cfg.flush_interval / 2);
+                i.seal_old();
+            }
+        }));
+        Ok(Self { inner, threads })
+    }
+
+    pub fn stats(&self) -> &ForwarderStats {
+        &self.inner.stats
+    }
+
+    /// Bytes currently spooled (sent but not acknowledged, or not yet sent).
+    pub fn spooled_bytes(&self) -> u64 {
+        lock(&self.inner.spool).bytes()
+    }
+
+    /// A new stream for a caller's own frames (run key `run`, "" for node-level data).
+    pub fn open_stream(&self, run: &str) -> StreamKey {
+        let id = self.inner.new_stream();
+        lock(&self.inner.streams).insert(
+            id,
+            StreamBuf {
+                stream: id,
+                seq: 0,
+                run: run.to_string(),
+                buf: Vec::new(),
+                since: Instant::now(),
+            },
+        );
+        StreamKey(id)
+    }
+
+    /// Adds whole frames to a caller's stream.
+    pub fn push(&self, key: StreamKey, frames: &[u8]) -> Result<(), SpoolError> {
+        self.inner.push(key.0, frames)
+    }
+
+    /// Seals all open batches and waits up to `timeout` for the daemon to acknowledge
+    /// everything spooled. Returns whether everything was acknowledged (if not, it stays
+    /// in the spool for the next start).
+    pub fn shutdown(mut self, timeout: Duration) -> bool {
+        self.inner.seal_all();
+        let deadline = Instant::now() + timeout;
+        let mut done = false;
+        while Instant::now() < deadline {
+            if lock(&self.inner.spool).bytes() == 0 {
+                done = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.inner.stop.store(true, Ordering::Relaxed);
+        self.inner.data.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        done
+    }
+}
+
+impl Inner {
+    fn new_stream(&self) -> u64 {
+        self.stream_base
+            .wrapping_add(self.next_stream.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn push(&self, stream: u64, frames: &[u8]) -> Result<(), SpoolError> {
+        let sealed = {
+            let mut streams = lock(&self.streams);
+            let Some(s) = streams.get_mut(&stream) else {
+                return Ok(());
+            };
+            if s.buf.is_empty() {
+                s.since = Instant::now();
+            }
+            s.buf.extend_from_slice(frames);
+            if s.buf.len() >= self.cfg.batch_bytes {
+                Some(take_batch(s))
+            } else {
+                None
+            }
+        };
+        match sealed {
+            Some(rec) => self.spool_batch(rec),
+            None => Ok(()),
+        }
+    }
+
+    fn spool_batch(&self, rec: SpoolRecord) -> Result<(), SpoolError> {
+        let n = rec.frames.len() as u64;
+        let ok = lock(&self.spool).append(&rec)?;
+        if ok {
+            self.stats.batches_spooled.fetch_add(1, Ordering::Relaxed);
+            self.stats.bytes_spooled.fetch_add(n, Ordering::Relaxed);
+            self.data.notify_all();
+        } else {
+            self.stats.batches_refused.fetch_add(1, Ordering::Relaxed);
+            eprintln!(
+                "memwatch agent: spool full ({} bytes): refused a batch of {n} bytes (stream {} seq {})",
+                self.cfg.spool_max_bytes, rec.stream, rec.seq
+            );
+        }
+        Ok(())
+    }
+
+    fn seal_where(&self, pred: impl Fn(&StreamBuf) -> bool) {
+        let recs: Vec<SpoolRecord> = lock(&self.streams)
+            .values_mut()
+            .filter(|s| !s.buf.is_empty() && pred(s))
+            .map(take_batch)
+            .collect();
+        for r in recs {
+            if let Err(e) = self.spool_batch(r) {
+                eprintln!("memwatch agent: {e}");
+            }
+        }
+    }
+
+    fn seal_old(&self) {
+        let max = self.cfg.flush_interval;
+        self.seal_where(|s| s.since.elapsed() >= max);
+    }
+
+    fn seal_all(&self) {
+        self.seal_where(|_| true);
+    }
+}
+
+fn take_batch(s: &mut StreamBuf) -> SpoolRecord {
+    s.seq += 1;
+    SpoolRecord {
+        stream: s.stream,
+        seq: s.seq,
+        run: s.run.clone(),
+        frames: std::mem::take(&mut s.buf),
+    }
+}
+
+impl FrameSink for Forwarder {
+    fn frame(&self, conn: ConnId, record: &Record, bytes: &[u8]) -> Result<(), SinkError> {
+        let inner = &self.inner;
+        let key = conn_stream_key(conn);
+        if let Record::ProcessStart(p) = record {
+            let run = match &inner.cfg.run_key {
+                Some(k) => k.clone(),
+                None => {
+                    let mut runs = lock(&inner.pid_runs);
+                    let run = runs.get(&p.ppid).cloned().unwrap_or_else(|| {
+                        format!("{}:{}:{}", inner.cfg.node, p.pid, p.wall_anchor_unix_ns)
+                    });
+                    runs.insert(p.pid, run.clone());
+                    run
+                }
+            };
+            lock(&inner.streams)
+                .entry(key)
+                .or_insert_with(|| StreamBuf {
+                    stream: inner.new_stream(),
+                    seq: 0,
+                    run,
+                    buf: Vec::new(),
+                    since: Instant::now(),
+                });
+        }
+        inner.push(key, bytes).map_err(|e| SinkError(e.to_string()))
+    }
+
+    fn closed(&self, conn: ConnId, _reason: &CloseReason) {
+        let key = conn_stream_key(conn);
+        let rec = lock(&self.inner.streams)
+            .remove(&key)
+            .filter(|s| !s.buf.is_empty())
+            .map(|mut s| take_batch(&mut s));
+        if let Some(r) = rec {
+            if let Err(e) = self.inner.spool_batch(r) {
+                eprintln!("memwatch agent: {e}");
+            }
+        }
+    }
+}
+
+/// Shim connections are keyed in the stream table by a value that cannot collide with
+/// the ids of [`Forwarder::open_stream`] (those have high bits set from the clock).
+fn conn_stream_key(conn: ConnId) -> u64 {
+    conn.0 | (1 << 63)
+}
+
+enum FromDaemon {
+    Ack(u64, u64),
+    Closed(String),
+}
+
+fn read_acks(mut sock: TcpStream, tx: mpsc::Sender<FromDaemon>) {
+    loop {
+        let mut b = [0u8; ACK_LEN];
+        if let Err(e) = sock.read_exact(&mut b[..4]) {
+            let _ = tx.send(FromDaemon::Closed(format!("connection lost: {e}")));
+            return;
+        }
+        if b[..4] == ERROR_MAGIC {
+            let mut n = [0u8; 2];
+            let mut msg = String::from("daemon closed the connection");
+            if sock.read_exact(&mut n).is_ok() {
+                let mut m = vec![0u8; u16::from_le_bytes(n) as usize];
+                if sock.read_exact(&mut m).is_ok() {
+                    msg = format!("daemon: {}", String::from_utf8_lossy(&m));
+                }
+            }
+            let _ = tx.send(FromDaemon::Closed(msg));
+            return;
+        }
+        if b[..4] != ACK_MAGIC || sock.read_exact(&mut b[4..]).is_err() {
+            let _ = tx.send(FromDaemon::Closed("bad reply from the daemon".into()));
+            return;
+        }
+        match decode_ack(&b) {
+            Some((s, q)) => {
+                if tx.send(FromDaemon::Ack(s, q)).is_err() {
+                    return;
+                }
+            }
+            None => return,
+        }
+    }
+}
+
+fn connect(cfg: &ForwarderConfig) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::other(format!("{} resolves to no address", cfg.daemon));
+    for addr in cfg.daemon.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                let mut hello = Vec::new();
+                encode_hello(&cfg.token, &cfg.node, &mut hello);
+                hello.extend_from_slice(&encode_preamble());
+                (&s).write_all(&hello)?;
+                return Ok(s);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// The sender thread: (re)connects, sends spooled batches in order with a window, and
+/// moves the acknowledged position forward.
+fn sender(inner: &Inner) {
+    let cfg = &inner.cfg;
+    let mut acked: Pos = lock(&inner.spool).start();
+    let mut backoff = Duration::from_millis(50);
+    let mut last_error = String::new();
+    while !inner.stop.load(Ordering::Relaxed) {
+        let sock = match connect(cfg) {
+            Ok(s) => s,
+            Err(e) => {
+                let msg = format!("cannot reach daemon {}: {e}", cfg.daemon);
+                if msg != last_error {
+                    eprintln!("memwatch agent: {msg} (spooling, will retry)");
+                    last_error = msg;
+                }
+                wait_stop(inner, backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        inner.stats.connects.fetch_add(1, Ordering::Relaxed);
+        backoff = Duration::from_millis(50);
+        last_error.clear();
+        let (tx, rx) = mpsc::channel();
+        let reader = match sock.try_clone() {
+            Ok(r) => r,
+            Err(_) => continue,
+        };
+        let reader_thread = std::thread::spawn(move || read_acks(reader, tx));
+        let mut out = &sock;
+        let mut pos = acked;
+        let mut inflight: VecDeque<(u64, u64, Pos)> = VecDeque::new();
+        let reason: String = 'conn: loop {
+            while inflight.len() < cfg.window {
+                let next = match lock(&inner.spool).read_at(pos) {
+                    Ok(n) => n,
+                    Err(e) => break 'conn format!("reading the spool: {e}"),
+                };
+                let Some((rec, after)) = next else { break };
+                let mut head = Vec::with_capacity(64);
+                encode_batch_header(
+                    rec.stream,
+                    rec.seq,
+                    &rec.run,
+                    rec.frames.len() as u32,
+                    &mut head,
+                );
+                if let Err(e) = out
+                    .write_all(&head)
+                    .and_then(|_| out.write_all(&rec.frames))
+                {
+                    break 'conn format!("send failed: {e}");
+                }
+                inflight.push_back((rec.stream, rec.seq, after));
+                pos = after;
+            }
+            if inner.stop.load(Ordering::Relaxed) {
+                break 'conn String::new();
+            }
+            if inflight.is_empty() {
+                let spool = lock(&inner.spool);
+                if spool.end() <= pos || spool.bytes() == 0 {
+                    let _ = inner.data.wait_timeout(spool, Duration::from_millis(50));
+                }
+                continue;
+            }
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(FromDaemon::Ack(s, q)) => match inflight.front() {
+                    Some(&(fs, fq, after)) if fs == s && fq == q => {
+                        inflight.pop_front();
+                        acked = after;
+                        inner.stats.batches_acked.fetch_add(1, Ordering::Relaxed);
+                        if let Err(e) = lock(&inner.spool).acknowledge(acked) {
+                            break 'conn format!("spool: {e}");
+                        }
+                    }
+                    _ => break 'conn format!("unexpected acknowledgement {s}/{q}"),
+                },
+                Ok(FromDaemon::Closed(why)) => break 'conn why,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break 'conn "connection lost".into(),
+            }
+        };
+        let _ = sock.shutdown(std::net::Shutdown::Both);
+        let _ = reader_thread.join();
+        if !reason.is_empty() {
+            eprintln!("memwatch agent: {reason}; resending unacknowledged batches");
+            wait_stop(inner, backoff);
+        }
+    }
+}
+
+fn wait_stop(inner: &Inner, d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end && !inner.stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

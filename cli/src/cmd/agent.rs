@@ -1,0 +1,162 @@
+//! `memwatch agent --daemon HOST:PORT`: the per-node agent. A Unix-socket receiver for
+//! shims (the same one `memwatch run` uses) feeding the forwarder (spool + TCP to the
+//! daemon), plus device sampling once a second. Owns argument parsing and wiring only.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use memwatch_agent::forwarder::{Forwarder, ForwarderConfig};
+use memwatch_agent::{sampler, FrameSink, Receiver};
+
+use super::Outcome;
+
+const AFTER_HELP: &str = "\
+Examples:
+  memwatch agent --daemon central:7374 --token-file /etc/memwatch/token
+  memwatch agent --daemon 127.0.0.1:7374 --spool /var/lib/memwatch/spool --spool-max-mib 4096
+
+The agent prints the socket to point shims at (MEMWATCH_SINK=unix:PATH, or run
+programs with `LD_PRELOAD=libmemwatch_preload.so`). Everything received is spooled to
+disk first and deleted only after the daemon acknowledged its commit: when the daemon
+is down, the agent keeps spooling (up to --spool-max-mib) and replays in order when it
+is back. Samples device memory (NVML, ROCm SMI with the `rocm` feature, amdgpu sysfs)
+every --sample-ms. Stops on SIGINT/SIGTERM after flushing for up to --drain-secs.";
+
+/// Arguments of `memwatch agent`.
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct AgentArgs {
+    /// HOST:PORT of `memwatch serve --ingest`.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub daemon: String,
+    /// Token the daemon requires.
+    #[arg(long, env = "MEMWATCH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// File holding the token (first line).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Node name [default: the host name].
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Spool directory [default: $TMPDIR/memwatch-spool].
+    #[arg(long, value_name = "DIR")]
+    pub spool: Option<PathBuf>,
+    /// Largest spool size in MiB; beyond it batches are refused and counted.
+    #[arg(long, default_value_t = 1024)]
+    pub spool_max_mib: u64,
+    /// Directory in which the private socket directory is created [default: $TMPDIR].
+    #[arg(long, value_name = "DIR")]
+    pub socket_dir: Option<PathBuf>,
+    /// Device sampling period in ms (0: no sampling).
+    #[arg(long, default_value_t = 1000)]
+    pub sample_ms: u64,
+    /// sysfs root for amdgpu sampling.
+    #[arg(long, default_value = "/sys", hide = true)]
+    pub sysfs_root: PathBuf,
+    /// Seconds to wait for the daemon to acknowledge everything when stopping.
+    #[arg(long, default_value_t = 10.0)]
+    pub drain_secs: f64,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+pub fn run(args: AgentArgs) -> Result<Outcome> {
+    let token = match (&args.token, &args.token_file) {
+        (_, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read --token-file {}", f.display()))?
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        (Some(t), None) => t.clone(),
+        (None, None) => String::new(),
+    };
+    let node = args.node.clone().unwrap_or_else(hostname);
+    let spool = args
+        .spool
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("memwatch-spool"));
+    let mut cfg = ForwarderConfig::new(args.daemon.clone(), node.clone(), spool.clone());
+    cfg.token = token;
+    cfg.spool_max_bytes = args.spool_max_mib.max(1) << 20;
+    let fwd = Arc::new(
+        Forwarder::start(cfg).with_context(|| format!("cannot open spool {}", spool.display()))?,
+    );
+    let receiver = Receiver::start(
+        args.socket_dir.as_deref(),
+        fwd.clone() as Arc<dyn FrameSink>,
+    )
+    .context("cannot start the shim receiver")?;
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    println!("MEMWATCH_SINK={}", receiver.sink_address());
+    eprintln!(
+        "memwatch agent: node {node}, daemon {}, spool {}",
+        args.daemon,
+        spool.display()
+    );
+    let sampling = if args.sample_ms > 0 {
+        let samplers = sampler::detect(&args.sysfs_root);
+        eprintln!(
+            "memwatch agent: device sampling: {}",
+            if samplers.is_empty() {
+                "no GPU found".to_string()
+            } else {
+                samplers
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        );
+        let f = fwd.clone();
+        let period = Duration::from_millis(args.sample_ms);
+        (!samplers.is_empty())
+            .then(|| std::thread::spawn(move || sampler::run_sampling(samplers, &f, period, &STOP)))
+    } else {
+        None
+    };
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("memwatch agent: stopping");
+    let stats = receiver.shutdown();
+    if let Some(t) = sampling {
+        let _ = t.join();
+    }
+    let fwd = Arc::try_unwrap(fwd).map_err(|_| anyhow::anyhow!("forwarder still in use"))?;
+    let drained = fwd.shutdown(Duration::from_secs_f64(args.drain_secs.max(0.0)));
+    eprintln!(
+        "memwatch agent: {} connections; {}",
+        stats.connections.len(),
+        if drained {
+            "everything acknowledged by the daemon".to_string()
+        } else {
+            format!(
+                "unacknowledged data stays in {} for the next start",
+                spool.display()
+            )
+        }
+    );
+    Ok(Outcome::Success)
+}

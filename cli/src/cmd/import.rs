@@ -1,0 +1,265 @@
+//! `memwatch import CAPTURE --db PATH | --daemon URL`: loads a capture file into a store,
+//! directly (SQLite/PostgreSQL) or through a daemon's HTTP ingest.
+//!
+//! Owns reading the capture (salvaging a damaged one and saying what was lost), cutting
+//! it into numbered batches, and sending them. Batches carry a stream id derived from the
+//! file's contents, so importing the same file again stores nothing twice.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use memwatch_daemon::{Batch, Ingestor, Store};
+use memwatch_wire::frame::encode_preamble;
+use memwatch_wire::{encode_record, FrameReader, ReadMode, Record};
+use serde::Serialize;
+
+use super::Outcome;
+
+const AFTER_HELP: &str = "\
+Examples:
+  memwatch import run.mwcap --db memwatch.db
+  memwatch import run.mwcap --daemon http://central:7373 --token s3cret --run nightly-42
+  memwatch import cut-off.mwcap --db mw.db --json
+
+A damaged capture is loaded up to the damage (what was skipped is reported). Importing
+the same file twice stores it once (batches are keyed by the file's contents).";
+
+/// Arguments of `memwatch import`.
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct ImportArgs {
+    /// Capture file (.mwcap).
+    pub capture: PathBuf,
+    /// Store directly into this SQLite file or postgres://… database.
+    #[arg(
+        long,
+        value_name = "PATH|URL",
+        conflicts_with = "daemon",
+        required_unless_present = "daemon"
+    )]
+    pub db: Option<String>,
+    /// Send to a daemon's HTTP API, e.g. http://127.0.0.1:7373.
+    #[arg(long, value_name = "URL")]
+    pub daemon: Option<String>,
+    /// Bearer token for --daemon.
+    #[arg(long, env = "MEMWATCH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Run key [default: import:<file name>:<content id>].
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Node name [default: the capture's host name].
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Print one JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where to put a capture.
+pub enum Target<'a> {
+    Db(&'a str),
+    Daemon {
+        url: &'a str,
+        token: Option<&'a str>,
+    },
+}
+
+/// What an import did.
+#[derive(Debug, Serialize)]
+pub struct ImportSummary {
+    pub capture: String,
+    pub run_key: String,
+    pub run_id: Option<i64>,
+    pub batches: u64,
+    pub duplicate_batches: u64,
+    pub events: u64,
+    pub damaged_regions: usize,
+    pub bytes_skipped: u64,
+}
+
+const BATCH_EVENTS: usize = 65_536;
+
+fn content_id(path: &Path) -> Result<u64> {
+    let mut f = std::fs::File::open(path)
+        .with_context(|| format!("cannot open capture {}", path.display()))?;
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut head = vec![0u8; 1 << 20];
+    let n = f.read(&mut head).unwrap_or(0);
+    Ok(((len & 0xffff_ffff) << 32) | crc32fast::hash(&head[..n]) as u64)
+}
+
+/// Reads `path` and stores it at `target`.
+pub fn import_capture(
+    path: &Path,
+    target: Target<'_>,
+    run: Option<String>,
+    node: Option<String>,
+) -> Result<ImportSummary> {
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("cannot open capture {}", path.display()))?;
+    let mut reader = FrameReader::new(std::io::BufReader::new(file), ReadMode::Salvage)
+        .with_context(|| format!("capture {}", path.display()))?;
+    let stream = content_id(path)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let run_key = run.unwrap_or_else(|| format!("import:{name}:{stream:016x}"));
+    // Same file into the same run: same stream, so a repeated import stores nothing twice.
+    let stream = stream ^ ((crc32fast::hash(run_key.as_bytes()) as u64) << 16);
+    let mut groups: Vec<Vec<Record>> = vec![Vec::new()];
+    let mut in_group = 0usize;
+    let mut host = None;
+    while let Some(rec) = reader
+        .next_record()
+        .with_context(|| format!("capture {}", path.display()))?
+    {
+        if let Record::ProcessStart(p) = &rec {
+            host.get_or_insert_with(|| p.hostname.clone());
+        }
+        in_group += match &rec {
+            Record::Events(e) => e.len(),
+            _ => 1,
+        };
+        if let Some(g) = groups.last_mut() {
+            g.push(rec);
+        }
+        if in_group >= BATCH_EVENTS {
+            groups.push(Vec::new());
+            in_group = 0;
+        }
+    }
+    groups.retain(|g| !g.is_empty());
+    let node = node
+        .or(host)
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "import".into());
+    let mut summary = ImportSummary {
+        capture: path.display().to_string(),
+        run_key: run_key.clone(),
+        run_id: None,
+        batches: groups.len() as u64,
+        duplicate_batches: 0,
+        events: 0,
+        damaged_regions: reader.damage().len(),
+        bytes_skipped: reader.damage().iter().map(|d| d.bytes_skipped).sum(),
+    };
+    match target {
+        Target::Db(db) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            rt.block_on(async {
+                let store = Store::open(db)
+                    .await
+                    .with_context(|| format!("database {}", memwatch_daemon::store::redact(db)))?;
+                let mut ing = Ingestor::new(store);
+                for (i, records) in groups.into_iter().enumerate() {
+                    let out = ing
+                        .commit(vec![Batch {
+                            node: node.clone(),
+                            stream,
+                            seq: i as u64 + 1,
+                            run_key: run_key.clone(),
+                            records,
+                        }])
+                        .await
+                        .with_context(|| format!("storing batch {} into {db}", i + 1))?;
+                    for o in out {
+                        summary.run_id = summary.run_id.or(o.run_id);
+                        summary.events += o.events;
+                        summary.duplicate_batches += o.duplicate as u64;
+                    }
+                }
+                Ok::<_, anyhow::Error>(())
+            })?;
+        }
+        Target::Daemon { url, token } => {
+            let base = url.trim_end_matches('/');
+            if !base.starts_with("http://") {
+                bail!(
+                    "--daemon {url}: expected an http://HOST:PORT URL of `memwatch serve --listen`"
+                );
+            }
+            for (i, records) in groups.into_iter().enumerate() {
+                let mut body = encode_preamble().to_vec();
+                for r in &records {
+                    encode_record(r, &mut body).context("encoding a frame")?;
+                }
+                let endpoint = format!(
+                    "{base}/api/ingest?node={}&run={}&stream={stream}&seq={}",
+                    urlencode(&node),
+                    urlencode(&run_key),
+                    i + 1
+                );
+                let mut req = ureq::post(&endpoint).set("content-type", "application/octet-stream");
+                if let Some(t) = token {
+                    req = req.set("authorization", &format!("Bearer {t}"));
+                }
+                let resp = match req.send_bytes(&body) {
+                    Ok(r) => r,
+                    Err(ureq::Error::Status(code, r)) => {
+                        let msg = r.into_string().unwrap_or_default();
+                        bail!("daemon {base} refused batch {}: HTTP {code} {msg}", i + 1)
+                    }
+                    Err(e) => bail!("cannot reach daemon {base}: {e}"),
+                };
+                let text = resp
+                    .into_string()
+                    .with_context(|| format!("daemon {base}: unreadable reply"))?;
+                let v: serde_json::Value = serde_json::from_str(&text)
+                    .with_context(|| format!("daemon {base}: reply is not JSON: {text}"))?;
+                summary.run_id = summary.run_id.or(v["run_id"].as_i64());
+                summary.events += v["events"].as_u64().unwrap_or(0);
+                summary.duplicate_batches += v["duplicate"].as_bool().unwrap_or(false) as u64;
+            }
+        }
+    }
+    Ok(summary)
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+pub fn run(args: ImportArgs) -> Result<Outcome> {
+    let target = match (&args.db, &args.daemon) {
+        (Some(db), _) => Target::Db(db),
+        (None, Some(url)) => Target::Daemon {
+            url,
+            token: args.token.as_deref(),
+        },
+        (None, None) => bail!("give --db PATH or --daemon URL"),
+    };
+    let s = import_capture(&args.capture, target, args.run.clone(), args.node.clone())?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        println!(
+            "imported {}: run {} (key {}), {} events in {} batches ({} already stored)",
+            s.capture,
+            s.run_id.map_or("-".into(), |r| r.to_string()),
+            s.run_key,
+            s.events,
+            s.batches,
+            s.duplicate_batches
+        );
+        if s.damaged_regions > 0 {
+            eprintln!(
+                "warning: {}: {} damaged region(s), {} bytes skipped",
+                s.capture, s.damaged_regions, s.bytes_skipped
+            );
+        }
+    }
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,97 @@
+//! `memwatch serve`: the central daemon (ingest from agents, storage, JSON API).
+//!
+//! Owns argument parsing and logging set-up only; everything else is memwatch-daemon.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::Outcome;
+
+const AFTER_HELP: &str = "\
+Examples:
+  memwatch serve                                   # ./memwatch.db, API on 127.0.0.1:7373
+  memwatch serve --db /var/lib/memwatch/mw.db --retain-raw-days 14
+  MEMWATCH_TOKEN=s3cret memwatch serve --listen 0.0.0.0:7373 --ingest 0.0.0.0:7374
+  memwatch serve --db postgres://memwatch@dbhost/memwatch
+
+Agents (`memwatch agent --daemon HOST:7374`) stream to --ingest over TCP; tools POST
+captures to /api/ingest. Query: /api/runs, /api/runs/ID/timeline?device=0&points=2000,
+/api/runs/ID/peak, /api/openapi.json; Prometheus: /metrics. Listening on anything other
+than loopback requires a token (--token or MEMWATCH_TOKEN); clients send it as
+`Authorization: Bearer TOKEN` (HTTP) or in the agent hello (TCP).";
+
+/// Arguments of `memwatch serve`.
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct ServeArgs {
+    /// SQLite file (created and migrated on first start) or postgres://… URL.
+    #[arg(long, default_value = "memwatch.db", value_name = "PATH|URL")]
+    pub db: String,
+    /// Address of the HTTP API.
+    #[arg(long, default_value = "127.0.0.1:7373")]
+    pub listen: SocketAddr,
+    /// Address of the TCP ingest listener for agents.
+    #[arg(long, default_value = "127.0.0.1:7374")]
+    pub ingest: SocketAddr,
+    /// Bearer token required from clients (mandatory when not on loopback).
+    #[arg(long, env = "MEMWATCH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Delete raw events after this many days (timelines, peaks and incidents stay).
+    #[arg(long, value_name = "DAYS")]
+    pub retain_raw_days: Option<f64>,
+    /// Largest HTTP request body accepted, in MiB.
+    #[arg(long, default_value_t = 256)]
+    pub max_body_mib: usize,
+}
+
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MEMWATCH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+pub fn run(args: ServeArgs) -> Result<Outcome> {
+    init_logging();
+    let mut cfg = memwatch_daemon::ServeConfig::new(args.db.clone());
+    cfg.listen = args.listen;
+    cfg.ingest = args.ingest;
+    cfg.token = args.token.filter(|t| !t.is_empty());
+    cfg.retain_raw = args
+        .retain_raw_days
+        .map(|d| Duration::from_secs_f64((d * 86400.0).max(0.0)));
+    cfg.max_body_bytes = args.max_body_mib.max(1) << 20;
+    if !args.db.contains("://") && !args.db.starts_with("sqlite:") {
+        let p = PathBuf::from(&args.db);
+        if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create the directory of --db {}", args.db))?;
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let running = memwatch_daemon::start(cfg)
+            .await
+            .with_context(|| format!("memwatch serve --db {}", args.db))?;
+        eprintln!(
+            "memwatch serve: API http://{}  ingest tcp://{}  db {}",
+            running.api_addr,
+            running.ingest_addr,
+            memwatch_daemon::store::redact(&args.db)
+        );
+        tokio::select! {
+            r = running.wait() => r.context("memwatch serve stopped")?,
+            _ = tokio::signal::ctrl_c() => eprintln!("memwatch serve: interrupted, stopping"),
+        }
+        Ok(Outcome::Success)
+    })
+}

@@ -1,0 +1,84 @@
+//! The OpenAPI 3.0 document served at `/api/openapi.json`, written by hand. A test checks
+//! that every route of the router is documented and every documented route answers.
+
+use serde_json::{json, Value};
+
+/// (method, path) of every route the router serves.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/api/nodes"),
+    ("get", "/api/runs"),
+    ("get", "/api/runs/{id}"),
+    ("get", "/api/runs/{id}/timeline"),
+    ("get", "/api/runs/{id}/peak"),
+    ("get", "/api/runs/{id}/events"),
+    ("get", "/api/incidents"),
+    ("post", "/api/ingest"),
+    ("get", "/api/openapi.json"),
+    ("get", "/metrics"),
+];
+
+fn q(name: &str, ty: &str, desc: &str) -> Value {
+    json!({"name": name, "in": "query", "required": false, "schema": {"type": ty}, "description": desc})
+}
+
+fn id() -> Value {
+    json!({"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}, "description": "run id"})
+}
+
+fn ok(desc: &str) -> Value {
+    json!({
+        "200": {"description": desc, "content": {"application/json": {"schema": {"type": "object"}}}},
+        "401": {"description": "bearer token missing or wrong (when the daemon requires one)"},
+        "404": {"description": "no such run"},
+        "400": {"description": "bad parameter, with {\"error\": \"...\"}"}
+    })
+}
+
+/// The document.
+pub fn document() -> Value {
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "memwatch daemon API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "GPU memory timelines, peaks and incidents. Bytes are integers; \
+                times are ns since the run's start unless named *_unix_ns or *_mono_ns."
+        },
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+        "paths": {
+            "/api/nodes": {"get": {"summary": "Nodes with devices and latest samples (VRAM and GTT apart)", "responses": ok("{\"nodes\": [...]}")}},
+            "/api/runs": {"get": {"summary": "Runs, newest first", "parameters": [q("limit", "integer", "at most this many (default 100)")], "responses": ok("{\"runs\": [...]}")}},
+            "/api/runs/{id}": {"get": {"summary": "One run: devices, processes, annotations", "parameters": [id()], "responses": ok("run")}},
+            "/api/runs/{id}/timeline": {"get": {
+                "summary": "Live bytes over time, downsampled to `points` buckets with min/max/last each (peaks are never hidden)",
+                "parameters": [id(), q("device", "integer", "device ordinal (default 0)"),
+                    q("from", "integer", "ns since run start (default 0)"),
+                    q("to", "integer", "ns since run start (default: run end)"),
+                    q("points", "integer", "buckets, 1..100000 (default 2000)")],
+                "responses": ok("{\"bucket_ns\":N, \"source\":\"rollup|raw\", \"points\":[{\"t_ns\",\"min\",\"max\",\"last\"}]}")}},
+            "/api/runs/{id}/peak": {"get": {
+                "summary": "Allocations live at the device's peak, grouped by size class, kind, thread and annotation",
+                "parameters": [id(), q("device", "integer", "device ordinal (default 0)"), q("top", "integer", "largest allocations to list (default 20)")],
+                "responses": ok("peak")}},
+            "/api/runs/{id}/events": {"get": {
+                "summary": "Raw events of a device, paged",
+                "parameters": [id(), q("device", "integer", "device ordinal (default 0)"),
+                    q("from", "integer", "ns since run start"), q("to", "integer", "ns since run start"),
+                    q("cursor", "string", "next_cursor of the previous page"), q("limit", "integer", "page size (default 1000)")],
+                "responses": ok("{\"events\": [...], \"next_cursor\": \"...\"|null}")}},
+            "/api/incidents": {"get": {"summary": "Failed allocations (OOM and other errors), newest first",
+                "parameters": [q("run", "integer", "only this run"), q("limit", "integer", "default 100")],
+                "responses": ok("{\"incidents\": [...]}")}},
+            "/api/ingest": {"post": {
+                "summary": "Ingest a wire stream (16-byte preamble + frames, e.g. a .mwcap file)",
+                "parameters": [q("node", "string", "node name (required)"), q("run", "string", "run key"),
+                    q("stream", "integer", "stream id (with seq: idempotent resend)"), q("seq", "integer", "batch number >= 1")],
+                "requestBody": {"required": true, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+                "responses": {"200": {"description": "{\"stream\",\"seq\",\"duplicate\",\"events\",\"run_id\"}"},
+                    "400": {"description": "malformed stream, with the reason"}, "413": {"description": "body too large"}}}},
+            "/api/openapi.json": {"get": {"summary": "This document", "responses": ok("OpenAPI 3.0 document")}},
+            "/metrics": {"get": {"summary": "Prometheus text metrics", "responses": {"200": {"description": "text/plain; version=0.0.4"}}}}
+        }
+    })
+}

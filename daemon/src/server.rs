@@ -1,0 +1,166 @@
+//! `memwatch serve`: opens the store, starts the writer, the TCP ingest listener, the
+//! HTTP API, the retention task and the ingest-rate ticker.
+//!
+//! Owns the security rule: listening on anything but loopback requires a token (the
+//! daemon refuses to start without one).
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::api::{router, AppState};
+use crate::metrics::Metrics;
+use crate::store::{Ingestor, Store, StoreError};
+use crate::tcp::{serve_ingest, TcpConfig};
+use crate::writer::spawn_writer;
+
+/// Configuration of a daemon.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// File path, `sqlite://…` or `postgres://…`.
+    pub db: String,
+    pub listen: SocketAddr,
+    pub ingest: SocketAddr,
+    pub token: Option<String>,
+    /// Raw events older than this are deleted (rollups and peaks stay). `None`: forever.
+    pub retain_raw: Option<Duration>,
+    pub max_body_bytes: usize,
+    pub max_batch_bytes: u32,
+}
+
+impl ServeConfig {
+    pub fn new(db: impl Into<String>) -> Self {
+        Self {
+            db: db.into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 7373)),
+            ingest: SocketAddr::from(([127, 0, 0, 1], 7374)),
+            token: None,
+            retain_raw: None,
+            max_body_bytes: 256 << 20,
+            max_batch_bytes: memwatch_wire::ingest::DEFAULT_MAX_BATCH_BYTES,
+        }
+    }
+}
+
+/// Errors starting the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "refusing to listen on {0} (not loopback) without a token: set --token or MEMWATCH_TOKEN"
+    )]
+    TokenRequired(SocketAddr),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("HTTP server failed: {0}")]
+    Http(std::io::Error),
+}
+
+/// A started daemon: where it listens, and its store.
+pub struct Running {
+    pub api_addr: SocketAddr,
+    pub ingest_addr: SocketAddr,
+    pub store: Store,
+    pub metrics: Arc<Metrics>,
+    http: tokio::task::JoinHandle<Result<(), std::io::Error>>,
+}
+
+impl Running {
+    /// Waits until the HTTP server stops (it runs until the process ends).
+    pub async fn wait(self) -> Result<(), ServeError> {
+        match self.http.await {
+            Ok(r) => r.map_err(ServeError::Http),
+            Err(e) => Err(ServeError::Http(std::io::Error::other(e))),
+        }
+    }
+}
+
+/// Starts everything and returns once the sockets are bound.
+pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
+    for addr in [cfg.listen, cfg.ingest] {
+        if !addr.ip().is_loopback() && cfg.token.as_deref().is_none_or(str::is_empty) {
+            return Err(ServeError::TokenRequired(addr));
+        }
+    }
+    let store = Store::open(&cfg.db).await?;
+    let metrics = Arc::new(Metrics::default());
+    let (writer, _task) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 1024);
+    let tcp = TcpListener::bind(cfg.ingest)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: cfg.ingest,
+            source,
+        })?;
+    let http = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+    let api_addr = http.local_addr().map_err(ServeError::Http)?;
+    let ingest_addr = tcp.local_addr().map_err(ServeError::Http)?;
+    tokio::spawn(serve_ingest(
+        tcp,
+        writer.clone(),
+        metrics.clone(),
+        TcpConfig {
+            token: cfg.token.clone(),
+            max_batch_bytes: cfg.max_batch_bytes,
+            ..TcpConfig::default()
+        },
+    ));
+    {
+        let m = metrics.clone();
+        tokio::spawn(async move {
+            let mut last = 0u64;
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let now = m.events_total.load(Ordering::Relaxed);
+                m.events_per_second
+                    .store(now.saturating_sub(last), Ordering::Relaxed);
+                last = now;
+            }
+        });
+    }
+    if let Some(keep) = cfg.retain_raw {
+        let st = store.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tick.tick().await;
+                match st.apply_retention(keep.as_nanos() as i64).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!("retention: deleted {n} raw event chunks"),
+                    Err(e) => tracing::warn!("retention failed: {e}"),
+                }
+            }
+        });
+    }
+    let app = router(
+        AppState {
+            store: store.clone(),
+            writer,
+            metrics: metrics.clone(),
+            token: cfg.token.clone(),
+        },
+        cfg.max_body_bytes,
+    );
+    let http = tokio::spawn(async move { axum::serve(http, app).await });
+    tracing::info!(%api_addr, %ingest_addr, "memwatch daemon listening");
+    Ok(Running {
+        api_addr,
+        ingest_addr,
+        store,
+        metrics,
+        http,
+    })
+}

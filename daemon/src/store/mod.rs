@@ -1,0 +1,127 @@
+//! Storage: connecting to SQLite or PostgreSQL through one sqlx `Any` pool, running the
+//! embedded migrations, and the shared error type. Ingest (`ingest`, `state`, `rollup`,
+//! `snapshot`) and reads (`query`) are submodules. All SQL is parameterised.
+
+pub mod ingest;
+pub mod query;
+pub mod rollup;
+pub mod snapshot;
+pub mod state;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Executor};
+
+pub use ingest::{Batch, BatchOutcome, Ingestor};
+
+/// Storage errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database error: {0}")]
+    Sql(#[from] sqlx::Error),
+    #[error("unsupported database URL {0:?} (use a file path, sqlite://PATH or postgres://…)")]
+    BadUrl(String),
+    #[error("stored data is inconsistent: {0}")]
+    Corrupt(String),
+}
+
+/// Which database a [`Store`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A connection pool plus the backend it talks to. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pub pool: AnyPool,
+    pub backend: Backend,
+}
+
+static MIGRATOR_SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static MIGRATOR_POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// Turns `--db` into a sqlx URL: `postgres://…`/`postgresql://…` stay; `sqlite:…` stays;
+/// anything else is a file path (created when missing).
+pub fn database_url(db: &str) -> Result<(String, Backend), StoreError> {
+    if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+        Ok((db.to_string(), Backend::Postgres))
+    } else if db.starts_with("sqlite:") {
+        Ok((db.to_string(), Backend::Sqlite))
+    } else if db.is_empty() || db.contains("://") {
+        Err(StoreError::BadUrl(db.to_string()))
+    } else {
+        Ok((format!("sqlite://{db}?mode=rwc"), Backend::Sqlite))
+    }
+}
+
+impl Store {
+    /// Connects (SQLite: creates the file, WAL mode, NORMAL sync) and migrates.
+    pub async fn open(db: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let (url, backend) = database_url(db)?;
+        let mut opts =
+            AnyPoolOptions::new().max_connections(if backend == Backend::Sqlite { 4 } else { 8 });
+        if backend == Backend::Sqlite {
+            opts = opts.after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute("PRAGMA journal_mode=WAL").await?;
+                    conn.execute("PRAGMA synchronous=NORMAL").await?;
+                    conn.execute("PRAGMA busy_timeout=10000").await?;
+                    conn.execute("PRAGMA cache_size=-65536").await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = opts
+            .connect(&url)
+            .await
+            .map_err(|source| StoreError::Connect {
+                url: redact(&url),
+                source,
+            })?;
+        match backend {
+            Backend::Sqlite => MIGRATOR_SQLITE.run(&pool).await?,
+            Backend::Postgres => MIGRATOR_POSTGRES.run(&pool).await?,
+        }
+        Ok(Self { pool, backend })
+    }
+}
+
+/// Hides a password in a database URL for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Wall-clock now in ns since the Unix epoch.
+pub fn now_unix_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Reads column `i` of `row` as i64.
+pub fn col_i64(row: &AnyRow, i: usize) -> Result<i64, StoreError> {
+    use sqlx::Row;
+    Ok(row.try_get::<i64, _>(i)?)
+}
