@@ -45,7 +45,7 @@ impl Gen {
                 EventKind::Alloc | EventKind::Free | EventKind::AllocFailed => MemKind::Device as u8,
                 _ => 0,
             },
-            api: 1,
+            api: 2001,
             duration_ns: 3_000,
             ..Event::default()
         }
@@ -84,8 +84,8 @@ async fn record_run(ing: &mut Ingestor, key: &str, n: u64, pid: u32, scale: u64,
     let mut evs: Vec<Event> = Vec::new();
     let mut weights = Vec::new();
     for d in 0..2 {
-        for i in 0..64u64 {
-            let (e, p) = g.alloc((64 + i) << 20, d, 1);
+        for i in 0..16u64 {
+            let (e, p) = g.alloc((96 + 8 * i) << 20, d, 1);
             evs.push(e);
             weights.push((p, d));
         }
@@ -107,24 +107,24 @@ async fn record_run(ing: &mut Ingestor, key: &str, n: u64, pid: u32, scale: u64,
             text: format!("step {step}"),
         }));
         // Activations: grow, then free in reverse; one big temporary at step 7.
-        let per = (200 + (step % 5) * 40).min(n.saturating_sub(emitted) / 2 + 1);
+        let per = (100 + (step % 5) * 40).min(n.saturating_sub(emitted) / 2 + 1);
         let mut live = Vec::new();
         for i in 0..per {
             let d = (i % 2) as i32;
-            let size = (scale * (1 + (i * 7919 + step) % 31)) << 10;
+            let size = (scale * (1 + (i * 7919 + step) % 31)) << 18;
             let (e, p) = g.alloc(size, d, 2 + (i % 8) as u32);
             evs.push(e);
             live.push((p, d));
-            if i % 50 == 0 {
+            if i % 25 == 0 {
                 let mut s = g.ev(EventKind::ApiSpan, 0, 0, d, 2 + (i % 8) as u32);
                 s.aux = 150_000 + (i % 7) * 40_000;
-                s.api = 1;
+                s.api = 1024;
                 evs.push(s);
                 g.t += 200_000;
             }
         }
         if step == 7 {
-            let (e, p) = g.alloc(scale << 26, 0, 3);
+            let (e, p) = g.alloc(scale << 30, 0, 3);
             evs.push(e);
             live.push((p, 0));
         }
@@ -132,7 +132,7 @@ async fn record_run(ing: &mut Ingestor, key: &str, n: u64, pid: u32, scale: u64,
             let e = g.ev(EventKind::Free, p, 0, d, 2);
             evs.push(e);
         }
-        emitted += 2 * per + per / 50 + 1;
+        emitted += 2 * per + per / 25 + 1;
         if evs.len() >= 200_000 {
             flush(&mut recs, &mut evs);
             seq += 1;

@@ -176,7 +176,7 @@ async fn every_page_renders_recorded_data() {
     assert_eq!(st, StatusCode::OK);
     assert_eq!(body.matches("<svg").count(), 3, "two device charts + span lanes");
     assert!(body.contains("peak "), "peak marked");
-    assert!(body.contains("failed allocation (1)"), "failure marked on GPU 1");
+    assert!(body.contains("failed allocation (1 here, 1 in run)"), "failure marked on GPU 1");
     assert!(body.contains("API calls on 3 threads"), "{body}");
     assert!(body.contains("step &lt;1&gt; &amp; warmup"), "annotation escaped");
     assert!(!body.contains("step <1>"));

@@ -96,8 +96,11 @@ fn draw_timeline(
     }
     let ytop = (ymax.max(1) as f64) * 1.12;
     let (x0, x1) = (from as f64, to.max(from + 1) as f64);
+    let legend = legend_items(series, marks, from, to);
+    draw_legend(root, &legend)?;
     let mut chart = ChartBuilder::on(root)
         .margin(12)
+        .margin_top(34)
         .margin_right(24)
         .x_label_area_size(34)
         .y_label_area_size(84)
@@ -118,18 +121,25 @@ fn draw_timeline(
         .draw()
         .map_err(err)?;
 
-    for (i, &(t, ref text)) in marks.annotations.iter().enumerate() {
-        if t < from || t >= to || i > 200 {
-            continue;
+    let visible: Vec<&(u64, String)> = marks
+        .annotations
+        .iter()
+        .filter(|(t, _)| *t >= from && *t < to)
+        .collect();
+    let few = visible.len() <= 12;
+    for (i, &&(t, ref text)) in visible.iter().enumerate() {
+        if i >= 400 {
+            break;
         }
         let x = t as f64;
+        let y0 = if few { 0.0 } else { ytop * 0.96 };
         chart
             .draw_series(std::iter::once(PathElement::new(
-                vec![(x, 0.0), (x, ytop)],
-                NOTE.mix(0.35).stroke_width(1),
+                vec![(x, y0), (x, ytop)],
+                NOTE.mix(0.45).stroke_width(1),
             )))
             .map_err(err)?;
-        if marks.annotations.len() <= 12 {
+        if few {
             chart
                 .draw_series(std::iter::once(Text::new(
                     short(text, 24),
@@ -163,11 +173,7 @@ fn draw_timeline(
         let color = s.color;
         chart
             .draw_series(LineSeries::new(upper, color.stroke_width(2)))
-            .map_err(err)?
-            .label(s.label.clone())
-            .legend(move |(x, y)| {
-                Rectangle::new([(x, y - 5), (x + 16, y + 5)], color.filled())
-            });
+            .map_err(err)?;
     }
 
     let fail_y = ytop * 0.94;
@@ -190,9 +196,7 @@ fn draw_timeline(
                     .iter()
                     .map(|&c| TriangleMarker::new(c, 7, FAIL.filled())),
             )
-            .map_err(err)?
-            .label(format!("failed allocation ({})", marks.failures.len()))
-            .legend(|(x, y)| TriangleMarker::new((x + 8, y), 6, FAIL.filled()));
+            .map_err(err)?;
     }
 
     if let Some((t, b)) = marks.peak {
@@ -200,9 +204,7 @@ fn draw_timeline(
             let c = (t as f64, b as f64);
             chart
                 .draw_series(std::iter::once(Circle::new(c, 6, PEAK.filled())))
-                .map_err(err)?
-                .label(format!("peak {}", fmt::bytes(b)))
-                .legend(|(x, y)| Circle::new((x + 8, y), 5, PEAK.filled()));
+                .map_err(err)?;
             let right_half = (t - from) as f64 > (to - from) as f64 * 0.7;
             let anchor = if right_half { HPos::Right } else { HPos::Left };
             let dx = if right_half { -(x1 - x0) * 0.01 } else { (x1 - x0) * 0.01 };
@@ -219,16 +221,67 @@ fn draw_timeline(
         }
     }
 
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .label_font(("sans-serif", 13).into_font().color(&RGBColor(30, 30, 30)))
-        .draw()
-        .map_err(err)?;
     let (xr, _) = chart.plotting_area().get_pixel_range();
     Ok((xr.start, xr.end))
+}
+
+enum Swatch {
+    Band(RGBColor),
+    Triangle,
+    Dot,
+    Tick,
+}
+
+fn legend_items(series: &[Series], marks: &Marks, from: u64, to: u64) -> Vec<(Swatch, String)> {
+    let mut v: Vec<(Swatch, String)> = series
+        .iter()
+        .map(|s| (Swatch::Band(s.color), s.label.clone()))
+        .collect();
+    if let Some((t, b)) = marks.peak {
+        let where_ = if t >= from && t < to { "" } else { " (outside this range)" };
+        v.push((Swatch::Dot, format!("peak {}{where_}", fmt::bytes(b))));
+    }
+    let nf = marks.failures.iter().filter(|&&t| t >= from && t < to).count();
+    if !marks.failures.is_empty() {
+        v.push((
+            Swatch::Triangle,
+            format!("failed allocation ({nf} here, {} in run)", marks.failures.len()),
+        ));
+    }
+    let na = marks.annotations.iter().filter(|(t, _)| *t >= from && *t < to).count();
+    if na > 0 {
+        v.push((Swatch::Tick, format!("annotation ({na})")));
+    }
+    v
+}
+
+/// A one-row legend above the plot, so it never covers data (or the peak).
+fn draw_legend(root: &DrawingArea<SVGBackend, Shift>, items: &[(Swatch, String)]) -> DrawResult<()> {
+    let mut x = 96i32;
+    let y = 16i32;
+    let font = ("sans-serif", 13).into_font().color(&RGBColor(30, 30, 30));
+    for (sw, text) in items {
+        match sw {
+            Swatch::Band(c) => root
+                .draw(&Rectangle::new([(x, y - 5), (x + 16, y + 5)], c.filled()))
+                .map_err(err)?,
+            Swatch::Triangle => root
+                .draw(&TriangleMarker::new((x + 8, y), 6, FAIL.filled()))
+                .map_err(err)?,
+            Swatch::Dot => root.draw(&Circle::new((x + 8, y), 5, PEAK.filled())).map_err(err)?,
+            Swatch::Tick => root
+                .draw(&PathElement::new(vec![(x + 8, y - 7), (x + 8, y + 7)], NOTE.stroke_width(2)))
+                .map_err(err)?,
+        }
+        root.draw(&Text::new(
+            text.clone(),
+            (x + 22, y),
+            font.clone().pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(err)?;
+        x += 22 + 7 * text.chars().count() as i32 + 24;
+    }
+    Ok(())
 }
 
 /// One API span: lane index, start and end (ns since run start), name.
@@ -342,7 +395,7 @@ mod tests {
         let r = timeline((900, 300), 0, 1000, &s, &marks).unwrap();
         assert!(r.svg.starts_with("<svg"));
         assert!(r.svg.contains("peak 1.00 GiB"));
-        assert!(r.svg.contains("failed allocation (1)"));
+        assert!(r.svg.contains("failed allocation (1 here, 1 in run)"));
         assert!(r.plot_left > 0 && r.plot_right > r.plot_left && r.plot_right < 900);
     }
 }
