@@ -23,7 +23,8 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 fi
 
-cargo build -q -p memwatch -p memwatch-daemon --example dash_fixture
+cargo build -q -p memwatch --bin memwatch
+cargo build -q -p memwatch-daemon --example dash_fixture
 WORK=$(mktemp -d)
 SERVER_PID=""
 cleanup() {

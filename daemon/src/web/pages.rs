@@ -653,8 +653,11 @@ pub async fn compare(
     };
     let end = run_end(&ra.run).max(run_end(&rb.run));
     let pts = (CHART_W - 100) as usize;
-    let ta = st.store.timeline(a, da, Some(0), Some(end), pts).await?;
-    let tb = st.store.timeline(b, db, Some(0), Some(end), pts).await?;
+    // Each run's own span only (nothing drawn after a run ended), same bucket width.
+    let share = |e: u64| ((pts as u64 * e).div_ceil(end) as usize).max(1);
+    let (ea, eb) = (run_end(&ra.run), run_end(&rb.run));
+    let ta = st.store.timeline(a, da, Some(0), Some(ea), share(ea)).await?;
+    let tb = st.store.timeline(b, db, Some(0), Some(eb), share(eb)).await?;
     let (Some(ta), Some(tb)) = (ta, tb) else {
         page.message = "A run disappeared while comparing.".into();
         return html(&page);
