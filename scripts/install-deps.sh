@@ -8,6 +8,7 @@ APT_PACKAGES=(
   libamdhip64-dev librocm-smi-dev   # ROCm 5.2: the HIP path builds and runs over the real libamdhip64
   gdb                               # attach via gdb
   sqlite3
+  postgresql                        # daemon tests on PostgreSQL (scripts/start-test-postgres.sh)
 )
 
 missing=()

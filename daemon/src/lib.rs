@@ -13,6 +13,5 @@ pub mod tcp;
 pub mod web;
 pub mod writer;
 
-
 pub use server::{start, Running, ServeConfig, ServeError};
 pub use store::{Backend, Batch, BatchOutcome, Ingestor, Store, StoreError};

@@ -33,7 +33,9 @@ impl Metrics {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// Renders all metrics in the Prometheus text exposition format (version 0.0.4).
@@ -43,17 +45,42 @@ pub async fn render(m: &Metrics, store: &Store) -> Result<String, StoreError> {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
     };
     let g = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
-    counter("memwatch_ingest_events_total", "Events committed.", "counter", g(&m.events_total));
-    counter("memwatch_ingest_batches_total", "Batches committed.", "counter", g(&m.batches_total));
+    counter(
+        "memwatch_ingest_events_total",
+        "Events committed.",
+        "counter",
+        g(&m.events_total),
+    );
+    counter(
+        "memwatch_ingest_batches_total",
+        "Batches committed.",
+        "counter",
+        g(&m.batches_total),
+    );
     counter(
         "memwatch_ingest_duplicate_batches_total",
         "Resent batches acknowledged without storing them again.",
         "counter",
         g(&m.duplicate_batches_total),
     );
-    counter("memwatch_ingest_frame_bytes_total", "Frame bytes received.", "counter", g(&m.frame_bytes_total));
-    counter("memwatch_ingest_commits_total", "Transactions committed.", "counter", g(&m.commits_total));
-    counter("memwatch_ingest_commit_errors_total", "Transactions that failed.", "counter", g(&m.commit_errors_total));
+    counter(
+        "memwatch_ingest_frame_bytes_total",
+        "Frame bytes received.",
+        "counter",
+        g(&m.frame_bytes_total),
+    );
+    counter(
+        "memwatch_ingest_commits_total",
+        "Transactions committed.",
+        "counter",
+        g(&m.commits_total),
+    );
+    counter(
+        "memwatch_ingest_commit_errors_total",
+        "Transactions that failed.",
+        "counter",
+        g(&m.commit_errors_total),
+    );
     counter(
         "memwatch_ingest_events_per_second",
         "Events committed during the last second.",
@@ -87,7 +114,11 @@ pub async fn render(m: &Metrics, store: &Store) -> Result<String, StoreError> {
          # TYPE memwatch_device_total_bytes gauge"
     );
     for n in store.nodes().await? {
-        let all = n.devices.iter().flat_map(|d| d.samples.iter()).chain(n.samples.iter());
+        let all = n
+            .devices
+            .iter()
+            .flat_map(|d| d.samples.iter())
+            .chain(n.samples.iter());
         for s in all {
             let labels = format!(
                 "node=\"{}\",device=\"{}\",memory=\"{}\"",
@@ -96,7 +127,11 @@ pub async fn render(m: &Metrics, store: &Store) -> Result<String, StoreError> {
                 s.memory
             );
             let _ = writeln!(o, "memwatch_device_used_bytes{{{labels}}} {}", s.used_bytes);
-            let _ = writeln!(o, "memwatch_device_total_bytes{{{labels}}} {}", s.total_bytes);
+            let _ = writeln!(
+                o,
+                "memwatch_device_total_bytes{{{labels}}} {}",
+                s.total_bytes
+            );
         }
     }
     let _ = writeln!(

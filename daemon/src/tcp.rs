@@ -105,7 +105,8 @@ async fn handle(
 ) {
     let (rd, mut wr) = sock.into_split();
     let mut rd = BufReader::with_capacity(1 << 20, rd);
-    let (ack_tx, mut ack_rx) = mpsc::channel::<(u64, u64, oneshot::Receiver<Reply>)>(cfg.window.max(1));
+    let (ack_tx, mut ack_rx) =
+        mpsc::channel::<(u64, u64, oneshot::Receiver<Reply>)>(cfg.window.max(1));
     // Acks go out in order; a failed commit is reported and ends the connection.
     let (fail_tx, mut fail_rx) = mpsc::channel::<String>(1);
     let acker = tokio::spawn(async move {
@@ -189,7 +190,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
             Err(e) => return Err(e.into()),
         }
         if magic != BATCH_MAGIC {
-            return Err(proto(format!("garbage where a batch should start: {magic:02x?}")));
+            return Err(proto(format!(
+                "garbage where a batch should start: {magic:02x?}"
+            )));
         }
         let stream = rd.read_u64_le().await?;
         let seq = rd.read_u64_le().await?;

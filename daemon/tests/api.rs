@@ -35,7 +35,9 @@ async fn get(app: &axum::Router, uri: &str) -> (StatusCode, serde_json::Value) {
         .await
         .unwrap();
     let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30).await.unwrap();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30)
+        .await
+        .unwrap();
     let v = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
     (status, v)
 }
@@ -68,7 +70,13 @@ async fn ingest_query_timeline_peak_events() {
         for c in events.chunks(3000) {
             records.push(Record::Events(c.to_vec()));
         }
-        let mut fail = ev(events.last().unwrap().ts_ns + 5, EventKind::AllocFailed, 0, 1 << 40, 0);
+        let mut fail = ev(
+            events.last().unwrap().ts_ns + 5,
+            EventKind::AllocFailed,
+            0,
+            1 << 40,
+            0,
+        );
         fail.result = 2;
         records.push(Record::Events(vec![fail]));
         let out = ing.commit(vec![batch(1, records.clone())]).await.unwrap();
@@ -90,13 +98,21 @@ async fn ingest_query_timeline_peak_events() {
             // Whole-run timeline at several zooms: max over points equals the true peak,
             // every point's max is a real value, and the last point ends at the final live.
             for points in [1usize, 10, 2000, 100_000] {
-                let (st, tl) =
-                    get(&app, &format!("/api/runs/{id}/timeline?device={dev}&points={points}")).await;
+                let (st, tl) = get(
+                    &app,
+                    &format!("/api/runs/{id}/timeline?device={dev}&points={points}"),
+                )
+                .await;
                 assert_eq!(st, StatusCode::OK);
                 let pts = tl["points"].as_array().unwrap();
                 let maxes: Vec<i64> = pts.iter().map(|p| p["max"].as_i64().unwrap()).collect();
                 assert_eq!(*maxes.iter().max().unwrap(), peak, "{url} points={points}");
-                assert_eq!(pts.last().unwrap()["last"].as_i64().unwrap(), final_live, "{url} dev={dev} points={points} {}", tl["source"]);
+                assert_eq!(
+                    pts.last().unwrap()["last"].as_i64().unwrap(),
+                    final_live,
+                    "{url} dev={dev} points={points} {}",
+                    tl["source"]
+                );
             }
             // A fine zoom (raw path) agrees with the exact curve bucket by bucket.
             let (a, b) = (curve[100].0 - t0, curve[140].0 - t0);
@@ -131,7 +147,10 @@ async fn ingest_query_timeline_peak_events() {
                 .iter()
                 .map(|g| g["bytes"].as_u64().unwrap())
                 .sum();
-            assert_eq!(sum as i64, peak, "live allocations at the peak add up to it");
+            assert_eq!(
+                sum as i64, peak,
+                "live allocations at the peak add up to it"
+            );
             assert_eq!(pk["by_annotation"][0]["key"], "step 1");
         }
 
@@ -180,9 +199,12 @@ async fn restart_rebuilds_state_and_continues() {
         {
             let store = Store::open(&url).await.unwrap();
             let mut ing = Ingestor::new(store);
-            ing.commit(vec![batch(1, vec![start(42, t0), Record::Events(events[..3000].to_vec())])])
-                .await
-                .unwrap();
+            ing.commit(vec![batch(
+                1,
+                vec![start(42, t0), Record::Events(events[..3000].to_vec())],
+            )])
+            .await
+            .unwrap();
         }
         // A new ingestor (daemon restart) continues the same run from the stored chunks.
         let (app, store) = app(&url, None).await;
@@ -199,7 +221,10 @@ async fn restart_rebuilds_state_and_continues() {
         let curve = exact_curve(&events, 0);
         let (_, runs) = get(&app, "/api/runs").await;
         assert_eq!(runs["runs"][0]["event_count"], 6000);
-        assert_eq!(runs["runs"][0]["devices"][0]["live_bytes"], curve.last().unwrap().1);
+        assert_eq!(
+            runs["runs"][0]["devices"][0]["live_bytes"],
+            curve.last().unwrap().1
+        );
         assert_eq!(
             runs["runs"][0]["devices"][0]["peak_bytes"],
             curve.iter().map(|c| c.1).max().unwrap()
@@ -223,7 +248,13 @@ async fn bad_http_input_and_auth() {
     let (st, _) = get(&app, "/api/runs").await;
     assert_eq!(st, StatusCode::UNAUTHORIZED);
     // Garbage.
-    let r = send("/api/ingest?node=n", b"hello world, not a capture".to_vec(), true).await.unwrap();
+    let r = send(
+        "/api/ingest?node=n",
+        b"hello world, not a capture".to_vec(),
+        true,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     // Wrong version.
     let mut pre = memwatch_wire::frame::encode_preamble().to_vec();
@@ -234,12 +265,19 @@ async fn bad_http_input_and_auth() {
     assert!(String::from_utf8_lossy(&body).contains("version 9"));
     // Truncated frame.
     let mut good = memwatch_wire::frame::encode_preamble().to_vec();
-    memwatch_wire::encode_record(&Record::Events(vec![ev(1, EventKind::Alloc, 1, 1, 0)]), &mut good)
+    memwatch_wire::encode_record(
+        &Record::Events(vec![ev(1, EventKind::Alloc, 1, 1, 0)]),
+        &mut good,
+    )
+    .unwrap();
+    let r = send("/api/ingest?node=n", good[..good.len() - 3].to_vec(), true)
+        .await
         .unwrap();
-    let r = send("/api/ingest?node=n", good[..good.len() - 3].to_vec(), true).await.unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     // Oversized body (limit 1 MiB in this router).
-    let r = send("/api/ingest?node=n", vec![0u8; 2 << 20], true).await.unwrap();
+    let r = send("/api/ingest?node=n", vec![0u8; 2 << 20], true)
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
     // Nothing was stored; a good upload still works.
     let r = send("/api/ingest?node=n&run=r", good, true).await.unwrap();
@@ -254,9 +292,12 @@ async fn bad_http_input_and_auth() {
         )
         .await
         .unwrap();
-    let v: serde_json::Value =
-        serde_json::from_slice(&axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap())
-            .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(
+        &axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(v["runs"].as_array().unwrap().len(), 1);
     assert_eq!(v["runs"][0]["event_count"], 1);
 }
@@ -270,7 +311,10 @@ async fn openapi_documents_every_route_and_metrics_render() {
     let paths = doc["paths"].as_object().unwrap();
     assert_eq!(paths.len(), openapi::ROUTES.len());
     for (method, path) in openapi::ROUTES {
-        assert!(paths[*path].get(*method).is_some(), "{method} {path} undocumented");
+        assert!(
+            paths[*path].get(*method).is_some(),
+            "{method} {path} undocumented"
+        );
         let uri = path.replace("{id}", "1");
         let req = Request::builder()
             .method(method.to_uppercase().as_str())
@@ -280,7 +324,9 @@ async fn openapi_documents_every_route_and_metrics_render() {
         let resp = app.clone().oneshot(req).await.unwrap();
         // Every documented route exists: anything but 404-from-the-router / 405.
         assert_ne!(resp.status(), StatusCode::METHOD_NOT_ALLOWED, "{uri}");
-        let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
         assert!(!body.is_empty(), "{uri} answered with an empty body");
     }
     let resp = app
@@ -289,7 +335,10 @@ async fn openapi_documents_every_route_and_metrics_render() {
         .await
         .unwrap();
     let text = String::from_utf8(
-        axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap().to_vec(),
+        axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap()
+            .to_vec(),
     )
     .unwrap();
     assert!(text.contains("# TYPE memwatch_ingest_events_total counter"));

@@ -103,7 +103,11 @@ async fn acks_resend_and_bad_input() {
             encode_batch_header(1, 1, "r", 50 << 20, &mut o);
             expect_rejected(addr, &o, "exceeds");
             let mut t = hello("tok");
-            let mut one = batch(1, 1, &[Record::Events(vec![ev(1, EventKind::Alloc, 1, 1, 0)])]);
+            let mut one = batch(
+                1,
+                1,
+                &[Record::Events(vec![ev(1, EventKind::Alloc, 1, 1, 0)])],
+            );
             let n = one.len();
             one[n - 2] ^= 0xff; // corrupt the frame's CRC
             t.extend_from_slice(&one);
@@ -128,6 +132,9 @@ async fn refuses_non_loopback_without_token() {
     let d = dbs("token").await;
     let mut cfg = ServeConfig::new(d.urls[0].clone());
     cfg.listen = "0.0.0.0:0".parse().unwrap();
-    let err = memwatch_daemon::start(cfg).await.err().expect("must refuse");
+    let err = memwatch_daemon::start(cfg)
+        .await
+        .err()
+        .expect("must refuse");
     assert!(err.to_string().contains("without a token"), "{err}");
 }

@@ -307,9 +307,7 @@ impl FrameSink for Forwarder {
                 );
             }
         }
-        inner
-            .push(key, bytes)
-            .map_err(|e| SinkError(e.to_string()))
+        inner.push(key, bytes).map_err(|e| SinkError(e.to_string()))
     }
 
     fn closed(&self, conn: ConnId, _reason: &CloseReason) {
@@ -430,8 +428,17 @@ fn sender(inner: &Inner) {
                 };
                 let Some((rec, after)) = next else { break };
                 let mut head = Vec::with_capacity(64);
-                encode_batch_header(rec.stream, rec.seq, &rec.run, rec.frames.len() as u32, &mut head);
-                if let Err(e) = out.write_all(&head).and_then(|_| out.write_all(&rec.frames)) {
+                encode_batch_header(
+                    rec.stream,
+                    rec.seq,
+                    &rec.run,
+                    rec.frames.len() as u32,
+                    &mut head,
+                );
+                if let Err(e) = out
+                    .write_all(&head)
+                    .and_then(|_| out.write_all(&rec.frames))
+                {
                     break 'conn format!("send failed: {e}");
                 }
                 inflight.push_back((rec.stream, rec.seq, after));
@@ -448,19 +455,17 @@ fn sender(inner: &Inner) {
                 continue;
             }
             match rx.recv_timeout(Duration::from_millis(200)) {
-                Ok(FromDaemon::Ack(s, q)) => {
-                    match inflight.front() {
-                        Some(&(fs, fq, after)) if fs == s && fq == q => {
-                            inflight.pop_front();
-                            acked = after;
-                            inner.stats.batches_acked.fetch_add(1, Ordering::Relaxed);
-                            if let Err(e) = lock(&inner.spool).acknowledge(acked) {
-                                break 'conn format!("spool: {e}");
-                            }
+                Ok(FromDaemon::Ack(s, q)) => match inflight.front() {
+                    Some(&(fs, fq, after)) if fs == s && fq == q => {
+                        inflight.pop_front();
+                        acked = after;
+                        inner.stats.batches_acked.fetch_add(1, Ordering::Relaxed);
+                        if let Err(e) = lock(&inner.spool).acknowledge(acked) {
+                            break 'conn format!("spool: {e}");
                         }
-                        _ => break 'conn format!("unexpected acknowledgement {s}/{q}"),
                     }
-                }
+                    _ => break 'conn format!("unexpected acknowledgement {s}/{q}"),
+                },
                 Ok(FromDaemon::Closed(why)) => break 'conn why,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break 'conn "connection lost".into(),

@@ -183,7 +183,10 @@ impl Spool {
             };
             let (n, len) = self.segments[idx];
             if n != pos.segment {
-                pos = Pos { segment: n, offset: 0 };
+                pos = Pos {
+                    segment: n,
+                    offset: 0,
+                };
             }
             if pos.offset >= len {
                 if idx + 1 < self.segments.len() {
@@ -319,7 +322,11 @@ mod tests {
         // Reopened: replays from the oldest segment still present (not fully acked).
         let mut s = Spool::open(dir.path(), 40 << 20).unwrap();
         let (first, _) = s.read_at(s.start()).unwrap().unwrap();
-        assert!(first.seq > 1 && first.seq <= 10, "acked segments deleted: {}", first.seq);
+        assert!(
+            first.seq > 1 && first.seq <= 10,
+            "acked segments deleted: {}",
+            first.seq
+        );
         let end = s.end();
         s.acknowledge(end).unwrap();
         assert_eq!(s.bytes(), 0);

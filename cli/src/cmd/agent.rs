@@ -99,8 +99,11 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
     let fwd = Arc::new(
         Forwarder::start(cfg).with_context(|| format!("cannot open spool {}", spool.display()))?,
     );
-    let receiver = Receiver::start(args.socket_dir.as_deref(), fwd.clone() as Arc<dyn FrameSink>)
-        .context("cannot start the shim receiver")?;
+    let receiver = Receiver::start(
+        args.socket_dir.as_deref(),
+        fwd.clone() as Arc<dyn FrameSink>,
+    )
+    .context("cannot start the shim receiver")?;
     // SAFETY: installing a handler that only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -119,7 +122,11 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
             if samplers.is_empty() {
                 "no GPU found".to_string()
             } else {
-                samplers.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+                samplers
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
         );
         let f = fwd.clone();
@@ -145,7 +152,10 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
         if drained {
             "everything acknowledged by the daemon".to_string()
         } else {
-            format!("unacknowledged data stays in {} for the next start", spool.display())
+            format!(
+                "unacknowledged data stays in {} for the next start",
+                spool.display()
+            )
         }
     );
     Ok(Outcome::Success)

@@ -33,7 +33,12 @@ pub struct ImportArgs {
     /// Capture file (.mwcap).
     pub capture: PathBuf,
     /// Store directly into this SQLite file or postgres://… database.
-    #[arg(long, value_name = "PATH|URL", conflicts_with = "daemon", required_unless_present = "daemon")]
+    #[arg(
+        long,
+        value_name = "PATH|URL",
+        conflicts_with = "daemon",
+        required_unless_present = "daemon"
+    )]
     pub db: Option<String>,
     /// Send to a daemon's HTTP API, e.g. http://127.0.0.1:7373.
     #[arg(long, value_name = "URL")]
@@ -55,7 +60,10 @@ pub struct ImportArgs {
 /// Where to put a capture.
 pub enum Target<'a> {
     Db(&'a str),
-    Daemon { url: &'a str, token: Option<&'a str> },
+    Daemon {
+        url: &'a str,
+        token: Option<&'a str>,
+    },
 }
 
 /// What an import did.
@@ -170,7 +178,9 @@ pub fn import_capture(
         Target::Daemon { url, token } => {
             let base = url.trim_end_matches('/');
             if !base.starts_with("http://") {
-                bail!("--daemon {url}: expected an http://HOST:PORT URL of `memwatch serve --listen`");
+                bail!(
+                    "--daemon {url}: expected an http://HOST:PORT URL of `memwatch serve --listen`"
+                );
             }
             for (i, records) in groups.into_iter().enumerate() {
                 let mut body = encode_preamble().to_vec();

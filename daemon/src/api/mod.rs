@@ -78,7 +78,12 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .with_state(state)
 }
 
-async fn auth(State(st): State<AppState>, headers: HeaderMap, req: Request, next: Next) -> Response {
+async fn auth(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    req: Request,
+    next: Next,
+) -> Response {
     if let Some(want) = &st.token {
         let got = headers
             .get(header::AUTHORIZATION)
@@ -86,18 +91,26 @@ async fn auth(State(st): State<AppState>, headers: HeaderMap, req: Request, next
             .and_then(|v| v.strip_prefix("Bearer "));
         let ok = got.is_some_and(|g| {
             g.len() == want.len()
-                && g.bytes().zip(want.bytes()).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0
+                && g.bytes()
+                    .zip(want.bytes())
+                    .fold(0u8, |a, (x, y)| a | (x ^ y))
+                    == 0
         });
         if !ok {
-            return ApiError(StatusCode::UNAUTHORIZED, "missing or wrong bearer token".into())
-                .into_response();
+            return ApiError(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong bearer token".into(),
+            )
+            .into_response();
         }
     }
     next.run(req).await
 }
 
 async fn nodes(State(st): State<AppState>) -> ApiResult<serde_json::Value> {
-    Ok(Json(serde_json::json!({ "nodes": st.store.nodes().await? })))
+    Ok(Json(
+        serde_json::json!({ "nodes": st.store.nodes().await? }),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -107,7 +120,9 @@ struct Limit {
 
 async fn runs(State(st): State<AppState>, Query(q): Query<Limit>) -> ApiResult<serde_json::Value> {
     let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
-    Ok(Json(serde_json::json!({ "runs": st.store.runs(limit).await? })))
+    Ok(Json(
+        serde_json::json!({ "runs": st.store.runs(limit).await? }),
+    ))
 }
 
 async fn run(State(st): State<AppState>, Path(id): Path<i64>) -> Result<Response, ApiError> {
@@ -161,7 +176,11 @@ async fn peak(
     Query(q): Query<PeakQ>,
 ) -> Result<Response, ApiError> {
     let device = q.device.unwrap_or(0);
-    match st.store.peak(id, device, q.top.unwrap_or(20).min(10_000)).await? {
+    match st
+        .store
+        .peak(id, device, q.top.unwrap_or(20).min(10_000))
+        .await?
+    {
         Some(p) => Ok(Json(p).into_response()),
         None => Err(not_found(format!("no peak for run {id} device {device}"))),
     }
@@ -276,7 +295,10 @@ async fn openapi_doc() -> Json<serde_json::Value> {
 async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
     let text = crate::metrics::render(&st.metrics, &st.store).await?;
     Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response())

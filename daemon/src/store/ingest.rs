@@ -143,7 +143,14 @@ impl Ingestor {
                 match rec {
                     Record::ProcessStart(p) => {
                         let r = self
-                            .run_for(tx, node_id, key, p.mono_anchor_ns, p.wall_anchor_unix_ns, now)
+                            .run_for(
+                                tx,
+                                node_id,
+                                key,
+                                p.mono_anchor_ns,
+                                p.wall_anchor_unix_ns,
+                                now,
+                            )
                             .await?;
                         run_id = Some(r);
                         let argv = serde_json::to_string(&p.argv).unwrap_or_default();
@@ -307,7 +314,12 @@ impl Ingestor {
         Ok(id)
     }
 
-    async fn stream_last(&mut self, tx: &mut Tx, node: i64, stream: u64) -> Result<u64, StoreError> {
+    async fn stream_last(
+        &mut self,
+        tx: &mut Tx,
+        node: i64,
+        stream: u64,
+    ) -> Result<u64, StoreError> {
         if let Some(s) = self.streams.get(&(node, stream)) {
             return Ok(*s);
         }
@@ -340,11 +352,12 @@ impl Ingestor {
                 return Ok(*id);
             }
         }
-        let row = sqlx::query("SELECT id, t0_mono_ns FROM runs WHERE node_id = $1 AND run_key = $2")
-            .bind(node)
-            .bind(key.to_string())
-            .fetch_optional(&mut **tx)
-            .await?;
+        let row =
+            sqlx::query("SELECT id, t0_mono_ns FROM runs WHERE node_id = $1 AND run_key = $2")
+                .bind(node)
+                .bind(key.to_string())
+                .fetch_optional(&mut **tx)
+                .await?;
         let id = match row {
             Some(r) => {
                 let id = col_i64(&r, 0)?;

@@ -70,11 +70,8 @@ impl Store {
     pub async fn open(db: &str) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let (url, backend) = database_url(db)?;
-        let mut opts = AnyPoolOptions::new().max_connections(if backend == Backend::Sqlite {
-            4
-        } else {
-            8
-        });
+        let mut opts =
+            AnyPoolOptions::new().max_connections(if backend == Backend::Sqlite { 4 } else { 8 });
         if backend == Backend::Sqlite {
             opts = opts.after_connect(|conn, _meta| {
                 Box::pin(async move {
@@ -86,10 +83,13 @@ impl Store {
                 })
             });
         }
-        let pool = opts.connect(&url).await.map_err(|source| StoreError::Connect {
-            url: redact(&url),
-            source,
-        })?;
+        let pool = opts
+            .connect(&url)
+            .await
+            .map_err(|source| StoreError::Connect {
+                url: redact(&url),
+                source,
+            })?;
         match backend {
             Backend::Sqlite => MIGRATOR_SQLITE.run(&pool).await?,
             Backend::Postgres => MIGRATOR_POSTGRES.run(&pool).await?,

@@ -344,7 +344,11 @@ impl Store {
             "SELECT {} FROM runs r JOIN nodes n ON n.id = r.node_id WHERE r.id = $1",
             Self::RUN_COLS
         );
-        let Some(r) = sqlx::query(&sql).bind(run).fetch_optional(&self.pool).await? else {
+        let Some(r) = sqlx::query(&sql)
+            .bind(run)
+            .fetch_optional(&self.pool)
+            .await?
+        else {
             return Ok(None);
         };
         let devs = self.run_devices(run).await?;
@@ -516,7 +520,9 @@ impl Store {
                     let ev: Vec<u8> = row.try_get(1)?;
                     let de: Vec<u8> = row.try_get(2)?;
                     if ev.len() / EVENT_SIZE != de.len() / 8 {
-                        return Err(StoreError::Corrupt("event chunk with mismatched deltas".into()));
+                        return Err(StoreError::Corrupt(
+                            "event chunk with mismatched deltas".into(),
+                        ));
                     }
                     for (e, d) in ev.chunks_exact(EVENT_SIZE).zip(de.chunks_exact(8)) {
                         let mut a = [0u8; 8];
@@ -578,7 +584,12 @@ impl Store {
     }
 
     /// The allocations live at `device`'s peak, grouped.
-    pub async fn peak(&self, run: i64, device: i64, top: usize) -> Result<Option<Peak>, StoreError> {
+    pub async fn peak(
+        &self,
+        run: i64,
+        device: i64,
+        top: usize,
+    ) -> Result<Option<Peak>, StoreError> {
         let Some(r) = sqlx::query("SELECT t0_mono_ns FROM runs WHERE id = $1")
             .bind(run)
             .fetch_optional(&self.pool)
@@ -660,7 +671,12 @@ impl Store {
                     .map(|(c, v)| (format!("<= {} B", 1u128 << c), v))
                     .collect(),
             ),
-            by_kind: groups(by_kind.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+            by_kind: groups(
+                by_kind
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+            ),
             by_thread: groups(
                 by_thread
                     .into_iter()
@@ -765,7 +781,11 @@ impl Store {
     }
 
     /// Incidents (failed allocations), newest first, optionally of one run.
-    pub async fn incidents(&self, run: Option<i64>, limit: i64) -> Result<Vec<IncidentRow>, StoreError> {
+    pub async fn incidents(
+        &self,
+        run: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<IncidentRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT i.id, i.run_id, n.name, i.pid, i.tid, i.device, i.ts_ns, i.size, i.result, \
              i.api, i.live_bytes, i.created_unix_ns FROM incidents i JOIN runs r ON r.id = i.run_id \
@@ -808,7 +828,10 @@ impl Store {
     }
 
     /// Per run and device: live and peak bytes of the newest `limit` runs (for /metrics).
-    pub async fn metric_rows(&self, limit: i64) -> Result<Vec<(i64, String, i64, i64, i64)>, StoreError> {
+    pub async fn metric_rows(
+        &self,
+        limit: i64,
+    ) -> Result<Vec<(i64, String, i64, i64, i64)>, StoreError> {
         let rows = sqlx::query(
             "SELECT d.run_id, r.run_key, d.device, d.live_bytes, d.peak_bytes FROM run_devices d \
              JOIN runs r ON r.id = d.run_id WHERE d.run_id IN (SELECT id FROM runs ORDER BY id DESC LIMIT $1) \
@@ -818,7 +841,15 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|r| Ok((col_i64(r, 0)?, s(r, 1)?, col_i64(r, 2)?, col_i64(r, 3)?, col_i64(r, 4)?)))
+            .map(|r| {
+                Ok((
+                    col_i64(r, 0)?,
+                    s(r, 1)?,
+                    col_i64(r, 2)?,
+                    col_i64(r, 3)?,
+                    col_i64(r, 4)?,
+                ))
+            })
             .collect()
     }
 }

@@ -115,11 +115,27 @@ mod tests {
         acc.record(30, 5000, 50, Some(&mut closed));
         assert!(closed.is_empty());
         let l0: Vec<_> = acc.open_rows().filter(|r| r.level == 0).collect();
-        assert_eq!(l0[0].b, Bucket { bucket: 0, lo: 0, hi: 5000, last: 50 });
+        assert_eq!(
+            l0[0].b,
+            Bucket {
+                bucket: 0,
+                lo: 0,
+                hi: 5000,
+                last: 50
+            }
+        );
         acc.record(width(0) + 1, 50, 60, Some(&mut closed));
         assert_eq!(closed.len(), 1);
         assert_eq!(closed[0].b.hi, 5000);
         let l1: Vec<_> = acc.open_rows().filter(|r| r.level == 1).collect();
-        assert_eq!(l1[0].b, Bucket { bucket: 0, lo: 0, hi: 5000, last: 60 });
+        assert_eq!(
+            l1[0].b,
+            Bucket {
+                bucket: 0,
+                lo: 0,
+                hi: 5000,
+                last: 60
+            }
+        );
     }
 }

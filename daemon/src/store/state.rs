@@ -24,9 +24,9 @@ pub type LiveKey = (u32, u8, u64);
 
 fn space(mem_kind: u8) -> u8 {
     match MemKind::from_u8(mem_kind) {
-        Some(MemKind::VmmPhysical | MemKind::VmmMap | MemKind::VmmReserve | MemKind::PoolObject) => {
-            mem_kind
-        }
+        Some(
+            MemKind::VmmPhysical | MemKind::VmmMap | MemKind::VmmReserve | MemKind::PoolObject,
+        ) => mem_kind,
         _ => 0,
     }
 }
@@ -124,8 +124,8 @@ impl RunState {
         match kind {
             Some(EventKind::Alloc) => {
                 let key = (e.pid, space(e.mem_kind), e.ptr);
-                let counted = MemKind::from_u8(e.mem_kind)
-                    .is_some_and(MemKind::occupies_device_memory);
+                let counted =
+                    MemKind::from_u8(e.mem_kind).is_some_and(MemKind::occupies_device_memory);
                 let live = Live {
                     device,
                     counted,
@@ -147,7 +147,8 @@ impl RunState {
                         d.live_bytes -= old.alloc.size as i64;
                         let after = d.live_bytes;
                         let rel = e.ts_ns.saturating_sub(self.t0);
-                        d.acc.record(rel, before, after, emit.then_some(&mut d.closed));
+                        d.acc
+                            .record(rel, before, after, emit.then_some(&mut d.closed));
                     }
                 }
                 if counted {
@@ -196,7 +197,8 @@ impl RunState {
         let after = before + delta;
         d.live_bytes = after;
         if delta != 0 {
-            d.acc.record(rel, before, after, emit.then_some(&mut d.closed));
+            d.acc
+                .record(rel, before, after, emit.then_some(&mut d.closed));
             if after > d.peak_bytes {
                 d.peak_bytes = after;
                 d.peak_ts = e.ts_ns;

@@ -49,7 +49,10 @@ pub fn ev(ts: u64, kind: EventKind, ptr: u64, size: u64, device: i32) -> Event {
         tid: 7,
         device,
         kind: kind as u8,
-        mem_kind: if matches!(kind, EventKind::Alloc | EventKind::Free | EventKind::AllocFailed) {
+        mem_kind: if matches!(
+            kind,
+            EventKind::Alloc | EventKind::Free | EventKind::AllocFailed
+        ) {
             MemKind::Device as u8
         } else {
             0

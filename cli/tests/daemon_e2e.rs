@@ -1,0 +1,205 @@
+//! End to end on loopback: `memwatch serve` (a child process) + the agent's receiver and
+//! forwarder + a synthetic shim writing frames over the agent's Unix socket. The daemon
+//! is killed with SIGKILL mid-stream and restarted; afterwards the stored events equal
+//! the sent ones, event for event, with nothing duplicated.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memwatch_agent::forwarder::{Forwarder, ForwarderConfig};
+use memwatch_agent::{FrameSink, Receiver};
+use memwatch_wire::frame::encode_preamble;
+use memwatch_wire::{encode_record, Event, ProcessEnd, ProcessStart, Record};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(db: &std::path::Path, api: u16, ingest: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .args(["serve", "--db"])
+        .arg(db)
+        .args(["--listen", &format!("127.0.0.1:{api}")])
+        .args(["--ingest", &format!("127.0.0.1:{ingest}")])
+        .env("MEMWATCH_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn get(api: u16, path: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match ureq::get(&format!("http://127.0.0.1:{api}{path}")).call() {
+            Ok(r) => return serde_json::from_str(&r.into_string().unwrap()).unwrap(),
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("GET {path}: {e}"),
+        }
+    }
+}
+
+fn events(n: usize) -> Vec<Event> {
+    let mut live = Vec::new();
+    (0..n)
+        .map(|i| {
+            let ts = 1_000_000 + i as u64 * 1000;
+            let device = (i % 2) as i32;
+            if i % 3 == 2 {
+                // A free names the device its allocation was made on.
+                let (ptr, device) = live.remove(0);
+                Event {
+                    ts_ns: ts,
+                    ptr,
+                    pid: 4242,
+                    tid: 1,
+                    device,
+                    kind: 2,
+                    mem_kind: 1,
+                    api: 2,
+                    ..Event::default()
+                }
+            } else {
+                let ptr = 0x10_0000 + i as u64 * 0x1000;
+                live.push((ptr, device));
+                Event {
+                    ts_ns: ts,
+                    ptr,
+                    size: 4096 + i as u64,
+                    pid: 4242,
+                    tid: 1,
+                    device,
+                    kind: 1,
+                    mem_kind: 1,
+                    api: 1,
+                    ..Event::default()
+                }
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn agent_to_daemon_survives_kill_9_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mw.db");
+    let (api, ingest) = (free_port(), free_port());
+    let mut daemon = serve(&db, api, ingest);
+    get(api, "/api/runs");
+
+    let mut cfg = ForwarderConfig::new(
+        format!("127.0.0.1:{ingest}"),
+        "e2e-node",
+        dir.path().join("spool"),
+    );
+    cfg.batch_bytes = 64 << 10;
+    cfg.flush_interval = Duration::from_millis(20);
+    let fwd = Arc::new(Forwarder::start(cfg).unwrap());
+    let receiver = Receiver::start(Some(dir.path()), fwd.clone() as Arc<dyn FrameSink>).unwrap();
+
+    // The synthetic shim: one process, 60k events in frames of 500.
+    let all = events(60_000);
+    let mut shim = UnixStream::connect(receiver.socket_path()).unwrap();
+    let mut buf = encode_preamble().to_vec();
+    encode_record(
+        &Record::ProcessStart(ProcessStart {
+            pid: 4242,
+            ppid: 1,
+            mono_anchor_ns: 1_000_000,
+            wall_anchor_unix_ns: 1_795_000_000_000_000_000,
+            shim_version: "e2e".into(),
+            hostname: "e2e-node".into(),
+            argv: vec!["synthetic".into()],
+        }),
+        &mut buf,
+    )
+    .unwrap();
+    shim.write_all(&buf).unwrap();
+    for (i, chunk) in all.chunks(500).enumerate() {
+        buf.clear();
+        encode_record(&Record::Events(chunk.to_vec()), &mut buf).unwrap();
+        shim.write_all(&buf).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        if i == 40 {
+            daemon.kill().unwrap(); // SIGKILL mid-stream
+            daemon.wait().unwrap();
+        }
+        if i == 80 {
+            daemon = serve(&db, api, ingest);
+        }
+    }
+    buf.clear();
+    encode_record(
+        &Record::ProcessEnd(ProcessEnd {
+            pid: 4242,
+            ts_ns: 99_000_000_000,
+            exit_code: 0,
+        }),
+        &mut buf,
+    )
+    .unwrap();
+    shim.write_all(&buf).unwrap();
+    drop(shim);
+    assert!(receiver.wait_idle(Duration::from_secs(20)));
+    let stats = receiver.shutdown();
+    assert!(stats.failed().next().is_none(), "{stats:?}");
+    let fwd = Arc::try_unwrap(fwd).ok().unwrap();
+    assert!(
+        fwd.shutdown(Duration::from_secs(60)),
+        "everything acknowledged"
+    );
+
+    let runs = get(api, "/api/runs");
+    let run = &runs["runs"][0];
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        run["event_count"], 60_000,
+        "nothing lost, nothing duplicated"
+    );
+    let id = run["id"].as_i64().unwrap();
+    for device in 0..2 {
+        let page = get(
+            api,
+            &format!("/api/runs/{id}/events?device={device}&limit=100000"),
+        );
+        let got: Vec<(u64, u64, u64, u8)> = page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["ts_ns"].as_u64().unwrap(),
+                    e["ptr"].as_u64().unwrap(),
+                    e["size"].as_u64().unwrap(),
+                    (e["kind"] == "alloc") as u8,
+                )
+            })
+            .collect();
+        let want: Vec<(u64, u64, u64, u8)> = all
+            .iter()
+            .filter(|e| e.device == device)
+            .map(|e| (e.ts_ns, e.ptr, e.size, (e.kind == 1) as u8))
+            .collect();
+        assert_eq!(got.len(), want.len(), "device {device}");
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+            panic!(
+                "device {device}: event {i} differs: stored {:?}, sent {:?}",
+                got[i], want[i]
+            );
+        }
+    }
+    let detail = get(api, &format!("/api/runs/{id}"));
+    assert_eq!(detail["processes"][0]["exit_code"], 0);
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}

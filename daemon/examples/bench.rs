@@ -1,0 +1,260 @@
+//! Daemon benchmarks (prints figures):
+//!   bench ingest DB N        agent forwarder -> TCP -> daemon -> committed, events/s
+//!   bench query DB N         ingest N events into one run, then time timeline and peak
+//!   bench spool N_MIB        forwarder with an unreachable daemon: spool N MiB, print RSS
+//! DB: a SQLite path or postgres:// URL.
+//! `cargo run --release -p memwatch-daemon --example bench -- ingest /tmp/b.db 10000000`
+
+use std::time::{Duration, Instant};
+
+use memwatch_agent::forwarder::{Forwarder, ForwarderConfig};
+use memwatch_daemon::{Batch, Ingestor, ServeConfig, Store};
+use memwatch_wire::{encode_record, Event, ProcessStart, Record};
+
+/// A steady workload: each thread allocates and frees in a rolling window (live set
+/// ~ 2,000 allocations per device), timestamps 1 µs apart.
+fn gen(start: u64, n: usize, devices: i32) -> Vec<Event> {
+    (0..n as u64)
+        .map(|k| {
+            let i = start + k;
+            let device = (i % devices as u64) as i32;
+            let slot = i / devices as u64;
+            let (kind, ptr, size) = if slot % 2 == 0 {
+                (
+                    1u8,
+                    0x1000_0000 + (slot / 2) * 0x1000,
+                    4096 + (slot * 7919 % 1_000_000),
+                )
+            } else {
+                // Free the allocation made 2,000 slots earlier (never before it existed).
+                let a = (slot / 2).saturating_sub(2000);
+                (2u8, 0x1000_0000 + a * 0x1000, 0)
+            };
+            Event {
+                ts_ns: 1_000_000 + i * 1000,
+                ptr,
+                size,
+                pid: 77,
+                tid: 1 + device as u32,
+                device,
+                kind,
+                mem_kind: 1,
+                api: if kind == 1 { 1 } else { 2 },
+                ..Event::default()
+            }
+        })
+        .collect()
+}
+
+fn start_rec() -> Record {
+    Record::ProcessStart(ProcessStart {
+        pid: 77,
+        ppid: 1,
+        mono_anchor_ns: 1_000_000,
+        wall_anchor_unix_ns: 1_795_000_000_000_000_000,
+        shim_version: "bench".into(),
+        hostname: "bench".into(),
+        argv: vec!["bench".into()],
+    })
+}
+
+fn rss_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn ingest(db: &str, n: usize) {
+    let mut cfg = ServeConfig::new(db);
+    cfg.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.ingest = "127.0.0.1:0".parse().unwrap();
+    let running = memwatch_daemon::start(cfg).await.unwrap();
+    let spool = tempfile::tempdir().unwrap();
+    let mut fc = ForwarderConfig::new(
+        running.ingest_addr.to_string(),
+        "bench",
+        spool.path().into(),
+    );
+    fc.batch_bytes = 4 << 20;
+    fc.run_key = Some("bench".into());
+    let t = Instant::now();
+    let events_per_frame = 4096;
+    let n2 = n;
+    let elapsed = tokio::task::spawn_blocking(move || {
+        let fwd = Forwarder::start(fc).unwrap();
+        let key = fwd.open_stream("bench-ingest");
+        let mut buf = Vec::new();
+        encode_record(&start_rec(), &mut buf).unwrap();
+        fwd.push(key, &buf).unwrap();
+        let mut done = 0;
+        while done < n2 {
+            let k = events_per_frame.min(n2 - done);
+            buf.clear();
+            encode_record(&Record::Events(gen(done as u64, k, 8)), &mut buf).unwrap();
+            fwd.push(key, &buf).unwrap();
+            done += k;
+        }
+        assert!(fwd.shutdown(Duration::from_secs(3600)), "all acknowledged");
+        t.elapsed()
+    })
+    .await
+    .unwrap();
+    let runs = running.store.runs(5).await.unwrap();
+    let stored: i64 = runs.iter().map(|r| r.event_count).sum();
+    assert_eq!(stored as usize, n);
+    println!(
+        "ingest end-to-end (forwarder+spool -> TCP -> daemon -> committed) into {}: {n} events in {:.2} s = {:.0} events/s",
+        memwatch_daemon::store::redact(db),
+        elapsed.as_secs_f64(),
+        n as f64 / elapsed.as_secs_f64()
+    );
+}
+
+async fn query(db: &str, n: usize) {
+    let store = Store::open(db).await.unwrap();
+    let mut ing = Ingestor::new(store.clone());
+    let t = Instant::now();
+    let per = 1 << 20;
+    let mut done = 0usize;
+    let mut seq = 1;
+    while done < n {
+        let k = per.min(n - done);
+        let mut recs = Vec::new();
+        if done == 0 {
+            recs.push(start_rec());
+        }
+        for c in gen(done as u64, k, 8).chunks(8192) {
+            recs.push(Record::Events(c.to_vec()));
+        }
+        ing.commit(vec![Batch {
+            node: "bench".into(),
+            stream: 1,
+            seq,
+            run_key: "bench-query".into(),
+            records: recs,
+        }])
+        .await
+        .unwrap();
+        seq += 1;
+        done += k;
+        if done % (10 << 20) < per {
+            eprintln!(
+                "  generated {done} events ({:.0} events/s)",
+                done as f64 / t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    println!(
+        "direct ingest (no network) of {n} events: {:.1} s = {:.0} events/s",
+        t.elapsed().as_secs_f64(),
+        n as f64 / t.elapsed().as_secs_f64()
+    );
+    let runs = store.runs(10).await.unwrap();
+    let run = runs.iter().find(|r| r.run_key == "bench-query").unwrap();
+    let span = run.duration_ns as u64;
+    println!(
+        "run {}: {} events, {:.3} s of trace time, 8 devices",
+        run.id,
+        run.event_count,
+        span as f64 / 1e9
+    );
+    for (name, from, to) in [
+        ("whole run", 0, span),
+        ("1/10 of the run", span / 3, span / 3 + span / 10),
+        ("1/1000 of the run", span / 2, span / 2 + span / 1000),
+        (
+            "1/100000 of the run (raw events)",
+            span / 2,
+            span / 2 + span / 100_000,
+        ),
+    ] {
+        let mut best = Duration::MAX;
+        let mut worst = Duration::ZERO;
+        let mut src = "";
+        for _ in 0..5 {
+            let t = Instant::now();
+            let tl = store
+                .timeline(run.id, 3, Some(from), Some(to), 2000)
+                .await
+                .unwrap()
+                .unwrap();
+            let d = t.elapsed();
+            best = best.min(d);
+            worst = worst.max(d);
+            src = tl.source;
+            assert_eq!(tl.points.len(), 2000.min(((to - from) as usize).max(1)));
+        }
+        println!(
+            "timeline 2000 points, {name}: best {:.2} ms, worst {:.2} ms ({src})",
+            best.as_secs_f64() * 1e3,
+            worst.as_secs_f64() * 1e3
+        );
+    }
+    let mut worst = Duration::ZERO;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let p = store.peak(run.id, 3, 20).await.unwrap().unwrap();
+        worst = worst.max(t.elapsed());
+        assert!(p.live_allocations > 0);
+    }
+    println!(
+        "peak query (grouped live allocations at the peak): worst of 5 {:.2} ms",
+        worst.as_secs_f64() * 1e3
+    );
+}
+
+fn spool(mib: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    // Port 9 on loopback: nothing listens, so everything spools.
+    let mut fc = ForwarderConfig::new("127.0.0.1:9", "bench", dir.path().into());
+    fc.spool_max_bytes = (mib + 64) << 20;
+    let fwd = Forwarder::start(fc).unwrap();
+    let key = fwd.open_stream("spool");
+    let mut buf = Vec::new();
+    let mut i = 0u64;
+    let before = rss_kib("VmRSS:");
+    while fwd.spooled_bytes() < mib << 20 {
+        buf.clear();
+        encode_record(&Record::Events(gen(i, 4096, 8)), &mut buf).unwrap();
+        fwd.push(key, &buf).unwrap();
+        i += 4096;
+    }
+    println!(
+        "spooling with the daemon unreachable: {} MiB on disk ({} events); agent RSS now {} KiB, peak {} KiB (before: {} KiB)",
+        fwd.spooled_bytes() >> 20,
+        i,
+        rss_kib("VmRSS:"),
+        rss_kib("VmHWM:"),
+        before
+    );
+    let _ = fwd.shutdown(Duration::from_millis(10));
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n = |i: usize, d: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
+    match args.first().map(String::as_str) {
+        Some("spool") => spool(n(1, 512) as u64),
+        Some(cmd @ ("ingest" | "query")) => {
+            let db = args
+                .get(1)
+                .cloned()
+                .unwrap_or_else(|| "/tmp/memwatch-bench.db".into());
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if cmd == "ingest" {
+                    ingest(&db, n(2, 5_000_000)).await
+                } else {
+                    query(&db, n(2, 10_000_000)).await
+                }
+            });
+        }
+        _ => eprintln!("usage: bench ingest|query DB N | bench spool MIB"),
+    }
+}
