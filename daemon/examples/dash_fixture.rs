@@ -42,7 +42,9 @@ impl Gen {
             device,
             kind: kind as u8,
             mem_kind: match kind {
-                EventKind::Alloc | EventKind::Free | EventKind::AllocFailed => MemKind::Device as u8,
+                EventKind::Alloc | EventKind::Free | EventKind::AllocFailed => {
+                    MemKind::Device as u8
+                }
                 _ => 0,
             },
             api: 2001,
@@ -58,9 +60,20 @@ impl Gen {
 }
 
 /// Records one run of about `n` events; returns its id.
-async fn record_run(ing: &mut Ingestor, key: &str, n: u64, pid: u32, scale: u64, oom: bool) -> Result<i64> {
+async fn record_run(
+    ing: &mut Ingestor,
+    key: &str,
+    n: u64,
+    pid: u32,
+    scale: u64,
+    oom: bool,
+) -> Result<i64> {
     let t0 = 1_000_000_000u64 + pid as u64 * 1000;
-    let mut g = Gen { t: t0, ptr: (pid as u64) << 40, pid };
+    let mut g = Gen {
+        t: t0,
+        ptr: (pid as u64) << 40,
+        pid,
+    };
     let mut seq = 0u64;
     let mut run_id = None;
     let mut recs = vec![Record::ProcessStart(ProcessStart {
@@ -215,12 +228,22 @@ async fn main() -> Result<()> {
         bail!("usage: dash_fixture DB EVENTS [--bench]");
     }
     let db = &args[1];
-    let n: u64 = args[2].parse().with_context(|| format!("EVENTS {:?} is not a number", args[2]))?;
+    let n: u64 = args[2]
+        .parse()
+        .with_context(|| format!("EVENTS {:?} is not a number", args[2]))?;
     let bench = args.iter().any(|a| a == "--bench");
     let store = Store::open(db).await?;
     let mut ing = Ingestor::new(store.clone());
     let t = Instant::now();
-    let small = record_run(&mut ing, "baseline", (n / 10).clamp(2_000, 200_000), 101, 1, false).await?;
+    let small = record_run(
+        &mut ing,
+        "baseline",
+        (n / 10).clamp(2_000, 200_000),
+        101,
+        1,
+        false,
+    )
+    .await?;
     let big = record_run(&mut ing, "train-oom", n, 202, 2, true).await?;
     let secs = t.elapsed().as_secs_f64();
     println!("recorded runs #{small} (baseline) and #{big} (train-oom, ~{n} events) into {db} in {secs:.1} s");

@@ -37,8 +37,14 @@ async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String, axum::http::
         .unwrap();
     let status = resp.status();
     let headers = resp.headers().clone();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30).await.unwrap();
-    (status, String::from_utf8_lossy(&bytes).into_owned(), headers)
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30)
+        .await
+        .unwrap();
+    (
+        status,
+        String::from_utf8_lossy(&bytes).into_owned(),
+        headers,
+    )
 }
 
 /// Two runs: "train" (2 GPUs, spans, a marker, an OOM, samples with VRAM and GTT) and
@@ -165,7 +171,10 @@ async fn every_page_renders_recorded_data() {
     assert_eq!(st, StatusCode::OK);
     assert!(body.contains("gpu-node-1"));
     assert!(body.contains("AMD Radeon 8060S"));
-    assert!(body.contains(">VRAM<") && body.contains(">GTT<"), "VRAM and GTT separately");
+    assert!(
+        body.contains(">VRAM<") && body.contains(">GTT<"),
+        "VRAM and GTT separately"
+    );
     assert!(body.contains("20.0 GiB / 64.0 GiB") && body.contains("3.00 GiB / 32.0 GiB"));
     assert!(body.contains("OOM"), "OOM badge");
     let ti = body.find(&format!("#{train} train")).unwrap();
@@ -174,15 +183,29 @@ async fn every_page_renders_recorded_data() {
 
     let (st, body, _) = get(&app, &format!("/runs/{train}")).await;
     assert_eq!(st, StatusCode::OK);
-    assert_eq!(body.matches("<svg").count(), 3, "two device charts + span lanes");
+    assert_eq!(
+        body.matches("<svg").count(),
+        3,
+        "two device charts + span lanes"
+    );
     assert!(body.contains("peak "), "peak marked");
-    assert!(body.contains("failed allocation (1 here, 1 in run)"), "failure marked on GPU 1");
+    assert!(
+        body.contains("failed allocation (1 here, 1 in run)"),
+        "failure marked on GPU 1"
+    );
     assert!(body.contains("API calls on 3 threads"), "{body}");
-    assert!(body.contains("step &lt;1&gt; &amp; warmup"), "annotation escaped");
+    assert!(
+        body.contains("step &lt;1&gt; &amp; warmup"),
+        "annotation escaped"
+    );
     assert!(!body.contains("step <1>"));
     assert!(body.contains("/export/perfetto.json"));
 
-    let (st, body, h) = get(&app, &format!("/runs/{train}/chart.svg?device=0&from=1000&to=50000000")).await;
+    let (st, body, h) = get(
+        &app,
+        &format!("/runs/{train}/chart.svg?device=0&from=1000&to=50000000"),
+    )
+    .await;
     assert_eq!(st, StatusCode::OK);
     assert!(body.starts_with("<svg"));
     let l: i32 = h["x-plot-left"].to_str().unwrap().parse().unwrap();
@@ -195,7 +218,12 @@ async fn every_page_renders_recorded_data() {
 
     let (st, body, _) = get(&app, &format!("/runs/{train}/peak?device=0")).await;
     assert_eq!(st, StatusCode::OK);
-    for dim in ["By size class", "By memory kind", "By thread", "By annotation"] {
+    for dim in [
+        "By size class",
+        "By memory kind",
+        "By thread",
+        "By annotation",
+    ] {
         assert!(body.contains(dim), "{dim}");
     }
     assert!(body.contains("<details>"));
@@ -205,7 +233,10 @@ async fn every_page_renders_recorded_data() {
         serde_json::from_str(&j).unwrap()
     };
     let n = api["live_allocations"].as_u64().unwrap();
-    assert!(body.contains(&format!("<dd>{n}</dd>")), "live allocation count shown");
+    assert!(
+        body.contains(&format!("<dd>{n}</dd>")),
+        "live allocation count shown"
+    );
 
     let (st, body, _) = get(&app, &format!("/compare?a={eval}&b={train}")).await;
     assert_eq!(st, StatusCode::OK);
@@ -216,7 +247,12 @@ async fn every_page_renders_recorded_data() {
     assert_eq!(st, StatusCode::OK);
     assert!(body.contains("1.00 TiB"), "the failed 1 TiB request");
 
-    for uri in ["/xla", "/gates", "/static/memwatch.css", "/static/memwatch.js"] {
+    for uri in [
+        "/xla",
+        "/gates",
+        "/static/memwatch.css",
+        "/static/memwatch.js",
+    ] {
         let (st, _, _) = get(&app, uri).await;
         assert_eq!(st, StatusCode::OK, "{uri}");
     }
@@ -230,7 +266,10 @@ async fn exports_follow_the_documented_formats() {
 
     let (st, body, h) = get(&app, &format!("/runs/{train}/export/trace.jsonl?device=0")).await;
     assert_eq!(st, StatusCode::OK);
-    assert!(h["content-disposition"].to_str().unwrap().contains("attachment"));
+    assert!(h["content-disposition"]
+        .to_str()
+        .unwrap()
+        .contains("attachment"));
     let mut live = std::collections::HashMap::new();
     let mut cur = 0i64;
     let mut peak = 0i64;
@@ -250,14 +289,22 @@ async fn exports_follow_the_documented_formats() {
     }
     let (_, run, _) = get(&app, &format!("/api/runs/{train}")).await;
     let run: serde_json::Value = serde_json::from_str(&run).unwrap();
-    assert_eq!(peak, run["devices"][0]["peak_bytes"].as_i64().unwrap(), "trace replays to the stored peak");
+    assert_eq!(
+        peak,
+        run["devices"][0]["peak_bytes"].as_i64().unwrap(),
+        "trace replays to the stored peak"
+    );
 
     let (st, body, _) = get(&app, &format!("/runs/{train}/export/perfetto.json")).await;
     assert_eq!(st, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let evs = v["traceEvents"].as_array().unwrap();
-    assert!(evs.iter().any(|e| e["ph"] == "C" && e["args"]["bytes"].is_i64()));
-    assert!(evs.iter().any(|e| e["ph"] == "X" && e["cat"] == "api_span" && e["dur"].as_f64().unwrap() == 2000.0));
+    assert!(evs
+        .iter()
+        .any(|e| e["ph"] == "C" && e["args"]["bytes"].is_i64()));
+    assert!(evs
+        .iter()
+        .any(|e| e["ph"] == "X" && e["cat"] == "api_span" && e["dur"].as_f64().unwrap() == 2000.0));
     assert!(evs.iter().any(|e| e["ph"] == "i"), "the failed allocation");
 
     let (st, body, _) = get(&app, &format!("/runs/{train}/export/chart.svg?device=1")).await;

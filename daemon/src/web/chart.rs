@@ -168,7 +168,10 @@ fn draw_timeline(
         let mut band = upper.clone();
         band.extend(lower.iter().rev().copied());
         chart
-            .draw_series(std::iter::once(Polygon::new(band, s.color.mix(0.22).filled())))
+            .draw_series(std::iter::once(Polygon::new(
+                band,
+                s.color.mix(0.22).filled(),
+            )))
             .map_err(err)?;
         let color = s.color;
         chart
@@ -207,7 +210,11 @@ fn draw_timeline(
                 .map_err(err)?;
             let right_half = (t - from) as f64 > (to - from) as f64 * 0.7;
             let anchor = if right_half { HPos::Right } else { HPos::Left };
-            let dx = if right_half { -(x1 - x0) * 0.01 } else { (x1 - x0) * 0.01 };
+            let dx = if right_half {
+                -(x1 - x0) * 0.01
+            } else {
+                (x1 - x0) * 0.01
+            };
             chart
                 .draw_series(std::iter::once(Text::new(
                     format!("peak {}", fmt::bytes(b)),
@@ -238,17 +245,32 @@ fn legend_items(series: &[Series], marks: &Marks, from: u64, to: u64) -> Vec<(Sw
         .map(|s| (Swatch::Band(s.color), s.label.clone()))
         .collect();
     if let Some((t, b)) = marks.peak {
-        let where_ = if t >= from && t < to { "" } else { " (outside this range)" };
+        let where_ = if t >= from && t < to {
+            ""
+        } else {
+            " (outside this range)"
+        };
         v.push((Swatch::Dot, format!("peak {}{where_}", fmt::bytes(b))));
     }
-    let nf = marks.failures.iter().filter(|&&t| t >= from && t < to).count();
+    let nf = marks
+        .failures
+        .iter()
+        .filter(|&&t| t >= from && t < to)
+        .count();
     if !marks.failures.is_empty() {
         v.push((
             Swatch::Triangle,
-            format!("failed allocation ({nf} here, {} in run)", marks.failures.len()),
+            format!(
+                "failed allocation ({nf} here, {} in run)",
+                marks.failures.len()
+            ),
         ));
     }
-    let na = marks.annotations.iter().filter(|(t, _)| *t >= from && *t < to).count();
+    let na = marks
+        .annotations
+        .iter()
+        .filter(|(t, _)| *t >= from && *t < to)
+        .count();
     if na > 0 {
         v.push((Swatch::Tick, format!("annotation ({na})")));
     }
@@ -256,7 +278,10 @@ fn legend_items(series: &[Series], marks: &Marks, from: u64, to: u64) -> Vec<(Sw
 }
 
 /// A one-row legend above the plot, so it never covers data (or the peak).
-fn draw_legend(root: &DrawingArea<SVGBackend, Shift>, items: &[(Swatch, String)]) -> DrawResult<()> {
+fn draw_legend(
+    root: &DrawingArea<SVGBackend, Shift>,
+    items: &[(Swatch, String)],
+) -> DrawResult<()> {
     let mut x = 96i32;
     let y = 16i32;
     let font = ("sans-serif", 13).into_font().color(&RGBColor(30, 30, 30));
@@ -268,9 +293,14 @@ fn draw_legend(root: &DrawingArea<SVGBackend, Shift>, items: &[(Swatch, String)]
             Swatch::Triangle => root
                 .draw(&TriangleMarker::new((x + 8, y), 6, FAIL.filled()))
                 .map_err(err)?,
-            Swatch::Dot => root.draw(&Circle::new((x + 8, y), 5, PEAK.filled())).map_err(err)?,
+            Swatch::Dot => root
+                .draw(&Circle::new((x + 8, y), 5, PEAK.filled()))
+                .map_err(err)?,
             Swatch::Tick => root
-                .draw(&PathElement::new(vec![(x + 8, y - 7), (x + 8, y + 7)], NOTE.stroke_width(2)))
+                .draw(&PathElement::new(
+                    vec![(x + 8, y - 7), (x + 8, y + 7)],
+                    NOTE.stroke_width(2),
+                ))
                 .map_err(err)?,
         }
         root.draw(&Text::new(
@@ -324,7 +354,10 @@ pub fn lanes(
             .y_label_formatter(&|y| {
                 let i = (y - 0.5).round();
                 if (y - 0.5 - i).abs() < 0.01 && i >= 0.0 {
-                    names.get(i as usize).map(|s| short(s, 12)).unwrap_or_default()
+                    names
+                        .get(i as usize)
+                        .map(|s| short(s, 12))
+                        .unwrap_or_default()
                 } else {
                     String::new()
                 }
@@ -334,17 +367,22 @@ pub fn lanes(
             .draw()
             .map_err(err)?;
         chart
-            .draw_series(spans.iter().filter(|s| s.end >= from && s.start < to).map(|s| {
-                let y = s.lane as f64;
-                let c = PALETTE[s.lane % PALETTE.len()];
-                Rectangle::new(
-                    [
-                        ((s.start as f64).max(x0), y + 0.15),
-                        ((s.end as f64).min(x1).max(s.start as f64), y + 0.85),
-                    ],
-                    c.filled(),
-                )
-            }))
+            .draw_series(
+                spans
+                    .iter()
+                    .filter(|s| s.end >= from && s.start < to)
+                    .map(|s| {
+                        let y = s.lane as f64;
+                        let c = PALETTE[s.lane % PALETTE.len()];
+                        Rectangle::new(
+                            [
+                                ((s.start as f64).max(x0), y + 0.15),
+                                ((s.end as f64).min(x1).max(s.start as f64), y + 0.85),
+                            ],
+                            c.filled(),
+                        )
+                    }),
+            )
             .map_err(err)?;
         let (xr, _) = chart.plotting_area().get_pixel_range();
         (l, r) = (xr.start, xr.end);

@@ -30,7 +30,12 @@ fn t0(row: &sqlx::any::AnyRow) -> Result<u64, StoreError> {
 }
 
 /// Reads the spans of run `run` over `[from, to)`; `None` when the run does not exist.
-pub async fn spans(store: &Store, run: i64, from: u64, to: u64) -> Result<Option<SpanSet>, StoreError> {
+pub async fn spans(
+    store: &Store,
+    run: i64,
+    from: u64,
+    to: u64,
+) -> Result<Option<SpanSet>, StoreError> {
     let Some(r) = sqlx::query("SELECT t0_mono_ns FROM runs WHERE id = $1")
         .bind(run)
         .fetch_optional(&store.pool)
@@ -99,7 +104,8 @@ pub async fn spans(store: &Store, run: i64, from: u64, to: u64) -> Result<Option
                     set.lanes.len() - 1
                 }
             };
-            set.spans.push((lane, start, end, Api::from_u16(e.api).name()));
+            set.spans
+                .push((lane, start, end, Api::from_u16(e.api).name()));
         }
     }
     Ok(Some(set))

@@ -127,16 +127,21 @@ pub async fn perfetto(store: &Store, run: i64) -> Result<Option<Value>, StoreErr
     'devices: for d in &detail.run.devices {
         let mut cursor = None;
         loop {
-            let Some(page) = store.events(run, d.device, None, None, cursor, PAGE).await? else {
+            let Some(page) = store
+                .events(run, d.device, None, None, cursor, PAGE)
+                .await?
+            else {
                 break;
             };
             for e in &page.events {
                 let ts = us(e.ts_ns.saturating_sub(t0));
                 match e.kind {
                     "alloc_failed" | "free_failed" => {
-                        ev.push(json!({"name":format!("{} FAILED {} B", e.api, e.size),"ph":"i",
+                        ev.push(
+                            json!({"name":format!("{} FAILED {} B", e.api, e.size),"ph":"i",
                             "s":"g","pid":e.pid,"tid":e.tid,"ts":ts,
-                            "args":{"size":e.size,"result":e.result,"device":e.device}}));
+                            "args":{"size":e.size,"result":e.result,"device":e.device}}),
+                        );
                     }
                     _ => {
                         let dur = if e.kind == "api_span" {

@@ -31,7 +31,10 @@ pub fn routes() -> Router<AppState> {
         .route("/runs/{id}/peak", get(pages::peak))
         .route("/runs/{id}/export/chart.svg", get(pages::export_svg))
         .route("/runs/{id}/export/trace.jsonl", get(pages::export_jsonl))
-        .route("/runs/{id}/export/perfetto.json", get(pages::export_perfetto))
+        .route(
+            "/runs/{id}/export/perfetto.json",
+            get(pages::export_perfetto),
+        )
         .route("/compare", get(pages::compare))
         .route("/incidents", get(pages::incidents))
         .route("/xla", get(pages::xla))

@@ -155,7 +155,13 @@ async fn device_chart(
 ) -> Result<chart::Rendered, WebError> {
     let tl = st
         .store
-        .timeline(run.run.id, device, Some(from), Some(to), (CHART_W - 100) as usize)
+        .timeline(
+            run.run.id,
+            device,
+            Some(from),
+            Some(to),
+            (CHART_W - 100) as usize,
+        )
         .await?
         .ok_or_else(|| WebError::NotFound(format!("no run {}", run.run.id)))?;
     let d = run.run.devices.iter().find(|d| d.device == device);
@@ -189,7 +195,12 @@ fn failure_times(incidents: &[IncidentRow], device: i64, t0: i64) -> Vec<u64> {
 }
 
 /// The lanes fragment: a note plus (when the range is small enough) the SVG.
-async fn lanes(st: &AppState, id: i64, from: u64, to: u64) -> Result<(String, chart::Rendered), WebError> {
+async fn lanes(
+    st: &AppState,
+    id: i64,
+    from: u64,
+    to: u64,
+) -> Result<(String, chart::Rendered), WebError> {
     let empty = chart::Rendered {
         svg: String::new(),
         plot_left: 0,
@@ -276,7 +287,11 @@ pub async fn run(
         from,
         to,
         end,
-        range_label: format!("{} – {}", fmt::duration(from as i64), fmt::duration(to as i64)),
+        range_label: format!(
+            "{} – {}",
+            fmt::duration(from as i64),
+            fmt::duration(to as i64)
+        ),
         first_device: run.run.devices.first().map_or(0, |d| d.device),
         chart_width: CHART_W,
         devices,
@@ -292,7 +307,9 @@ pub async fn run(
                 pid: p.pid,
                 host: p.hostname.clone(),
                 argv: p.argv.join(" "),
-                exit: p.exit_code.map_or("running or unknown".into(), |c| c.to_string()),
+                exit: p
+                    .exit_code
+                    .map_or("running or unknown".into(), |c| c.to_string()),
                 dropped: p.dropped_events,
             })
             .collect(),
@@ -341,10 +358,22 @@ pub async fn chart_svg(
     Ok((
         [
             (header::CONTENT_TYPE, "image/svg+xml".to_string()),
-            (header::HeaderName::from_static("x-plot-left"), c.plot_left.to_string()),
-            (header::HeaderName::from_static("x-plot-right"), c.plot_right.to_string()),
-            (header::HeaderName::from_static("x-range-from"), from.to_string()),
-            (header::HeaderName::from_static("x-range-to"), to.to_string()),
+            (
+                header::HeaderName::from_static("x-plot-left"),
+                c.plot_left.to_string(),
+            ),
+            (
+                header::HeaderName::from_static("x-plot-right"),
+                c.plot_right.to_string(),
+            ),
+            (
+                header::HeaderName::from_static("x-range-from"),
+                from.to_string(),
+            ),
+            (
+                header::HeaderName::from_static("x-range-to"),
+                to.to_string(),
+            ),
         ],
         c.svg,
     )
@@ -370,8 +399,14 @@ pub async fn lanes_fragment(
     };
     Ok((
         [
-            (header::HeaderName::from_static("x-plot-left"), c.plot_left.to_string()),
-            (header::HeaderName::from_static("x-plot-right"), c.plot_right.to_string()),
+            (
+                header::HeaderName::from_static("x-plot-left"),
+                c.plot_left.to_string(),
+            ),
+            (
+                header::HeaderName::from_static("x-plot-right"),
+                c.plot_right.to_string(),
+            ),
         ],
         Html(body),
     )
@@ -379,7 +414,9 @@ pub async fn lanes_fragment(
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// Server-sent events while a run is live: `progress` when new events arrived, `end`
@@ -525,9 +562,24 @@ fn peak_dims(p: &Peak) -> Vec<DimView> {
     };
     let same = |k: &str| k.to_string();
     vec![
-        dim("size class", &p.by_size_class, &|a| size_class_key(a.size), &size_class_label),
-        dim("memory kind", &p.by_kind, &|a| a.mem_kind.to_string(), &same),
-        dim("thread", &p.by_thread, &|a| format!("pid {} tid {}", a.pid, a.tid), &same),
+        dim(
+            "size class",
+            &p.by_size_class,
+            &|a| size_class_key(a.size),
+            &size_class_label,
+        ),
+        dim(
+            "memory kind",
+            &p.by_kind,
+            &|a| a.mem_kind.to_string(),
+            &same,
+        ),
+        dim(
+            "thread",
+            &p.by_thread,
+            &|a| format!("pid {} tid {}", a.pid, a.tid),
+            &same,
+        ),
         dim(
             "annotation",
             &p.by_annotation,
@@ -568,7 +620,12 @@ pub async fn export_jsonl(
 ) -> Result<Response, WebError> {
     let run = load_run(&st, id).await?;
     let device = q.device.unwrap_or(0);
-    let lines = export::JsonLines::new(st.store.clone(), id, device, run.run.t0_mono_ns.max(0) as u64);
+    let lines = export::JsonLines::new(
+        st.store.clone(),
+        id,
+        device,
+        run.run.t0_mono_ns.max(0) as u64,
+    );
     let body = stream::unfold(lines, |mut l| async move {
         match l.next_chunk().await {
             Ok(Some(s)) => Some((Ok::<_, std::io::Error>(s), l)),
@@ -656,8 +713,14 @@ pub async fn compare(
     // Each run's own span only (nothing drawn after a run ended), same bucket width.
     let share = |e: u64| ((pts as u64 * e).div_ceil(end) as usize).max(1);
     let (ea, eb) = (run_end(&ra.run), run_end(&rb.run));
-    let ta = st.store.timeline(a, da, Some(0), Some(ea), share(ea)).await?;
-    let tb = st.store.timeline(b, db, Some(0), Some(eb), share(eb)).await?;
+    let ta = st
+        .store
+        .timeline(a, da, Some(0), Some(ea), share(ea))
+        .await?;
+    let tb = st
+        .store
+        .timeline(b, db, Some(0), Some(eb), share(eb))
+        .await?;
     let (Some(ta), Some(tb)) = (ta, tb) else {
         page.message = "A run disappeared while comparing.".into();
         return html(&page);
