@@ -86,6 +86,8 @@ B="http://127.0.0.1:$P"
 check 01-overview "$B/" "gpu-node-1" "NVIDIA H200" "VRAM" "GTT" "train-oom" "baseline" ">OOM<"
 check 02-run "$B/runs/2" "Live bytes over time" "peak " "failed allocation (1 here, 1 in run)" "API calls" "Perfetto trace"
 check 03-run-zoomed "$B/runs/2?from=1000000&to=40000000" "showing 1.00 ms" "API calls on"
+"${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,2000 \
+  --screenshot="$SHOTS/03b-run-zoomed-full.png" "$B/runs/2?from=1000000&to=40000000" >/dev/null 2>&1 || true
 check 04-peak "$B/runs/2/peak?device=0" "What was live at the peak" "By size class" "By memory kind" "By thread" "By annotation" "<details>"
 check 05-compare "$B/compare?a=1&b=2" "Peak composition" "A: #1 baseline" "B: #2 train-oom"
 check 06-incidents "$B/incidents" "150 GiB" "cudaMalloc" "#2"
