@@ -329,3 +329,55 @@ async fn bad_requests_get_clear_pages() {
     assert_eq!(st, StatusCode::OK);
     assert!(body.contains("No peak snapshot is stored for GPU 9"));
 }
+
+#[tokio::test]
+async fn live_run_streams_progress_then_the_page_shows_it() {
+    use futures_util::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (app, store) = app(&dir.path().join("l.db").display().to_string()).await;
+    let (train, eval) = record(&store).await;
+    // "train" has no process end and its node just sent data: live. "eval" ended.
+    let (_, body, _) = get(&app, &format!("/runs/{train}")).await;
+    assert!(body.contains("data-active=\"true\"") && body.contains("id=\"live-badge\""));
+    let (_, body, _) = get(&app, &format!("/runs/{eval}")).await;
+    assert!(body.contains("data-active=\"false\""));
+
+    let resp = app
+        .clone()
+        .oneshot(
+            Request::get(format!("/runs/{train}/live"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut stream = resp.into_body().into_data_stream();
+    // More events arrive for the same run.
+    let mut ing = Ingestor::new(store.clone());
+    let more = workload(500, 900_000_000_000, 1, 3);
+    ing.commit(vec![Batch {
+        node: "gpu-node-1".into(),
+        stream: 1,
+        seq: 2,
+        run_key: "train".into(),
+        records: vec![Record::Events(more)],
+    }])
+    .await
+    .unwrap();
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !seen.contains("event: progress") {
+        let chunk = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("a progress event within 10 s")
+            .expect("stream open")
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("\"events\":"), "{seen}");
+}
