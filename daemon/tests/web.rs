@@ -195,6 +195,10 @@ async fn every_page_renders_recorded_data() {
     );
     assert!(body.contains("API calls on 3 threads"), "{body}");
     assert!(
+        body.contains(">42/7<") && body.contains(">42/9<"),
+        "lane names (pid/tid)"
+    );
+    assert!(
         body.contains("step &lt;1&gt; &amp; warmup"),
         "annotation escaped"
     );

@@ -344,24 +344,12 @@ pub fn lanes(
             .y_label_area_size(84)
             .build_cartesian_2d(x0..x1, 0f64..n as f64)
             .map_err(err)?;
-        let names = lane_names.to_vec();
         chart
             .configure_mesh()
             .disable_y_mesh()
             .x_labels(8)
-            .y_labels(n + 1)
+            .y_labels(0)
             .x_label_formatter(&|x| fmt::axis_time(*x))
-            .y_label_formatter(&|y| {
-                let i = (y - 0.5).round();
-                if (y - 0.5 - i).abs() < 0.01 && i >= 0.0 {
-                    names
-                        .get(i as usize)
-                        .map(|s| short(s, 12))
-                        .unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
             .light_line_style(RGBColor(240, 240, 240))
             .label_style(("sans-serif", 12).into_font().color(&RGBColor(40, 40, 40)))
             .draw()
@@ -384,6 +372,17 @@ pub fn lanes(
                     }),
             )
             .map_err(err)?;
+        // Lane names, drawn in pixel space left of the plot (the axis is numeric).
+        let label_font = ("sans-serif", 12).into_font().color(&RGBColor(40, 40, 40));
+        for (i, name) in lane_names.iter().enumerate() {
+            let (px, py) = chart.backend_coord(&(x0, i as f64 + 0.5));
+            root.draw(&Text::new(
+                short(name, 12),
+                (px - 6, py),
+                label_font.clone().pos(Pos::new(HPos::Right, VPos::Center)),
+            ))
+            .map_err(err)?;
+        }
         let (xr, _) = chart.plotting_area().get_pixel_range();
         (l, r) = (xr.start, xr.end);
         root.present().map_err(err)?;
