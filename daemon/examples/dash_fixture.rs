@@ -235,18 +235,24 @@ async fn main() -> Result<()> {
     let store = Store::open(db).await?;
     let mut ing = Ingestor::new(store.clone());
     let t = Instant::now();
-    let small = record_run(
-        &mut ing,
-        "baseline",
-        (n / 10).clamp(2_000, 200_000),
-        101,
-        1,
-        false,
-    )
-    .await?;
-    let big = record_run(&mut ing, "train-oom", n, 202, 2, true).await?;
-    let secs = t.elapsed().as_secs_f64();
-    println!("recorded runs #{small} (baseline) and #{big} (train-oom, ~{n} events) into {db} in {secs:.1} s");
+    // EVENTS 0: record nothing, time the pages of a database recorded earlier.
+    let (small, big) = if n == 0 {
+        (1, 2)
+    } else {
+        let small = record_run(
+            &mut ing,
+            "baseline",
+            (n / 10).clamp(2_000, 200_000),
+            101,
+            1,
+            false,
+        )
+        .await?;
+        let big = record_run(&mut ing, "train-oom", n, 202, 2, true).await?;
+        let secs = t.elapsed().as_secs_f64();
+        println!("recorded runs #{small} (baseline) and #{big} (train-oom, ~{n} events) into {db} in {secs:.1} s");
+        (small, big)
+    };
     if bench {
         let metrics = Arc::new(Metrics::default());
         let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 8);
@@ -268,8 +274,15 @@ async fn main() -> Result<()> {
             format!("/runs/{big}/peak?device=0"),
             format!("/compare?a={small}&b={big}"),
             "/incidents".to_string(),
+            format!("/api/runs/{big}"),
+            format!("/api/runs/{big}/timeline?device=0&points=1100"),
+            format!("/api/runs/{big}/timeline?device=0&points=1100&from=123456789&to=223456789"),
+            format!("/api/runs/{big}/peak?device=0&top=5000"),
         ];
-        println!("page render server time (run #{big}, ~{n} events), best of 3 after 1 warm-up:");
+        let events = store.run(big).await?.map_or(0, |r| r.run.event_count);
+        println!(
+            "page render server time (run #{big}, {events} events), best of 3 after 1 warm-up:"
+        );
         for p in &pages {
             let _ = time_page(&app, p).await?;
             let mut best = f64::MAX;

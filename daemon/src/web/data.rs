@@ -212,3 +212,132 @@ pub async fn gate_results(store: &Store) -> Result<Vec<GateRow>, StoreError> {
         })
         .collect()
 }
+
+/// A run's header and per-device counters, without its annotations (which can number
+/// tens of thousands and are read per visible range instead).
+pub struct RunLite {
+    pub id: i64,
+    pub node: String,
+    pub run_key: String,
+    pub t0: i64,
+    pub wall_anchor_unix_ns: i64,
+    pub duration_ns: i64,
+    pub event_count: i64,
+    pub dropped_events: i64,
+    /// `peak_ts_ns` relative to the run's start.
+    pub devices: Vec<crate::store::query::RunDevice>,
+}
+
+pub async fn run_lite(store: &Store, run: i64) -> Result<Option<RunLite>, StoreError> {
+    let Some(r) = sqlx::query(
+        "SELECT r.id, n.name, r.run_key, r.t0_mono_ns, r.wall_anchor_unix_ns, r.last_ts_ns, \
+         r.event_count, r.dropped_events FROM runs r JOIN nodes n ON n.id = r.node_id WHERE r.id = $1",
+    )
+    .bind(run)
+    .fetch_optional(&store.pool)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let t0 = col_i64(&r, 3)?;
+    let rows = sqlx::query(
+        "SELECT device, live_bytes, peak_bytes, peak_ts_ns, alloc_count, free_count, \
+         failed_count FROM run_devices WHERE run_id = $1 ORDER BY device",
+    )
+    .bind(run)
+    .fetch_all(&store.pool)
+    .await?;
+    let devices = rows
+        .iter()
+        .map(|d| {
+            Ok(crate::store::query::RunDevice {
+                device: col_i64(d, 0)?,
+                live_bytes: col_i64(d, 1)?,
+                peak_bytes: col_i64(d, 2)?,
+                peak_ts_ns: (col_i64(d, 3)? - t0).max(0),
+                alloc_count: col_i64(d, 4)?,
+                free_count: col_i64(d, 5)?,
+                failed_count: col_i64(d, 6)?,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(Some(RunLite {
+        id: col_i64(&r, 0)?,
+        node: r.try_get::<String, _>(1)?,
+        run_key: r.try_get::<String, _>(2)?,
+        t0,
+        wall_anchor_unix_ns: col_i64(&r, 4)?,
+        duration_ns: (col_i64(&r, 5)? - t0).max(0),
+        event_count: col_i64(&r, 6)?,
+        dropped_events: col_i64(&r, 7)?,
+        devices,
+    }))
+}
+
+/// Annotations of `run` in `[from, to)` ns since its start (at most `limit`, oldest
+/// first) as (relative time, device, text), and how many the range holds in all.
+pub async fn annotations_in(
+    store: &Store,
+    run: i64,
+    t0: i64,
+    from: u64,
+    to: u64,
+    limit: i64,
+) -> Result<(Vec<(u64, i64, String)>, i64), StoreError> {
+    let lo = t0.saturating_add(from.min(i64::MAX as u64) as i64);
+    let hi = t0.saturating_add(to.min(i64::MAX as u64) as i64);
+    let n = sqlx::query(
+        "SELECT COUNT(*) FROM annotations WHERE run_id = $1 AND ts_ns >= $2 AND ts_ns < $3",
+    )
+    .bind(run)
+    .bind(lo)
+    .bind(hi)
+    .fetch_one(&store.pool)
+    .await?;
+    let rows = sqlx::query(
+        "SELECT ts_ns, device, text FROM annotations WHERE run_id = $1 AND ts_ns >= $2 \
+         AND ts_ns < $3 ORDER BY ts_ns, id LIMIT $4",
+    )
+    .bind(run)
+    .bind(lo)
+    .bind(hi)
+    .bind(limit)
+    .fetch_all(&store.pool)
+    .await?;
+    let v = rows
+        .iter()
+        .map(|r| {
+            Ok((
+                (col_i64(r, 0)? - t0).max(0) as u64,
+                col_i64(r, 1)?,
+                r.try_get::<String, _>(2)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok((v, col_i64(&n, 0)?))
+}
+
+/// Processes of a run: (pid, hostname, argv, exit code, dropped events).
+pub async fn processes(
+    store: &Store,
+    run: i64,
+) -> Result<Vec<(i64, String, Vec<String>, Option<i64>, i64)>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT pid, hostname, argv, exit_code, dropped_events FROM processes \
+         WHERE run_id = $1 ORDER BY pid LIMIT 1000",
+    )
+    .bind(run)
+    .fetch_all(&store.pool)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                col_i64(r, 0)?,
+                r.try_get::<String, _>(1)?,
+                serde_json::from_str(&r.try_get::<String, _>(2)?).unwrap_or_default(),
+                r.try_get::<Option<i64>, _>(3)?,
+                col_i64(r, 4)?,
+            ))
+        })
+        .collect()
+}

@@ -17,7 +17,8 @@ use super::chart::{self, Marks, Series, PALETTE};
 use super::views::*;
 use super::{data, export, fmt, html, WebError};
 use crate::api::AppState;
-use crate::store::query::{IncidentRow, Peak, RunDetail, RunRow};
+use crate::store::query::{IncidentRow, Peak, RunRow};
+use data::RunLite;
 
 /// Pixel size of timeline charts (the SVG scales to the page width).
 pub const CHART_W: u32 = 1200;
@@ -116,14 +117,13 @@ pub struct RangeQ {
     to: Option<u64>,
 }
 
-async fn load_run(st: &AppState, id: i64) -> Result<RunDetail, WebError> {
-    st.store
-        .run(id)
+async fn load_run(st: &AppState, id: i64) -> Result<RunLite, WebError> {
+    data::run_lite(&st.store, id)
         .await?
         .ok_or_else(|| WebError::NotFound(format!("There is no run #{id} in this database.")))
 }
 
-fn run_end(r: &RunRow) -> u64 {
+fn run_end(r: &RunLite) -> u64 {
     r.duration_ns.max(0) as u64 + 1
 }
 
@@ -147,7 +147,7 @@ fn rel(ts: i64, t0: i64) -> u64 {
 
 async fn device_chart(
     st: &AppState,
-    run: &RunDetail,
+    run: &RunLite,
     device: i64,
     from: u64,
     to: u64,
@@ -156,24 +156,23 @@ async fn device_chart(
     let tl = st
         .store
         .timeline(
-            run.run.id,
+            run.id,
             device,
             Some(from),
             Some(to),
             (CHART_W - 100) as usize,
         )
         .await?
-        .ok_or_else(|| WebError::NotFound(format!("no run {}", run.run.id)))?;
-    let d = run.run.devices.iter().find(|d| d.device == device);
-    let t0 = run.run.t0_mono_ns;
+        .ok_or_else(|| WebError::NotFound(format!("no run {}", run.id)))?;
+    let d = run.devices.iter().find(|d| d.device == device);
+    let (notes, _) = data::annotations_in(&st.store, run.id, run.t0, from, to, 401).await?;
     let marks = Marks {
         peak: d.map(|d| (d.peak_ts_ns.max(0) as u64, d.peak_bytes)),
         failures: failures.to_vec(),
-        annotations: run
-            .annotations
-            .iter()
-            .filter(|a| a.device == device || a.device < 0)
-            .map(|a| (rel(a.ts_ns, t0), a.text.clone()))
+        annotations: notes
+            .into_iter()
+            .filter(|(_, d, _)| *d == device || *d < 0)
+            .map(|(t, _, text)| (t, text))
             .collect(),
     };
     let series = [Series {
@@ -251,12 +250,12 @@ pub async fn run(
     Query(q): Query<RangeQ>,
 ) -> Result<Response, WebError> {
     let run = load_run(&st, id).await?;
-    let end = run_end(&run.run);
+    let end = run_end(&run);
     let (from, to) = range(&q, end)?;
     let incidents = st.store.incidents(Some(id), 10_000).await?;
-    let t0 = run.run.t0_mono_ns;
+    let t0 = run.t0;
     let mut devices = Vec::new();
-    for d in &run.run.devices {
+    for d in &run.devices {
         let fails = failure_times(&incidents, d.device, t0);
         let c = device_chart(&st, &run, d.device, from, to, &fails).await?;
         devices.push(RunDeviceView {
@@ -275,13 +274,13 @@ pub async fn run(
     let (lanes_note, lanes_chart) = lanes(&st, id, from, to).await?;
     let page = RunPage {
         id,
-        key: run.run.run_key.clone(),
-        node: run.run.node.clone(),
-        started: fmt::wall(run.run.wall_anchor_unix_ns),
-        duration: fmt::duration(run.run.duration_ns),
-        events: run.run.event_count,
-        dropped: run.run.dropped_events,
-        failures: run.run.devices.iter().map(|d| d.failed_count).sum(),
+        key: run.run_key.clone(),
+        node: run.node.clone(),
+        started: fmt::wall(run.wall_anchor_unix_ns),
+        duration: fmt::duration(run.duration_ns),
+        events: run.event_count,
+        dropped: run.dropped_events,
+        failures: run.devices.iter().map(|d| d.failed_count).sum(),
         oom: incidents.iter().any(|i| is_oom(i.result)),
         active: data::run_active(&st.store, id).await?,
         from,
@@ -292,7 +291,7 @@ pub async fn run(
             fmt::duration(from as i64),
             fmt::duration(to as i64)
         ),
-        first_device: run.run.devices.first().map_or(0, |d| d.device),
+        first_device: run.devices.first().map_or(0, |d| d.device),
         chart_width: CHART_W,
         devices,
         lanes_svg: lanes_chart.svg,
@@ -300,24 +299,22 @@ pub async fn run(
         lanes_left: lanes_chart.plot_left,
         lanes_right: lanes_chart.plot_right,
         incidents: incidents.iter().map(|i| incident_view(i, t0)).collect(),
-        processes: run
-            .processes
-            .iter()
-            .map(|p| ProcessView {
-                pid: p.pid,
-                host: p.hostname.clone(),
-                argv: p.argv.join(" "),
-                exit: p
-                    .exit_code
-                    .map_or("running or unknown".into(), |c| c.to_string()),
-                dropped: p.dropped_events,
+        processes: data::processes(&st.store, id)
+            .await?
+            .into_iter()
+            .map(|(pid, host, argv, exit, dropped)| ProcessView {
+                pid,
+                host,
+                argv: argv.join(" "),
+                exit: exit.map_or("running or unknown".into(), |c| c.to_string()),
+                dropped,
             })
             .collect(),
-        annotations: run
-            .annotations
-            .iter()
-            .take(500)
-            .map(|a| (fmt::duration(rel(a.ts_ns, t0) as i64), a.text.clone()))
+        annotations: data::annotations_in(&st.store, id, t0, 0, end, 500)
+            .await?
+            .0
+            .into_iter()
+            .map(|(t, _, text)| (fmt::duration(t as i64), text))
             .collect(),
     };
     html(&page)
@@ -350,10 +347,10 @@ pub async fn chart_svg(
     Query(q): Query<RangeQ>,
 ) -> Result<Response, WebError> {
     let run = load_run(&st, id).await?;
-    let (from, to) = range(&q, run_end(&run.run))?;
+    let (from, to) = range(&q, run_end(&run))?;
     let device = q.device.unwrap_or(0);
     let incidents = st.store.incidents(Some(id), 10_000).await?;
-    let fails = failure_times(&incidents, device, run.run.t0_mono_ns);
+    let fails = failure_times(&incidents, device, run.t0);
     let c = device_chart(&st, &run, device, from, to, &fails).await?;
     Ok((
         [
@@ -386,7 +383,7 @@ pub async fn lanes_fragment(
     Query(q): Query<RangeQ>,
 ) -> Result<Response, WebError> {
     let run = load_run(&st, id).await?;
-    let (from, to) = range(&q, run_end(&run.run))?;
+    let (from, to) = range(&q, run_end(&run))?;
     let (note, c) = lanes(&st, id, from, to).await?;
     let note = escape(&note);
     let body = if c.svg.is_empty() {
@@ -486,7 +483,7 @@ pub async fn peak(
     Query(q): Query<DeviceQ>,
 ) -> Result<Response, WebError> {
     let run = load_run(&st, id).await?;
-    let devices: Vec<i64> = run.run.devices.iter().map(|d| d.device).collect();
+    let devices: Vec<i64> = run.devices.iter().map(|d| d.device).collect();
     let device = q.device.or(devices.first().copied()).unwrap_or(0);
     let Some(p) = st.store.peak(id, device, PEAK_LIST).await? else {
         return html(&PeakPage {
@@ -595,10 +592,10 @@ pub async fn export_svg(
     Query(q): Query<RangeQ>,
 ) -> Result<Response, WebError> {
     let run = load_run(&st, id).await?;
-    let (from, to) = range(&q, run_end(&run.run))?;
+    let (from, to) = range(&q, run_end(&run))?;
     let device = q.device.unwrap_or(0);
     let incidents = st.store.incidents(Some(id), 10_000).await?;
-    let fails = failure_times(&incidents, device, run.run.t0_mono_ns);
+    let fails = failure_times(&incidents, device, run.t0);
     let c = device_chart(&st, &run, device, from, to, &fails).await?;
     Ok((
         [
@@ -620,12 +617,7 @@ pub async fn export_jsonl(
 ) -> Result<Response, WebError> {
     let run = load_run(&st, id).await?;
     let device = q.device.unwrap_or(0);
-    let lines = export::JsonLines::new(
-        st.store.clone(),
-        id,
-        device,
-        run.run.t0_mono_ns.max(0) as u64,
-    );
+    let lines = export::JsonLines::new(st.store.clone(), id, device, run.t0.max(0) as u64);
     let body = stream::unfold(lines, |mut l| async move {
         match l.next_chunk().await {
             Ok(Some(s)) => Some((Ok::<_, std::io::Error>(s), l)),
@@ -704,15 +696,18 @@ pub async fn compare(
     let (Some(a), Some(b)) = (a, b) else {
         return html(&page);
     };
-    let (Some(ra), Some(rb)) = (st.store.run(a).await?, st.store.run(b).await?) else {
+    let (Some(ra), Some(rb)) = (
+        data::run_lite(&st.store, a).await?,
+        data::run_lite(&st.store, b).await?,
+    ) else {
         page.message = format!("Run #{a} or #{b} does not exist.");
         return html(&page);
     };
-    let end = run_end(&ra.run).max(run_end(&rb.run));
+    let end = run_end(&ra).max(run_end(&rb));
     let pts = (CHART_W - 100) as usize;
     // Each run's own span only (nothing drawn after a run ended), same bucket width.
     let share = |e: u64| ((pts as u64 * e).div_ceil(end) as usize).max(1);
-    let (ea, eb) = (run_end(&ra.run), run_end(&rb.run));
+    let (ea, eb) = (run_end(&ra), run_end(&rb));
     let ta = st
         .store
         .timeline(a, da, Some(0), Some(ea), share(ea))
@@ -725,8 +720,8 @@ pub async fn compare(
         page.message = "A run disappeared while comparing.".into();
         return html(&page);
     };
-    page.a_label = format!("#{} {} GPU {da}", a, ra.run.run_key);
-    page.b_label = format!("#{} {} GPU {db}", b, rb.run.run_key);
+    page.a_label = format!("#{} {} GPU {da}", a, ra.run_key);
+    page.b_label = format!("#{} {} GPU {db}", b, rb.run_key);
     let series = [
         Series {
             label: format!("A: {}", page.a_label),
