@@ -6,6 +6,7 @@ set -euo pipefail
 APT_PACKAGES=(
   build-essential pkg-config
   libamdhip64-dev librocm-smi-dev   # ROCm 5.2: the HIP path builds and runs over the real libamdhip64
+  hipcc                             # compiles the HIP replay kernels (kernels/build.rs, gfx90a on ROCm 5.2)
   gdb                               # attach via gdb
   sqlite3
   postgresql                        # daemon tests on PostgreSQL (scripts/start-test-postgres.sh)

@@ -3,4 +3,9 @@
 //! Owns capture loading and timelines, XLA dump and log parsing, allocator models and
 //! the regression gate. Each area is one module tree below; the CLI and the daemon call
 //! into them. Nothing here prints or exits: functions return typed errors (`thiserror`).
+pub mod alloc;
+
 pub mod capture;
+pub mod gate;
+pub mod log;
+pub mod xla;

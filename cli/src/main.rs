@@ -25,6 +25,15 @@ struct Cli {
 enum Command {
     /// Print the capture format version this build reads and writes.
     FormatVersion,
+    /// Replay an allocation trace through an allocator model: would it fit on a device?
+    Replay(cmd::replay::ReplayArgs),
+    /// Fail CI when memory regresses: compare per-module figures with a baseline file.
+    Gate(cmd::gate::GateArgs),
+    /// Analyse XLA dumps (`XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text`).
+    #[command(subcommand)]
+    Xla(cmd::xla::XlaCmd),
+    /// Explain XLA/JAX out-of-memory logs (BFC dumps, remat warnings, RESOURCE_EXHAUSTED).
+    Log(cmd::log::LogArgs),
     /// Run a command with every GPU allocation captured, then print a short report.
     Run(cmd::run::RunArgs),
     /// Report a capture: per process and device counts, peaks, leaks, failures, API times.
@@ -44,6 +53,10 @@ fn main() -> ExitCode {
             println!("{}", memwatch_wire::FORMAT_VERSION);
             Ok(cmd::Outcome::Success)
         }
+        Command::Replay(args) => cmd::replay::run(args),
+        Command::Gate(args) => cmd::gate::run(args),
+        Command::Xla(c) => cmd::xla::run(c),
+        Command::Log(a) => cmd::log::run(a),
         Command::Run(args) => cmd::run::run(args),
         Command::Report(args) => cmd::report::run(args),
         Command::Serve(args) => cmd::serve::run(args),

@@ -203,3 +203,78 @@ fn agent_to_daemon_survives_kill_9_exactly_once() {
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }
+
+fn preload(dir: &std::path::Path) -> std::path::PathBuf {
+    let shim = std::path::PathBuf::from(env!("CARGO_BIN_EXE_memwatch"))
+        .with_file_name("libmemwatch_preload.so");
+    if shim.is_file() {
+        return shim;
+    }
+    let src = dir.join("empty.c");
+    std::fs::write(&src, "int memwatch_test_placeholder;\n").unwrap();
+    let lib = dir.join("libempty.so");
+    let st = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("cc (build-essential) is needed");
+    assert!(st.success());
+    lib
+}
+
+#[test]
+fn run_db_import_idempotent_and_bad_capture() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("local.db");
+    let mw = || Command::new(env!("CARGO_BIN_EXE_memwatch"));
+    // `memwatch run --db`: the capture (here: its tag markers) lands in the store.
+    let out = mw()
+        .current_dir(dir.path())
+        .env("MEMWATCH_PRELOAD", preload(dir.path()))
+        .args(["run", "--quiet", "--out", "c.mwcap", "--db"])
+        .arg(&db)
+        .args(["--tag", "run=nightly-1", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("(key nightly-1)"));
+    // Importing the same capture into the same run twice stores it once.
+    for expect_dup in [1, 1] {
+        let o = mw()
+            .args(["import", "--json", "--run", "nightly-1", "--db"])
+            .arg(&db)
+            .arg(dir.path().join("c.mwcap"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["duplicate_batches"], expect_dup, "{v}");
+    }
+    // A file that is not a capture: exit 2, one line naming the file.
+    let bad = dir.path().join("notes.txt");
+    std::fs::write(&bad, "hello, not a capture at all").unwrap();
+    let o = mw()
+        .args(["import", "--db"])
+        .arg(&db)
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("notes.txt") && err.contains("wrong magic"),
+        "{err}"
+    );
+    // Serve the database: the run is there.
+    let (api, ingest) = (free_port(), free_port());
+    let mut daemon = serve(&db, api, ingest);
+    let runs = get(api, "/api/runs");
+    assert_eq!(runs["runs"][0]["run_key"], "nightly-1");
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}

@@ -1,7 +1,9 @@
 //! `memwatch run` and `memwatch report` as a user runs them: real child processes,
 //! exit codes and signals, capture files good, cut off and foreign.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Output};
 
 use memwatch_wire::*;
@@ -10,32 +12,10 @@ fn memwatch() -> Command {
     Command::new(env!("CARGO_BIN_EXE_memwatch"))
 }
 
-/// The preload library for `memwatch run`: the real shim when it is built next to the
-/// binary, otherwise an empty shared library compiled here (these tests are about
-/// process handling, not interception).
-fn preload(dir: &Path) -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_memwatch"));
-    let shim = exe.with_file_name("libmemwatch_preload.so");
-    if shim.is_file() {
-        return shim;
-    }
-    let src = dir.join("empty.c");
-    std::fs::write(&src, "int memwatch_test_placeholder;\n").unwrap();
-    let lib = dir.join("libempty.so");
-    let st = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .status()
-        .expect("cc (build-essential) is needed");
-    assert!(st.success());
-    lib
-}
-
 fn run_in(dir: &Path, args: &[&str]) -> Output {
     memwatch()
         .current_dir(dir)
-        .env("MEMWATCH_PRELOAD", preload(dir))
+        .env("MEMWATCH_PRELOAD", common::shim())
         .args(args)
         .output()
         .unwrap()
@@ -94,7 +74,7 @@ fn sigterm_to_memwatch_is_forwarded() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = memwatch()
         .current_dir(dir.path())
-        .env("MEMWATCH_PRELOAD", preload(dir.path()))
+        .env("MEMWATCH_PRELOAD", common::shim())
         .args(["run", "--quiet", "--out", "s.mwcap", "--", "sleep", "30"])
         .spawn()
         .unwrap();

@@ -19,16 +19,16 @@ fn gen(start: u64, n: usize, devices: i32) -> Vec<Event> {
             let i = start + k;
             let device = (i % devices as u64) as i32;
             let slot = i / devices as u64;
-            let (kind, ptr, size) = if slot % 2 == 0 {
+            let (kind, ptr, size) = if slot.is_multiple_of(2) {
                 (
                     1u8,
-                    0x1000_0000 + (slot / 2) * 0x1000,
+                    ((device as u64) << 40) + 0x1000_0000 + (slot / 2) * 0x1000,
                     4096 + (slot * 7919 % 1_000_000),
                 )
             } else {
                 // Free the allocation made 2,000 slots earlier (never before it existed).
                 let a = (slot / 2).saturating_sub(2000);
-                (2u8, 0x1000_0000 + a * 0x1000, 0)
+                (2u8, ((device as u64) << 40) + 0x1000_0000 + a * 0x1000, 0)
             };
             Event {
                 ts_ns: 1_000_000 + i * 1000,

@@ -136,7 +136,7 @@ async fn ingest_query_timeline_peak_events() {
                 }
                 assert_eq!(
                     p["last"].as_i64().unwrap(),
-                    curve.iter().filter(|c| c.0 < e).last().map_or(0, |c| c.1)
+                    curve.iter().rfind(|c| c.0 < e).map_or(0, |c| c.1)
                 );
             }
             let (_, pk) = get(&app, &format!("/api/runs/{id}/peak?device={dev}")).await;

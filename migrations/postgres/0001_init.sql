@@ -89,7 +89,7 @@ CREATE TABLE event_chunks (
 CREATE INDEX event_chunks_by_time ON event_chunks (run_id, device, ts_last);
 CREATE INDEX event_chunks_by_age ON event_chunks (created_unix_ns);
 
--- Multi-resolution live-bytes rollups: bucket = (ts - t0) >> (16 + 2 * level).
+-- Multi-resolution live-bytes rollups: bucket = (ts - t0) >> (18 + 2 * level).
 CREATE TABLE rollups (
     run_id BIGINT NOT NULL,
     device BIGINT NOT NULL,

@@ -292,20 +292,15 @@ impl FrameSink for Forwarder {
                     run
                 }
             };
-            let mut streams = lock(&inner.streams);
-            if !streams.contains_key(&key) {
-                let id = inner.new_stream();
-                streams.insert(
-                    key,
-                    StreamBuf {
-                        stream: id,
-                        seq: 0,
-                        run,
-                        buf: Vec::new(),
-                        since: Instant::now(),
-                    },
-                );
-            }
+            lock(&inner.streams)
+                .entry(key)
+                .or_insert_with(|| StreamBuf {
+                    stream: inner.new_stream(),
+                    seq: 0,
+                    run,
+                    buf: Vec::new(),
+                    since: Instant::now(),
+                });
         }
         inner.push(key, bytes).map_err(|e| SinkError(e.to_string()))
     }

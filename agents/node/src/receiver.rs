@@ -7,18 +7,20 @@
 //! logged (see [`ConnSummary`]); other connections never notice. It does not interpret
 //! events and does not own what sinks do with frames.
 //!
-//! Idle detection ([`Receiver::wait_idle`]) is exact about the accept backlog: a process
-//! that connected and exited before it was accepted is still read in full.
+//! Idle detection ([`Receiver::wait_idle`]) is exact about the accept backlog: it drains
+//! the backlog itself, so a process that connected and exited before it was accepted is
+//! still read in full.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read};
 use std::net::Shutdown;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -28,8 +30,8 @@ use memwatch_wire::{FrameReader, ReadMode, Record, WireError};
 use crate::sink::{CloseReason, ConnId, FrameSink};
 use crate::AgentError;
 
-/// How often the accept loop looks at the backlog when it is empty.
-const ACCEPT_POLL: Duration = Duration::from_millis(2);
+/// How long the accept thread sleeps in poll(2) before looking at the stop flag.
+const ACCEPT_WAKE_MS: libc::c_int = 50;
 /// Delivered bytes kept in a connection's copy buffer before it is compacted.
 const COMPACT_AT: usize = 1 << 20;
 
@@ -79,8 +81,9 @@ struct Table {
 struct Shared {
     sink: Arc<dyn FrameSink>,
     stop: AtomicBool,
-    /// Incremented each time the accept loop finds the backlog empty.
-    empty_polls: AtomicU64,
+    listener: UnixListener,
+    /// Held while draining the accept backlog (by the accept thread or `wait_idle`).
+    accepting: Mutex<u64>,
     table: Mutex<Table>,
     changed: Condvar,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -134,7 +137,8 @@ impl Receiver {
         let shared = Arc::new(Shared {
             sink,
             stop: AtomicBool::new(false),
-            empty_polls: AtomicU64::new(0),
+            listener,
+            accepting: Mutex::new(0),
             table: Mutex::new(Table::default()),
             changed: Condvar::new(),
             threads: Mutex::new(Vec::new()),
@@ -142,7 +146,7 @@ impl Receiver {
         let accept_shared = Arc::clone(&shared);
         let accept_thread = std::thread::Builder::new()
             .name("memwatch-accept".into())
-            .spawn(move || accept_loop(listener, accept_shared))
+            .spawn(move || accept_loop(&accept_shared))
             .map_err(io_err("cannot start the accept thread for"))?;
         Ok(Self {
             dir: Some(dir),
@@ -185,7 +189,7 @@ impl Receiver {
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
-            let polls = self.shared.empty_polls.load(Ordering::SeqCst);
+            drain_backlog(&self.shared);
             {
                 let mut table = self.shared.table();
                 while table.open > 0 {
@@ -201,14 +205,8 @@ impl Receiver {
                         .0;
                 }
             }
-            // Two empty looks at the backlog after our check: anything that was queued
-            // when we started has been accepted (and counted as open) by now.
-            while self.shared.empty_polls.load(Ordering::SeqCst) < polls + 2 {
-                if Instant::now() >= deadline {
-                    return false;
-                }
-                std::thread::sleep(ACCEPT_POLL / 2);
-            }
+            // Anything queued while we waited is accepted (and counted open) here.
+            drain_backlog(&self.shared);
             if self.shared.table().open == 0 {
                 return true;
             }
@@ -258,29 +256,38 @@ impl Drop for Receiver {
     }
 }
 
-fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
-    let mut next_id = 0u64;
+fn accept_loop(shared: &Arc<Shared>) {
+    let fd = shared.listener.as_raw_fd();
+    while !shared.stop.load(Ordering::SeqCst) {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the listener, which outlives this thread.
+        let ready = unsafe { libc::poll(&mut pfd, 1, ACCEPT_WAKE_MS) };
+        if ready > 0 {
+            drain_backlog(shared);
+        }
+    }
+    // Whatever connected before the stop is still read (then cut by shutdown).
+    drain_backlog(shared);
+}
+
+/// Accepts every connection waiting in the backlog (the listener is non-blocking).
+fn drain_backlog(shared: &Arc<Shared>) {
+    let mut next_id = shared.accepting.lock().unwrap_or_else(|p| p.into_inner());
     loop {
-        match listener.accept() {
+        match shared.listener.accept() {
             Ok((stream, _)) => {
-                next_id += 1;
-                let id = ConnId(next_id);
-                spawn_connection(id, stream, &shared);
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                shared.empty_polls.fetch_add(1, Ordering::SeqCst);
-                if shared.stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                std::thread::sleep(ACCEPT_POLL);
+                *next_id += 1;
+                spawn_connection(ConnId(*next_id), stream, shared);
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
             Err(e) => {
                 eprintln!("memwatch receiver: accept failed: {e}");
-                if shared.stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                std::thread::sleep(ACCEPT_POLL);
+                return;
             }
         }
     }

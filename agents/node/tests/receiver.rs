@@ -298,3 +298,23 @@ fn capture_file_in_missing_directory_is_a_clear_error() {
         .to_string();
     assert!(err.contains("/nonexistent-dir/x.mwcap"), "{err}");
 }
+
+#[test]
+fn processes_that_exit_before_being_accepted_are_still_read() {
+    // Clients connect, send everything and close as fast as possible; wait_idle right
+    // after must not return before every queued connection was accepted and read.
+    let dir = tempfile::tempdir().unwrap();
+    let (cap, sink, rx) = setup(dir.path());
+    for pid in 1..=40u32 {
+        let mut bytes = encode_preamble().to_vec();
+        bytes.extend(encode(&process_records(pid, 1, 3)));
+        let mut s = UnixStream::connect(rx.socket_path()).unwrap();
+        s.write_all(&bytes).unwrap();
+    }
+    assert!(rx.wait_idle(Duration::from_secs(10)));
+    let stats = rx.shutdown();
+    sink.finish().unwrap();
+    assert_eq!(stats.connections.len(), 40);
+    assert!(stats.failed().next().is_none(), "{stats:#?}");
+    assert_eq!(read_capture(&cap).len(), 40 * 4);
+}

@@ -261,6 +261,7 @@ apis! {
     CudaMallocHost = 2006 => "cudaMallocHost",
     CudaHostAlloc = 2007 => "cudaHostAlloc",
     CudaFreeHost = 2008 => "cudaFreeHost",
+    CudaSetDevice = 2009 => "cudaSetDevice",
 }
 
 /// One intercepted call or observation. Fixed size on the wire (see `codec`).

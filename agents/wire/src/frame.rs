@@ -30,6 +30,10 @@
 //!  64 api:u16   66 kind:u8   67 mem_kind:u8   68 reserved:u32 (=0)
 //! ```
 //!
+//! Appended values (no format version change; older readers map unknown `api` numbers to
+//! `Api::Unknown`): `api` 2009 = cudaSetDevice (event kind `set_device`, added with the
+//! LD_PRELOAD shim).
+//!
 //! Timestamps are CLOCK_MONOTONIC nanoseconds; each `process_start` carries the
 //! monotonic and wall-clock anchors taken at the same moment, so readers convert to
 //! "ns since the capture's start" (the earliest anchor) and to wall time.

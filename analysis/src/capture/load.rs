@@ -150,6 +150,11 @@ impl Builder {
     }
 
     fn stream(&mut self, pid: u32, device: i32) -> u32 {
+        if let Some(&i) = self.stream_index.get(&(pid, device)) {
+            return i;
+        }
+        // Every pid with events is reported, even when its process_start was lost.
+        self.process(pid);
         let streams = &mut self.loaded.streams;
         *self.stream_index.entry((pid, device)).or_insert_with(|| {
             streams.push((pid, device));

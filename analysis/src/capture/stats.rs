@@ -9,6 +9,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use foldhash::HashMap as FastMap;
 use memwatch_wire::{Api, EventKind, MemKind};
 use serde::Serialize;
 
@@ -221,13 +222,17 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
     let events = &loaded.events;
 
     let mut accs: Vec<Acc> = (0..loaded.streams.len()).map(|_| Acc::default()).collect();
+    let mut api = ApiTable::new(events, &loaded.streams);
     let mut procs: HashMap<u32, ProcAcc> = HashMap::new();
-    let mut live: HashMap<(u32, Family, u64), Live> = HashMap::new();
+    // Hashing pointers with foldhash: several times faster than SipHash here; the keys
+    // come from the capture, not from an adversary that could force collisions.
+    let mut live: FastMap<(u32, Family, u64), Live> = FastMap::default();
     let mut last_ts = 0u64;
 
     for (i, e) in events.iter().enumerate() {
         last_ts = last_ts.max(e.ts.saturating_add(e.dur));
         let (pid, _) = loaded.streams[e.stream as usize];
+        api.add(e);
         let kind = EventKind::from_u8(e.kind);
         let family = Family::of(e.mem, e.api);
         match kind {
@@ -324,7 +329,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
     };
 
     let largest: Vec<Vec<AllocReport>> = accs.iter().map(top_list).collect();
-    let (global_api, per_pid_api) = api_stats(&mut loaded.events, &loaded.streams);
+    let (global_api, per_pid_api) = api.finish();
 
     let mut processes = Vec::new();
     let mut failures = Vec::new();
@@ -435,16 +440,76 @@ fn release(accs: &mut [Acc], procs: &mut HashMap<u32, ProcAcc>, pid: u32, f: Fam
     }
 }
 
+/// Calls in progress per stream: dense (indexed by stream) for capture-wide overlap,
+/// a short list for one process (which has few devices).
+enum StreamCounts {
+    Dense { counts: Vec<u32>, distinct: u64 },
+    Small(Vec<(u32, u32)>),
+}
+
+impl StreamCounts {
+    fn inc(&mut self, s: u32) {
+        match self {
+            Self::Dense { counts, distinct } => {
+                let c = &mut counts[s as usize];
+                if *c == 0 {
+                    *distinct += 1;
+                }
+                *c += 1;
+            }
+            Self::Small(v) => match v.iter_mut().find(|(k, _)| *k == s) {
+                Some((_, c)) => *c += 1,
+                None => v.push((s, 1)),
+            },
+        }
+    }
+
+    fn dec(&mut self, s: u32) {
+        match self {
+            Self::Dense { counts, distinct } => {
+                let c = &mut counts[s as usize];
+                *c = c.saturating_sub(1);
+                if *c == 0 {
+                    *distinct = distinct.saturating_sub(1);
+                }
+            }
+            Self::Small(v) => {
+                if let Some(i) = v.iter().position(|(k, _)| *k == s) {
+                    v[i].1 -= 1;
+                    if v[i].1 == 0 {
+                        v.swap_remove(i);
+                    }
+                }
+            }
+        }
+    }
+
+    fn distinct(&self) -> u64 {
+        match self {
+            Self::Dense { distinct, .. } => *distinct,
+            Self::Small(v) => v.len() as u64,
+        }
+    }
+}
+
 /// Sweep state for the overlap of one API's calls.
-#[derive(Default)]
 struct Overlap {
     ends: BinaryHeap<Reverse<(u64, u32)>>,
-    per_stream: HashMap<u32, u32>,
+    per_stream: StreamCounts,
     max_calls: u64,
     max_streams: u64,
 }
 
 impl Overlap {
+    fn new(per_stream: StreamCounts) -> Self {
+        Self {
+            ends: BinaryHeap::new(),
+            per_stream,
+            max_calls: 0,
+            max_streams: 0,
+        }
+    }
+
     /// Adds a call; calls must come in start order.
     fn add(&mut self, start: u64, dur: u64, stream: u32) {
         while let Some(Reverse((end, s))) = self.ends.peek().copied() {
@@ -452,22 +517,16 @@ impl Overlap {
                 break;
             }
             self.ends.pop();
-            if let Some(n) = self.per_stream.get_mut(&s) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_stream.remove(&s);
-                }
-            }
+            self.per_stream.dec(s);
         }
         self.ends
             .push(Reverse((start.saturating_add(dur.max(1)), stream)));
-        *self.per_stream.entry(stream).or_default() += 1;
+        self.per_stream.inc(stream);
         self.max_calls = self.max_calls.max(self.ends.len() as u64);
-        self.max_streams = self.max_streams.max(self.per_stream.len() as u64);
+        self.max_streams = self.max_streams.max(self.per_stream.distinct());
     }
 }
 
-#[derive(Default)]
 struct ApiAcc {
     durations: Vec<u64>,
     errors: u64,
@@ -475,6 +534,14 @@ struct ApiAcc {
 }
 
 impl ApiAcc {
+    fn new(per_stream: StreamCounts) -> Self {
+        Self {
+            durations: Vec::new(),
+            errors: 0,
+            overlap: Overlap::new(per_stream),
+        }
+    }
+
     fn add(&mut self, e: &Ev) {
         self.durations.push(e.dur);
         if matches!(
@@ -510,32 +577,93 @@ impl ApiAcc {
     }
 }
 
-/// Capture-wide and per-process statistics per API. Re-sorts `events` by (api, start).
-fn api_stats(
-    events: &mut [Ev],
-    streams: &[(u32, i32)],
-) -> (Vec<ApiStats>, HashMap<u32, Vec<ApiStats>>) {
-    events.sort_unstable_by_key(|e| (e.api, e.ts, e.stream));
-    let mut global = Vec::new();
-    let mut per_pid: HashMap<u32, Vec<ApiStats>> = HashMap::new();
-    for group in events.chunk_by(|a, b| a.api == b.api) {
-        let api = group[0].api;
-        let mut all = ApiAcc::default();
-        let mut mine: HashMap<u32, ApiAcc> = HashMap::new();
-        for e in group {
-            all.add(e);
-            let pid = streams[e.stream as usize].0;
-            mine.entry(pid).or_default().add(e);
+/// API statistics, capture-wide and per process, fed events in start order.
+struct ApiTable<'a> {
+    streams: &'a [(u32, i32)],
+    /// API number -> dense index.
+    dense: Vec<u16>,
+    apis: Vec<u16>,
+    /// Process of each stream, as a dense index into `pids`.
+    proc_of_stream: Vec<u32>,
+    pids: Vec<u32>,
+    global: Vec<ApiAcc>,
+    /// `[proc * apis.len() + api]`, created on first use.
+    per_proc: Vec<Option<ApiAcc>>,
+}
+
+impl<'a> ApiTable<'a> {
+    fn new(events: &[Ev], streams: &'a [(u32, i32)]) -> Self {
+        let mut dense = vec![u16::MAX; 1 << 16];
+        let mut apis = Vec::new();
+        for e in events {
+            let d = &mut dense[e.api as usize];
+            if *d == u16::MAX {
+                *d = apis.len() as u16;
+                apis.push(e.api);
+            }
         }
-        global.push(all.finish(api));
-        for (pid, acc) in mine {
-            per_pid.entry(pid).or_default().push(acc.finish(api));
+        let mut pids: Vec<u32> = streams.iter().map(|s| s.0).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let proc_of_stream = streams
+            .iter()
+            .map(|s| pids.binary_search(&s.0).unwrap_or(0) as u32)
+            .collect();
+        let global = apis
+            .iter()
+            .map(|_| {
+                ApiAcc::new(StreamCounts::Dense {
+                    counts: vec![0; streams.len()],
+                    distinct: 0,
+                })
+            })
+            .collect();
+        let per_proc = (0..pids.len() * apis.len()).map(|_| None).collect();
+        Self {
+            streams,
+            dense,
+            apis,
+            proc_of_stream,
+            pids,
+            global,
+            per_proc,
         }
     }
-    for v in per_pid.values_mut() {
-        v.sort_by_key(|s| Api::from_name(&s.api).map_or(0, |a| a as u16));
+
+    fn add(&mut self, e: &Ev) {
+        let a = self.dense[e.api as usize] as usize;
+        self.global[a].add(e);
+        let p = self.proc_of_stream[e.stream as usize] as usize;
+        self.per_proc[p * self.apis.len() + a]
+            .get_or_insert_with(|| ApiAcc::new(StreamCounts::Small(Vec::new())))
+            .add(e);
     }
-    (global, per_pid)
+
+    /// Capture-wide list and per-pid lists, each ordered by API number.
+    fn finish(self) -> (Vec<ApiStats>, HashMap<u32, Vec<ApiStats>>) {
+        debug_assert_eq!(self.proc_of_stream.len(), self.streams.len());
+        let mut order: Vec<usize> = (0..self.apis.len()).collect();
+        order.sort_by_key(|&i| self.apis[i]);
+        let napi = self.apis.len();
+        let mut global: Vec<Option<ApiAcc>> = self.global.into_iter().map(Some).collect();
+        let mut per_proc = self.per_proc;
+        let mut all = Vec::new();
+        let mut per_pid: HashMap<u32, Vec<ApiStats>> = HashMap::new();
+        for &a in &order {
+            if let Some(acc) = global[a].take() {
+                all.push(acc.finish(self.apis[a]));
+            }
+            for (p, pid) in self.pids.iter().enumerate() {
+                if let Some(acc) = per_proc[p * napi + a].take() {
+                    per_pid
+                        .entry(*pid)
+                        .or_default()
+                        .push(acc.finish(self.apis[a]));
+                }
+            }
+        }
+        (all, per_pid)
+    }
 }
 
 #[cfg(test)]
@@ -557,7 +685,7 @@ mod tests {
 
     #[test]
     fn nearest_rank_percentiles() {
-        let mut acc = ApiAcc::default();
+        let mut acc = ApiAcc::new(StreamCounts::Small(Vec::new()));
         for d in (1..=100).rev() {
             acc.add(&ev(d * 1000, d, 0));
         }
@@ -567,7 +695,7 @@ mod tests {
             (50, 99, 100, 5050)
         );
         let one = {
-            let mut a = ApiAcc::default();
+            let mut a = ApiAcc::new(StreamCounts::Small(Vec::new()));
             a.add(&ev(0, 7, 0));
             a.finish(0)
         };
@@ -576,7 +704,18 @@ mod tests {
 
     #[test]
     fn overlap_is_half_open_and_counts_streams() {
-        let mut o = Overlap::default();
+        for counts in [
+            StreamCounts::Small(Vec::new()),
+            StreamCounts::Dense {
+                counts: vec![0; 3],
+                distinct: 0,
+            },
+        ] {
+            overlap_case(Overlap::new(counts));
+        }
+    }
+
+    fn overlap_case(mut o: Overlap) {
         o.add(0, 10, 0);
         o.add(10, 10, 1); // starts exactly when the first ends: no overlap
         assert_eq!((o.max_calls, o.max_streams), (1, 1));

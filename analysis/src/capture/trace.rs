@@ -9,9 +9,9 @@
 //! included); frees of pointers the capture never saw allocated are left out. A free
 //! carries the device and stream of its allocation.
 
-use std::collections::HashMap;
 use std::io::Write;
 
+use foldhash::HashMap as FastMap;
 use memwatch_wire::EventKind;
 
 use super::load::{Family, Loaded};
@@ -49,7 +49,7 @@ pub fn write_trace<W: Write>(
     let summary_streams = order.iter().map(|&i| loaded.streams[i as usize]).collect();
 
     let mut next_id = 1u64;
-    let mut live: HashMap<(u32, Family, u64), (u64, u32)> = HashMap::new();
+    let mut live: FastMap<(u32, Family, u64), (u64, u32)> = FastMap::default();
     let mut summary = TraceSummary {
         streams: summary_streams,
         ..TraceSummary::default()

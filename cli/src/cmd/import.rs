@@ -123,7 +123,9 @@ pub fn import_capture(
             Record::Events(e) => e.len(),
             _ => 1,
         };
-        groups.last_mut().map(|g| g.push(rec));
+        if let Some(g) = groups.last_mut() {
+            g.push(rec);
+        }
         if in_group >= BATCH_EVENTS {
             groups.push(Vec::new());
             in_group = 0;

@@ -1,5 +1,8 @@
 //! Subcommand implementations, one file each, plus the shared exit-code policy.
 
+pub mod gate;
+pub mod replay;
+pub mod replay_gpu;
 pub mod report;
 pub mod run;
 
@@ -34,3 +37,7 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
         }
     }
 }
+
+pub mod fmt;
+pub mod log;
+pub mod xla;

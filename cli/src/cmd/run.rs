@@ -63,6 +63,16 @@ pub struct RunArgs {
     /// connections, in seconds.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     pub drain_timeout: f64,
+    /// Also store the capture in this SQLite file or postgres://… database (no daemon
+    /// needed) when CMD ends.
+    #[arg(long, value_name = "PATH|URL", conflicts_with = "daemon")]
+    pub db: Option<String>,
+    /// Also send the capture to a daemon's HTTP API (http://HOST:7373) when CMD ends.
+    #[arg(long, value_name = "URL")]
+    pub daemon: Option<String>,
+    /// Bearer token for --daemon.
+    #[arg(long, env = "MEMWATCH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// How many largest allocations per device the JSON report lists.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
@@ -312,6 +322,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         );
     }
 
+    store_capture(&args, &out);
     let loaded = load_with_progress(&out)?;
     print_damage(&loaded);
     let report = analyze(loaded, &ReportOptions { top: args.top });
@@ -346,6 +357,34 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         );
     }
     Ok(Outcome::Code(end.status))
+}
+
+/// `--db` / `--daemon`: loads the finished capture into the store. A storage failure is
+/// reported but does not change memwatch's exit status (that is CMD's).
+fn store_capture(args: &RunArgs, out: &Path) {
+    use super::import::{import_capture, Target};
+    let target = match (&args.db, &args.daemon) {
+        (Some(db), _) => Target::Db(db),
+        (None, Some(url)) => Target::Daemon {
+            url,
+            token: args.token.as_deref(),
+        },
+        (None, None) => return,
+    };
+    let run_key = args
+        .tags
+        .iter()
+        .find(|(k, _)| k == "run")
+        .map(|(_, v)| v.clone());
+    match import_capture(out, target, run_key, None) {
+        Ok(s) => eprintln!(
+            "memwatch: stored {} events as run {} (key {})",
+            s.events,
+            s.run_id.map_or("-".into(), |r| r.to_string()),
+            s.run_key
+        ),
+        Err(e) => eprintln!("memwatch: error: storing {} failed: {e:#}", out.display()),
+    }
 }
 
 fn write_tag(sink: &CaptureFileSink, k: &str, v: &str) -> Result<()> {

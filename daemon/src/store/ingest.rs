@@ -406,7 +406,7 @@ impl Ingestor {
             for row in &rows {
                 after = col_i64(row, 0)?;
                 let blob: Vec<u8> = row.try_get(1)?;
-                if blob.len() % EVENT_SIZE != 0 {
+                if !blob.len().is_multiple_of(EVENT_SIZE) {
                     return Err(StoreError::Corrupt(format!(
                         "event chunk {after} holds {} bytes, not whole events",
                         blob.len()

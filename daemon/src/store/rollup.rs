@@ -1,7 +1,7 @@
 //! Multi-resolution rollups of a device's live bytes, built while ingesting.
 //!
-//! Level `k` cuts time since the run's start into buckets of `2^(16 + 2k)` ns (65.5 µs at
-//! level 0, ×4 per level, 16 levels: the coarsest bucket is about 20 days). Each bucket
+//! Level `k` cuts time since the run's start into buckets of `2^(18 + 2k)` ns (262 µs at
+//! level 0, ×4 per level, 16 levels: the coarsest bucket is about 80 days). Each bucket
 //! keeps the minimum, maximum and last live-bytes value of the step function over the
 //! bucket, so a timeline read from any level shows every peak (the maximum survives
 //! downsampling). Owns only the arithmetic; `ingest` writes the rows.
@@ -9,7 +9,7 @@
 /// Number of levels.
 pub const LEVELS: usize = 16;
 /// log2 of the level-0 bucket width in ns.
-pub const BASE_SHIFT: u32 = 16;
+pub const BASE_SHIFT: u32 = 18;
 /// log2 of the factor between levels.
 pub const LEVEL_SHIFT: u32 = 2;
 

@@ -38,7 +38,7 @@ pub fn encode(allocs: &[LiveAlloc]) -> Vec<u8> {
 
 /// Decodes a blob written by [`encode`].
 pub fn decode(b: &[u8]) -> Result<Vec<LiveAlloc>, StoreError> {
-    if b.len() % RECORD_SIZE != 0 {
+    if !b.len().is_multiple_of(RECORD_SIZE) {
         return Err(StoreError::Corrupt(format!(
             "peak snapshot of {} bytes is not a multiple of {RECORD_SIZE}",
             b.len()

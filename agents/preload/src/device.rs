@@ -1,0 +1,130 @@
+//! Describing devices: name and total memory, asked of the real runtime.
+//!
+//! Owns the `device_info` queries. Runs only on the flusher thread (never on the hook
+//! path, never at exit when runtimes may be torn down). The runtime library is found
+//! from a real function we already resolved (`dladdr` -> `dlopen(RTLD_NOLOAD)`), so it
+//! works for libraries loaded privately with `dlopen` as XLA does.
+
+use crate::hooks::HOOKS;
+use crate::real::real_dlsym;
+use core::ffi::{c_char, c_int, c_void, CStr};
+use memwatch_wire::{DeviceInfo, Vendor};
+
+/// 0 HIP, 1 CUDA driver, 2 CUDA runtime (from the API number ranges).
+pub fn family_index(api: u16) -> usize {
+    match api {
+        0..=999 => 0,
+        1000..=1999 => 1,
+        _ => 2,
+    }
+}
+
+type NameFn = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
+type HipTotalFn = unsafe extern "C" fn(*mut usize, c_int) -> c_int;
+type CuDeviceGetFn = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
+
+/// A `dlopen` handle of the library that provides family `fam`'s functions.
+fn library_handle(fam: usize) -> *mut c_void {
+    for h in HOOKS.iter() {
+        if h.family as u8 != [1u8, 2, 4].get(fam).copied().unwrap_or(0) {
+            continue;
+        }
+        let p = h.real();
+        if p.is_null() {
+            continue;
+        }
+        // SAFETY: dladdr fills info for an address inside a loaded object.
+        unsafe {
+            let mut info: libc::Dl_info = core::mem::zeroed();
+            if libc::dladdr(p, &mut info) != 0 && !info.dli_fname.is_null() {
+                let handle = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+                if !handle.is_null() {
+                    return handle;
+                }
+            }
+        }
+    }
+    core::ptr::null_mut()
+}
+
+/// A `dlopen(RTLD_NOLOAD)` reference, released when dropped: the shim must never keep
+/// a runtime loaded that the program `dlclose`s.
+struct Handle(*mut c_void);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: a handle from dlopen, closed once.
+            unsafe { libc::dlclose(self.0) };
+        }
+    }
+}
+
+unsafe fn sym(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    if handle.is_null() {
+        return core::ptr::null_mut();
+    }
+    real_dlsym()(handle, name.as_ptr())
+}
+
+/// Name and total bytes of device `ordinal` of family `fam`; `None` when the runtime
+/// cannot say (e.g. no such device).
+pub fn query(fam: usize, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
+    let lib = Handle(library_handle(fam));
+    let handle = lib.0;
+    let mut _extra = Handle(core::ptr::null_mut());
+    // SAFETY: function pointers come from the runtime library with the documented
+    // signatures; buffers are sized as passed.
+    unsafe {
+        let mut cuda = handle;
+        if fam == 2 && sym(cuda, c"cuDeviceGetName").is_null() {
+            cuda = libc::dlopen(
+                c"libcuda.so.1".as_ptr(),
+                libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+            );
+            _extra = Handle(cuda);
+        }
+        let simulated = !sym(handle, c"memwatchSimulatedRuntime").is_null();
+        let mut name = [0 as c_char; 256];
+        let mut total: usize = 0;
+        let vendor = if fam == 0 {
+            let n = sym(handle, c"hipDeviceGetName");
+            let t = sym(handle, c"hipDeviceTotalMem");
+            if n.is_null() || t.is_null() {
+                return None;
+            }
+            let n: NameFn = core::mem::transmute::<*mut c_void, NameFn>(n);
+            let t: HipTotalFn = core::mem::transmute::<*mut c_void, HipTotalFn>(t);
+            if n(name.as_mut_ptr(), 255, ordinal) != 0 || t(&mut total, ordinal) != 0 {
+                return None;
+            }
+            Vendor::Amd
+        } else {
+            let g = sym(cuda, c"cuDeviceGet");
+            let n = sym(cuda, c"cuDeviceGetName");
+            let t = sym(cuda, c"cuDeviceTotalMem_v2");
+            if g.is_null() || n.is_null() || t.is_null() {
+                return None;
+            }
+            let g: CuDeviceGetFn = core::mem::transmute::<*mut c_void, CuDeviceGetFn>(g);
+            let n: NameFn = core::mem::transmute::<*mut c_void, NameFn>(n);
+            let t: HipTotalFn = core::mem::transmute::<*mut c_void, HipTotalFn>(t);
+            let mut dev: c_int = 0;
+            if g(&mut dev, ordinal) != 0
+                || n(name.as_mut_ptr(), 255, dev) != 0
+                || t(&mut total, dev) != 0
+            {
+                return None;
+            }
+            Vendor::Nvidia
+        };
+        let name = CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
+        Some(DeviceInfo {
+            pid,
+            device: ordinal,
+            vendor: if simulated { Vendor::Simulated } else { vendor } as u8,
+            total_bytes: total as u64,
+            name,
+        })
+    }
+}

@@ -1,0 +1,64 @@
+//! exec: deliver what was recorded before the process image is replaced.
+//!
+//! Owns the `execve` / `execv` / `execvp` / `execvpe` wrappers. Before the real call the
+//! ring is drained and `process_end` (exit code -1) written; the new image, still
+//! preloaded, announces itself with a fresh `process_start` (same pid). If exec fails,
+//! recording resumes and the old image is announced again. The variadic `execl*`
+//! functions are not wrapped (Rust cannot define C variadics on stable): events queued
+//! in the last flush interval (≤ 20 ms) before an `execl*` are lost.
+
+use crate::real::real_dlsym;
+use crate::rt;
+use core::ffi::{c_char, c_int, c_void, CStr};
+
+type Argv = *const *const c_char;
+
+unsafe fn real(name: &CStr) -> *mut c_void {
+    real_dlsym()(libc::RTLD_NEXT, name.as_ptr())
+}
+
+fn before() -> bool {
+    if rt::is_active() {
+        rt::final_flush(-1);
+        true
+    } else {
+        false
+    }
+}
+
+fn after_failure(flushed: bool) {
+    if flushed {
+        // SAFETY: errno location of this thread.
+        let e = unsafe { *libc::__errno_location() };
+        rt::resume_after_failed_exec();
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = e };
+    }
+}
+
+macro_rules! exec_hook {
+    ($name:ident, $cname:literal, ($($a:ident: $t:ty),*)) => {
+        /// Wraps libc's function of the same name (see the module docs).
+        ///
+        /// # Safety
+        /// Same contract as libc's function.
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            type F = unsafe extern "C" fn($($t),*) -> c_int;
+            let f = real($cname);
+            if f.is_null() {
+                *libc::__errno_location() = libc::ENOSYS;
+                return -1;
+            }
+            let flushed = before();
+            let r = core::mem::transmute::<*mut c_void, F>(f)($($a),*);
+            after_failure(flushed);
+            r
+        }
+    };
+}
+
+exec_hook!(execve, c"execve", (path: *const c_char, argv: Argv, envp: Argv));
+exec_hook!(execv, c"execv", (path: *const c_char, argv: Argv));
+exec_hook!(execvp, c"execvp", (file: *const c_char, argv: Argv));
+exec_hook!(execvpe, c"execvpe", (file: *const c_char, argv: Argv, envp: Argv));

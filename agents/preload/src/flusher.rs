@@ -1,0 +1,23 @@
+//! The one background thread per process that drains the ring into the sink.
+//!
+//! Owns the polling loop: drain, then sleep 1 ms while events flow, backing off to 20 ms
+//! when idle. It never records events itself (its reentrancy guard is always set) and
+//! stops when the process exits (the exit handler does the last drain).
+
+use crate::{rt, sink};
+use core::sync::atomic::Ordering;
+
+pub fn run() {
+    rt::mark_internal_thread();
+    let mut idle_ns = 1_000_000u64;
+    while !rt::EXITING.load(Ordering::Acquire) && rt::is_active() {
+        let n = sink::flush_locked(false, 0, 50_000_000);
+        idle_ns = if n > 0 {
+            1_000_000
+        } else {
+            (idle_ns * 2).min(20_000_000)
+        };
+        sink::sleep_ns(idle_ns);
+    }
+    rt::FLUSHER_RUNNING.store(false, Ordering::Release);
+}

@@ -1,0 +1,31 @@
+//! memwatch-preload: the LD_PRELOAD shim (`libmemwatch_preload.so`).
+//!
+//! Loaded into a workload with `LD_PRELOAD`, it records every HIP, CUDA driver and CUDA
+//! runtime allocation / free / failure, stream and module spans and device changes, and
+//! streams them in the memwatch wire format (`memwatch-wire`) to a capture file or a
+//! `memwatch run` receiver. It never changes what the program sees: same results, same
+//! errno, same out-pointers. See `README.md` for the mechanism and guarantees.
+//!
+//! Modules: `config` (environment), `hooks` (the wrappers and hook table), `dl` (dlsym,
+//! dlvsym, *GetProcAddress), `real` (finding real functions), `rt` (hot path, lifecycle,
+//! fork/exit), `tring` (per-thread rings), `ring` (shared fallback queue), `sink` (frames out), `flusher` (the background
+//! thread), `device` (device_info queries), `exec` (exec wrappers).
+
+#![allow(non_snake_case)]
+// Unit-test builds do not export the hooks (the test binary must not interpose its own
+// dlsym), so the hook-only code is unused there.
+#![cfg_attr(test, allow(dead_code))]
+
+pub mod clock;
+pub mod config;
+pub mod debug;
+pub mod device;
+pub mod dl;
+pub mod exec;
+pub mod flusher;
+pub mod hooks;
+pub mod real;
+pub mod ring;
+pub mod rt;
+pub mod sink;
+pub mod tring;

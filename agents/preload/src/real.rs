@@ -1,0 +1,180 @@
+//! Finding the real functions behind our wrappers.
+//!
+//! Owns (a) the real `dlsym`/`dlvsym` of the C library, found by reading libc's ELF
+//! dynamic symbol table through `dl_iterate_phdr` — we cannot ask `dlsym` for them,
+//! because our own exported `dlsym`/`dlvsym` interpose every such call — and (b) the
+//! table of real-function slots, one per hook, filled either by `dlsym(RTLD_NEXT, name)`
+//! (ordinary interposition) or by what the program's own `dlsym` / `*GetProcAddress`
+//! call returned (see `dl`). Nothing here allocates.
+
+use core::ffi::{c_char, c_int, c_void, CStr};
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
+
+/// libc's `dlsym`; read by the `dlsym` trampoline (so it must stay a plain static).
+pub static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+/// libc's `dlvsym`.
+pub static REAL_DLVSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+
+unsafe extern "C" fn null_dlsym(_: *mut c_void, _: *const c_char) -> *mut c_void {
+    core::ptr::null_mut()
+}
+unsafe extern "C" fn null_dlvsym(
+    _: *mut c_void,
+    _: *const c_char,
+    _: *const c_char,
+) -> *mut c_void {
+    core::ptr::null_mut()
+}
+
+/// The real `dlsym` (a function returning NULL if libc's could not be found).
+pub fn real_dlsym() -> DlsymFn {
+    let mut p = REAL_DLSYM.load(Ordering::Acquire);
+    if p.is_null() {
+        resolve_dl();
+        p = REAL_DLSYM.load(Ordering::Acquire);
+    }
+    if p.is_null() {
+        return null_dlsym;
+    }
+    // SAFETY: p is libc's dlsym.
+    unsafe { core::mem::transmute::<*mut c_void, DlsymFn>(p) }
+}
+
+/// The real `dlvsym`.
+pub fn real_dlvsym() -> DlvsymFn {
+    let mut p = REAL_DLVSYM.load(Ordering::Acquire);
+    if p.is_null() {
+        resolve_dl();
+        p = REAL_DLVSYM.load(Ordering::Acquire);
+    }
+    if p.is_null() {
+        return null_dlvsym;
+    }
+    // SAFETY: p is libc's dlvsym.
+    unsafe { core::mem::transmute::<*mut c_void, DlvsymFn>(p) }
+}
+
+/// Called by the `dlsym` trampoline when `REAL_DLSYM` is still empty; returns it.
+pub extern "C" fn resolve_real_dlsym() -> *mut c_void {
+    real_dlsym() as *mut c_void
+}
+/// Same for `dlvsym`.
+pub extern "C" fn resolve_real_dlvsym() -> *mut c_void {
+    real_dlvsym() as *mut c_void
+}
+
+fn resolve_dl() {
+    // SAFETY: dl_iterate_phdr calls back with valid headers of loaded objects.
+    unsafe { libc::dl_iterate_phdr(Some(phdr_cb), core::ptr::null_mut()) };
+}
+
+/// ELF64 dynamic section entry (`Elf64_Dyn`).
+#[repr(C)]
+struct Elf64Dyn {
+    d_tag: i64,
+    d_un: u64,
+}
+
+const DT_NULL: i64 = 0;
+const DT_STRTAB: i64 = 5;
+const DT_SYMTAB: i64 = 6;
+const DT_GNU_HASH: i64 = 0x6fff_fef5;
+
+unsafe extern "C" fn phdr_cb(
+    info: *mut libc::dl_phdr_info,
+    _size: usize,
+    _data: *mut c_void,
+) -> c_int {
+    let info = &*info;
+    if info.dlpi_name.is_null() {
+        return 0;
+    }
+    let name = CStr::from_ptr(info.dlpi_name).to_bytes();
+    let base_name = name.rsplit(|b| *b == b'/').next().unwrap_or(name);
+    if !(base_name.starts_with(b"libc.so") || base_name.starts_with(b"libdl.so")) {
+        return 0;
+    }
+    let base = info.dlpi_addr as usize;
+    let mut dynamic: *const Elf64Dyn = core::ptr::null();
+    for i in 0..info.dlpi_phnum as usize {
+        let ph = &*info.dlpi_phdr.add(i);
+        if ph.p_type == libc::PT_DYNAMIC {
+            dynamic = (base + ph.p_vaddr as usize) as *const Elf64Dyn;
+        }
+    }
+    if dynamic.is_null() {
+        return 0;
+    }
+    let (mut strtab, mut symtab, mut gnu_hash) = (0usize, 0usize, 0usize);
+    let mut d = dynamic;
+    while (*d).d_tag != DT_NULL {
+        let v = (*d).d_un as usize;
+        // glibc relocates these in place on most targets; not on some (add the base then).
+        let v = if v < base { v + base } else { v };
+        match (*d).d_tag {
+            DT_STRTAB => strtab = v,
+            DT_SYMTAB => symtab = v,
+            DT_GNU_HASH => gnu_hash = v,
+            _ => {}
+        }
+        d = d.add(1);
+    }
+    if strtab == 0 || symtab == 0 || gnu_hash == 0 {
+        return 0;
+    }
+    for (want, slot) in [(&b"dlsym"[..], &REAL_DLSYM), (&b"dlvsym"[..], &REAL_DLVSYM)] {
+        if slot.load(Ordering::Relaxed).is_null() {
+            let p = gnu_lookup(base, strtab, symtab, gnu_hash, want);
+            if !p.is_null() {
+                slot.store(p, Ordering::Release);
+            }
+        }
+    }
+    0
+}
+
+fn gnu_hash(name: &[u8]) -> u32 {
+    name.iter()
+        .fold(5381u32, |h, c| h.wrapping_mul(33).wrapping_add(*c as u32))
+}
+
+/// Looks `want` up in a GNU hash table (ELF64). Returns the address or NULL.
+unsafe fn gnu_lookup(
+    base: usize,
+    strtab: usize,
+    symtab: usize,
+    table: usize,
+    want: &[u8],
+) -> *mut c_void {
+    let t = table as *const u32;
+    let nbuckets = *t;
+    let symoffset = *t.add(1);
+    let bloom_size = *t.add(2) as usize;
+    if nbuckets == 0 {
+        return core::ptr::null_mut();
+    }
+    let buckets = t.add(4 + bloom_size * 2); // bloom words are 64-bit
+    let chain = buckets.add(nbuckets as usize);
+    let h = gnu_hash(want);
+    let mut idx = *buckets.add((h % nbuckets) as usize);
+    if idx < symoffset {
+        return core::ptr::null_mut();
+    }
+    loop {
+        let h2 = *chain.add((idx - symoffset) as usize);
+        if (h | 1) == (h2 | 1) {
+            let sym = &*(symtab as *const libc::Elf64_Sym).add(idx as usize);
+            let n = CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char);
+            if n.to_bytes() == want && sym.st_shndx != 0 && sym.st_value != 0 {
+                return (base + sym.st_value as usize) as *mut c_void;
+            }
+        }
+        if h2 & 1 != 0 {
+            return core::ptr::null_mut();
+        }
+        idx += 1;
+    }
+}

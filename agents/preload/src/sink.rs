@@ -1,0 +1,427 @@
+//! Delivering frames: the sink (capture file or Unix socket) and the flush routine.
+//!
+//! Owns the one sink per process behind a try-lock (never taken on the hook path), the
+//! stream preamble / `process_start` / `device_info` / `dropped` / `process_end` frames,
+//! and draining the ring into `events` frames. Runs on the flusher thread, at exit and
+//! before exec; it may allocate. One `write()` per whole frame, so processes appending
+//! to one file (`O_APPEND`) never interleave inside a frame.
+
+use crate::config::SinkKind;
+use crate::rt;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, Ordering};
+use memwatch_wire::frame::encode_preamble;
+use memwatch_wire::{
+    encode_events_frame_into, encode_record, Event, ProcessEnd, ProcessStart, Record,
+};
+use std::ffi::CString;
+
+/// Events per `events` frame.
+const FRAME_EVENTS: usize = 4096;
+/// Give up on an unreachable sink after this many attempts (then the shim turns off).
+const MAX_OPEN_ATTEMPTS: u32 = 5;
+
+struct State {
+    fd: i32,
+    started: bool,
+    attempts: u32,
+    last_attempt_ns: u64,
+    last_dropped: u64,
+    /// Devices already described, per family (bit = ordinal 0..63).
+    devices_seen: [u64; 3],
+    events: Vec<Event>,
+    buf: Vec<u8>,
+}
+
+impl State {
+    const fn new() -> Self {
+        State {
+            fd: -1,
+            started: false,
+            attempts: 0,
+            last_attempt_ns: 0,
+            last_dropped: 0,
+            devices_seen: [0; 3],
+            events: Vec::new(),
+            buf: Vec::new(),
+        }
+    }
+}
+
+struct Locked {
+    busy: AtomicBool,
+    st: UnsafeCell<State>,
+}
+// SAFETY: `st` is only touched by the holder of `busy`.
+unsafe impl Sync for Locked {}
+
+static SINK: Locked = Locked {
+    busy: AtomicBool::new(false),
+    st: UnsafeCell::new(State::new()),
+};
+
+/// Takes the lock, waiting at most `timeout_ns`. Returns whether it was taken.
+pub fn lock_raw(timeout_ns: u64) -> bool {
+    let start = rt::now_ns();
+    loop {
+        if SINK
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return true;
+        }
+        if rt::now_ns().saturating_sub(start) > timeout_ns {
+            return false;
+        }
+        sleep_ns(200_000);
+    }
+}
+
+pub fn unlock_raw() {
+    SINK.busy.store(false, Ordering::Release);
+}
+
+pub fn sleep_ns(ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: valid timespec.
+    unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+}
+
+/// In a forked child: forget the parent's connection (close our copy of its fd) so the
+/// child opens its own and announces itself with its own `process_start`.
+pub fn reset_in_child() {
+    // SAFETY: only the forking thread exists in the child; nobody else holds the state.
+    let st = unsafe { &mut *SINK.st.get() };
+    if st.fd >= 0 {
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(st.fd) };
+    }
+    st.fd = -1;
+    st.started = false;
+    st.attempts = 0;
+    st.last_attempt_ns = 0;
+    st.last_dropped = 0;
+    st.devices_seen = [0; 3];
+    SINK.busy.store(false, Ordering::Release);
+}
+
+/// After a failed exec the old image goes on: announce it again.
+pub fn restart_process() {
+    if lock_raw(2_000_000_000) {
+        // SAFETY: lock held.
+        let st = unsafe { &mut *SINK.st.get() };
+        st.started = false;
+        unlock_raw();
+    }
+}
+
+/// Drains the ring under the lock. `final_` also writes `process_end(exit_code)`.
+/// Returns the number of events written (0 when the lock was busy).
+pub fn flush_locked(final_: bool, exit_code: i32, timeout_ns: u64) -> usize {
+    if !lock_raw(timeout_ns) {
+        return 0;
+    }
+    // SAFETY: lock held.
+    let st = unsafe { &mut *SINK.st.get() };
+    let n = flush(st, final_, exit_code);
+    unlock_raw();
+    n
+}
+
+fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
+    if st.fd < 0 && !open(st) {
+        // Sink unavailable: discard what is queued, counting it as dropped.
+        let mut lost = 0u64;
+        loop {
+            st.events.clear();
+            let n = crate::tring::drain_all(&mut st.events, FRAME_EVENTS);
+            lost += n as u64;
+            if n == 0 {
+                break;
+            }
+        }
+        while rt::RING.pop().is_some() {
+            lost += 1;
+        }
+        rt::DROPPED.fetch_add(lost, Ordering::Relaxed);
+        return 0;
+    }
+    if !st.started {
+        let mut out = Vec::new();
+        if encode_record(&Record::ProcessStart(process_start()), &mut out).is_ok()
+            && write_all(st, &out)
+        {
+            st.started = true;
+        }
+    }
+    if st.events.capacity() < FRAME_EVENTS {
+        st.events.reserve(FRAME_EVENTS);
+    }
+    let mut total = 0usize;
+    loop {
+        st.events.clear();
+        crate::tring::drain_all(&mut st.events, FRAME_EVENTS);
+        while st.events.len() < FRAME_EVENTS {
+            match rt::RING.pop() {
+                Some(e) => st.events.push(e),
+                None => break,
+            }
+        }
+        if st.events.is_empty() {
+            break;
+        }
+        // Raw hot-path clock -> CLOCK_MONOTONIC ns (after popping: all are older).
+        let conv = crate::clock::Converter::sample();
+        for e in st.events.iter_mut() {
+            e.ts_ns = conv.ts(e.ts_ns);
+            e.duration_ns = conv.dur(e.duration_ns);
+            if e.kind == memwatch_wire::EventKind::ApiSpan as u8 {
+                e.aux = e.duration_ns;
+            }
+        }
+        total += st.events.len();
+        if !final_ {
+            describe_new_devices(st);
+        }
+        let need = 9 + 4 + st.events.len() * memwatch_wire::EVENT_SIZE;
+        st.buf.resize(need, 0);
+        let Some(len) = encode_events_frame_into(&st.events, &mut st.buf) else {
+            break;
+        };
+        let frame = std::mem::take(&mut st.buf);
+        let ok = frame.get(..len).is_some_and(|f| write_all(st, f));
+        st.buf = frame;
+        if !ok {
+            rt::DROPPED.fetch_add(st.events.len() as u64, Ordering::Relaxed);
+        }
+    }
+    let dropped = rt::DROPPED.load(Ordering::Relaxed);
+    let pid = rt::PID.load(Ordering::Relaxed);
+    if dropped != st.last_dropped {
+        let rec = Record::Dropped(memwatch_wire::Dropped {
+            pid,
+            ts_ns: rt::now_ns(),
+            dropped_total: dropped,
+        });
+        let mut out = Vec::new();
+        if encode_record(&rec, &mut out).is_ok() && write_all(st, &out) {
+            st.last_dropped = dropped;
+        }
+    }
+    if final_ {
+        let rec = Record::ProcessEnd(ProcessEnd {
+            pid,
+            ts_ns: rt::now_ns(),
+            exit_code,
+        });
+        let mut out = Vec::new();
+        if encode_record(&rec, &mut out).is_ok() {
+            write_all(st, &out);
+        }
+        st.started = false;
+    }
+    total
+}
+
+fn describe_new_devices(st: &mut State) {
+    for i in 0..st.events.len() {
+        let Some(e) = st.events.get(i).copied() else {
+            break;
+        };
+        let fam = crate::device::family_index(e.api);
+        if e.device < 0 || e.device > 63 {
+            continue;
+        }
+        let bit = 1u64 << e.device;
+        let Some(seen) = st.devices_seen.get_mut(fam) else {
+            continue;
+        };
+        if *seen & bit != 0 {
+            continue;
+        }
+        *seen |= bit;
+        if let Some(info) = crate::device::query(fam, e.device, e.pid) {
+            let mut out = Vec::new();
+            if encode_record(&Record::DeviceInfo(info), &mut out).is_ok() {
+                write_all(st, &out);
+            }
+        }
+    }
+}
+
+fn process_start() -> ProcessStart {
+    let mono = rt::now_ns();
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut host = [0u8; 256];
+    // SAFETY: buffer and length match.
+    unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len() - 1) };
+    let hlen = host.iter().position(|b| *b == 0).unwrap_or(0);
+    let argv = std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    ProcessStart {
+        pid: rt::PID.load(Ordering::Relaxed),
+        // SAFETY: plain syscall.
+        ppid: unsafe { libc::getppid() } as u32,
+        mono_anchor_ns: mono,
+        wall_anchor_unix_ns: wall,
+        shim_version: concat!("memwatch-preload ", env!("CARGO_PKG_VERSION")).to_string(),
+        hostname: String::from_utf8_lossy(host.get(..hlen).unwrap_or(&[])).into_owned(),
+        argv,
+    }
+}
+
+/// Opens the sink; on failure counts the attempt and turns the shim off after
+/// [`MAX_OPEN_ATTEMPTS`] (retrying at most once a second).
+fn open(st: &mut State) -> bool {
+    let now = rt::now_ns();
+    if st.attempts > 0 && now.saturating_sub(st.last_attempt_ns) < 1_000_000_000 {
+        return false;
+    }
+    st.attempts += 1;
+    st.last_attempt_ns = now;
+    let c = rt::config();
+    let fd = match c.sink {
+        SinkKind::File => open_file(c.path_bytes()),
+        SinkKind::Unix => open_unix(c.path_bytes()),
+        SinkKind::None => -1,
+    };
+    if fd < 0 {
+        if st.attempts >= MAX_OPEN_ATTEMPTS {
+            rt::turn_off();
+        }
+        return false;
+    }
+    st.fd = fd;
+    st.started = false;
+    true
+}
+
+/// `%p` in the path becomes the pid.
+fn expand_path(path: &[u8]) -> Option<CString> {
+    let pid = rt::PID.load(Ordering::Relaxed).to_string();
+    let mut out = Vec::with_capacity(path.len() + 8);
+    let mut i = 0;
+    while i < path.len() {
+        if path.get(i) == Some(&b'%') && path.get(i + 1) == Some(&b'p') {
+            out.extend_from_slice(pid.as_bytes());
+            i += 2;
+        } else {
+            out.extend_from_slice(path.get(i..i + 1).unwrap_or(&[]));
+            i += 1;
+        }
+    }
+    CString::new(out).ok()
+}
+
+/// Opens `path` for appending; a new file is created with its preamble atomically
+/// (written to a temporary file, then `link`ed into place), so a concurrent appender
+/// can never put a frame before the preamble.
+fn open_file(path: &[u8]) -> i32 {
+    let Some(p) = expand_path(path) else {
+        return -1;
+    };
+    let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC;
+    // SAFETY: NUL-terminated paths; descriptors checked.
+    unsafe {
+        let fd = libc::open(p.as_ptr(), flags);
+        if fd >= 0 {
+            return fd;
+        }
+        let mut tmp = p.as_bytes().to_vec();
+        tmp.extend_from_slice(format!(".{}.tmp", rt::PID.load(Ordering::Relaxed)).as_bytes());
+        let Ok(tmp) = CString::new(tmp) else {
+            return -1;
+        };
+        let t = libc::open(
+            tmp.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        );
+        if t < 0 {
+            return -1;
+        }
+        let pre = encode_preamble();
+        let ok = libc::write(t, pre.as_ptr().cast(), pre.len()) == pre.len() as isize;
+        libc::close(t);
+        if ok {
+            libc::link(tmp.as_ptr(), p.as_ptr()); // EEXIST: someone else created it first
+        }
+        libc::unlink(tmp.as_ptr());
+        libc::open(p.as_ptr(), flags)
+    }
+}
+
+fn open_unix(path: &[u8]) -> i32 {
+    let Some(p) = expand_path(path) else {
+        return -1;
+    };
+    // SAFETY: sockaddr_un filled within bounds; descriptors checked.
+    unsafe {
+        let mut addr: libc::sockaddr_un = core::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let bytes = p.as_bytes();
+        if bytes.len() >= addr.sun_path.len() {
+            return -1;
+        }
+        for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+            *d = *s as libc::c_char;
+        }
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return -1;
+        }
+        let len = core::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        if libc::connect(fd, (&addr as *const libc::sockaddr_un).cast(), len) != 0 {
+            libc::close(fd);
+            return -1;
+        }
+        let pre = encode_preamble();
+        if libc::send(fd, pre.as_ptr().cast(), pre.len(), libc::MSG_NOSIGNAL) != pre.len() as isize
+        {
+            libc::close(fd);
+            return -1;
+        }
+        fd
+    }
+}
+
+/// Writes one whole frame; on a broken sink closes it (next flush reconnects).
+fn write_all(st: &mut State, mut b: &[u8]) -> bool {
+    let sock = rt::config().sink == SinkKind::Unix;
+    while !b.is_empty() {
+        // SAFETY: valid buffer; our descriptor.
+        let n = unsafe {
+            if sock {
+                libc::send(st.fd, b.as_ptr().cast(), b.len(), libc::MSG_NOSIGNAL)
+            } else {
+                libc::write(st.fd, b.as_ptr().cast(), b.len())
+            }
+        };
+        if n < 0 {
+            // SAFETY: errno location.
+            if unsafe { *libc::__errno_location() } == libc::EINTR {
+                continue;
+            }
+            // SAFETY: our descriptor.
+            unsafe { libc::close(st.fd) };
+            st.fd = -1;
+            st.started = false;
+            return false;
+        }
+        b = b.get(n as usize..).unwrap_or(&[]);
+    }
+    true
+}

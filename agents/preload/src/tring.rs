@@ -1,0 +1,171 @@
+//! Per-thread event rings (single producer, single consumer).
+//!
+//! Owns one bounded ring per recording thread, a fixed registry of them that the flusher
+//! walks, and reuse of the rings of threads that have exited. A thread's first recorded
+//! call maps its ring (once; `mmap`, no malloc); after that a push is a few plain stores
+//! and one release store, touching no cache line another producer writes — the shared
+//! MPSC ring (`ring`) made 8 threads on 8 cores fight over one counter. Threads beyond
+//! [`MAX_RINGS`] fall back to the shared ring.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use memwatch_wire::Event;
+
+/// Most per-thread rings per process.
+pub const MAX_RINGS: usize = 1024;
+
+const OWNED: u8 = 1;
+const ORPHAN: u8 = 2;
+
+#[repr(align(64))]
+struct Line(AtomicUsize);
+
+/// One thread's ring. Lives in its own mapping, never freed (reused after the thread ends).
+#[repr(C)]
+pub struct ThreadRing {
+    head: Line,                    // written by the producer
+    tail: Line,                    // written by the consumer
+    tail_cache: UnsafeCell<usize>, // producer's last view of `tail`
+    state: AtomicU8,
+    mask: usize,
+    slots: *mut Event,
+}
+
+static RINGS: [AtomicPtr<ThreadRing>; MAX_RINGS] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_RINGS];
+static NRINGS: AtomicUsize = AtomicUsize::new(0);
+
+impl ThreadRing {
+    /// Appends one event; `false` when full. Only the owning thread calls this.
+    #[inline]
+    pub fn push(&self, ev: &Event) -> bool {
+        let h = self.head.0.load(Ordering::Relaxed);
+        // SAFETY: tail_cache is producer-private.
+        let cached = unsafe { &mut *self.tail_cache.get() };
+        if h.wrapping_sub(*cached) > self.mask {
+            *cached = self.tail.0.load(Ordering::Acquire);
+            if h.wrapping_sub(*cached) > self.mask {
+                return false;
+            }
+        }
+        // SAFETY: masked index within the mapping; the consumer is past this slot.
+        unsafe { *self.slots.add(h & self.mask) = *ev };
+        self.head.0.store(h.wrapping_add(1), Ordering::Release);
+        true
+    }
+
+    /// Moves all published events into `out` (consumer side, under the sink lock).
+    fn drain_into(&self, out: &mut Vec<Event>, max: usize) -> usize {
+        let t = self.tail.0.load(Ordering::Relaxed);
+        let h = self.head.0.load(Ordering::Acquire);
+        let n = h.wrapping_sub(t).min(max);
+        for i in 0..n {
+            // SAFETY: slots t..h were published by the release store of `head`.
+            out.push(unsafe { *self.slots.add(t.wrapping_add(i) & self.mask) });
+        }
+        self.tail.0.store(t.wrapping_add(n), Ordering::Release);
+        n
+    }
+
+    fn is_empty(&self) -> bool {
+        self.head.0.load(Ordering::Acquire) == self.tail.0.load(Ordering::Acquire)
+    }
+
+    fn reset(&self) {
+        self.head.0.store(0, Ordering::Relaxed);
+        self.tail.0.store(0, Ordering::Relaxed);
+        // SAFETY: called with no producer running (fork child).
+        unsafe { *self.tail_cache.get() = 0 };
+    }
+
+    /// The owning thread ended: the ring may go to a new thread once drained.
+    pub fn orphan(&self) {
+        self.state.store(ORPHAN, Ordering::Release);
+    }
+}
+
+/// A ring for the calling thread: a drained orphan, or a new mapping of `capacity`
+/// (a power of two) events. `None` when the registry is full or mapping failed.
+pub fn acquire(capacity: usize) -> Option<&'static ThreadRing> {
+    let n = NRINGS.load(Ordering::Acquire).min(MAX_RINGS);
+    for slot in RINGS.iter().take(n) {
+        let p = slot.load(Ordering::Acquire);
+        // SAFETY: registered rings are never unmapped.
+        if let Some(r) = unsafe { p.as_ref() } {
+            if r.state.load(Ordering::Acquire) == ORPHAN
+                && r.is_empty()
+                && r.state
+                    .compare_exchange(ORPHAN, OWNED, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return Some(r);
+            }
+        }
+    }
+    let idx = NRINGS.fetch_add(1, Ordering::AcqRel);
+    if idx >= MAX_RINGS {
+        NRINGS.store(MAX_RINGS, Ordering::Release);
+        return None;
+    }
+    let bytes = core::mem::size_of::<ThreadRing>() + capacity * core::mem::size_of::<Event>();
+    // SAFETY: anonymous private mapping, checked.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED || p.is_null() {
+        return None;
+    }
+    let ring = p as *mut ThreadRing;
+    // SAFETY: fresh mapping large enough for the header and `capacity` events.
+    unsafe {
+        ring.write(ThreadRing {
+            head: Line(AtomicUsize::new(0)),
+            tail: Line(AtomicUsize::new(0)),
+            tail_cache: UnsafeCell::new(0),
+            state: AtomicU8::new(OWNED),
+            mask: capacity - 1,
+            slots: (p as *mut u8).add(core::mem::size_of::<ThreadRing>()) as *mut Event,
+        });
+    }
+    RINGS.get(idx)?.store(ring, Ordering::Release);
+    // SAFETY: initialised above, never unmapped.
+    Some(unsafe { &*ring })
+}
+
+/// Drains every registered ring into `out` (at most `max` events in all).
+pub fn drain_all(out: &mut Vec<Event>, max: usize) -> usize {
+    let n = NRINGS.load(Ordering::Acquire).min(MAX_RINGS);
+    let mut total = 0;
+    for slot in RINGS.iter().take(n) {
+        if total >= max {
+            break;
+        }
+        // SAFETY: registered rings are never unmapped.
+        if let Some(r) = unsafe { slot.load(Ordering::Acquire).as_ref() } {
+            total += r.drain_into(out, max - total);
+        }
+    }
+    total
+}
+
+/// In a forked child: the parent's events are the parent's to deliver; every ring is
+/// emptied, and all but `keep` (the forking thread's) become free for reuse.
+pub fn reset_in_child(keep: *const ThreadRing) {
+    let n = NRINGS.load(Ordering::Acquire).min(MAX_RINGS);
+    for slot in RINGS.iter().take(n) {
+        // SAFETY: registered rings are never unmapped.
+        if let Some(r) = unsafe { slot.load(Ordering::Acquire).as_ref() } {
+            r.reset();
+            if !core::ptr::eq(r, keep) {
+                r.state.store(ORPHAN, Ordering::Release);
+            }
+        }
+    }
+}

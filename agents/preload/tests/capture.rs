@@ -1,0 +1,479 @@
+//! The shim against the simulated runtime: every lookup path, exact event contents,
+//! unchanged program behaviour, threads, fork, exec, a disabled shim.
+
+mod common;
+
+use common::*;
+use memwatch_wire::Record;
+
+fn check_basic(mode: &str) {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("basic.mwcap");
+    let plain = b.run(mode, &["basic"], None, &[]);
+    let shimmed = b.run(mode, &["basic"], Some(&cap), &[]);
+    // Same output (results, out-pointers, errno after every call) with and without the shim.
+    assert_eq!(
+        normalized(&plain.stdout),
+        normalized(&shimmed.stdout),
+        "{mode}: output differs under the shim"
+    );
+    let want = expected(&String::from_utf8_lossy(&shimmed.stdout));
+    assert!(
+        want.len() >= 80,
+        "{mode}: program printed {} calls",
+        want.len()
+    );
+    let recs = read_capture(&cap);
+    let evs = events(&recs);
+    let got: Vec<Expected> = evs
+        .iter()
+        .zip(want.iter())
+        .map(|(e, w)| as_expected(e, w.host_ptr))
+        .collect();
+    for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+        assert_eq!(g, w, "{mode}: event {i} differs");
+    }
+    assert_eq!(
+        evs.len(),
+        want.len(),
+        "{mode}: capture has {} events, program made {} recorded calls",
+        evs.len(),
+        want.len()
+    );
+    // One process, started and ended, all events from it, durations plausible.
+    let starts: Vec<_> = recs
+        .iter()
+        .filter_map(|r| {
+            if let Record::ProcessStart(p) = r {
+                Some(p)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(starts.len(), 1);
+    let pid = starts[0].pid;
+    assert!(
+        starts[0].argv.iter().any(|a| a == "basic"),
+        "argv recorded: {:?}",
+        starts[0].argv
+    );
+    assert!(recs
+        .iter()
+        .any(|r| matches!(r, Record::ProcessEnd(e) if e.pid == pid)));
+    assert!(evs
+        .iter()
+        .all(|e| e.pid == pid && e.tid == pid && e.duration_ns < 1_000_000_000));
+    assert!(
+        evs.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns),
+        "timestamps monotonic"
+    );
+    assert!(
+        !recs.iter().any(|r| matches!(r, Record::Dropped(_))),
+        "no drops"
+    );
+}
+
+#[test]
+fn direct_linking_is_captured_exactly() {
+    check_basic("direct");
+}
+
+#[test]
+fn dlopen_dlsym_is_captured_exactly() {
+    check_basic("dlsym");
+}
+
+#[test]
+fn get_proc_address_is_captured_exactly() {
+    check_basic("proc");
+}
+
+#[test]
+fn eight_threads_on_eight_devices() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("threads.mwcap");
+    let n = 300u64;
+    let out = b.run("dlsym", &["threads", &n.to_string()], Some(&cap), &[]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let evs = events(&read_capture(&cap));
+    let mut seen_tids = std::collections::HashSet::new();
+    for line in text.lines().filter(|l| l.starts_with("T ")) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let dev: i32 = f[1].trim_start_matches("dev=").parse().unwrap();
+        let tid: u32 = f[2].trim_start_matches("tid=").parse().unwrap();
+        seen_tids.insert(tid);
+        let mine: Vec<_> = evs.iter().filter(|e| e.tid == tid).collect();
+        // set-device + n allocs + n frees, all on this thread's device
+        assert_eq!(mine.len() as u64, 1 + 2 * n, "thread {tid} (device {dev})");
+        assert_eq!(mine[0].api_name().name(), "hipSetDevice");
+        assert!(
+            mine.iter().all(|e| e.device == dev),
+            "device of thread {tid}"
+        );
+        let sizes: Vec<u64> = mine
+            .iter()
+            .filter(|e| e.kind == 1)
+            .map(|e| e.size)
+            .collect();
+        let want: Vec<u64> = (0..n).map(|i| (dev as u64 + 1) * 4096 + i).collect();
+        assert_eq!(sizes, want, "alloc sizes of thread {tid}");
+        assert_eq!(mine.iter().filter(|e| e.kind == 2).count() as u64, n);
+    }
+    assert_eq!(seen_tids.len(), 8);
+    assert_eq!(evs.len() as u64, 8 * (1 + 2 * n));
+}
+
+#[test]
+fn fork_child_is_its_own_process() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("fork.mwcap");
+    let out = b.run("direct", &["fork"], Some(&cap), &[]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let field = |prefix: &str, key: &str| -> u32 {
+        let line = text.lines().find(|l| l.starts_with(prefix)).unwrap();
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (parent, child) = (field("P ", "pid="), field("C ", "pid="));
+    let recs = read_capture(&cap);
+    let starts: Vec<_> = recs
+        .iter()
+        .filter_map(|r| {
+            if let Record::ProcessStart(p) = r {
+                Some(p.clone())
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    let c = starts
+        .iter()
+        .find(|s| s.pid == child)
+        .expect("child process_start");
+    assert_eq!(c.ppid, parent);
+    let evs = events(&recs);
+    let sizes = |pid: u32| -> Vec<u64> {
+        evs.iter()
+            .filter(|e| e.pid == pid && e.kind == 1)
+            .map(|e| e.size)
+            .collect()
+    };
+    assert_eq!(sizes(parent), vec![1000, 3000]);
+    assert_eq!(sizes(child), vec![2000]);
+    assert!(evs
+        .iter()
+        .filter(|e| e.pid == child)
+        .all(|e| e.tid == child));
+    for pid in [parent, child] {
+        assert_eq!(
+            recs.iter()
+                .filter(|r| matches!(r, Record::ProcessEnd(e) if e.pid == pid))
+                .count(),
+            1
+        );
+    }
+}
+
+#[test]
+fn exec_flushes_and_new_image_is_announced() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("exec.mwcap");
+    let out = b.run("direct", &["exec"], Some(&cap), &[]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("Y pid="), "exec'd image ran: {text}");
+    let recs = read_capture(&cap);
+    let kinds: Vec<&str> = recs
+        .iter()
+        .map(|r| match r {
+            Record::ProcessStart(_) => "start",
+            Record::Events(_) => "events",
+            Record::ProcessEnd(_) => "end",
+            Record::DeviceInfo(_) => "device",
+            _ => "other",
+        })
+        .filter(|k| *k != "device")
+        .collect();
+    assert_eq!(
+        kinds,
+        vec!["start", "events", "end", "start", "events", "end"],
+        "{recs:?}"
+    );
+    let evs = events(&recs);
+    assert_eq!(
+        evs.iter().map(|e| e.size).collect::<Vec<_>>(),
+        vec![4000, 5000]
+    );
+    assert_eq!(evs[0].pid, evs[1].pid, "exec keeps the pid");
+}
+
+#[test]
+fn without_sink_nothing_is_written_and_behaviour_is_unchanged() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = b.run("proc", &["basic"], None, &[]);
+    let mut c = std::process::Command::new(&b.dl);
+    c.args(["proc", "basic"])
+        .env("MWTEST_LIBDIR", &b.dir)
+        .env("LD_PRELOAD", &b.shim)
+        .env_remove("MEMWATCH_SINK")
+        .current_dir(tmp.path());
+    let out = c.output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(normalized(&plain.stdout), normalized(&out.stdout));
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn unreachable_socket_sink_changes_nothing() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = b.run("dlsym", &["basic"], None, &[]);
+    let sock = tmp.path().join("nobody-listens.sock");
+    let mut c = std::process::Command::new(&b.dl);
+    c.args(["dlsym", "basic"])
+        .env("MWTEST_LIBDIR", &b.dir)
+        .env("LD_PRELOAD", &b.shim)
+        .env("MEMWATCH_SINK", format!("unix:{}", sock.display()));
+    let t0 = std::time::Instant::now();
+    let out = c.output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(5),
+        "exit not delayed"
+    );
+    assert_eq!(normalized(&plain.stdout), normalized(&out.stdout));
+}
+
+#[test]
+fn hook_families_can_be_switched_off() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("hip-only.mwcap");
+    b.run("dlsym", &["basic"], Some(&cap), &[("MEMWATCH_HOOK", "hip")]);
+    let evs = events(&read_capture(&cap));
+    assert!(!evs.is_empty());
+    assert!(evs.iter().all(|e| e.api < 1000), "only HIP recorded");
+}
+
+#[test]
+fn device_info_describes_simulated_devices() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("devices.mwcap");
+    // Long enough that the flusher (not the exit path) sees the events.
+    b.run(
+        "direct",
+        &["threads", "20000"],
+        Some(&cap),
+        &[("MEMWATCH_TESTRT_CAPACITY", "123456789")],
+    );
+    let recs = read_capture(&cap);
+    let mut devs: Vec<_> = recs
+        .iter()
+        .filter_map(|r| {
+            if let Record::DeviceInfo(d) = r {
+                Some(d.clone())
+            } else {
+                None
+            }
+        })
+        .collect();
+    devs.sort_by_key(|d| d.device);
+    assert!(!devs.is_empty(), "device_info frames");
+    for d in &devs {
+        assert_eq!(d.total_bytes, 123456789);
+        assert_eq!(d.name, format!("memwatch simulated GPU {}", d.device));
+        assert_eq!(d.vendor, memwatch_wire::Vendor::Simulated as u8);
+    }
+    let ids: Vec<i32> = devs.iter().map(|d| d.device).collect();
+    let mut dedup = ids.clone();
+    dedup.dedup();
+    assert_eq!(ids, dedup, "each device described once");
+}
+
+#[test]
+fn unix_socket_sink_streams_each_process() {
+    use std::io::Read;
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let sock = tmp.path().join("recv.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let server = std::thread::spawn(move || {
+        // fork scenario: the parent and the child each connect once.
+        let mut streams = Vec::new();
+        for _ in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = Vec::new();
+            streams.push(std::thread::spawn(move || {
+                s.read_to_end(&mut buf).unwrap();
+                buf
+            }));
+        }
+        streams
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let mut c = std::process::Command::new(&b.direct);
+    c.args(["direct", "fork"])
+        .env("LD_PRELOAD", &b.shim)
+        .env("MEMWATCH_SINK", format!("unix:{}", sock.display()));
+    let out = c.output().unwrap();
+    assert!(out.status.success());
+    let bufs = server.join().unwrap();
+    let mut sizes = Vec::new();
+    for buf in bufs {
+        let mut r =
+            memwatch_wire::FrameReader::new(&buf[..], memwatch_wire::ReadMode::Strict).unwrap();
+        let mut recs = Vec::new();
+        while let Some(rec) = r.next_record().unwrap() {
+            recs.push(rec);
+        }
+        assert!(
+            matches!(recs.first(), Some(Record::ProcessStart(_))),
+            "{recs:?}"
+        );
+        assert!(
+            matches!(recs.last(), Some(Record::ProcessEnd(_))),
+            "{recs:?}"
+        );
+        sizes.extend(events(&recs).iter().filter(|e| e.kind == 1).map(|e| e.size));
+    }
+    sizes.sort();
+    assert_eq!(sizes, vec![1000, 2000, 3000]);
+}
+
+#[test]
+fn oom_under_small_capacity_is_recorded_with_real_code() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("oom.mwcap");
+    // 1 MiB per device: the basic scenario's 1 MiB hipMalloc still fits, later ones fail.
+    let plain = b.run(
+        "dlsym",
+        &["basic"],
+        None,
+        &[("MEMWATCH_TESTRT_CAPACITY", "1048576")],
+    );
+    let out = b.run(
+        "dlsym",
+        &["basic"],
+        Some(&cap),
+        &[("MEMWATCH_TESTRT_CAPACITY", "1048576")],
+    );
+    assert_eq!(normalized(&plain.stdout), normalized(&out.stdout));
+    let want = expected(&String::from_utf8_lossy(&out.stdout));
+    let evs = events(&read_capture(&cap));
+    assert_eq!(evs.len(), want.len());
+    let failed: Vec<_> = evs.iter().filter(|e| e.kind == 3).collect();
+    assert!(failed.len() >= 5, "several allocations fail at 1 MiB");
+    assert!(
+        failed.iter().all(|e| e.result != 0 && e.ptr == 0),
+        "{failed:?}"
+    );
+    assert!(
+        failed.iter().filter(|e| e.result == 2).count() >= 5,
+        "{failed:?}"
+    );
+    assert!(failed
+        .iter()
+        .any(|e| e.api_name().name() == "cuMemAlloc_v2" && e.size == 7 << 20 && e.result == 2));
+}
+
+#[test]
+fn timestamps_are_clock_monotonic_and_durations_fit() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("clock.mwcap");
+    let out = b.run("direct", &["clock"], Some(&cap), &[]);
+    let evs = events(&read_capture(&cap));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("K ")).collect();
+    assert_eq!(lines.len(), 20);
+    assert_eq!(evs.len(), 20);
+    for (line, e) in lines.iter().zip(&evs) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (size, before, after): (u64, u64, u64) = (
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+        );
+        assert_eq!(e.size, size);
+        // the converted TSC clock may be off by a few microseconds at most
+        let slack = 20_000;
+        assert!(
+            e.ts_ns + slack >= before && e.ts_ns <= after + slack,
+            "ts {} not in [{before}, {after}]",
+            e.ts_ns
+        );
+        assert!(
+            e.duration_ns <= after - before + slack,
+            "duration {} > {}",
+            e.duration_ns,
+            after - before
+        );
+    }
+}
+
+#[test]
+fn thousands_of_short_threads_lose_nothing() {
+    // More threads than the ring registry holds (1024), one after another: rings of
+    // ended threads are reused, every call is captured.
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("churn.mwcap");
+    b.run("direct", &["churn", "1500"], Some(&cap), &[]);
+    let recs = read_capture(&cap);
+    let evs = events(&recs);
+    assert_eq!(evs.len(), 3000);
+    assert_eq!(
+        evs.iter().filter(|e| e.kind == 1 && e.size == 512).count(),
+        1500
+    );
+    let tids: std::collections::HashSet<u32> = evs.iter().map(|e| e.tid).collect();
+    assert!(tids.len() > 100, "distinct threads: {}", tids.len());
+    assert!(!recs.iter().any(|r| matches!(r, Record::Dropped(_))));
+}
+
+#[test]
+fn lookups_of_absent_runtimes_still_fail() {
+    // A program that probes for a GPU runtime with dlsym(RTLD_DEFAULT) must not find the
+    // shim's own exports when no runtime is loaded.
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("probe.mwcap");
+    let plain = b.run("dlsym", &["probe"], None, &[]);
+    let shimmed = b.run("dlsym", &["probe"], Some(&cap), &[]);
+    let text = String::from_utf8_lossy(&shimmed.stdout).to_string();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), text);
+    assert!(text.contains("N probe hipMalloc found=0 error=1"), "{text}");
+    assert!(
+        text.contains("N probe cuGetProcAddress_v2 found=0 error=1"),
+        "{text}"
+    );
+    assert!(text.contains("N probe dlsym found=1 error=0"), "{text}");
+    assert!(!cap.exists(), "no GPU call, no capture");
+}
+
+#[test]
+fn runtime_reloaded_after_dlclose_is_followed() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("reload.mwcap");
+    let plain = b.run("dlsym", &["reload"], None, &[]);
+    let out = b.run("dlsym", &["reload"], Some(&cap), &[]);
+    assert_eq!(normalized(&plain.stdout), normalized(&out.stdout));
+    let want = expected(&String::from_utf8_lossy(&out.stdout));
+    let evs = events(&read_capture(&cap));
+    let got: Vec<Expected> = evs.iter().map(|e| as_expected(e, false)).collect();
+    assert_eq!(got, want);
+}

@@ -1,0 +1,246 @@
+//! Shared helpers of the shim's integration tests: building the shim, the C test
+//! runtime and the C test programs, running them with and without `LD_PRELOAD`, and
+//! reading captures back with memwatch-wire's `FrameReader` (strict mode).
+#![allow(dead_code)]
+
+use memwatch_wire::{Event, FrameReader, ReadMode, Record};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub struct Built {
+    pub dir: PathBuf,
+    pub shim: PathBuf,
+    pub direct: PathBuf,
+    pub dl: PathBuf,
+}
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `libmemwatch_preload.so` next to the test binary's profile dir, built if missing.
+fn shim_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let so = profile_dir.join("libmemwatch_preload.so");
+    if !so.exists() {
+        let mut args = vec!["build", "-p", "memwatch-preload"];
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            args.push("--release");
+        }
+        let st = Command::new(env!("CARGO"))
+            .args(&args)
+            .current_dir(crate_dir())
+            .status()
+            .expect("run cargo build");
+        assert!(st.success(), "cargo build -p memwatch-preload failed");
+    }
+    assert!(so.exists(), "shim not found at {}", so.display());
+    so
+}
+
+fn cc(args: &[&str]) {
+    let out = Command::new("cc").args(args).output().expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc {:?} failed:\n{}",
+        args,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds everything once per test binary into CARGO_TARGET_TMPDIR/<tag>.
+pub fn built(tag: &str) -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    B.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("preload-{tag}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = crate_dir().join("tests");
+        let rt_c = src.join("runtime/memwatch_testrt.c");
+        let prog = src.join("c/mwtest.c");
+        let rt = dir.join("libmemwatch_testrt.so");
+        let map = format!(
+            "-Wl,--version-script={}",
+            src.join("runtime/memwatch_testrt.map").display()
+        );
+        cc(&[
+            "-O2",
+            "-Wall",
+            "-shared",
+            "-fPIC",
+            "-o",
+            rt.to_str().unwrap(),
+            rt_c.to_str().unwrap(),
+            &map,
+            "-lpthread",
+        ]);
+        for n in ["libamdhip64.so", "libcuda.so", "libcudart.so"] {
+            let l = dir.join(n);
+            let _ = std::fs::remove_file(&l);
+            std::os::unix::fs::symlink("libmemwatch_testrt.so", &l).unwrap();
+        }
+        let direct = dir.join("mwtest_direct");
+        let rpath = format!("-Wl,-rpath,{}", dir.display());
+        let ldir = format!("-L{}", dir.display());
+        cc(&[
+            "-O2",
+            "-Wall",
+            "-DDIRECT",
+            "-o",
+            direct.to_str().unwrap(),
+            prog.to_str().unwrap(),
+            &ldir,
+            "-lmemwatch_testrt",
+            &rpath,
+            "-lpthread",
+        ]);
+        let dl = dir.join("mwtest_dl");
+        cc(&[
+            "-O2",
+            "-Wall",
+            "-o",
+            dl.to_str().unwrap(),
+            prog.to_str().unwrap(),
+            "-ldl",
+            "-lpthread",
+        ]);
+        Built {
+            shim: shim_path(),
+            dir,
+            direct,
+            dl,
+        }
+    })
+}
+
+impl Built {
+    pub fn program(&self, mode: &str) -> &Path {
+        if mode == "direct" {
+            &self.direct
+        } else {
+            &self.dl
+        }
+    }
+
+    /// Runs the test program; `capture` = Some(path) preloads the shim with a file sink.
+    pub fn run(
+        &self,
+        mode: &str,
+        args: &[&str],
+        capture: Option<&Path>,
+        extra_env: &[(&str, &str)],
+    ) -> Output {
+        let mut c = Command::new(self.program(mode));
+        c.arg(mode)
+            .args(args)
+            .env("MWTEST_LIBDIR", &self.dir)
+            .env_remove("MEMWATCH_SINK")
+            .env_remove("LD_PRELOAD");
+        if let Some(cap) = capture {
+            c.env("LD_PRELOAD", &self.shim)
+                .env("MEMWATCH_SINK", format!("file:{}", cap.display()));
+        }
+        for (k, v) in extra_env {
+            c.env(k, v);
+        }
+        let out = c.output().expect("run test program");
+        assert!(
+            out.status.success(),
+            "program {mode} {args:?} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+}
+
+/// All records of a capture, read strictly (any damage fails the test).
+pub fn read_capture(path: &Path) -> Vec<Record> {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let mut r = FrameReader::new(std::io::BufReader::new(f), ReadMode::Strict).expect("preamble");
+    let mut out = Vec::new();
+    while let Some(rec) = r.next_record().expect("frame") {
+        out.push(rec);
+    }
+    assert!(r.damage().is_empty(), "damage: {:?}", r.damage());
+    out
+}
+
+pub fn events(recs: &[Record]) -> Vec<Event> {
+    recs.iter()
+        .filter_map(|r| match r {
+            Record::Events(e) => Some(e.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// One expected event as printed by mwtest (`E api kind mem_kind result ptr size device errno=..`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    pub api: String,
+    pub kind: u8,
+    pub mem_kind: u8,
+    pub result: i32,
+    pub ptr: u64,
+    pub host_ptr: bool,
+    pub size: u64,
+    pub device: i32,
+}
+
+pub fn expected(stdout: &str) -> Vec<Expected> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("E "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (host_ptr, ptr) = match f[5].strip_prefix('h') {
+                Some(p) => (true, p),
+                None => (false, f[5]),
+            };
+            Expected {
+                api: f[1].to_string(),
+                kind: f[2].parse().unwrap(),
+                mem_kind: f[3].parse().unwrap(),
+                result: f[4].parse().unwrap(),
+                ptr: u64::from_str_radix(ptr.trim_start_matches("0x"), 16).unwrap(),
+                host_ptr,
+                size: f[6].parse().unwrap(),
+                device: f[7].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Turns an event into the same shape as the program's line.
+pub fn as_expected(e: &Event, host_ptr: bool) -> Expected {
+    Expected {
+        api: e.api_name().name().to_string(),
+        kind: e.kind,
+        mem_kind: e.mem_kind,
+        result: e.result,
+        ptr: e.ptr,
+        host_ptr,
+        size: e.size,
+        device: e.device,
+    }
+}
+
+/// Program output with run-dependent host pointers masked.
+pub fn normalized(stdout: &[u8]) -> String {
+    String::from_utf8_lossy(stdout)
+        .split_whitespace()
+        .map(|w| if w.starts_with("h0x") { "h*" } else { w })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn capture_path(dir: &tempfile::TempDir, name: &str) -> PathBuf {
+    dir.path().join(name)
+}

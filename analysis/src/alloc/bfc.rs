@@ -1,0 +1,944 @@
+//! A model of XLA's TSL best-fit-with-coalescing allocator (`xla/tsl/framework/
+//! bfc_allocator.cc`, the version JAX 0.11 ships, with 2026's spatial partitioning).
+//!
+//! Owns the chunk layout of a BFC pool and the allocator's decisions: 256-byte rounding,
+//! 21 size bins from 256 B doubling (the last one open-ended), best fit (smallest chunk,
+//! then lowest address, searching the request's bin and up), the split rule (split when
+//! the chunk is at least twice the request or would waste at least the maximum internal
+//! fragmentation, 128 MiB unless a fraction of the limit is configured), coalescing of
+//! free neighbours, region growth (`allow_growth`: a 2 MiB first region, doubling, a 0.9
+//! back-off when the device refuses, garbage collection of free regions when enabled), and
+//! spatial partitioning of a preallocated pool: a lower end growing up, an upper end
+//! growing down, and one central gap that is not binned, that either end carves exactly,
+//! and that freed boundary chunks rejoin. It models the allocator only: no devices, no
+//! traces (see `replay`). Addresses are synthetic but laid out as the real allocator lays
+//! them out, so chunk order and sizes match its dumps.
+
+use std::collections::BTreeMap;
+
+use super::{AllocatorModel, Block, BlockState, ModelError};
+
+/// `kMinAllocationSize`: every chunk is a multiple of this.
+pub const MIN_ALLOCATION: u64 = 256;
+/// `kNumBins`.
+pub const NUM_BINS: usize = 21;
+/// Default maximum internal fragmentation (`fragmentation_fraction == 0`): 128 MiB.
+pub const DEFAULT_MAX_INTERNAL_FRAGMENTATION: u64 = 128 << 20;
+/// The first region of a growing pool is at most 2 MiB.
+pub const FIRST_GROWTH_REGION: u64 = 2 << 20;
+
+const NIL: u32 = u32::MAX;
+
+/// Ownership of a chunk (`ChunkTag`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tag {
+    /// The single central gap of a spatially partitioned pool.
+    CentralGap,
+    /// Lower end: in use, or a hole reusable only by the lower end.
+    Lower,
+    /// Upper end: in use, or a hole reusable only by the upper end.
+    Upper,
+}
+
+impl Tag {
+    /// The name the real allocator prints in its dumps.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tag::CentralGap => "central_gap",
+            Tag::Lower => "lower",
+            Tag::Upper => "upper",
+        }
+    }
+}
+
+/// Which end of a partitioned pool serves a request (`AllocationEnd`). Without spatial
+/// partitioning every request is `Lower`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Lower,
+    Upper,
+}
+
+/// Equal-size tie break among free holes (`HoleOrder`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoleOrder {
+    Ascending,
+    Descending,
+}
+
+/// How a reused hole is split (`HoleSplitPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitPolicy {
+    /// The BFC heuristic ([`Bfc::should_split`]).
+    Bfc,
+    /// Always split to the rounded request.
+    Exact,
+}
+
+/// One end's hole policy (`AllocationPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub hole_order: HoleOrder,
+    pub split: SplitPolicy,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            hole_order: HoleOrder::Ascending,
+            split: SplitPolicy::Bfc,
+        }
+    }
+}
+
+/// Configuration (`BFCAllocator::Options` plus the pool limit).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BfcConfig {
+    /// `total_memory`: the pool limit in bytes.
+    pub limit: u64,
+    /// `allow_growth` (JAX: `!preallocate`).
+    pub allow_growth: bool,
+    /// `enable_spatial_partitioning` (JAX 0.11: on when preallocating).
+    pub spatial_partitioning: bool,
+    /// `garbage_collection` (off in XLA's GPU client).
+    pub garbage_collection: bool,
+    /// `fragmentation_fraction` (0: use 128 MiB).
+    pub fragmentation_fraction: f64,
+    pub lower_policy: Policy,
+    pub upper_policy: Policy,
+    /// Bytes the sub-allocator (the driver) can still hand out; `None`: always as much as
+    /// the limit allows. A growing pool backs off by 0.9 when a region is refused.
+    pub device_free_bytes: Option<u64>,
+}
+
+impl BfcConfig {
+    /// The configuration JAX/XLA's GPU client builds: a preallocated pool is spatially
+    /// partitioned (the default of `--xla_gpu_enable_allocator_spatial_partitioning`), a
+    /// growing pool is not (the allocator refuses both at once).
+    pub fn jax(limit: u64, preallocate: bool) -> Self {
+        BfcConfig {
+            limit,
+            allow_growth: !preallocate,
+            spatial_partitioning: preallocate,
+            garbage_collection: false,
+            fragmentation_fraction: 0.0,
+            lower_policy: Policy::default(),
+            upper_policy: Policy::default(),
+            device_free_bytes: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    ptr: u64,
+    size: u64,
+    prev: u32,
+    next: u32,
+    in_use: bool,
+    /// Inserted in a bin (free, not the central gap).
+    binned: bool,
+    tag: Tag,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Region {
+    base: u64,
+    size: u64,
+    first: u32,
+}
+
+/// Statistics the real allocator reports (`AllocatorStats`, the ones a replay needs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BfcStats {
+    pub num_allocs: u64,
+    pub bytes_in_use: u64,
+    pub peak_bytes_in_use: u64,
+    pub largest_alloc_size: u64,
+    pub pool_bytes: u64,
+    pub peak_pool_bytes: u64,
+}
+
+/// The allocator model.
+#[derive(Debug, Clone)]
+pub struct Bfc {
+    cfg: BfcConfig,
+    max_internal_fragmentation: u64,
+    free_chunk_tag: Tag,
+    chunks: Vec<Chunk>,
+    /// Requested bytes per chunk handle (cold: dumps only), kept apart so that a chunk
+    /// is 32 bytes.
+    requested: Vec<u64>,
+    unused: Vec<u32>,
+    /// `bins[b][0]` lower-tag holes, `bins[b][1]` upper-tag holes; key = size << 64 |
+    /// address order.
+    bins: Vec<[BTreeMap<u128, u32>; 2]>,
+    central_gap: u32,
+    regions: Vec<Region>,
+    next_region_base: u64,
+    curr_region_allocation_bytes: u64,
+    stats: BfcStats,
+    /// Highest end (offset from the first region's base) of any lower-end chunk ever in
+    /// use, and whether any upper-end allocation happened.
+    lower_high_water: u64,
+    used_upper: bool,
+}
+
+fn rounded_bytes(n: u64) -> u64 {
+    n.div_ceil(MIN_ALLOCATION).saturating_mul(MIN_ALLOCATION)
+}
+
+/// `BinNumForSize`.
+pub fn bin_for_size(bytes: u64) -> usize {
+    let v = bytes.max(MIN_ALLOCATION) >> 8;
+    (63 - v.leading_zeros() as usize).min(NUM_BINS - 1)
+}
+
+/// `BinNumToSize`.
+pub fn bin_size(bin: usize) -> u64 {
+    MIN_ALLOCATION << bin
+}
+
+impl Bfc {
+    /// A new, empty allocator (no memory taken from the device yet, like the real one).
+    pub fn new(cfg: BfcConfig) -> Self {
+        let curr = if cfg.allow_growth {
+            rounded_bytes(cfg.limit.min(FIRST_GROWTH_REGION))
+        } else {
+            rounded_bytes(cfg.limit)
+        };
+        let max_internal_fragmentation = if cfg.fragmentation_fraction > 0.0 {
+            (cfg.fragmentation_fraction * cfg.limit as f64) as u64
+        } else {
+            DEFAULT_MAX_INTERNAL_FRAGMENTATION
+        };
+        let free_chunk_tag = if cfg.spatial_partitioning {
+            Tag::CentralGap
+        } else {
+            Tag::Lower
+        };
+        Bfc {
+            max_internal_fragmentation,
+            free_chunk_tag,
+            chunks: Vec::new(),
+            requested: Vec::new(),
+            unused: Vec::new(),
+            bins: (0..NUM_BINS)
+                .map(|_| [BTreeMap::new(), BTreeMap::new()])
+                .collect(),
+            central_gap: NIL,
+            regions: Vec::new(),
+            // Where CUDA's first large allocation of a fresh context tends to land.
+            next_region_base: 0x3_0200_0000,
+            curr_region_allocation_bytes: curr,
+            stats: BfcStats::default(),
+            lower_high_water: 0,
+            used_upper: false,
+            cfg,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BfcConfig {
+        &self.cfg
+    }
+
+    /// Current statistics.
+    pub fn stats(&self) -> BfcStats {
+        self.stats
+    }
+
+    /// Size of the next region a growing pool would request (the dump's growth hint).
+    pub fn next_region_target(&self) -> u64 {
+        self.curr_region_allocation_bytes
+    }
+
+    /// Size of the central gap (0 when none).
+    pub fn central_gap_bytes(&self) -> u64 {
+        if self.central_gap == NIL {
+            0
+        } else {
+            self.chunks[self.central_gap as usize].size
+        }
+    }
+
+    /// Largest binned free chunk, of one tag or of any.
+    pub fn largest_binned_free(&self, tag: Option<Tag>) -> u64 {
+        let sides: &[usize] = match tag {
+            Some(Tag::Lower) => &[0],
+            Some(Tag::Upper) => &[1],
+            Some(Tag::CentralGap) => &[],
+            None => &[0, 1],
+        };
+        for b in (0..NUM_BINS).rev() {
+            let best = sides
+                .iter()
+                .filter_map(|&s| self.bins[b][s].last_key_value())
+                .map(|(k, _)| (k >> 64) as u64)
+                .max();
+            if let Some(best) = best {
+                return best;
+            }
+        }
+        0
+    }
+
+    /// `LargestFreeChunk`: the stat `largest_free_block_bytes`.
+    pub fn largest_free_chunk(&self) -> u64 {
+        self.largest_binned_free(None).max(self.central_gap_bytes())
+    }
+
+    fn policy(&self, tag: Tag) -> Policy {
+        if tag == Tag::Upper {
+            self.cfg.upper_policy
+        } else {
+            self.cfg.lower_policy
+        }
+    }
+
+    fn key(&self, c: &Chunk) -> u128 {
+        let addr = match self.policy(c.tag).hole_order {
+            HoleOrder::Ascending => c.ptr,
+            HoleOrder::Descending => u64::MAX - c.ptr,
+        };
+        ((c.size as u128) << 64) | addr as u128
+    }
+
+    fn side(tag: Tag) -> usize {
+        if tag == Tag::Upper {
+            1
+        } else {
+            0
+        }
+    }
+
+    fn new_chunk(&mut self, c: Chunk) -> u32 {
+        if let Some(h) = self.unused.pop() {
+            self.chunks[h as usize] = c;
+            h
+        } else {
+            self.chunks.push(c);
+            self.requested.push(0);
+            (self.chunks.len() - 1) as u32
+        }
+    }
+
+    fn insert_free(&mut self, h: u32) {
+        let c = self.chunks[h as usize];
+        debug_assert!(!c.in_use && !c.binned);
+        if c.tag == Tag::CentralGap {
+            // The real allocator CHECK-fails on a second gap; the model keeps the
+            // invariant by construction (checked by `check_invariants`).
+            debug_assert_eq!(
+                self.central_gap, NIL,
+                "spatial partitioning expects one central gap"
+            );
+            self.central_gap = h;
+            return;
+        }
+        let key = self.key(&c);
+        self.bins[bin_for_size(c.size)][Self::side(c.tag)].insert(key, h);
+        self.chunks[h as usize].binned = true;
+    }
+
+    fn remove_free(&mut self, h: u32) {
+        let c = self.chunks[h as usize];
+        if c.tag == Tag::CentralGap && !c.binned {
+            debug_assert_eq!(self.central_gap, h);
+            self.central_gap = NIL;
+            return;
+        }
+        let key = self.key(&c);
+        self.bins[bin_for_size(c.size)][Self::side(c.tag)].remove(&key);
+        self.chunks[h as usize].binned = false;
+    }
+
+    /// `SplitChunk`: `h` keeps its first `num_bytes`; the rest becomes a new free chunk
+    /// with the same tag, inserted into the free structures.
+    fn split(&mut self, h: u32, num_bytes: u64) {
+        let c = self.chunks[h as usize];
+        let nh = self.new_chunk(Chunk {
+            ptr: c.ptr + num_bytes,
+            size: c.size - num_bytes,
+            prev: h,
+            next: c.next,
+            in_use: false,
+            binned: false,
+            tag: c.tag,
+        });
+        if c.next != NIL {
+            self.chunks[c.next as usize].prev = nh;
+        }
+        let cm = &mut self.chunks[h as usize];
+        cm.size = num_bytes;
+        cm.next = nh;
+        self.insert_free(nh);
+    }
+
+    /// `ShouldSplitChunk` (no alignment padding: every chunk is 256-aligned).
+    fn should_split(&self, chunk_size: u64, rounded: u64) -> bool {
+        chunk_size >= rounded.saturating_mul(2)
+            || chunk_size - rounded >= self.max_internal_fragmentation
+    }
+
+    fn finish(&mut self, h: u32, num_bytes: u64, tag: Tag) {
+        self.requested[h as usize] = num_bytes;
+        if tag == Tag::Lower {
+            let c = &self.chunks[h as usize];
+            let base = self.regions.first().map_or(c.ptr, |r| r.base);
+            self.lower_high_water = self.lower_high_water.max(c.ptr + c.size - base);
+        } else {
+            self.used_upper = true;
+        }
+        let c = &mut self.chunks[h as usize];
+        c.tag = tag;
+        c.in_use = true;
+        let size = c.size;
+        let s = &mut self.stats;
+        s.num_allocs += 1;
+        s.bytes_in_use += size;
+        s.peak_bytes_in_use = s.peak_bytes_in_use.max(s.bytes_in_use);
+        s.largest_alloc_size = s.largest_alloc_size.max(size);
+    }
+
+    fn carve_low_end(&mut self, h: u32, rounded: u64, num_bytes: u64) {
+        let c = self.chunks[h as usize];
+        let exact = c.tag == Tag::CentralGap || self.cfg.lower_policy.split == SplitPolicy::Exact;
+        if if exact {
+            c.size > rounded
+        } else {
+            self.should_split(c.size, rounded)
+        } {
+            self.split(h, rounded);
+        }
+        self.finish(h, num_bytes, Tag::Lower);
+    }
+
+    fn carve_high_end(&mut self, mut h: u32, rounded: u64, num_bytes: u64) -> u32 {
+        let c = self.chunks[h as usize];
+        let exact = c.tag == Tag::CentralGap || self.cfg.upper_policy.split == SplitPolicy::Exact;
+        let mut prefix = c.size - rounded;
+        if !exact && !self.should_split(c.size, rounded) {
+            prefix = 0;
+        }
+        if prefix > 0 {
+            self.split(h, prefix);
+            let ah = self.chunks[h as usize].next;
+            self.remove_free(ah);
+            self.insert_free(h);
+            h = ah;
+        }
+        self.chunks[h as usize].tag = Tag::Upper;
+        let size = self.chunks[h as usize].size;
+        if if exact {
+            size > rounded
+        } else {
+            self.should_split(size, rounded)
+        } {
+            self.split(h, rounded);
+        }
+        self.finish(h, num_bytes, Tag::Upper);
+        h
+    }
+
+    /// `FindChunkPtr`: a same-tag binned hole (best fit), else the central gap.
+    fn find_chunk(&mut self, rounded: u64, num_bytes: u64, end: End) -> Option<u32> {
+        let side = if end == End::Upper { 1 } else { 0 };
+        let start = bin_for_size(rounded);
+        let lo = (rounded as u128) << 64;
+        let mut found = None;
+        for b in start..NUM_BINS {
+            let map = &self.bins[b][side];
+            if map.is_empty() {
+                continue;
+            }
+            // Above the request's own bin every chunk is larger than the request: the
+            // bin's first chunk (smallest, then lowest address) is the best fit.
+            let hit = if b == start {
+                map.range(lo..).next()
+            } else {
+                map.first_key_value()
+            };
+            if let Some((_, &h)) = hit {
+                found = Some(h);
+                break;
+            }
+        }
+        if found.is_none()
+            && self.central_gap != NIL
+            && self.chunks[self.central_gap as usize].size >= rounded
+        {
+            found = Some(self.central_gap);
+        }
+        let h = found?;
+        self.remove_free(h);
+        match end {
+            End::Lower => {
+                self.carve_low_end(h, rounded, num_bytes);
+                Some(h)
+            }
+            End::Upper => Some(self.carve_high_end(h, rounded, num_bytes)),
+        }
+    }
+
+    /// `Extend`: take one more region from the device.
+    fn extend(&mut self, rounded: u64) -> bool {
+        let available = (self.cfg.limit - self.stats.pool_bytes) / MIN_ALLOCATION * MIN_ALLOCATION;
+        if rounded > available {
+            return false;
+        }
+        let mut increased = false;
+        while rounded > self.curr_region_allocation_bytes {
+            self.curr_region_allocation_bytes *= 2;
+            increased = true;
+        }
+        let mut bytes = self.curr_region_allocation_bytes.min(available);
+        if let Some(device_free) = self.cfg.device_free_bytes {
+            // The device refuses: back off by kBackpedalFactor (a float) until it fits.
+            while bytes > device_free {
+                let mut back = rounded_bytes(((bytes as f32) * 0.9f32) as u64);
+                if back >= bytes {
+                    back = bytes - MIN_ALLOCATION;
+                }
+                bytes = back;
+                if bytes < rounded {
+                    return false;
+                }
+            }
+        }
+        if !increased {
+            self.curr_region_allocation_bytes *= 2;
+        }
+        self.stats.pool_bytes += bytes;
+        self.stats.peak_pool_bytes = self.stats.peak_pool_bytes.max(self.stats.pool_bytes);
+        if let Some(df) = self.cfg.device_free_bytes.as_mut() {
+            *df -= bytes;
+        }
+        let base = self.next_region_base;
+        // Regions from separate driver calls are not adjacent (the device allocator does
+        // not support coalescing them), so leave a 2 MiB-aligned hole after each.
+        self.next_region_base = (base + bytes + (4 << 20)).next_multiple_of(2 << 20);
+        let h = self.new_chunk(Chunk {
+            ptr: base,
+            size: bytes,
+            prev: NIL,
+            next: NIL,
+            in_use: false,
+            binned: false,
+            tag: self.free_chunk_tag,
+        });
+        self.regions.push(Region {
+            base,
+            size: bytes,
+            first: h,
+        });
+        self.insert_free(h);
+        true
+    }
+
+    /// `DeallocateFreeRegions` (only with garbage collection).
+    fn deallocate_free_regions(&mut self, rounded: u64) -> bool {
+        if !self.cfg.garbage_collection {
+            return false;
+        }
+        let mut free_regions = Vec::new();
+        let mut total = 0;
+        for (i, r) in self.regions.iter().enumerate() {
+            let mut h = r.first;
+            let mut any = false;
+            while h != NIL {
+                if self.chunks[h as usize].in_use {
+                    any = true;
+                    break;
+                }
+                h = self.chunks[h as usize].next;
+            }
+            if !any {
+                free_regions.push(i);
+                total += r.size;
+            }
+        }
+        if total == 0 || rounded > self.cfg.limit - self.stats.pool_bytes + total {
+            return false;
+        }
+        for &i in free_regions.iter().rev() {
+            let r = self.regions.remove(i);
+            let mut h = r.first;
+            while h != NIL {
+                let next = self.chunks[h as usize].next;
+                self.remove_free(h);
+                self.unused.push(h);
+                h = next;
+            }
+            self.stats.pool_bytes -= r.size;
+            if let Some(df) = self.cfg.device_free_bytes.as_mut() {
+                *df += r.size;
+            }
+        }
+        true
+    }
+
+    /// `AllocateRaw`: returns the chunk handle, or `None` when the real allocator would
+    /// return null (out of memory; `num_bytes == 0` is the caller's business).
+    pub fn allocate(&mut self, num_bytes: u64, end: End) -> Option<u32> {
+        let end = if self.cfg.spatial_partitioning {
+            end
+        } else {
+            End::Lower
+        };
+        let rounded = rounded_bytes(num_bytes);
+        if let Some(h) = self.find_chunk(rounded, num_bytes, end) {
+            return Some(h);
+        }
+        if self.extend(rounded) {
+            if let Some(h) = self.find_chunk(rounded, num_bytes, end) {
+                return Some(h);
+            }
+        }
+        if self.deallocate_free_regions(rounded) && self.extend(rounded) {
+            return self.find_chunk(rounded, num_bytes, end);
+        }
+        None
+    }
+
+    /// `DeallocateRaw`.
+    pub fn deallocate(&mut self, h: u32) {
+        let c = self.chunks[h as usize];
+        debug_assert!(c.in_use);
+        let mut tag = c.tag;
+        if self.free_chunk_tag == Tag::CentralGap {
+            // ReturnBoundaryChunkToGap: a lower chunk whose upper neighbour is not lower
+            // (or an upper chunk whose lower neighbour is not upper) rejoins the gap.
+            let lower_boundary = tag == Tag::Lower
+                && (c.next == NIL || self.chunks[c.next as usize].tag != Tag::Lower);
+            let upper_boundary = tag == Tag::Upper
+                && (c.prev == NIL || self.chunks[c.prev as usize].tag != Tag::Upper);
+            if lower_boundary || upper_boundary {
+                tag = Tag::CentralGap;
+            }
+        }
+        {
+            let cm = &mut self.chunks[h as usize];
+            cm.in_use = false;
+            cm.tag = tag;
+        }
+        self.stats.bytes_in_use -= c.size;
+        let merged = self.coalesce(h);
+        self.insert_free(merged);
+    }
+
+    fn merge(&mut self, h1: u32, h2: u32) {
+        let c2 = self.chunks[h2 as usize];
+        if c2.next != NIL {
+            self.chunks[c2.next as usize].prev = h1;
+        }
+        let c1 = &mut self.chunks[h1 as usize];
+        c1.next = c2.next;
+        c1.size += c2.size;
+        c1.tag = if c1.tag == c2.tag {
+            c1.tag
+        } else {
+            Tag::CentralGap
+        };
+        self.unused.push(h2);
+    }
+
+    /// `TryToCoalesce`.
+    fn coalesce(&mut self, h: u32) -> u32 {
+        let c = self.chunks[h as usize];
+        if c.next != NIL && !self.chunks[c.next as usize].in_use {
+            self.remove_free(c.next);
+            self.merge(h, c.next);
+        }
+        let prev = self.chunks[h as usize].prev;
+        if prev != NIL && !self.chunks[prev as usize].in_use {
+            self.remove_free(prev);
+            self.merge(prev, h);
+            return prev;
+        }
+        h
+    }
+
+    /// Size of an allocated chunk.
+    pub fn chunk_size(&self, h: u32) -> u64 {
+        self.chunks[h as usize].size
+    }
+
+    /// Address of a chunk in the model's address space (inside one of [`Bfc::regions`]);
+    /// the GPU replay runner maps it into a real device region.
+    pub fn chunk_ptr(&self, h: u32) -> u64 {
+        self.chunks[h as usize].ptr
+    }
+
+    /// Every chunk of every region, in address order.
+    pub fn chunks_in_order(&self) -> Vec<Block> {
+        let mut out = Vec::new();
+        for r in &self.regions {
+            let mut h = r.first;
+            while h != NIL {
+                let c = self.chunks[h as usize];
+                out.push(Block {
+                    addr: c.ptr,
+                    size: c.size,
+                    requested: if c.in_use {
+                        self.requested[h as usize]
+                    } else {
+                        0
+                    },
+                    state: if c.in_use {
+                        BlockState::InUse
+                    } else {
+                        BlockState::Free
+                    },
+                    label: c.tag.name(),
+                });
+                h = c.next;
+            }
+        }
+        out
+    }
+
+    /// Regions as (base, size).
+    pub fn regions(&self) -> Vec<(u64, u64)> {
+        self.regions.iter().map(|r| (r.base, r.size)).collect()
+    }
+
+    /// Checks the structural invariants: chunks tile every region without gaps or
+    /// overlap, links are symmetric, no two free chunks are adjacent, every free chunk is
+    /// in exactly one free structure, at most one central gap exists, and the statistics
+    /// equal the sums over chunks.
+    pub fn check(&self) -> Result<(), String> {
+        let mut in_use = 0u64;
+        let mut pool = 0u64;
+        let mut free_seen = 0usize;
+        let mut gaps = 0usize;
+        for r in &self.regions {
+            pool += r.size;
+            let mut h = r.first;
+            let mut addr = r.base;
+            let mut prev = NIL;
+            let mut prev_free = false;
+            while h != NIL {
+                let c = &self.chunks[h as usize];
+                if c.ptr != addr {
+                    return Err(format!("chunk {h} at {:#x}, expected {addr:#x}", c.ptr));
+                }
+                if c.prev != prev {
+                    return Err(format!("chunk {h}: prev link broken"));
+                }
+                if c.size == 0 || !c.size.is_multiple_of(MIN_ALLOCATION) {
+                    return Err(format!(
+                        "chunk {h}: size {} not a positive multiple of 256",
+                        c.size
+                    ));
+                }
+                if c.in_use {
+                    in_use += c.size;
+                    if c.binned {
+                        return Err(format!("chunk {h}: in use but binned"));
+                    }
+                    prev_free = false;
+                } else {
+                    if prev_free {
+                        return Err(format!("chunk {h}: two adjacent free chunks"));
+                    }
+                    prev_free = true;
+                    free_seen += 1;
+                    if c.tag == Tag::CentralGap {
+                        gaps += 1;
+                        if self.central_gap != h || c.binned {
+                            return Err(format!("chunk {h}: central gap not tracked"));
+                        }
+                    } else {
+                        let key = self.key(c);
+                        if self.bins[bin_for_size(c.size)][Self::side(c.tag)].get(&key) != Some(&h)
+                        {
+                            return Err(format!("chunk {h}: free but not in its bin"));
+                        }
+                    }
+                }
+                addr += c.size;
+                prev = h;
+                h = c.next;
+            }
+            if addr != r.base + r.size {
+                return Err(format!(
+                    "region {:#x}: chunks end at {addr:#x}, region at {:#x}",
+                    r.base,
+                    r.base + r.size
+                ));
+            }
+        }
+        let binned: usize = self.bins.iter().map(|b| b[0].len() + b[1].len()).sum();
+        if binned + gaps != free_seen {
+            return Err(format!(
+                "{binned} binned + {gaps} gap != {free_seen} free chunks"
+            ));
+        }
+        if gaps > 1 {
+            return Err("more than one central gap".into());
+        }
+        if in_use != self.stats.bytes_in_use {
+            return Err(format!(
+                "bytes_in_use {} != sum of in-use chunks {in_use}",
+                self.stats.bytes_in_use
+            ));
+        }
+        if pool != self.stats.pool_bytes || pool > self.cfg.limit {
+            return Err(format!(
+                "pool_bytes {} vs regions {pool} vs limit {}",
+                self.stats.pool_bytes, self.cfg.limit
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl AllocatorModel for Bfc {
+    fn name(&self) -> &'static str {
+        "bfc"
+    }
+
+    fn alloc(&mut self, size: u64) -> Option<u32> {
+        self.allocate(size, End::Lower)
+    }
+
+    fn free(&mut self, handle: u32) {
+        self.deallocate(handle)
+    }
+
+    fn allocated_size(&self, handle: u32) -> u64 {
+        self.chunk_size(handle)
+    }
+
+    fn bytes_in_use(&self) -> u64 {
+        self.stats.bytes_in_use
+    }
+
+    fn largest_free_block(&self) -> u64 {
+        self.largest_free_chunk()
+    }
+
+    fn pool_bytes(&self) -> u64 {
+        self.stats.pool_bytes
+    }
+
+    fn limit(&self) -> u64 {
+        self.cfg.limit
+    }
+
+    fn blocks(&self) -> Vec<Block> {
+        self.chunks_in_order()
+    }
+
+    fn check_invariants(&self) -> Result<(), ModelError> {
+        self.check().map_err(ModelError::Invariant)
+    }
+
+    /// A spatially partitioned (preallocated) pool serving only the lower end decides
+    /// everything from its holes (independent of the limit) and carves the rest from the
+    /// gap above its high-water mark: any limit covering the high-water mark replays
+    /// identically, and a smaller one fails when the mark is reached. So the exact
+    /// minimum is the high-water mark.
+    fn exact_min_limit(&self) -> Option<u64> {
+        (self.cfg.spatial_partitioning
+            && !self.cfg.allow_growth
+            && !self.used_upper
+            && self.regions.len() <= 1)
+            .then_some(self.lower_high_water.max(MIN_ALLOCATION))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bins_match_bin_num_for_size() {
+        assert_eq!(bin_for_size(1), 0);
+        assert_eq!(bin_for_size(256), 0);
+        assert_eq!(bin_for_size(511), 0);
+        assert_eq!(bin_for_size(512), 1);
+        assert_eq!(bin_for_size(256 << 20), 20);
+        assert_eq!(bin_for_size(1 << 40), 20);
+        for b in 0..NUM_BINS {
+            assert_eq!(bin_for_size(bin_size(b)), b);
+            assert_eq!(bin_for_size(bin_size(b) * 2 - 1), b);
+        }
+    }
+
+    #[test]
+    fn spatial_pool_carves_gap_exactly_and_frees_rejoin_it() {
+        let mut a = Bfc::new(BfcConfig::jax(1 << 30, true));
+        let x = a.allocate(1000, End::Lower).unwrap();
+        assert_eq!(a.chunk_size(x), 1024);
+        assert_eq!(a.central_gap_bytes(), (1 << 30) - 1024);
+        let y = a.allocate(300 << 20, End::Lower).unwrap();
+        let z = a.allocate(4096, End::Lower).unwrap();
+        // y is interior: freeing it makes a lower hole, not part of the gap.
+        a.deallocate(y);
+        assert_eq!(a.largest_binned_free(Some(Tag::Lower)), 300 << 20);
+        a.check().unwrap();
+        // A small request reuses the hole (best fit among same-tag holes comes first)
+        // and splits it (>= 2x).
+        let w = a.allocate(1 << 20, End::Lower).unwrap();
+        assert_eq!(a.chunk_size(w), 1 << 20);
+        a.deallocate(w);
+        // Freeing z (the boundary) cascades the hole back into the gap.
+        a.deallocate(z);
+        assert_eq!(a.largest_binned_free(None), 0);
+        assert_eq!(a.central_gap_bytes(), (1 << 30) - 1024);
+        a.deallocate(x);
+        assert_eq!(a.central_gap_bytes(), 1 << 30);
+        a.check().unwrap();
+    }
+
+    #[test]
+    fn upper_end_grows_down() {
+        let mut a = Bfc::new(BfcConfig::jax(4096, true));
+        let lo = a.allocate(256, End::Lower).unwrap();
+        let hi = a.allocate(256, End::Upper).unwrap();
+        let blocks = a.chunks_in_order();
+        assert_eq!(blocks.first().unwrap().size, 256);
+        assert_eq!(blocks.last().unwrap().label, "upper");
+        assert_eq!(
+            blocks.last().unwrap().addr - blocks.first().unwrap().addr,
+            4096 - 256
+        );
+        a.deallocate(hi);
+        a.deallocate(lo);
+        assert_eq!(a.central_gap_bytes(), 4096);
+        a.check().unwrap();
+    }
+
+    #[test]
+    fn growth_doubles_regions() {
+        let mut a = Bfc::new(BfcConfig::jax(1 << 30, false));
+        let x = a.allocate(718546, End::Lower).unwrap();
+        assert_eq!(a.stats().pool_bytes, 2 << 20);
+        assert_eq!(a.largest_free_chunk(), (2 << 20) - 718592);
+        let y = a.allocate(667275086, End::Lower).unwrap();
+        // The region doubles from 4 MiB to 1 GiB, capped by what the limit has left.
+        assert_eq!(a.stats().pool_bytes, 1 << 30);
+        assert_eq!(a.next_region_target(), 1 << 30);
+        assert!(a.allocate(1 << 20, End::Lower).is_some());
+        assert!(a.allocate(400 << 20, End::Lower).is_none());
+        a.deallocate(y);
+        a.deallocate(x);
+        a.check().unwrap();
+    }
+
+    #[test]
+    fn growth_backs_off_when_the_device_refuses() {
+        let mut cfg = BfcConfig::jax(1 << 30, false);
+        cfg.device_free_bytes = Some(3 << 20);
+        let mut a = Bfc::new(cfg);
+        a.allocate(1 << 20, End::Lower).unwrap(); // 2 MiB region
+        a.allocate(1 << 20, End::Lower).unwrap(); // fits in the first region
+                                                  // Next region wants 4 MiB, the device has 1 MiB left: backs off to >= request.
+        let h = a.allocate(900 << 10, End::Lower);
+        assert!(h.is_some());
+        assert!(a.stats().pool_bytes <= 3 << 20);
+        a.check().unwrap();
+    }
+}

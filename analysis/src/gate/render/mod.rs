@@ -1,0 +1,61 @@
+//! Renders a [`GateReport`](super::compare::GateReport) for people and CI systems:
+//! a terminal table ([`text`]), a PR-comment table ([`markdown`]), JUnit XML ([`junit`]).
+//! (JSON is the report's serde form.) Renderers return strings; they never print.
+
+pub mod junit;
+pub mod markdown;
+pub mod text;
+
+use super::compare::{EntryReport, MetricDelta};
+use super::metric::Metric;
+use super::units::{format_bytes, format_delta, format_percent};
+
+/// The figure columns every human report shows, in order.
+pub const COLUMNS: [Metric; 6] = [
+    Metric::Total,
+    Metric::Output,
+    Metric::Temp,
+    Metric::Argument,
+    Metric::HostTemp,
+    Metric::Peak,
+];
+
+/// The current figure (the baseline's for a missing entry), or `—`.
+pub fn cell(e: &EntryReport, m: Metric) -> String {
+    e.metric(m)
+        .and_then(|d| d.current_bytes.or(d.baseline_bytes))
+        .map_or_else(|| "—".to_string(), format_bytes)
+}
+
+/// `Temp +512.0 KiB (+45.00%)` for one changed metric.
+pub fn describe_delta(d: &MetricDelta) -> Option<String> {
+    let delta = d.delta_bytes.filter(|&x| x != 0)?;
+    Some(format!(
+        "{} {} ({})",
+        d.metric.title(),
+        format_delta(i128::from(delta)),
+        format_percent(d.delta_percent)
+    ))
+}
+
+/// The changed metrics of an entry, regressed ones first, each marked by `mark`.
+pub fn deltas(e: &EntryReport, mark: impl Fn(&str) -> String) -> Vec<String> {
+    let mut changed: Vec<&MetricDelta> = e
+        .metrics
+        .iter()
+        .filter(|d| d.delta_bytes.is_some_and(|x| x != 0))
+        .collect();
+    changed.sort_by_key(|d| !d.regressed);
+    changed
+        .into_iter()
+        .filter_map(|d| describe_delta(d).map(|s| if d.regressed { mark(&s) } else { s }))
+        .collect()
+}
+
+/// One line stating the thresholds and the rule.
+pub fn rule_line(percent: f64, bytes: u64) -> String {
+    format!(
+        "A metric regresses when it grows by more than {} AND by more than {percent}% (per-entry thresholds in the baseline take precedence).",
+        format_bytes(bytes)
+    )
+}

@@ -1,0 +1,286 @@
+//! Joins a BFC out-of-memory report to the failing executable's XLA dump: which buffer
+//! the failed request was (matched by BFC-rounded size), what else was live, which HLO
+//! buffers make the module's peak, needed versus available memory, and next steps.
+//! Pure computation over a parsed [`LogReport`] and loaded [`ModuleReport`]s.
+
+use super::model::*;
+use crate::xla::{ModuleReport, PeakBuffer};
+use serde::Serialize;
+
+/// The BFC allocator rounds every request up to a multiple of 256 bytes.
+pub const BFC_ROUNDING: u64 = 256;
+
+/// Rounds `n` up to the BFC granularity.
+pub fn bfc_round(n: u64) -> u64 {
+    n.div_ceil(BFC_ROUNDING).saturating_mul(BFC_ROUNDING)
+}
+
+/// What the failing request was, in terms of the executable's buffer assignment.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct MatchedBuffer {
+    /// Module name.
+    pub module: String,
+    /// `preallocated temp buffer`, `output buffer`, `argument buffer`.
+    pub what: String,
+    /// Unrounded size from the buffer assignment.
+    pub bytes: u64,
+    /// Rounded to 256.
+    pub rounded_bytes: u64,
+}
+
+/// The diagnosis of one OOM.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Diagnosis {
+    /// Where the OOM report is.
+    pub at: Location,
+    /// Executable that failed (from `[executable_name=…]`).
+    pub executable: Option<String>,
+    /// Rounded bytes requested.
+    pub requested_bytes: u64,
+    /// The matched buffer, if the dump has the module and a size matches.
+    pub matched: Option<MatchedBuffer>,
+    /// In-use bytes at the failure, by executable annotation: (executable, bytes, chunks).
+    pub live_by_executable: Vec<(String, u64, u64)>,
+    /// Exact in-use bytes at the failure (`None`: the log has no chunk dump).
+    pub in_use_bytes: Option<u64>,
+    /// Pool size in bytes.
+    pub pool_bytes: Option<u64>,
+    /// Largest free chunk (exact from chunk lines, else approximate).
+    pub largest_free_bytes: Option<u64>,
+    /// in_use + request (the request alone when in-use is unknown).
+    pub needed_bytes: u64,
+    /// needed - pool, when positive.
+    pub shortfall_bytes: Option<u64>,
+    /// The module's memory_analysis() figures, when found.
+    pub module_argument_bytes: Option<u64>,
+    /// Output bytes.
+    pub module_output_bytes: Option<u64>,
+    /// Temp bytes.
+    pub module_temp_bytes: Option<u64>,
+    /// Largest buffers at the module's peak.
+    pub module_peak_buffers: Vec<PeakBuffer>,
+    /// Largest values inside the temp buffer.
+    pub module_top_temp_values: Vec<PeakBuffer>,
+    /// Device memory inferred as pool / mem_fraction (when the fraction is given).
+    pub device_memory_bytes: Option<u64>,
+    /// Smallest XLA_CLIENT_MEM_FRACTION (2 decimals, 5% headroom) that fits, if any does.
+    pub suggested_mem_fraction: Option<f64>,
+    /// The compile-time rematerialization warning, if any.
+    pub remat: Option<RematWarning>,
+    /// Plain-language conclusions and next steps.
+    pub findings: Vec<String>,
+}
+
+/// Binary units for findings text (`3.25 GiB`, `576.00 MiB`, `256 B`).
+fn gib(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut v, mut i) = (b as f64, 0);
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", U[i])
+    }
+}
+
+/// Diagnoses every OOM of `log`. `mem_fraction` is the run's XLA_CLIENT_MEM_FRACTION
+/// when known (it turns the pool size into device memory).
+pub fn diagnose(
+    log: &LogReport,
+    modules: &[ModuleReport],
+    mem_fraction: Option<f64>,
+) -> Vec<Diagnosis> {
+    log.ooms
+        .iter()
+        .map(|oom| diagnose_one(log, oom, modules, mem_fraction))
+        .collect()
+}
+
+fn diagnose_one(
+    log: &LogReport,
+    oom: &BfcOom,
+    modules: &[ModuleReport],
+    mem_fraction: Option<f64>,
+) -> Diagnosis {
+    let executable = log
+        .resource_exhausted
+        .iter()
+        .find(|r| r.at.file == oom.at.file && r.at.line > oom.at.line && r.executable.is_some())
+        .and_then(|r| r.executable.clone());
+    let req = oom.rounded_bytes;
+    let candidates: Vec<&ModuleReport> = match &executable {
+        Some(e) => modules.iter().filter(|m| &m.name == e).collect(),
+        None => modules.iter().collect(),
+    };
+    let mut matched = None;
+    let mut module = candidates.first().copied();
+    for m in &candidates {
+        let tries = [
+            ("preallocated temp buffer", m.temp_bytes),
+            ("output buffers (all outputs together)", m.output_bytes),
+            (
+                "argument buffers (all arguments together)",
+                m.argument_bytes,
+            ),
+        ];
+        if let Some((what, b)) = tries.iter().find(|(_, b)| *b > 0 && bfc_round(*b) == req) {
+            matched = Some(MatchedBuffer {
+                module: m.name.clone(),
+                what: what.to_string(),
+                bytes: *b,
+                rounded_bytes: bfc_round(*b),
+            });
+            module = Some(m);
+            break;
+        }
+    }
+    let in_use = oom.in_use_bytes();
+    let pool = oom
+        .pool_bytes()
+        .or_else(|| log.pool_allocations.last().map(|p| p.bytes))
+        .or_else(|| oom.stats.as_ref().and_then(|s| s.get("bytes_limit")));
+    let largest_free = oom
+        .largest_free_chunk()
+        .or_else(|| oom.summary_approx.get("total_free_in_pool").copied());
+    let needed = in_use.unwrap_or(0).saturating_add(req);
+    let shortfall = pool.and_then(|p| needed.checked_sub(p)).filter(|s| *s > 0);
+    let device = match (pool, mem_fraction) {
+        (Some(p), Some(f)) if f > 0.0 && f <= 1.0 => Some((p as f64 / f).round() as u64),
+        _ => None,
+    };
+    let suggested = device.and_then(|d| {
+        let f = (needed as f64 * 1.05 / d as f64 * 100.0).ceil() / 100.0;
+        (f <= 0.95).then_some(f)
+    });
+    let remat = log.remat_warnings.last().cloned();
+
+    let mut findings = Vec::new();
+    let exe = executable
+        .clone()
+        .unwrap_or_else(|| "(unknown executable)".into());
+    match &matched {
+        Some(mb) => findings.push(format!(
+            "The failed request of {} ({} bytes after BFC rounding) is {}'s {}: {} bytes in its buffer assignment, rounded up to a multiple of 256.",
+            gib(req), req, mb.module, mb.what, mb.bytes
+        )),
+        None if module.is_some() => findings.push(format!(
+            "The failed request of {} ({req} bytes) matches no whole buffer class of {exe}; it is an allocation made while running it.",
+            gib(req)
+        )),
+        None => findings.push(format!(
+            "The failed request was {} ({req} bytes) by {exe}; no dump of that module was given (pass --xla-dump DIR).",
+            gib(req)
+        )),
+    }
+    // Name what the live chunks are, when their total matches a buffer class of the
+    // failing module (chunk sizes are rounded to 256 B, so allow 256 B per chunk).
+    let close = |a: u64, b: u64, n: u64| a.abs_diff(b) <= n * BFC_ROUNDING;
+    let others: Vec<String> = oom
+        .in_use_by_executable()
+        .iter()
+        .map(|(e, b, n)| {
+            let what = match module {
+                Some(m) if e == &m.name && close(*b, m.output_bytes, *n) => {
+                    format!(" = {}'s outputs, allocated before its temp buffer", m.name)
+                }
+                Some(m) if close(*b, m.argument_bytes, *n) => {
+                    format!(
+                        " = exactly the size of {}'s arguments (its input arrays)",
+                        m.name
+                    )
+                }
+                _ => String::new(),
+            };
+            format!("{} in {n} chunk(s) from {e}{what}", gib(*b))
+        })
+        .collect();
+    match in_use {
+        Some(b) if !others.is_empty() => findings.push(format!(
+            "Already in use when it failed: {} ({}).",
+            gib(b),
+            others.join(", ")
+        )),
+        Some(b) => findings.push(format!("Already in use when it failed: {}.", gib(b))),
+        None => findings.push(
+            "The log has no allocator chunk dump, so what else was live is unknown (TF_CPP_MIN_LOG_LEVEL=0 prints it); the figures below count the request alone.".to_string(),
+        ),
+    }
+    if let Some(p) = pool {
+        match shortfall {
+            Some(s) => findings.push(format!(
+                "Needed {} (in use + request) but the pool is {}: short by {} ({s} bytes). This is not fragmentation: the pool is too small.",
+                gib(needed), gib(p), gib(s)
+            )),
+            None => findings.push(format!(
+                "Needed {} fits the pool of {} in total, but the largest free chunk was {}: the pool is fragmented.",
+                gib(needed),
+                gib(p),
+                largest_free.map(gib).unwrap_or_else(|| "unknown".into())
+            )),
+        }
+    }
+    if let Some(r) = &remat {
+        findings.push(format!(
+            "At compile time XLA already warned: it could not get below {} by rematerialization (reached {}, from {}).",
+            gib(r.target_bytes), gib(r.achieved_bytes), gib(r.original_bytes)
+        ));
+    }
+    match (device, suggested) {
+        (Some(d), Some(f)) => findings.push(format!(
+            "Next step: run with XLA_CLIENT_MEM_FRACTION={f:.2} (device memory {} = pool / {:.3}); that gives a pool of {}, enough for the {} needed plus 5% headroom.",
+            gib(d),
+            mem_fraction.unwrap_or(0.0),
+            gib((d as f64 * f) as u64),
+            gib(needed)
+        )),
+        (Some(d), None) => findings.push(format!(
+            "No XLA_CLIENT_MEM_FRACTION fits: {} needed on a {} device. Reduce memory: smaller batch, jax.checkpoint, donate arguments, or shard.",
+            gib(needed), gib(d)
+        )),
+        _ => findings.push(format!(
+            "Next step: give the pool at least {} ({needed} bytes): XLA_CLIENT_MEM_FRACTION >= {needed} / device memory (pass --mem-fraction F with the run's fraction to get the number).",
+            gib(needed)
+        )),
+    }
+    if let Some(m) = module {
+        if let Some(top) = m.top_temp_values.first() {
+            findings.push(format!(
+                "Or shrink {}'s temp buffer ({}): its largest value is {} ({}, {}, op_name {}).",
+                m.name,
+                gib(m.temp_bytes),
+                top.instruction,
+                top.shape,
+                gib(top.bytes),
+                top.op_name.as_deref().unwrap_or("-")
+            ));
+        }
+    }
+    Diagnosis {
+        at: oom.at.clone(),
+        executable,
+        requested_bytes: req,
+        matched,
+        live_by_executable: oom.in_use_by_executable(),
+        in_use_bytes: in_use,
+        pool_bytes: pool,
+        largest_free_bytes: largest_free,
+        needed_bytes: needed,
+        shortfall_bytes: shortfall,
+        module_argument_bytes: module.map(|m| m.argument_bytes),
+        module_output_bytes: module.map(|m| m.output_bytes),
+        module_temp_bytes: module.map(|m| m.temp_bytes),
+        module_peak_buffers: module
+            .map(|m| m.peak_buffers.iter().take(10).cloned().collect())
+            .unwrap_or_default(),
+        module_top_temp_values: module
+            .map(|m| m.top_temp_values.iter().take(10).cloned().collect())
+            .unwrap_or_default(),
+        device_memory_bytes: device,
+        suggested_mem_fraction: suggested,
+        remat,
+        findings,
+    }
+}

@@ -1,0 +1,211 @@
+//! The data `memwatch log` extracts (serialisable; bytes as integers). Exact integers are
+//! kept apart from figures that the log only prints in human units (`*_approx_bytes`).
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Where an event was found.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+pub struct Location {
+    /// File.
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
+}
+
+/// `Can't reduce memory use below T by rematerialization; only reduced to A, down from O`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RematWarning {
+    /// Where.
+    pub at: Location,
+    /// Memory limit XLA tried to reach.
+    pub target_bytes: u64,
+    /// What it reached.
+    pub achieved_bytes: u64,
+    /// Before rematerialization.
+    pub original_bytes: u64,
+}
+
+/// One chunk line of a BFC dump (`InUse at 302000100 of size 33554432 tag lower
+/// allocation_annotation xla.execute{executable=jit__normal} next 2`; older dumps may add
+/// `requested size N` / `by op X`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Chunk {
+    /// Where.
+    pub at: Location,
+    /// In use (`InUse`) or free (`Free`).
+    pub in_use: bool,
+    /// Device address (hex in the log).
+    pub address: u64,
+    /// Chunk size in bytes.
+    pub size: u64,
+    /// Client-requested size, when the dump prints it.
+    pub requested_size: Option<u64>,
+    /// `tag` (`lower`, `central_gap`).
+    pub tag: Option<String>,
+    /// `allocation_annotation` text.
+    pub annotation: Option<String>,
+    /// Executable from the annotation (`xla.execute{executable=jit_model}`).
+    pub executable: Option<String>,
+    /// `by op X` in old dumps.
+    pub op: Option<String>,
+}
+
+/// Allocator stats (the BFC `Stats:` block, an `AllocatorStats` key/value block, or a
+/// `memory_stats()` dict). Integer values are exact; human-unit values go to `approx`.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct AllocatorStats {
+    /// Where the block starts.
+    pub at: Location,
+    /// What printed it: `bfc-stats`, `allocator-stats`, `memory-stats-dict`.
+    pub variant: String,
+    /// Label in front of a dict (`MEMORY_STATS_BEFORE`), if any.
+    pub label: Option<String>,
+    /// Exact fields, normalised to snake_case (`bytes_limit`, `bytes_in_use`, ...).
+    pub exact: BTreeMap<String, u64>,
+    /// Fields given only in human units (`InUse: 1.06GiB`), converted approximately.
+    pub approx: BTreeMap<String, u64>,
+}
+
+impl AllocatorStats {
+    /// An exact value, else the approximate one.
+    pub fn get(&self, key: &str) -> Option<u64> {
+        self.exact
+            .get(key)
+            .or_else(|| self.approx.get(key))
+            .copied()
+    }
+}
+
+/// A BFC allocator out-of-memory report.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct BfcOom {
+    /// Where the `ran out of memory` line is.
+    pub at: Location,
+    /// Allocator name (`GPU_0_bfc`).
+    pub allocator: String,
+    /// Requested size as printed (human units, approximate).
+    pub requested_approx_bytes: u64,
+    /// `rounded to N` (exact).
+    pub rounded_bytes: u64,
+    /// `from the lower end` / `upper` (new format).
+    pub end: Option<String>,
+    /// `Next region of size N` (exact), one per region.
+    pub regions: Vec<u64>,
+    /// Every chunk line.
+    pub chunks: Vec<Chunk>,
+    /// `N Chunks of size S totalling H`: (count, size).
+    pub in_use_by_size: Vec<(u64, u64)>,
+    /// `Allocator memory summary` fields (human units -> approximate bytes).
+    pub summary_approx: BTreeMap<String, u64>,
+    /// `Spatial partitioning summary` fields (approximate bytes).
+    pub spatial_approx: BTreeMap<String, u64>,
+    /// The `Stats:` block.
+    pub stats: Option<AllocatorStats>,
+}
+
+impl BfcOom {
+    /// Exact bytes in use: sum of in-use chunk lines, else of the by-size summary;
+    /// `None` when the log has neither (older one-line OOM messages).
+    pub fn in_use_bytes(&self) -> Option<u64> {
+        if self.chunks.iter().any(|c| c.in_use) {
+            Some(
+                self.chunks
+                    .iter()
+                    .filter(|c| c.in_use)
+                    .map(|c| c.size)
+                    .sum(),
+            )
+        } else if !self.in_use_by_size.is_empty() {
+            Some(self.in_use_by_size.iter().map(|(n, s)| n * s).sum())
+        } else {
+            None
+        }
+    }
+
+    /// Exact pool size: sum of regions when printed.
+    pub fn pool_bytes(&self) -> Option<u64> {
+        if self.regions.is_empty() {
+            None
+        } else {
+            Some(self.regions.iter().sum())
+        }
+    }
+
+    /// Largest free chunk from the chunk lines (exact), when chunk lines are present.
+    pub fn largest_free_chunk(&self) -> Option<u64> {
+        self.chunks
+            .iter()
+            .filter(|c| !c.in_use)
+            .map(|c| c.size)
+            .max()
+    }
+
+    /// In-use bytes per executable (chunks without annotation under `(unannotated)`).
+    pub fn in_use_by_executable(&self) -> Vec<(String, u64, u64)> {
+        let mut m: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for c in self.chunks.iter().filter(|c| c.in_use) {
+            let k = c
+                .executable
+                .clone()
+                .unwrap_or_else(|| "(unannotated)".into());
+            let e = m.entry(k).or_insert((0, 0));
+            e.0 += c.size;
+            e.1 += 1;
+        }
+        let mut v: Vec<(String, u64, u64)> = m.into_iter().map(|(k, (b, n))| (k, b, n)).collect();
+        v.sort_by_key(|e| std::cmp::Reverse(e.1));
+        v
+    }
+}
+
+/// `RESOURCE_EXHAUSTED: Out of memory while trying to allocate …`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ResourceExhausted {
+    /// Where.
+    pub at: Location,
+    /// Exact bytes when printed as `N bytes`.
+    pub bytes: Option<u64>,
+    /// Approximate bytes when printed in human units.
+    pub approx_bytes: Option<u64>,
+    /// `with allocator X`.
+    pub allocator: Option<String>,
+    /// `[executable_name='X']`.
+    pub executable: Option<String>,
+    /// The message.
+    pub message: String,
+}
+
+/// `XLA backend allocating 3.50GiB (3753902080 bytes) on device 0 for BFCAllocator.`
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PoolAllocation {
+    /// Where.
+    pub at: Location,
+    /// Exact pool bytes.
+    pub bytes: u64,
+    /// Device ordinal.
+    pub device: Option<u64>,
+}
+
+/// Everything found in the logs.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct LogReport {
+    /// Files read.
+    pub files: Vec<String>,
+    /// Lines read.
+    pub lines: usize,
+    /// Device names (`StreamExecutor [0]: NVIDIA H200`).
+    pub devices: Vec<String>,
+    /// Rematerialization warnings.
+    pub remat_warnings: Vec<RematWarning>,
+    /// BFC OOM reports.
+    pub ooms: Vec<BfcOom>,
+    /// Stats blocks outside OOM reports.
+    pub allocator_stats: Vec<AllocatorStats>,
+    /// RESOURCE_EXHAUSTED errors.
+    pub resource_exhausted: Vec<ResourceExhausted>,
+    /// Pool allocation lines.
+    pub pool_allocations: Vec<PoolAllocation>,
+    /// `MEMORY_ANALYSIS {json}` lines (printed `compiled.memory_analysis()`).
+    pub memory_analyses: Vec<BTreeMap<String, u64>>,
+}

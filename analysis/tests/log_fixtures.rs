@@ -1,0 +1,94 @@
+//! Every real log fixture parses; the incident's OOM is joined to jit_model's temp buffer.
+
+use memwatch_analysis::log::{self, diagnose::diagnose, LogReport};
+use memwatch_analysis::xla;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
+}
+
+fn parse(p: &Path) -> LogReport {
+    let mut r = LogReport::default();
+    log::parse_log(BufReader::new(File::open(p).unwrap()), p, &mut r).unwrap();
+    r
+}
+
+#[test]
+fn incident_log_and_diagnosis() {
+    let dir = repo("testdata/h200/incidents/h200-jax0.11.2-oom-temp");
+    let r = parse(&dir.join("run.log"));
+    assert_eq!(r.remat_warnings.len(), 1);
+    assert_eq!(r.remat_warnings[0].target_bytes, 3019269741);
+    assert_eq!(r.remat_warnings[0].original_bytes, 7784628364);
+    assert_eq!(r.pool_allocations[0].bytes, 3753902080);
+    assert_eq!(r.ooms.len(), 1);
+    let oom = &r.ooms[0];
+    assert_eq!(oom.rounded_bytes, 3489675008);
+    assert_eq!(oom.allocator, "GPU_0_bfc");
+    assert_eq!(oom.end.as_deref(), Some("lower"));
+    assert_eq!(oom.regions, vec![3753902080]);
+    assert_eq!(oom.chunks.len(), 37);
+    assert_eq!(oom.chunks.iter().filter(|c| !c.in_use).count(), 1);
+    assert_eq!(oom.in_use_bytes(), Some(3 * 256 + 32 * 33554432 + 67108864));
+    assert_eq!(oom.largest_free_chunk(), Some(2613050624));
+    assert_eq!(
+        oom.stats.as_ref().unwrap().approx["bytes_limit"],
+        3758096384
+    );
+    assert_eq!(
+        r.resource_exhausted[0].executable.as_deref(),
+        Some("jit_model")
+    );
+    assert_eq!(r.memory_analyses[0]["temp_size_in_bytes"], 3489674768);
+    assert!(r
+        .allocator_stats
+        .iter()
+        .any(|s| s.label.as_deref() == Some("MEMORY_STATS_BEFORE")
+            && s.exact["bytes_limit"] == 3753902080));
+
+    let mods = xla::load_dump_dir(&dir).unwrap();
+    let d = &diagnose(&r, &mods, Some(0.025))[0];
+    let m = d.matched.as_ref().unwrap();
+    assert_eq!(
+        (m.module.as_str(), m.bytes, m.rounded_bytes),
+        ("jit_model", 3489674768, 3489675008)
+    );
+    assert_eq!(m.what, "preallocated temp buffer");
+    assert_eq!(d.needed_bytes, 1140851456 + 3489675008);
+    assert_eq!(
+        d.shortfall_bytes,
+        Some(1140851456 + 3489675008 - 3753902080)
+    );
+    assert_eq!(d.device_memory_bytes, Some(150156083200));
+    assert_eq!(d.suggested_mem_fraction, Some(0.04));
+    assert!(!d.module_peak_buffers.is_empty());
+}
+
+#[test]
+fn all_log_fixtures_parse() {
+    let seeds = repo("testdata/h200/seeds/xla-2025-log-lines.txt");
+    let r = parse(&seeds);
+    assert_eq!(r.remat_warnings.len(), 10);
+    assert_eq!(r.ooms[0].rounded_bytes, 51712165888);
+    assert_eq!(r.ooms[0].in_use_bytes(), None);
+    assert_eq!(r.resource_exhausted[0].bytes, Some(51712165888));
+    let s = parse(&repo("testdata/h200/seeds/allocator-stats-block.txt"));
+    assert_eq!(s.allocator_stats[0].exact["bytes_limit"], 31804391424);
+    assert_eq!(s.allocator_stats[0].exact["largest_alloc_size"], 7049475840);
+    let hlo = repo("testdata/h200/seeds/pad-spmd-sample.hlo.txt");
+    let mut rr = LogReport::default();
+    assert!(log::parse_log(BufReader::new(File::open(&hlo).unwrap()), &hlo, &mut rr).is_err());
+    let b = parse(&repo("testdata/h200/bfc/h200-jax0.11.2/oom-26x4GiB.log"));
+    assert_eq!(b.ooms[0].rounded_bytes, 4294967296);
+    assert_eq!(b.ooms[0].in_use_by_size, vec![(1, 256), (26, 4294967296)]);
+    assert_eq!(
+        b.resource_exhausted[0].executable.as_deref(),
+        Some("jit_add")
+    );
+    let s12 = parse(&repo("testdata/h200/bfc/h200-jax0.11.2/bfc_seed12.log"));
+    assert_eq!(s12.ooms[0].rounded_bytes, 1349907200);
+    assert!(!s12.ooms[0].chunks.is_empty());
+}

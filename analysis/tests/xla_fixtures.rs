@@ -1,0 +1,167 @@
+//! Every real fixture parses, and the memory_analysis() figures match the recorded ground
+//! truth to the byte: the H200 dumps (README values) and the jax[cpu]==0.10.2 CPU dumps
+//! (`*.memory_analysis.json` recorded beside them by tests/python/gen_dumps.py).
+
+use memwatch_analysis::xla;
+use std::path::{Path, PathBuf};
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
+}
+
+fn find<'a>(mods: &'a [xla::ModuleReport], name: &str) -> &'a xla::ModuleReport {
+    mods.iter().find(|m| m.name == name).expect(name)
+}
+
+#[test]
+fn h200_mlp_and_padf_match_memory_analysis() {
+    let mods = xla::load_dump_dir(&repo("testdata/h200/xla/h200-jax0.11.2-mlp")).unwrap();
+    assert_eq!(mods.len(), 2);
+    let m = find(&mods, "jit_mlp");
+    assert_eq!(m.id, Some(3318));
+    assert_eq!(m.platform, "sm_9.0a_gpu");
+    assert_eq!(m.argument_bytes, 71303168);
+    assert_eq!(m.output_bytes, 67108938);
+    assert_eq!(m.temp_bytes, 239103760);
+    assert_eq!(m.alias_bytes, 0);
+    assert_eq!(m.total_allocation_bytes, 377515950);
+    assert_eq!(m.dump_total_bytes, Some(377515950));
+    // XLA's live-range peak (155 189 250 bytes at step 77).
+    assert_eq!(m.peak_bytes, Some(155189250));
+    assert_eq!(m.peak_time, Some(77));
+    let top = &m.peak_buffers[0];
+    assert_eq!(top.instruction, "loop_add_fusion.3");
+    assert_eq!(top.category, "loop_add_fusion");
+    assert_eq!(top.allocation_kind, "temp");
+    assert_eq!(top.fusion_kind.as_deref(), Some("kLoop"));
+    assert!(top.op_name.as_deref().unwrap().starts_with("jit(mlp)/"));
+    let param = m.by_category.iter().find(|g| g.key == "param").unwrap();
+    assert_eq!(param.bytes, 71303168);
+    let p = find(&mods, "jit_padf");
+    assert_eq!(p.argument_bytes, 150012928);
+    assert_eq!(p.output_bytes, 1503552);
+    assert_eq!(p.temp_bytes, 0);
+    assert_eq!(p.peak_bytes, Some(151516480));
+    assert_eq!(
+        p.peak_buffers[1].op_name.as_deref(),
+        Some("jit(padf)/jit(_pad)/pad")
+    );
+    assert_eq!(p.peak_buffers[1].category, "loop_pad_fusion");
+}
+
+#[test]
+fn incident_jit_model_matches_memory_analysis() {
+    let mods =
+        xla::load_dump_dir(&repo("testdata/h200/incidents/h200-jax0.11.2-oom-temp")).unwrap();
+    let m = find(&mods, "jit_model");
+    assert_eq!(m.argument_bytes, 603979776);
+    assert_eq!(m.output_bytes, 536871052);
+    assert_eq!(m.temp_bytes, 3489674768);
+    assert_eq!(m.alias_bytes, 0);
+    assert_eq!(m.total_allocation_bytes, 4630525608);
+    assert_eq!(m.peak_time, Some(88));
+    assert_eq!(m.peak_bytes, Some(3120562196));
+}
+
+#[test]
+fn cpu_jax_0_10_2_dumps_match_recorded_memory_analysis() {
+    // tests/python/check_cpu_dumps.sh points this at freshly generated dumps.
+    let dir = std::env::var_os("MEMWATCH_CPU_DUMPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo("testdata/cpu-jax0.10.2"));
+    let mods = xla::load_dump_dir(&dir).unwrap();
+    assert!(mods.len() >= 4);
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let p = entry.unwrap().path();
+        let Some(fname) = p.file_name().and_then(|f| f.to_str()) else {
+            continue;
+        };
+        let Some(name) = fname.strip_suffix(".memory_analysis.json") else {
+            continue;
+        };
+        let truth: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let m = find(&mods, name);
+        let want = |k: &str| truth[k].as_u64().unwrap();
+        assert_eq!(m.argument_bytes, want("argument_size_in_bytes"), "{name}");
+        assert_eq!(m.output_bytes, want("output_size_in_bytes"), "{name}");
+        assert_eq!(m.temp_bytes, want("temp_size_in_bytes"), "{name}");
+        assert_eq!(m.alias_bytes, want("alias_size_in_bytes"), "{name}");
+        assert_eq!(
+            m.totals.host_temp_bytes,
+            want("host_temp_size_in_bytes"),
+            "{name}"
+        );
+        assert_eq!(
+            m.totals.host_argument_bytes,
+            want("host_argument_size_in_bytes"),
+            "{name}"
+        );
+        if let Some(t) = truth.get("total_allocation_bytes").and_then(|v| v.as_u64()) {
+            assert_eq!(m.total_allocation_bytes, t, "{name}");
+        }
+        assert!(!m.peak_buffers.is_empty(), "{name}");
+        checked += 1;
+    }
+    assert_eq!(checked, 4, "expected 4 recorded memory_analysis() files");
+    // The donated MLP train step aliases its parameters.
+    assert!(find(&mods, "jit_mlp_train_step").alias_bytes > 0);
+}
+
+#[test]
+fn load_path_accepts_any_file_of_a_module() {
+    let d = repo("testdata/h200/xla/h200-jax0.11.2-mlp");
+    for f in [
+        "module_142220.jit_padf.sm_9.0a_gpu_after_optimizations.txt",
+        "module_142220.jit_padf.sm_9.0a_gpu_after_optimizations-live-range.txt",
+        "module_142220.jit_padf.sm_9.0a_gpu_after_optimizations-buffer-assignment.txt",
+    ] {
+        let m = xla::load_path(&d.join(f)).unwrap();
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].name.as_str(), m[0].id), ("jit_padf", Some(142220)));
+    }
+    let e = xla::load_path(&d.join("module_142220.jit_padf.before_optimizations.txt")).unwrap_err();
+    assert!(e.to_string().contains("not an XLA dump"), "{e}");
+}
+
+#[test]
+fn diff_of_dump_with_itself_is_zero_and_detects_changes() {
+    let a = xla::load_dump_dir(&repo("testdata/h200/xla/h200-jax0.11.2-mlp")).unwrap();
+    let d = xla::diff::diff_reports(&a, &a);
+    assert!(d.added.is_empty() && d.removed.is_empty());
+    assert!(d
+        .modules
+        .iter()
+        .all(|m| m.ops.is_empty() && m.figures.values().all(|f| f.2 == 0)));
+    let mut b = a.clone();
+    b[0].temp_bytes += 1024;
+    b[0].by_category[0].bytes += 4096;
+    let d = xla::diff::diff_reports(&a, &b);
+    let m = d.modules.iter().find(|m| m.name == b[0].name).unwrap();
+    assert_eq!(m.figures["temp_bytes"].2, 1024);
+    assert_eq!(m.ops[0].delta_bytes, 4096);
+}
+
+#[test]
+fn usage_reports_of_all_fixtures_parse_and_agree_with_totals() {
+    use memwatch_analysis::xla::usage_report::parse_usage_report;
+    for d in [
+        "testdata/h200/xla/h200-jax0.11.2-mlp",
+        "testdata/h200/incidents/h200-jax0.11.2-oom-temp",
+        "testdata/cpu-jax0.10.2",
+    ] {
+        for m in xla::list_modules(&repo(d)).unwrap() {
+            let f = &m.memory_usage_report;
+            let r = parse_usage_report(std::io::BufReader::new(std::fs::File::open(f).unwrap()), f)
+                .unwrap();
+            let rep = xla::load_module(&m).unwrap();
+            assert_eq!(
+                r.iter().map(|s| s.total_bytes).sum::<u64>(),
+                rep.total_allocation_bytes,
+                "{}",
+                m.name
+            );
+        }
+    }
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Benchmarks of the LD_PRELOAD shim on the simulated runtime (agents/preload/tests):
+#  1. added cost per intercepted call (hipMalloc/hipFree pairs), 1 and 8 threads: the
+#     median over batches of 1000 pairs, with and without the shim, 5 alternating rounds;
+#  2. sustained 1,000,000 calls/s from 8 threads at the default buffer: events captured,
+#     events dropped;
+#  3. 10,000,000 calls/s requested from 8 threads: rate reached, drops;
+#  4. file-sink throughput: events written per second in an unthrottled 8-thread run.
+# Usage: bench/shim_overhead.sh [SHIM.so]   (prints a table; needs cc and python3)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+shim="${1:-}"
+if [ -z "$shim" ]; then
+  (cd "$root" && cargo build --release -q -p memwatch-preload)
+  shim="${CARGO_TARGET_DIR:-$root/target}/release/libmemwatch_preload.so"
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+t="$root/agents/preload/tests"
+cc -O2 -shared -fPIC -o "$work/libmemwatch_testrt.so" "$t/runtime/memwatch_testrt.c" \
+  -Wl,--version-script="$t/runtime/memwatch_testrt.map" -lpthread
+cc -O2 -DDIRECT -o "$work/mwtest" "$t/c/mwtest.c" -L"$work" -lmemwatch_testrt -Wl,-rpath,"$work" -lpthread
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "shim: $shim"
+summ() { python3 - "$@" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from capture_frameworks import read_capture
+ev, starts, other = read_capture(sys.argv[2])
+span = (max(e["ts"] for e in ev) - min(e["ts"] for e in ev)) / 1e9 if ev else 0
+print(f"{len(ev)} {other.get('dropped_total', 0)} {span:.3f}")
+PY
+}
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+for threads in 1 8; do
+  plain=(); shimmed=()
+  for round in 1 2 3 4 5; do
+    plain+=("$("$work/mwtest" direct bench "$threads" 300 1000 | sed -n 's/.*median_ns_per_call=\([0-9.]*\).*/\1/p')")
+    shimmed+=("$(LD_PRELOAD="$shim" MEMWATCH_SINK="file:$work/b.mwcap" "$work/mwtest" direct bench "$threads" 300 1000 | sed -n 's/.*median_ns_per_call=\([0-9.]*\).*/\1/p')")
+    rm -f "$work/b.mwcap"
+  done
+  p=$(printf '%s\n' "${plain[@]}" | median); s=$(printf '%s\n' "${shimmed[@]}" | median)
+  echo "per call, $threads thread(s): without shim ${p} ns, with shim ${s} ns, added $(awk "BEGIN{print $s-$p}") ns (median of 5 rounds x 300 batches x 1000 pairs; rounds: plain ${plain[*]} / shim ${shimmed[*]})"
+done
+for rate in 1000000 10000000; do
+  rm -f "$work/r.mwcap"
+  out=$(LD_PRELOAD="$shim" MEMWATCH_SINK="file:$work/r.mwcap" "$work/mwtest" direct rate 8 3 "$rate")
+  calls=$(sed -n 's/.* calls=\([0-9]*\).*/\1/p' <<<"$out"); reached=$(sed -n 's/.*reached_calls_per_s=\([0-9]*\).*/\1/p' <<<"$out")
+  read -r n dropped _ < <(summ "$root/tests/gpu" "$work/r.mwcap")
+  echo "rate $rate calls/s requested, 8 threads, default buffer: reached $reached calls/s, $calls calls, $n events captured (the calls + 8 set-device), dropped $dropped"
+done
+rm -f "$work/t.mwcap"
+start=$(date +%s%N)
+LD_PRELOAD="$shim" MEMWATCH_SINK="file:$work/t.mwcap" MEMWATCH_BUFFER_EVENTS=4194304 "$work/mwtest" direct bench 8 100 2000 >/dev/null
+el=$(( $(date +%s%N) - start ))
+read -r n dropped _ < <(summ "$root/tests/gpu" "$work/t.mwcap")
+bytes=$(stat -c %s "$work/t.mwcap")
+echo "file sink: $n events ($bytes bytes) written in $(awk "BEGIN{printf \"%.3f\", $el/1e9}") s of process life = $(awk "BEGIN{printf \"%.0f\", $n/($el/1e9)}") events/s, $(awk "BEGIN{printf \"%.1f\", $bytes/($el/1e9)/1048576}") MiB/s, dropped $dropped"

@@ -1,0 +1,190 @@
+//! `memwatch log`: parses XLA/JAX/TSL logs through `memwatch_analysis::log`, optionally
+//! joins each OOM to an XLA dump, and prints the findings (tables, or `--json`).
+
+use super::fmt::{bytes, clip};
+use super::Outcome;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use memwatch_analysis::log::{self, diagnose, LogReport};
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+
+/// `memwatch log FILE… [--xla-dump DIR] [--json]`
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  memwatch log run.log\n  memwatch log run.log --xla-dump /tmp/dump --mem-fraction 0.025\n  memwatch log node*.log --json | jq '.ooms[0].chunks | length'\n\nWith --xla-dump, each out-of-memory report is joined to the failing executable's buffer\nassignment: which buffer the request was, what else was live, what makes the module's\npeak, needed vs. available memory and what to change."
+)]
+pub struct LogArgs {
+    /// Log files (stderr of a JAX/XLA/TensorFlow run).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// XLA dump directory of the same run (`--xla_dump_to`) to explain OOMs with.
+    #[arg(long)]
+    xla_dump: Option<PathBuf>,
+    /// The run's XLA_CLIENT_MEM_FRACTION (turns the pool size into device memory so a
+    /// fitting fraction can be computed).
+    #[arg(long)]
+    mem_fraction: Option<f64>,
+    /// One JSON document on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `memwatch log`.
+pub fn run(a: LogArgs) -> Result<Outcome> {
+    super::fmt::quiet_broken_pipe();
+    if let Some(f) = a.mem_fraction {
+        if !(f > 0.0 && f <= 1.0) {
+            bail!("--mem-fraction {f}: must be in (0, 1]");
+        }
+    }
+    let mut report = LogReport::default();
+    for f in &a.files {
+        let file = File::open(f).with_context(|| format!("{}: cannot open log", f.display()))?;
+        log::parse_log(BufReader::with_capacity(1 << 16, file), f, &mut report)?;
+    }
+    let diagnoses = match &a.xla_dump {
+        Some(d) => {
+            let mods = super::xla::load(d)?;
+            diagnose::diagnose(&report, &mods, a.mem_fraction)
+        }
+        None => Vec::new(),
+    };
+    if a.json {
+        let v = serde_json::json!({ "log": report, "diagnoses": diagnoses });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(Outcome::Success);
+    }
+    print_human(&report, &diagnoses, a.xla_dump.is_some());
+    Ok(Outcome::Success)
+}
+
+fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) {
+    println!("Read {} line(s) from {} file(s).", r.lines, r.files.len());
+    for d in &r.devices {
+        println!("Device: {d}");
+    }
+    for p in &r.pool_allocations {
+        println!(
+            "Allocator pool: {} ({} B) on device {}",
+            bytes(p.bytes),
+            p.bytes,
+            p.device
+                .map(|d| d.to_string())
+                .unwrap_or_else(|| "?".into())
+        );
+    }
+    if !r.remat_warnings.is_empty() {
+        println!("\nRematerialization warnings (compile time):");
+        println!(
+            "  {:>12} {:>12} {:>12}  where",
+            "target", "achieved", "original"
+        );
+        for w in &r.remat_warnings {
+            println!(
+                "  {:>12} {:>12} {:>12}  {}:{}",
+                bytes(w.target_bytes),
+                bytes(w.achieved_bytes),
+                bytes(w.original_bytes),
+                w.at.file,
+                w.at.line
+            );
+        }
+    }
+    for (i, o) in r.ooms.iter().enumerate() {
+        println!(
+            "\nOut of memory #{} ({}:{}): allocator {} could not allocate {} (rounded to {} B){}",
+            i + 1,
+            o.at.file,
+            o.at.line,
+            o.allocator,
+            bytes(o.rounded_bytes),
+            o.rounded_bytes,
+            o.end
+                .as_deref()
+                .map(|e| format!(" from the {e} end"))
+                .unwrap_or_default()
+        );
+        let pool = o
+            .pool_bytes()
+            .map(|p| format!("{} ({p} B)", bytes(p)))
+            .unwrap_or_else(|| "?".into());
+        match o.in_use_bytes() {
+            Some(u) => println!("  pool {pool}; in use {} ({u} B)", bytes(u)),
+            None => println!("  pool {pool}; in use unknown (no chunk dump in the log)"),
+        }
+        if let Some(f) = o.largest_free_chunk() {
+            println!("  largest free chunk {} ({f} B)", bytes(f));
+        }
+        if !o.chunks.is_empty() {
+            println!(
+                "  {} chunk(s): {} in use, {} free",
+                o.chunks.len(),
+                o.chunks.iter().filter(|c| c.in_use).count(),
+                o.chunks.iter().filter(|c| !c.in_use).count()
+            );
+            for (e, b, n) in o.in_use_by_executable() {
+                println!("    {:>12} in {n:>3} chunk(s)  {}", bytes(b), clip(&e, 60));
+            }
+        } else if !o.in_use_by_size.is_empty() {
+            for (n, s) in &o.in_use_by_size {
+                println!("    {n:>4} chunk(s) of {}", bytes(*s));
+            }
+        }
+    }
+    for e in &r.resource_exhausted {
+        println!(
+            "\nRESOURCE_EXHAUSTED ({}:{}){}: {}",
+            e.at.file,
+            e.at.line,
+            e.executable
+                .as_deref()
+                .map(|x| format!(" in {x}"))
+                .unwrap_or_default(),
+            clip(&e.message, 160)
+        );
+    }
+    for s in &r.allocator_stats {
+        let label = s.label.clone().unwrap_or_else(|| s.variant.clone());
+        let f = |k: &str| s.get(k).map(bytes).unwrap_or_else(|| "?".into());
+        println!("\nAllocator stats {label} ({}:{}): in use {}, peak {}, limit {}, largest free block {}", s.at.file, s.at.line, f("bytes_in_use"), f("peak_bytes_in_use"), f("bytes_limit"), f("largest_free_block_bytes"));
+    }
+    if r.ooms.is_empty() && r.remat_warnings.is_empty() && r.resource_exhausted.is_empty() {
+        println!("\nNo out-of-memory or rematerialization messages found.");
+    }
+    if !had_dump && !r.ooms.is_empty() {
+        println!("\nTip: add --xla-dump DIR (the run's --xla_dump_to) to learn which buffer failed and why.");
+    }
+    for (i, d) in ds.iter().enumerate() {
+        println!("\n=== Diagnosis of out of memory #{} ===", i + 1);
+        for f in &d.findings {
+            println!("  * {f}");
+        }
+        if !d.module_peak_buffers.is_empty() {
+            println!("\n  The module's peak (XLA live ranges), largest buffers:");
+            for b in &d.module_peak_buffers {
+                println!(
+                    "    {:>11}  {:<12} {:<26} {:<22} {}",
+                    bytes(b.bytes),
+                    clip(&b.allocation_kind, 12),
+                    clip(&b.instruction, 26),
+                    clip(&b.category, 22),
+                    clip(b.op_name.as_deref().unwrap_or("-"), 60)
+                );
+            }
+        }
+        if !d.module_top_temp_values.is_empty() {
+            println!("\n  Largest values placed in the temp buffer:");
+            for b in d.module_top_temp_values.iter().take(5) {
+                println!(
+                    "    {:>11}  {:<26} {:<28} {}",
+                    bytes(b.bytes),
+                    clip(&b.instruction, 26),
+                    clip(&b.shape, 28),
+                    clip(b.op_name.as_deref().unwrap_or("-"), 60)
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! Shared by the CLI integration tests: the real LD_PRELOAD shim for `memwatch run`.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("cli/ has a parent")
+        .to_path_buf()
+}
+
+/// `libmemwatch_preload.so` next to the memwatch binary (where `memwatch run` looks),
+/// built with `cargo build -p memwatch-preload` when this test run did not build it.
+pub fn shim() -> &'static PathBuf {
+    static SHIM: OnceLock<PathBuf> = OnceLock::new();
+    SHIM.get_or_init(|| {
+        let shim =
+            PathBuf::from(env!("CARGO_BIN_EXE_memwatch")).with_file_name("libmemwatch_preload.so");
+        if !shim.is_file() {
+            let st = Command::new(env!("CARGO"))
+                .args(["build", "-p", "memwatch-preload"])
+                .current_dir(workspace())
+                .status()
+                .expect("run cargo build");
+            assert!(st.success(), "cargo build -p memwatch-preload failed");
+        }
+        assert!(shim.is_file(), "{}", shim.display());
+        shim
+    })
+}

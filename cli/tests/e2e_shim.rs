@@ -1,0 +1,290 @@
+//! End to end: `memwatch run` of the shim's C test program over the simulated HIP/CUDA
+//! test runtime (agents/preload/tests), as a launcher starting several processes at once
+//! (8 threads on 8 simulated devices each, a fork, every API once with OOM returns), then
+//! `memwatch report --json` checked against numbers known from the program.
+
+mod common;
+
+use common::workspace;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+fn cc(args: &[&str]) {
+    let out = Command::new("cc").args(args).output().expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The shim next to the memwatch binary (built with `cargo build -p memwatch-preload`
+/// if this test run did not build it), and the test runtime + program in a temp dir.
+fn built() -> &'static (PathBuf, PathBuf) {
+    static B: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    B.get_or_init(|| {
+        let shim = common::shim().clone();
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e2e-run");
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = workspace().join("agents/preload/tests");
+        let rt = dir.join("libmemwatch_testrt.so");
+        cc(&[
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            rt.to_str().unwrap(),
+            src.join("runtime/memwatch_testrt.c").to_str().unwrap(),
+            &format!(
+                "-Wl,--version-script={}",
+                src.join("runtime/memwatch_testrt.map").display()
+            ),
+            "-lpthread",
+        ]);
+        for n in ["libamdhip64.so", "libcuda.so", "libcudart.so"] {
+            let l = dir.join(n);
+            let _ = std::fs::remove_file(&l);
+            std::os::unix::fs::symlink("libmemwatch_testrt.so", &l).unwrap();
+        }
+        let prog = dir.join("mwtest_dl");
+        cc(&[
+            "-O2",
+            "-o",
+            prog.to_str().unwrap(),
+            src.join("c/mwtest.c").to_str().unwrap(),
+            "-ldl",
+            "-lpthread",
+        ]);
+        (shim, dir)
+    })
+}
+
+fn find(report: &Value, pred: impl Fn(&Value) -> bool) -> Vec<&Value> {
+    report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| pred(p))
+        .collect()
+}
+
+fn argv_is(p: &Value, args: &[&str]) -> bool {
+    let cmd: Vec<&str> = p["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    cmd.len() == args.len() + 1 && cmd[1..] == *args
+}
+
+fn device(p: &Value, d: i64) -> &Value {
+    p["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["device"] == d)
+        .unwrap_or_else(|| panic!("device {d} in {p}"))
+}
+
+fn api<'a>(p: &'a Value, name: &str) -> &'a Value {
+    p["api"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["api"] == name)
+        .unwrap_or_else(|| panic!("api {name}"))
+}
+
+/// `E api kind mem_kind result ptr size device errno=..` lines the program prints for
+/// every call the shim must record.
+fn expected_lines(path: &Path) -> Vec<(String, u64, u64, i64, u64, i64)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("E "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[1].to_string(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+                f[4].parse().unwrap(),
+                f[6].parse().unwrap(),
+                f[7].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn launcher_with_workers_on_simulated_devices() {
+    let (shim, dir) = built();
+    let work = tempfile::tempdir().unwrap();
+    let prog = dir.join("mwtest_dl");
+    let script = format!(
+        "P={p}; \"$P\" dlsym threads 40 > t40.txt & \"$P\" proc threads 25 > t25.txt & \
+         \"$P\" dlsym fork > fork.txt & \"$P\" dlsym basic > basic.txt & wait; exit 5",
+        p = prog.display()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .current_dir(work.path())
+        .env("MEMWATCH_PRELOAD", shim)
+        .env("MWTEST_LIBDIR", dir)
+        .args([
+            "run", "--json", "--out", "l.mwcap", "--", "sh", "-c", &script,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for c in run["connections"].as_array().unwrap() {
+        assert_eq!(c["clean"], true, "{c}");
+    }
+    let rep = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .args(["report", "--json"])
+        .arg(work.path().join("l.mwcap"))
+        .output()
+        .unwrap();
+    assert!(rep.status.success());
+    let r: Value = serde_json::from_slice(&rep.stdout).unwrap();
+    assert_eq!(r["damage"].as_array().unwrap().len(), 0);
+    assert_eq!(run["report"]["processes"], r["processes"]);
+
+    // Two processes with 8 threads, thread d on device d doing N x (hipMalloc of
+    // (d+1)*4096 + i bytes, hipFree): one live at a time.
+    for (args, n) in [
+        (&["dlsym", "threads", "40"], 40u64),
+        (&["proc", "threads", "25"], 25),
+    ] {
+        let ps = find(&r, |p| argv_is(p, args));
+        assert_eq!(ps.len(), 1, "{args:?}");
+        let p = ps[0];
+        assert_eq!(p["dropped_events"], 0);
+        for d in 0..8u64 {
+            let dev = device(p, d as i64);
+            assert_eq!(dev["alloc_count"], n, "{args:?} device {d}");
+            assert_eq!(dev["free_count"], n);
+            assert_eq!(dev["failed_count"], 0);
+            assert_eq!(dev["unmatched_frees"], 0);
+            assert_eq!(dev["peak_bytes"], (d + 1) * 4096 + n - 1);
+            assert_eq!(dev["live_bytes_at_exit"], 0);
+            assert_eq!(
+                dev["largest_allocations"][0]["size"],
+                (d + 1) * 4096 + n - 1
+            );
+        }
+        assert_eq!(api(p, "hipMalloc")["count"], 8 * n);
+        assert_eq!(api(p, "hipFree")["count"], 8 * n);
+        assert_eq!(api(p, "hipSetDevice")["count"], 8);
+        assert_eq!(api(p, "hipMalloc")["errors"], 0);
+    }
+
+    // fork: the parent allocates 1000 then (after the child) 3000 bytes on device 0 and
+    // frees neither; the child, its own process, allocates 2000 bytes on device 1.
+    let parent = find(&r, |p| argv_is(p, &["dlsym", "fork"]))
+        .into_iter()
+        .find(|p| {
+            p["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["device"] == 0)
+        })
+        .expect("fork parent");
+    let d0 = device(parent, 0);
+    assert_eq!(
+        (
+            &d0["alloc_count"],
+            &d0["peak_bytes"],
+            &d0["live_bytes_at_exit"],
+            &d0["live_allocs_at_exit"]
+        ),
+        (
+            &Value::from(2),
+            &Value::from(4000),
+            &Value::from(4000),
+            &Value::from(2)
+        )
+    );
+    let child = find(&r, |p| p["ppid"] == parent["pid"]);
+    assert_eq!(child.len(), 1);
+    let c1 = device(child[0], 1);
+    assert_eq!(
+        (
+            &c1["alloc_count"],
+            &c1["peak_bytes"],
+            &c1["live_bytes_at_exit"]
+        ),
+        (&Value::from(1), &Value::from(2000), &Value::from(2000))
+    );
+
+    // basic: every API once; per device, successful device-memory allocations and
+    // failed allocations as the program printed them, and the OOM failures by name.
+    let basic = find(&r, |p| argv_is(p, &["dlsym", "basic"]));
+    assert_eq!(basic.len(), 1);
+    let basic = basic[0];
+    let lines = expected_lines(&work.path().join("basic.txt"));
+    assert!(lines.len() > 50);
+    let mut devices: Vec<i64> = lines.iter().map(|l| l.5).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    for d in devices {
+        let on = |kind: u64, mems: &[u64]| {
+            lines
+                .iter()
+                .filter(|l| l.5 == d && l.1 == kind && mems.contains(&l.2))
+                .count() as u64
+        };
+        let allocs = on(1, &[1, 3, 4, 7]);
+        let failed = on(3, &[0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        let host = on(1, &[2]);
+        if allocs + failed + host == 0 {
+            continue;
+        }
+        let dev = device(basic, d);
+        assert_eq!(dev["alloc_count"], allocs, "device {d}");
+        assert_eq!(dev["failed_count"], failed, "device {d}");
+        assert_eq!(dev["host_pinned"]["alloc_count"], host, "device {d}");
+    }
+    let failures: Vec<(String, i64, String, u64)> = r["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["pid"] == basic["pid"] && f["kind"] == "alloc_failed" && f["result"] == 2)
+        .map(|f| {
+            (
+                f["api"].as_str().unwrap().to_string(),
+                f["result"].as_i64().unwrap(),
+                f["result_name"].as_str().unwrap().to_string(),
+                f["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let oom_lines: Vec<(String, i64, u64)> = lines
+        .iter()
+        .filter(|l| l.1 == 3 && l.3 == 2)
+        .map(|l| (l.0.clone(), l.3, l.4))
+        .collect();
+    assert_eq!(failures.len(), oom_lines.len());
+    for ((api, code, name, size), (eapi, ecode, esize)) in failures.iter().zip(&oom_lines) {
+        assert_eq!((api, code, size), (eapi, ecode, esize));
+        let want = match &api[..2] {
+            "hi" => "hipErrorOutOfMemory",
+            "cu" if api.starts_with("cuda") => "cudaErrorMemoryAllocation",
+            _ => "CUDA_ERROR_OUT_OF_MEMORY",
+        };
+        assert_eq!(name, want, "{api}");
+    }
+    assert!(failures.iter().any(|f| f.0 == "hipMalloc"));
+    assert!(failures.iter().any(|f| f.0 == "cuMemAlloc_v2"));
+    assert!(failures.iter().any(|f| f.0 == "cudaMalloc"));
+}

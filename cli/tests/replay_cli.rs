@@ -1,0 +1,210 @@
+//! `memwatch replay` end to end: the JSON contract, exit codes, bad input.
+
+use std::io::Write;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_memwatch"))
+}
+
+fn fixture(name: &str) -> String {
+    format!(
+        "{}/../testdata/h200/bfc/h200-jax0.11.2/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = bin().args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn jsonl(content: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new()
+        .suffix(".jsonl")
+        .tempfile()
+        .unwrap();
+    f.write_all(content.as_bytes()).unwrap();
+    f
+}
+
+#[test]
+fn fixture_steps_match_the_real_allocator_through_the_cli() {
+    for (seed, extra) in [
+        (11, vec![]),
+        (12, vec![]),
+        (13, vec!["--preallocate", "false"]),
+    ] {
+        let path = fixture(&format!("bfc_seed{seed}.json"));
+        let mut args = vec![
+            "replay",
+            path.as_str(),
+            "--capacity",
+            "150156083200",
+            "--mem-fraction",
+            "0.04",
+            "--steps",
+            "--json",
+        ];
+        args.extend(extra);
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{err}");
+        let got: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let truth: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(got["pool_bytes"], 6006243328u64);
+        assert_eq!(got["fits"], false);
+        assert_eq!(got["oom_step"], truth["oom_step"]);
+        let steps = got["steps"].as_array().unwrap();
+        let real = truth["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), real.len());
+        for (i, (s, r)) in steps.iter().zip(real).enumerate() {
+            assert_eq!(s["bytes_in_use"], r["bytes_in_use"], "seed {seed} step {i}");
+            assert_eq!(
+                s["largest_free_block_bytes"], r["largest_free_block_bytes"],
+                "seed {seed} step {i}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fits_and_fail_on_oom_exit_codes() {
+    let t = jsonl("{\"op\":\"alloc\",\"id\":1,\"size\":1000}\n{\"op\":\"alloc\",\"id\":2,\"size\":3000000,\"tag\":\"big\"}\n{\"op\":\"free\",\"id\":1}\n");
+    let p = t.path().to_str().unwrap();
+    let (code, out, _) = run(&["replay", p, "--capacity", "4M", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fits"], true);
+    assert_eq!(v["oom_step"], serde_json::Value::Null);
+    assert_eq!(v["pool_bytes"], 3145728u64); // 4 MiB x 0.75
+    assert!(v.get("steps").is_none());
+    let (code, out, _) = run(&["replay", p, "--capacity", "2M", "--fail-on-oom"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("OUT OF MEMORY at event 1"), "{out}");
+    assert!(out.contains("tag big"), "{out}");
+    let (code, _, _) = run(&["replay", p, "--capacity", "2M"]);
+    assert_eq!(code, 0);
+    for alloc in ["bfc", "platform", "async", "torch"] {
+        let (code, out, err) = run(&[
+            "replay",
+            p,
+            "--device",
+            "h100",
+            "--allocator",
+            alloc,
+            "--json",
+            "--steps",
+        ]);
+        assert_eq!(code, 0, "{alloc}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["steps"].as_array().unwrap().len(), 3);
+        assert_eq!(v["allocator"], alloc);
+    }
+}
+
+#[test]
+fn compare_devices_and_min_capacity() {
+    let t =
+        jsonl("{\"op\":\"alloc\",\"id\":1,\"size\":100000000000}\n{\"op\":\"free\",\"id\":1}\n");
+    let p = t.path().to_str().unwrap();
+    let (code, out, err) = run(&[
+        "replay",
+        p,
+        "--compare-devices",
+        "mi300x,h100,strix-halo:vram=96G",
+        "--json",
+        "--fail-on-oom",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let d = v["devices"].as_array().unwrap();
+    assert_eq!(d.len(), 3);
+    assert_eq!(d[0]["fits"], true); // 192 GiB x 0.75 = 144 GiB
+    assert_eq!(d[1]["fits"], false); // 80 GiB x 0.75
+    assert_eq!(d[2]["fits"], false); // 96 GiB x 0.75 = 72 GiB
+    let (code, out, err) = run(&[
+        "replay",
+        p,
+        "--device",
+        "h100",
+        "--find-min-capacity",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v["min_capacity"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in rows {
+        let min = r["min_pool_bytes"].as_u64().unwrap();
+        assert!(
+            (100_000_000_000..100_000_000_000 + (24 << 20)).contains(&min),
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn oom_dump_log_is_a_trace_source() {
+    let (code, out, err) = run(&["replay", &fixture("oom-26x4GiB.log"), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fits"], false);
+    assert_eq!(v["pool_bytes"], 112583507968u64);
+    assert_eq!(v["events"], 28);
+    let (code, out, _) = run(&["replay", &fixture("bfc_seed12.log")]);
+    assert_eq!(code, 0);
+    assert!(out.contains("fragmentation"), "{out}");
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    let bad = jsonl("{\"op\":\"alloc\",\"id\":1,\"size\":10}\n{\"op\":\"free\",\"id\":1}\n{\"op\":\"alloc\",\"id\":2,\"size\":\n");
+    let p = bad.path().to_str().unwrap();
+    let (code, _, err) = run(&["replay", p, "--capacity", "1G"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("line 3") && err.contains(p), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let neg = jsonl("{\"op\":\"alloc\",\"id\":1,\"size\":-10}\n");
+    let (code, _, err) = run(&["replay", neg.path().to_str().unwrap(), "--capacity", "1G"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("line 1"), "{err}");
+    let good = jsonl("{\"op\":\"alloc\",\"id\":1,\"size\":10}\n");
+    let g = good.path().to_str().unwrap();
+    for (args, needle) in [
+        (vec!["--device", "mi999"], "unknown device"),
+        (vec!["--capacity", "0"], "positive"),
+        (vec!["--capacity", "-5"], "positive"),
+        (vec!["--capacity", "lots"], "not a number"),
+        (
+            vec!["--capacity", "1G", "--mem-fraction", "0"],
+            "mem-fraction",
+        ),
+        (
+            vec!["--capacity", "1G", "--mem-fraction", "1.5"],
+            "mem-fraction",
+        ),
+        (
+            vec!["--capacity", "1G", "--allocator", "jemalloc"],
+            "allocator",
+        ),
+        (vec![], "no capacity"),
+        (vec!["--compare-devices", "h100,nope"], "unknown device"),
+    ] {
+        let mut a = vec!["replay", g];
+        a.extend(args.iter().copied());
+        let (code, _, err) = run(&a);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let (code, _, err) = run(&["replay", "/nonexistent/trace.jsonl", "--capacity", "1G"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/trace.jsonl"), "{err}");
+    let log = jsonl("I1121 23:03:21.3 2220 x.cc:1] nothing to see\n");
+    let (code, _, err) = run(&["replay", log.path().to_str().unwrap(), "--capacity", "1G"]);
+    assert_eq!(code, 2, "{err}");
+}

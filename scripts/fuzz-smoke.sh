@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Short cargo-fuzz run of every parser target (issue 3), for CI: a few seconds each.
+# cargo-fuzz needs nightly-only flags (-Zsanitizer); with the one stable toolchain here it
+# runs with RUSTC_BOOTSTRAP=1. Installs cargo-fuzz from crates.io on first use.
+#   scripts/fuzz-smoke.sh [SECONDS_PER_TARGET]   (default 5)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-5}
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    cargo install cargo-fuzz --locked
+fi
+export RUSTC_BOOTSTRAP=1
+cd fuzz
+mkdir -p corpus
+for t in buffer_assignment hlo live_range log; do
+    # Seed each target's corpus with real fixtures.
+    mkdir -p "corpus/$t"
+    case $t in
+        buffer_assignment) cp ../testdata/h200/xla/*/*-buffer-assignment.txt "corpus/$t/" ;;
+        hlo) cp ../testdata/h200/xla/*/*jit_padf*after_optimizations.txt ../testdata/h200/seeds/*.hlo.txt "corpus/$t/" ;;
+        live_range) cp ../testdata/h200/xla/*/*-live-range.txt "corpus/$t/" ;;
+        log) cp ../testdata/h200/seeds/*.txt ../testdata/h200/bfc/*/*.log "corpus/$t/" ;;
+    esac
+    echo "== fuzz $t for ${SECS}s"
+    cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$SECS" -max_len=65536
+done
