@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod server;
 pub mod store;
 pub mod tcp;
+pub mod web;
 pub mod writer;
 
 pub use server::{start, Running, ServeConfig, ServeError};

@@ -72,6 +72,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/api/ingest", post(ingest))
         .route("/api/openapi.json", get(openapi_doc))
         .route("/metrics", get(metrics))
+        .merge(crate::web::routes())
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .with_state(state)

@@ -1,0 +1,299 @@
+//! Records synthetic captures into a memwatch database through the daemon's own ingest
+//! code (for the dashboard's end-to-end test and its render benchmark), and optionally
+//! times the dashboard pages for the largest run.
+//!
+//!   cargo run -p memwatch-daemon --release --example dash_fixture -- DB EVENTS [--bench]
+//!
+//! The workload: a training-like loop on two GPUs (weights allocated once, activations
+//! growing and shrinking each step, one large temporary at a known step), API spans on
+//! eight threads, a marker per step, device samples (VRAM and GTT), and a final
+//! out-of-memory failure. A second, smaller run is recorded for comparison.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use axum::body::Body;
+use axum::http::Request;
+use memwatch_daemon::api::{router, AppState};
+use memwatch_daemon::metrics::Metrics;
+use memwatch_daemon::writer::spawn_writer;
+use memwatch_daemon::{Batch, Ingestor, Store};
+use memwatch_wire::{
+    DeviceInfo, DeviceSample, Event, EventKind, Marker, MemKind, ProcessEnd, ProcessStart, Record,
+};
+use tower::ServiceExt;
+
+struct Gen {
+    t: u64,
+    ptr: u64,
+    pid: u32,
+}
+
+impl Gen {
+    fn ev(&mut self, kind: EventKind, ptr: u64, size: u64, device: i32, tid: u32) -> Event {
+        self.t += 800;
+        Event {
+            ts_ns: self.t,
+            ptr,
+            size,
+            pid: self.pid,
+            tid,
+            device,
+            kind: kind as u8,
+            mem_kind: match kind {
+                EventKind::Alloc | EventKind::Free | EventKind::AllocFailed => {
+                    MemKind::Device as u8
+                }
+                _ => 0,
+            },
+            api: 2001,
+            duration_ns: 3_000,
+            ..Event::default()
+        }
+    }
+    fn alloc(&mut self, size: u64, device: i32, tid: u32) -> (Event, u64) {
+        self.ptr += 0x10_0000;
+        let p = self.ptr;
+        (self.ev(EventKind::Alloc, p, size, device, tid), p)
+    }
+}
+
+/// Records one run of about `n` events; returns its id.
+async fn record_run(
+    ing: &mut Ingestor,
+    key: &str,
+    n: u64,
+    pid: u32,
+    scale: u64,
+    oom: bool,
+) -> Result<i64> {
+    let t0 = 1_000_000_000u64 + pid as u64 * 1000;
+    let mut g = Gen {
+        t: t0,
+        ptr: (pid as u64) << 40,
+        pid,
+    };
+    let mut seq = 0u64;
+    let mut run_id = None;
+    let mut recs = vec![Record::ProcessStart(ProcessStart {
+        pid,
+        ppid: 1,
+        mono_anchor_ns: t0,
+        wall_anchor_unix_ns: 1_763_700_000_000_000_000 + pid as u64 * 60_000_000_000,
+        shim_version: "fixture".into(),
+        hostname: "gpu-node-1".into(),
+        argv: vec!["python".into(), "train.py".into(), format!("--run={key}")],
+    })];
+    for d in 0..2 {
+        recs.push(Record::DeviceInfo(DeviceInfo {
+            pid,
+            device: d,
+            vendor: 2,
+            total_bytes: 141 << 30,
+            name: "NVIDIA H200".into(),
+        }));
+    }
+    let mut evs: Vec<Event> = Vec::new();
+    let mut weights = Vec::new();
+    for d in 0..2 {
+        for i in 0..16u64 {
+            let (e, p) = g.alloc((96 + 8 * i) << 20, d, 1);
+            evs.push(e);
+            weights.push((p, d));
+        }
+    }
+    let mut emitted = evs.len() as u64;
+    let mut step = 0u64;
+    let flush = |recs: &mut Vec<Record>, evs: &mut Vec<Event>| {
+        if !evs.is_empty() {
+            recs.push(Record::Events(std::mem::take(evs)));
+        }
+    };
+    while emitted < n {
+        step += 1;
+        recs.push(Record::Marker(Marker {
+            pid,
+            tid: 1,
+            ts_ns: g.t,
+            device: -1,
+            text: format!("step {step}"),
+        }));
+        // Activations: grow, then free in reverse; one big temporary at step 7.
+        let per = (100 + (step % 5) * 40).min(n.saturating_sub(emitted) / 2 + 1);
+        let mut live = Vec::new();
+        for i in 0..per {
+            let d = (i % 2) as i32;
+            let size = (scale * (1 + (i * 7919 + step) % 31)) << 18;
+            let (e, p) = g.alloc(size, d, 2 + (i % 8) as u32);
+            evs.push(e);
+            live.push((p, d));
+            if i % 25 == 0 {
+                let mut s = g.ev(EventKind::ApiSpan, 0, 0, d, 2 + (i % 8) as u32);
+                s.aux = 150_000 + (i % 7) * 40_000;
+                s.api = 1024;
+                evs.push(s);
+                g.t += 200_000;
+            }
+        }
+        if step == 7 {
+            let (e, p) = g.alloc(scale << 30, 0, 3);
+            evs.push(e);
+            live.push((p, 0));
+        }
+        while let Some((p, d)) = live.pop() {
+            let e = g.ev(EventKind::Free, p, 0, d, 2);
+            evs.push(e);
+        }
+        emitted += 2 * per + per / 25 + 1;
+        if evs.len() >= 200_000 {
+            flush(&mut recs, &mut evs);
+            seq += 1;
+            let out = ing
+                .commit(vec![Batch {
+                    node: "gpu-node-1".into(),
+                    stream: pid as u64,
+                    seq,
+                    run_key: key.into(),
+                    records: std::mem::take(&mut recs),
+                }])
+                .await?;
+            run_id = run_id.or(out[0].run_id);
+        }
+    }
+    if oom {
+        let mut f = g.ev(EventKind::AllocFailed, 0, 150 << 30, 0, 3);
+        f.result = 2;
+        evs.push(f);
+    }
+    for (p, d) in weights {
+        let e = g.ev(EventKind::Free, p, 0, d, 1);
+        evs.push(e);
+    }
+    flush(&mut recs, &mut evs);
+    recs.push(Record::ProcessEnd(ProcessEnd {
+        pid,
+        ts_ns: g.t + 1,
+        exit_code: if oom { 1 } else { 0 },
+    }));
+    for (mem, used, total) in [(0u8, 61u64 << 30, 141u64 << 30), (1, 2 << 30, 64 << 30)] {
+        recs.push(Record::DeviceSample(DeviceSample {
+            ts_ns: g.t,
+            device: 0,
+            memory: mem,
+            used_bytes: used,
+            total_bytes: total,
+            source: "nvml".into(),
+        }));
+    }
+    recs.push(Record::DeviceSample(DeviceSample {
+        ts_ns: g.t,
+        device: 1,
+        memory: 0,
+        used_bytes: 40 << 30,
+        total_bytes: 141 << 30,
+        source: "nvml".into(),
+    }));
+    seq += 1;
+    let out = ing
+        .commit(vec![Batch {
+            node: "gpu-node-1".into(),
+            stream: pid as u64,
+            seq,
+            run_key: key.into(),
+            records: recs,
+        }])
+        .await?;
+    run_id.or(out[0].run_id).context("no run id")
+}
+
+async fn time_page(app: &axum::Router, uri: &str) -> Result<(f64, usize)> {
+    let t = Instant::now();
+    let resp = app
+        .clone()
+        .oneshot(Request::get(uri).body(Body::empty())?)
+        .await?;
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 31).await?;
+    if !status.is_success() {
+        bail!("{uri}: HTTP {status}");
+    }
+    Ok((t.elapsed().as_secs_f64() * 1e3, bytes.len()))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 3 {
+        bail!("usage: dash_fixture DB EVENTS [--bench]");
+    }
+    let db = &args[1];
+    let n: u64 = args[2]
+        .parse()
+        .with_context(|| format!("EVENTS {:?} is not a number", args[2]))?;
+    let bench = args.iter().any(|a| a == "--bench");
+    let store = Store::open(db).await?;
+    let mut ing = Ingestor::new(store.clone());
+    let t = Instant::now();
+    // EVENTS 0: record nothing, time the pages of a database recorded earlier.
+    let (small, big) = if n == 0 {
+        (1, 2)
+    } else {
+        let small = record_run(
+            &mut ing,
+            "baseline",
+            (n / 10).clamp(2_000, 200_000),
+            101,
+            1,
+            false,
+        )
+        .await?;
+        let big = record_run(&mut ing, "train-oom", n, 202, 2, true).await?;
+        let secs = t.elapsed().as_secs_f64();
+        println!("recorded runs #{small} (baseline) and #{big} (train-oom, ~{n} events) into {db} in {secs:.1} s");
+        (small, big)
+    };
+    if bench {
+        let metrics = Arc::new(Metrics::default());
+        let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 8);
+        let app = router(
+            AppState {
+                store: store.clone(),
+                writer,
+                metrics,
+                token: None,
+            },
+            1 << 20,
+        );
+        let pages = [
+            "/".to_string(),
+            format!("/runs/{big}"),
+            format!("/runs/{big}?from=1000000&to=2000000"),
+            format!("/runs/{big}/chart.svg?device=0"),
+            format!("/runs/{big}/chart.svg?device=0&from=123456789&to=223456789"),
+            format!("/runs/{big}/peak?device=0"),
+            format!("/compare?a={small}&b={big}"),
+            "/incidents".to_string(),
+            format!("/api/runs/{big}"),
+            format!("/api/runs/{big}/timeline?device=0&points=1100"),
+            format!("/api/runs/{big}/timeline?device=0&points=1100&from=123456789&to=223456789"),
+            format!("/api/runs/{big}/peak?device=0&top=5000"),
+        ];
+        let events = store.run(big).await?.map_or(0, |r| r.run.event_count);
+        println!(
+            "page render server time (run #{big}, {events} events), best of 3 after 1 warm-up:"
+        );
+        for p in &pages {
+            let _ = time_page(&app, p).await?;
+            let mut best = f64::MAX;
+            let mut size = 0;
+            for _ in 0..3 {
+                let (ms, b) = time_page(&app, p).await?;
+                best = best.min(ms);
+                size = b;
+            }
+            println!("  {best:8.1} ms  {size:>8} B  {p}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! Exports of a run: the JSON-lines trace of DESIGN.md (`{"op":"alloc","id":..}` lines,
+//! streamed page by page so a 100M-event run never sits in memory) and a Chrome /
+//! Perfetto trace-event document (`{"traceEvents":[…]}`: live-bytes counters from the
+//! peak-preserving timeline, complete events for API calls, instants for failures).
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use crate::store::{Store, StoreError};
+
+const PAGE: usize = 50_000;
+/// Most complete events written to one Perfetto export.
+pub const MAX_TRACE_SPANS: usize = 200_000;
+
+fn parse_cursor(c: &str) -> Option<(i64, usize)> {
+    let (a, b) = c.split_once(':')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// State of the JSON-lines export: pages through the device's events.
+pub struct JsonLines {
+    store: Store,
+    run: i64,
+    device: i64,
+    t0: u64,
+    cursor: Option<(i64, usize)>,
+    done: bool,
+    ids: HashMap<(u32, u64), u64>,
+    next_id: u64,
+}
+
+impl JsonLines {
+    pub fn new(store: Store, run: i64, device: i64, t0: u64) -> Self {
+        Self {
+            store,
+            run,
+            device,
+            t0,
+            cursor: None,
+            done: false,
+            ids: HashMap::new(),
+            next_id: 1,
+        }
+    }
+
+    /// The next chunk of lines, `None` at the end.
+    pub async fn next_chunk(&mut self) -> Result<Option<String>, StoreError> {
+        if self.done {
+            return Ok(None);
+        }
+        let page = self
+            .store
+            .events(self.run, self.device, None, None, self.cursor, PAGE)
+            .await?;
+        let Some(page) = page else {
+            self.done = true;
+            return Ok(None);
+        };
+        let mut out = String::with_capacity(page.events.len() * 64);
+        for e in &page.events {
+            let ts = e.ts_ns.saturating_sub(self.t0);
+            match e.kind {
+                "alloc" if e.delta > 0 => {
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    if let Some(old) = self.ids.insert((e.pid, e.ptr), id) {
+                        out.push_str(&format!(
+                            "{{\"op\":\"free\",\"id\":{old},\"ts_ns\":{ts},\"device\":{}}}\n",
+                            e.device
+                        ));
+                    }
+                    out.push_str(&format!(
+                        "{{\"op\":\"alloc\",\"id\":{id},\"size\":{},\"ts_ns\":{ts},\"device\":{},\"stream\":{}}}\n",
+                        e.size, e.device, e.stream
+                    ));
+                }
+                "free" if e.delta < 0 => {
+                    if let Some(id) = self.ids.remove(&(e.pid, e.ptr)) {
+                        out.push_str(&format!(
+                            "{{\"op\":\"free\",\"id\":{id},\"ts_ns\":{ts},\"device\":{}}}\n",
+                            self.device
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        match page.next_cursor.as_deref().and_then(parse_cursor) {
+            Some(c) => self.cursor = Some(c),
+            None => self.done = true,
+        }
+        Ok(Some(out))
+    }
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+/// Builds the Perfetto / Chrome trace-event document of a run.
+pub async fn perfetto(store: &Store, run: i64) -> Result<Option<Value>, StoreError> {
+    let Some(detail) = store.run(run).await? else {
+        return Ok(None);
+    };
+    let t0 = detail.run.t0_mono_ns.max(0) as u64;
+    let mut ev: Vec<Value> = Vec::new();
+    ev.push(json!({"name":"process_name","ph":"M","pid":0,"tid":0,
+        "args":{"name":format!("memwatch run {} ({})", detail.run.id, detail.run.run_key)}}));
+    for p in &detail.processes {
+        ev.push(json!({"name":"process_name","ph":"M","pid":p.pid,"tid":0,
+            "args":{"name":format!("pid {} {}", p.pid, p.argv.join(" "))}}));
+    }
+    for d in &detail.run.devices {
+        if let Some(tl) = store.timeline(run, d.device, None, None, 5000).await? {
+            let name = format!("live bytes device {}", d.device);
+            for p in &tl.points {
+                ev.push(json!({"name":name,"ph":"C","pid":0,"tid":0,"ts":us(p.t_ns),
+                    "args":{"bytes":p.max}}));
+                ev.push(json!({"name":name,"ph":"C","pid":0,"tid":0,
+                    "ts":us(p.t_ns + tl.bucket_ns / 2),"args":{"bytes":p.last}}));
+            }
+        }
+    }
+    let mut spans = 0usize;
+    let mut truncated = false;
+    'devices: for d in &detail.run.devices {
+        let mut cursor = None;
+        loop {
+            let Some(page) = store
+                .events(run, d.device, None, None, cursor, PAGE)
+                .await?
+            else {
+                break;
+            };
+            for e in &page.events {
+                let ts = us(e.ts_ns.saturating_sub(t0));
+                match e.kind {
+                    "alloc_failed" | "free_failed" => {
+                        ev.push(
+                            json!({"name":format!("{} FAILED {} B", e.api, e.size),"ph":"i",
+                            "s":"g","pid":e.pid,"tid":e.tid,"ts":ts,
+                            "args":{"size":e.size,"result":e.result,"device":e.device}}),
+                        );
+                    }
+                    _ => {
+                        let dur = if e.kind == "api_span" {
+                            e.aux.max(e.duration_ns)
+                        } else {
+                            e.duration_ns
+                        };
+                        ev.push(json!({"name":e.api,"cat":e.kind,"ph":"X","pid":e.pid,
+                            "tid":e.tid,"ts":ts,"dur":us(dur),
+                            "args":{"size":e.size,"ptr":format!("{:#x}", e.ptr),
+                                "device":e.device,"live_delta":e.delta}}));
+                    }
+                }
+                spans += 1;
+                if spans >= MAX_TRACE_SPANS {
+                    truncated = true;
+                    break 'devices;
+                }
+            }
+            match page.next_cursor.as_deref().and_then(parse_cursor) {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+    }
+    Ok(Some(json!({
+        "traceEvents": ev,
+        "displayTimeUnit": "ms",
+        "metadata": {
+            "memwatch_run": run,
+            "events_exported": spans,
+            "events_truncated_at": if truncated { Some(MAX_TRACE_SPANS) } else { None },
+        }
+    })))
+}

@@ -1,0 +1,387 @@
+//! Dashboard render tests: a synthetic capture is ingested through the daemon's own
+//! ingest code into SQLite, then every page is requested with `tower::ServiceExt::oneshot`
+//! and its content checked.
+
+mod common;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use common::*;
+use memwatch_daemon::api::{router, AppState};
+use memwatch_daemon::metrics::Metrics;
+use memwatch_daemon::writer::spawn_writer;
+use memwatch_daemon::{Batch, Ingestor, Store};
+use memwatch_wire::{DeviceInfo, DeviceSample, EventKind, Marker, ProcessEnd, Record};
+use tower::ServiceExt;
+
+async fn app(url: &str) -> (axum::Router, Store) {
+    let store = Store::open(url).await.unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 64);
+    let state = AppState {
+        store: store.clone(),
+        writer,
+        metrics,
+        token: None,
+    };
+    (router(state, 1 << 20), store)
+}
+
+async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String, axum::http::HeaderMap) {
+    let resp = app
+        .clone()
+        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30)
+        .await
+        .unwrap();
+    (
+        status,
+        String::from_utf8_lossy(&bytes).into_owned(),
+        headers,
+    )
+}
+
+/// Two runs: "train" (2 GPUs, spans, a marker, an OOM, samples with VRAM and GTT) and
+/// "eval" (one GPU, ended). Returns the run ids.
+async fn record(store: &Store) -> (i64, i64) {
+    let mut ing = Ingestor::new(store.clone());
+    let t0 = 5_000_000u64;
+    let events = workload(30_000, t0, 2, 11);
+    let mut recs = vec![
+        start(42, t0),
+        Record::DeviceInfo(DeviceInfo {
+            pid: 42,
+            device: 0,
+            vendor: 1,
+            total_bytes: 128 << 30,
+            name: "AMD Radeon 8060S (Strix Halo)".into(),
+        }),
+        Record::DeviceSample(DeviceSample {
+            ts_ns: t0 + 10,
+            device: 0,
+            memory: 0,
+            used_bytes: 20 << 30,
+            total_bytes: 64 << 30,
+            source: "amdgpu-sysfs".into(),
+        }),
+        Record::DeviceSample(DeviceSample {
+            ts_ns: t0 + 10,
+            device: 0,
+            memory: 1,
+            used_bytes: 3 << 30,
+            total_bytes: 32 << 30,
+            source: "amdgpu-sysfs".into(),
+        }),
+        Record::Marker(Marker {
+            pid: 42,
+            tid: 7,
+            ts_ns: t0 + 2,
+            device: 0,
+            text: "step <1> & warmup".into(),
+        }),
+    ];
+    for c in events.chunks(4000) {
+        recs.push(Record::Events(c.to_vec()));
+    }
+    let last = events.last().unwrap().ts_ns;
+    let mut spans = Vec::new();
+    for i in 0..40u64 {
+        let mut s = ev(t0 + 1_000 + i * 5_000_000, EventKind::ApiSpan, 0, 0, 0);
+        s.tid = 7 + (i % 3) as u32;
+        s.aux = 2_000_000;
+        s.api = 1;
+        spans.push(s);
+    }
+    recs.push(Record::Events(spans));
+    let mut fail = ev(last + 10, EventKind::AllocFailed, 0, 1 << 40, 1);
+    fail.result = 2;
+    recs.push(Record::Events(vec![fail]));
+    let out = ing
+        .commit(vec![Batch {
+            node: "gpu-node-1".into(),
+            stream: 1,
+            seq: 1,
+            run_key: "train".into(),
+            records: recs,
+        }])
+        .await
+        .unwrap();
+    let train = out[0].run_id.unwrap();
+
+    let t1 = 9_000_000u64;
+    let ev2 = workload(5_000, t1, 1, 5);
+    let mut recs = vec![start(43, t1)];
+    for e in &ev2 {
+        let mut e = *e;
+        e.pid = 43;
+        recs.push(Record::Events(vec![e]));
+    }
+    recs.push(Record::ProcessEnd(ProcessEnd {
+        pid: 43,
+        ts_ns: ev2.last().unwrap().ts_ns + 1,
+        exit_code: 0,
+    }));
+    let out = ing
+        .commit(vec![Batch {
+            node: "gpu-node-1".into(),
+            stream: 2,
+            seq: 1,
+            run_key: "eval".into(),
+            records: recs,
+        }])
+        .await
+        .unwrap();
+    (train, out[0].run_id.unwrap())
+}
+
+#[tokio::test]
+async fn empty_database_explains_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, _) = app(&dir.path().join("e.db").display().to_string()).await;
+    let (st, body, _) = get(&app, "/").await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("No data yet"), "{body}");
+    assert!(body.contains("memwatch run --db"));
+    assert!(body.contains("memwatch import"));
+    for (uri, text) in [
+        ("/compare", "at least two runs"),
+        ("/incidents", "No failed allocations"),
+        ("/xla", "No XLA modules are stored"),
+        ("/gates", "No gate results are stored"),
+    ] {
+        let (st, body, _) = get(&app, uri).await;
+        assert_eq!(st, StatusCode::OK, "{uri}");
+        assert!(body.contains(text), "{uri}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn every_page_renders_recorded_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, store) = app(&dir.path().join("w.db").display().to_string()).await;
+    let (train, eval) = record(&store).await;
+
+    let (st, body, _) = get(&app, "/").await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("gpu-node-1"));
+    assert!(body.contains("AMD Radeon 8060S"));
+    assert!(
+        body.contains(">VRAM<") && body.contains(">GTT<"),
+        "VRAM and GTT separately"
+    );
+    assert!(body.contains("20.0 GiB / 64.0 GiB") && body.contains("3.00 GiB / 32.0 GiB"));
+    assert!(body.contains("OOM"), "OOM badge");
+    let ti = body.find(&format!("#{train} train")).unwrap();
+    let ei = body.find(&format!("#{eval} eval")).unwrap();
+    assert!(ei < ti, "newest run first");
+
+    let (st, body, _) = get(&app, &format!("/runs/{train}")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        body.matches("<svg").count(),
+        3,
+        "two device charts + span lanes"
+    );
+    assert!(body.contains("peak "), "peak marked");
+    assert!(
+        body.contains("failed allocation (1 here, 1 in run)"),
+        "failure marked on GPU 1"
+    );
+    assert!(body.contains("API calls on 3 threads"), "{body}");
+    assert!(
+        body.contains("42/7") && body.contains("42/9"),
+        "lane names (pid/tid)"
+    );
+    assert!(
+        body.contains("step &lt;1&gt; &amp; warmup"),
+        "annotation escaped"
+    );
+    assert!(!body.contains("step <1>"));
+    assert!(body.contains("/export/perfetto.json"));
+
+    let (st, body, h) = get(
+        &app,
+        &format!("/runs/{train}/chart.svg?device=0&from=1000&to=50000000"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.starts_with("<svg"));
+    let l: i32 = h["x-plot-left"].to_str().unwrap().parse().unwrap();
+    let r: i32 = h["x-plot-right"].to_str().unwrap().parse().unwrap();
+    assert!(l > 0 && r > l);
+
+    let (st, body, _) = get(&app, &format!("/runs/{train}/lanes?from=0&to=10000000")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("<svg"), "{body}");
+
+    let (st, body, _) = get(&app, &format!("/runs/{train}/peak?device=0")).await;
+    assert_eq!(st, StatusCode::OK);
+    for dim in [
+        "By size class",
+        "By memory kind",
+        "By thread",
+        "By annotation",
+    ] {
+        assert!(body.contains(dim), "{dim}");
+    }
+    assert!(body.contains("<details>"));
+    assert!(body.contains("pid 42 tid 7"));
+    let api: serde_json::Value = {
+        let (_, j, _) = get(&app, &format!("/api/runs/{train}/peak?device=0")).await;
+        serde_json::from_str(&j).unwrap()
+    };
+    let n = api["live_allocations"].as_u64().unwrap();
+    assert!(
+        body.contains(&format!("<dd>{n}</dd>")),
+        "live allocation count shown"
+    );
+
+    let (st, body, _) = get(&app, &format!("/compare?a={eval}&b={train}")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("Peak composition"));
+    assert!(body.contains("By memory kind"));
+
+    let (st, body, _) = get(&app, "/incidents").await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("1.00 TiB"), "the failed 1 TiB request");
+
+    for uri in [
+        "/xla",
+        "/gates",
+        "/static/memwatch.css",
+        "/static/memwatch.js",
+    ] {
+        let (st, _, _) = get(&app, uri).await;
+        assert_eq!(st, StatusCode::OK, "{uri}");
+    }
+}
+
+#[tokio::test]
+async fn exports_follow_the_documented_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, store) = app(&dir.path().join("x.db").display().to_string()).await;
+    let (train, _) = record(&store).await;
+
+    let (st, body, h) = get(&app, &format!("/runs/{train}/export/trace.jsonl?device=0")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(h["content-disposition"]
+        .to_str()
+        .unwrap()
+        .contains("attachment"));
+    let mut live = std::collections::HashMap::new();
+    let mut cur = 0i64;
+    let mut peak = 0i64;
+    for line in body.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let id = v["id"].as_u64().unwrap();
+        match v["op"].as_str().unwrap() {
+            "alloc" => {
+                let s = v["size"].as_i64().unwrap();
+                assert!(live.insert(id, s).is_none(), "ids are unique");
+                cur += s;
+                peak = peak.max(cur);
+            }
+            "free" => cur -= live.remove(&id).expect("free of a known id"),
+            op => panic!("unexpected op {op}"),
+        }
+    }
+    let (_, run, _) = get(&app, &format!("/api/runs/{train}")).await;
+    let run: serde_json::Value = serde_json::from_str(&run).unwrap();
+    assert_eq!(
+        peak,
+        run["devices"][0]["peak_bytes"].as_i64().unwrap(),
+        "trace replays to the stored peak"
+    );
+
+    let (st, body, _) = get(&app, &format!("/runs/{train}/export/perfetto.json")).await;
+    assert_eq!(st, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let evs = v["traceEvents"].as_array().unwrap();
+    assert!(evs
+        .iter()
+        .any(|e| e["ph"] == "C" && e["args"]["bytes"].is_i64()));
+    assert!(evs
+        .iter()
+        .any(|e| e["ph"] == "X" && e["cat"] == "api_span" && e["dur"].as_f64().unwrap() == 2000.0));
+    assert!(evs.iter().any(|e| e["ph"] == "i"), "the failed allocation");
+
+    let (st, body, _) = get(&app, &format!("/runs/{train}/export/chart.svg?device=1")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.starts_with("<svg"));
+}
+
+#[tokio::test]
+async fn bad_requests_get_clear_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, store) = app(&dir.path().join("b.db").display().to_string()).await;
+    let (train, _) = record(&store).await;
+    let (st, body, _) = get(&app, "/runs/999").await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    assert!(body.contains("no run #999"));
+    let (st, body, _) = get(&app, &format!("/runs/{train}?from=50&to=10")).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(body.contains("must be greater than"));
+    let (st, _, _) = get(&app, &format!("/runs/{train}?from=abc")).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    let (st, body, _) = get(&app, &format!("/runs/{train}/peak?device=9")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("No peak snapshot is stored for GPU 9"));
+}
+
+#[tokio::test]
+async fn live_run_streams_progress_then_the_page_shows_it() {
+    use futures_util::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (app, store) = app(&dir.path().join("l.db").display().to_string()).await;
+    let (train, eval) = record(&store).await;
+    // "train" has no process end and its node just sent data: live. "eval" ended.
+    let (_, body, _) = get(&app, &format!("/runs/{train}")).await;
+    assert!(body.contains("data-active=\"true\"") && body.contains("id=\"live-badge\""));
+    let (_, body, _) = get(&app, &format!("/runs/{eval}")).await;
+    assert!(body.contains("data-active=\"false\""));
+
+    let resp = app
+        .clone()
+        .oneshot(
+            Request::get(format!("/runs/{train}/live"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut stream = resp.into_body().into_data_stream();
+    // More events arrive for the same run.
+    let mut ing = Ingestor::new(store.clone());
+    let more = workload(500, 900_000_000_000, 1, 3);
+    ing.commit(vec![Batch {
+        node: "gpu-node-1".into(),
+        stream: 1,
+        seq: 2,
+        run_key: "train".into(),
+        records: vec![Record::Events(more)],
+    }])
+    .await
+    .unwrap();
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !seen.contains("event: progress") {
+        let chunk = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("a progress event within 10 s")
+            .expect("stream open")
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("\"events\":"), "{seen}");
+}
