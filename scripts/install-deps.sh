@@ -9,6 +9,7 @@ APT_PACKAGES=(
   hipcc                             # compiles the HIP replay kernels (kernels/build.rs, gfx90a on ROCm 5.2)
   gdb                               # attach via gdb
   sqlite3
+  curl                              # quickstart: talks to the API it serves
   postgresql                        # daemon tests on PostgreSQL (scripts/start-test-postgres.sh)
 )
 

@@ -1,8 +1,24 @@
 #!/usr/bin/env bash
-# The test suite: formatting, lints, then every test. CI runs exactly this (.ci/run).
+# The test suite. CI runs exactly this (.ci/run); so can anyone on a fresh Debian 12:
+#   formatting and lints, every Rust test (SQLite and PostgreSQL), the dashboard in a real
+#   headless Chromium, the XLA dumps re-generated with jax[cpu]==0.10.2 and the CI gate on
+#   them, and a short fuzzing run of every parser. GPU tests live in tests/gpu/ (see README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+
+export MEMWATCH_TEST_POSTGRES_URL="${MEMWATCH_TEST_POSTGRES_URL:-$(bash scripts/start-test-postgres.sh)}"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$log"
+
+echo "== dashboard in headless Chromium"; bash tests/e2e/dashboard.sh
+echo "== CPU XLA dumps re-generated with jax[cpu]==0.10.2"; bash tests/python/check_cpu_dumps.sh
+echo "== memwatch gate on a real JAX model"; bash scripts/gate-jax-test.sh
+echo "== fuzzing every parser briefly"; bash scripts/fuzz-smoke.sh 5
+
+# The closing line CI reads: every Rust test (the four suites above exit non-zero on any
+# failure, so they never reach this line when they fail).
+awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"

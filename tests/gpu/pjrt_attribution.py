@@ -163,10 +163,11 @@ def compare(truth_path, report_path):
             o = ooms[0]
             check(f"OOM attributed to {name}", o["executable"] == name, o["executable"])
             temp = ma.get("temp_size_in_bytes")
-            req = o.get("requested_bytes")
-            check("requested size is the executable's temp (rounded to 256 B)",
-                  temp is not None and req is not None and req >= temp and req - temp < 1 << 20,
-                  f"requested {req} vs temp {temp}")
+            req = o.get("exact_request_bytes")
+            check("failed request identified as the executable's temp buffer (rounded to 256 B)",
+                  temp is not None and o.get("request_is_temp_buffer") is True
+                  and req == (temp + 255) // 256 * 256,
+                  f"exact request {req} (message said {o.get('requested_bytes')}) vs temp {temp}")
             check("OOM joined to the dump", (o.get("xla") or {}).get("module") == name,
                   (o.get("xla") or {}).get("module"))
             print("OOM incident:", json.dumps({k: o.get(k) for k in [

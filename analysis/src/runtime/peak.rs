@@ -144,8 +144,15 @@ pub struct OomIncident {
     pub executable: String,
     pub handle: u64,
     pub result: i32,
+    /// The size named in the error message; JAX prints it in human units ("3.25GiB"),
+    /// so it is only as exact as the message.
     pub requested_bytes: Option<u64>,
     pub compiled_temp_bytes: Option<u64>,
+    /// The failed request is the executable's temp buffer: the compiled temp size,
+    /// rounded up to BFC's 256 bytes, lies within the message's rounding of the request.
+    pub request_is_temp_buffer: bool,
+    /// The exact size of that request when it is the temp buffer (temp rounded to 256).
+    pub exact_request_bytes: Option<u64>,
     pub last_stats: Option<Sample>,
     pub live_buffer_bytes: u64,
     pub co_resident: Vec<LiveGroup>,
@@ -441,14 +448,24 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
                 })
                 .map(Sample::of);
             let (live, groups) = live_at(&events, e.ts_ns, e.device, &names);
+            let requested = (e.size > 0).then_some(e.size);
+            let temp = temp_of(e.ptr);
+            let exact = match (requested, temp) {
+                (Some(r), Some(t)) if t > 0 && request_matches(r, round_up_256(t)) => {
+                    Some(round_up_256(t))
+                }
+                _ => None,
+            };
             OomIncident {
                 ts_ns: e.ts_ns,
                 device: e.device,
                 executable: name_of(e.ptr),
                 handle: e.ptr,
                 result: e.result,
-                requested_bytes: (e.size > 0).then_some(e.size),
-                compiled_temp_bytes: temp_of(e.ptr),
+                requested_bytes: requested,
+                compiled_temp_bytes: temp,
+                request_is_temp_buffer: exact.is_some(),
+                exact_request_bytes: exact,
                 last_stats: last,
                 live_buffer_bytes: live,
                 co_resident: groups,
@@ -462,6 +479,27 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
         devices,
         ooms,
     }
+}
+
+fn round_up_256(b: u64) -> u64 {
+    b.div_ceil(256) * 256
+}
+
+/// Whether `printed` (a size parsed from a message that prints two decimals of a binary
+/// unit, e.g. "3.25GiB") can be the exact `bytes`: exact bytes match exactly, a human
+/// figure within half of its last printed digit (0.005 of its unit).
+fn request_matches(printed: u64, bytes: u64) -> bool {
+    if printed == bytes {
+        return true;
+    }
+    let unit: u64 = match printed {
+        p if p >= 1 << 30 => 1 << 30,
+        p if p >= 1 << 20 => 1 << 20,
+        p if p >= 1 << 10 => 1 << 10,
+        _ => return false,
+    };
+    // |printed - bytes| <= 0.005 unit, in integers: 200 * diff <= unit.
+    200 * printed.abs_diff(bytes) <= unit
 }
 
 /// Index of the sample that first shows the device's largest peak.
@@ -745,5 +783,21 @@ mod tests {
         join_dump(&mut r, &mods, 5);
         let pk = r.processes[0].devices[0].peak.clone().unwrap();
         assert_eq!(pk.xla.unwrap().matched_by, "name");
+    }
+
+    #[test]
+    fn printed_request_matches_the_rounded_temp_buffer() {
+        // The H200 incident: "allocate 3.25GiB"; jit_model's temp 3489674768 B.
+        let printed = 3.25f64 * (1u64 << 30) as f64;
+        assert!(request_matches(printed as u64, round_up_256(3489674768)));
+        assert_eq!(round_up_256(3489674768), 3489675008);
+        // 3.26 GiB is another buffer.
+        assert!(!request_matches(
+            (3.26f64 * (1u64 << 30) as f64) as u64,
+            3489675008
+        ));
+        // Exact byte counts must match exactly.
+        assert!(request_matches(17179869184, 17179869184));
+        assert!(!request_matches(900, 1000));
     }
 }

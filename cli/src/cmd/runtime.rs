@@ -160,6 +160,13 @@ pub fn print_human(r: &RuntimeReport, timeline: bool) {
                 opt(o.requested_bytes),
                 opt(o.compiled_temp_bytes)
             );
+            if let Some(exact) = o.exact_request_bytes {
+                println!(
+                    "    the failed request is {}'s temp buffer: {} B compiled, {exact} B after BFC's 256-byte rounding",
+                    o.executable,
+                    o.compiled_temp_bytes.unwrap_or(exact)
+                );
+            }
             if let Some(s) = &o.last_stats {
                 println!(
                     "    last allocator stats: in use {}, largest free block {}, limit {}",
