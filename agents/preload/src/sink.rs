@@ -29,6 +29,9 @@ struct State {
     last_dropped: u64,
     /// Devices already described, per family (bit = ordinal 0..63).
     devices_seen: [u64; 3],
+    /// Failed `device_info` queries per family and device (retried up to
+    /// `DEVICE_QUERY_ATTEMPTS` times, once per flush: a runtime may not answer yet).
+    device_query_failures: [[u8; 64]; 3],
     events: Vec<Event>,
     buf: Vec<u8>,
 }
@@ -42,6 +45,7 @@ impl State {
             last_attempt_ns: 0,
             last_dropped: 0,
             devices_seen: [0; 3],
+            device_query_failures: [[0; 64]; 3],
             events: Vec::new(),
             buf: Vec::new(),
         }
@@ -119,6 +123,7 @@ pub fn reset_in_child() {
     st.last_attempt_ns = 0;
     st.last_dropped = 0;
     st.devices_seen = [0; 3];
+    st.device_query_failures = [[0; 64]; 3];
     SINK.busy.store(false, Ordering::Release);
 }
 
@@ -179,6 +184,7 @@ pub fn close_stream(timeout_ns: u64) -> bool {
     st.attempts = 0;
     st.last_attempt_ns = 0;
     st.devices_seen = [0; 3];
+    st.device_query_failures = [[0; 64]; 3];
     unlock_raw();
     true
 }
@@ -281,7 +287,12 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     total
 }
 
+/// How often a device's `device_info` query is tried before the device stays unnamed.
+const DEVICE_QUERY_ATTEMPTS: u8 = 8;
+
 fn describe_new_devices(st: &mut State) {
+    // Devices tried in this flush: one query per device per flush at most.
+    let mut tried = [0u64; 3];
     for i in 0..st.events.len() {
         let Some(e) = st.events.get(i).copied() else {
             break;
@@ -291,17 +302,41 @@ fn describe_new_devices(st: &mut State) {
             continue;
         }
         let bit = 1u64 << e.device;
-        let Some(seen) = st.devices_seen.get_mut(fam) else {
+        let (Some(seen), Some(tried)) = (st.devices_seen.get(fam).copied(), tried.get_mut(fam))
+        else {
             continue;
         };
-        if *seen & bit != 0 {
+        if (seen | *tried) & bit != 0 {
             continue;
         }
-        *seen |= bit;
-        if let Some(info) = crate::device::query(fam, e.device, e.pid) {
-            let mut out = Vec::new();
-            if encode_record(&Record::DeviceInfo(info), &mut out).is_ok() {
-                write_all(st, &out);
+        *tried |= bit;
+        let failures = st
+            .device_query_failures
+            .get(fam)
+            .and_then(|f| f.get(e.device as usize))
+            .copied()
+            .unwrap_or(u8::MAX);
+        if failures >= DEVICE_QUERY_ATTEMPTS {
+            continue;
+        }
+        match crate::device::query(fam, e.device, e.pid) {
+            Some(info) => {
+                if let Some(seen) = st.devices_seen.get_mut(fam) {
+                    *seen |= bit;
+                }
+                let mut out = Vec::new();
+                if encode_record(&Record::DeviceInfo(info), &mut out).is_ok() {
+                    write_all(st, &out);
+                }
+            }
+            None => {
+                if let Some(f) = st
+                    .device_query_failures
+                    .get_mut(fam)
+                    .and_then(|f| f.get_mut(e.device as usize))
+                {
+                    *f = f.saturating_add(1);
+                }
             }
         }
     }
