@@ -28,8 +28,9 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "1. memwatch run --db $db -- (a launcher with 3 workers: threads on 8 devices, a fork, OOMs)"
 rm -f "$db" "$db"-wal "$db"-shm
-LD_LIBRARY_PATH="$demo" "$mw" run --db "$db" --out "$demo/demo.mwcap" --tag job=quickstart -- \
-  sh -c "'$demo/mwtest' dlsym threads 40 & '$demo/mwtest' dlsym fork & '$demo/mwtest' proc basic; wait" || true
+# (mwtest dlopens ./libamdhip64.so, ./libcuda.so ... from its working directory.)
+(cd "$demo" && "$mw" run --db "$db" --out "$demo/demo.mwcap" --tag job=quickstart -- \
+  sh -c "./mwtest dlsym threads 40 & ./mwtest dlsym fork & ./mwtest proc basic; wait") || true
 "$mw" report "$demo/demo.mwcap" --top 3
 
 inc=testdata/h200/incidents/h200-jax0.11.2-oom-temp
