@@ -663,7 +663,10 @@ fn attach_db_stores_the_capture_and_a_bad_db_is_refused_before_attaching() {
     let again = dir.path().join("again.mwcap");
     let j = json(&attach(t.pid(), "ptrace", &["--duration", "300ms"], &again));
     assert_eq!(j["targets"][0]["attached"], true, "{j}");
-    assert!(j.get("stored").is_none(), "nothing stored without --db: {j}");
+    assert!(
+        j.get("stored").is_none(),
+        "nothing stored without --db: {j}"
+    );
     let (output, code) = t.finish();
     assert_eq!(code, 3, "exit code unchanged");
     assert_eq!(output, undisturbed(600), "output unchanged");

@@ -42,8 +42,8 @@ Examples:
   memwatch attach 12345 --duration 60s --out step.mwcap
   memwatch attach --all-children 4242 --live  # a launcher and its workers; q detaches
   memwatch attach 12345 --method gdb          # inject with gdb instead
-  memwatch attach 12345 --duration 5m --db memwatch.db          # + store it (SQLite)
-  memwatch attach 12345 --daemon http://central:7373 --token s3cret
+  memwatch attach 12345 --duration 5m --db memwatch.db   # also store it (SQLite)
+  memwatch attach 12345 --daemon http://central:7373 --token s3cret   # or send it
 
 How it works: the shim (libmemwatch_preload.so) is loaded into the running process with
 dlopen, by a built-in ptrace injector (x86-64; the default) or by gdb running the batch
