@@ -581,3 +581,93 @@ fn error_paths_are_specific() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("already captured by `memwatch run`"));
 }
+
+/// Every event in a capture file.
+fn count_events(path: &Path) -> u64 {
+    let f = std::fs::File::open(path).unwrap();
+    let mut r = FrameReader::new(std::io::BufReader::new(f), ReadMode::Strict).unwrap();
+    let mut n = 0;
+    while let Some(rec) = r.next_record().unwrap() {
+        if let Record::Events(evs) = rec {
+            n += evs.len() as u64;
+        }
+    }
+    n
+}
+
+#[test]
+fn attach_db_stores_the_capture_and_a_bad_db_is_refused_before_attaching() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Target::start(600, 10); // ~6 s
+    let db = dir.path().join("tmp.db");
+    let cap = dir.path().join("db.mwcap");
+    let out = attach(
+        t.pid(),
+        "ptrace",
+        &["--duration", "500ms", "--db", db.to_str().unwrap()],
+        &cap,
+    );
+    let j = json(&out);
+    assert_eq!(j["targets"][0]["detached"], "stopped", "{j}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("memwatch: stored "), "{err}");
+    let captured = count_events(&cap);
+    assert!(captured > 10, "events captured while attached: {captured}");
+    assert_eq!(j["stored"]["events"], captured, "{j}");
+
+    // The database itself, read through the daemon's store API.
+    let runs = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store = memwatch_daemon::Store::open(db.to_str().unwrap())
+                .await
+                .unwrap();
+            store.runs(10).await.unwrap()
+        });
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].event_count as u64, captured, "{runs:?}");
+    assert_eq!(runs[0].run_key, j["stored"]["run_key"].as_str().unwrap());
+    assert!(runs[0].id > 0);
+
+    // A directory is no database: exit 2 naming it, before the process is touched.
+    let bad_cap = dir.path().join("bad.mwcap");
+    let bad = attach(
+        t.pid(),
+        "ptrace",
+        &["--duration", "300ms", "--db", dir.path().to_str().unwrap()],
+        &bad_cap,
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("--db") && err.contains(dir.path().to_str().unwrap()),
+        "{err}"
+    );
+    assert!(!bad_cap.exists(), "no capture started");
+    // A daemon URL that is not http:// is refused the same way.
+    let bad = attach(
+        t.pid(),
+        "ptrace",
+        &["--duration", "300ms", "--daemon", "ftp://example:7373"],
+        &bad_cap,
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("expected an http://HOST:PORT URL"), "{err}");
+    assert!(!bad_cap.exists(), "no capture started");
+
+    // The target ran on, undisturbed, and can still be attached afterwards.
+    assert!(Path::new(&format!("/proc/{}", t.pid())).exists());
+    let again = dir.path().join("again.mwcap");
+    let j = json(&attach(t.pid(), "ptrace", &["--duration", "300ms"], &again));
+    assert_eq!(j["targets"][0]["attached"], true, "{j}");
+    assert!(
+        j.get("stored").is_none(),
+        "nothing stored without --db: {j}"
+    );
+    let (output, code) = t.finish();
+    assert_eq!(code, 3, "exit code unchanged");
+    assert_eq!(output, undisturbed(600), "output unchanged");
+}

@@ -5,7 +5,9 @@
 //! process and start it (`memwatch-attach`: gdb or the built-in ptrace injector), wait
 //! for Ctrl-C / `--duration` / the processes' exit while showing progress (or the `--live`
 //! view, see `attach_live`), then stop the shim in each process (a second injection that
-//! calls `memwatch_attach_stop`), and print a summary. Injection mechanics live in the
+//! calls `memwatch_attach_stop`), store the capture when `--db`/`--daemon` ask for it
+//! (`import::StoreArgs`, shared with `memwatch run`; checked before attaching), and
+//! print a summary. Injection mechanics live in the
 //! `memwatch-attach` crate, receiving in `memwatch-agent`.
 //!
 //! Each target gets a private directory `/tmp/memwatch-attach-<pid>/` holding a lock file
@@ -30,6 +32,7 @@ use memwatch_wire::Record;
 use serde::Serialize;
 
 use super::attach_live::{self, LiveStats};
+use super::import::{ImportSummary, StoreArgs};
 use super::report::{bytes, load_with_progress, print_damage};
 use super::Outcome;
 
@@ -39,6 +42,8 @@ Examples:
   memwatch attach 12345 --duration 60s --out step.mwcap
   memwatch attach --all-children 4242 --live  # a launcher and its workers; q detaches
   memwatch attach 12345 --method gdb          # inject with gdb instead
+  memwatch attach 12345 --duration 5m --db memwatch.db   # also store it (SQLite)
+  memwatch attach 12345 --daemon http://central:7373 --token s3cret   # or send it
 
 How it works: the shim (libmemwatch_preload.so) is loaded into the running process with
 dlopen, by a built-in ptrace injector (x86-64; the default) or by gdb running the batch
@@ -55,7 +60,10 @@ start the program under `memwatch run`.
 
 Detach (Ctrl-C, --duration, or q in --live) stops capturing and leaves the process
 running. ptrace must be allowed: kernel.yama.ptrace_scope 0, or root / CAP_SYS_PTRACE.
---daemon (streaming to `memwatch serve`) belongs to the daemon and is not offered yet.";
+
+--db / --daemon store the capture after detach, as `memwatch run --db/--daemon` and
+`memwatch import` do (run key `import:<file name>:<content id>`; the .mwcap is kept too).
+--db is opened before attaching, so a wrong one fails before the process is touched.";
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum MethodArg {
@@ -95,6 +103,9 @@ pub struct AttachArgs {
     /// Largest allocations to list per device in the report.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
+    // --db / --daemon / --token: also store the capture after detach.
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// Parses `500ms`, `30s`, `5m`, `1h` or a bare number of seconds.
@@ -244,6 +255,9 @@ struct AttachJson {
     /// From the start of `memwatch attach` to the first event received.
     first_event_ns: Option<u64>,
     targets: Vec<TargetJson>,
+    /// What --db / --daemon stored (absent without them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stored: Option<ImportSummary>,
     report: memwatch_analysis::capture::CaptureReport,
 }
 
@@ -346,6 +360,8 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
         dirs.push(claim(pid)?);
         memwatch_attach::preflight(&proc_, pid)?;
     }
+    // A wrong --db / --daemon fails now, before the processes are touched.
+    args.store.check()?;
     let method = match args.method {
         MethodArg::Auto => MethodChoice::Auto,
         MethodArg::Gdb => MethodChoice::Gdb,
@@ -502,6 +518,8 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
             .get(&(t.pid as u32))
             .map(|s| s.trim_start_matches("memwatch-attach start ").to_string());
     }
+    // The capture file is complete and stays; a storage failure after detach exits 2.
+    let stored = args.store.store(&out, None)?;
     let loaded = load_with_progress(&out)?;
     print_damage(&loaded);
     let report = analyze(loaded, &ReportOptions { top: args.top });
@@ -510,6 +528,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
             capture: out.display().to_string(),
             first_event_ns: first_event.map(|d| d.as_nanos() as u64),
             targets,
+            stored,
             report,
         };
         println!(

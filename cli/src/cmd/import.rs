@@ -57,6 +57,81 @@ pub struct ImportArgs {
     pub json: bool,
 }
 
+/// `--db` / `--daemon` / `--token` of the commands that store their capture once it is
+/// finished (`memwatch run`, `memwatch attach`): one definition, one way of storing.
+#[derive(Args, Debug, Clone, Default)]
+pub struct StoreArgs {
+    /// Also store the capture in this SQLite file or postgres://… database (no daemon
+    /// needed) once it is finished.
+    #[arg(long, value_name = "PATH|URL", conflicts_with = "daemon")]
+    pub db: Option<String>,
+    /// Also send the capture to a daemon's HTTP API (http://HOST:7373) once it is finished.
+    #[arg(long, value_name = "URL")]
+    pub daemon: Option<String>,
+    /// Bearer token for --daemon.
+    #[arg(long, env = "MEMWATCH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+impl StoreArgs {
+    /// Where to store, or None when neither --db nor --daemon was given.
+    pub fn target(&self) -> Option<Target<'_>> {
+        match (&self.db, &self.daemon) {
+            (Some(db), _) => Some(Target::Db(db)),
+            (None, Some(url)) => Some(Target::Daemon {
+                url,
+                token: self.token.as_deref(),
+            }),
+            (None, None) => None,
+        }
+    }
+
+    /// Checks before capturing that the store can be used: the database opens (a SQLite
+    /// file is created and migrated), the daemon URL is an http:// URL. Catches a wrong
+    /// `--db` before a long capture rather than after it.
+    pub fn check(&self) -> Result<()> {
+        match self.target() {
+            None => Ok(()),
+            Some(Target::Db(db)) => {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .context("cannot start the async runtime")?;
+                rt.block_on(Store::open(db))
+                    .map(drop)
+                    .with_context(|| format!("--db {}", memwatch_daemon::store::redact(db)))
+            }
+            Some(Target::Daemon { url, .. }) => daemon_base(url).map(drop),
+        }
+    }
+
+    /// Loads the finished capture `out` into the store (if one was asked for) under
+    /// `run_key` (default: import's), printing one line on stderr about what was stored.
+    pub fn store(&self, out: &Path, run_key: Option<String>) -> Result<Option<ImportSummary>> {
+        let Some(target) = self.target() else {
+            return Ok(None);
+        };
+        let s = import_capture(out, target, run_key, None)
+            .with_context(|| format!("storing {} failed", out.display()))?;
+        eprintln!(
+            "memwatch: stored {} events as run {} (key {})",
+            s.events,
+            s.run_id.map_or("-".into(), |r| r.to_string()),
+            s.run_key
+        );
+        Ok(Some(s))
+    }
+}
+
+/// The base of a `--daemon` URL, or an error saying what is expected.
+fn daemon_base(url: &str) -> Result<&str> {
+    let base = url.trim_end_matches('/');
+    if !base.starts_with("http://") {
+        bail!("--daemon {url}: expected an http://HOST:PORT URL of `memwatch serve --listen`");
+    }
+    Ok(base)
+}
+
 /// Where to put a capture.
 pub enum Target<'a> {
     Db(&'a str),
@@ -178,12 +253,7 @@ pub fn import_capture(
             })?;
         }
         Target::Daemon { url, token } => {
-            let base = url.trim_end_matches('/');
-            if !base.starts_with("http://") {
-                bail!(
-                    "--daemon {url}: expected an http://HOST:PORT URL of `memwatch serve --listen`"
-                );
-            }
+            let base = daemon_base(url)?;
             for (i, records) in groups.into_iter().enumerate() {
                 let mut body = encode_preamble().to_vec();
                 for r in &records {

@@ -23,6 +23,7 @@ use memwatch_analysis::capture::{analyze, ReportOptions};
 use memwatch_wire::{encode_record, Marker, Record};
 use serde::Serialize;
 
+use super::import::StoreArgs;
 use super::report::{bytes, load_with_progress, print_damage};
 use super::Outcome;
 
@@ -42,8 +43,7 @@ stderr; `memwatch report FILE` shows everything. The shim is found via $MEMWATCH
 next to the memwatch executable, or in ../lib/memwatch/ relative to it.
 Tags are recorded in the capture as `memwatch.tag K=V` markers.";
 
-/// Arguments of `memwatch run`. (Storing into a database or sending to a daemon,
-/// `--db`/`--daemon`, belong to the daemon's issue and will be added here.)
+/// Arguments of `memwatch run`.
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct RunArgs {
@@ -63,16 +63,9 @@ pub struct RunArgs {
     /// connections, in seconds.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     pub drain_timeout: f64,
-    /// Also store the capture in this SQLite file or postgres://… database (no daemon
-    /// needed) when CMD ends.
-    #[arg(long, value_name = "PATH|URL", conflicts_with = "daemon")]
-    pub db: Option<String>,
-    /// Also send the capture to a daemon's HTTP API (http://HOST:7373) when CMD ends.
-    #[arg(long, value_name = "URL")]
-    pub daemon: Option<String>,
-    /// Bearer token for --daemon.
-    #[arg(long, env = "MEMWATCH_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    // --db / --daemon / --token: also store the capture when CMD ends.
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// How many largest allocations per device the JSON report lists.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
@@ -362,28 +355,13 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
 /// `--db` / `--daemon`: loads the finished capture into the store. A storage failure is
 /// reported but does not change memwatch's exit status (that is CMD's).
 fn store_capture(args: &RunArgs, out: &Path) {
-    use super::import::{import_capture, Target};
-    let target = match (&args.db, &args.daemon) {
-        (Some(db), _) => Target::Db(db),
-        (None, Some(url)) => Target::Daemon {
-            url,
-            token: args.token.as_deref(),
-        },
-        (None, None) => return,
-    };
     let run_key = args
         .tags
         .iter()
         .find(|(k, _)| k == "run")
         .map(|(_, v)| v.clone());
-    match import_capture(out, target, run_key, None) {
-        Ok(s) => eprintln!(
-            "memwatch: stored {} events as run {} (key {})",
-            s.events,
-            s.run_id.map_or("-".into(), |r| r.to_string()),
-            s.run_key
-        ),
-        Err(e) => eprintln!("memwatch: error: storing {} failed: {e:#}", out.display()),
+    if let Err(e) = args.store.store(out, run_key) {
+        eprintln!("memwatch: error: {e:#}");
     }
 }
 
