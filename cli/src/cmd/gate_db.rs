@@ -37,14 +37,31 @@ fn open(rt: &tokio::runtime::Runtime, db: &str) -> Result<Store> {
         || db.starts_with("postgresql://")
         || db.starts_with("sqlite:");
     if !is_url {
-        match std::path::Path::new(db).try_exists() {
-            Ok(true) => {}
-            Ok(false) => bail!("database {shown}: no such file"),
-            Err(e) => bail!("database {shown}: cannot check the file: {e}"),
-        }
+        check_sqlite_file(db, &shown)?;
     }
     rt.block_on(Store::open(db))
         .with_context(|| format!("database {shown}: cannot open"))
+}
+
+/// A plain `--db` path must be an existing SQLite file. Checked here because the pool
+/// retries a file that is not a database until its acquire timeout (30 s).
+fn check_sqlite_file(db: &str, shown: &str) -> Result<()> {
+    use std::io::Read;
+    let mut f = match std::fs::File::open(db) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("database {shown}: no such file")
+        }
+        Err(e) => bail!("database {shown}: cannot open: {e}"),
+    };
+    let mut head = [0u8; 16];
+    let n = f
+        .read(&mut head)
+        .with_context(|| format!("database {shown}: cannot read"))?;
+    if n > 0 && (n < 16 || &head != b"SQLite format 3\0") {
+        bail!("database {shown}: not a SQLite database (no `SQLite format 3` header)");
+    }
+    Ok(())
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
