@@ -64,16 +64,56 @@ fn import(db: &str, cap: &Path) -> i64 {
 fn stored_run_peak_regression_fails_missing_run_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let db_path = dir.path().join("mw.db");
-    let db = db_path.to_str().unwrap();
-    let base = dir.path().join("b.toml");
+    scenario(dir.path(), db_path.to_str().unwrap(), "mw.db");
+    bad_databases(dir.path());
+}
+
+/// The same scenario on a fresh PostgreSQL database when MEMWATCH_TEST_POSTGRES_URL is set
+/// (`export MEMWATCH_TEST_POSTGRES_URL=$(bash scripts/start-test-postgres.sh)`).
+#[test]
+fn stored_run_gate_on_postgres() {
+    let Some(admin) = std::env::var("MEMWATCH_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        eprintln!("NOTICE: MEMWATCH_TEST_POSTGRES_URL is not set: PostgreSQL gate test skipped");
+        return;
+    };
+    let name = format!(
+        "mwgate_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(&admin).await.unwrap();
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    });
+    let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    let dir = tempfile::tempdir().unwrap();
+    scenario(dir.path(), &url, &name);
+}
+
+/// Two imports, baseline, regression, names, gate_results rows, missing run. `shown` is
+/// how error messages name the database.
+fn scenario(root: &Path, db: &str, shown: &str) {
+    let dir = root;
+    let base = dir.join("b.toml");
     let b = base.to_str().unwrap();
     // Two runs of "the same program" (same capture name), the second with 200 MiB more peak.
-    std::fs::create_dir(dir.path().join("r1")).unwrap();
-    std::fs::create_dir(dir.path().join("r2")).unwrap();
-    let (c1, c2) = (
-        dir.path().join("r1/train.mwcap"),
-        dir.path().join("r2/train.mwcap"),
-    );
+    std::fs::create_dir(dir.join("r1")).unwrap();
+    std::fs::create_dir(dir.join("r2")).unwrap();
+    let (c1, c2) = (dir.join("r1/train.mwcap"), dir.join("r2/train.mwcap"));
     capture(&c1, 1 << 20);
     capture(&c2, 201 << 20);
     // Equal-length captures that differ only in one size are two runs (import's content
@@ -185,10 +225,16 @@ fn stored_run_peak_regression_fails_missing_run_exits_2() {
     let o = mw(&["gate", "--baseline", b, "--run", "999", "--db", db]);
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
-    assert!(err.contains("mw.db") && err.contains("no run 999"), "{err}");
+    assert!(err.contains(shown) && err.contains("no run 999"), "{err}");
+}
+
+fn bad_databases(root: &Path) {
+    let dir = root;
+    let base = dir.join("b.toml");
+    let b = base.to_str().unwrap();
 
     // A database that does not exist: exit 2, and no empty database is created.
-    let missing = dir.path().join("nope.db");
+    let missing = dir.join("nope.db");
     let o = mw(&[
         "gate",
         "--baseline",
@@ -207,7 +253,7 @@ fn stored_run_peak_regression_fails_missing_run_exits_2() {
     assert!(!missing.exists());
 
     // A file that is not a database: exit 2 naming it.
-    let junk = dir.path().join("junk.db");
+    let junk = dir.join("junk.db");
     std::fs::write(
         &junk,
         "this is not sqlite, just text padded out to look like a file\n".repeat(200),
@@ -234,6 +280,8 @@ fn stored_run_peak_regression_fails_missing_run_exits_2() {
         mw(&["gate", "--baseline", b, "--run", "1"]).status.code(),
         Some(2)
     );
+    let db = dir.join("mw.db");
+    let db = db.to_str().unwrap();
     assert_eq!(
         mw(&["gate", "--baseline", b, "--run", "x", "--db", db])
             .status
