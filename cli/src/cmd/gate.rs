@@ -2,6 +2,7 @@
 //! Thin: collects measurements through the analysis crate's adapters, compares, renders,
 //! writes the baseline on `--update`/`--ratchet`, and maps the verdict to the exit code.
 
+use super::gate_db::{self, GateDb};
 use super::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -33,6 +34,10 @@ Examples:
 
   # lower the baseline where memory shrank, keep failing on regressions
   memwatch gate --baseline memory-baseline.toml --memory-analysis mem.json --ratchet
+
+  # gate runs kept in the daemon's store (memwatch run --db mw.db -- python train.py);
+  # NAME= keeps the baseline keys stable across runs; results go to gate_results
+  memwatch gate --baseline memory-baseline.toml --run train=42 --db mw.db
 
 Metrics: total (= argument + output + temp - alias), output, temp, argument, host_temp,
 alias, generated_code, peak. Default gated: total,output,temp,argument,host_temp,peak.";
@@ -69,6 +74,15 @@ pub struct GateArgs {
     /// `peak`. Repeatable.
     #[arg(long, value_name = "FILE")]
     pub capture: Vec<PathBuf>,
+    /// Run stored in --db (`memwatch run --db`, `memwatch import`, `memwatch serve`), as
+    /// ID or NAME=ID: one entry per device (`<NAME>/device<D>`, NAME defaulting to the
+    /// run's key, or the capture's stem for imported captures), metric `peak`. Repeatable.
+    #[arg(long = "run", value_name = "[NAME=]ID", requires = "db", value_parser = parse_run_ref)]
+    pub run: Vec<gate_db::RunRef>,
+    /// The store (SQLite file or postgres://… URL) holding the --run runs. Gate results
+    /// are recorded in its gate_results table (shown by `memwatch serve` under /gates).
+    #[arg(long, value_name = "PATH|URL")]
+    pub db: Option<String>,
     /// Relative growth allowed per metric, in percent of the baseline.
     #[arg(long, value_name = "PERCENT", default_value = "2%", value_parser = parse_percent)]
     pub max_increase: f64,
@@ -110,12 +124,16 @@ fn parse_percent(s: &str) -> Result<f64, String> {
     gate::units::parse_percent(s).map_err(|e| e.to_string())
 }
 
+fn parse_run_ref(s: &str) -> Result<gate_db::RunRef, String> {
+    gate_db::parse_run_ref(s)
+}
+
 fn parse_bytes(s: &str) -> Result<u64, String> {
     gate::units::parse_bytes(s).map_err(|e| e.to_string())
 }
 
 /// Reads every measurement source named on the command line.
-fn measure(args: &GateArgs) -> Result<Measurements> {
+fn measure(args: &GateArgs, db: Option<&mut GateDb>) -> Result<Measurements> {
     let mut m = Measurements::new();
     for p in &args.memory_analysis {
         m.extend(source::memory_analysis::load(p)?)?;
@@ -126,9 +144,21 @@ fn measure(args: &GateArgs) -> Result<Measurements> {
     for p in &args.capture {
         m.extend(source::capture::load(p)?)?;
     }
+    if let Some(db) = db {
+        for r in &args.run {
+            m.extend(db.load_run(r)?)?;
+        }
+    }
     if m.is_empty() {
-        if args.memory_analysis.is_empty() && args.xla_dump.is_empty() && args.capture.is_empty() {
-            bail!("nothing to gate: give --memory-analysis FILE, --xla-dump DIR or --capture FILE");
+        if args.memory_analysis.is_empty()
+            && args.xla_dump.is_empty()
+            && args.capture.is_empty()
+            && args.run.is_empty()
+        {
+            bail!(
+                "nothing to gate: give --memory-analysis FILE, --xla-dump DIR, --capture FILE \
+                 or --run ID --db PATH"
+            );
         }
         bail!("no entries found in the given inputs ({})", inputs(args));
     }
@@ -164,6 +194,7 @@ fn inputs(args: &GateArgs) -> String {
         .chain(&args.xla_dump)
         .chain(&args.capture)
         .map(|p| p.display().to_string())
+        .chain(args.run.iter().map(|r| format!("run {}", r.id)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -186,7 +217,8 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
 
 pub fn run(args: GateArgs) -> Result<Outcome> {
     let writing = args.update || args.ratchet;
-    let measured = measure(&args)?;
+    let mut db = args.db.as_deref().map(GateDb::open).transpose()?;
+    let measured = measure(&args, db.as_mut())?;
     let baseline = load_baseline(&args.baseline, writing)?;
     let opts = GateOptions {
         metrics: if args.metric.is_empty() {
@@ -213,6 +245,14 @@ pub fn run(args: GateArgs) -> Result<Outcome> {
             if missing.len() == 1 { "y was" } else { "ies were" },
             missing.join(", "),
             if missing.len() == 1 { "it" } else { "them" }
+        );
+    }
+    if let Some(db) = &db {
+        let n = db.record(&report)?;
+        eprintln!(
+            "memwatch gate: recorded {n} result{} in {}",
+            if n == 1 { "" } else { "s" },
+            memwatch_daemon::store::redact(args.db.as_deref().unwrap_or_default())
         );
     }
     let format = if args.json { Format::Json } else { args.format };

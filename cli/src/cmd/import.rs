@@ -162,7 +162,13 @@ fn content_id(path: &Path) -> Result<u64> {
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     let mut head = vec![0u8; 1 << 20];
     let n = f.read(&mut head).unwrap_or(0);
-    Ok(((len & 0xffff_ffff) << 32) | crc32fast::hash(&head[..n]) as u64)
+    // Not a CRC: every frame ends with the CRC32 of its bytes, and CRC32 over "data + its
+    // CRC" is a constant, so two different captures of one length and frame layout would
+    // get one CRC32 and the second import would be dropped as already stored.
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(&head[..n]);
+    let h = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    Ok(((len & 0xffff_ffff) << 32) | u64::from(h))
 }
 
 /// Reads `path` and stores it at `target`.

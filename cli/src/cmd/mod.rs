@@ -5,6 +5,7 @@ pub mod attach;
 pub mod attach_live;
 pub mod fmt;
 pub mod gate;
+pub mod gate_db;
 pub mod import;
 pub mod log;
 pub mod replay;
