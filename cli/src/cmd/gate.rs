@@ -216,6 +216,7 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
 }
 
 pub fn run(args: GateArgs) -> Result<Outcome> {
+    super::fmt::quiet_broken_pipe();
     let writing = args.update || args.ratchet;
     let mut db = args.db.as_deref().map(GateDb::open).transpose()?;
     let measured = measure(&args, db.as_mut())?;

@@ -451,6 +451,7 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
 
 /// Runs `memwatch replay`.
 pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
+    super::fmt::quiet_broken_pipe();
     if args.on_gpu {
         if args.compare_devices.is_some() || args.find_min_capacity {
             bail!(

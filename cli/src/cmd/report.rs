@@ -60,6 +60,7 @@ pub struct ReportArgs {
 
 /// Runs `memwatch report`.
 pub fn run(args: ReportArgs) -> Result<Outcome> {
+    super::fmt::quiet_broken_pipe();
     let loaded = load_with_progress(&args.capture)?;
     print_damage(&loaded);
     if args.trace {

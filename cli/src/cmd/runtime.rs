@@ -34,6 +34,7 @@ pub struct RuntimeArgs {
 
 /// Runs `memwatch runtime`.
 pub fn run(a: RuntimeArgs) -> Result<Outcome> {
+    super::fmt::quiet_broken_pipe();
     let cap = runtime::load_capture(&a.capture).context("reading capture")?;
     let mut report = runtime::analyse(&cap, a.timeline);
     if let Some(d) = &a.xla_dump {
