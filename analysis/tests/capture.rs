@@ -603,3 +603,53 @@ fn events_before_the_announcement_start_the_capture() {
     );
     assert_eq!(r.duration_ns, 505);
 }
+
+/// One thread frees a buffer and then allocates the next, but the second flush's clock
+/// conversion put the allocation 2 µs *before* the free (seen on a loaded VM): the
+/// thread's order must win, so only one buffer is ever live.
+#[test]
+fn a_threads_calls_keep_their_order_when_flush_clocks_disagree() {
+    let first = vec![
+        ev(
+            7,
+            e(
+                1_000,
+                50,
+                70,
+                0,
+                Alloc,
+                Device,
+                Api::HipMalloc,
+                0xa000,
+                4096,
+            ),
+        ),
+        ev(
+            7,
+            e(10_000, 50, 70, 0, Free, Device, Api::HipFree, 0xa000, 0),
+        ),
+    ];
+    let second = vec![ev(
+        7,
+        e(
+            8_000,
+            50,
+            70,
+            0,
+            Alloc,
+            Device,
+            Api::HipMalloc,
+            0xb000,
+            4097,
+        ),
+    )];
+    let r = report(&encode(&[
+        start(7, 0, &["t"]),
+        Record::Events(first),
+        Record::Events(second),
+    ]));
+    let d0 = &r.processes[0].devices[0];
+    assert_eq!(d0.alloc_count, 2);
+    assert_eq!(d0.peak_bytes, 4097, "the free came first in the thread");
+    assert_eq!(d0.live_bytes_at_exit, 4097);
+}

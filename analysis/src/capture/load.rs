@@ -136,6 +136,13 @@ impl Loaded {
 struct Builder {
     loaded: Loaded,
     stream_index: std::collections::HashMap<(u32, i32), u32>,
+    /// The latest start time seen per (pid, tid). A thread's events reach the file in
+    /// the order it made the calls, but the shim converts TSC ticks to CLOCK_MONOTONIC
+    /// per flush, and on a loaded (virtual) machine two flushes' conversions can differ
+    /// by microseconds: a free and the thread's next allocation could then swap places
+    /// in time order. Clamping each thread's times to be non-decreasing keeps its calls
+    /// in the order it made them.
+    thread_last_ts: std::collections::HashMap<(u32, u32), u64>,
 }
 
 impl Builder {
@@ -168,6 +175,9 @@ impl Builder {
             return;
         };
         let stream = self.stream(e.pid, e.device);
+        let last = self.thread_last_ts.entry((e.pid, e.tid)).or_insert(0);
+        let ts = e.ts_ns.max(*last);
+        *last = ts;
         let dur = if kind == EventKind::ApiSpan && e.duration_ns == 0 {
             e.aux
         } else {
@@ -178,7 +188,7 @@ impl Builder {
                 pid: e.pid,
                 tid: e.tid,
                 device: e.device,
-                ts: e.ts_ns,
+                ts,
                 api: e.api_name(),
                 kind,
                 mem_kind: e.mem_kind,
@@ -191,11 +201,11 @@ impl Builder {
                 p.failures.push(failure);
             }
         }
-        if self.loaded.min_event_ts.is_none_or(|t| e.ts_ns < t) {
-            self.loaded.min_event_ts = Some(e.ts_ns);
+        if self.loaded.min_event_ts.is_none_or(|t| ts < t) {
+            self.loaded.min_event_ts = Some(ts);
         }
         self.loaded.events.push(Ev {
-            ts: e.ts_ns,
+            ts,
             dur,
             ptr: e.ptr,
             size: e.size,
@@ -283,6 +293,7 @@ pub fn load_reader<R: Read>(
             ..Loaded::default()
         },
         stream_index: Default::default(),
+        thread_last_ts: Default::default(),
     };
     let mut last_progress = 0u64;
     loop {
