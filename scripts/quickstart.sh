@@ -30,7 +30,7 @@ step "1. memwatch run --db $db -- (a launcher with 3 workers: threads on 8 devic
 rm -f "$db" "$db"-wal "$db"-shm
 # (mwtest dlopens ./libamdhip64.so, ./libcuda.so ... from its working directory.)
 (cd "$demo" && "$mw" run --db "$db" --out "$demo/demo.mwcap" --tag job=quickstart -- \
-  sh -c "./mwtest dlsym threads 40 & ./mwtest dlsym fork & ./mwtest proc basic; wait") || true
+  sh -c "./mwtest dlsym threads 40 & ./mwtest dlsym fork & ./mwtest proc basic; wait" > demo-program.out) || true
 "$mw" report "$demo/demo.mwcap" --top 3
 
 inc=testdata/h200/incidents/h200-jax0.11.2-oom-temp
@@ -40,9 +40,12 @@ step "2. memwatch log: a real RESOURCE_EXHAUSTED on an H200 (JAX 0.11.2), joined
 step "3. memwatch xla report: what makes up a real jitted train step's memory (H200 dump)"
 "$mw" xla report testdata/h200/xla/h200-jax0.11.2-mlp --module jit_mlp --top 8
 
-step "4. memwatch replay: the real H200 allocator trace through the BFC model, then on other devices"
+step "4. memwatch replay: a real H200 BFC allocator run through the model (it fails at the same step), then a real JAX capture on other devices"
 "$mw" replay testdata/h200/bfc/h200-jax0.11.2/bfc_seed12.json || true
-"$mw" replay "$demo/demo.mwcap" --trace-device 0 --compare-devices mi300x,strix-halo,h100,h200 || true
+jaxcap=testdata/h200-captures/jax0.11.2-platform-allocator.mwcap
+"$mw" report "$jaxcap" --top 3
+"$mw" replay "$jaxcap" --trace-device 0 --compare-devices mi300x,strix-halo,h100,h200 || true
+"$mw" replay "$jaxcap" --trace-device 0 --capacity 600MiB --find-min-capacity || true
 
 step "5. memwatch serve --db $db  (dashboard and JSON API on http://127.0.0.1:7373)"
 if [ -t 1 ] && [ -z "${CI:-}" ]; then
