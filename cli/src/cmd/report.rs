@@ -316,7 +316,13 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
             ]
             .map(String::from)
             .to_vec()];
-            for d in &p.devices {
+            // A device that only appears through non-memory events (spans, PJRT records
+            // without a device) has nothing to show; `--json` still lists it.
+            let quiet = |d: &memwatch_analysis::capture::DeviceReport| {
+                d.alloc_count + d.free_count + d.failed_count + d.unmatched_frees == 0
+                    && d.host_pinned.peak_bytes == 0
+            };
+            for d in p.devices.iter().filter(|d| !quiet(d)) {
                 let name = d.name.as_ref().map_or(String::new(), |n| format!(" {n}"));
                 rows.push(vec![
                     format!("{}{name}", d.device),
