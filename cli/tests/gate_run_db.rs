@@ -1,43 +1,11 @@
 //! `memwatch gate --run ID --db PATH`: runs imported into the daemon's store gate by
 //! their per-device peaks, and the verdicts land in the store's gate_results table.
 
-use memwatch_wire::*;
 use std::path::Path;
 use std::process::{Command, Output};
-
-/// A one-process capture on device 0 whose peak is 1 MiB + `second_alloc`.
-fn capture(path: &Path, second_alloc: u64) {
-    let start = Record::ProcessStart(ProcessStart {
-        pid: 4242,
-        ppid: 1,
-        mono_anchor_ns: 1_000,
-        wall_anchor_unix_ns: 1_700_000_000_000_000_000,
-        shim_version: "test".into(),
-        hostname: "h".into(),
-        argv: vec!["python".into(), "train.py".into()],
-    });
-    let ev = |t: u64, kind: EventKind, api: Api, ptr: u64, size: u64| Event {
-        ts_ns: 1_000 + t,
-        ptr,
-        size,
-        pid: 4242,
-        tid: 1,
-        device: 0,
-        kind: kind as u8,
-        mem_kind: MemKind::Device as u8,
-        api: api as u16,
-        ..Event::default()
-    };
-    let mut w = FrameWriter::new(Vec::new()).unwrap();
-    w.write_record(&start).unwrap();
-    w.write_record(&Record::Events(vec![
-        ev(10, EventKind::Alloc, Api::CudaMalloc, 0x1000, 1 << 20),
-        ev(20, EventKind::Alloc, Api::CudaMalloc, 0x2000, second_alloc),
-        ev(30, EventKind::Free, Api::CudaFree, 0x1000, 0),
-    ]))
-    .unwrap();
-    std::fs::write(path, w.into_inner().unwrap()).unwrap();
-}
+#[path = "support/synthetic_capture.rs"]
+mod synthetic_capture;
+use synthetic_capture::capture;
 
 fn mw(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_memwatch"))
