@@ -1,5 +1,9 @@
 //! The BFC model against the real allocator: every step of the recorded H200 runs.
 
+#[path = "support/bfc_check.rs"]
+mod bfc_check;
+
+use bfc_check::{dumped_chunks, model_chunks, replay_matches_every_step, Chunk};
 use memwatch_analysis::alloc::bfc::{Bfc, BfcConfig};
 use memwatch_analysis::alloc::device::{pool_limit, resolve};
 use memwatch_analysis::alloc::replay::{replay, ReplayOptions};
@@ -22,31 +26,8 @@ fn check(seed: u32, expect_prealloc: bool) {
         pool_limit(resolve("h200").unwrap().capacity_bytes, 0.04),
         limit
     );
-    let prealloc = t.meta.preallocate.unwrap();
-    assert_eq!(prealloc, expect_prealloc);
-    let mut m = Bfc::new(BfcConfig::jax(limit, prealloc));
-    let r = replay(
-        &t,
-        &mut m,
-        ReplayOptions {
-            record_steps: true,
-            check_invariants: true,
-            ..Default::default()
-        },
-        &mut |_| {},
-    )
-    .unwrap();
-    let steps = r.steps.unwrap();
-    let obs = t.observed.as_ref().unwrap();
-    assert_eq!(steps.len(), obs.len());
-    for (i, (s, o)) in steps.iter().zip(obs).enumerate() {
-        assert_eq!(
-            (s.bytes_in_use, s.largest_free_block_bytes),
-            (o.bytes_in_use, o.largest_free_block_bytes),
-            "seed {seed} step {i}: model (in_use, largest_free) differs from the real allocator"
-        );
-    }
-    assert_eq!(r.oom_step, t.meta.oom_step, "seed {seed}: OOM step");
+    assert_eq!(t.meta.preallocate.unwrap(), expect_prealloc);
+    let r = replay_matches_every_step(&t, &format!("seed {seed}"));
     assert!(r.oom_step.is_some());
 }
 
@@ -78,44 +59,18 @@ fn seed12_layout_matches_the_oom_dump() {
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    let mut dumped = Vec::new();
-    let mut base = None;
-    for line in log.lines() {
-        let Some(rest) = line.split("] ").nth(1) else {
-            continue;
-        };
-        let (state, rest) = if let Some(r) = rest.strip_prefix("InUse at ") {
-            ("InUse", r)
-        } else if let Some(r) = rest.strip_prefix("Free  at ") {
-            ("Free", r)
-        } else {
-            continue;
-        };
-        let w: Vec<&str> = rest.split_whitespace().collect();
-        let addr = u64::from_str_radix(w[0], 16).unwrap();
-        let base = *base.get_or_insert(addr);
-        dumped.push((
-            addr - base,
-            w[3].parse::<u64>().unwrap(),
-            state,
-            w[5].to_string(),
-        ));
-    }
+    let dumped = rebased(dumped_chunks(&log));
     assert_eq!(dumped.len(), 16);
-    let b0 = oom.blocks[0].addr;
-    let model: Vec<_> = oom
-        .blocks
-        .iter()
-        .map(|b| {
-            let st = if b.state == memwatch_analysis::alloc::BlockState::InUse {
-                "InUse"
-            } else {
-                "Free"
-            };
-            (b.addr - b0, b.size, st, b.label.to_string())
-        })
-        .collect();
-    assert_eq!(model, dumped);
+    assert_eq!(rebased(model_chunks(&oom)), dumped);
     assert_eq!(m.central_gap_bytes(), 1_126_240_256);
     assert_eq!(m.next_region_target(), 2 * 6_006_243_328);
+}
+
+/// Addresses relative to the first chunk's.
+fn rebased(chunks: Vec<Chunk>) -> Vec<Chunk> {
+    let base = chunks.first().map_or(0, |c| c.0);
+    chunks
+        .into_iter()
+        .map(|(a, s, st, tag)| (a - base, s, st, tag))
+        .collect()
 }

@@ -3,6 +3,10 @@
 //! `largest_free_block_bytes` after every step, and the OOM step, equal the real
 //! allocator's.
 
+#[path = "support/bfc_check.rs"]
+mod bfc_check;
+
+use bfc_check::{dumped_chunks, model_chunks, replay_matches_every_step};
 use memwatch_analysis::alloc::bfc::{Bfc, BfcConfig};
 use memwatch_analysis::alloc::replay::{replay, ReplayOptions};
 use memwatch_analysis::alloc::trace::read_any;
@@ -29,33 +33,8 @@ fn every_validation_recording_matches_at_every_step() {
     let recs = recordings();
     assert!(recs.len() >= 2, "no recordings found");
     for path in recs {
-        let name = path.display();
         let t = read_any(&std::fs::read(&path).unwrap(), None).unwrap();
-        let limit = t.meta.bytes_limit.unwrap();
-        let prealloc = t.meta.preallocate.unwrap();
-        let mut m = Bfc::new(BfcConfig::jax(limit, prealloc));
-        let r = replay(
-            &t,
-            &mut m,
-            ReplayOptions {
-                record_steps: true,
-                check_invariants: true,
-                ..Default::default()
-            },
-            &mut |_| {},
-        )
-        .unwrap();
-        let steps = r.steps.unwrap();
-        let obs = t.observed.as_ref().unwrap();
-        assert_eq!(steps.len(), obs.len(), "{name}: step count");
-        for (i, (s, o)) in steps.iter().zip(obs).enumerate() {
-            assert_eq!(
-                (s.bytes_in_use, s.largest_free_block_bytes),
-                (o.bytes_in_use, o.largest_free_block_bytes),
-                "{name} step {i}: model (in_use, largest_free) differs from the real allocator"
-            );
-        }
-        assert_eq!(r.oom_step, t.meta.oom_step, "{name}: OOM step");
+        replay_matches_every_step(&t, &path.display().to_string());
     }
 }
 
@@ -72,35 +51,8 @@ fn oom_layouts_match_the_allocator_dumps() {
         let r = replay(&t, &mut m, ReplayOptions::default(), &mut |_| {}).unwrap();
         let oom = r.oom.unwrap();
         let log = std::fs::read_to_string(path.with_extension("log")).unwrap();
-        let mut dumped = Vec::new();
-        for line in log.lines() {
-            let Some(rest) = line.split("] ").nth(1) else {
-                continue;
-            };
-            let (state, rest) = if let Some(r) = rest.strip_prefix("InUse at ") {
-                ("InUse", r)
-            } else if let Some(r) = rest.strip_prefix("Free  at ") {
-                ("Free", r)
-            } else {
-                continue;
-            };
-            let w: Vec<&str> = rest.split_whitespace().collect();
-            let addr = u64::from_str_radix(w[0], 16).unwrap();
-            dumped.push((addr, w[3].parse::<u64>().unwrap(), state, w[5].to_string()));
-        }
+        let dumped = dumped_chunks(&log);
         assert!(!dumped.is_empty(), "{}: no dump", path.display());
-        let model: Vec<_> = oom
-            .blocks
-            .iter()
-            .map(|b| {
-                let st = if b.state == memwatch_analysis::alloc::BlockState::InUse {
-                    "InUse"
-                } else {
-                    "Free"
-                };
-                (b.addr, b.size, st, b.label.to_string())
-            })
-            .collect();
-        assert_eq!(model, dumped, "{}", path.display());
+        assert_eq!(model_chunks(&oom), dumped, "{}", path.display());
     }
 }
