@@ -189,6 +189,20 @@ pub(super) unsafe extern "C" fn client_addressable_devices(args: *mut c_void) ->
 
 // ------------------------------------------------------- executables
 
+/// Asks entry `s` (`Executable_Fingerprint` or `LoadedExecutable_Fingerprint`, which
+/// share their args layout) for `handle`'s fingerprint and stores it in `info`.
+unsafe fn fingerprint_via(s: usize, handle: *mut c_void, info: &mut ExecInfo) {
+    let mut f = ExecutableFingerprintArgs::new();
+    f.executable = handle;
+    if call_quiet(s, (&mut f as *mut ExecutableFingerprintArgs).cast()) && !f.fingerprint.is_null()
+    {
+        info.set_fingerprint(core::slice::from_raw_parts(
+            f.fingerprint.cast::<u8>(),
+            f.fingerprint_size,
+        ));
+    }
+}
+
 /// Asks the plugin about a freshly loaded executable and stores what it says.
 unsafe fn describe(loaded: *mut c_void, flags: u32, t0: u64) {
     let mut info = ExecInfo::empty();
@@ -214,18 +228,7 @@ unsafe fn describe(loaded: *mut c_void, flags: u32, t0: u64) {
                 n.name_size,
             ));
         }
-        let mut f = ExecutableFingerprintArgs::new();
-        f.executable = exe;
-        if call_quiet(
-            slot::EXECUTABLE_FINGERPRINT,
-            (&mut f as *mut ExecutableFingerprintArgs).cast(),
-        ) && !f.fingerprint.is_null()
-        {
-            info.set_fingerprint(core::slice::from_raw_parts(
-                f.fingerprint.cast::<u8>(),
-                f.fingerprint_size,
-            ));
-        }
+        fingerprint_via(slot::EXECUTABLE_FINGERPRINT, exe, &mut info);
         let mut o = ExecutableNumOutputsArgs::new();
         o.executable = exe;
         if call_quiet(
@@ -262,18 +265,7 @@ unsafe fn describe(loaded: *mut c_void, flags: u32, t0: u64) {
         );
     }
     if info.fp_len == 0 {
-        let mut f = ExecutableFingerprintArgs::new();
-        f.executable = loaded;
-        if call_quiet(
-            slot::LOADED_EXECUTABLE_FINGERPRINT,
-            (&mut f as *mut ExecutableFingerprintArgs).cast(),
-        ) && !f.fingerprint.is_null()
-        {
-            info.set_fingerprint(core::slice::from_raw_parts(
-                f.fingerprint.cast::<u8>(),
-                f.fingerprint_size,
-            ));
-        }
+        fingerprint_via(slot::LOADED_EXECUTABLE_FINGERPRINT, loaded, &mut info);
     }
     let mut ad = LoadedAddressableDevicesArgs::new();
     ad.executable = loaded;
