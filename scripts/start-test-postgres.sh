@@ -18,18 +18,19 @@ read -r VER NAME _ < <(pg_lsclusters --no-header | head -n1) || true
 if [ -z "${VER:-}" ]; then
   VER=$(ls /usr/lib/postgresql | sort -V | tail -n1)
   NAME=main
-  $SUDO pg_createcluster "$VER" "$NAME" --port "$PORT" >/dev/null
+  $SUDO pg_createcluster "$VER" "$NAME" --port "$PORT" >&2
 fi
 if ! pg_lsclusters --no-header | awk -v v="$VER" -v n="$NAME" '$1==v && $2==n {print $4}' | grep -q online; then
-  $SUDO pg_ctlcluster "$VER" "$NAME" start
+  # pg_ctlcluster talks on stdout ("Removed stale pid file."): only the URL may go there.
+  $SUDO pg_ctlcluster "$VER" "$NAME" start >&2
 fi
 PORT=$(pg_lsclusters --no-header | awk -v v="$VER" -v n="$NAME" '$1==v && $2==n {print $3}')
 if [ "$(id -u)" = 0 ]; then AS_PG=(runuser -u postgres --); else AS_PG=(sudo -u postgres); fi
 psql_as_postgres() { "${AS_PG[@]}" psql -p "$PORT" -v ON_ERROR_STOP=1 -qtA "$@"; }
 if [ "$(psql_as_postgres -c "SELECT 1 FROM pg_roles WHERE rolname='$ROLE'")" != 1 ]; then
-  psql_as_postgres -c "CREATE ROLE $ROLE LOGIN CREATEDB PASSWORD '$PASS'" >/dev/null
+  psql_as_postgres -c "CREATE ROLE $ROLE LOGIN CREATEDB PASSWORD '$PASS'" >&2
 fi
 if [ "$(psql_as_postgres -c "SELECT 1 FROM pg_database WHERE datname='$DB'")" != 1 ]; then
-  psql_as_postgres -c "CREATE DATABASE $DB OWNER $ROLE" >/dev/null
+  psql_as_postgres -c "CREATE DATABASE $DB OWNER $ROLE" >&2
 fi
 echo "postgres://$ROLE:$PASS@127.0.0.1:$PORT/$DB"

@@ -10,6 +10,10 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 export MEMWATCH_TEST_POSTGRES_URL="${MEMWATCH_TEST_POSTGRES_URL:-$(bash scripts/start-test-postgres.sh)}"
+if [[ ! "$MEMWATCH_TEST_POSTGRES_URL" =~ ^postgres://[^[:space:]]+$ ]]; then
+  echo "test.sh: MEMWATCH_TEST_POSTGRES_URL is not one postgres:// URL: [$MEMWATCH_TEST_POSTGRES_URL]" >&2
+  exit 2
+fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"

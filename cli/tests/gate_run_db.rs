@@ -61,7 +61,9 @@ fn stored_run_gate_on_postgres() {
         .unwrap();
     rt.block_on(async {
         sqlx::any::install_default_drivers();
-        let pool = sqlx::AnyPool::connect(&admin).await.unwrap();
+        let pool = sqlx::AnyPool::connect(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to MEMWATCH_TEST_POSTGRES_URL [{admin}]: {e}"));
         sqlx::query(&format!("CREATE DATABASE {name}"))
             .execute(&pool)
             .await

@@ -16,7 +16,9 @@ pub async fn dbs(name: &str) -> Dbs {
     match std::env::var("MEMWATCH_TEST_POSTGRES_URL") {
         Ok(admin) if !admin.is_empty() => {
             sqlx::any::install_default_drivers();
-            let pool = sqlx::AnyPool::connect(&admin).await.unwrap();
+            let pool = sqlx::AnyPool::connect(&admin).await.unwrap_or_else(|e| {
+                panic!("connecting to MEMWATCH_TEST_POSTGRES_URL [{admin}]: {e}")
+            });
             let db = format!(
                 "mwtest_{}_{}_{}",
                 name,
