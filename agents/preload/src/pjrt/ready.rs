@@ -29,15 +29,18 @@ struct Link {
     device: AtomicI32,
 }
 
-const EMPTY: Link = Link {
-    key: AtomicU64::new(0),
-    handle: AtomicU64::new(0),
-    start: AtomicU64::new(0),
-    device: AtomicI32::new(0),
-};
+static BUFFERS: [Link; SLOTS] = [const { Link::EMPTY }; SLOTS];
+static EVENTS: [Link; SLOTS] = [const { Link::EMPTY }; SLOTS];
 
-static BUFFERS: [Link; SLOTS] = [EMPTY; SLOTS];
-static EVENTS: [Link; SLOTS] = [EMPTY; SLOTS];
+impl Link {
+    #[allow(clippy::declare_interior_mutable_const)] // only used to initialise the statics
+    const EMPTY: Link = Link {
+        key: AtomicU64::new(0),
+        handle: AtomicU64::new(0),
+        start: AtomicU64::new(0),
+        device: AtomicI32::new(0),
+    };
+}
 
 fn home(key: u64) -> usize {
     ((key >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 51) as usize % SLOTS
