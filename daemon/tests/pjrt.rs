@@ -168,6 +168,15 @@ fn batches() -> Vec<Batch> {
         Record::Events(vec![
             span(Api::PjrtExecute, 950, 5, 0xb, 0, 0),
             span(Api::PjrtExecuteComplete, 950, 40, 0xb, 8, 239_104_000),
+            // a buffer made and freed within one frame
+            buffer(960, 0x300, MIB, 0xa),
+            Event {
+                ts_ns: T0 + 970,
+                kind: EventKind::Free as u8,
+                device: -1,
+                api: Api::PjrtBufferDestroy as u16,
+                ..buffer(970, 0x300, 0, 0)
+            },
         ]),
     ];
     [one, two]
@@ -219,7 +228,19 @@ async fn pjrt_records_are_stored_and_attributed() {
         assert_eq!(count("pjrt_executables").await, 2, "{url}");
         assert_eq!(count("pjrt_executions").await, 3, "{url}");
         assert_eq!(count("pjrt_memory_stats").await, 3, "{url}");
-        assert_eq!(count("pjrt_buffers").await, 3, "{url}");
+        assert_eq!(count("pjrt_buffers").await, 4, "{url}");
+        let freed = sqlx::query(
+            "SELECT COUNT(*) FROM pjrt_buffers WHERE run_id = $1 AND freed_ts_ns IS NOT NULL",
+        )
+        .bind(run)
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            memwatch_daemon::store::col_i64(&freed, 0).unwrap(),
+            2,
+            "{url}"
+        );
 
         let (s, v) = get(&app, &format!("/api/runs/{run}/runtime?device=0")).await;
         assert_eq!(s, StatusCode::OK, "{v}");

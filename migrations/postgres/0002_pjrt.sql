@@ -80,7 +80,7 @@ CREATE TABLE pjrt_buffers (
     ts_ns BIGINT NOT NULL,
     freed_ts_ns BIGINT
 );
-CREATE INDEX pjrt_buffers_by_ptr ON pjrt_buffers (run_id, pid, ptr);
+CREATE INDEX pjrt_buffers_by_ptr ON pjrt_buffers (run_id, pid, ptr, freed_ts_ns);
 CREATE INDEX pjrt_buffers_by_time ON pjrt_buffers (run_id, device, ts_ns);
 
 -- The dump file a stored XLA module came from (attaching the same dump again replaces it).

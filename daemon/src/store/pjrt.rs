@@ -16,7 +16,7 @@
 //!
 //! It does not decide what counts as the peak or how an executable joins a module.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use memwatch_analysis::runtime::peak::{
     find_module, DeviceRuntime, ExecutableSummary, LiveGroup, OomIncident, PeakAttribution, Sample,
@@ -106,82 +106,186 @@ pub async fn store_memory_stats(
     Ok(())
 }
 
+/// One execution row not yet written.
+struct ExecRow {
+    pid: i64,
+    device: i64,
+    handle: i64,
+    start: i64,
+    call: i64,
+    result: i64,
+    requested: i64,
+    complete: Option<(i64, i64, i64)>,
+}
+
+/// One buffer row not yet written.
+struct BufRow {
+    pid: i64,
+    device: i64,
+    ptr: i64,
+    size: i64,
+    api: i64,
+    producer: i64,
+    ts: i64,
+    freed: Option<i64>,
+}
+
 /// Stores the PJRT events among `events` (the rest are left to the event chunks, which
 /// hold every event anyway): executions, completions, buffers, failed executes.
+/// Executions and buffers of the batch are written with multi-row inserts; a completion
+/// or free of a row of the same batch is applied before writing, one of an earlier batch
+/// with an UPDATE.
 pub async fn store_events(tx: &mut Tx, run: i64, events: &[Event]) -> Result<(), StoreError> {
+    let mut execs: Vec<ExecRow> = Vec::new();
+    let mut exec_at: HashMap<(i64, i64, i64, i64), usize> = HashMap::new();
+    let mut bufs: Vec<BufRow> = Vec::new();
+    let mut live_at: HashMap<(i64, i64), usize> = HashMap::new();
     for e in events.iter().filter(|e| is_pjrt(e)) {
+        let (pid, device, ptr) = (e.pid as i64, e.device as i64, e.ptr as i64);
         match (e.api_name(), e.event_kind()) {
             (Api::PjrtExecute, _) => {
-                sqlx::query(
-                    "INSERT INTO pjrt_executions (run_id, pid, device, handle, start_ns, call_ns, \
-                     result, requested_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
-                .bind(run)
-                .bind(e.pid as i64)
-                .bind(e.device as i64)
-                .bind(e.ptr as i64)
-                .bind(e.ts_ns as i64)
-                .bind(e.duration_ns as i64)
-                .bind(e.result as i64)
-                .bind(e.size as i64)
-                .execute(&mut **tx)
-                .await?;
+                exec_at.insert((pid, ptr, device, e.ts_ns as i64), execs.len());
+                execs.push(ExecRow {
+                    pid,
+                    device,
+                    handle: ptr,
+                    start: e.ts_ns as i64,
+                    call: e.duration_ns as i64,
+                    result: e.result as i64,
+                    requested: e.size as i64,
+                    complete: None,
+                });
                 if e.result != 0 {
                     incident(tx, run, e).await?;
                 }
             }
             (Api::PjrtExecuteComplete, _) => {
-                sqlx::query(
-                    "UPDATE pjrt_executions SET complete_ns = $1, complete_result = $2, \
-                     complete_requested_bytes = $3 WHERE run_id = $4 AND pid = $5 AND handle = $6 \
-                     AND device = $7 AND start_ns = $8",
-                )
-                .bind(e.duration_ns as i64)
-                .bind(e.result as i64)
-                .bind(e.size as i64)
-                .bind(run)
-                .bind(e.pid as i64)
-                .bind(e.ptr as i64)
-                .bind(e.device as i64)
-                .bind(e.ts_ns as i64)
-                .execute(&mut **tx)
-                .await?;
+                let done = (e.duration_ns as i64, e.result as i64, e.size as i64);
+                match exec_at.get(&(pid, ptr, device, e.ts_ns as i64)) {
+                    Some(&i) => execs[i].complete = Some(done),
+                    None => {
+                        sqlx::query(
+                            "UPDATE pjrt_executions SET complete_ns = $1, complete_result = $2, \
+                             complete_requested_bytes = $3 WHERE run_id = $4 AND pid = $5 \
+                             AND handle = $6 AND device = $7 AND start_ns = $8",
+                        )
+                        .bind(done.0)
+                        .bind(done.1)
+                        .bind(done.2)
+                        .bind(run)
+                        .bind(pid)
+                        .bind(ptr)
+                        .bind(device)
+                        .bind(e.ts_ns as i64)
+                        .execute(&mut **tx)
+                        .await?;
+                    }
+                }
                 if e.result != 0 {
                     incident(tx, run, e).await?;
                 }
             }
             (_, Some(EventKind::Alloc)) if e.mem_kind == MemKind::PjrtBuffer as u8 => {
-                sqlx::query(
-                    "INSERT INTO pjrt_buffers (run_id, pid, device, ptr, size, api, producer, \
-                     ts_ns) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
-                .bind(run)
-                .bind(e.pid as i64)
-                .bind(e.device as i64)
-                .bind(e.ptr as i64)
-                .bind(e.size as i64)
-                .bind(e.api as i64)
-                .bind(e.aux as i64)
-                .bind(e.ts_ns as i64)
-                .execute(&mut **tx)
-                .await?;
+                live_at.insert((pid, ptr), bufs.len());
+                bufs.push(BufRow {
+                    pid,
+                    device,
+                    ptr,
+                    size: e.size as i64,
+                    api: e.api as i64,
+                    producer: e.aux as i64,
+                    ts: e.ts_ns as i64,
+                    freed: None,
+                });
             }
-            (_, Some(EventKind::Free)) => {
-                sqlx::query(
-                    "UPDATE pjrt_buffers SET freed_ts_ns = $1 WHERE run_id = $2 AND pid = $3 \
-                     AND ptr = $4 AND freed_ts_ns IS NULL",
-                )
-                .bind(e.ts_ns as i64)
-                .bind(run)
-                .bind(e.pid as i64)
-                .bind(e.ptr as i64)
-                .execute(&mut **tx)
-                .await?;
-            }
+            (_, Some(EventKind::Free)) => match live_at.remove(&(pid, ptr)) {
+                Some(i) => bufs[i].freed = Some(e.ts_ns as i64),
+                None => {
+                    sqlx::query(
+                        "UPDATE pjrt_buffers SET freed_ts_ns = $1 WHERE run_id = $2 AND pid = $3 \
+                         AND ptr = $4 AND freed_ts_ns IS NULL",
+                    )
+                    .bind(e.ts_ns as i64)
+                    .bind(run)
+                    .bind(pid)
+                    .bind(ptr)
+                    .execute(&mut **tx)
+                    .await?;
+                }
+            },
             _ => {}
         }
     }
+    for group in execs.chunks(ROWS_PER_INSERT) {
+        let sql = multi_row(
+            "INSERT INTO pjrt_executions (run_id, pid, device, handle, start_ns, call_ns, \
+             result, requested_bytes, complete_ns, complete_result, complete_requested_bytes) VALUES ",
+            11,
+            group.len(),
+        );
+        let mut q = sqlx::query(&sql);
+        for r in group {
+            q = q
+                .bind(run)
+                .bind(r.pid)
+                .bind(r.device)
+                .bind(r.handle)
+                .bind(r.start)
+                .bind(r.call)
+                .bind(r.result)
+                .bind(r.requested)
+                .bind(r.complete.map(|c| c.0))
+                .bind(r.complete.map(|c| c.1))
+                .bind(r.complete.map(|c| c.2));
+        }
+        q.execute(&mut **tx).await?;
+    }
+    for group in bufs.chunks(ROWS_PER_INSERT) {
+        let sql = multi_row(
+            "INSERT INTO pjrt_buffers (run_id, pid, device, ptr, size, api, producer, ts_ns, \
+             freed_ts_ns) VALUES ",
+            9,
+            group.len(),
+        );
+        let mut q = sqlx::query(&sql);
+        for r in group {
+            q = q
+                .bind(run)
+                .bind(r.pid)
+                .bind(r.device)
+                .bind(r.ptr)
+                .bind(r.size)
+                .bind(r.api)
+                .bind(r.producer)
+                .bind(r.ts)
+                .bind(r.freed);
+        }
+        q.execute(&mut **tx).await?;
+    }
     Ok(())
+}
+
+/// Rows per multi-row INSERT (well under SQLite's and PostgreSQL's parameter limits).
+const ROWS_PER_INSERT: usize = 256;
+
+/// `head` followed by `rows` groups of `cols` numbered placeholders.
+fn multi_row(head: &str, cols: usize, rows: usize) -> String {
+    let mut sql = String::with_capacity(head.len() + rows * cols * 5);
+    sql.push_str(head);
+    for r in 0..rows {
+        if r > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        for c in 0..cols {
+            if c > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!("${}", r * cols + c + 1));
+        }
+        sql.push(')');
+    }
+    sql
 }
 
 /// A failed execute becomes an incident; its live bytes are the allocator's bytes in use
