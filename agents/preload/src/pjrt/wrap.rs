@@ -9,7 +9,9 @@
 //! the caller asked for completion events, a memory-stats request for the flusher),
 //! buffer creation / copy / destroy. An execute error is recorded with its code and the
 //! size its RESOURCE_EXHAUSTED message names, whether Execute returned it or it came
-//! later with the completion event.
+//! later with the completion event or — when the caller asked for no completion events —
+//! on an output buffer's ready event (`PJRT_Buffer_ReadyEvent`, then `PJRT_Event_OnReady`,
+//! `_Await` or `_Error`; the links live in `ready`), once per execution and device.
 //! Fields are only read when the caller's `struct_size` covers them. No lock is held
 //! across a real call and the recording guard is not held either, so the driver calls
 //! the plugin makes inside (cuMemAlloc ...) are still recorded.
