@@ -265,8 +265,9 @@ pub async fn store_events(tx: &mut Tx, run: i64, events: &[Event]) -> Result<(),
     Ok(())
 }
 
-/// Rows per multi-row INSERT (well under SQLite's and PostgreSQL's parameter limits).
-const ROWS_PER_INSERT: usize = 256;
+/// Rows per multi-row INSERT: sqlx binds SQLite parameters by name, which costs time
+/// quadratic in the parameters of one statement, so statements stay small.
+const ROWS_PER_INSERT: usize = 8;
 
 /// `head` followed by `rows` groups of `cols` numbered placeholders.
 fn multi_row(head: &str, cols: usize, rows: usize) -> String {
