@@ -562,7 +562,12 @@ fn trace_export_ids_streams_and_device_filter() {
             r#"{"op":"alloc","id":7,"size":20,"ts_ns":2300,"device":0,"stream":2}"#,
         ]
     );
-    assert_eq!(s.streams, vec![(10, 0), (10, 1), (11, 0)]);
+    let streams: Vec<(u32, u32, i32)> = s
+        .streams
+        .iter()
+        .map(|(k, d)| (k.pid, k.image, *d))
+        .collect();
+    assert_eq!(streams, vec![(10, 0, 0), (10, 0, 1), (11, 0, 0)]);
     assert_eq!((s.allocs, s.frees), (7, 4));
 
     let mut out = Vec::new();

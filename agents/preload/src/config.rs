@@ -1,6 +1,7 @@
 //! Configuration read from the environment, once, without allocating.
 //!
-//! Owns parsing of `MEMWATCH_SINK`, `MEMWATCH_BUFFER_EVENTS` and `MEMWATCH_HOOK` into a
+//! Owns parsing of `MEMWATCH_SINK`, `MEMWATCH_BUFFER_EVENTS`, `MEMWATCH_HOOK` and
+//! `MEMWATCH_ALLOC_DURATIONS` into a
 //! fixed-size [`Config`]. It must not allocate (it runs on the first hooked call and inside
 //! `dlsym`), must not panic, and does not open anything.
 
@@ -43,6 +44,9 @@ pub struct Config {
     pub buffer_events: usize,
     /// Bit set of [`Family`] values.
     pub families: u8,
+    /// `MEMWATCH_ALLOC_DURATIONS=1`: time allocation and release calls too (a second
+    /// clock read per call); by default only API spans carry a duration.
+    pub alloc_durations: bool,
 }
 
 impl Config {
@@ -53,6 +57,7 @@ impl Config {
             path_len: 0,
             buffer_events: DEFAULT_BUFFER_EVENTS,
             families: 0,
+            alloc_durations: false,
         }
     }
 
@@ -111,11 +116,13 @@ impl Config {
     pub fn from_env() -> Self {
         // SAFETY: getenv returns NUL-terminated strings owned by the environment.
         unsafe {
-            Config::parse(
+            let mut c = Config::parse(
                 getenv(c"MEMWATCH_SINK"),
                 getenv(c"MEMWATCH_BUFFER_EVENTS"),
                 getenv(c"MEMWATCH_HOOK"),
-            )
+            );
+            c.alloc_durations = getenv(c"MEMWATCH_ALLOC_DURATIONS") == Some(b"1".as_slice());
+            c
         }
     }
 }

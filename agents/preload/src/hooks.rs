@@ -52,6 +52,13 @@ impl HookInfo {
     pub fn is_ptsz(&self) -> bool {
         self.name().ends_with("_ptsz")
     }
+    /// Forgets the real function (its library was unloaded).
+    pub fn forget_real(&self) {
+        if let Some(slot) = SLOTS.get(self.idx) {
+            slot.store(core::ptr::null_mut(), Ordering::Release);
+        }
+    }
+
     /// Offers `p` as the real function; returns whether the slot now holds `p`.
     pub fn offer_real(&self, p: *mut c_void) -> bool {
         let Some(slot) = SLOTS.get(self.idx) else {
@@ -421,7 +428,7 @@ unsafe fn ctx_device() -> i32 {
             let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
             if !h.is_null() {
                 f = real_dlsym()(h, c"cuCtxGetDevice".as_ptr());
-                libc::dlclose(h);
+                crate::real::real_dlclose()(h);
                 CU_CTX_GET_DEVICE.store(f, Ordering::Release);
                 CU_CTX_KEY.store(real, Ordering::Release);
             }

@@ -150,6 +150,19 @@ pub fn flush_locked(final_: bool, exit_code: i32, timeout_ns: u64) -> usize {
     n
 }
 
+/// Used by the `dlclose` hook: takes the lock, drains and writes everything queued
+/// (describing the devices seen while the runtime is still loaded) and keeps the lock
+/// (release it with [`unlock_raw`]). False when the lock could not be had.
+pub fn flush_keep_lock(timeout_ns: u64) -> bool {
+    if !lock_raw(timeout_ns) {
+        return false;
+    }
+    // SAFETY: lock held.
+    let st = unsafe { &mut *SINK.st.get() };
+    flush(st, false, 0);
+    true
+}
+
 /// Used by `attach`: drains what is queued, then writes `rec` (opening the sink and
 /// announcing the process first when needed). False when the sink is unavailable.
 pub fn emit_record(rec: &Record, timeout_ns: u64) -> bool {
@@ -195,7 +208,11 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         let mut lost = 0u64;
         loop {
             st.events.clear();
-            let n = crate::tring::drain_all(&mut st.events, FRAME_EVENTS);
+            let n = crate::tring::drain_all(
+                &mut st.events,
+                FRAME_EVENTS,
+                rt::PID.load(Ordering::Relaxed),
+            );
             lost += n as u64;
             if n == 0 {
                 break;
@@ -221,7 +238,11 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     let mut total = 0usize;
     loop {
         st.events.clear();
-        crate::tring::drain_all(&mut st.events, FRAME_EVENTS);
+        crate::tring::drain_all(
+            &mut st.events,
+            FRAME_EVENTS,
+            rt::PID.load(Ordering::Relaxed),
+        );
         while st.events.len() < FRAME_EVENTS {
             match rt::RING.pop() {
                 Some(e) => st.events.push(e),

@@ -37,6 +37,16 @@ pub struct Ev {
     pub mem: u8,
 }
 
+/// One process image: a pid and which of its `process_start`s this is. `exec` keeps
+/// the pid and starts a new image (image 1 after the first exec, ...); the old image's
+/// memory is released by the exec, so images are analysed as separate processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct ProcKey {
+    pub pid: u32,
+    /// 0 for the image the pid started with, N after its N-th exec.
+    pub image: u32,
+}
+
 /// A failed call, kept in full.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailedCall {
@@ -60,11 +70,18 @@ pub struct DeviceMeta {
     pub total_bytes: u64,
 }
 
-/// What the capture says about one process (all `process_start`s of a pid merge: an
-/// `exec` keeps the pid).
+/// What the capture says about one process image (see [`ProcKey`]). Frames of a pid
+/// belong to its latest `process_start` seen so far in the file: a shim writes an
+/// image's `process_end` before the exec, and the new image writes its `process_start`
+/// before any other frame.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessMeta {
     pub pid: u32,
+    /// Which image of the pid (0 = first).
+    pub image: u32,
+    /// A later image of the same pid follows: this one ended with an exec, which
+    /// released its memory.
+    pub ended_by_exec: bool,
     pub ppid: u32,
     pub argv: Vec<String>,
     pub hostname: String,
@@ -72,7 +89,7 @@ pub struct ProcessMeta {
     /// Earliest monotonic anchor of the pid's `process_start`s (`None`: events only).
     pub mono_anchor_ns: Option<u64>,
     pub wall_anchor_unix_ns: u64,
-    /// Number of `process_start` frames for this pid (more than 1 after `exec`).
+    /// Number of `process_start` frames for this image (1; 0 when it was lost).
     pub starts: u32,
     pub end_ts: Option<u64>,
     pub exit_code: Option<i32>,
@@ -98,9 +115,9 @@ pub struct DamageReport {
 #[derive(Debug, Default)]
 pub struct Loaded {
     pub path: PathBuf,
-    pub processes: BTreeMap<u32, ProcessMeta>,
-    /// (pid, device) of each stream index used by [`Ev::stream`].
-    pub streams: Vec<(u32, i32)>,
+    pub processes: BTreeMap<ProcKey, ProcessMeta>,
+    /// (process image, device) of each stream index used by [`Ev::stream`].
+    pub streams: Vec<(ProcKey, i32)>,
     /// Events in file order (not necessarily time order: shim threads flush separately).
     pub events: Vec<Ev>,
     /// Events whose kind this build does not know (skipped).
@@ -135,7 +152,9 @@ impl Loaded {
 
 struct Builder {
     loaded: Loaded,
-    stream_index: std::collections::HashMap<(u32, i32), u32>,
+    stream_index: std::collections::HashMap<(ProcKey, i32), u32>,
+    /// The current image of each pid (its latest `process_start` so far).
+    image_of: std::collections::HashMap<u32, u32>,
     /// The latest start time seen per (pid, tid). A thread's events reach the file in
     /// the order it made the calls, but the shim converts TSC ticks to CLOCK_MONOTONIC
     /// per flush, and on a loaded (virtual) machine two flushes' conversions can differ
@@ -146,25 +165,52 @@ struct Builder {
 }
 
 impl Builder {
+    /// The current image of `pid`.
+    fn key(&mut self, pid: u32) -> ProcKey {
+        let image = *self.image_of.entry(pid).or_insert(0);
+        ProcKey { pid, image }
+    }
+
     fn process(&mut self, pid: u32) -> &mut ProcessMeta {
+        let key = self.key(pid);
         self.loaded
             .processes
-            .entry(pid)
+            .entry(key)
             .or_insert_with(|| ProcessMeta {
                 pid,
+                image: key.image,
                 ..ProcessMeta::default()
             })
     }
 
+    /// A `process_start` of `pid`: the first one names image 0 (even when events came
+    /// first), a later one starts the next image (an exec).
+    fn start_image(&mut self, pid: u32) -> &mut ProcessMeta {
+        let key = self.key(pid);
+        let started = self
+            .loaded
+            .processes
+            .get(&key)
+            .is_some_and(|p| p.starts > 0);
+        if started {
+            if let Some(old) = self.loaded.processes.get_mut(&key) {
+                old.ended_by_exec = true;
+            }
+            self.image_of.insert(pid, key.image + 1);
+        }
+        self.process(pid)
+    }
+
     fn stream(&mut self, pid: u32, device: i32) -> u32 {
-        if let Some(&i) = self.stream_index.get(&(pid, device)) {
+        let key = self.key(pid);
+        if let Some(&i) = self.stream_index.get(&(key, device)) {
             return i;
         }
         // Every pid with events is reported, even when its process_start was lost.
         self.process(pid);
         let streams = &mut self.loaded.streams;
-        *self.stream_index.entry((pid, device)).or_insert_with(|| {
-            streams.push((pid, device));
+        *self.stream_index.entry((key, device)).or_insert_with(|| {
+            streams.push((key, device));
             (streams.len() - 1) as u32
         })
     }
@@ -219,7 +265,7 @@ impl Builder {
     fn record(&mut self, record: Record) {
         match record {
             Record::ProcessStart(s) => {
-                let p = self.process(s.pid);
+                let p = self.start_image(s.pid);
                 p.starts += 1;
                 p.ppid = s.ppid;
                 p.argv = s.argv;
@@ -293,6 +339,7 @@ pub fn load_reader<R: Read>(
             ..Loaded::default()
         },
         stream_index: Default::default(),
+        image_of: Default::default(),
         thread_last_ts: Default::default(),
     };
     let mut last_progress = 0u64;

@@ -77,7 +77,10 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
             .streams
             .iter()
             .enumerate()
-            .map(|(i, (pid, dev))| format!("{i}=pid {pid} device {dev}"))
+            .map(|(i, (proc_, dev))| match proc_.image {
+                0 => format!("{i}=pid {} device {dev}", proc_.pid),
+                n => format!("{i}=pid {} (exec #{n}) device {dev}", proc_.pid),
+            })
             .collect();
         eprintln!(
             "memwatch: trace: {} allocs, {} frees; streams: {}",
@@ -285,12 +288,22 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
     for p in &r.processes {
         o.push('\n');
         let exit = match p.exit_code {
+            _ if p.ended_by_exec => {
+                "replaced by exec (memory it held was released, not leaked)".to_string()
+            }
             Some(-1) => "ended (exit status not known to the shim)".to_string(),
             Some(c) => format!("exit {c}"),
             None => "no end recorded (killed, still running, or cut off)".into(),
         };
+        let image = match p.image {
+            0 => String::new(),
+            n => format!(
+                " (exec #{n}: {})",
+                p.command.first().map_or("?", |c| c.as_str())
+            ),
+        };
         o.push_str(&format!(
-            "process {} (parent {}): {}\n  {}, peak {} at {}, {} dropped events\n",
+            "process {}{image} (parent {}): {}\n  {}, peak {} at {}, {} dropped events\n",
             p.pid,
             p.ppid,
             command_line(p),
@@ -310,7 +323,7 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
                 "failed",
                 "peak",
                 "peak at",
-                "live at exit",
+                "live at exit/exec",
                 "pinned host peak",
                 "unmatched frees",
             ]
@@ -331,11 +344,19 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
                     d.failed_count.to_string(),
                     bytes(d.peak_bytes),
                     duration(d.peak_ts_ns),
-                    format!(
-                        "{} ({})",
-                        bytes(d.live_bytes_at_exit),
-                        d.live_allocs_at_exit
-                    ),
+                    if p.ended_by_exec {
+                        format!(
+                            "{} ({}) at exec",
+                            bytes(d.live_bytes_at_exec),
+                            d.live_allocs_at_exec
+                        )
+                    } else {
+                        format!(
+                            "{} ({})",
+                            bytes(d.live_bytes_at_exit),
+                            d.live_allocs_at_exit
+                        )
+                    },
                     bytes(d.host_pinned.peak_bytes),
                     d.unmatched_frees.to_string(),
                 ]);
@@ -417,20 +438,39 @@ fn api_table(o: &mut String, stats: &[memwatch_analysis::capture::ApiStats]) {
     ]
     .map(String::from)
     .to_vec()];
+    let mut untimed = false;
     for s in stats {
+        // The shim times allocation / release calls only with MEMWATCH_ALLOC_DURATIONS=1
+        // (one clock read per call instead of two): all-zero durations were not measured.
+        let timed = s.max_ns > 0;
+        untimed |= !timed;
+        let d = |ns: u64| if timed { duration(ns) } else { "-".to_string() };
         rows.push(vec![
             s.api.clone(),
             s.count.to_string(),
             s.errors.to_string(),
-            duration(s.total_ns),
-            duration(s.p50_ns),
-            duration(s.p99_ns),
-            duration(s.max_ns),
-            s.max_concurrent.to_string(),
-            s.max_concurrent_devices.to_string(),
+            d(s.total_ns),
+            d(s.p50_ns),
+            d(s.p99_ns),
+            d(s.max_ns),
+            if timed {
+                s.max_concurrent.to_string()
+            } else {
+                "-".to_string()
+            },
+            if timed {
+                s.max_concurrent_devices.to_string()
+            } else {
+                "-".to_string()
+            },
         ]);
     }
     table(o, "    ", &rows);
+    if untimed {
+        o.push_str(
+            "    (-: calls not timed; run with MEMWATCH_ALLOC_DURATIONS=1 to time allocations)\n",
+        );
+    }
 }
 
 #[cfg(test)]
