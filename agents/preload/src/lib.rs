@@ -10,7 +10,7 @@
 //! dlvsym, *GetProcAddress), `real` (finding real functions), `rt` (hot path, lifecycle,
 //! fork/exit), `tring` (per-thread rings), `ring` (shared fallback queue), `sink` (frames
 //! out), `flusher` (the background thread), `device` (device_info queries), `unload`
-//! (the dlclose hook), `exec` (exec wrappers), `attach` and `got_patch` (late attach by `memwatch attach`: entry points,
+//! (the dlclose hook), `backtrace` (sampled native stacks), `exec` (exec wrappers), `attach` and `got_patch` (late attach by `memwatch attach`: entry points,
 //! GOT patching, baseline), `pjrt` (the PJRT C API table wrapping: executables, executes, buffers,
 //! allocator statistics).
 
@@ -20,6 +20,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 pub mod attach;
+pub mod backtrace;
 pub mod clock;
 pub mod config;
 pub mod debug;

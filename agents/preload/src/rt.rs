@@ -37,10 +37,12 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 /// call pays for one TLS lookup on entry and none on exit. All-zero is the initial state
 /// (it lives in `.tbss` on x86-64 Linux; see [`ts`]).
 #[repr(C)]
-struct ThreadState {
+pub(crate) struct ThreadState {
     in_hook: Cell<bool>,
     /// Set when no ring could be had: use the shared ring.
     shared: Cell<bool>,
+    /// Inside the `dlclose` hook (a library destructor's own dlclose passes through).
+    in_dlclose: Cell<bool>,
     tid: Cell<u32>,
     /// Current device + 1 (0 = never set).
     device1: Cell<i32>,
@@ -48,15 +50,29 @@ struct ThreadState {
     ring: Cell<*const ThreadRing>,
     /// This thread's errno (cached with `tid`).
     errno: Cell<*mut c_int>,
-    /// Inside the `dlclose` hook (a library destructor's own dlclose passes through).
-    in_dlclose: Cell<bool>,
+    /// The program's frame pointer, return address and stack pointer at its call of
+    /// the outermost hooked function (stored by the x86-64 entry trampolines in
+    /// `hooks`, read by `backtrace`).
+    pub(crate) caller_fp: Cell<u64>,
+    pub(crate) caller_ret: Cell<u64>,
+    pub(crate) caller_sp: Cell<u64>,
+    /// Highest stack address of this thread (0: not known yet; see `backtrace`).
+    pub(crate) stack_top: Cell<u64>,
+    /// Bytes still to allocate before the next sampled backtrace.
+    pub(crate) bt_budget: Cell<i64>,
 }
+
+/// Offsets the entry trampolines write at (checked against the layout at compile time).
+pub(crate) const OFF_IN_HOOK: usize = core::mem::offset_of!(ThreadState, in_hook);
+pub(crate) const OFF_CALLER_FP: usize = core::mem::offset_of!(ThreadState, caller_fp);
+pub(crate) const OFF_CALLER_RET: usize = core::mem::offset_of!(ThreadState, caller_ret);
+pub(crate) const OFF_CALLER_SP: usize = core::mem::offset_of!(ThreadState, caller_sp);
 
 // The thread state block in initial-exec TLS: a `.tbss` symbol reached through its GOT
 // offset from the thread pointer (`%fs`), one load and one add. Rust's `thread_local!`
 // in a cdylib uses the general-dynamic model (a `__tls_get_addr` call per access),
 // which the hot-path rules exclude. Linking it sets DF_STATIC_TLS; glibc's
-// surplus static TLS (>= 512 bytes) covers these 64 bytes when `memwatch attach`
+// surplus static TLS (>= 512 bytes) covers these 128 bytes when `memwatch attach`
 // dlopens the shim.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 core::arch::global_asm!(
@@ -65,21 +81,21 @@ core::arch::global_asm!(
     ".globl memwatch_thread_state",
     ".hidden memwatch_thread_state",
     ".type memwatch_thread_state, @object",
-    ".size memwatch_thread_state, 64",
+    ".size memwatch_thread_state, 128",
     "memwatch_thread_state:",
-    ".zero 64",
+    ".zero 128",
     ".popsection",
 );
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() <= 64);
+const _: () = assert!(core::mem::size_of::<ThreadState>() <= 128);
 
 /// The calling thread's state block. Valid for as long as the thread runs (it is part
 /// of the thread's static TLS, never freed before the thread is gone).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
-fn ts() -> &'static ThreadState {
+pub(crate) fn ts() -> &'static ThreadState {
     let p: *const ThreadState;
-    // SAFETY: initial-exec TLS access sequence for a 64-byte, zero-initialised block
+    // SAFETY: initial-exec TLS access sequence for a 128-byte, zero-initialised block
     // whose all-zero bytes are a valid `ThreadState`.
     unsafe {
         core::arch::asm!(
@@ -103,13 +119,18 @@ thread_local! {
             ring: Cell::new(core::ptr::null()),
             errno: Cell::new(core::ptr::null_mut()),
             in_dlclose: Cell::new(false),
+            caller_fp: Cell::new(0),
+            caller_ret: Cell::new(0),
+            caller_sp: Cell::new(0),
+            stack_top: Cell::new(0),
+            bt_budget: Cell::new(0),
         }
     };
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 #[inline(always)]
-fn ts() -> &'static ThreadState {
+pub(crate) fn ts() -> &'static ThreadState {
     // SAFETY: the block outlives every use on this thread (never handed to another).
     TS.with(|t| unsafe { &*(t as *const ThreadState) })
 }
@@ -317,11 +338,24 @@ impl Pending {
             Some(r) => r.push(&self.ev),
             None => push_slow(t, &self.ev),
         };
+        if ok && crate::backtrace::enabled() && self.ev.kind == EventKind::Alloc as u8 {
+            crate::backtrace::account(t, &self.ev);
+        }
         t.in_hook.set(false);
         if !ok {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }
         set_errno_of(t, self.errno);
+    }
+}
+
+/// Queues an event of this thread outside [`Pending::commit`] (backtrace slots);
+/// false when it had to be dropped.
+pub(crate) fn push_raw(t: &ThreadState, ev: &Event) -> bool {
+    // SAFETY: rings are never unmapped.
+    match unsafe { t.ring.get().as_ref() } {
+        Some(r) => r.push(ev),
+        None => push_slow(t, ev),
     }
 }
 
@@ -387,6 +421,7 @@ fn init() -> bool {
     }
     FAMILIES.store(c.families, Ordering::Relaxed);
     TIME_ALLOCS.store(c.alloc_durations, Ordering::Relaxed);
+    crate::backtrace::configure(c.backtrace_every_bytes);
     crate::clock::init();
     // SAFETY: plain libc calls with valid function pointers.
     unsafe {

@@ -271,6 +271,8 @@ impl Ingestor {
                     // stored by the daemon yet; `memwatch report`/`runtime` read them
                     // from the capture file.
                     Record::PjrtExecutable(_) | Record::PjrtMemoryStats(_) => {}
+                    // Sampled native stacks: read by `memwatch report` from the capture file.
+                    Record::Backtrace(_) | Record::ModuleMap(_) => {}
                     Record::Unknown { .. } => {}
                 }
             }
