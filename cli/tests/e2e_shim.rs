@@ -382,3 +382,92 @@ fn exec_images_are_separate_processes() {
         "one stream per image"
     );
 }
+
+/// MEMWATCH_BACKTRACE_EVERY_BYTES=1 samples every allocation's native stack; `memwatch
+/// report` names the C functions of the known call chain (bt_chain.c, built with frame
+/// pointers) from the executable's symbol table, innermost first.
+#[test]
+fn sampled_backtraces_name_the_calling_functions() {
+    let (shim, dir) = built();
+    let prog = dir.join("bt_chain");
+    cc(&[
+        "-O1",
+        "-fno-omit-frame-pointer",
+        "-fno-optimize-sibling-calls",
+        "-o",
+        prog.to_str().unwrap(),
+        workspace()
+            .join("agents/preload/tests/c/bt_chain.c")
+            .to_str()
+            .unwrap(),
+        &format!("-L{}", dir.display()),
+        "-lmemwatch_testrt",
+        &format!("-Wl,-rpath,{}", dir.display()),
+    ]);
+    let work = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .current_dir(work.path())
+        .env("MEMWATCH_PRELOAD", shim)
+        .env("MEMWATCH_BACKTRACE_EVERY_BYTES", "1")
+        .args(["run", "--quiet", "--out", "bt.mwcap", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let cap = work.path().join("bt.mwcap");
+    let rep = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .args(["report", "--json"])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert!(rep.status.success(), "{rep:?}");
+    let v: Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let p = &v["processes"][0];
+    let largest = device(p, 0)["largest_allocations"].as_array().unwrap();
+    assert_eq!(largest.len(), 2, "{p}");
+    let names = |a: &Value| -> Vec<String> {
+        a["stack"]
+            .as_array()
+            .unwrap_or_else(|| panic!("stack in {a}"))
+            .iter()
+            .map(|f| f["symbol"].as_str().unwrap_or("?").to_string())
+            .collect()
+    };
+    assert_eq!(largest[0]["size"], 2 << 20);
+    assert_eq!(
+        names(&largest[0])[..4],
+        ["leaf_allocator", "middle_caller", "outer_caller", "main"]
+    );
+    assert_eq!(largest[1]["size"], 4096);
+    assert_eq!(names(&largest[1])[..2], ["leaf_allocator", "main"]);
+    let f0 = &largest[0]["stack"][0];
+    assert!(f0["module"].as_str().unwrap().ends_with("bt_chain"), "{f0}");
+    assert!(f0["offset"].as_u64().unwrap() > 0);
+
+    let human = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .arg("report")
+        .arg(&cap)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("#1 middle_caller (bt_chain+0x"), "{text}");
+
+    // Without the variable: no stacks.
+    let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .current_dir(work.path())
+        .env("MEMWATCH_PRELOAD", shim)
+        .env_remove("MEMWATCH_BACKTRACE_EVERY_BYTES")
+        .args(["run", "--quiet", "--out", "plain.mwcap", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rep = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .args(["report", "--json"])
+        .arg(work.path().join("plain.mwcap"))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let largest = device(&v["processes"][0], 0)["largest_allocations"].clone();
+    assert!(largest[0].get("stack").is_none(), "{largest}");
+}

@@ -101,7 +101,7 @@ fn walk(t: &ThreadState, out: &mut [u64; MAX_FRAMES]) -> usize {
     let (lo, hi) = (t.caller_sp.get(), t.stack_top.get());
     let mut fp = t.caller_fp.get();
     while n < MAX_FRAMES {
-        if fp < lo || fp % 8 != 0 || fp.checked_add(16).is_none_or(|e| e > hi) {
+        if fp < lo || !fp.is_multiple_of(8) || fp.checked_add(16).is_none_or(|e| e > hi) {
             break;
         }
         // SAFETY: [fp, fp + 16) lies between the caller's stack pointer and the top of
@@ -178,7 +178,8 @@ pub fn split(events: &mut Vec<Event>, out: &mut Vec<Backtrace>) {
             });
         }
         if let Some(b) = out.last_mut() {
-            b.frames.extend_from_slice(frames.get(..take).unwrap_or(&[]));
+            b.frames
+                .extend_from_slice(frames.get(..take).unwrap_or(&[]));
         }
         false
     });
@@ -297,7 +298,7 @@ mod tests {
         let (m, generation) = module_map(1, 2);
         assert!(generation > 0);
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        let here = module_map as usize as u64;
+        let here = module_map as *const () as usize as u64;
         let me = m
             .modules
             .iter()

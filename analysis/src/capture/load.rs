@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use memwatch_wire::{Api, Event, EventKind, FrameReader, MemKind, ReadMode, Record, WireError};
+use memwatch_wire::{
+    Api, Event, EventKind, FrameReader, MemKind, Module, ReadMode, Record, WireError,
+};
 
 use super::CaptureError;
 
@@ -131,6 +133,12 @@ pub struct Loaded {
     pub tags: BTreeMap<String, String>,
     /// Earliest event start.
     pub min_event_ts: Option<u64>,
+    /// Sampled native stacks (`backtrace` frames), by the allocation they belong to:
+    /// (stream, start time as in [`Ev::ts`], pointer) -> return addresses, innermost
+    /// first.
+    pub backtraces: std::collections::HashMap<(u32, u64, u64), Vec<u64>>,
+    /// Loaded objects of each process image (`module_map` frames, merged).
+    pub modules: BTreeMap<ProcKey, Vec<Module>>,
 }
 
 impl Loaded {
@@ -162,6 +170,9 @@ struct Builder {
     /// in time order. Clamping each thread's times to be non-decreasing keeps its calls
     /// in the order it made them.
     thread_last_ts: std::collections::HashMap<(u32, u32), u64>,
+    /// Backtraces whose allocation event was not read yet (the shim writes them just
+    /// before it): (pid, tid, ts_ns, ptr) -> frames.
+    pending_backtraces: std::collections::HashMap<(u32, u32, u64, u64), Vec<u64>>,
 }
 
 impl Builder {
@@ -250,6 +261,14 @@ impl Builder {
         if self.loaded.min_event_ts.is_none_or(|t| ts < t) {
             self.loaded.min_event_ts = Some(ts);
         }
+        if kind == EventKind::Alloc && !self.pending_backtraces.is_empty() {
+            if let Some(frames) = self
+                .pending_backtraces
+                .remove(&(e.pid, e.tid, e.ts_ns, e.ptr))
+            {
+                self.loaded.backtraces.insert((stream, ts, e.ptr), frames);
+            }
+        }
         self.loaded.events.push(Ev {
             ts,
             dur,
@@ -311,6 +330,19 @@ impl Builder {
             Record::DeviceSample(_) => self.loaded.device_samples += 1,
             // PJRT executables and allocator statistics: read by `analysis::runtime`.
             Record::PjrtExecutable(_) | Record::PjrtMemoryStats(_) => {}
+            Record::Backtrace(b) => {
+                self.pending_backtraces
+                    .insert((b.pid, b.tid, b.ts_ns, b.ptr), b.frames);
+            }
+            Record::ModuleMap(m) => {
+                let key = self.key(m.pid);
+                let known = self.loaded.modules.entry(key).or_default();
+                for x in m.modules {
+                    if !known.iter().any(|k| k.start == x.start && k.path == x.path) {
+                        known.push(x);
+                    }
+                }
+            }
             Record::Unknown { .. } => self.loaded.unknown_frames += 1,
         }
     }
@@ -341,6 +373,7 @@ pub fn load_reader<R: Read>(
         stream_index: Default::default(),
         image_of: Default::default(),
         thread_last_ts: Default::default(),
+        pending_backtraces: Default::default(),
     };
     let mut last_progress = 0u64;
     loop {

@@ -4,11 +4,13 @@
 //!
 //! Submodules: `load` (streaming, damage-tolerant reading into compact events),
 //! `stats` (counts, peaks, leaks, failures, API durations and overlap), `codes` (result
-//! code names per API family), `trace` (trace export). Nothing here prints or exits.
+//! code names per API family), `symbolize` (sampled native stacks -> module, offset,
+//! symbol), `trace` (trace export). Nothing here prints or exits.
 
 pub mod codes;
 pub mod load;
 pub mod stats;
+pub mod symbolize;
 pub mod trace;
 
 pub use codes::{result_name, ApiFamily};

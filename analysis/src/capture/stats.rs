@@ -146,6 +146,10 @@ pub struct AllocReport {
     pub api: String,
     pub mem_kind: String,
     pub ptr: u64,
+    /// The allocating call's native stack, innermost first, when the shim sampled it
+    /// (`MEMWATCH_BACKTRACE_EVERY_BYTES`); omitted otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<super::symbolize::StackFrame>,
 }
 
 /// Durations and overlap of one API's calls (spans and allocation calls alike).
@@ -321,24 +325,35 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
         }
     }
 
-    let top_list = |acc: &Acc| -> Vec<AllocReport> {
+    let mut symbolizer = super::symbolize::Symbolizer::default();
+    let no_modules = Vec::new();
+    let mut top_list = |acc: &Acc| -> Vec<AllocReport> {
         let mut v: Vec<_> = acc.largest.iter().map(|r| r.0).collect();
         v.sort_by(|a, b| b.cmp(a));
         v.into_iter()
             .map(|(_, _, i)| {
                 let e = &events[i];
+                let stack = match loaded.backtraces.get(&(e.stream, e.ts, e.ptr)) {
+                    Some(frames) => {
+                        let proc_ = loaded.streams[e.stream as usize].0;
+                        let modules = loaded.modules.get(&proc_).unwrap_or(&no_modules);
+                        symbolizer.frames(modules, frames)
+                    }
+                    None => Vec::new(),
+                };
                 AllocReport {
                     size: e.size,
                     ts_ns: rel(e.ts),
                     api: Api::from_u16(e.api).name().to_string(),
                     mem_kind: mem_name(e.mem),
                     ptr: e.ptr,
+                    stack,
                 }
             })
             .collect()
     };
 
-    let largest: Vec<Vec<AllocReport>> = accs.iter().map(top_list).collect();
+    let largest: Vec<Vec<AllocReport>> = accs.iter().map(&mut top_list).collect();
     let (global_api, per_pid_api) = api.finish();
 
     let mut processes = Vec::new();

@@ -382,6 +382,15 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
                 })
                 .collect();
             table(&mut o, "    ", &rows);
+            for a in d.largest_allocations.iter().filter(|a| !a.stack.is_empty()) {
+                o.push_str(&format!(
+                    "    sampled stack of the {} {} at {}:\n",
+                    bytes(a.size),
+                    a.api,
+                    duration(a.ts_ns)
+                ));
+                stack_lines(&mut o, &a.stack);
+            }
         }
         if !p.api.is_empty() {
             o.push_str("  API calls:\n");
@@ -422,6 +431,24 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
         }
     }
     o
+}
+
+/// `#0 function (module+0xoffset)` per frame, innermost first.
+fn stack_lines(o: &mut String, stack: &[memwatch_analysis::capture::symbolize::StackFrame]) {
+    for (i, f) in stack.iter().enumerate() {
+        let module = f
+            .module
+            .as_deref()
+            .map(|m| m.rsplit('/').next().unwrap_or(m));
+        let place = match module {
+            Some(m) => format!("{m}+{:#x}", f.offset),
+            None => format!("{:#x}", f.address),
+        };
+        match &f.symbol {
+            Some(s) => o.push_str(&format!("      #{i} {s} ({place})\n")),
+            None => o.push_str(&format!("      #{i} {place}\n")),
+        }
+    }
 }
 
 fn api_table(o: &mut String, stats: &[memwatch_analysis::capture::ApiStats]) {
