@@ -9,7 +9,9 @@
 #  2. sustained 1,000,000 calls/s from 8 threads at the default buffer: events captured,
 #     events dropped;
 #  3. 10,000,000 calls/s requested from 8 threads: rate reached, drops;
-#  4. file-sink throughput: events written per second in an unthrottled 8-thread run.
+#  4. file-sink throughput: events written per second in an unthrottled 8-thread run;
+#  5. bench/rdtsc_mlp.c: a TSC read next to independent cache misses (why the standard
+#     runtime's added cost is larger than the cache-resident one's).
 # Usage: bench/shim_overhead.sh [SHIM.so]   (prints a table; needs cc and python3)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -68,3 +70,7 @@ el=$(( $(date +%s%N) - start ))
 read -r n dropped _ < <(summ "$root/tests/gpu" "$work/t.mwcap")
 bytes=$(stat -c %s "$work/t.mwcap")
 echo "file sink: $n events ($bytes bytes) written in $(awk "BEGIN{printf \"%.3f\", $el/1e9}") s of process life = $(awk "BEGIN{printf \"%.0f\", $n/($el/1e9)}") events/s, $(awk "BEGIN{printf \"%.1f\", $bytes/($el/1e9)/1048576}") MiB/s, dropped $dropped"
+if [ "$(uname -m)" = x86_64 ]; then
+  cc -O2 -o "$work/rdtsc_mlp" "$root/bench/rdtsc_mlp.c"
+  echo "rdtsc next to cache misses (4 MiB hash table inserts, bench/rdtsc_mlp.c): $("$work/rdtsc_mlp" | paste -sd ';' | sed 's/;/; /g')"
+fi

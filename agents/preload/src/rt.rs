@@ -27,6 +27,8 @@ static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static TIME_ALLOCS: AtomicBool = AtomicBool::new(false);
 static FAMILIES: AtomicU8 = AtomicU8::new(0);
 pub static RING: Ring = Ring::new();
+/// Drops counted outside the per-thread rings (shared ring, unusable sink, ...); see
+/// [`dropped_total`].
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 pub static PID: AtomicU32 = AtomicU32::new(0);
 pub static FLUSHER_RUNNING: AtomicBool = AtomicBool::new(false);
@@ -342,9 +344,6 @@ impl Pending {
             crate::backtrace::account(t, &self.ev);
         }
         t.in_hook.set(false);
-        if !ok {
-            DROPPED.fetch_add(1, Ordering::Relaxed);
-        }
         set_errno_of(t, self.errno);
     }
 }
@@ -359,7 +358,8 @@ pub(crate) fn push_raw(t: &ThreadState, ev: &Event) -> bool {
     }
 }
 
-/// First recorded call of a thread: take a ring (or settle for the shared one).
+/// First recorded call of a thread: take a ring (or settle for the shared one). Drops
+/// are counted by the thread's ring, or here for the shared one.
 #[cold]
 fn push_slow(t: &ThreadState, ev: &Event) -> bool {
     if !t.shared.get() {
@@ -372,7 +372,18 @@ fn push_slow(t: &ThreadState, ev: &Event) -> bool {
             None => t.shared.set(true),
         }
     }
-    RING.push(ev)
+    let ok = RING.push(ev);
+    if !ok {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+    ok
+}
+
+/// Events dropped so far in this process (shared counter plus the per-thread rings').
+pub fn dropped_total() -> u64 {
+    DROPPED
+        .load(Ordering::Relaxed)
+        .wrapping_add(tring::dropped_total())
 }
 
 /// Records a set-device event for the calling thread outside `begin` (set-device hooks

@@ -294,7 +294,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     if st.started {
         crate::pjrt::pending_frames(|b| write_all(st, b));
     }
-    let dropped = rt::DROPPED.load(Ordering::Relaxed);
+    let dropped = rt::dropped_total();
     let pid = rt::PID.load(Ordering::Relaxed);
     if dropped != st.last_dropped {
         let rec = Record::Dropped(memwatch_wire::Dropped {

@@ -16,7 +16,7 @@
 //! transfer overlaps the next calls instead of stalling the thread's stores.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use memwatch_wire::Event;
 
 /// Most per-thread rings per process.
@@ -106,6 +106,9 @@ pub struct ThreadRing {
     head: Line,                    // written by the producer
     tail: Line,                    // written by the consumer
     tail_cache: UnsafeCell<usize>, // producer's last view of `tail`
+    /// Events this ring refused (full), written only by its producer (a plain
+    /// load + store, no locked instruction), summed by the flusher.
+    dropped: AtomicU64,
     state: AtomicU8,
     mask: usize,
     slots: *mut Slot,
@@ -116,7 +119,8 @@ static RINGS: [AtomicPtr<ThreadRing>; MAX_RINGS] =
 static NRINGS: AtomicUsize = AtomicUsize::new(0);
 
 impl ThreadRing {
-    /// Appends one event; `false` when full. Only the owning thread calls this.
+    /// Appends one event; `false` when full (the drop is counted in the ring). Only the
+    /// owning thread calls this.
     #[inline]
     pub fn push(&self, ev: &Event) -> bool {
         let h = self.head.0.load(Ordering::Relaxed);
@@ -125,6 +129,8 @@ impl ThreadRing {
         if h.wrapping_sub(*cached) > self.mask {
             *cached = self.tail.0.load(Ordering::Acquire);
             if h.wrapping_sub(*cached) > self.mask {
+                let d = self.dropped.load(Ordering::Relaxed);
+                self.dropped.store(d.wrapping_add(1), Ordering::Relaxed);
                 return false;
             }
         }
@@ -156,6 +162,7 @@ impl ThreadRing {
     fn reset(&self) {
         self.head.0.store(0, Ordering::Relaxed);
         self.tail.0.store(0, Ordering::Relaxed);
+        self.dropped.store(0, Ordering::Relaxed);
         // SAFETY: called with no producer running (fork child).
         unsafe { *self.tail_cache.get() = 0 };
     }
@@ -213,6 +220,7 @@ pub fn acquire(capacity: usize) -> Option<&'static ThreadRing> {
             head: Line(AtomicUsize::new(0)),
             tail: Line(AtomicUsize::new(0)),
             tail_cache: UnsafeCell::new(0),
+            dropped: AtomicU64::new(0),
             state: AtomicU8::new(OWNED),
             mask: capacity - 1,
             slots: (p as *mut u8).add(core::mem::size_of::<ThreadRing>()) as *mut Slot,
@@ -221,6 +229,19 @@ pub fn acquire(capacity: usize) -> Option<&'static ThreadRing> {
     RINGS.get(idx)?.store(ring, Ordering::Release);
     // SAFETY: initialised above, never unmapped.
     Some(unsafe { &*ring })
+}
+
+/// Events refused by all per-thread rings so far (full rings).
+pub fn dropped_total() -> u64 {
+    let n = NRINGS.load(Ordering::Acquire).min(MAX_RINGS);
+    RINGS
+        .iter()
+        .take(n)
+        // SAFETY: registered rings are never unmapped.
+        .filter_map(|slot| unsafe { slot.load(Ordering::Acquire).as_ref() })
+        .fold(0u64, |s, r| {
+            s.wrapping_add(r.dropped.load(Ordering::Relaxed))
+        })
 }
 
 /// Drains every registered ring into `out` (at most `max` events in all), giving the
