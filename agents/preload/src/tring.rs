@@ -205,7 +205,9 @@ pub fn acquire(capacity: usize) -> Option<&'static ThreadRing> {
             core::ptr::null_mut(),
             bytes,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            // Populated now (the thread's first recorded call), so no push ever takes a
+            // page fault in the middle of a GPU call.
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
             -1,
             0,
         )
