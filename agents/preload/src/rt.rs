@@ -340,7 +340,13 @@ impl Pending {
             Some(r) => r.push(&self.ev),
             None => push_slow(t, &self.ev),
         };
-        if ok && crate::backtrace::enabled() && self.ev.kind == EventKind::Alloc as u8 {
+        // Only HIP / CUDA calls come through the entry trampolines that save the
+        // caller's frame (PJRT events, api 3000.., do not).
+        if ok
+            && crate::backtrace::enabled()
+            && self.ev.kind == EventKind::Alloc as u8
+            && self.ev.api < 3000
+        {
             crate::backtrace::account(t, &self.ev);
         }
         t.in_hook.set(false);
