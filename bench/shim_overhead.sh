@@ -58,18 +58,18 @@ for variant in standard cache-resident; do
 done
 # The rounds above drop events when the flusher (sharing 2 cores with the workload)
 # falls behind; a dropped event skips the ring store. The same measurement with rings
-# large enough to keep every event (64 MiB per thread, mapped and populated at the
-# thread's first call) times the full recording path.
+# large enough to keep every event of 30 batches (65536 events = 4 MiB per thread,
+# populated at the thread's first call) times the full recording path.
 for threads in 1 8; do
   plain=(); shimmed=()
   for round in 1 2 3; do
-    plain+=("$("$work/small/mwtest" direct bench "$threads" 300 1000 | sed -n 's/.*median_ns_per_call=\([0-9.]*\).*/\1/p')")
+    plain+=("$("$work/small/mwtest" direct bench "$threads" 30 1000 | sed -n 's/.*median_ns_per_call=\([0-9.]*\).*/\1/p')")
     rm -f "$work/b.mwcap"
-    shimmed+=("$(LD_PRELOAD="$shim" MEMWATCH_SINK="file:$work/b.mwcap" MEMWATCH_BUFFER_EVENTS=1048576 "$work/small/mwtest" direct bench "$threads" 300 1000 | sed -n 's/.*median_ns_per_call=\([0-9.]*\).*/\1/p')")
+    shimmed+=("$(LD_PRELOAD="$shim" MEMWATCH_SINK="file:$work/b.mwcap" MEMWATCH_BUFFER_EVENTS=65536 "$work/small/mwtest" direct bench "$threads" 30 1000 | sed -n 's/.*median_ns_per_call=\([0-9.]*\).*/\1/p')")
   done
   read -r _ dropped _ < <(summ "$root/tests/gpu" "$work/b.mwcap")
   p=$(printf '%s\n' "${plain[@]}" | median); s=$(printf '%s\n' "${shimmed[@]}" | median)
-  echo "per call, cache-resident runtime, every event kept (MEMWATCH_BUFFER_EVENTS=1048576), $threads thread(s): without shim ${p} ns, with shim ${s} ns, added $(awk "BEGIN{print $s-$p}") ns (median of 3 rounds; rounds: plain ${plain[*]} / shim ${shimmed[*]}; last round dropped $dropped)"
+  echo "per call, cache-resident runtime, every event kept (MEMWATCH_BUFFER_EVENTS=65536, 30 batches), $threads thread(s): without shim ${p} ns, with shim ${s} ns, added $(awk "BEGIN{print $s-$p}") ns (median of 3 rounds x 30 batches x 1000 pairs; rounds: plain ${plain[*]} / shim ${shimmed[*]}; last round dropped $dropped)"
 done
 for rate in 1000000 10000000; do
   rm -f "$work/r.mwcap"

@@ -21,6 +21,8 @@ use memwatch_wire::Event;
 
 /// Most per-thread rings per process.
 pub const MAX_RINGS: usize = 1024;
+/// Largest ring mapping populated when it is created.
+const POPULATE_MAX_BYTES: usize = (4 << 20) + 4096;
 /// How many slots ahead of the one written a push prefetches for writing.
 pub const PREFETCH_AHEAD: usize = 4;
 
@@ -205,9 +207,17 @@ pub fn acquire(capacity: usize) -> Option<&'static ThreadRing> {
             core::ptr::null_mut(),
             bytes,
             libc::PROT_READ | libc::PROT_WRITE,
-            // Populated now (the thread's first recorded call), so no push ever takes a
-            // page fault in the middle of a GPU call.
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            // Rings up to 4 MiB (64K events; the default is 1 MiB) are populated now, at
+            // the thread's first recorded call, so no push takes a page fault in the
+            // middle of a GPU call; larger ones are faulted in as they fill (populating
+            // e.g. 256 MiB per thread up front would cost more than it saves).
+            libc::MAP_PRIVATE
+                | libc::MAP_ANONYMOUS
+                | if bytes <= POPULATE_MAX_BYTES {
+                    libc::MAP_POPULATE
+                } else {
+                    0
+                },
             -1,
             0,
         )
