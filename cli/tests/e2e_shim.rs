@@ -403,6 +403,7 @@ fn sampled_backtraces_name_the_calling_functions() {
         &format!("-L{}", dir.display()),
         "-lmemwatch_testrt",
         &format!("-Wl,-rpath,{}", dir.display()),
+        "-lpthread",
     ]);
     let work = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))
@@ -424,7 +425,7 @@ fn sampled_backtraces_name_the_calling_functions() {
     let v: Value = serde_json::from_slice(&rep.stdout).unwrap();
     let p = &v["processes"][0];
     let largest = device(p, 0)["largest_allocations"].as_array().unwrap();
-    assert_eq!(largest.len(), 2, "{p}");
+    assert_eq!(largest.len(), 3, "{p}");
     let names = |a: &Value| -> Vec<String> {
         a["stack"]
             .as_array()
@@ -433,14 +434,25 @@ fn sampled_backtraces_name_the_calling_functions() {
             .map(|f| f["symbol"].as_str().unwrap_or("?").to_string())
             .collect()
     };
-    assert_eq!(largest[0]["size"], 2 << 20);
+    // The second thread's allocation (8 MiB) is the largest.
+    assert_eq!(largest[0]["size"], 8 << 20);
     assert_eq!(
         names(&largest[0])[..4],
+        [
+            "leaf_allocator",
+            "middle_caller",
+            "outer_caller",
+            "thread_main"
+        ]
+    );
+    assert_eq!(largest[1]["size"], 2 << 20);
+    assert_eq!(
+        names(&largest[1])[..4],
         ["leaf_allocator", "middle_caller", "outer_caller", "main"]
     );
-    assert_eq!(largest[1]["size"], 4096);
-    assert_eq!(names(&largest[1])[..2], ["leaf_allocator", "main"]);
-    let f0 = &largest[0]["stack"][0];
+    assert_eq!(largest[2]["size"], 4096);
+    assert_eq!(names(&largest[2])[..2], ["leaf_allocator", "main"]);
+    let f0 = &largest[1]["stack"][0];
     assert!(f0["module"].as_str().unwrap().ends_with("bt_chain"), "{f0}");
     assert!(f0["offset"].as_u64().unwrap() > 0);
 

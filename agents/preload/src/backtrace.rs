@@ -12,9 +12,10 @@
 //! frame pointers. It reads only stack memory between the caller's stack pointer and the
 //! thread's stack top, requires the chain to grow upwards, and stops after
 //! [`MAX_FRAMES`]: code built without frame pointers gives a short (or just the
-//! call-site) stack, never a fault. No heap allocation per sample; the stack top is found
-//! once per thread (`__libc_stack_end` for the main thread, `pthread_getattr_np`, which
-//! allocates a small cpuset once, for others). The frames travel in the thread's own ring
+//! call-site) stack, never a fault; a call made on another stack than the thread's (a
+//! fiber) gets its call site only. No heap allocation per sample; the stack bounds are
+//! found once per thread (`__libc_stack_end` and the stack rlimit for the main thread,
+//! `pthread_getattr_np`, which allocates a small cpuset once, for others). The frames travel in the thread's own ring
 //! as up to four extra slots of kind [`SLOT_KIND`] right after the allocation event.
 
 use crate::rt::ThreadState;
@@ -63,26 +64,40 @@ extern "C" {
     static __libc_stack_end: *mut core::ffi::c_void;
 }
 
-/// The calling thread's highest stack address (0: unknown).
+/// The calling thread's stack as (lowest, highest) address; (0, 0) when unknown. The
+/// walk only runs when the caller's stack pointer lies inside, so everything between it
+/// and the top is mapped stack (a call made on another stack, e.g. a fiber's, gets only
+/// its call site).
 #[cold]
-fn stack_top() -> u64 {
+fn stack_bounds() -> (u64, u64) {
     // SAFETY: plain libc calls on the calling thread; the attr is destroyed.
     unsafe {
         if libc::syscall(libc::SYS_gettid) as i64 == libc::getpid() as i64 {
-            return __libc_stack_end as u64;
+            // The main thread's stack grows down from __libc_stack_end, at most by the
+            // stack size limit.
+            let top = __libc_stack_end as u64;
+            let mut lim: libc::rlimit = core::mem::zeroed();
+            let max = if libc::getrlimit(libc::RLIMIT_STACK, &mut lim) == 0
+                && lim.rlim_cur != libc::RLIM_INFINITY
+            {
+                lim.rlim_cur
+            } else {
+                1 << 30
+            };
+            return (top.saturating_sub(max), top);
         }
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
         if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return 0;
+            return (0, 0);
         }
         let mut addr: *mut core::ffi::c_void = core::ptr::null_mut();
         let mut size: usize = 0;
         let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
         libc::pthread_attr_destroy(&mut attr);
         if ok {
-            (addr as u64).saturating_add(size as u64)
+            (addr as u64, (addr as u64).saturating_add(size as u64))
         } else {
-            0
+            (0, 0)
         }
     }
 }
@@ -96,9 +111,14 @@ fn walk(t: &ThreadState, out: &mut [u64; MAX_FRAMES]) -> usize {
     out[0] = ret;
     let mut n = 1;
     if t.stack_top.get() == 0 {
-        t.stack_top.set(stack_top());
+        let (lo, hi) = stack_bounds();
+        t.stack_lo.set(lo);
+        t.stack_top.set(hi);
     }
     let (lo, hi) = (t.caller_sp.get(), t.stack_top.get());
+    if lo < t.stack_lo.get() || lo >= hi {
+        return n;
+    }
     let mut fp = t.caller_fp.get();
     while n < MAX_FRAMES {
         if fp < lo || !fp.is_multiple_of(8) || fp.checked_add(16).is_none_or(|e| e > hi) {

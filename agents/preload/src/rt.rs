@@ -60,6 +60,8 @@ pub(crate) struct ThreadState {
     pub(crate) caller_sp: Cell<u64>,
     /// Highest stack address of this thread (0: not known yet; see `backtrace`).
     pub(crate) stack_top: Cell<u64>,
+    /// Lowest address of this thread's stack (valid when `stack_top` is set).
+    pub(crate) stack_lo: Cell<u64>,
     /// Bytes still to allocate before the next sampled backtrace.
     pub(crate) bt_budget: Cell<i64>,
 }
@@ -125,6 +127,7 @@ thread_local! {
             caller_ret: Cell::new(0),
             caller_sp: Cell::new(0),
             stack_top: Cell::new(0),
+            stack_lo: Cell::new(0),
             bt_budget: Cell::new(0),
         }
     };
