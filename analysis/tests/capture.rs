@@ -722,6 +722,15 @@ fn exec_starts_a_new_image_of_the_same_pid() {
         (1, 0, 1)
     );
     assert_eq!((nd.live_bytes_at_exit, nd.reused_without_free), (7, 0));
+    // Leaks: none for the exec'd image, the 7-byte allocation for the new one.
+    assert!(od.largest_leaks.is_empty());
+    assert_eq!(
+        nd.largest_leaks
+            .iter()
+            .map(|a| (a.size, a.ptr))
+            .collect::<Vec<_>>(),
+        vec![(7, 0xa0)]
+    );
 
     let mut out = Vec::new();
     let s = write_trace(load(&bytes), &TraceOptions::default(), &mut out).unwrap();

@@ -456,6 +456,12 @@ fn sampled_backtraces_name_the_calling_functions() {
     assert!(f0["module"].as_str().unwrap().ends_with("bt_chain"), "{f0}");
     assert!(f0["offset"].as_u64().unwrap() > 0);
 
+    // All three are never freed: the leak list shows them with their stacks too.
+    let leaks = device(p, 0)["largest_leaks"].as_array().unwrap();
+    assert_eq!(leaks.len(), 3, "{p}");
+    assert_eq!(leaks[0]["size"], 8 << 20);
+    assert_eq!(names(&leaks[0])[3], "thread_main");
+
     let human = Command::new(env!("CARGO_BIN_EXE_memwatch"))
         .arg("report")
         .arg(&cap)
@@ -463,6 +469,10 @@ fn sampled_backtraces_name_the_calling_functions() {
         .unwrap();
     let text = String::from_utf8_lossy(&human.stdout);
     assert!(text.contains("#1 middle_caller (bt_chain+0x"), "{text}");
+    assert!(
+        text.contains("largest leaks (live at exit), device 0:"),
+        "{text}"
+    );
 
     // Without the variable: no stacks.
     let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))

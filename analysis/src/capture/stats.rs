@@ -126,6 +126,10 @@ pub struct DeviceReport {
     pub vmm_and_pool_calls: u64,
     /// Largest successful allocations (device memory and pinned host), largest first.
     pub largest_allocations: Vec<AllocReport>,
+    /// Largest device-memory allocations still live at exit (leaks), largest first (at
+    /// most `top`; empty when the image ended by exec). Omitted when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub largest_leaks: Vec<AllocReport>,
 }
 
 /// Pinned host memory of one device's calls.
@@ -225,6 +229,8 @@ struct ProcAcc {
 struct Live {
     size: u64,
     stream: u32,
+    /// Index of the allocation event in the sorted event list.
+    idx: usize,
 }
 
 /// Computes the report. Consumes the loaded capture (its events are sorted in place).
@@ -260,6 +266,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                     Live {
                         size: e.size,
                         stream: e.stream,
+                        idx: i,
                     },
                 ) {
                     // The same pointer handed out again: its free was never seen.
@@ -327,33 +334,52 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
 
     let mut symbolizer = super::symbolize::Symbolizer::default();
     let no_modules = Vec::new();
-    let mut top_list = |acc: &Acc| -> Vec<AllocReport> {
-        let mut v: Vec<_> = acc.largest.iter().map(|r| r.0).collect();
-        v.sort_by(|a, b| b.cmp(a));
-        v.into_iter()
-            .map(|(_, _, i)| {
-                let e = &events[i];
-                let stack = match loaded.backtraces.get(&(e.stream, e.ts, e.ptr)) {
-                    Some(frames) => {
-                        let proc_ = loaded.streams[e.stream as usize].0;
-                        let modules = loaded.modules.get(&proc_).unwrap_or(&no_modules);
-                        symbolizer.frames(modules, frames)
-                    }
-                    None => Vec::new(),
-                };
-                AllocReport {
-                    size: e.size,
-                    ts_ns: rel(e.ts),
-                    api: Api::from_u16(e.api).name().to_string(),
-                    mem_kind: mem_name(e.mem),
-                    ptr: e.ptr,
-                    stack,
-                }
-            })
-            .collect()
+    let mut alloc_report = |i: usize| -> AllocReport {
+        let e = &events[i];
+        let stack = match loaded.backtraces.get(&(e.stream, e.ts, e.ptr)) {
+            Some(frames) => {
+                let proc_ = loaded.streams[e.stream as usize].0;
+                let modules = loaded.modules.get(&proc_).unwrap_or(&no_modules);
+                symbolizer.frames(modules, frames)
+            }
+            None => Vec::new(),
+        };
+        AllocReport {
+            size: e.size,
+            ts_ns: rel(e.ts),
+            api: Api::from_u16(e.api).name().to_string(),
+            mem_kind: mem_name(e.mem),
+            ptr: e.ptr,
+            stack,
+        }
     };
-
-    let largest: Vec<Vec<AllocReport>> = accs.iter().map(&mut top_list).collect();
+    let largest: Vec<Vec<AllocReport>> = accs
+        .iter()
+        .map(|acc| {
+            let mut v: Vec<_> = acc.largest.iter().map(|r| r.0).collect();
+            v.sort_by(|a, b| b.cmp(a));
+            v.into_iter().map(|(_, _, i)| alloc_report(i)).collect()
+        })
+        .collect();
+    // Device allocations still live at the end, per stream: largest first, then earliest.
+    let mut leaks_of: Vec<Vec<(u64, Reverse<usize>)>> = vec![Vec::new(); accs.len()];
+    for ((_, family, _), l) in &live {
+        if family.on_device() {
+            if let Some(v) = leaks_of.get_mut(l.stream as usize) {
+                v.push((l.size, Reverse(l.idx)));
+            }
+        }
+    }
+    let leaks: Vec<Vec<AllocReport>> = leaks_of
+        .into_iter()
+        .map(|mut v| {
+            v.sort_by(|a, b| b.cmp(a));
+            v.truncate(opts.top);
+            v.into_iter()
+                .map(|(_, Reverse(i))| alloc_report(i))
+                .collect()
+        })
+        .collect();
     let (global_api, per_pid_api) = api.finish();
 
     let mut processes = Vec::new();
@@ -392,6 +418,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                     host_pinned: host,
                     vmm_and_pool_calls: a.vmm_and_pool_calls,
                     largest_allocations: largest[i].clone(),
+                    largest_leaks: if exec { Vec::new() } else { leaks[i].clone() },
                 }
             })
             .collect();

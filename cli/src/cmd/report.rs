@@ -392,6 +392,26 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
                 stack_lines(&mut o, &a.stack);
             }
         }
+        for d in &p.devices {
+            if d.largest_leaks.is_empty() || top == 0 {
+                continue;
+            }
+            o.push_str(&format!(
+                "  largest leaks (live at exit), device {}:\n",
+                d.device
+            ));
+            for a in &d.largest_leaks {
+                o.push_str(&format!(
+                    "    {} {} {} at {} {:#x}\n",
+                    bytes(a.size),
+                    a.api,
+                    a.mem_kind,
+                    duration(a.ts_ns),
+                    a.ptr
+                ));
+                stack_lines(&mut o, &a.stack);
+            }
+        }
         if !p.api.is_empty() {
             o.push_str("  API calls:\n");
             api_table(&mut o, &p.api);
