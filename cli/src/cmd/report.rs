@@ -22,11 +22,18 @@ Examples:
   memwatch report run.mwcap --json | jq '.processes[].devices[].peak_bytes'
   memwatch report run.mwcap --top 20        20 largest allocations per device
   memwatch report run.mwcap --trace --device 0 > dev0.jsonl    input for `memwatch replay`
+  MEMWATCH_BACKTRACE_EVERY_BYTES=1048576 memwatch run --out run.mwcap -- ./app
+  memwatch report run.mwcap                 largest allocations / leaks with their stacks
 
 Times are since the capture's start (the first process's start). Device memory counts
 device, managed, stream-ordered pool and VMM physical allocations; pinned host memory is
-shown separately. A damaged capture (cut off by a crash) is reported up to the damage,
-and the damage is listed on stderr. A file that is not a capture exits with status 2.";
+shown separately. A process that exec'd shows once per image (pid 123 (exec #1: ...)):
+what the old image still held was released by the exec, not leaked. Sampled stacks
+(MEMWATCH_BACKTRACE_EVERY_BYTES=N when the capture was taken) are symbolized from the
+ELF symbol tables of the files on this machine. Allocation calls are timed only with
+MEMWATCH_ALLOC_DURATIONS=1 (else -). A damaged capture (cut off by a crash) is
+reported up to the damage, and the damage is listed on stderr. A file that is not a
+capture exits with status 2.";
 
 /// Arguments of `memwatch report`.
 #[derive(Args, Debug)]
