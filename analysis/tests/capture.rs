@@ -748,3 +748,75 @@ fn exec_starts_a_new_image_of_the_same_pid() {
     );
     assert_eq!((s.allocs, s.frees), (3, 2));
 }
+
+/// `memwatch run` reads each connection on its own thread: the new image's frames can
+/// reach the file before the old image's last events and its `process_end`. Images are
+/// told apart by time, so the result is the same as in file order.
+#[test]
+fn exec_images_are_split_by_time_not_file_order() {
+    let p = 21;
+    const MS: u64 = 1_000_000;
+    let old_events = Record::Events(vec![
+        ev(
+            p,
+            e(10 * MS, 1, 1, 0, Alloc, Device, Api::HipMalloc, 0xb1, 100),
+        ),
+        ev(
+            p,
+            e(20 * MS, 1, 1, 0, Alloc, Device, Api::HipMalloc, 0xb2, 50),
+        ),
+        ev(p, e(30 * MS, 1, 1, 0, Free, Device, Api::HipFree, 0xb2, 0)),
+    ]);
+    let new_events = Record::Events(vec![
+        // Before the new image's first flush (its anchor, 90 ms) but after the exec.
+        ev(
+            p,
+            e(70 * MS, 1, 1, 0, Alloc, Device, Api::HipMalloc, 0xb1, 7),
+        ),
+        ev(p, e(95 * MS, 1, 1, 0, Free, Device, Api::HipFree, 0xb1, 0)),
+    ]);
+    let end = Record::ProcessEnd(ProcessEnd {
+        pid: p,
+        ts_ns: BASE + 50 * MS,
+        exit_code: -1,
+    });
+    let shuffled = encode(&[
+        start(p, 0, &["/bin/old"]),
+        start(p, 90 * MS, &["/bin/new"]),
+        new_events.clone(),
+        old_events.clone(),
+        end.clone(),
+    ]);
+    let ordered = encode(&[
+        start(p, 0, &["/bin/old"]),
+        old_events,
+        end,
+        start(p, 90 * MS, &["/bin/new"]),
+        new_events,
+    ]);
+    for bytes in [&shuffled, &ordered] {
+        let r = report(bytes);
+        assert_eq!(r.processes.len(), 2);
+        let (old, new) = (&r.processes[0], &r.processes[1]);
+        assert_eq!(
+            (old.image, old.command.clone()),
+            (0, vec!["/bin/old".into()])
+        );
+        assert_eq!(
+            (new.image, new.command.clone()),
+            (1, vec!["/bin/new".into()])
+        );
+        assert_eq!(old.exit_code, Some(-1));
+        assert_eq!(new.exit_code, None);
+        let (od, nd) = (&old.devices[0], &new.devices[0]);
+        assert_eq!(
+            (od.alloc_count, od.free_count, od.live_bytes_at_exec),
+            (2, 1, 100)
+        );
+        assert_eq!(
+            (nd.alloc_count, nd.free_count, nd.unmatched_frees),
+            (1, 1, 0)
+        );
+        assert_eq!(nd.live_bytes_at_exit, 0);
+    }
+}

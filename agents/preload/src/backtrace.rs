@@ -42,21 +42,21 @@ pub fn enabled() -> bool {
     EVERY.load(Ordering::Relaxed) != 0
 }
 
-/// Accounts one successful allocation of the calling thread (already queued as `ev`);
-/// samples the stack when the thread's byte budget is used up.
+/// Accounts an allocation of `size` bytes of the calling thread; true when its stack
+/// is to be sampled (the thread's byte budget is used up; it starts over at N).
 #[inline]
-pub(crate) fn account(t: &ThreadState, ev: &Event) {
+pub(crate) fn due(t: &ThreadState, size: u64) -> bool {
     let left = t
         .bt_budget
         .get()
-        .saturating_sub(ev.size.min(i64::MAX as u64) as i64);
+        .saturating_sub(size.min(i64::MAX as u64) as i64);
     if left > 0 {
         t.bt_budget.set(left);
-        return;
+        return false;
     }
     t.bt_budget
         .set(EVERY.load(Ordering::Relaxed).min(i64::MAX as u64) as i64);
-    sample(t, ev);
+    true
 }
 
 extern "C" {
@@ -142,39 +142,52 @@ fn walk(t: &ThreadState, out: &mut [u64; MAX_FRAMES]) -> usize {
     n
 }
 
+/// Queues `ev` preceded by its stack's slots, all published at once in the thread's
+/// ring (a flush never sees half a group). False when that was not possible (no own
+/// ring, no room, nothing to walk): the caller queues `ev` alone.
 #[cold]
 #[inline(never)]
-fn sample(t: &ThreadState, ev: &Event) {
+pub(crate) fn push_with_stack(t: &ThreadState, ev: &Event) -> bool {
+    let Some(ring) = crate::rt::thread_ring(t) else {
+        return false;
+    };
     let mut frames = [0u64; MAX_FRAMES];
     let n = walk(t, &mut frames);
     if n == 0 {
-        return;
+        return false;
     }
+    let mut group = [Event::default(); MAX_FRAMES / PER_SLOT + 1];
+    let mut len = 0;
     for (i, chunk) in frames[..n].chunks(PER_SLOT).enumerate() {
         let f = |k: usize| chunk.get(k).copied().unwrap_or(0);
-        let slot = Event {
-            ts_ns: ev.ts_ns,
-            ptr: ev.ptr,
-            size: f(0),
-            stream: f(1),
-            aux: f(2),
-            duration_ns: f(3),
-            pid: ev.pid,
-            tid: ev.tid,
-            result: n as i32,
-            device: i as i32,
-            kind: SLOT_KIND,
-            mem_kind: 0,
-            api: chunk.len() as u16,
-        };
-        if !crate::rt::push_raw(t, &slot) {
-            return;
+        if let Some(g) = group.get_mut(len) {
+            *g = Event {
+                ts_ns: ev.ts_ns,
+                ptr: ev.ptr,
+                size: f(0),
+                stream: f(1),
+                aux: f(2),
+                duration_ns: f(3),
+                pid: ev.pid,
+                tid: ev.tid,
+                result: n as i32,
+                device: i as i32,
+                kind: SLOT_KIND,
+                mem_kind: 0,
+                api: chunk.len() as u16,
+            };
+            len += 1;
         }
     }
+    if let Some(g) = group.get_mut(len) {
+        *g = *ev;
+        len += 1;
+    }
+    ring.push_group(group.get(..len).unwrap_or(&[]))
 }
 
 /// Flusher side: moves the backtrace slots out of `events` (in drain order, each
-/// thread's slots right after its allocation) into whole [`Backtrace`]s.
+/// sample's slots together, right before its allocation) into whole [`Backtrace`]s.
 pub fn split(events: &mut Vec<Event>, out: &mut Vec<Backtrace>) {
     if !events.iter().any(|e| e.kind == SLOT_KIND) {
         return;
@@ -298,11 +311,11 @@ mod tests {
             ..Event::default()
         };
         let mut evs = vec![
-            alloc,
             slot(5, 10, 0, &[1, 2, 3, 4], 6),
             slot(5, 10, 1, &[5, 6], 6),
             alloc,
             slot(6, 11, 0, &[9], 1),
+            alloc,
         ];
         let mut bts = Vec::new();
         split(&mut evs, &mut bts);

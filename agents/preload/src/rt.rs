@@ -338,27 +338,53 @@ impl Pending {
     #[inline]
     pub fn commit(self) {
         let t = self.ts;
-        // SAFETY: rings are never unmapped.
-        let ok = match unsafe { t.ring.get().as_ref() } {
-            Some(r) => r.push(&self.ev),
-            None => push_slow(t, &self.ev),
-        };
         // Only HIP / CUDA calls come through the entry trampolines that save the
         // caller's frame (PJRT events, api 3000.., do not).
-        if ok
-            && crate::backtrace::enabled()
+        let sampled = crate::backtrace::enabled()
             && self.ev.kind == EventKind::Alloc as u8
             && self.ev.api < 3000
-        {
-            crate::backtrace::account(t, &self.ev);
+            && crate::backtrace::due(t, self.ev.size)
+            && crate::backtrace::push_with_stack(t, &self.ev);
+        if !sampled {
+            push_raw(t, &self.ev);
         }
         t.in_hook.set(false);
         set_errno_of(t, self.errno);
     }
 }
 
-/// Queues an event of this thread outside [`Pending::commit`] (backtrace slots);
-/// false when it had to be dropped.
+/// This thread's own ring, taken now if it has none yet (`None`: it uses the shared
+/// ring).
+pub(crate) fn thread_ring(t: &ThreadState) -> Option<&'static ThreadRing> {
+    // SAFETY: rings are never unmapped.
+    if let Some(r) = unsafe { t.ring.get().as_ref() } {
+        return Some(r);
+    }
+    take_ring(t)
+}
+
+/// Gives the thread its own ring, unless none could be had before.
+#[cold]
+fn take_ring(t: &ThreadState) -> Option<&'static ThreadRing> {
+    if t.shared.get() {
+        return None;
+    }
+    match tring::acquire(config().buffer_events) {
+        Some(r) => {
+            t.ring.set(r);
+            RING_OWNER.with(|o| o.0.set(r));
+            Some(r)
+        }
+        None => {
+            t.shared.set(true);
+            None
+        }
+    }
+}
+
+/// Queues one event of this thread (its ring, or the shared one); false when it had to
+/// be dropped (counted).
+#[inline]
 pub(crate) fn push_raw(t: &ThreadState, ev: &Event) -> bool {
     // SAFETY: rings are never unmapped.
     match unsafe { t.ring.get().as_ref() } {
@@ -371,15 +397,8 @@ pub(crate) fn push_raw(t: &ThreadState, ev: &Event) -> bool {
 /// are counted by the thread's ring, or here for the shared one.
 #[cold]
 fn push_slow(t: &ThreadState, ev: &Event) -> bool {
-    if !t.shared.get() {
-        match tring::acquire(config().buffer_events) {
-            Some(r) => {
-                t.ring.set(r);
-                RING_OWNER.with(|o| o.0.set(r));
-                return r.push(ev);
-            }
-            None => t.shared.set(true),
-        }
+    if let Some(r) = take_ring(t) {
+        return r.push(ev);
     }
     let ok = RING.push(ev);
     if !ok {

@@ -144,11 +144,47 @@ impl ThreadRing {
         true
     }
 
+    /// Appends `evs` (at most a few) and publishes them with one release store: all or
+    /// nothing, and no drop is counted (the caller falls back to a single push).
+    pub fn push_group(&self, evs: &[Event]) -> bool {
+        let h = self.head.0.load(Ordering::Relaxed);
+        let n = evs.len();
+        // SAFETY: tail_cache is producer-private.
+        let cached = unsafe { &mut *self.tail_cache.get() };
+        if h.wrapping_add(n).wrapping_sub(*cached) > self.mask + 1 {
+            *cached = self.tail.0.load(Ordering::Acquire);
+            if h.wrapping_add(n).wrapping_sub(*cached) > self.mask + 1 {
+                return false;
+            }
+        }
+        for (i, ev) in evs.iter().enumerate() {
+            // SAFETY: masked index within the mapping; the consumer is past these slots.
+            unsafe { *self.slots.add(h.wrapping_add(i) & self.mask) = Slot::from_event(ev) };
+        }
+        self.head.0.store(h.wrapping_add(n), Ordering::Release);
+        true
+    }
+
     /// Moves all published events into `out` (consumer side, under the sink lock).
     fn drain_into(&self, out: &mut Vec<Event>, max: usize, pid: u32) -> usize {
         let t = self.tail.0.load(Ordering::Relaxed);
         let h = self.head.0.load(Ordering::Acquire);
-        let n = h.wrapping_sub(t).min(max);
+        let avail = h.wrapping_sub(t);
+        let mut n = avail.min(max);
+        // Never end inside a backtrace group (its slots precede its allocation and were
+        // published with it).
+        while n < avail {
+            // SAFETY: slot t + n - 1 is published (n <= avail).
+            let last = unsafe {
+                &*self
+                    .slots
+                    .add(t.wrapping_add(n).wrapping_sub(1) & self.mask)
+            };
+            if n == 0 || last.kind != crate::backtrace::SLOT_KIND {
+                break;
+            }
+            n += 1;
+        }
         for i in 0..n {
             // SAFETY: slots t..h were published by the release store of `head`.
             out.push(unsafe { *self.slots.add(t.wrapping_add(i) & self.mask) }.to_event(pid));

@@ -11,10 +11,15 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memwatch_wire::{
-    Api, Event, EventKind, FrameReader, MemKind, Module, ReadMode, Record, WireError,
+    Api, Event, EventKind, FrameReader, MemKind, Module, ModuleMap, ProcessEnd, ProcessStart,
+    ReadMode, Record, WireError,
 };
 
 use super::CaptureError;
+
+/// Largest backwards step of a thread's event times that is treated as clock-conversion
+/// jitter (and clamped away) rather than as frames written out of order.
+const CLAMP_WINDOW_NS: u64 = 1_000_000;
 
 /// Failed calls kept per process in full detail; more are only counted.
 pub const MAX_FAILURES_KEPT: usize = 10_000;
@@ -72,10 +77,10 @@ pub struct DeviceMeta {
     pub total_bytes: u64,
 }
 
-/// What the capture says about one process image (see [`ProcKey`]). Frames of a pid
-/// belong to its latest `process_start` seen so far in the file: a shim writes an
-/// image's `process_end` before the exec, and the new image writes its `process_start`
-/// before any other frame.
+/// What the capture says about one process image (see [`ProcKey`]). A pid with several
+/// `process_start`s is split into images by time after loading (`images`): the frames
+/// of one pid may arrive out of order (`memwatch run` reads each connection on its own
+/// thread, so the new image's first frames can precede the old image's last ones).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessMeta {
     pub pid: u32,
@@ -158,11 +163,19 @@ impl Loaded {
     }
 }
 
+/// Per-pid records kept while loading, for splitting exec'd images afterwards.
+#[derive(Default)]
+pub(super) struct PidRecords {
+    pub starts: Vec<ProcessStart>,
+    pub ends: Vec<ProcessEnd>,
+    /// (ts, cumulative dropped total).
+    pub drops: Vec<(u64, u64)>,
+    pub marker_ts: Vec<u64>,
+}
+
 struct Builder {
     loaded: Loaded,
     stream_index: std::collections::HashMap<(ProcKey, i32), u32>,
-    /// The current image of each pid (its latest `process_start` so far).
-    image_of: std::collections::HashMap<u32, u32>,
     /// The latest start time seen per (pid, tid). A thread's events reach the file in
     /// the order it made the calls, but the shim converts TSC ticks to CLOCK_MONOTONIC
     /// per flush, and on a loaded (virtual) machine two flushes' conversions can differ
@@ -173,13 +186,15 @@ struct Builder {
     /// Backtraces whose allocation event was not read yet (the shim writes them just
     /// before it): (pid, tid, ts_ns, ptr) -> frames.
     pending_backtraces: std::collections::HashMap<(u32, u32, u64, u64), Vec<u64>>,
+    records: std::collections::HashMap<u32, PidRecords>,
+    module_maps: Vec<ModuleMap>,
 }
 
 impl Builder {
-    /// The current image of `pid`.
+    /// While loading, every frame of a pid goes to image 0; `images::split` divides
+    /// pids with several `process_start`s afterwards.
     fn key(&mut self, pid: u32) -> ProcKey {
-        let image = *self.image_of.entry(pid).or_insert(0);
-        ProcKey { pid, image }
+        ProcKey { pid, image: 0 }
     }
 
     fn process(&mut self, pid: u32) -> &mut ProcessMeta {
@@ -192,24 +207,6 @@ impl Builder {
                 image: key.image,
                 ..ProcessMeta::default()
             })
-    }
-
-    /// A `process_start` of `pid`: the first one names image 0 (even when events came
-    /// first), a later one starts the next image (an exec).
-    fn start_image(&mut self, pid: u32) -> &mut ProcessMeta {
-        let key = self.key(pid);
-        let started = self
-            .loaded
-            .processes
-            .get(&key)
-            .is_some_and(|p| p.starts > 0);
-        if started {
-            if let Some(old) = self.loaded.processes.get_mut(&key) {
-                old.ended_by_exec = true;
-            }
-            self.image_of.insert(pid, key.image + 1);
-        }
-        self.process(pid)
     }
 
     fn stream(&mut self, pid: u32, device: i32) -> u32 {
@@ -233,8 +230,15 @@ impl Builder {
         };
         let stream = self.stream(e.pid, e.device);
         let last = self.thread_last_ts.entry((e.pid, e.tid)).or_insert(0);
-        let ts = e.ts_ns.max(*last);
-        *last = ts;
+        // Clamp only conversion jitter; an event far older than the thread's last one
+        // came from frames written out of order (e.g. the image before an exec, whose
+        // main thread has the same tid) and keeps its time.
+        let ts = if e.ts_ns.saturating_add(CLAMP_WINDOW_NS) < *last {
+            e.ts_ns
+        } else {
+            e.ts_ns.max(*last)
+        };
+        *last = (*last).max(ts);
         let dur = if kind == EventKind::ApiSpan && e.duration_ns == 0 {
             e.aux
         } else {
@@ -284,7 +288,12 @@ impl Builder {
     fn record(&mut self, record: Record) {
         match record {
             Record::ProcessStart(s) => {
-                let p = self.start_image(s.pid);
+                self.records
+                    .entry(s.pid)
+                    .or_default()
+                    .starts
+                    .push(s.clone());
+                let p = self.process(s.pid);
                 p.starts += 1;
                 p.ppid = s.ppid;
                 p.argv = s.argv;
@@ -316,13 +325,26 @@ impl Builder {
                     let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
                     self.loaded.tags.insert(k.to_string(), v.to_string());
                 }
-                None => self.process(m.pid).markers += 1,
+                None => {
+                    self.records
+                        .entry(m.pid)
+                        .or_default()
+                        .marker_ts
+                        .push(m.ts_ns);
+                    self.process(m.pid).markers += 1
+                }
             },
             Record::Dropped(d) => {
+                self.records
+                    .entry(d.pid)
+                    .or_default()
+                    .drops
+                    .push((d.ts_ns, d.dropped_total));
                 let p = self.process(d.pid);
                 p.dropped_events = p.dropped_events.max(d.dropped_total);
             }
             Record::ProcessEnd(e) => {
+                self.records.entry(e.pid).or_default().ends.push(e);
                 let p = self.process(e.pid);
                 p.end_ts = Some(p.end_ts.map_or(e.ts_ns, |t| t.max(e.ts_ns)));
                 p.exit_code = Some(e.exit_code);
@@ -334,15 +356,7 @@ impl Builder {
                 self.pending_backtraces
                     .insert((b.pid, b.tid, b.ts_ns, b.ptr), b.frames);
             }
-            Record::ModuleMap(m) => {
-                let key = self.key(m.pid);
-                let known = self.loaded.modules.entry(key).or_default();
-                for x in m.modules {
-                    if !known.iter().any(|k| k.start == x.start && k.path == x.path) {
-                        known.push(x);
-                    }
-                }
-            }
+            Record::ModuleMap(m) => self.module_maps.push(m),
             Record::Unknown { .. } => self.loaded.unknown_frames += 1,
         }
     }
@@ -371,9 +385,10 @@ pub fn load_reader<R: Read>(
             ..Loaded::default()
         },
         stream_index: Default::default(),
-        image_of: Default::default(),
         thread_last_ts: Default::default(),
         pending_backtraces: Default::default(),
+        records: Default::default(),
+        module_maps: Vec::new(),
     };
     let mut last_progress = 0u64;
     loop {
@@ -402,6 +417,7 @@ pub fn load_reader<R: Read>(
         }
     }
     progress(reader.offset());
+    super::images::split(&mut b.loaded, &b.records, b.module_maps);
     b.loaded.frames = reader.frames_read();
     b.loaded.unknown_frames += reader.unknown_frames();
     b.loaded.file_bytes = reader.offset();

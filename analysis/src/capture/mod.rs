@@ -3,11 +3,13 @@
 //! (`memwatch report --trace`).
 //!
 //! Submodules: `load` (streaming, damage-tolerant reading into compact events),
+//! `images` (a pid's frames split into exec'd images, by time),
 //! `stats` (counts, peaks, leaks, failures, API durations and overlap), `codes` (result
 //! code names per API family), `symbolize` (sampled native stacks -> module, offset,
 //! symbol), `trace` (trace export). Nothing here prints or exits.
 
 pub mod codes;
+mod images;
 pub mod load;
 pub mod stats;
 pub mod symbolize;
