@@ -279,6 +279,8 @@ impl Ingestor {
                         run_id = Some(r);
                         super::pjrt::store_memory_stats(tx, r, s).await?;
                     }
+                    // Sampled native stacks: read by `memwatch report` from the capture file.
+                    Record::Backtrace(_) | Record::ModuleMap(_) => {}
                     Record::Unknown { .. } => {}
                 }
             }
