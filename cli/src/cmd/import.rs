@@ -22,6 +22,8 @@ Examples:
   memwatch import run.mwcap --db memwatch.db
   memwatch import run.mwcap --daemon http://central:7373 --token s3cret --run nightly-42
   memwatch import cut-off.mwcap --db mw.db --json
+  memwatch import --db mw.db --log run.log --xla-dump /tmp/dump --mem-fraction 0.025
+  memwatch import --db mw.db --xla-dump /tmp/dump --run-id 3
 
 A damaged capture is loaded up to the damage (what was skipped is reported). Importing
 the same file twice stores it once (batches are keyed by the file's contents).";
@@ -30,8 +32,9 @@ the same file twice stores it once (batches are keyed by the file's contents).";
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct ImportArgs {
-    /// Capture file (.mwcap).
-    pub capture: PathBuf,
+    /// Capture file (.mwcap). Not needed with --log / --xla-dump.
+    #[arg(required_unless_present_any = ["log", "xla_dump"])]
+    pub capture: Option<PathBuf>,
     /// Store directly into this SQLite file or postgres://… database.
     #[arg(
         long,
@@ -52,6 +55,20 @@ pub struct ImportArgs {
     /// Node name [default: the capture's host name].
     #[arg(long)]
     pub node: Option<String>,
+    /// Attach a JAX/XLA/TSL log (a run's stderr) for the dashboard's Incident page
+    /// (needs --db; see `memwatch log`).
+    #[arg(long, value_name = "FILE", requires = "db")]
+    pub log: Option<PathBuf>,
+    /// Attach an XLA dump directory (--xla_dump_to) for the XLA module page and to
+    /// diagnose --log's OOMs with (needs --db).
+    #[arg(long, value_name = "DIR", requires = "db")]
+    pub xla_dump: Option<PathBuf>,
+    /// The logged run's XLA_CLIENT_MEM_FRACTION (lets the diagnosis suggest one).
+    #[arg(long, requires = "log")]
+    pub mem_fraction: Option<f64>,
+    /// Attach --log/--xla-dump to this stored run id.
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<i64>,
     /// Print one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -317,7 +334,13 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
         },
         (None, None) => bail!("give --db PATH or --daemon URL"),
     };
-    let s = import_capture(&args.capture, target, args.run.clone(), args.node.clone())?;
+    if args.log.is_some() || args.xla_dump.is_some() {
+        return super::import_log::run(&args);
+    }
+    let Some(capture) = &args.capture else {
+        bail!("give a capture file, --log FILE or --xla-dump DIR");
+    };
+    let s = import_capture(capture, target, args.run.clone(), args.node.clone())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
     } else {

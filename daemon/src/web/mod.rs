@@ -6,6 +6,9 @@
 //! writes. Routes are merged into the API router, so the same bearer-token rule applies.
 
 pub mod chart;
+pub mod dash_charts;
+mod dash_pages;
+pub mod dash_views;
 pub mod data;
 pub mod export;
 pub mod fmt;
@@ -37,8 +40,10 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/compare", get(pages::compare))
         .route("/incidents", get(pages::incidents))
-        .route("/xla", get(pages::xla))
-        .route("/gates", get(pages::gates))
+        .route("/incidents/logs/{id}", get(dash_pages::incident_log))
+        .route("/xla", get(dash_pages::xla_list))
+        .route("/xla/modules/{id}", get(dash_pages::xla_module))
+        .route("/gates", get(dash_pages::gates))
         .route("/static/memwatch.css", get(css))
         .route("/static/memwatch.js", get(js))
 }

@@ -67,46 +67,73 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, WebError> 
             dropped: r.dropped_events,
         });
     }
-    let nodes = nodes
-        .into_iter()
-        .map(|n| NodeView {
+    let ids = st.store.node_ids().await?;
+    let mut views = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        let node_id = ids.get(&n.name).copied().unwrap_or(-1);
+        let mut devices = Vec::with_capacity(n.devices.len());
+        for d in n.devices {
+            let mut mems = Vec::with_capacity(d.samples.len());
+            for s in &d.samples {
+                let code = match s.memory {
+                    "vram" => 0,
+                    "gtt" => 1,
+                    _ => 2,
+                };
+                // The last hour of this memory's samples, on the node's own clock.
+                let hist = st
+                    .store
+                    .sample_history(node_id, d.ordinal, code, s.ts_ns - 3_600_000_000_000, 240)
+                    .await?;
+                let (spark, spark_note) = if hist.len() >= 2 {
+                    let svg = super::dash_charts::sparkline(260, 40, &hist)
+                        .map_err(WebError::Internal)?;
+                    let hi = hist.iter().map(|p| p.1).max().unwrap_or(0);
+                    let span = hist.last().map_or(0, |l| l.0) - hist.first().map_or(0, |f| f.0);
+                    (svg, format!("last {}: highest {}", fmt::duration(span), fmt::bytes(hi)))
+                } else {
+                    (String::new(), String::new())
+                };
+                mems.push(MemView {
+                    label: match s.memory {
+                        "vram" => "VRAM",
+                        "gtt" => "GTT",
+                        _ => "other",
+                    },
+                    used: fmt::bytes(s.used_bytes),
+                    total: fmt::bytes(s.total_bytes),
+                    pct_int: if s.total_bytes > 0 {
+                        (s.used_bytes.saturating_mul(100) / s.total_bytes).clamp(0, 100)
+                    } else {
+                        0
+                    },
+                    source: s.source.clone(),
+                    spark,
+                    spark_note,
+                });
+            }
+            devices.push(DeviceView {
+                ordinal: d.ordinal,
+                name: d.name,
+                vendor: d.vendor,
+                total: fmt::bytes(d.total_bytes),
+                mems,
+            });
+        }
+        views.push(NodeView {
             name: n.name,
             last_seen: fmt::wall(n.last_seen_unix_ns),
-            devices: n
-                .devices
-                .into_iter()
-                .map(|d| DeviceView {
-                    ordinal: d.ordinal,
-                    name: d.name,
-                    vendor: d.vendor,
-                    total: fmt::bytes(d.total_bytes),
-                    mems: d
-                        .samples
-                        .iter()
-                        .map(|s| MemView {
-                            label: match s.memory {
-                                "vram" => "VRAM",
-                                "gtt" => "GTT",
-                                _ => "other",
-                            },
-                            used: fmt::bytes(s.used_bytes),
-                            total: fmt::bytes(s.total_bytes),
-                            pct_int: if s.total_bytes > 0 {
-                                (s.used_bytes.saturating_mul(100) / s.total_bytes).clamp(0, 100)
-                            } else {
-                                0
-                            },
-                            source: s.source.clone(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-        })
-        .collect();
+            devices,
+        });
+    }
+    let nodes = views;
+    // Processes with no recorded end whose node reported in the last 10 minutes.
+    let running = st.store.running_processes(600_000_000_000).await?;
     html(&Overview {
         db_hint: "memwatch.db".into(),
         nodes,
         runs: rows,
+        running,
     })
 }
 
@@ -459,6 +486,9 @@ pub async fn live(
 #[derive(Deserialize)]
 pub struct DeviceQ {
     device: Option<i64>,
+    /// An instant (ns since the run's start) instead of the peak (Peak page only).
+    at: Option<u64>,
+    format: Option<String>,
 }
 
 /// Largest allocations listed in the peak page's expandable groups.
@@ -485,7 +515,18 @@ pub async fn peak(
     let run = load_run(&st, id).await?;
     let devices: Vec<i64> = run.devices.iter().map(|d| d.device).collect();
     let device = q.device.or(devices.first().copied()).unwrap_or(0);
-    let Some(p) = st.store.peak(id, device, PEAK_LIST).await? else {
+    let json = match q.format.as_deref() {
+        None | Some("html") => false,
+        Some("json") => true,
+        Some(f) => return Err(WebError::Bad(format!("unknown format {f:?} (use format=json)"))),
+    };
+    let at = q.at.map(|t| t.min(run_end(&run)));
+    let p = st.store.live_at(id, device, at, PEAK_LIST).await?;
+    if json {
+        return Ok(Json(serde_json::json!({ "run_id": id, "device": device, "at_ns": at, "live": p }))
+            .into_response());
+    }
+    let Some(p) = p else {
         return html(&PeakPage {
             id,
             device,
@@ -498,10 +539,11 @@ pub async fn peak(
             live_allocations: 0,
             shown: 0,
             dims: Vec::new(),
+            at,
         });
     };
-    let at = p.peak_ts_ns.max(0) as u64;
-    let pad = 50_000_000u64.max(at / 20);
+    let t = p.peak_ts_ns.max(0) as u64;
+    let pad = 50_000_000u64.max(t / 20);
     html(&PeakPage {
         id,
         device,
@@ -509,11 +551,12 @@ pub async fn peak(
         missing: false,
         peak: fmt::bytes(p.peak_bytes),
         peak_at: fmt::duration(p.peak_ts_ns),
-        zoom_from: at.saturating_sub(pad),
-        zoom_to: at + pad,
+        zoom_from: t.saturating_sub(pad),
+        zoom_to: t + pad,
         live_allocations: p.live_allocations,
         shown: p.largest.len() as u64,
         dims: peak_dims(&p),
+        at,
     })
 }
 
@@ -739,8 +782,8 @@ pub async fn compare(
     page.svg = chart::timeline((CHART_W, CHART_H), 0, end, &series, &Marks::default())
         .map_err(WebError::Internal)?
         .svg;
-    let pa = st.store.peak(a, da, 0).await?;
-    let pb = st.store.peak(b, db, 0).await?;
+    let pa = st.store.live_at(a, da, None, 0).await?;
+    let pb = st.store.live_at(b, db, None, 0).await?;
     let peak_of = |p: &Option<Peak>| p.as_ref().map_or(0, |p| p.peak_bytes);
     page.a_peak = fmt::bytes(peak_of(&pa));
     page.b_peak = fmt::bytes(peak_of(&pb));
@@ -802,45 +845,26 @@ pub async fn incidents(State(st): State<AppState>) -> Result<Response, WebError>
         .iter()
         .map(|r| (r.id, r.t0_mono_ns))
         .collect();
+    let logs = st
+        .store
+        .incident_logs()
+        .await?
+        .into_iter()
+        .map(|l| {
+            (
+                l.id,
+                l.source,
+                l.run_id,
+                l.dump_id.is_some(),
+                fmt::wall(l.created_unix_ns),
+            )
+        })
+        .collect();
     html(&IncidentsPage {
+        logs,
         rows: rows
             .iter()
             .map(|i| incident_view(i, t0.get(&i.run_id).copied().unwrap_or(0)))
-            .collect(),
-    })
-}
-
-pub async fn xla(State(st): State<AppState>) -> Result<Response, WebError> {
-    let rows = data::xla_modules(&st.store, None).await?;
-    html(&XlaPage {
-        rows: rows
-            .into_iter()
-            .map(|m| XlaView {
-                name: m.name,
-                run_id: m.run_id,
-                argument: fmt::bytes(m.argument_bytes),
-                output: fmt::bytes(m.output_bytes),
-                temp: fmt::bytes(m.temp_bytes),
-                alias: fmt::bytes(m.alias_bytes),
-                total: fmt::bytes(m.total_allocation_bytes),
-            })
-            .collect(),
-    })
-}
-
-pub async fn gates(State(st): State<AppState>) -> Result<Response, WebError> {
-    let rows = data::gate_results(&st.store).await?;
-    html(&GatesPage {
-        rows: rows
-            .into_iter()
-            .map(|g| GateView {
-                name: g.name,
-                when: fmt::wall(g.created_unix_ns),
-                run: g.run_id.map_or("-".into(), |r| format!("#{r}")),
-                passed: g.passed,
-                measured: fmt::bytes(g.measured_bytes),
-                limit: fmt::bytes(g.limit_bytes),
-            })
             .collect(),
     })
 }
