@@ -176,14 +176,15 @@ async fn record_run(
         ts_ns: g.t + 1,
         exit_code: if oom { 1 } else { 0 },
     }));
-    // A minute of once-a-second samples before the final ones (the Overview sparkline).
+    // 60 samples spread over the run, then the final ones (the Overview sparkline).
+    let step_ns = (g.t - t0) / 61;
     for i in 0..60u64 {
         for (mem, used, total) in [
             (0u8, (40u64 << 30) + (i % 20) * (1 << 30), 141u64 << 30),
             (1, (1 << 30) + (i % 7) * (128 << 20), 64 << 30),
         ] {
             recs.push(Record::DeviceSample(DeviceSample {
-                ts_ns: g.t.saturating_sub((60 - i) * 1_000_000_000),
+                ts_ns: t0 + i * step_ns,
                 device: 0,
                 memory: mem,
                 used_bytes: used,
@@ -260,7 +261,10 @@ async fn record_live(ing: &mut Ingestor) -> Result<i64> {
 async fn attach_h200(store: &Store) -> Result<()> {
     use memwatch_analysis::log::{parse_log, LogReport};
     use memwatch_daemon::store::dash::NewModule;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/h200");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/h200")
+        .canonicalize()
+        .context("testdata/h200 is missing")?;
     let rows = |mods: &[memwatch_analysis::xla::ModuleReport]| -> Result<Vec<NewModule>> {
         mods.iter()
             .map(|m| {

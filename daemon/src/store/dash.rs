@@ -246,6 +246,20 @@ impl Store {
         Ok(reduce_max(v, points))
     }
 
+    /// The first time (ns since the run's start) an annotation reads exactly `text`.
+    pub async fn first_marker(&self, run: i64, text: &str) -> Result<Option<u64>, StoreError> {
+        let r = sqlx::query(
+            "SELECT a.ts_ns - r.t0_mono_ns FROM annotations a JOIN runs r ON r.id = a.run_id \
+             WHERE a.run_id = $1 AND a.text = $2 ORDER BY a.ts_ns LIMIT 1",
+        )
+        .bind(run)
+        .bind(text)
+        .fetch_optional(&self.pool)
+        .await?;
+        r.map(|r| col_i64(&r, 0).map(|t| t.max(0) as u64))
+            .transpose()
+    }
+
     /// Node ids by name.
     pub async fn node_ids(&self) -> Result<HashMap<String, i64>, StoreError> {
         let rows = sqlx::query("SELECT id, name FROM nodes")

@@ -704,6 +704,8 @@ pub struct CompareQ {
     b: Option<i64>,
     da: Option<i64>,
     db: Option<i64>,
+    /// `start` (default) or `marker:NAME`: align both timelines at that annotation.
+    align: Option<String>,
 }
 
 pub async fn compare(
@@ -735,6 +737,19 @@ pub async fn compare(
         b_peak: String::new(),
         peak_delta: String::new(),
         rows: Vec::new(),
+        align: q.align.clone().unwrap_or_else(|| "start".into()),
+        align_label: "at their start".into(),
+    };
+    let marker = match q.align.as_deref() {
+        None | Some("") | Some("start") => None,
+        Some(m) => match m.strip_prefix("marker:") {
+            Some(name) if !name.is_empty() => Some(name.to_string()),
+            _ => {
+                return Err(WebError::Bad(format!(
+                    "align={m:?}: use align=start or align=marker:NAME (an annotation's exact text)"
+                )))
+            }
+        },
     };
     let (Some(a), Some(b)) = (a, b) else {
         return html(&page);
@@ -746,11 +761,38 @@ pub async fn compare(
         page.message = format!("Run #{a} or #{b} does not exist.");
         return html(&page);
     };
-    let end = run_end(&ra).max(run_end(&rb));
+    // Alignment: shift each run so that its marker (or its start) lands at `at`.
+    let (ma, mb) = match &marker {
+        None => (0, 0),
+        Some(name) => {
+            let fa = st.store.first_marker(a, name).await?;
+            let fb = st.store.first_marker(b, name).await?;
+            match (fa, fb) {
+                (Some(x), Some(y)) => {
+                    page.align_label = format!("at their first marker \"{name}\"");
+                    (x, y)
+                }
+                _ => {
+                    page.message = format!(
+                        "Marker \"{name}\" is not in {}; the timelines are aligned at their start instead. Markers are annotations (memwatch-jax's markers or NVTX/roctx ranges); see each run's page for its annotations.",
+                        match (fa, fb) {
+                            (None, None) => "either run".to_string(),
+                            (None, _) => format!("run #{a}"),
+                            _ => format!("run #{b}"),
+                        }
+                    );
+                    (0, 0)
+                }
+            }
+        }
+    };
+    let at = ma.max(mb);
+    let (sa, sb) = (at - ma, at - mb);
+    let (ea, eb) = (run_end(&ra), run_end(&rb));
+    let end = (ea + sa).max(eb + sb);
     let pts = (CHART_W - 100) as usize;
     // Each run's own span only (nothing drawn after a run ended), same bucket width.
     let share = |e: u64| ((pts as u64 * e).div_ceil(end) as usize).max(1);
-    let (ea, eb) = (run_end(&ra), run_end(&rb));
     let ta = st
         .store
         .timeline(a, da, Some(0), Some(ea), share(ea))
@@ -763,23 +805,39 @@ pub async fn compare(
         page.message = "A run disappeared while comparing.".into();
         return html(&page);
     };
+    let shift = |p: &[crate::store::query::Point], by: u64| -> Vec<crate::store::query::Point> {
+        p.iter()
+            .map(|x| crate::store::query::Point {
+                t_ns: x.t_ns + by,
+                ..*x
+            })
+            .collect()
+    };
+    let (pa_pts, pb_pts) = (shift(&ta.points, sa), shift(&tb.points, sb));
     page.a_label = format!("#{} {} GPU {da}", a, ra.run_key);
     page.b_label = format!("#{} {} GPU {db}", b, rb.run_key);
     let series = [
         Series {
             label: format!("A: {}", page.a_label),
-            points: &ta.points,
+            points: &pa_pts,
             bucket_ns: ta.bucket_ns,
             color: PALETTE[0],
         },
         Series {
             label: format!("B: {}", page.b_label),
-            points: &tb.points,
+            points: &pb_pts,
             bucket_ns: tb.bucket_ns,
             color: PALETTE[1],
         },
     ];
-    page.svg = chart::timeline((CHART_W, CHART_H), 0, end, &series, &Marks::default())
+    let marks = Marks {
+        annotations: match &marker {
+            Some(m) if page.message.is_empty() => vec![(at, m.clone())],
+            _ => Vec::new(),
+        },
+        ..Marks::default()
+    };
+    page.svg = chart::timeline((CHART_W, CHART_H), 0, end, &series, &marks)
         .map_err(WebError::Internal)?
         .svg;
     let pa = st.store.live_at(a, da, None, 0).await?;

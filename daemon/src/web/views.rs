@@ -175,6 +175,9 @@ pub struct ComparePage {
     pub b_peak: String,
     pub peak_delta: String,
     pub rows: Vec<CompareRow>,
+    /// `start` or `marker:NAME` as asked, and the caption's wording of it.
+    pub align: String,
+    pub align_label: String,
 }
 
 pub struct Choice {
