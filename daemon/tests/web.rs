@@ -152,7 +152,8 @@ async fn empty_database_explains_what_to_do() {
     for (uri, text) in [
         ("/compare", "at least two runs"),
         ("/incidents", "No failed allocations"),
-        ("/xla", "No XLA modules are stored"),
+        ("/incidents", "No log is attached"),
+        ("/xla", "No XLA dump is stored"),
         ("/gates", "No gate results are stored"),
     ] {
         let (st, body, _) = get(&app, uri).await;
@@ -177,8 +178,9 @@ async fn every_page_renders_recorded_data() {
     );
     assert!(body.contains("20.0 GiB / 64.0 GiB") && body.contains("3.00 GiB / 32.0 GiB"));
     assert!(body.contains("OOM"), "OOM badge");
-    let ti = body.find(&format!("#{train} train")).unwrap();
-    let ei = body.find(&format!("#{eval} eval")).unwrap();
+    let runs = &body[body.find("id=\"runs-h\"").unwrap()..];
+    let ti = runs.find(&format!("#{train} train")).unwrap();
+    let ei = runs.find(&format!("#{eval} eval")).unwrap();
     assert!(ei < ti, "newest run first");
 
     let (st, body, _) = get(&app, &format!("/runs/{train}")).await;
@@ -384,4 +386,138 @@ async fn live_run_streams_progress_then_the_page_shows_it() {
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
     assert!(seen.contains("\"events\":"), "{seen}");
+}
+
+/// Stores the real H200 OOM incident (log + dump) and the MLP dump as `memwatch import
+/// --log/--xla-dump` does; returns (log id, incident module id, an MLP module id).
+async fn attach_h200(store: &Store) -> (i64, i64, i64) {
+    use memwatch_daemon::store::dash::NewModule;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/h200");
+    let rows = |dir: &std::path::Path| -> Vec<NewModule> {
+        memwatch_analysis::xla::load_dump_dir(dir)
+            .unwrap()
+            .iter()
+            .map(|m| NewModule {
+                name: m.name.clone(),
+                argument_bytes: m.argument_bytes as i64,
+                output_bytes: m.output_bytes as i64,
+                temp_bytes: m.temp_bytes as i64,
+                peak_bytes: m.peak_bytes.map(|b| b as i64),
+                total_allocation_bytes: m.total_allocation_bytes as i64,
+                report_json: serde_json::to_string(m).unwrap(),
+            })
+            .collect()
+    };
+    let inc = root.join("incidents/h200-jax0.11.2-oom-temp");
+    let dump = store
+        .insert_xla_dump(None, "incident", &rows(&inc))
+        .await
+        .unwrap();
+    let mlp = store
+        .insert_xla_dump(None, "mlp", &rows(&root.join("xla/h200-jax0.11.2-mlp")))
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(inc.join("run.log")).unwrap();
+    let log = store
+        .insert_incident_log(None, Some(dump), "run.log", &text, Some(0.025))
+        .await
+        .unwrap();
+    let m = store.dump_modules(Some(dump)).await.unwrap();
+    let other = store.dump_modules(Some(mlp)).await.unwrap();
+    (log, m[0].id, other[0].id)
+}
+
+#[tokio::test]
+async fn incident_xla_gate_pages_and_live_at_an_instant() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, store) = app(&dir.path().join("i.db").display().to_string()).await;
+    let (train, eval) = record(&store).await;
+    let (log, module, other) = attach_h200(&store).await;
+
+    // Incident: the real OOM, diagnosed with its dump.
+    let (st, body, _) = get(&app, "/incidents").await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains(&format!("/incidents/logs/{log}")), "{body}");
+    let (st, body, _) = get(&app, &format!("/incidents/logs/{log}")).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert!(body.contains("3489675008"), "the rounded request");
+    assert!(
+        body.contains("jit_model&#39;s preallocated temp buffer"),
+        "matched to the temp buffer: {body}"
+    );
+    assert!(body.contains("jit__normal"), "what was live, by executable");
+    assert!(body.contains("BFC pool chunk map") && body.contains("failed request"));
+    assert!(body.contains("Not fragmentation"), "free space is too small overall");
+    assert!(body.contains("Suggested fixes"));
+    let (_, j, _) = get(&app, &format!("/incidents/logs/{log}?format=json")).await;
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v["diagnoses"][0]["requested_bytes"], 3489675008u64);
+    assert_eq!(
+        v["diagnoses"][0]["matched"]["what"],
+        "preallocated temp buffer"
+    );
+    let (st, _, _) = get(&app, "/incidents/logs/999").await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+
+    // XLA module: composition, top buffers, diff.
+    let (st, body, _) = get(&app, "/xla").await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("jit_model") && body.contains("jit_mlp"));
+    let (st, body, _) = get(&app, &format!("/xla/modules/{module}")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("Buffer composition at peak"));
+    assert_eq!(body.matches("<svg").count(), 3, "kind, category, op name");
+    assert!(body.contains("bf16[16384,8192]"), "shapes of top buffers");
+    assert!(body.contains("jit(model)/jvp()/dot_general"), "op names");
+    let (st, body, _) = get(&app, &format!("/xla/modules/{module}?diff={other}")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("Base: module"), "{body}");
+    assert!(body.contains("Temporaries"));
+    let (st, _, _) = get(&app, &format!("/xla/modules/{module}?format=xml")).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+
+    // Gate history: one chart per entry.
+    let res = |passed, measured| memwatch_daemon::store::gate::GateResult {
+        run_id: Some(train),
+        name: "train/device0".into(),
+        passed,
+        measured_bytes: measured,
+        limit_bytes: 1 << 30,
+        report_json: "{}".into(),
+    };
+    store.record_gate_results(&[res(true, 900 << 20)]).await.unwrap();
+    store.record_gate_results(&[res(false, 1200 << 20)]).await.unwrap();
+    let (st, body, _) = get(&app, "/gates").await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("train/device0") && body.contains("2 result(s), 1 failed"));
+    assert_eq!(body.matches("<svg").count(), 1);
+
+    // What was live at an instant: replaying to the peak's instant gives the peak.
+    let (_, j, _) = get(&app, &format!("/api/runs/{train}/peak?device=0")).await;
+    let peak: serde_json::Value = serde_json::from_str(&j).unwrap();
+    let t = peak["peak_ts_ns"].as_u64().unwrap();
+    let (st, j, _) = get(
+        &app,
+        &format!("/runs/{train}/peak?device=0&at={t}&format=json"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{j}");
+    let at: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(at["live"]["peak_bytes"], peak["peak_bytes"]);
+    assert_eq!(at["live"]["live_allocations"], peak["live_allocations"]);
+    let (st, body, _) = get(&app, &format!("/runs/{train}/peak?device=0&at=0")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("What was live at"));
+
+    // Compare aligned at a marker; a bad alignment is a clear 400.
+    let (st, body, _) = get(
+        &app,
+        &format!("/compare?a={eval}&b={train}&align=marker:no-such-marker"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("aligned at their start instead"));
+    let (st, body, _) = get(&app, &format!("/compare?a={eval}&b={train}&align=middle")).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(body.contains("align=marker:NAME"));
 }
