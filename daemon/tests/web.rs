@@ -447,7 +447,10 @@ async fn incident_xla_gate_pages_and_live_at_an_instant() {
     );
     assert!(body.contains("jit__normal"), "what was live, by executable");
     assert!(body.contains("BFC pool chunk map") && body.contains("failed request"));
-    assert!(body.contains("Not fragmentation"), "free space is too small overall");
+    assert!(
+        body.contains("Not fragmentation"),
+        "free space is too small overall"
+    );
     assert!(body.contains("Suggested fixes"));
     let (_, j, _) = get(&app, &format!("/incidents/logs/{log}?format=json")).await;
     let v: serde_json::Value = serde_json::from_str(&j).unwrap();
@@ -485,8 +488,14 @@ async fn incident_xla_gate_pages_and_live_at_an_instant() {
         limit_bytes: 1 << 30,
         report_json: "{}".into(),
     };
-    store.record_gate_results(&[res(true, 900 << 20)]).await.unwrap();
-    store.record_gate_results(&[res(false, 1200 << 20)]).await.unwrap();
+    store
+        .record_gate_results(&[res(true, 900 << 20)])
+        .await
+        .unwrap();
+    store
+        .record_gate_results(&[res(false, 1200 << 20)])
+        .await
+        .unwrap();
     let (st, body, _) = get(&app, "/gates").await;
     assert_eq!(st, StatusCode::OK);
     assert!(body.contains("train/device0") && body.contains("2 result(s), 1 failed"));

@@ -58,8 +58,8 @@ pub fn run(a: &ImportArgs) -> Result<Outcome> {
     };
     let log = match &a.log {
         Some(path) => {
-            let f = File::open(path)
-                .with_context(|| format!("{}: cannot open log", path.display()))?;
+            let f =
+                File::open(path).with_context(|| format!("{}: cannot open log", path.display()))?;
             let len = f.metadata().map(|m| m.len()).unwrap_or(0);
             if len > MAX_LOG_BYTES {
                 bail!(

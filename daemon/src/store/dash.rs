@@ -573,7 +573,10 @@ mod tests {
     #[test]
     fn note_lookup_picks_latest_before() {
         let mut n: Notes = HashMap::new();
-        n.insert(7, vec![(10, "a".into()), (20, "b".into()), (30, "c".into())]);
+        n.insert(
+            7,
+            vec![(10, "a".into()), (20, "b".into()), (30, "c".into())],
+        );
         assert_eq!(note_for(&n, 7, 5), None);
         assert_eq!(note_for(&n, 7, 10), Some("a"));
         assert_eq!(note_for(&n, 7, 25), Some("b"));
@@ -583,7 +586,9 @@ mod tests {
 
     #[test]
     fn reduce_keeps_the_highest_use() {
-        let v: Vec<SamplePoint> = (0..1000).map(|i| (i, if i == 777 { 99 } else { 1 }, 100)).collect();
+        let v: Vec<SamplePoint> = (0..1000)
+            .map(|i| (i, if i == 777 { 99 } else { 1 }, 100))
+            .collect();
         let r = reduce_max(v, 100);
         assert_eq!(r.len(), 100);
         assert!(r.iter().any(|p| p.1 == 99));

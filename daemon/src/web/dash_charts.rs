@@ -159,8 +159,11 @@ pub fn chunk_map(
         row(80, "largest free".into(), largest_free, FREE)?;
         let mut y = 120;
         let mut key = |color: RGBColor, text: String| -> Result<(), String> {
-            root.draw(&Rectangle::new([(x0, y), (x0 + 14, y + 14)], color.filled()))
-                .map_err(err)?;
+            root.draw(&Rectangle::new(
+                [(x0, y), (x0 + 14, y + 14)],
+                color.filled(),
+            ))
+            .map_err(err)?;
             root.draw(&Text::new(
                 text,
                 (x0 + 22, y + 7),
@@ -283,12 +286,7 @@ pub fn sparkline(width: u32, height: u32, pts: &[(i64, i64, i64)]) -> Result<Str
             (Some(a), _) => (a.0 as f64 - 1.0, a.0 as f64 + 1.0),
             _ => (0.0, 1.0),
         };
-        let top = pts
-            .iter()
-            .map(|p| p.2.max(p.1))
-            .max()
-            .unwrap_or(1)
-            .max(1) as f64;
+        let top = pts.iter().map(|p| p.2.max(p.1)).max().unwrap_or(1).max(1) as f64;
         let mut chart = ChartBuilder::on(&root)
             .margin(2)
             .build_cartesian_2d(t0..t1, 0f64..top)

@@ -467,8 +467,7 @@ pub async fn xla_module(
     let kind_svg = bars(group_bars(&rep.by_allocation_kind, 10), true)?;
     let category_svg = bars(group_bars(&rep.by_category, 12), false)?;
     let op_svg = if has_peak && !rep.by_op_name.is_empty() {
-        dash_charts::bars(W, &group_bars(&rep.by_op_name, 15), false)
-            .map_err(WebError::Internal)?
+        dash_charts::bars(W, &group_bars(&rep.by_op_name, 15), false).map_err(WebError::Internal)?
     } else {
         String::new()
     };

@@ -90,7 +90,10 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, WebError> 
                         .map_err(WebError::Internal)?;
                     let hi = hist.iter().map(|p| p.1).max().unwrap_or(0);
                     let span = hist.last().map_or(0, |l| l.0) - hist.first().map_or(0, |f| f.0);
-                    (svg, format!("last {}: highest {}", fmt::duration(span), fmt::bytes(hi)))
+                    (
+                        svg,
+                        format!("last {}: highest {}", fmt::duration(span), fmt::bytes(hi)),
+                    )
                 } else {
                     (String::new(), String::new())
                 };
@@ -518,13 +521,19 @@ pub async fn peak(
     let json = match q.format.as_deref() {
         None | Some("html") => false,
         Some("json") => true,
-        Some(f) => return Err(WebError::Bad(format!("unknown format {f:?} (use format=json)"))),
+        Some(f) => {
+            return Err(WebError::Bad(format!(
+                "unknown format {f:?} (use format=json)"
+            )))
+        }
     };
     let at = q.at.map(|t| t.min(run_end(&run)));
     let p = st.store.live_at(id, device, at, PEAK_LIST).await?;
     if json {
-        return Ok(Json(serde_json::json!({ "run_id": id, "device": device, "at_ns": at, "live": p }))
-            .into_response());
+        return Ok(Json(
+            serde_json::json!({ "run_id": id, "device": device, "at_ns": at, "live": p }),
+        )
+        .into_response());
     }
     let Some(p) = p else {
         return html(&PeakPage {
