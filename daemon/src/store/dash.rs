@@ -458,7 +458,7 @@ pub fn reduce_max(v: Vec<SamplePoint>, points: usize) -> Vec<SamplePoint> {
 }
 
 /// The latest annotation of `pid` at or before `ts` (binary search).
-pub fn note_for<'a>(notes: &'a Notes, pid: u32, ts: u64) -> Option<&'a str> {
+pub fn note_for(notes: &Notes, pid: u32, ts: u64) -> Option<&str> {
     let v = notes.get(&pid)?;
     let i = v.partition_point(|(t, _)| *t <= ts);
     i.checked_sub(1).map(|i| v[i].1.as_str())

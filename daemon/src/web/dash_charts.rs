@@ -98,7 +98,7 @@ pub fn chunk_map(
             None => owners.push((c.owner.clone(), c.size)),
         }
     }
-    owners.sort_by(|a, b| b.1.cmp(&a.1));
+    owners.sort_by_key(|o| std::cmp::Reverse(o.1));
     let color_of = |owner: &str| {
         let i = owners.iter().position(|o| o.0 == owner).unwrap_or(0);
         PALETTE[i % PALETTE.len()]
