@@ -180,7 +180,7 @@ async fn record_run(
     let step_ns = (g.t - t0) / 61;
     for i in 0..60u64 {
         for (mem, used, total) in [
-            (0u8, (40u64 << 30) + (i % 20) * (1 << 30), 141u64 << 30),
+            (0u8, (5u64 << 30) + (i % 20) * (64 << 20), 141u64 << 30),
             (1, (1 << 30) + (i % 7) * (128 << 20), 64 << 30),
         ] {
             recs.push(Record::DeviceSample(DeviceSample {
@@ -193,7 +193,7 @@ async fn record_run(
             }));
         }
     }
-    for (mem, used, total) in [(0u8, 61u64 << 30, 141u64 << 30), (1, 2 << 30, 64 << 30)] {
+    for (mem, used, total) in [(0u8, 6u64 << 30, 141u64 << 30), (1, 2 << 30, 64 << 30)] {
         recs.push(Record::DeviceSample(DeviceSample {
             ts_ns: g.t,
             device: 0,

@@ -206,6 +206,10 @@ async fn every_page_renders_recorded_data() {
     );
     assert!(!body.contains("step <1>"));
     assert!(body.contains("/export/perfetto.json"));
+    assert!(
+        body.contains("device used (VRAM samples)"),
+        "the device's own used VRAM drawn next to live bytes"
+    );
 
     let (st, body, h) = get(
         &app,

@@ -260,6 +260,86 @@ impl Store {
             .transpose()
     }
 
+    /// Device-level used bytes sampled on a run's node for `device`'s `memory` (0 VRAM,
+    /// 1 GTT) over `[from, to)` ns since the run's start, bucketed into `n` buckets of
+    /// `bucket_ns` (each bucket's min/max/last; a bucket without a sample carries the
+    /// previous value). Empty when the node sent no sample in or before the range.
+    pub async fn run_samples(
+        &self,
+        run: i64,
+        device: i64,
+        memory: i64,
+        from: u64,
+        bucket_ns: u64,
+        n: usize,
+    ) -> Result<Vec<super::query::Point>, StoreError> {
+        let Some(r) = sqlx::query("SELECT node_id, t0_mono_ns FROM runs WHERE id = $1")
+            .bind(run)
+            .fetch_optional(&self.pool)
+            .await?
+        else {
+            return Ok(Vec::new());
+        };
+        let (node, t0) = (col_i64(&r, 0)?, col_i64(&r, 1)?);
+        let bucket_ns = bucket_ns.max(1);
+        let lo = t0.saturating_add(from.min(i64::MAX as u64) as i64);
+        let hi = lo.saturating_add(bucket_ns.saturating_mul(n as u64).min(i64::MAX as u64) as i64);
+        let before = sqlx::query(
+            "SELECT used_bytes FROM device_samples WHERE node_id = $1 AND device = $2 \
+             AND memory = $3 AND ts_ns < $4 AND ts_ns >= $5 ORDER BY ts_ns DESC LIMIT 1",
+        )
+        .bind(node)
+        .bind(device)
+        .bind(memory)
+        .bind(lo)
+        // A sample older than 10 s says nothing about the range (the agent samples ~1/s).
+        .bind(lo.saturating_sub(10_000_000_000))
+        .fetch_optional(&self.pool)
+        .await?;
+        let rows = sqlx::query(
+            "SELECT ts_ns, used_bytes FROM device_samples WHERE node_id = $1 AND device = $2 \
+             AND memory = $3 AND ts_ns >= $4 AND ts_ns < $5 ORDER BY ts_ns LIMIT 200000",
+        )
+        .bind(node)
+        .bind(device)
+        .bind(memory)
+        .bind(lo)
+        .bind(hi)
+        .fetch_all(&self.pool)
+        .await?;
+        if rows.is_empty() && before.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut carry = match &before {
+            Some(b) => Some(col_i64(b, 0)?),
+            None => None,
+        };
+        let mut out = Vec::with_capacity(n);
+        let mut it = rows.iter().peekable();
+        for i in 0..n {
+            let end = lo.saturating_add(((i as u64 + 1) * bucket_ns).min(i64::MAX as u64) as i64);
+            let mut cur: Option<(i64, i64)> = carry.map(|c| (c, c));
+            while let Some(r) = it.peek() {
+                if col_i64(r, 0)? >= end {
+                    break;
+                }
+                let v = col_i64(r, 1)?;
+                cur = Some(cur.map_or((v, v), |(a, b)| (a.min(v), b.max(v))));
+                carry = Some(v);
+                it.next();
+            }
+            if let (Some((mn, mx)), Some(last)) = (cur, carry) {
+                out.push(super::query::Point {
+                    t_ns: from + i as u64 * bucket_ns,
+                    min: mn,
+                    max: mx,
+                    last,
+                });
+            }
+        }
+        Ok(out)
+    }
+
     /// Node ids by name.
     pub async fn node_ids(&self) -> Result<HashMap<String, i64>, StoreError> {
         let rows = sqlx::query("SELECT id, name FROM nodes")

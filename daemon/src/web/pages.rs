@@ -205,12 +205,27 @@ async fn device_chart(
             .map(|(t, _, text)| (t, text))
             .collect(),
     };
-    let series = [Series {
+    // "Reserved": what the device itself reports in use (VRAM samples of the node
+    // agent: every process plus driver/context memory, so pools that keep freed memory
+    // show here), drawn where the node sent samples for this device.
+    let used = st
+        .store
+        .run_samples(run.id, device, 0, tl.from_ns, tl.bucket_ns, tl.points.len())
+        .await?;
+    let mut series = vec![Series {
         label: format!("GPU {device} live bytes"),
         points: &tl.points,
         bucket_ns: tl.bucket_ns,
         color: PALETTE[0],
     }];
+    if !used.is_empty() {
+        series.push(Series {
+            label: "device used (VRAM samples)".into(),
+            points: &used,
+            bucket_ns: tl.bucket_ns,
+            color: PALETTE[2],
+        });
+    }
     chart::timeline((CHART_W, CHART_H), tl.from_ns, tl.to_ns, &series, &marks)
         .map_err(WebError::Internal)
 }
