@@ -274,6 +274,27 @@ async fn exports_follow_the_documented_formats() {
     let (app, store) = app(&dir.path().join("x.db").display().to_string()).await;
     let (train, _) = record(&store).await;
 
+    // PNG of the timeline: a real PNG at twice the SVG's 1200x320 pixels.
+    let resp = app
+        .clone()
+        .oneshot(
+            Request::get(format!("/runs/{train}/export/chart.png?device=0"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["content-type"], "image/png");
+    let png = axum::body::to_bytes(resp.into_body(), 1 << 26)
+        .await
+        .unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 2400);
+    assert_eq!(u32::from_be_bytes(png[20..24].try_into().unwrap()), 640);
+    let (st, _, _) = get(&app, "/gates?format=png").await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "no gate chart to export yet");
+
     let (st, body, h) = get(&app, &format!("/runs/{train}/export/trace.jsonl?device=0")).await;
     assert_eq!(st, StatusCode::OK);
     assert!(h["content-disposition"]

@@ -124,6 +124,10 @@ curl -fsS "$B/runs/2/export/trace.jsonl?device=0" | python3 -c 'import json,sys;
 for l in sys.stdin: json.loads(l); n+=1
 assert n>0; print("e2e: ok   jsonl export:", n, "lines")' || FAILED=1
 
+for u in "/runs/2/export/chart.png?device=0" "/incidents/logs/1?format=png" "/xla/modules/3?format=png&chart=category" "/gates?format=png"; do
+  curl -fsS "$B$u" | python3 -c 'import sys; b=sys.stdin.buffer.read(); assert b[:8]==b"\x89PNG\r\n\x1a\n", "not a PNG"; print("e2e: ok   png export:", len(b), "bytes  '"$u"'")' || FAILED=1
+done
+
 # Server time per page, as seen by curl on loopback (the big run has ~'"$EVENTS"' events).
 for u in / /runs/2 "/runs/2/chart.svg?device=0&from=1000000&to=2000000" /runs/2/peak?device=0 "/runs/2/peak?device=0&at=123456789" "/compare?a=1&b=2" /incidents/logs/1 "/xla/modules/3?diff=1" /gates; do
   curl -s -o /dev/null -w "e2e: time %{time_total}s  $u\n" "$B$u"

@@ -25,14 +25,42 @@ const W: u32 = 1100;
 pub struct FormatQ {
     format: Option<String>,
     diff: Option<i64>,
+    /// With `format=png`: which chart of the page (`oom-1`, `kind`, `category`, `op`,
+    /// a gate entry's number); the page's first chart when left out.
+    chart: Option<String>,
 }
 
 fn wants_json(q: &FormatQ) -> Result<bool, WebError> {
     match q.format.as_deref() {
-        None | Some("html") => Ok(false),
+        None | Some("html") | Some("png") => Ok(false),
         Some("json") => Ok(true),
         Some(f) => Err(WebError::Bad(format!(
-            "unknown format {f:?} (use format=json or leave it out)"
+            "unknown format {f:?} (use format=json, format=png or leave it out)"
+        ))),
+    }
+}
+
+fn wants_png(q: &FormatQ) -> bool {
+    q.format.as_deref() == Some("png")
+}
+
+/// The PNG of one of a page's charts: `charts` are (key, svg); `file` names the download.
+fn png_of(q: &FormatQ, charts: &[(String, &str)], file: &str) -> Result<Response, WebError> {
+    let pick = match &q.chart {
+        Some(k) => charts.iter().find(|(key, _)| key == k),
+        None => charts.iter().find(|(_, svg)| !svg.is_empty()),
+    };
+    match pick {
+        Some((key, svg)) if !svg.is_empty() => super::png_response(svg, &format!("{file}-{key}")),
+        _ => Err(WebError::NotFound(format!(
+            "this page has no chart {:?} (charts: {})",
+            q.chart.as_deref().unwrap_or("(first)"),
+            charts
+                .iter()
+                .filter(|(_, s)| !s.is_empty())
+                .map(|(k, _)| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }
@@ -110,6 +138,13 @@ pub async fn incident_log(
     let mut ooms = Vec::new();
     for (i, (oom, d)) in report.ooms.iter().zip(&diagnoses).enumerate() {
         ooms.push(oom_view(i + 1, oom, d, &report)?);
+    }
+    if wants_png(&q) {
+        let charts: Vec<(String, &str)> = ooms
+            .iter()
+            .map(|o| (format!("oom-{}", o.n), o.chunk_svg.as_str()))
+            .collect();
+        return png_of(&q, &charts, &format!("memwatch-incident{id}"));
     }
     html(&IncidentPage {
         id,
@@ -328,6 +363,7 @@ pub async fn xla_list(
     let json = wants_json(&FormatQ {
         format: q.format.clone(),
         diff: None,
+        chart: None,
     })?;
     let rows = st.store.dump_modules(q.dump).await?;
     if json {
@@ -471,6 +507,14 @@ pub async fn xla_module(
     } else {
         String::new()
     };
+    if wants_png(&q) {
+        let charts = [
+            ("kind".to_string(), kind_svg.as_str()),
+            ("category".to_string(), category_svg.as_str()),
+            ("op".to_string(), op_svg.as_str()),
+        ];
+        return png_of(&q, &charts, &format!("memwatch-xla{id}"));
+    }
     let buffers = rep
         .peak_buffers
         .iter()
@@ -644,6 +688,13 @@ pub async fn gates(
                 .collect(),
             name,
         });
+    }
+    if wants_png(&q) {
+        let charts: Vec<(String, &str)> = entries
+            .iter()
+            .map(|e| (e.slug.clone(), e.svg.as_str()))
+            .collect();
+        return png_of(&q, &charts, "memwatch-gate");
     }
     html(&GateHistoryPage { entries })
 }

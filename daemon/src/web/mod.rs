@@ -13,6 +13,7 @@ pub mod data;
 pub mod export;
 pub mod fmt;
 mod pages;
+pub mod png;
 pub mod views;
 
 use axum::http::{header, StatusCode};
@@ -33,6 +34,7 @@ pub fn routes() -> Router<AppState> {
         .route("/runs/{id}/live", get(pages::live))
         .route("/runs/{id}/peak", get(pages::peak))
         .route("/runs/{id}/export/chart.svg", get(pages::export_svg))
+        .route("/runs/{id}/export/chart.png", get(pages::export_png))
         .route("/runs/{id}/export/trace.jsonl", get(pages::export_jsonl))
         .route(
             "/runs/{id}/export/perfetto.json",
@@ -104,6 +106,31 @@ impl IntoResponse for WebError {
             Err(e) => (status, format!("{title}: {e}")).into_response(),
         }
     }
+}
+
+/// A chart's SVG as a PNG download named `file`.png.
+pub fn png_response(svg: &str, file: &str) -> Result<Response, WebError> {
+    let png = png::from_svg(svg, 2.0).map_err(WebError::Internal)?;
+    let mut r = (
+        [
+            (header::CONTENT_TYPE, "image/png".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file}.png\""),
+            ),
+        ],
+        png,
+    )
+        .into_response();
+    if !png::have_fonts() {
+        r.headers_mut().insert(
+            header::HeaderName::from_static("x-memwatch-warning"),
+            header::HeaderValue::from_static(
+                "no system font found: chart text is missing (install fonts-dejavu-core)",
+            ),
+        );
+    }
+    Ok(r)
 }
 
 /// Renders a template into an HTML response.

@@ -677,6 +677,20 @@ pub async fn export_svg(
         .into_response())
 }
 
+pub async fn export_png(
+    State(st): State<AppState>,
+    Path(id): Path<i64>,
+    Query(q): Query<RangeQ>,
+) -> Result<Response, WebError> {
+    let run = load_run(&st, id).await?;
+    let (from, to) = range(&q, run_end(&run))?;
+    let device = q.device.unwrap_or(0);
+    let incidents = st.store.incidents(Some(id), 10_000).await?;
+    let fails = failure_times(&incidents, device, run.t0);
+    let c = device_chart(&st, &run, device, from, to, &fails).await?;
+    super::png_response(&c.svg, &format!("memwatch-run{id}-gpu{device}"))
+}
+
 pub async fn export_jsonl(
     State(st): State<AppState>,
     Path(id): Path<i64>,
