@@ -420,7 +420,26 @@ impl Store {
                 )
             }
             Some(t) => {
-                let allocs = self.replay_live(run, device, t0, t).await?;
+                // Start from the peak snapshot when the instant is after the peak (only
+                // the events between them are replayed), else from the run's start.
+                let snap = sqlx::query(
+                    "SELECT peak_ts_ns, allocs FROM peak_snapshots WHERE run_id = $1 AND device = $2",
+                )
+                .bind(run)
+                .bind(device)
+                .fetch_optional(&self.pool)
+                .await?;
+                let start = match snap {
+                    Some(row)
+                        if col_i64(&row, 0)?
+                            <= t0.saturating_add(t.min(i64::MAX as u64) as i64) =>
+                    {
+                        let blob: Vec<u8> = row.try_get(1)?;
+                        Some((col_i64(&row, 0)?, snapshot::decode(&blob)?))
+                    }
+                    _ => None,
+                };
+                let allocs = self.replay_live(run, device, t0, t, start).await?;
                 let bytes = allocs.iter().map(|a| a.size as i64).sum();
                 (bytes, t as i64, allocs)
             }
@@ -432,26 +451,35 @@ impl Store {
     }
 
     /// Replays the stored events of `device` up to `t0 + at`: the counted allocations
-    /// live then (those whose event moved the device's live bytes).
+    /// live then (those whose event moved the device's live bytes). `start`: a known
+    /// live set at an absolute time (the peak snapshot); events after it are replayed.
     async fn replay_live(
         &self,
         run: i64,
         device: i64,
         t0: i64,
         at: u64,
+        start: Option<(i64, Vec<LiveAlloc>)>,
     ) -> Result<Vec<LiveAlloc>, StoreError> {
         let hi = t0.saturating_add(at.min(i64::MAX as u64) as i64);
-        let mut live: HashMap<(u32, u64), LiveAlloc> = HashMap::new();
+        let (lo, mut live): (i64, HashMap<(u32, u64), LiveAlloc>) = match start {
+            Some((ts, allocs)) => (
+                ts,
+                allocs.into_iter().map(|a| ((a.pid, a.ptr), a)).collect(),
+            ),
+            None => (i64::MIN, HashMap::new()),
+        };
         let mut after = -1i64;
         loop {
             let rows = sqlx::query(
                 "SELECT id, events, deltas FROM event_chunks WHERE run_id = $1 AND device = $2 \
-                 AND id > $3 AND ts_first <= $4 ORDER BY id LIMIT 64",
+                 AND id > $3 AND ts_first <= $4 AND ts_last > $5 ORDER BY id LIMIT 64",
             )
             .bind(run)
             .bind(device)
             .bind(after)
             .bind(hi)
+            .bind(lo)
             .fetch_all(&self.pool)
             .await?;
             if rows.is_empty() {
@@ -472,7 +500,7 @@ impl Store {
                     let mut slot = [0u8; EVENT_SIZE];
                     slot.copy_from_slice(e);
                     let e = decode_event(&slot);
-                    if e.ts_ns as i64 > hi {
+                    if e.ts_ns as i64 > hi || e.ts_ns as i64 <= lo {
                         continue;
                     }
                     let mut db = [0u8; 8];
