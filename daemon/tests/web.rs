@@ -538,6 +538,35 @@ async fn incident_xla_gate_pages_and_live_at_an_instant() {
     assert_eq!(st, StatusCode::OK, "{j}");
     let at: serde_json::Value = serde_json::from_str(&j).unwrap();
     assert_eq!(at["live"]["peak_bytes"], peak["peak_bytes"]);
+    // The page's per-interval annotation lookup agrees with the API's full scan, with
+    // markers of two pids spread over the run (added straight into the table).
+    let t0: i64 = sqlx::query_scalar("SELECT t0_mono_ns FROM runs WHERE id = $1")
+        .bind(train)
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+    for k in 0..40i64 {
+        sqlx::query(
+            "INSERT INTO annotations (run_id, pid, tid, ts_ns, device, text) VALUES ($1, $2, 1, $3, -1, $4)",
+        )
+        .bind(train)
+        .bind(if k % 3 == 0 { 43i64 } else { 42 })
+        .bind(t0 + k * (t as i64) / 20)
+        .bind(format!("phase {}", k % 7))
+        .execute(&store.pool)
+        .await
+        .unwrap();
+    }
+    let (_, j, _) = get(&app, &format!("/api/runs/{train}/peak?device=0")).await;
+    let peak: serde_json::Value = serde_json::from_str(&j).unwrap();
+    let (_, j, _) = get(&app, &format!("/runs/{train}/peak?device=0&format=json")).await;
+    let page: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(page["live"]["by_annotation"], peak["by_annotation"]);
+    assert!(
+        peak["by_annotation"].as_array().unwrap().len() > 1,
+        "annotations tell groups apart: {}",
+        peak["by_annotation"]
+    );
     assert_eq!(at["live"]["live_allocations"], peak["live_allocations"]);
     // Before the peak (replayed from the start) and at the end (from the peak snapshot
     // on), the live bytes equal the sum of the stored per-event deltas up to then.

@@ -444,10 +444,9 @@ impl Store {
                 (bytes, t as i64, allocs)
             }
         };
-        let notes = self.notes_by_pid(run).await?;
-        Ok(Some(group_live(
-            run, device, bytes, ts, t0, allocs, &notes, top,
-        )))
+        let notes = self.notes_for(run, &allocs).await?;
+        let allocs = allocs.into_iter().zip(notes).collect();
+        Ok(Some(group_live(run, device, bytes, ts, t0, allocs, top)))
     }
 
     /// Replays the stored events of `device` up to `t0 + at`: the counted allocations
@@ -532,6 +531,71 @@ impl Store {
         Ok(live.into_values().collect())
     }
 
+    /// The annotation in force for each allocation (the pid's latest at or before the
+    /// allocation). Looks up only the annotation intervals that hold live allocations
+    /// (two indexed queries per interval), so a run with hundreds of thousands of markers
+    /// is not read whole; falls back to reading them all when the allocations are spread
+    /// over more than [`NOTE_QUERY_BUDGET`] / 2 intervals.
+    async fn notes_for(
+        &self,
+        run: i64,
+        allocs: &[LiveAlloc],
+    ) -> Result<Vec<Option<std::sync::Arc<str>>>, StoreError> {
+        let mut idx: Vec<usize> = (0..allocs.len()).collect();
+        idx.sort_by_key(|&i| (allocs[i].pid, allocs[i].ts_ns));
+        let mut out = vec![None; allocs.len()];
+        // (pid, interval start, interval end (exclusive), the note in force there)
+        let mut cur: Option<(u32, i64, i64, Option<std::sync::Arc<str>>)> = None;
+        let mut queries = 0usize;
+        for i in idx {
+            let a = &allocs[i];
+            let ts = a.ts_ns.min(i64::MAX as u64) as i64;
+            let hit = matches!(&cur, Some((p, lo, hi, _)) if *p == a.pid && ts >= *lo && ts < *hi);
+            if !hit {
+                if queries >= NOTE_QUERY_BUDGET {
+                    let notes = self.notes_by_pid(run).await?;
+                    return Ok(allocs
+                        .iter()
+                        .map(|a| note_for(&notes, a.pid, a.ts_ns).map(std::sync::Arc::from))
+                        .collect());
+                }
+                queries += 2;
+                let prev = sqlx::query(
+                    "SELECT ts_ns, text FROM annotations WHERE run_id = $1 AND pid = $2 \
+                     AND ts_ns <= $3 ORDER BY ts_ns DESC, id DESC LIMIT 1",
+                )
+                .bind(run)
+                .bind(i64::from(a.pid))
+                .bind(ts)
+                .fetch_optional(&self.pool)
+                .await?;
+                let next = sqlx::query(
+                    "SELECT ts_ns FROM annotations WHERE run_id = $1 AND pid = $2 \
+                     AND ts_ns > $3 ORDER BY ts_ns LIMIT 1",
+                )
+                .bind(run)
+                .bind(i64::from(a.pid))
+                .bind(ts)
+                .fetch_optional(&self.pool)
+                .await?;
+                let (lo, note) = match &prev {
+                    Some(r) => (
+                        col_i64(r, 0)?,
+                        Some(std::sync::Arc::from(r.try_get::<String, _>(1)?)),
+                    ),
+                    None => (i64::MIN, None),
+                };
+                let hi = match &next {
+                    Some(r) => col_i64(r, 0)?,
+                    None => i64::MAX,
+                };
+                cur = Some((a.pid, lo, hi, note));
+            }
+            out[i] = cur.as_ref().and_then(|c| c.3.clone());
+        }
+        Ok(out)
+    }
+
     /// A run's annotations per pid, sorted by time: (ts, text).
     async fn notes_by_pid(&self, run: i64) -> Result<Notes, StoreError> {
         let rows = sqlx::query(
@@ -549,6 +613,9 @@ impl Store {
         Ok(m)
     }
 }
+
+/// Most note lookups [`Store::live_at`] makes before reading all annotations instead.
+pub const NOTE_QUERY_BUDGET: usize = 2000;
 
 /// Annotations per pid, in time order.
 pub type Notes = HashMap<u32, Vec<(u64, String)>>;
@@ -592,15 +659,14 @@ fn group_live(
     bytes: i64,
     ts: i64,
     t0: i64,
-    mut allocs: Vec<LiveAlloc>,
-    notes: &Notes,
+    mut allocs: Vec<(LiveAlloc, Option<std::sync::Arc<str>>)>,
     top: usize,
 ) -> Peak {
     let mut by_size: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     let mut by_kind: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
     let mut by_thread: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     let mut by_note: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for a in &allocs {
+    for (a, note) in &allocs {
         let add = |e: &mut (u64, u64)| {
             e.0 += 1;
             e.1 += a.size;
@@ -613,7 +679,7 @@ fn group_live(
             .or_default());
         add(by_thread.entry((a.pid, a.tid)).or_default());
         add(by_note
-            .entry(note_for(notes, a.pid, a.ts_ns).unwrap_or("(none)"))
+            .entry(note.as_deref().unwrap_or("(none)"))
             .or_default());
     }
     let groups = |v: Vec<(String, (u64, u64))>| {
@@ -624,12 +690,18 @@ fn group_live(
         g.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.key.cmp(&b.key)));
         g
     };
+    let by_annotation = groups(
+        by_note
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    );
     let live_allocations = allocs.len() as u64;
-    allocs.sort_by(|a, b| b.size.cmp(&a.size).then(a.ts_ns.cmp(&b.ts_ns)));
+    allocs.sort_by(|(a, _), (b, _)| b.size.cmp(&a.size).then(a.ts_ns.cmp(&b.ts_ns)));
     let largest = allocs
         .iter()
         .take(top)
-        .map(|a| PeakAlloc {
+        .map(|(a, note)| PeakAlloc {
             pid: a.pid,
             tid: a.tid,
             ptr: a.ptr,
@@ -637,7 +709,7 @@ fn group_live(
             ts_ns: a.ts_ns.saturating_sub(t0.max(0) as u64),
             api: Api::from_u16(a.api).name(),
             mem_kind: MemKind::from_u8(a.mem_kind).map_or("unknown", MemKind::name),
-            annotation: note_for(notes, a.pid, a.ts_ns).map(str::to_string),
+            annotation: note.as_deref().map(str::to_string),
         })
         .collect();
     Peak {
@@ -664,12 +736,7 @@ fn group_live(
                 .map(|((p, t), v)| (format!("pid {p} tid {t}"), v))
                 .collect(),
         ),
-        by_annotation: groups(
-            by_note
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-        ),
+        by_annotation,
         largest,
     }
 }
