@@ -394,6 +394,15 @@ async fn main() -> Result<()> {
             format!("/api/runs/{big}/peak?device=0&top=5000"),
         ];
         let events = store.run(big).await?.map_or(0, |r| r.run.event_count);
+        // An instant in the middle of the run: the live set is replayed from the peak
+        // snapshot (early in the run) over about half of the run's events.
+        let mid = memwatch_daemon::web::data::run_lite(&store, big)
+            .await?
+            .map_or(0, |r| r.duration_ns / 2);
+        let pages: Vec<String> = pages
+            .into_iter()
+            .chain([format!("/runs/{big}/peak?device=0&at={mid}")])
+            .collect();
         println!(
             "page render server time (run #{big}, {events} events), best of 3 after 1 warm-up:"
         );

@@ -36,3 +36,16 @@ CREATE TABLE incident_logs (
     mem_fraction_ppm BIGINT,
     created_unix_ns BIGINT NOT NULL
 );
+
+-- Live-set checkpoints for "what was live at instant t": the counted allocations live
+-- after all events of chunks up to after_chunk (40-byte records, see store::snapshot);
+-- ts_max is the latest event time among those chunks. Built lazily by the dashboard.
+CREATE TABLE live_checkpoints (
+    run_id BIGINT NOT NULL REFERENCES runs(id),
+    device BIGINT NOT NULL,
+    after_chunk BIGINT NOT NULL,
+    ts_max BIGINT NOT NULL,
+    live_bytes BIGINT NOT NULL,
+    allocs BYTEA NOT NULL,
+    PRIMARY KEY (run_id, device, after_chunk)
+);

@@ -439,6 +439,7 @@ impl Store {
                     }
                     _ => None,
                 };
+                self.extend_checkpoints(run, device).await?;
                 let allocs = self.replay_live(run, device, t0, t, start).await?;
                 let bytes = allocs.iter().map(|a| a.size as i64).sum();
                 (bytes, t as i64, allocs)
@@ -461,14 +462,19 @@ impl Store {
         start: Option<(i64, Vec<LiveAlloc>)>,
     ) -> Result<Vec<LiveAlloc>, StoreError> {
         let hi = t0.saturating_add(at.min(i64::MAX as u64) as i64);
-        let (lo, mut live): (i64, HashMap<(u32, u64), LiveAlloc>) = match start {
-            Some((ts, allocs)) => (
-                ts,
-                allocs.into_iter().map(|a| ((a.pid, a.ptr), a)).collect(),
-            ),
-            None => (i64::MIN, HashMap::new()),
-        };
-        let mut after = -1i64;
+        // The nearest known state at or before `hi`: a checkpoint (everything in chunks up
+        // to `after_chunk`, all at or before `hi`) or the peak snapshot (events up to `lo`).
+        let cp = self.checkpoint_before(run, device, hi).await?;
+        let (mut after, lo, mut live): (i64, i64, HashMap<(u32, u64), LiveAlloc>) =
+            match (cp, start) {
+                (Some((chunk, ts_max, allocs)), s)
+                    if s.as_ref().is_none_or(|(pt, _)| ts_max >= *pt) =>
+                {
+                    (chunk, i64::MIN, to_map(allocs))
+                }
+                (_, Some((ts, allocs))) => (-1, ts, to_map(allocs)),
+                (_, None) => (-1, i64::MIN, HashMap::new()),
+            };
         loop {
             let rows = sqlx::query(
                 "SELECT id, events, deltas FROM event_chunks WHERE run_id = $1 AND device = $2 \
@@ -488,47 +494,118 @@ impl Store {
                 after = col_i64(row, 0)?;
                 let ev: Vec<u8> = row.try_get(1)?;
                 let de: Vec<u8> = row.try_get(2)?;
-                if ev.len() / EVENT_SIZE != de.len() / 8 {
-                    return Err(StoreError::Corrupt(format!(
-                        "event chunk {after}: {} events but {} deltas",
-                        ev.len() / EVENT_SIZE,
-                        de.len() / 8
-                    )));
-                }
-                for (e, d) in ev.chunks_exact(EVENT_SIZE).zip(de.chunks_exact(8)) {
-                    let mut slot = [0u8; EVENT_SIZE];
-                    slot.copy_from_slice(e);
-                    let e = decode_event(&slot);
-                    if e.ts_ns as i64 > hi || e.ts_ns as i64 <= lo {
-                        continue;
-                    }
-                    let mut db = [0u8; 8];
-                    db.copy_from_slice(d);
-                    let delta = i64::from_le_bytes(db);
-                    match EventKind::from_u8(e.kind) {
-                        Some(EventKind::Alloc) if delta > 0 => {
-                            live.insert(
-                                (e.pid, e.ptr),
-                                LiveAlloc {
-                                    pid: e.pid,
-                                    tid: e.tid,
-                                    ptr: e.ptr,
-                                    size: e.size,
-                                    ts_ns: e.ts_ns,
-                                    api: e.api,
-                                    mem_kind: e.mem_kind,
-                                },
-                            );
-                        }
-                        Some(EventKind::Free) if delta < 0 => {
-                            live.remove(&(e.pid, e.ptr));
-                        }
-                        _ => {}
-                    }
-                }
+                apply_chunk(&mut live, after, &ev, &de, lo, hi)?;
             }
         }
         Ok(live.into_values().collect())
+    }
+
+    /// The latest live-set checkpoint of `device` whose events all happened at or before
+    /// `hi`: (after_chunk, ts_max, allocations).
+    async fn checkpoint_before(
+        &self,
+        run: i64,
+        device: i64,
+        hi: i64,
+    ) -> Result<Option<(i64, i64, Vec<LiveAlloc>)>, StoreError> {
+        let r = sqlx::query(
+            "SELECT after_chunk, ts_max, allocs FROM live_checkpoints WHERE run_id = $1 \
+             AND device = $2 AND ts_max <= $3 ORDER BY after_chunk DESC LIMIT 1",
+        )
+        .bind(run)
+        .bind(device)
+        .bind(hi)
+        .fetch_optional(&self.pool)
+        .await?;
+        match r {
+            Some(r) => {
+                let blob: Vec<u8> = r.try_get(2)?;
+                Ok(Some((
+                    col_i64(&r, 0)?,
+                    col_i64(&r, 1)?,
+                    snapshot::decode(&blob)?,
+                )))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Extends `device`'s live-set checkpoints over the chunks stored since the last one:
+    /// one every [`CHECKPOINT_EVENTS`] events, so that what was live at any instant is
+    /// at most that many events of replay away. Returns how many were written. Costs one
+    /// pass over the new chunks; `live_at` calls it before replaying.
+    pub async fn extend_checkpoints(&self, run: i64, device: i64) -> Result<usize, StoreError> {
+        self.extend_checkpoints_every(run, device, CHECKPOINT_EVENTS)
+            .await
+    }
+
+    /// [`Store::extend_checkpoints`] with another spacing (tests use small ones).
+    pub async fn extend_checkpoints_every(
+        &self,
+        run: i64,
+        device: i64,
+        every: usize,
+    ) -> Result<usize, StoreError> {
+        let last = sqlx::query(
+            "SELECT after_chunk, ts_max, allocs FROM live_checkpoints WHERE run_id = $1 \
+             AND device = $2 ORDER BY after_chunk DESC LIMIT 1",
+        )
+        .bind(run)
+        .bind(device)
+        .fetch_optional(&self.pool)
+        .await?;
+        let (mut after, mut ts_max, mut live) = match last {
+            Some(r) => {
+                let blob: Vec<u8> = r.try_get(2)?;
+                (
+                    col_i64(&r, 0)?,
+                    col_i64(&r, 1)?,
+                    to_map(snapshot::decode(&blob)?),
+                )
+            }
+            None => (-1, i64::MIN, HashMap::new()),
+        };
+        let mut since = 0usize;
+        let mut written = 0usize;
+        loop {
+            let rows = sqlx::query(
+                "SELECT id, events, deltas, ts_last FROM event_chunks WHERE run_id = $1 \
+                 AND device = $2 AND id > $3 ORDER BY id LIMIT 64",
+            )
+            .bind(run)
+            .bind(device)
+            .bind(after)
+            .fetch_all(&self.pool)
+            .await?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                after = col_i64(row, 0)?;
+                let ev: Vec<u8> = row.try_get(1)?;
+                let de: Vec<u8> = row.try_get(2)?;
+                ts_max = ts_max.max(col_i64(row, 3)?);
+                since += apply_chunk(&mut live, after, &ev, &de, i64::MIN, i64::MAX)?;
+                if since >= every.max(1) {
+                    let allocs: Vec<LiveAlloc> = live.values().copied().collect();
+                    sqlx::query(
+                        "INSERT INTO live_checkpoints (run_id, device, after_chunk, ts_max, \
+                         live_bytes, allocs) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(run)
+                    .bind(device)
+                    .bind(after)
+                    .bind(ts_max)
+                    .bind(allocs.iter().map(|a| a.size as i64).sum::<i64>())
+                    .bind(snapshot::encode(&allocs))
+                    .execute(&self.pool)
+                    .await?;
+                    since = 0;
+                    written += 1;
+                }
+            }
+        }
+        Ok(written)
     }
 
     /// The annotation in force for each allocation (the pid's latest at or before the
@@ -612,6 +689,66 @@ impl Store {
         }
         Ok(m)
     }
+}
+
+/// Events between two live-set checkpoints (`live_checkpoints`).
+pub const CHECKPOINT_EVENTS: usize = 500_000;
+
+fn to_map(allocs: Vec<LiveAlloc>) -> HashMap<(u32, u64), LiveAlloc> {
+    allocs.into_iter().map(|a| ((a.pid, a.ptr), a)).collect()
+}
+
+/// Applies the events of one stored chunk with `lo < ts <= hi` to `live` (counted
+/// allocations only: those whose delta moved the device's live bytes). Returns the
+/// number of events in the chunk.
+fn apply_chunk(
+    live: &mut HashMap<(u32, u64), LiveAlloc>,
+    chunk: i64,
+    ev: &[u8],
+    de: &[u8],
+    lo: i64,
+    hi: i64,
+) -> Result<usize, StoreError> {
+    if ev.len() / EVENT_SIZE != de.len() / 8 {
+        return Err(StoreError::Corrupt(format!(
+            "event chunk {chunk}: {} events but {} deltas",
+            ev.len() / EVENT_SIZE,
+            de.len() / 8
+        )));
+    }
+    for (e, d) in ev.chunks_exact(EVENT_SIZE).zip(de.chunks_exact(8)) {
+        let mut slot = [0u8; EVENT_SIZE];
+        slot.copy_from_slice(e);
+        let e = decode_event(&slot);
+        let ts = e.ts_ns.min(i64::MAX as u64) as i64;
+        if ts > hi || ts <= lo {
+            continue;
+        }
+        let mut db = [0u8; 8];
+        db.copy_from_slice(d);
+        let delta = i64::from_le_bytes(db);
+        match EventKind::from_u8(e.kind) {
+            Some(EventKind::Alloc) if delta > 0 => {
+                live.insert(
+                    (e.pid, e.ptr),
+                    LiveAlloc {
+                        pid: e.pid,
+                        tid: e.tid,
+                        ptr: e.ptr,
+                        size: e.size,
+                        ts_ns: e.ts_ns,
+                        api: e.api,
+                        mem_kind: e.mem_kind,
+                    },
+                );
+            }
+            Some(EventKind::Free) if delta < 0 => {
+                live.remove(&(e.pid, e.ptr));
+            }
+            _ => {}
+        }
+    }
+    Ok(ev.len() / EVENT_SIZE)
 }
 
 /// Most note lookups [`Store::live_at`] makes before reading all annotations instead.
