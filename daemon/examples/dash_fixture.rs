@@ -403,6 +403,10 @@ async fn main() -> Result<()> {
             .into_iter()
             .chain([format!("/runs/{big}/peak?device=0&at={mid}")])
             .collect();
+        // The first instant asked for builds the live-set checkpoints (one pass over the
+        // device's events); later ones start from the nearest checkpoint.
+        let (ms, _) = time_page(&app, &format!("/runs/{big}/peak?device=0&at={mid}")).await?;
+        println!("first 'live at an instant' request (builds checkpoints for GPU 0): {ms:.0} ms");
         println!(
             "page render server time (run #{big}, {events} events), best of 3 after 1 warm-up:"
         );
