@@ -454,8 +454,15 @@ async fn attach_h200(store: &Store) -> (i64, i64, i64) {
 
 #[tokio::test]
 async fn incident_xla_gate_pages_and_live_at_an_instant() {
-    let dir = tempfile::tempdir().unwrap();
-    let (app, store) = app(&dir.path().join("i.db").display().to_string()).await;
+    // SQLite always; PostgreSQL too when MEMWATCH_TEST_POSTGRES_URL is set.
+    let dbs = dbs("dashpages").await;
+    for url in &dbs.urls {
+        incident_xla_gate_pages_and_live_at_an_instant_on(url).await;
+    }
+}
+
+async fn incident_xla_gate_pages_and_live_at_an_instant_on(url: &str) {
+    let (app, store) = app(url).await;
     let (train, eval) = record(&store).await;
     let (log, module, other) = attach_h200(&store).await;
 
@@ -574,7 +581,7 @@ async fn incident_xla_gate_pages_and_live_at_an_instant() {
     for pass in 0..2 {
         if pass == 1 {
             let n = store
-                .extend_checkpoints_every(train, 0, 1000)
+                .extend_checkpoints_every(train, 0, 1000, 0)
                 .await
                 .unwrap();
             assert!(n >= 2, "{n} checkpoints");

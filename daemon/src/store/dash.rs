@@ -150,7 +150,7 @@ impl Store {
     pub async fn incident_logs(&self) -> Result<Vec<IncidentLogRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, run_id, dump_id, source, mem_fraction_ppm, created_unix_ns, \
-             LENGTH(log_text) FROM incident_logs ORDER BY id DESC LIMIT 1000",
+             CAST(LENGTH(log_text) AS BIGINT) FROM incident_logs ORDER BY id DESC LIMIT 1000",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -164,7 +164,7 @@ impl Store {
     ) -> Result<Option<(IncidentLogRow, String)>, StoreError> {
         let Some(r) = sqlx::query(
             "SELECT id, run_id, dump_id, source, mem_fraction_ppm, created_unix_ns, \
-             LENGTH(log_text), log_text FROM incident_logs WHERE id = $1",
+             CAST(LENGTH(log_text) AS BIGINT), log_text FROM incident_logs WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
@@ -535,16 +535,18 @@ impl Store {
     /// at most that many events of replay away. Returns how many were written. Costs one
     /// pass over the new chunks; `live_at` calls it before replaying.
     pub async fn extend_checkpoints(&self, run: i64, device: i64) -> Result<usize, StoreError> {
-        self.extend_checkpoints_every(run, device, CHECKPOINT_EVENTS)
+        self.extend_checkpoints_every(run, device, CHECKPOINT_EVENTS, 64)
             .await
     }
 
-    /// [`Store::extend_checkpoints`] with another spacing (tests use small ones).
+    /// [`Store::extend_checkpoints`] with another spacing: at least `every` events and
+    /// `per_live` events per live allocation between checkpoints (tests use small ones).
     pub async fn extend_checkpoints_every(
         &self,
         run: i64,
         device: i64,
         every: usize,
+        per_live: usize,
     ) -> Result<usize, StoreError> {
         let last = sqlx::query(
             "SELECT after_chunk, ts_max, allocs FROM live_checkpoints WHERE run_id = $1 \
@@ -586,9 +588,9 @@ impl Store {
                 let de: Vec<u8> = row.try_get(2)?;
                 ts_max = ts_max.max(col_i64(row, 3)?);
                 since += apply_chunk(&mut live, after, &ev, &de, i64::MIN, i64::MAX)?;
-                // At least 64 events per live allocation between checkpoints, so their
-                // size stays under a byte per event however many allocations are live.
-                if since >= every.max(1).max(live.len() * 64) {
+                // With per_live = 64 (the default), checkpoints stay under a byte per
+                // event however many allocations are live.
+                if since >= every.max(1).max(live.len() * per_live) {
                     let allocs: Vec<LiveAlloc> = live.values().copied().collect();
                     sqlx::query(
                         "INSERT INTO live_checkpoints (run_id, device, after_chunk, ts_max, \
