@@ -30,7 +30,7 @@ fn fonts() -> &'static Arc<fontdb::Database> {
 
 /// Whether any font is available to draw chart text with.
 pub fn have_fonts() -> bool {
-    fonts().len() > 0
+    !fonts().is_empty()
 }
 
 /// Rasterises `svg` at `scale` (2.0 gives a sharp image on high-density screens).
