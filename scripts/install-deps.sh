@@ -11,6 +11,7 @@ APT_PACKAGES=(
   sqlite3
   curl                              # quickstart: talks to the API it serves
   postgresql                        # daemon tests on PostgreSQL (scripts/start-test-postgres.sh)
+  fonts-dejavu-core                 # chart text in the dashboard's PNG exports (resvg uses system fonts)
 )
 
 missing=()

@@ -176,7 +176,24 @@ async fn record_run(
         ts_ns: g.t + 1,
         exit_code: if oom { 1 } else { 0 },
     }));
-    for (mem, used, total) in [(0u8, 61u64 << 30, 141u64 << 30), (1, 2 << 30, 64 << 30)] {
+    // 60 samples spread over the run, then the final ones (the Overview sparkline).
+    let step_ns = (g.t - t0) / 61;
+    for i in 0..60u64 {
+        for (mem, used, total) in [
+            (0u8, (5u64 << 30) + (i % 20) * (64 << 20), 141u64 << 30),
+            (1, (1 << 30) + (i % 7) * (128 << 20), 64 << 30),
+        ] {
+            recs.push(Record::DeviceSample(DeviceSample {
+                ts_ns: t0 + i * step_ns,
+                device: 0,
+                memory: mem,
+                used_bytes: used,
+                total_bytes: total,
+                source: "nvml".into(),
+            }));
+        }
+    }
+    for (mem, used, total) in [(0u8, 6u64 << 30, 141u64 << 30), (1, 2 << 30, 64 << 30)] {
         recs.push(Record::DeviceSample(DeviceSample {
             ts_ns: g.t,
             device: 0,
@@ -205,6 +222,94 @@ async fn record_run(
         }])
         .await?;
     run_id.or(out[0].run_id).context("no run id")
+}
+
+/// A run whose process is still running (no ProcessEnd): the Overview's running list.
+async fn record_live(ing: &mut Ingestor) -> Result<i64> {
+    let pid = 303;
+    let mut g = Gen {
+        t: 5_000_000_000,
+        ptr: (pid as u64) << 40,
+        pid,
+    };
+    let (e, _) = g.alloc(3 << 30, 0, 1);
+    let out = ing
+        .commit(vec![Batch {
+            node: "gpu-node-1".into(),
+            stream: pid as u64,
+            seq: 1,
+            run_key: "live-job".into(),
+            records: vec![
+                Record::ProcessStart(ProcessStart {
+                    pid,
+                    ppid: 1,
+                    mono_anchor_ns: 5_000_000_000,
+                    wall_anchor_unix_ns: memwatch_daemon::store::now_unix_ns() as u64,
+                    shim_version: "fixture".into(),
+                    hostname: "gpu-node-1".into(),
+                    argv: vec!["python".into(), "serve.py".into()],
+                }),
+                Record::Events(vec![e]),
+            ],
+        }])
+        .await?;
+    out[0].run_id.context("no run id for live-job")
+}
+
+/// Attaches the real H200 fixtures (testdata/h200): the OOM incident's log with its
+/// XLA dump (`memwatch import --log … --xla-dump …` does the same), and the MLP dump.
+async fn attach_h200(store: &Store) -> Result<()> {
+    use memwatch_analysis::log::{parse_log, LogReport};
+    use memwatch_daemon::store::dash::NewModule;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/h200")
+        .canonicalize()
+        .context("testdata/h200 is missing")?;
+    let rows = |mods: &[memwatch_analysis::xla::ModuleReport]| -> Result<Vec<NewModule>> {
+        mods.iter()
+            .map(|m| {
+                Ok(NewModule {
+                    name: m.name.clone(),
+                    argument_bytes: m.argument_bytes as i64,
+                    output_bytes: m.output_bytes as i64,
+                    temp_bytes: m.temp_bytes as i64,
+                    peak_bytes: m.peak_bytes.map(|b| b as i64),
+                    total_allocation_bytes: m.total_allocation_bytes as i64,
+                    report_json: serde_json::to_string(m)?,
+                })
+            })
+            .collect()
+    };
+    let mlp_dir = root.join("xla/h200-jax0.11.2-mlp");
+    let mlp = memwatch_analysis::xla::load_dump_dir(&mlp_dir)?;
+    store
+        .insert_xla_dump(None, &mlp_dir.display().to_string(), &rows(&mlp)?)
+        .await?;
+    let inc = root.join("incidents/h200-jax0.11.2-oom-temp");
+    let mods = memwatch_analysis::xla::load_dump_dir(&inc)?;
+    let dump = store
+        .insert_xla_dump(None, &inc.display().to_string(), &rows(&mods)?)
+        .await?;
+    let log_path = inc.join("run.log");
+    let text = std::fs::read_to_string(&log_path)
+        .with_context(|| format!("{}: cannot read", log_path.display()))?;
+    let mut rep = LogReport::default();
+    parse_log(text.as_bytes(), &log_path, &mut rep)?;
+    let id = store
+        .insert_incident_log(
+            None,
+            Some(dump),
+            &log_path.display().to_string(),
+            &text,
+            Some(0.025),
+        )
+        .await?;
+    println!(
+        "attached {} ({} OOM report(s)) as log #{id} with dump #{dump}, and the MLP dump",
+        log_path.display(),
+        rep.ooms.len()
+    );
+    Ok(())
 }
 
 async fn time_page(app: &axum::Router, uri: &str) -> Result<(f64, usize)> {
@@ -251,6 +356,9 @@ async fn main() -> Result<()> {
         let big = record_run(&mut ing, "train-oom", n, 202, 2, true).await?;
         let secs = t.elapsed().as_secs_f64();
         println!("recorded runs #{small} (baseline) and #{big} (train-oom, ~{n} events) into {db} in {secs:.1} s");
+        let live = record_live(&mut ing).await?;
+        println!("recorded run #{live} (live-job: a process that has not ended)");
+        attach_h200(&store).await?;
         (small, big)
     };
     if bench {
@@ -274,12 +382,31 @@ async fn main() -> Result<()> {
             format!("/runs/{big}/peak?device=0"),
             format!("/compare?a={small}&b={big}"),
             "/incidents".to_string(),
+            "/incidents/logs/1".to_string(),
+            "/xla".to_string(),
+            "/xla/modules/1".to_string(),
+            "/xla/modules/3?diff=1".to_string(),
+            "/gates".to_string(),
+            format!("/runs/{big}/peak?device=0&at=123456789"),
             format!("/api/runs/{big}"),
             format!("/api/runs/{big}/timeline?device=0&points=1100"),
             format!("/api/runs/{big}/timeline?device=0&points=1100&from=123456789&to=223456789"),
             format!("/api/runs/{big}/peak?device=0&top=5000"),
         ];
         let events = store.run(big).await?.map_or(0, |r| r.run.event_count);
+        // An instant in the middle of the run: the live set is replayed from the peak
+        // snapshot (early in the run) over about half of the run's events.
+        let mid = memwatch_daemon::web::data::run_lite(&store, big)
+            .await?
+            .map_or(0, |r| r.duration_ns / 2);
+        let pages: Vec<String> = pages
+            .into_iter()
+            .chain([format!("/runs/{big}/peak?device=0&at={mid}")])
+            .collect();
+        // The first instant asked for builds the live-set checkpoints (one pass over the
+        // device's events); later ones start from the nearest checkpoint.
+        let (ms, _) = time_page(&app, &format!("/runs/{big}/peak?device=0&at={mid}")).await?;
+        println!("first 'live at an instant' request (builds checkpoints for GPU 0): {ms:.0} ms");
         println!(
             "page render server time (run #{big}, {events} events), best of 3 after 1 warm-up:"
         );

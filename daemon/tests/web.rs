@@ -152,7 +152,8 @@ async fn empty_database_explains_what_to_do() {
     for (uri, text) in [
         ("/compare", "at least two runs"),
         ("/incidents", "No failed allocations"),
-        ("/xla", "No XLA modules are stored"),
+        ("/incidents", "No log is attached"),
+        ("/xla", "No XLA dump is stored"),
         ("/gates", "No gate results are stored"),
     ] {
         let (st, body, _) = get(&app, uri).await;
@@ -177,8 +178,9 @@ async fn every_page_renders_recorded_data() {
     );
     assert!(body.contains("20.0 GiB / 64.0 GiB") && body.contains("3.00 GiB / 32.0 GiB"));
     assert!(body.contains("OOM"), "OOM badge");
-    let ti = body.find(&format!("#{train} train")).unwrap();
-    let ei = body.find(&format!("#{eval} eval")).unwrap();
+    let runs = &body[body.find("id=\"runs-h\"").unwrap()..];
+    let ti = runs.find(&format!("#{train} train")).unwrap();
+    let ei = runs.find(&format!("#{eval} eval")).unwrap();
     assert!(ei < ti, "newest run first");
 
     let (st, body, _) = get(&app, &format!("/runs/{train}")).await;
@@ -204,6 +206,10 @@ async fn every_page_renders_recorded_data() {
     );
     assert!(!body.contains("step <1>"));
     assert!(body.contains("/export/perfetto.json"));
+    assert!(
+        body.contains("device used (VRAM samples)"),
+        "the device's own used VRAM drawn next to live bytes"
+    );
 
     let (st, body, h) = get(
         &app,
@@ -267,6 +273,27 @@ async fn exports_follow_the_documented_formats() {
     let dir = tempfile::tempdir().unwrap();
     let (app, store) = app(&dir.path().join("x.db").display().to_string()).await;
     let (train, _) = record(&store).await;
+
+    // PNG of the timeline: a real PNG at twice the SVG's 1200x320 pixels.
+    let resp = app
+        .clone()
+        .oneshot(
+            Request::get(format!("/runs/{train}/export/chart.png?device=0"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["content-type"], "image/png");
+    let png = axum::body::to_bytes(resp.into_body(), 1 << 26)
+        .await
+        .unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 2400);
+    assert_eq!(u32::from_be_bytes(png[20..24].try_into().unwrap()), 640);
+    let (st, _, _) = get(&app, "/gates?format=png").await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "no gate chart to export yet");
 
     let (st, body, h) = get(&app, &format!("/runs/{train}/export/trace.jsonl?device=0")).await;
     assert_eq!(st, StatusCode::OK);
@@ -384,4 +411,221 @@ async fn live_run_streams_progress_then_the_page_shows_it() {
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
     assert!(seen.contains("\"events\":"), "{seen}");
+}
+
+/// Stores the real H200 OOM incident (log + dump) and the MLP dump as `memwatch import
+/// --log/--xla-dump` does; returns (log id, incident module id, an MLP module id).
+async fn attach_h200(store: &Store) -> (i64, i64, i64) {
+    use memwatch_daemon::store::dash::NewModule;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/h200");
+    let rows = |dir: &std::path::Path| -> Vec<NewModule> {
+        memwatch_analysis::xla::load_dump_dir(dir)
+            .unwrap()
+            .iter()
+            .map(|m| NewModule {
+                name: m.name.clone(),
+                argument_bytes: m.argument_bytes as i64,
+                output_bytes: m.output_bytes as i64,
+                temp_bytes: m.temp_bytes as i64,
+                peak_bytes: m.peak_bytes.map(|b| b as i64),
+                total_allocation_bytes: m.total_allocation_bytes as i64,
+                report_json: serde_json::to_string(m).unwrap(),
+            })
+            .collect()
+    };
+    let inc = root.join("incidents/h200-jax0.11.2-oom-temp");
+    let dump = store
+        .insert_xla_dump(None, "incident", &rows(&inc))
+        .await
+        .unwrap();
+    let mlp = store
+        .insert_xla_dump(None, "mlp", &rows(&root.join("xla/h200-jax0.11.2-mlp")))
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(inc.join("run.log")).unwrap();
+    let log = store
+        .insert_incident_log(None, Some(dump), "run.log", &text, Some(0.025))
+        .await
+        .unwrap();
+    let m = store.dump_modules(Some(dump)).await.unwrap();
+    let other = store.dump_modules(Some(mlp)).await.unwrap();
+    (log, m[0].id, other[0].id)
+}
+
+#[tokio::test]
+async fn incident_xla_gate_pages_and_live_at_an_instant() {
+    // SQLite always; PostgreSQL too when MEMWATCH_TEST_POSTGRES_URL is set.
+    let dbs = dbs("dashpages").await;
+    for url in &dbs.urls {
+        incident_xla_gate_pages_and_live_at_an_instant_on(url).await;
+    }
+}
+
+async fn incident_xla_gate_pages_and_live_at_an_instant_on(url: &str) {
+    let (app, store) = app(url).await;
+    let (train, eval) = record(&store).await;
+    let (log, module, other) = attach_h200(&store).await;
+
+    // Incident: the real OOM, diagnosed with its dump.
+    let (st, body, _) = get(&app, "/incidents").await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains(&format!("/incidents/logs/{log}")), "{body}");
+    let (st, body, _) = get(&app, &format!("/incidents/logs/{log}")).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert!(body.contains("3489675008"), "the rounded request");
+    assert!(
+        body.contains("jit_model&#39;s preallocated temp buffer"),
+        "matched to the temp buffer: {body}"
+    );
+    assert!(body.contains("jit__normal"), "what was live, by executable");
+    assert!(body.contains("BFC pool chunk map") && body.contains("failed request"));
+    assert!(
+        body.contains("Not fragmentation"),
+        "free space is too small overall"
+    );
+    assert!(body.contains("Suggested fixes"));
+    let (_, j, _) = get(&app, &format!("/incidents/logs/{log}?format=json")).await;
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v["diagnoses"][0]["requested_bytes"], 3489675008u64);
+    assert_eq!(
+        v["diagnoses"][0]["matched"]["what"],
+        "preallocated temp buffer"
+    );
+    let (st, _, _) = get(&app, "/incidents/logs/999").await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+
+    // XLA module: composition, top buffers, diff.
+    let (st, body, _) = get(&app, "/xla").await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("jit_model") && body.contains("jit_mlp"));
+    let (st, body, _) = get(&app, &format!("/xla/modules/{module}")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("Buffer composition at peak"));
+    assert_eq!(body.matches("<svg").count(), 3, "kind, category, op name");
+    assert!(body.contains("bf16[16384,8192]"), "shapes of top buffers");
+    assert!(body.contains("jit(model)/jvp()/dot_general"), "op names");
+    let (st, body, _) = get(&app, &format!("/xla/modules/{module}?diff={other}")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("Base: module"), "{body}");
+    assert!(body.contains("Temporaries"));
+    let (st, _, _) = get(&app, &format!("/xla/modules/{module}?format=xml")).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+
+    // Gate history: one chart per entry.
+    let res = |passed, measured| memwatch_daemon::store::gate::GateResult {
+        run_id: Some(train),
+        name: "train/device0".into(),
+        passed,
+        measured_bytes: measured,
+        limit_bytes: 1 << 30,
+        report_json: "{}".into(),
+    };
+    store
+        .record_gate_results(&[res(true, 900 << 20)])
+        .await
+        .unwrap();
+    store
+        .record_gate_results(&[res(false, 1200 << 20)])
+        .await
+        .unwrap();
+    let (st, body, _) = get(&app, "/gates").await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("train/device0") && body.contains("2 result(s), 1 failed"));
+    assert_eq!(body.matches("<svg").count(), 1);
+
+    // What was live at an instant: replaying to the peak's instant gives the peak.
+    let (_, j, _) = get(&app, &format!("/api/runs/{train}/peak?device=0")).await;
+    let peak: serde_json::Value = serde_json::from_str(&j).unwrap();
+    let t = peak["peak_ts_ns"].as_u64().unwrap();
+    let (st, j, _) = get(
+        &app,
+        &format!("/runs/{train}/peak?device=0&at={t}&format=json"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{j}");
+    let at: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(at["live"]["peak_bytes"], peak["peak_bytes"]);
+    // The page's per-interval annotation lookup agrees with the API's full scan, with
+    // markers of two pids spread over the run (added straight into the table).
+    let t0: i64 = sqlx::query_scalar("SELECT t0_mono_ns FROM runs WHERE id = $1")
+        .bind(train)
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+    for k in 0..40i64 {
+        sqlx::query(
+            "INSERT INTO annotations (run_id, pid, tid, ts_ns, device, text) VALUES ($1, $2, 1, $3, -1, $4)",
+        )
+        .bind(train)
+        .bind(if k % 3 == 0 { 43i64 } else { 42 })
+        .bind(t0 + k * (t as i64) / 20)
+        .bind(format!("phase {}", k % 7))
+        .execute(&store.pool)
+        .await
+        .unwrap();
+    }
+    let (_, j, _) = get(&app, &format!("/api/runs/{train}/peak?device=0")).await;
+    let peak: serde_json::Value = serde_json::from_str(&j).unwrap();
+    let (_, j, _) = get(&app, &format!("/runs/{train}/peak?device=0&format=json")).await;
+    let page: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(page["live"]["by_annotation"], peak["by_annotation"]);
+    assert!(
+        peak["by_annotation"].as_array().unwrap().len() > 1,
+        "annotations tell groups apart: {}",
+        peak["by_annotation"]
+    );
+    assert_eq!(at["live"]["live_allocations"], peak["live_allocations"]);
+    // Before the peak (replayed from the start) and at the end (from the peak snapshot
+    // on), then again from dense checkpoints, the live bytes equal the sum of the stored
+    // per-event deltas up to then.
+    for pass in 0..2 {
+        if pass == 1 {
+            let n = store
+                .extend_checkpoints_every(train, 0, 1000, 0)
+                .await
+                .unwrap();
+            assert!(n >= 2, "{n} checkpoints");
+        }
+        for at in [t / 3, t - 1, t + 1, t * 2, t * 3 + 12345] {
+            let (_, j, _) = get(
+                &app,
+                &format!("/api/runs/{train}/events?device=0&to={at}&limit=100000"),
+            )
+            .await;
+            let ev: serde_json::Value = serde_json::from_str(&j).unwrap();
+            assert!(ev["next_cursor"].is_null(), "one page");
+            let sum: i64 = ev["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["delta"].as_i64().unwrap())
+                .sum();
+            let (_, j, _) = get(
+                &app,
+                &format!("/runs/{train}/peak?device=0&at={at}&format=json"),
+            )
+            .await;
+            let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+            assert_eq!(
+                v["live"]["peak_bytes"].as_i64().unwrap(),
+                sum,
+                "pass {pass} at {at}"
+            );
+        }
+    }
+    let (st, body, _) = get(&app, &format!("/runs/{train}/peak?device=0&at=0")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("What was live at"));
+
+    // Compare aligned at a marker; a bad alignment is a clear 400.
+    let (st, body, _) = get(
+        &app,
+        &format!("/compare?a={eval}&b={train}&align=marker:no-such-marker"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("aligned at their start instead"));
+    let (st, body, _) = get(&app, &format!("/compare?a={eval}&b={train}&align=middle")).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(body.contains("align=marker:NAME"));
 }

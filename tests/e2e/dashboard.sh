@@ -39,6 +39,13 @@ DB=$WORK/e2e.db
 # capture (JAX 0.11.2, see testdata/h200-captures/README.md), through `memwatch import`.
 PJRT_RUN=$("$TARGET/debug/memwatch" import testdata/h200-captures/jax0.11.2-platform-allocator.mwcap \
   --db "$DB" --run h200-jax --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+# Gate history: a baseline from run 1, a passing check of run 1, a failing one of run 2
+# (each stores its verdicts in gate_results, a second apart).
+"$TARGET/debug/memwatch" gate --baseline "$WORK/baseline.toml" --run train=1 --db "$DB" --update >/dev/null
+sleep 1
+"$TARGET/debug/memwatch" gate --baseline "$WORK/baseline.toml" --run train=1 --db "$DB" >/dev/null
+sleep 1
+"$TARGET/debug/memwatch" gate --baseline "$WORK/baseline.toml" --run train=2 --db "$DB" >/dev/null && { echo "e2e: FAIL gate should fail on run 2"; exit 1; }
 # A second, empty database for the empty-state page.
 EMPTY=$WORK/empty.db
 
@@ -87,19 +94,35 @@ stop_server
 P=$(port)
 start_server "$DB" "$P"
 B="http://127.0.0.1:$P"
-check 01-overview "$B/" "gpu-node-1" "NVIDIA H200" "VRAM" "GTT" "train-oom" "baseline" ">OOM<"
+check 01-overview "$B/" "gpu-node-1" "NVIDIA H200" "VRAM" "GTT" "train-oom" "baseline" ">OOM<" "Running processes" "python serve.py" "VRAM last"
 check 02-run "$B/runs/2" "Live bytes over time" "peak " "failed allocation (1 here, 1 in run)" "API calls" "Perfetto trace"
 check 03-run-zoomed "$B/runs/2?from=1000000&to=40000000" "showing 1.00 ms" "API calls on"
 "${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,2000 \
   --screenshot="$SHOTS/03b-run-zoomed-full.png" "$B/runs/2?from=1000000&to=40000000" >/dev/null 2>&1 || true
 check 04-peak "$B/runs/2/peak?device=0" "What was live at the peak" "By size class" "By memory kind" "By thread" "By annotation" "<details>"
 check 05-compare "$B/compare?a=1&b=2" "Peak composition" "A: #1 baseline" "B: #2 train-oom"
-check 06-incidents "$B/incidents" "150 GiB" "cudaMalloc" "#2"
-check 07-xla "$B/xla" "No XLA modules are stored"
-check 08-gates "$B/gates" "No gate results are stored"
+check 06-incidents "$B/incidents" "150 GiB" "cudaMalloc" "#2" "Diagnosis #1"
+check 07-xla "$B/xla" "jit_mlp" "jit_padf" "jit_model"
+check 08-gates "$B/gates" "train/device0" "train/device1" "3 result(s), 1 failed" "limit (baseline + allowance)"
+check 10-incident "$B/incidents/logs/1" "GPU_0_bfc could not allocate 3.25 GiB while running jit_model" "preallocated temp buffer" "jit__normal" "Fragmentation picture" "failed request" "Suggested fixes" "bf16[16384,8192]"
+check 11-xla-module "$B/xla/modules/3?diff=1" "Buffer composition at peak" "By HLO op category" "jit(model)/jvp()/dot_general" "Base: module #1 jit_mlp" "Temporaries"
+check 12-peak-at "$B/runs/2/peak?device=0&at=123456789" "What was live at 123" "By annotation" "Back to the peak"
+check 13-compare-marker "$B/compare?a=1&b=2&align=marker:step%2050" "aligned at their first marker" "Peak composition"
 check 09-notfound "$B/runs/99" "There is no run #99"
-check 10-peak-runtime "$B/runs/$PJRT_RUN/peak?device=0" "Runtime attribution (PJRT)" "jit_broadcast_in_dim" \
+check 17-peak-runtime "$B/runs/$PJRT_RUN/peak?device=0" "Runtime attribution (PJRT)" "jit_broadcast_in_dim" \
   "Compiled memory statistics of jit_broadcast_in_dim" "By XLA module"
+
+# Empty states of the new pages (no log, dump or gate result stored).
+stop_server
+P=$(port)
+start_server "$EMPTY" "$P"
+check 14-empty-incidents "http://127.0.0.1:$P/incidents" "No log is attached" "memwatch import --db DB --log"
+check 15-empty-xla "http://127.0.0.1:$P/xla" "No XLA dump is stored" "--xla-dump"
+check 16-empty-gates "http://127.0.0.1:$P/gates" "No gate results are stored" "memwatch gate --run"
+stop_server
+P=$(port)
+start_server "$DB" "$P"
+B="http://127.0.0.1:$P"
 
 # Exports download and parse.
 curl -fsS "$B/runs/2/export/perfetto.json" | python3 -c 'import json,sys; d=json.load(sys.stdin); e=d["traceEvents"]; assert any(x["ph"]=="C" for x in e) and any(x["ph"]=="X" for x in e); print("e2e: ok   perfetto export:", len(e), "trace events")' || FAILED=1
@@ -107,8 +130,12 @@ curl -fsS "$B/runs/2/export/trace.jsonl?device=0" | python3 -c 'import json,sys;
 for l in sys.stdin: json.loads(l); n+=1
 assert n>0; print("e2e: ok   jsonl export:", n, "lines")' || FAILED=1
 
+for u in "/runs/2/export/chart.png?device=0" "/incidents/logs/1?format=png" "/xla/modules/3?format=png&chart=category" "/gates?format=png"; do
+  curl -fsS "$B$u" | python3 -c 'import sys; b=sys.stdin.buffer.read(); assert b[:8]==b"\x89PNG\r\n\x1a\n", "not a PNG"; print("e2e: ok   png export:", len(b), "bytes  '"$u"'")' || FAILED=1
+done
+
 # Server time per page, as seen by curl on loopback (the big run has ~'"$EVENTS"' events).
-for u in / /runs/2 "/runs/2/chart.svg?device=0&from=1000000&to=2000000" /runs/2/peak?device=0 "/compare?a=1&b=2"; do
+for u in / /runs/2 "/runs/2/chart.svg?device=0&from=1000000&to=2000000" /runs/2/peak?device=0 "/runs/2/peak?device=0&at=123456789" "/compare?a=1&b=2" /incidents/logs/1 "/xla/modules/3?diff=1" /gates; do
   curl -s -o /dev/null -w "e2e: time %{time_total}s  $u\n" "$B$u"
 done
 echo "e2e: screenshots in $SHOTS"

@@ -101,7 +101,14 @@
       var a = Math.min(p.px, start.px), b = Math.max(p.px, start.px);
       if (sel) sel.remove();
       var s = start; start = null; sel = null;
-      if (b - a < 4) return;
+      if (b - a < 4) {
+        // A click (no drag) on a device chart opens what was live at that instant.
+        if (el.dataset.device !== "lanes") {
+          var at = Math.round(toTime(p.px, s.scale));
+          window.location.href = "/runs/" + run + "/peak?device=" + el.dataset.device + "&at=" + at;
+        }
+        return;
+      }
       setRange(toTime(a, s.scale), toTime(b, s.scale));
     });
   }

@@ -23,6 +23,8 @@ Examples:
   memwatch import run.mwcap --daemon http://central:7373 --token s3cret --run nightly-42
   memwatch import cut-off.mwcap --db mw.db --json
   memwatch import jax.mwcap --db mw.db --xla-dump /tmp/xla-dump   # + HLO attribution
+  memwatch import --db mw.db --log run.log --xla-dump /tmp/dump --mem-fraction 0.025
+  memwatch import --db mw.db --xla-dump /tmp/dump --run-id 3
 
 A damaged capture is loaded up to the damage (what was skipped is reported). Importing
 the same file twice stores it once (batches are keyed by the file's contents).";
@@ -31,8 +33,9 @@ the same file twice stores it once (batches are keyed by the file's contents).";
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct ImportArgs {
-    /// Capture file (.mwcap).
-    pub capture: PathBuf,
+    /// Capture file (.mwcap). Not needed with --log / --xla-dump.
+    #[arg(required_unless_present_any = ["log", "xla_dump"])]
+    pub capture: Option<PathBuf>,
     /// Store directly into this SQLite file or postgres://… database.
     #[arg(
         long,
@@ -53,11 +56,22 @@ pub struct ImportArgs {
     /// Node name [default: the capture's host name].
     #[arg(long)]
     pub node: Option<String>,
-    /// Also attach this XLA dump (XLA_FLAGS=--xla_dump_to=DIR) to the run: the peak is then
-    /// grouped by XLA module and HLO op_name (joined to the PJRT executables by name and
-    /// compiled statistics).
+    /// Attach a JAX/XLA/TSL log (a run's stderr) for the dashboard's Incident page
+    /// (needs --db; see `memwatch log`). Given on its own, without a capture.
+    #[arg(long, value_name = "FILE", requires = "db")]
+    pub log: Option<PathBuf>,
+    /// Attach an XLA dump (XLA_FLAGS=--xla_dump_to=DIR): to the imported capture's run
+    /// (or --run-id's), whose peak is then grouped by XLA module and HLO op_name (joined to
+    /// the PJRT executables by name and compiled statistics); shown on the XLA module page
+    /// and used to diagnose --log's OOMs.
     #[arg(long, value_name = "DIR")]
     pub xla_dump: Option<PathBuf>,
+    /// The logged run's XLA_CLIENT_MEM_FRACTION (lets the diagnosis suggest one).
+    #[arg(long, requires = "log")]
+    pub mem_fraction: Option<f64>,
+    /// Attach --log/--xla-dump to this stored run id.
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<i64>,
     /// Print one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -328,16 +342,27 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
         },
         (None, None) => bail!("give --db PATH or --daemon URL"),
     };
+    let Some(capture) = &args.capture else {
+        // --log / --xla-dump on their own (optionally onto --run-id).
+        return super::import_log::run(&args);
+    };
+    if args.log.is_some() {
+        bail!(
+            "--log is attached on its own: import the capture, then \
+             `memwatch import --db DB --log FILE --run-id ID`"
+        );
+    }
+    // The dump is parsed before anything is stored, so a bad dump changes nothing.
     let dump = match &args.xla_dump {
         Some(dir) => Some((dir, super::import_xla::load(dir)?)),
         None => None,
     };
-    let mut s = import_capture(&args.capture, target, args.run.clone(), args.node.clone())?;
+    let mut s = import_capture(capture, target, args.run.clone(), args.node.clone())?;
     if let Some((dir, mods)) = dump {
-        let Some(run) = s.run_id else {
+        let Some(run) = s.run_id.or(args.run_id) else {
             bail!(
                 "{}: no run was stored (empty capture, or imported before: give that run's \
-                 --run key), so --xla-dump {} was not attached",
+                 --run-id), so --xla-dump {} was not attached",
                 s.capture,
                 dir.display()
             );

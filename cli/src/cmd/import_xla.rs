@@ -30,7 +30,7 @@ pub fn attach(mods: &[ModuleReport], dir: &Path, target: &Target<'_>, run: i64) 
                 let store = Store::open(db)
                     .await
                     .with_context(|| format!("database {}", memwatch_daemon::store::redact(db)))?;
-                pjrt::attach_modules(&store, run, mods)
+                pjrt::attach_modules(&store, run, &source(dir), mods)
                     .await
                     .with_context(|| format!("storing the modules of {}", dir.display()))?
                     .with_context(|| format!("run {run} is not in {db}"))
@@ -38,8 +38,9 @@ pub fn attach(mods: &[ModuleReport], dir: &Path, target: &Target<'_>, run: i64) 
         }
         Target::Daemon { url, token } => {
             let base = url.trim_end_matches('/');
-            let body = serde_json::to_vec(&serde_json::json!({ "modules": mods }))
-                .context("encoding the module reports")?;
+            let body =
+                serde_json::to_vec(&serde_json::json!({ "modules": mods, "source": source(dir) }))
+                    .context("encoding the module reports")?;
             let mut req = ureq::post(&format!("{base}/api/runs/{run}/xla"))
                 .set("content-type", "application/json");
             if let Some(t) = token {
@@ -55,4 +56,12 @@ pub fn attach(mods: &[ModuleReport], dir: &Path, target: &Target<'_>, run: i64) 
             }
         }
     }
+}
+
+/// How a dump is named where it is stored: its absolute path when it has one.
+fn source(dir: &Path) -> String {
+    std::fs::canonicalize(dir)
+        .unwrap_or_else(|_| dir.to_path_buf())
+        .display()
+        .to_string()
 }

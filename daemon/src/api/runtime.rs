@@ -42,6 +42,9 @@ pub(super) async fn runtime(
 #[derive(Deserialize)]
 pub(super) struct XlaDoc {
     modules: Vec<ModuleReport>,
+    /// Where the dump came from (a path); attaching the same source again replaces it.
+    #[serde(default)]
+    source: Option<String>,
 }
 
 pub(super) async fn attach_xla(
@@ -57,7 +60,8 @@ pub(super) async fn attach_xla(
     if doc.modules.is_empty() {
         return Err(bad("the document lists no modules"));
     }
-    match pjrt::attach_modules(&st.store, id, &doc.modules).await? {
+    let source = doc.source.as_deref().unwrap_or("POST /api/runs/{id}/xla");
+    match pjrt::attach_modules(&st.store, id, source, &doc.modules).await? {
         Some(n) => Ok(Json(serde_json::json!({ "run_id": id, "modules": n })).into_response()),
         None => Err(not_found(format!("no run {id}"))),
     }

@@ -2,6 +2,7 @@
 //! embedded migrations, and the shared error type. Ingest (`ingest`, `state`, `rollup`,
 //! `snapshot`) and reads (`query`) are submodules. All SQL is parameterised.
 
+pub mod dash;
 pub mod gate;
 pub mod ingest;
 pub mod pjrt;

@@ -12,7 +12,7 @@
 //!   buffers, the dump join by name and fingerprint/statistics) is computed by
 //!   `memwatch_analysis::runtime` — the same code `memwatch runtime` runs on a capture file;
 //!   [`device_runtime`] and [`peak_runtime`] shape its result for the API and dashboard;
-//! - [`attach_modules`] / [`modules`]: XLA dump modules stored per run (`xla_modules`).
+//! - [`attach_modules`] / [`modules`]: XLA dump modules attached to a run (`xla_dumps`).
 //!
 //! It does not decide what counts as the peak or how an executable joins a module.
 
@@ -521,60 +521,43 @@ pub async fn runtime_capture(
     Ok(Some(cap))
 }
 
-/// Stores `mods` (an XLA dump's module reports) as run `run`'s modules; a module from the
-/// same dump file replaces the one stored before. Returns how many were stored; None when
-/// there is no such run.
+/// Attaches `mods` (an XLA dump's module reports, read from `source`) to run `run`, in
+/// the dashboard's dump tables (`xla_dumps`/`xla_dump_modules`, migration 0004), where the
+/// XLA module page finds them too; attaching the same source again replaces its modules.
+/// Returns how many were stored; None when there is no such run.
 pub async fn attach_modules(
     store: &Store,
     run: i64,
+    source: &str,
     mods: &[ModuleReport],
 ) -> Result<Option<usize>, StoreError> {
     if run_t0(store, run).await?.is_none() {
         return Ok(None);
     }
-    let mut tx = store.pool.begin().await?;
-    for m in mods {
-        let json = serde_json::to_string(m)
-            .map_err(|e| StoreError::Corrupt(format!("module {}: {e}", m.name)))?;
-        sqlx::query("DELETE FROM xla_modules WHERE run_id = $1 AND name = $2 AND file = $3")
-            .bind(run)
-            .bind(m.name.clone())
-            .bind(m.file.clone())
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "INSERT INTO xla_modules (run_id, name, argument_bytes, output_bytes, temp_bytes, \
-             alias_bytes, total_allocation_bytes, report_json, file) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(run)
-        .bind(m.name.clone())
-        .bind(m.argument_bytes as i64)
-        .bind(m.output_bytes as i64)
-        .bind(m.temp_bytes as i64)
-        .bind(m.alias_bytes as i64)
-        .bind(m.total_allocation_bytes as i64)
-        .bind(json)
-        .bind(m.file.clone())
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
+    let rows = mods
+        .iter()
+        .map(super::dash::NewModule::from_report)
+        .collect::<Result<Vec<_>, _>>()?;
+    store.attach_run_dump(run, source, &rows).await?;
     Ok(Some(mods.len()))
 }
 
-/// The XLA modules attached to run `run` (oldest first).
+/// The XLA modules of the dumps attached to run `run` (oldest first).
 pub async fn modules(store: &Store, run: i64) -> Result<Vec<ModuleReport>, StoreError> {
-    let rows = sqlx::query("SELECT id, report_json FROM xla_modules WHERE run_id = $1 ORDER BY id")
-        .bind(run)
-        .fetch_all(&store.pool)
-        .await?;
+    let rows = sqlx::query(
+        "SELECT m.id, m.report_json FROM xla_dump_modules m JOIN xla_dumps d ON d.id = m.dump_id \
+         WHERE d.run_id = $1 ORDER BY m.id",
+    )
+    .bind(run)
+    .fetch_all(&store.pool)
+    .await?;
     rows.iter()
         .map(|r| {
             let id = col_i64(r, 0)?;
             let text: String = r.try_get(1)?;
-            serde_json::from_str(&text)
-                .map_err(|e| StoreError::Corrupt(format!("xla_modules row {id}: report_json: {e}")))
+            serde_json::from_str(&text).map_err(|e| {
+                StoreError::Corrupt(format!("xla_dump_modules row {id}: report_json: {e}"))
+            })
         })
         .collect()
 }

@@ -6,10 +6,14 @@
 //! writes. Routes are merged into the API router, so the same bearer-token rule applies.
 
 pub mod chart;
+pub mod dash_charts;
+mod dash_pages;
+pub mod dash_views;
 pub mod data;
 pub mod export;
 pub mod fmt;
 mod pages;
+pub mod png;
 pub mod runtime;
 pub mod views;
 
@@ -31,6 +35,7 @@ pub fn routes() -> Router<AppState> {
         .route("/runs/{id}/live", get(pages::live))
         .route("/runs/{id}/peak", get(pages::peak))
         .route("/runs/{id}/export/chart.svg", get(pages::export_svg))
+        .route("/runs/{id}/export/chart.png", get(pages::export_png))
         .route("/runs/{id}/export/trace.jsonl", get(pages::export_jsonl))
         .route(
             "/runs/{id}/export/perfetto.json",
@@ -38,8 +43,10 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/compare", get(pages::compare))
         .route("/incidents", get(pages::incidents))
-        .route("/xla", get(pages::xla))
-        .route("/gates", get(pages::gates))
+        .route("/incidents/logs/{id}", get(dash_pages::incident_log))
+        .route("/xla", get(dash_pages::xla_list))
+        .route("/xla/modules/{id}", get(dash_pages::xla_module))
+        .route("/gates", get(dash_pages::gates))
         .route("/static/memwatch.css", get(css))
         .route("/static/memwatch.js", get(js))
 }
@@ -100,6 +107,31 @@ impl IntoResponse for WebError {
             Err(e) => (status, format!("{title}: {e}")).into_response(),
         }
     }
+}
+
+/// A chart's SVG as a PNG download named `file`.png.
+pub fn png_response(svg: &str, file: &str) -> Result<Response, WebError> {
+    let png = png::from_svg(svg, 2.0).map_err(WebError::Internal)?;
+    let mut r = (
+        [
+            (header::CONTENT_TYPE, "image/png".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file}.png\""),
+            ),
+        ],
+        png,
+    )
+        .into_response();
+    if !png::have_fonts() {
+        r.headers_mut().insert(
+            header::HeaderName::from_static("x-memwatch-warning"),
+            header::HeaderValue::from_static(
+                "no system font found: chart text is missing (install fonts-dejavu-core)",
+            ),
+        );
+    }
+    Ok(r)
 }
 
 /// Renders a template into an HTML response.

@@ -67,46 +67,76 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, WebError> 
             dropped: r.dropped_events,
         });
     }
-    let nodes = nodes
-        .into_iter()
-        .map(|n| NodeView {
+    let ids = st.store.node_ids().await?;
+    let mut views = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        let node_id = ids.get(&n.name).copied().unwrap_or(-1);
+        let mut devices = Vec::with_capacity(n.devices.len());
+        for d in n.devices {
+            let mut mems = Vec::with_capacity(d.samples.len());
+            for s in &d.samples {
+                let code = match s.memory {
+                    "vram" => 0,
+                    "gtt" => 1,
+                    _ => 2,
+                };
+                // The last hour of this memory's samples, on the node's own clock.
+                let hist = st
+                    .store
+                    .sample_history(node_id, d.ordinal, code, s.ts_ns - 3_600_000_000_000, 240)
+                    .await?;
+                let (spark, spark_note) = if hist.len() >= 2 {
+                    let svg = super::dash_charts::sparkline(260, 40, &hist)
+                        .map_err(WebError::Internal)?;
+                    let hi = hist.iter().map(|p| p.1).max().unwrap_or(0);
+                    let span = hist.last().map_or(0, |l| l.0) - hist.first().map_or(0, |f| f.0);
+                    (
+                        svg,
+                        format!("last {}: highest {}", fmt::duration(span), fmt::bytes(hi)),
+                    )
+                } else {
+                    (String::new(), String::new())
+                };
+                mems.push(MemView {
+                    label: match s.memory {
+                        "vram" => "VRAM",
+                        "gtt" => "GTT",
+                        _ => "other",
+                    },
+                    used: fmt::bytes(s.used_bytes),
+                    total: fmt::bytes(s.total_bytes),
+                    pct_int: if s.total_bytes > 0 {
+                        (s.used_bytes.saturating_mul(100) / s.total_bytes).clamp(0, 100)
+                    } else {
+                        0
+                    },
+                    source: s.source.clone(),
+                    spark,
+                    spark_note,
+                });
+            }
+            devices.push(DeviceView {
+                ordinal: d.ordinal,
+                name: d.name,
+                vendor: d.vendor,
+                total: fmt::bytes(d.total_bytes),
+                mems,
+            });
+        }
+        views.push(NodeView {
             name: n.name,
             last_seen: fmt::wall(n.last_seen_unix_ns),
-            devices: n
-                .devices
-                .into_iter()
-                .map(|d| DeviceView {
-                    ordinal: d.ordinal,
-                    name: d.name,
-                    vendor: d.vendor,
-                    total: fmt::bytes(d.total_bytes),
-                    mems: d
-                        .samples
-                        .iter()
-                        .map(|s| MemView {
-                            label: match s.memory {
-                                "vram" => "VRAM",
-                                "gtt" => "GTT",
-                                _ => "other",
-                            },
-                            used: fmt::bytes(s.used_bytes),
-                            total: fmt::bytes(s.total_bytes),
-                            pct_int: if s.total_bytes > 0 {
-                                (s.used_bytes.saturating_mul(100) / s.total_bytes).clamp(0, 100)
-                            } else {
-                                0
-                            },
-                            source: s.source.clone(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-        })
-        .collect();
+            devices,
+        });
+    }
+    let nodes = views;
+    // Processes with no recorded end whose node reported in the last 10 minutes.
+    let running = st.store.running_processes(600_000_000_000).await?;
     html(&Overview {
         db_hint: "memwatch.db".into(),
         nodes,
         runs: rows,
+        running,
     })
 }
 
@@ -175,12 +205,27 @@ async fn device_chart(
             .map(|(t, _, text)| (t, text))
             .collect(),
     };
-    let series = [Series {
+    // "Reserved": what the device itself reports in use (VRAM samples of the node
+    // agent: every process plus driver/context memory, so pools that keep freed memory
+    // show here), drawn where the node sent samples for this device.
+    let used = st
+        .store
+        .run_samples(run.id, device, 0, tl.from_ns, tl.bucket_ns, tl.points.len())
+        .await?;
+    let mut series = vec![Series {
         label: format!("GPU {device} live bytes"),
         points: &tl.points,
         bucket_ns: tl.bucket_ns,
         color: PALETTE[0],
     }];
+    if !used.is_empty() {
+        series.push(Series {
+            label: "device used (VRAM samples)".into(),
+            points: &used,
+            bucket_ns: tl.bucket_ns,
+            color: PALETTE[2],
+        });
+    }
     chart::timeline((CHART_W, CHART_H), tl.from_ns, tl.to_ns, &series, &marks)
         .map_err(WebError::Internal)
 }
@@ -459,6 +504,9 @@ pub async fn live(
 #[derive(Deserialize)]
 pub struct DeviceQ {
     device: Option<i64>,
+    /// An instant (ns since the run's start) instead of the peak (Peak page only).
+    at: Option<u64>,
+    format: Option<String>,
 }
 
 /// Largest allocations listed in the peak page's expandable groups.
@@ -485,8 +533,29 @@ pub async fn peak(
     let run = load_run(&st, id).await?;
     let devices: Vec<i64> = run.devices.iter().map(|d| d.device).collect();
     let device = q.device.or(devices.first().copied()).unwrap_or(0);
-    let runtime = super::runtime::panel(&st.store, id, device).await?;
-    let Some(p) = st.store.peak(id, device, PEAK_LIST).await? else {
+    let json = match q.format.as_deref() {
+        None | Some("html") => false,
+        Some("json") => true,
+        Some(f) => {
+            return Err(WebError::Bad(format!(
+                "unknown format {f:?} (use format=json)"
+            )))
+        }
+    };
+    let at = q.at.map(|t| t.min(run_end(&run)));
+    // The PJRT attribution is about the runtime peak: shown on the peak view, not at an instant.
+    let runtime = match at {
+        None => super::runtime::panel(&st.store, id, device).await?,
+        Some(_) => None,
+    };
+    let p = st.store.live_at(id, device, at, PEAK_LIST).await?;
+    if json {
+        return Ok(Json(
+            serde_json::json!({ "run_id": id, "device": device, "at_ns": at, "live": p }),
+        )
+        .into_response());
+    }
+    let Some(p) = p else {
         return html(&PeakPage {
             id,
             device,
@@ -500,10 +569,11 @@ pub async fn peak(
             shown: 0,
             dims: Vec::new(),
             runtime,
+            at,
         });
     };
-    let at = p.peak_ts_ns.max(0) as u64;
-    let pad = 50_000_000u64.max(at / 20);
+    let t = p.peak_ts_ns.max(0) as u64;
+    let pad = 50_000_000u64.max(t / 20);
     html(&PeakPage {
         id,
         device,
@@ -511,12 +581,13 @@ pub async fn peak(
         missing: false,
         peak: fmt::bytes(p.peak_bytes),
         peak_at: fmt::duration(p.peak_ts_ns),
-        zoom_from: at.saturating_sub(pad),
-        zoom_to: at + pad,
+        zoom_from: t.saturating_sub(pad),
+        zoom_to: t + pad,
         live_allocations: p.live_allocations,
         shown: p.largest.len() as u64,
         dims: peak_dims(&p),
         runtime,
+        at,
     })
 }
 
@@ -613,6 +684,20 @@ pub async fn export_svg(
         .into_response())
 }
 
+pub async fn export_png(
+    State(st): State<AppState>,
+    Path(id): Path<i64>,
+    Query(q): Query<RangeQ>,
+) -> Result<Response, WebError> {
+    let run = load_run(&st, id).await?;
+    let (from, to) = range(&q, run_end(&run))?;
+    let device = q.device.unwrap_or(0);
+    let incidents = st.store.incidents(Some(id), 10_000).await?;
+    let fails = failure_times(&incidents, device, run.t0);
+    let c = device_chart(&st, &run, device, from, to, &fails).await?;
+    super::png_response(&c.svg, &format!("memwatch-run{id}-gpu{device}"))
+}
+
 pub async fn export_jsonl(
     State(st): State<AppState>,
     Path(id): Path<i64>,
@@ -664,6 +749,8 @@ pub struct CompareQ {
     b: Option<i64>,
     da: Option<i64>,
     db: Option<i64>,
+    /// `start` (default) or `marker:NAME`: align both timelines at that annotation.
+    align: Option<String>,
 }
 
 pub async fn compare(
@@ -695,6 +782,19 @@ pub async fn compare(
         b_peak: String::new(),
         peak_delta: String::new(),
         rows: Vec::new(),
+        align: q.align.clone().unwrap_or_else(|| "start".into()),
+        align_label: "at their start".into(),
+    };
+    let marker = match q.align.as_deref() {
+        None | Some("") | Some("start") => None,
+        Some(m) => match m.strip_prefix("marker:") {
+            Some(name) if !name.is_empty() => Some(name.to_string()),
+            _ => {
+                return Err(WebError::Bad(format!(
+                    "align={m:?}: use align=start or align=marker:NAME (an annotation's exact text)"
+                )))
+            }
+        },
     };
     let (Some(a), Some(b)) = (a, b) else {
         return html(&page);
@@ -706,11 +806,38 @@ pub async fn compare(
         page.message = format!("Run #{a} or #{b} does not exist.");
         return html(&page);
     };
-    let end = run_end(&ra).max(run_end(&rb));
+    // Alignment: shift each run so that its marker (or its start) lands at `at`.
+    let (ma, mb) = match &marker {
+        None => (0, 0),
+        Some(name) => {
+            let fa = st.store.first_marker(a, name).await?;
+            let fb = st.store.first_marker(b, name).await?;
+            match (fa, fb) {
+                (Some(x), Some(y)) => {
+                    page.align_label = format!("at their first marker \"{name}\"");
+                    (x, y)
+                }
+                _ => {
+                    page.message = format!(
+                        "Marker \"{name}\" is not in {}; the timelines are aligned at their start instead. Markers are annotations (memwatch-jax's markers or NVTX/roctx ranges); see each run's page for its annotations.",
+                        match (fa, fb) {
+                            (None, None) => "either run".to_string(),
+                            (None, _) => format!("run #{a}"),
+                            _ => format!("run #{b}"),
+                        }
+                    );
+                    (0, 0)
+                }
+            }
+        }
+    };
+    let at = ma.max(mb);
+    let (sa, sb) = (at - ma, at - mb);
+    let (ea, eb) = (run_end(&ra), run_end(&rb));
+    let end = (ea + sa).max(eb + sb);
     let pts = (CHART_W - 100) as usize;
     // Each run's own span only (nothing drawn after a run ended), same bucket width.
     let share = |e: u64| ((pts as u64 * e).div_ceil(end) as usize).max(1);
-    let (ea, eb) = (run_end(&ra), run_end(&rb));
     let ta = st
         .store
         .timeline(a, da, Some(0), Some(ea), share(ea))
@@ -723,27 +850,43 @@ pub async fn compare(
         page.message = "A run disappeared while comparing.".into();
         return html(&page);
     };
+    let shift = |p: &[crate::store::query::Point], by: u64| -> Vec<crate::store::query::Point> {
+        p.iter()
+            .map(|x| crate::store::query::Point {
+                t_ns: x.t_ns + by,
+                ..*x
+            })
+            .collect()
+    };
+    let (pa_pts, pb_pts) = (shift(&ta.points, sa), shift(&tb.points, sb));
     page.a_label = format!("#{} {} GPU {da}", a, ra.run_key);
     page.b_label = format!("#{} {} GPU {db}", b, rb.run_key);
     let series = [
         Series {
             label: format!("A: {}", page.a_label),
-            points: &ta.points,
+            points: &pa_pts,
             bucket_ns: ta.bucket_ns,
             color: PALETTE[0],
         },
         Series {
             label: format!("B: {}", page.b_label),
-            points: &tb.points,
+            points: &pb_pts,
             bucket_ns: tb.bucket_ns,
             color: PALETTE[1],
         },
     ];
-    page.svg = chart::timeline((CHART_W, CHART_H), 0, end, &series, &Marks::default())
+    let marks = Marks {
+        annotations: match &marker {
+            Some(m) if page.message.is_empty() => vec![(at, m.clone())],
+            _ => Vec::new(),
+        },
+        ..Marks::default()
+    };
+    page.svg = chart::timeline((CHART_W, CHART_H), 0, end, &series, &marks)
         .map_err(WebError::Internal)?
         .svg;
-    let pa = st.store.peak(a, da, 0).await?;
-    let pb = st.store.peak(b, db, 0).await?;
+    let pa = st.store.live_at(a, da, None, 0).await?;
+    let pb = st.store.live_at(b, db, None, 0).await?;
     let peak_of = |p: &Option<Peak>| p.as_ref().map_or(0, |p| p.peak_bytes);
     page.a_peak = fmt::bytes(peak_of(&pa));
     page.b_peak = fmt::bytes(peak_of(&pb));
@@ -805,45 +948,26 @@ pub async fn incidents(State(st): State<AppState>) -> Result<Response, WebError>
         .iter()
         .map(|r| (r.id, r.t0_mono_ns))
         .collect();
+    let logs = st
+        .store
+        .incident_logs()
+        .await?
+        .into_iter()
+        .map(|l| {
+            (
+                l.id,
+                l.source,
+                l.run_id,
+                l.dump_id.is_some(),
+                fmt::wall(l.created_unix_ns),
+            )
+        })
+        .collect();
     html(&IncidentsPage {
+        logs,
         rows: rows
             .iter()
             .map(|i| incident_view(i, t0.get(&i.run_id).copied().unwrap_or(0)))
-            .collect(),
-    })
-}
-
-pub async fn xla(State(st): State<AppState>) -> Result<Response, WebError> {
-    let rows = data::xla_modules(&st.store, None).await?;
-    html(&XlaPage {
-        rows: rows
-            .into_iter()
-            .map(|m| XlaView {
-                name: m.name,
-                run_id: m.run_id,
-                argument: fmt::bytes(m.argument_bytes),
-                output: fmt::bytes(m.output_bytes),
-                temp: fmt::bytes(m.temp_bytes),
-                alias: fmt::bytes(m.alias_bytes),
-                total: fmt::bytes(m.total_allocation_bytes),
-            })
-            .collect(),
-    })
-}
-
-pub async fn gates(State(st): State<AppState>) -> Result<Response, WebError> {
-    let rows = data::gate_results(&st.store).await?;
-    html(&GatesPage {
-        rows: rows
-            .into_iter()
-            .map(|g| GateView {
-                name: g.name,
-                when: fmt::wall(g.created_unix_ns),
-                run: g.run_id.map_or("-".into(), |r| format!("#{r}")),
-                passed: g.passed,
-                measured: fmt::bytes(g.measured_bytes),
-                limit: fmt::bytes(g.limit_bytes),
-            })
             .collect(),
     })
 }

@@ -9,6 +9,8 @@ pub struct Overview {
     pub db_hint: String,
     pub nodes: Vec<NodeView>,
     pub runs: Vec<RunListRow>,
+    /// Running processes: (run id, run key, pid, command, node).
+    pub running: Vec<(i64, String, i64, String, String)>,
 }
 
 pub struct NodeView {
@@ -31,6 +33,9 @@ pub struct MemView {
     pub total: String,
     pub pct_int: i64,
     pub source: String,
+    /// Sparkline SVG of the last hour of samples (empty with fewer than two).
+    pub spark: String,
+    pub spark_note: String,
 }
 
 pub struct RunListRow {
@@ -130,6 +135,8 @@ pub struct PeakPage {
     pub dims: Vec<DimView>,
     /// PJRT runtime attribution (web::runtime), when the run has PJRT records.
     pub runtime: Option<super::runtime::RuntimePanel>,
+    /// Set when the page shows an instant (`?at=NS`) instead of the peak.
+    pub at: Option<u64>,
 }
 
 pub struct DimView {
@@ -170,6 +177,9 @@ pub struct ComparePage {
     pub b_peak: String,
     pub peak_delta: String,
     pub rows: Vec<CompareRow>,
+    /// `start` or `marker:NAME` as asked, and the caption's wording of it.
+    pub align: String,
+    pub align_label: String,
 }
 
 pub struct Choice {
@@ -192,37 +202,8 @@ pub struct CompareRow {
 #[template(path = "incidents.html")]
 pub struct IncidentsPage {
     pub rows: Vec<IncidentView>,
-}
-
-#[derive(Template)]
-#[template(path = "xla.html")]
-pub struct XlaPage {
-    pub rows: Vec<XlaView>,
-}
-
-pub struct XlaView {
-    pub name: String,
-    pub run_id: i64,
-    pub argument: String,
-    pub output: String,
-    pub temp: String,
-    pub alias: String,
-    pub total: String,
-}
-
-#[derive(Template)]
-#[template(path = "gates.html")]
-pub struct GatesPage {
-    pub rows: Vec<GateView>,
-}
-
-pub struct GateView {
-    pub name: String,
-    pub when: String,
-    pub run: String,
-    pub passed: bool,
-    pub measured: String,
-    pub limit: String,
+    /// Attached logs: (id, source, run, has dump, stored at).
+    pub logs: Vec<(i64, String, Option<i64>, bool, String)>,
 }
 
 #[derive(Template)]
