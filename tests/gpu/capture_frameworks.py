@@ -95,7 +95,7 @@ def compare(cap, outfile):
     print(f"  capture: {len(events)} events, processes {starts}, other frames {dict(other)}")
     for key, n in sorted(by.items(), key=lambda kv: -kv[1]):
         extra = f" {bytes_by[key] / 2**20:.1f} MiB" if bytes_by[key] else ""
-        print(f"    {key[0]:28s} {key[1]:12s} {key[2]:12s} x{n}{extra}")
+        print(f"    {str(key[0]):28s} {str(key[1]):12s} {str(key[2]):12s} x{n}{extra}")
     if fw is None:
         print("  no FRAMEWORK line in the workload output")
         return
