@@ -14,7 +14,7 @@ use sqlx::{Any, Row, Transaction};
 
 use super::rollup::RollupRow;
 use super::state::RunState;
-use super::{col_i64, now_unix_ns, snapshot, Store, StoreError};
+use super::{col_i64, now_unix_ns, snapshot, Backend, Store, StoreError};
 
 /// Run key used when a batch carries events but no run key.
 pub const DEFAULT_RUN_KEY: &str = "unnamed";
@@ -40,6 +40,32 @@ pub struct BatchOutcome {
     pub events: u64,
     /// The run the batch's events went to, if any.
     pub run_id: Option<i64>,
+}
+
+/// Rows per multi-row rollup upsert: 7 parameters each, well under SQLite's 32,766 and
+/// PostgreSQL's 65,535 bind parameters per statement.
+const ROLLUP_ROWS_PER_INSERT: usize = 2048;
+
+/// Appends `rows` parenthesised groups of `cols` placeholders. SQLite gets anonymous `?`
+/// (sqlx looks each numbered parameter's name up in a list, which makes a statement with
+/// thousands of `$N` quadratic); PostgreSQL needs `$N`.
+fn push_values(sql: &mut String, backend: Backend, rows: usize, cols: usize) {
+    use std::fmt::Write;
+    for i in 0..rows {
+        sql.push_str(if i == 0 { "(" } else { ",(" });
+        for c in 0..cols {
+            if c > 0 {
+                sql.push(',');
+            }
+            match backend {
+                Backend::Sqlite => sql.push('?'),
+                Backend::Postgres => {
+                    let _ = write!(sql, "${}", i * cols + c + 1);
+                }
+            }
+        }
+        sql.push(')');
+    }
 }
 
 /// The single writer. See the module docs.
@@ -439,6 +465,7 @@ impl Ingestor {
     }
 
     async fn flush_run(&mut self, tx: &mut Tx, run: i64, now: i64) -> Result<(), StoreError> {
+        let backend = self.store.backend;
         let Some(st) = self.runs.get_mut(&run) else {
             return Ok(());
         };
@@ -478,26 +505,21 @@ impl Ingestor {
             }
             let mut rows: Vec<RollupRow> = std::mem::take(&mut d.closed);
             rows.extend(d.acc.open_rows());
-            for group in rows.chunks(64) {
+            let mut rest: &[RollupRow] = &rows;
+            while !rest.is_empty() {
+                // Power-of-two group sizes: at most a dozen statement shapes, each
+                // prepared once per connection and then reused from sqlx's cache.
+                let take = if rest.len() >= ROLLUP_ROWS_PER_INSERT {
+                    ROLLUP_ROWS_PER_INSERT
+                } else {
+                    1 << rest.len().ilog2()
+                };
+                let (group, tail) = rest.split_at(take);
+                rest = tail;
                 let mut sql = String::from(
                     "INSERT INTO rollups (run_id, device, level, bucket, lo, hi, last) VALUES ",
                 );
-                for i in 0..group.len() {
-                    let p = i * 7;
-                    if i > 0 {
-                        sql.push(',');
-                    }
-                    sql.push_str(&format!(
-                        "(${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                        p + 1,
-                        p + 2,
-                        p + 3,
-                        p + 4,
-                        p + 5,
-                        p + 6,
-                        p + 7
-                    ));
-                }
+                push_values(&mut sql, backend, group.len(), 7);
                 sql.push_str(
                     " ON CONFLICT (run_id, device, level, bucket) DO UPDATE SET \
                      lo = excluded.lo, hi = excluded.hi, last = excluded.last",

@@ -1,0 +1,7 @@
+-- Ingest speed (issue 5). Event chunks hold already-dense binary events (about 640 KiB
+-- per chunk); PostgreSQL's default TOAST storage ran pglz over every one of them, which
+-- was most of the server's CPU time during ingest and saved little. Store them out of
+-- line uncompressed. (Same tables as migrations/sqlite/0003_ingest_speed.sql, which
+-- clusters SQLite's rollups; PostgreSQL reads them through the primary-key index.)
+ALTER TABLE event_chunks ALTER COLUMN events SET STORAGE EXTERNAL;
+ALTER TABLE event_chunks ALTER COLUMN deltas SET STORAGE EXTERNAL;
