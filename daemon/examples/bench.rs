@@ -113,95 +113,163 @@ async fn ingest(db: &str, n: usize) {
     );
 }
 
+/// Times one timeline query; returns (ms, source, level).
+async fn time_timeline(
+    store: &Store,
+    run: i64,
+    from: u64,
+    to: u64,
+) -> (f64, &'static str, Option<usize>) {
+    let t = Instant::now();
+    let tl = store
+        .timeline(run, 3, Some(from), Some(to), 2000)
+        .await
+        .unwrap()
+        .unwrap();
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(tl.points.len(), 2000.min(((to - from) as usize).max(1)));
+    (ms, tl.source, tl.level)
+}
+
 async fn query(db: &str, n: usize) {
     let store = Store::open(db).await.unwrap();
-    let mut ing = Ingestor::new(store.clone());
-    let t = Instant::now();
-    let per = 1 << 20;
-    let mut done = 0usize;
-    let mut seq = 1;
-    while done < n {
-        let k = per.min(n - done);
-        let mut recs = Vec::new();
-        if done == 0 {
-            recs.push(start_rec());
-        }
-        for c in gen(done as u64, k, 8).chunks(8192) {
-            recs.push(Record::Events(c.to_vec()));
-        }
-        ing.commit(vec![Batch {
-            node: "bench".into(),
-            stream: 1,
-            seq,
-            run_key: "bench-query".into(),
-            records: recs,
-        }])
+    let have = store
+        .runs(100)
         .await
-        .unwrap();
-        seq += 1;
-        done += k;
-        if done % (10 << 20) < per {
-            eprintln!(
-                "  generated {done} events ({:.0} events/s)",
-                done as f64 / t.elapsed().as_secs_f64()
-            );
+        .unwrap()
+        .iter()
+        .find(|r| r.run_key == "bench-query")
+        .map_or(0, |r| r.event_count as usize);
+    if have == n {
+        println!("reusing the stored run of {n} events (delete {db} to regenerate)");
+    } else {
+        assert_eq!(have, 0, "{db} holds a bench-query run of another size");
+        let mut ing = Ingestor::new(store.clone());
+        let t = Instant::now();
+        let per = 1 << 20;
+        let mut done = 0usize;
+        let mut seq = 1;
+        while done < n {
+            let k = per.min(n - done);
+            let mut recs = Vec::new();
+            if done == 0 {
+                recs.push(start_rec());
+            }
+            for c in gen(done as u64, k, 8).chunks(8192) {
+                recs.push(Record::Events(c.to_vec()));
+            }
+            ing.commit(vec![Batch {
+                node: "bench".into(),
+                stream: 1,
+                seq,
+                run_key: "bench-query".into(),
+                records: recs,
+            }])
+            .await
+            .unwrap();
+            seq += 1;
+            done += k;
+            if done % (10 << 20) < per {
+                eprintln!(
+                    "  generated {done} events ({:.0} events/s)",
+                    done as f64 / t.elapsed().as_secs_f64()
+                );
+            }
         }
+        println!(
+            "direct ingest (no network) of {n} events: {:.1} s = {:.0} events/s",
+            t.elapsed().as_secs_f64(),
+            n as f64 / t.elapsed().as_secs_f64()
+        );
     }
-    println!(
-        "direct ingest (no network) of {n} events: {:.1} s = {:.0} events/s",
-        t.elapsed().as_secs_f64(),
-        n as f64 / t.elapsed().as_secs_f64()
-    );
     let runs = store.runs(10).await.unwrap();
     let run = runs.iter().find(|r| r.run_key == "bench-query").unwrap();
-    let span = run.duration_ns as u64;
+    let (run_id, span) = (run.id, run.duration_ns as u64);
     println!(
         "run {}: {} events, {:.3} s of trace time, 8 devices",
-        run.id,
+        run_id,
         run.event_count,
         span as f64 / 1e9
     );
-    for (name, from, to) in [
-        ("whole run", 0, span),
-        ("1/10 of the run", span / 3, span / 3 + span / 10),
-        ("1/1000 of the run", span / 2, span / 2 + span / 1000),
+    store.pool.close().await;
+    drop(store);
+    // Worst zooms for the rollups: a bucket just under a level's width reads ~4x as
+    // many rows as points; the finest rollup-less zoom reads raw events.
+    let w = |l: u32| 1u64 << (18 + 2 * l);
+    let mut zooms: Vec<(String, u64, u64)> = vec![
+        ("whole run".into(), 0, span),
+        ("1/10 of the run".into(), span / 3, span / 3 + span / 10),
+        ("1/1000 of the run".into(), span / 2, span / 2 + span / 1000),
         (
-            "1/100000 of the run (raw events)",
+            "1/100000 of the run".into(),
             span / 2,
             span / 2 + span / 100_000,
         ),
-    ] {
-        let mut best = Duration::MAX;
-        let mut worst = Duration::ZERO;
-        let mut src = "";
-        for _ in 0..5 {
-            let t = Instant::now();
-            let tl = store
-                .timeline(run.id, 3, Some(from), Some(to), 2000)
-                .await
-                .unwrap()
-                .unwrap();
-            let d = t.elapsed();
-            best = best.min(d);
-            worst = worst.max(d);
-            src = tl.source;
-            assert_eq!(tl.points.len(), 2000.min(((to - from) as usize).max(1)));
+    ];
+    for l in 0..4u32 {
+        let len = 2000 * (w(l + 1) - 1);
+        if len <= span {
+            zooms.push((
+                format!(
+                    "{:.3} s (buckets just under level {})",
+                    len as f64 / 1e9,
+                    l + 1
+                ),
+                span / 4,
+                span / 4 + len,
+            ));
         }
-        println!(
-            "timeline 2000 points, {name}: best {:.2} ms, worst {:.2} ms ({src})",
-            best.as_secs_f64() * 1e3,
-            worst.as_secs_f64() * 1e3
-        );
     }
+    let len = 2000 * (w(0) - 1);
+    if len <= span {
+        zooms.push((
+            format!(
+                "{:.3} s (buckets just under level 0: raw, most events)",
+                len as f64 / 1e9
+            ),
+            span / 4,
+            span / 4 + len,
+        ));
+    }
+    let mut worst_cold = 0f64;
+    let mut worst_warm = 0f64;
+    for (name, from, to) in &zooms {
+        // Cold: a fresh store (new connections, empty SQLite page cache), as after a
+        // daemon start; its first query is timed.
+        let store = Store::open(db).await.unwrap();
+        let (cold, src, level) = time_timeline(&store, run_id, *from, *to).await;
+        let mut warm = 0f64;
+        for _ in 0..5 {
+            warm = warm.max(time_timeline(&store, run_id, *from, *to).await.0);
+        }
+        worst_cold = worst_cold.max(cold);
+        worst_warm = worst_warm.max(warm);
+        let src = match level {
+            Some(l) => format!("{src} level {l}"),
+            None => src.to_string(),
+        };
+        println!(
+            "timeline 2000 points, {name}: cold {cold:.2} ms, warm worst of 5 {warm:.2} ms ({src})"
+        );
+        store.pool.close().await;
+    }
+    println!("timeline worst over all zooms: cold {worst_cold:.2} ms, warm {worst_warm:.2} ms");
+    let store = Store::open(db).await.unwrap();
     let mut worst = Duration::ZERO;
-    for _ in 0..5 {
+    let mut cold = Duration::ZERO;
+    for i in 0..6 {
         let t = Instant::now();
-        let p = store.peak(run.id, 3, 20).await.unwrap().unwrap();
-        worst = worst.max(t.elapsed());
+        let p = store.peak(run_id, 3, 20).await.unwrap().unwrap();
+        if i == 0 {
+            cold = t.elapsed();
+        } else {
+            worst = worst.max(t.elapsed());
+        }
         assert!(p.live_allocations > 0);
     }
     println!(
-        "peak query (grouped live allocations at the peak): worst of 5 {:.2} ms",
+        "peak query (grouped live allocations at the peak): cold {:.2} ms, warm worst of 5 {:.2} ms",
+        cold.as_secs_f64() * 1e3,
         worst.as_secs_f64() * 1e3
     );
 }

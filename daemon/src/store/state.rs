@@ -217,6 +217,8 @@ impl RunState {
         }
         if emit {
             let c = d.chunk.get_or_insert_with(|| Chunk {
+                events: Vec::with_capacity(CHUNK_EVENTS * EVENT_SIZE),
+                deltas: Vec::with_capacity(CHUNK_EVENTS * 8),
                 ts_first: e.ts_ns,
                 ts_last: e.ts_ns,
                 live_start: before,
