@@ -9,11 +9,11 @@
 use std::collections::{HashMap, HashSet};
 
 use memwatch_wire::frame::decode_event;
-use memwatch_wire::{Api, Record, Vendor, EVENT_SIZE};
+use memwatch_wire::{Api, Event, Record, Vendor, EVENT_SIZE};
 use sqlx::{Any, Row, Transaction};
 
 use super::rollup::RollupRow;
-use super::state::RunState;
+use super::state::{Chunk, RunState};
 use super::{col_i64, now_unix_ns, snapshot, Backend, Store, StoreError};
 
 /// Run key used when a batch carries events but no run key.
@@ -140,7 +140,10 @@ impl Ingestor {
         let mut pending: HashMap<(i64, u64), u64> = HashMap::new();
         let mut outcomes = Vec::with_capacity(batches.len());
         let mut touched: HashSet<i64> = HashSet::new();
-        for b in batches {
+        // Events to apply, in arrival order; applied after the other records (whose rows
+        // do not depend on them) so that applying overlaps writing (`apply_and_write`).
+        let mut work: Vec<(i64, &[Event])> = Vec::new();
+        for b in &batches {
             let node_id = self.node_id(tx, &b.node, now).await?;
             if b.seq != 0 {
                 let last = match pending.get(&(node_id, b.stream)) {
@@ -206,12 +209,7 @@ impl Ingestor {
                         let r = self.run_for(tx, node_id, key, first.ts_ns, 0, now).await?;
                         run_id = Some(r);
                         touched.insert(r);
-                        let st = self.runs.get_mut(&r).ok_or_else(|| {
-                            StoreError::Corrupt(format!("run {r} vanished from memory"))
-                        })?;
-                        for e in evs {
-                            st.apply(e, true);
-                        }
+                        work.push((r, evs.as_slice()));
                         events += evs.len() as u64;
                     }
                     Record::DeviceInfo(d) => {
@@ -320,6 +318,7 @@ impl Ingestor {
                 run_id,
             });
         }
+        self.apply_and_write(tx, &work, now).await?;
         for r in touched {
             self.flush_run(tx, r, now).await?;
         }
@@ -464,6 +463,55 @@ impl Ingestor {
         Ok(st)
     }
 
+    /// Applies `work` in slices; while one slice is applied (CPU, this task), the chunks
+    /// and rollups finished by the previous slice are written (the database works on its
+    /// own thread or process), so the two overlap. Same rows, same order per device as
+    /// writing everything at the end; all in the caller's transaction.
+    async fn apply_and_write(
+        &mut self,
+        tx: &mut Tx,
+        work: &[(i64, &[Event])],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let backend = self.store.backend;
+        let (mut wi, mut ei) = (0usize, 0usize);
+        let mut ready: Ready = Vec::new();
+        loop {
+            let runs = &mut self.runs;
+            let write = write_ready(tx, backend, std::mem::take(&mut ready), now);
+            let apply = async {
+                let mut n = 0usize;
+                let mut seen: HashSet<i64> = HashSet::new();
+                while wi < work.len() && n < APPLY_SLICE {
+                    let (r, evs) = work[wi];
+                    let st = runs.get_mut(&r).ok_or_else(|| {
+                        StoreError::Corrupt(format!("run {r} vanished from memory"))
+                    })?;
+                    seen.insert(r);
+                    let end = evs.len().min(ei + (APPLY_SLICE - n)).min(ei + 8192);
+                    for e in &evs[ei..end] {
+                        st.apply(e, true);
+                    }
+                    n += end - ei;
+                    ei = end;
+                    if ei == evs.len() {
+                        wi += 1;
+                        ei = 0;
+                    }
+                    // Lets the pending write submit its next statement.
+                    tokio::task::yield_now().await;
+                }
+                Ok::<_, StoreError>(take_ready(runs, &seen))
+            };
+            let (w, a) = tokio::join!(write, apply);
+            w?;
+            ready = a?;
+            if ready.is_empty() && wi >= work.len() {
+                return Ok(());
+            }
+        }
+    }
+
     async fn flush_run(&mut self, tx: &mut Tx, run: i64, now: i64) -> Result<(), StoreError> {
         let backend = self.store.backend;
         let Some(st) = self.runs.get_mut(&run) else {
@@ -482,61 +530,10 @@ impl Ingestor {
             };
             let mut chunks = std::mem::take(&mut d.full_chunks);
             chunks.extend(d.chunk.take());
-            for c in chunks {
-                sqlx::query(
-                    "INSERT INTO event_chunks (run_id, device, ts_first, ts_last, n_events, \
-                     live_start, live_min, live_max, live_end, created_unix_ns, events, deltas) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-                )
-                .bind(run)
-                .bind(dev as i64)
-                .bind(c.ts_first as i64)
-                .bind(c.ts_last as i64)
-                .bind(c.n as i64)
-                .bind(c.live_start)
-                .bind(c.live_min)
-                .bind(c.live_max)
-                .bind(c.live_end)
-                .bind(now)
-                .bind(c.events)
-                .bind(c.deltas)
-                .execute(&mut **tx)
-                .await?;
-            }
+            insert_chunks(tx, run, dev, chunks, now).await?;
             let mut rows: Vec<RollupRow> = std::mem::take(&mut d.closed);
             rows.extend(d.acc.open_rows());
-            let mut rest: &[RollupRow] = &rows;
-            while !rest.is_empty() {
-                // Power-of-two group sizes: at most a dozen statement shapes, each
-                // prepared once per connection and then reused from sqlx's cache.
-                let take = if rest.len() >= ROLLUP_ROWS_PER_INSERT {
-                    ROLLUP_ROWS_PER_INSERT
-                } else {
-                    1 << rest.len().ilog2()
-                };
-                let (group, tail) = rest.split_at(take);
-                rest = tail;
-                let mut sql = String::from(
-                    "INSERT INTO rollups (run_id, device, level, bucket, lo, hi, last) VALUES ",
-                );
-                push_values(&mut sql, backend, group.len(), 7);
-                sql.push_str(
-                    " ON CONFLICT (run_id, device, level, bucket) DO UPDATE SET \
-                     lo = excluded.lo, hi = excluded.hi, last = excluded.last",
-                );
-                let mut q = sqlx::query(&sql);
-                for r in group {
-                    q = q
-                        .bind(run)
-                        .bind(dev as i64)
-                        .bind(r.level as i64)
-                        .bind(r.b.bucket)
-                        .bind(r.b.lo)
-                        .bind(r.b.hi)
-                        .bind(r.b.last);
-                }
-                q.execute(&mut **tx).await?;
-            }
+            upsert_rollups(tx, backend, run, dev, &rows).await?;
             sqlx::query(
                 "INSERT INTO run_devices (run_id, device, live_bytes, peak_bytes, peak_ts_ns, \
                  alloc_count, free_count, failed_count) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
@@ -604,4 +601,119 @@ impl Ingestor {
         st.dirty = false;
         Ok(())
     }
+}
+
+/// Inserts finished event chunks of one device, in order.
+async fn insert_chunks(
+    tx: &mut Tx,
+    run: i64,
+    dev: i32,
+    chunks: Vec<Chunk>,
+    now: i64,
+) -> Result<(), StoreError> {
+    for c in chunks {
+        sqlx::query(
+            "INSERT INTO event_chunks (run_id, device, ts_first, ts_last, n_events, \
+             live_start, live_min, live_max, live_end, created_unix_ns, events, deltas) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(run)
+        .bind(dev as i64)
+        .bind(c.ts_first as i64)
+        .bind(c.ts_last as i64)
+        .bind(c.n as i64)
+        .bind(c.live_start)
+        .bind(c.live_min)
+        .bind(c.live_max)
+        .bind(c.live_end)
+        .bind(now)
+        .bind(c.events)
+        .bind(c.deltas)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Upserts rollup rows of one device (closed buckets are final; open ones are
+/// overwritten at the next commit).
+async fn upsert_rollups(
+    tx: &mut Tx,
+    backend: Backend,
+    run: i64,
+    dev: i32,
+    rows: &[RollupRow],
+) -> Result<(), StoreError> {
+    let mut rest: &[RollupRow] = rows;
+    while !rest.is_empty() {
+        // Power-of-two group sizes: at most a dozen statement shapes, each
+        // prepared once per connection and then reused from sqlx's cache.
+        let take = if rest.len() >= ROLLUP_ROWS_PER_INSERT {
+            ROLLUP_ROWS_PER_INSERT
+        } else {
+            1 << rest.len().ilog2()
+        };
+        let (group, tail) = rest.split_at(take);
+        rest = tail;
+        let mut sql = String::from(
+            "INSERT INTO rollups (run_id, device, level, bucket, lo, hi, last) VALUES ",
+        );
+        push_values(&mut sql, backend, group.len(), 7);
+        sql.push_str(
+            " ON CONFLICT (run_id, device, level, bucket) DO UPDATE SET \
+             lo = excluded.lo, hi = excluded.hi, last = excluded.last",
+        );
+        let mut q = sqlx::query(&sql);
+        for r in group {
+            q = q
+                .bind(run)
+                .bind(dev as i64)
+                .bind(r.level as i64)
+                .bind(r.b.bucket)
+                .bind(r.b.lo)
+                .bind(r.b.hi)
+                .bind(r.b.last);
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Finished chunks and closed rollups of one (run, device), ready to be written.
+type Ready = Vec<(i64, i32, Vec<Chunk>, Vec<RollupRow>)>;
+
+/// Events applied per slice of [`Ingestor::apply_and_write`].
+const APPLY_SLICE: usize = 1 << 18;
+
+/// Takes the finished chunks and closed rollups of `runs` out of their state.
+fn take_ready(runs: &mut HashMap<i64, RunState>, which: &HashSet<i64>) -> Ready {
+    let mut out = Vec::new();
+    for r in which {
+        let Some(st) = runs.get_mut(r) else { continue };
+        for (dev, d) in st.devices.iter_mut() {
+            if d.full_chunks.is_empty() && d.closed.is_empty() {
+                continue;
+            }
+            out.push((
+                *r,
+                *dev,
+                std::mem::take(&mut d.full_chunks),
+                std::mem::take(&mut d.closed),
+            ));
+        }
+    }
+    out
+}
+
+async fn write_ready(
+    tx: &mut Tx,
+    backend: Backend,
+    ready: Ready,
+    now: i64,
+) -> Result<(), StoreError> {
+    for (run, dev, chunks, rows) in ready {
+        insert_chunks(tx, run, dev, chunks, now).await?;
+        upsert_rollups(tx, backend, run, dev, &rows).await?;
+    }
+    Ok(())
 }
