@@ -131,6 +131,24 @@ async fn time_timeline(
     (ms, tl.source, tl.level)
 }
 
+/// With MEMWATCH_BENCH_EVICT=1, drops the SQLite file's pages from the OS page cache
+/// (posix_fadvise DONTNEED), so the next query reads from disk: colder than a daemon
+/// restart, which keeps the OS cache.
+fn evict(db: &str) -> bool {
+    use std::os::fd::AsRawFd;
+    if std::env::var("MEMWATCH_BENCH_EVICT").as_deref() != Ok("1") || db.contains("://") {
+        return false;
+    }
+    for path in [db.to_string(), format!("{db}-wal")] {
+        if let Ok(f) = std::fs::File::open(&path) {
+            let _ = f.sync_all();
+            // SAFETY: a valid open descriptor; advice only, no memory is touched.
+            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        }
+    }
+    true
+}
+
 async fn query(db: &str, n: usize) {
     let store = Store::open(db).await.unwrap();
     let have = store
@@ -236,6 +254,7 @@ async fn query(db: &str, n: usize) {
     for (name, from, to) in &zooms {
         // Cold: a fresh store (new connections, empty SQLite page cache), as after a
         // daemon start; its first query is timed.
+        let evicted = evict(db);
         let store = Store::open(db).await.unwrap();
         let (cold, src, level) = time_timeline(&store, run_id, *from, *to).await;
         let mut warm = 0f64;
@@ -249,11 +268,13 @@ async fn query(db: &str, n: usize) {
             None => src.to_string(),
         };
         println!(
-            "timeline 2000 points, {name}: cold {cold:.2} ms, warm worst of 5 {warm:.2} ms ({src})"
+            "timeline 2000 points, {name}: cold {cold:.2} ms{}, warm worst of 5 {warm:.2} ms ({src})",
+            if evicted { " (file evicted from the OS cache)" } else { "" }
         );
         store.pool.close().await;
     }
     println!("timeline worst over all zooms: cold {worst_cold:.2} ms, warm {worst_warm:.2} ms");
+    evict(db);
     let store = Store::open(db).await.unwrap();
     let mut worst = Duration::ZERO;
     let mut cold = Duration::ZERO;
