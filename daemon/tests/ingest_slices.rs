@@ -42,7 +42,9 @@ async fn one_big_commit_equals_many_small_ones() {
             }
             recs.push(Record::Events(c.to_vec()));
             seq += 1;
-            ing.commit(vec![batch(2, seq, "small", recs)]).await.unwrap();
+            ing.commit(vec![batch(2, seq, "small", recs)])
+                .await
+                .unwrap();
         }
         let runs = store.runs(10).await.unwrap();
         let id = |k: &str| runs.iter().find(|r| r.run_key == k).unwrap().id;
@@ -92,7 +94,10 @@ async fn one_big_commit_equals_many_small_ones() {
             assert_eq!(pa.peak_bytes, pb.peak_bytes);
             assert_eq!(pa.live_allocations, pb.live_allocations);
             let ptrs = |p: &memwatch_daemon::store::query::Peak| {
-                p.largest.iter().map(|x| (x.ptr, x.size)).collect::<Vec<_>>()
+                p.largest
+                    .iter()
+                    .map(|x| (x.ptr, x.size))
+                    .collect::<Vec<_>>()
             };
             assert_eq!(ptrs(&pa), ptrs(&pb));
             let ea = store
