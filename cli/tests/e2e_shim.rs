@@ -288,3 +288,208 @@ fn launcher_with_workers_on_simulated_devices() {
     assert!(failures.iter().any(|f| f.0 == "cuMemAlloc_v2"));
     assert!(failures.iter().any(|f| f.0 == "cudaMalloc"));
 }
+
+/// `exec` keeps the pid: the report shows each image as its own process, the old
+/// image's unfreed 4000 bytes as released by the exec (not a leak), the new image's
+/// unfreed 5000 bytes as live at exit; the trace frees the old image's allocation.
+#[test]
+fn exec_images_are_separate_processes() {
+    let (shim, dir) = built();
+    let work = tempfile::tempdir().unwrap();
+    let prog = dir.join("mwtest_dl");
+    let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .current_dir(work.path())
+        .env("MEMWATCH_PRELOAD", shim)
+        .env("MWTEST_LIBDIR", dir)
+        .args(["run", "--quiet", "--out", "x.mwcap", "--"])
+        .arg(&prog)
+        .args(["dlsym", "exec"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Y pid="), "{stdout}");
+    let cap = work.path().join("x.mwcap");
+    let rep = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .args(["report", "--json"])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert!(rep.status.success(), "{rep:?}");
+    let v: Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let procs = v["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 2, "{v}");
+    assert_eq!(procs[0]["pid"], procs[1]["pid"]);
+    let old = find(&v, |p| p["image"] == 0)[0];
+    let new = find(&v, |p| p["image"] == 1)[0];
+    assert!(argv_is(old, &["dlsym", "exec"]), "{old}");
+    assert!(argv_is(new, &["dlsym", "exec-child"]), "{new}");
+    assert_eq!(old["ended_by_exec"], true);
+    assert_eq!(new["ended_by_exec"], false);
+    let (d_old, d_new) = (device(old, 0), device(new, 0));
+    assert_eq!(d_old["alloc_count"], 1);
+    assert_eq!(d_old["live_bytes_at_exit"], 0);
+    assert_eq!(d_old["live_bytes_at_exec"], 4000);
+    assert_eq!(d_new["alloc_count"], 1);
+    assert_eq!(d_new["live_bytes_at_exit"], 5000);
+    assert_eq!(d_new["live_bytes_at_exec"], 0);
+
+    let human = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .arg("report")
+        .arg(&cap)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    let pid = old["pid"].as_u64().unwrap();
+    assert!(
+        text.contains(&format!("process {pid} (exec #1: {})", prog.display())),
+        "{text}"
+    );
+    assert!(text.contains("replaced by exec"), "{text}");
+
+    let trace = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .args(["report", "--trace"])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert!(trace.status.success(), "{trace:?}");
+    let lines: Vec<Value> = String::from_utf8_lossy(&trace.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ops: Vec<(String, u64)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["op"].as_str().unwrap().to_string(),
+                l["id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            ("alloc".to_string(), 1),
+            ("free".to_string(), 1),
+            ("alloc".to_string(), 2)
+        ],
+        "{lines:?}"
+    );
+    assert_eq!(lines[0]["size"], 4000);
+    assert_eq!(lines[2]["size"], 5000);
+    assert_ne!(
+        lines[0]["stream"], lines[2]["stream"],
+        "one stream per image"
+    );
+}
+
+/// MEMWATCH_BACKTRACE_EVERY_BYTES=1 samples every allocation's native stack; `memwatch
+/// report` names the C functions of the known call chain (bt_chain.c, built with frame
+/// pointers) from the executable's symbol table, innermost first.
+#[test]
+fn sampled_backtraces_name_the_calling_functions() {
+    let (shim, dir) = built();
+    let prog = dir.join("bt_chain");
+    cc(&[
+        "-O1",
+        "-fno-omit-frame-pointer",
+        "-fno-optimize-sibling-calls",
+        "-o",
+        prog.to_str().unwrap(),
+        workspace()
+            .join("agents/preload/tests/c/bt_chain.c")
+            .to_str()
+            .unwrap(),
+        &format!("-L{}", dir.display()),
+        "-lmemwatch_testrt",
+        &format!("-Wl,-rpath,{}", dir.display()),
+        "-lpthread",
+    ]);
+    let work = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .current_dir(work.path())
+        .env("MEMWATCH_PRELOAD", shim)
+        .env("MEMWATCH_BACKTRACE_EVERY_BYTES", "1")
+        .args(["run", "--quiet", "--out", "bt.mwcap", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let cap = work.path().join("bt.mwcap");
+    let rep = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .args(["report", "--json"])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert!(rep.status.success(), "{rep:?}");
+    let v: Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let p = &v["processes"][0];
+    let largest = device(p, 0)["largest_allocations"].as_array().unwrap();
+    assert_eq!(largest.len(), 3, "{p}");
+    let names = |a: &Value| -> Vec<String> {
+        a["stack"]
+            .as_array()
+            .unwrap_or_else(|| panic!("stack in {a}"))
+            .iter()
+            .map(|f| f["symbol"].as_str().unwrap_or("?").to_string())
+            .collect()
+    };
+    // The second thread's allocation (8 MiB) is the largest.
+    assert_eq!(largest[0]["size"], 8 << 20);
+    assert_eq!(
+        names(&largest[0])[..4],
+        [
+            "leaf_allocator",
+            "middle_caller",
+            "outer_caller",
+            "thread_main"
+        ]
+    );
+    assert_eq!(largest[1]["size"], 2 << 20);
+    assert_eq!(
+        names(&largest[1])[..4],
+        ["leaf_allocator", "middle_caller", "outer_caller", "main"]
+    );
+    assert_eq!(largest[2]["size"], 4096);
+    assert_eq!(names(&largest[2])[..2], ["leaf_allocator", "main"]);
+    let f0 = &largest[1]["stack"][0];
+    assert!(f0["module"].as_str().unwrap().ends_with("bt_chain"), "{f0}");
+    assert!(f0["offset"].as_u64().unwrap() > 0);
+
+    // All three are never freed: the leak list shows them with their stacks too.
+    let leaks = device(p, 0)["largest_leaks"].as_array().unwrap();
+    assert_eq!(leaks.len(), 3, "{p}");
+    assert_eq!(leaks[0]["size"], 8 << 20);
+    assert_eq!(names(&leaks[0])[3], "thread_main");
+
+    let human = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .arg("report")
+        .arg(&cap)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("#1 middle_caller (bt_chain+0x"), "{text}");
+    assert!(
+        text.contains("largest leaks (live at exit), device 0:"),
+        "{text}"
+    );
+
+    // Without the variable: no stacks.
+    let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .current_dir(work.path())
+        .env("MEMWATCH_PRELOAD", shim)
+        .env_remove("MEMWATCH_BACKTRACE_EVERY_BYTES")
+        .args(["run", "--quiet", "--out", "plain.mwcap", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rep = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .args(["report", "--json"])
+        .arg(work.path().join("plain.mwcap"))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let largest = device(&v["processes"][0], 0)["largest_allocations"].clone();
+    assert!(largest[0].get("stack").is_none(), "{largest}");
+}

@@ -161,3 +161,95 @@ fn report_carries_the_runtime_section_only_when_there_are_pjrt_records() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v.get("runtime").is_none());
 }
+
+/// `memwatch import --db --xla-dump`: the daemon's stored attribution equals what
+/// `memwatch runtime` computes on the capture file (same analysis, records read back
+/// from the database), joined to the same dump module.
+#[test]
+fn import_with_xla_dump_stores_the_same_attribution_as_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("run.mwcap");
+    capture(&cap);
+    let dump =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/h200/xla/h200-jax0.11.2-mlp");
+    let db = dir.path().join("mw.db");
+    let (code, out, err) = mw(&[
+        "import",
+        cap.to_str().unwrap(),
+        "--db",
+        db.to_str().unwrap(),
+        "--xla-dump",
+        dump.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let run = s["run_id"].as_i64().unwrap();
+    assert!(s["xla_modules"].as_u64().unwrap() >= 1, "{s}");
+    let (_, out, _) = mw(&[
+        "runtime",
+        cap.to_str().unwrap(),
+        "--xla-dump",
+        dump.to_str().unwrap(),
+        "--json",
+    ]);
+    let file: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let want = &file["processes"][0]["devices"][0]["peak"];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let got = rt.block_on(async {
+        let store = memwatch_daemon::Store::open(db.to_str().unwrap())
+            .await
+            .unwrap();
+        memwatch_daemon::store::pjrt::peak_runtime(&store, run, 0, 20)
+            .await
+            .unwrap()
+            .unwrap()
+    });
+    assert_eq!(got.basis, "allocator statistics");
+    assert_eq!(
+        Some(got.executable.as_deref().unwrap()),
+        want["executable"].as_str()
+    );
+    assert_eq!(
+        got.peak_bytes_in_use,
+        want["peak_bytes_in_use"].as_u64().unwrap()
+    );
+    assert_eq!(
+        got.live_buffer_bytes,
+        want["live_buffer_bytes"].as_u64().unwrap()
+    );
+    assert_eq!(
+        got.running_temp_bytes,
+        want["running_temp_bytes"].as_u64().unwrap()
+    );
+    assert_eq!(got.xla_module.as_deref(), want["xla"]["module"].as_str());
+    assert_eq!(got.matched_by.as_deref(), Some("name+stats"));
+    assert!(!got.by_hlo_op.is_empty());
+    assert_eq!(got.by_xla_module[0].module, "jit_mlp");
+}
+
+#[test]
+fn import_with_a_bad_xla_dump_exits_2_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("run.mwcap");
+    capture(&cap);
+    let db = dir.path().join("mw.db");
+    let empty = dir.path().join("not-a-dump");
+    std::fs::create_dir(&empty).unwrap();
+    for bad in [empty.to_str().unwrap(), "/nonexistent/dump"] {
+        let (code, _, err) = mw(&[
+            "import",
+            cap.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+            "--xla-dump",
+            bad,
+        ]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(bad) && err.lines().count() == 1, "{err}");
+    }
+    assert!(!db.exists(), "nothing was stored");
+}

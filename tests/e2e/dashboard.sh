@@ -35,6 +35,10 @@ trap cleanup EXIT
 
 DB=$WORK/e2e.db
 "$TARGET/debug/examples/dash_fixture" "$DB" "$EVENTS"
+# A run with PJRT records (executables, executions, jax.Array buffers) from a real H200
+# capture (JAX 0.11.2, see testdata/h200-captures/README.md), through `memwatch import`.
+PJRT_RUN=$("$TARGET/debug/memwatch" import testdata/h200-captures/jax0.11.2-platform-allocator.mwcap \
+  --db "$DB" --run h200-jax --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 # A second, empty database for the empty-state page.
 EMPTY=$WORK/empty.db
 
@@ -94,6 +98,8 @@ check 06-incidents "$B/incidents" "150 GiB" "cudaMalloc" "#2"
 check 07-xla "$B/xla" "No XLA modules are stored"
 check 08-gates "$B/gates" "No gate results are stored"
 check 09-notfound "$B/runs/99" "There is no run #99"
+check 10-peak-runtime "$B/runs/$PJRT_RUN/peak?device=0" "Runtime attribution (PJRT)" "jit_broadcast_in_dim" \
+  "Compiled memory statistics of jit_broadcast_in_dim" "By XLA module"
 
 # Exports download and parse.
 curl -fsS "$B/runs/2/export/perfetto.json" | python3 -c 'import json,sys; d=json.load(sys.stdin); e=d["traceEvents"]; assert any(x["ph"]=="C" for x in e) and any(x["ph"]=="X" for x in e); print("e2e: ok   perfetto export:", len(e), "trace events")' || FAILED=1

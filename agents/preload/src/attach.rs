@@ -99,7 +99,7 @@ fn definition_outside_shim(name: &CStr, shim: usize) -> *mut c_void {
         // SAFETY: valid handle and NUL-terminated name.
         let p = unsafe { real_dlsym()(handle, name.as_ptr()) };
         // SAFETY: handle from dlopen above.
-        unsafe { libc::dlclose(handle) };
+        unsafe { crate::real::real_dlclose()(handle) };
         if !p.is_null() && object_base(p) != shim {
             return p;
         }
@@ -139,7 +139,7 @@ fn resolve_all(shim: usize) -> Vec<(Vec<u8>, usize)> {
                 continue;
             }
             let p = real_dlsym()(me, n.as_ptr());
-            libc::dlclose(me);
+            crate::real::real_dlclose()(me);
             if !p.is_null() && object_base(p) == shim {
                 names.push((n.to_bytes().to_vec(), p as usize));
             }

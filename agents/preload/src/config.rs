@@ -1,6 +1,7 @@
 //! Configuration read from the environment, once, without allocating.
 //!
-//! Owns parsing of `MEMWATCH_SINK`, `MEMWATCH_BUFFER_EVENTS` and `MEMWATCH_HOOK` into a
+//! Owns parsing of `MEMWATCH_SINK`, `MEMWATCH_BUFFER_EVENTS`, `MEMWATCH_HOOK`,
+//! `MEMWATCH_ALLOC_DURATIONS` and `MEMWATCH_BACKTRACE_EVERY_BYTES` into a
 //! fixed-size [`Config`]. It must not allocate (it runs on the first hooked call and inside
 //! `dlsym`), must not panic, and does not open anything.
 
@@ -43,6 +44,12 @@ pub struct Config {
     pub buffer_events: usize,
     /// Bit set of [`Family`] values.
     pub families: u8,
+    /// `MEMWATCH_ALLOC_DURATIONS=1`: time allocation and release calls too (a second
+    /// clock read per call); by default only API spans carry a duration.
+    pub alloc_durations: bool,
+    /// `MEMWATCH_BACKTRACE_EVERY_BYTES=N`: sample the native stack about every N bytes a
+    /// thread allocates (0: off).
+    pub backtrace_every_bytes: u64,
 }
 
 impl Config {
@@ -53,6 +60,8 @@ impl Config {
             path_len: 0,
             buffer_events: DEFAULT_BUFFER_EVENTS,
             families: 0,
+            alloc_durations: false,
+            backtrace_every_bytes: 0,
         }
     }
 
@@ -111,11 +120,16 @@ impl Config {
     pub fn from_env() -> Self {
         // SAFETY: getenv returns NUL-terminated strings owned by the environment.
         unsafe {
-            Config::parse(
+            let mut c = Config::parse(
                 getenv(c"MEMWATCH_SINK"),
                 getenv(c"MEMWATCH_BUFFER_EVENTS"),
                 getenv(c"MEMWATCH_HOOK"),
-            )
+            );
+            c.alloc_durations = getenv(c"MEMWATCH_ALLOC_DURATIONS") == Some(b"1".as_slice());
+            c.backtrace_every_bytes = getenv(c"MEMWATCH_BACKTRACE_EVERY_BYTES")
+                .and_then(parse_usize)
+                .unwrap_or(0) as u64;
+            c
         }
     }
 }

@@ -57,7 +57,7 @@ impl Drop for Handle {
     fn drop(&mut self) {
         if !self.0.is_null() {
             // SAFETY: a handle from dlopen, closed once.
-            unsafe { libc::dlclose(self.0) };
+            unsafe { crate::real::real_dlclose()(self.0) };
         }
     }
 }

@@ -121,7 +121,7 @@ pub unsafe fn lookup_in_known_handles(name: *const c_char, not: *mut c_void) -> 
             continue;
         }
         let p = real_dlsym()(h, name);
-        libc::dlclose(h);
+        crate::real::real_dlclose()(h);
         if !p.is_null() && p != not {
             return p;
         }

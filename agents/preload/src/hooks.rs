@@ -52,6 +52,13 @@ impl HookInfo {
     pub fn is_ptsz(&self) -> bool {
         self.name().ends_with("_ptsz")
     }
+    /// Forgets the real function (its library was unloaded).
+    pub fn forget_real(&self) {
+        if let Some(slot) = SLOTS.get(self.idx) {
+            slot.store(core::ptr::null_mut(), Ordering::Release);
+        }
+    }
+
     /// Offers `p` as the real function; returns whether the slot now holds `p`.
     pub fn offer_real(&self, p: *mut c_void) -> bool {
         let Some(slot) = SLOTS.get(self.idx) else {
@@ -186,26 +193,66 @@ macro_rules! hooks {
                 idx: H::$cname as usize }, )*
         ];
 
+        // x86-64 Linux: each export is an entry trampoline that saves the program's
+        // frame pointer, return address and stack pointer in the thread block (unless a
+        // hooked call is already in progress on this thread) and jumps to the wrapper;
+        // `backtrace` walks the program's stack from there. Five instructions.
         $(
+            #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+            #[unsafe(naked)]
             #[cfg_attr(not(test), no_mangle)]
             #[allow(unused_variables, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-                type F = unsafe extern "C" fn($($t),*) -> c_int;
-                let real = resolve(H::$name as usize);
-                if real.is_null() {
-                    return NOT_INITIALIZED;
-                }
-                let real = core::mem::transmute::<*mut c_void, F>(real);
-                let Some(mut $p) = rt::begin(Family::$fam, Api::$api) else {
-                    return real($($a),*);
-                };
-                let $r = real($($a),*);
-                $p.finished($r);
-                $body
-                $p.commit();
-                $r
+                core::arch::naked_asm!(
+                    "mov r11, qword ptr [rip + memwatch_thread_state@GOTTPOFF]",
+                    "cmp byte ptr fs:[r11 + {guard}], 0",
+                    "jne 2f",
+                    "mov qword ptr fs:[r11 + {fp}], rbp",
+                    "mov r10, qword ptr [rsp]",
+                    "mov qword ptr fs:[r11 + {ret}], r10",
+                    "lea r10, [rsp + 8]",
+                    "mov qword ptr fs:[r11 + {sp}], r10",
+                    "2:",
+                    "jmp {inner}",
+                    guard = const crate::rt::OFF_IN_HOOK,
+                    fp = const crate::rt::OFF_CALLER_FP,
+                    ret = const crate::rt::OFF_CALLER_RET,
+                    sp = const crate::rt::OFF_CALLER_SP,
+                    inner = sym wrappers::$name,
+                )
+            }
+
+            #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+            #[cfg_attr(not(test), no_mangle)]
+            #[allow(clippy::missing_safety_doc)]
+            pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+                wrappers::$name($($a),*)
             }
         )*
+
+        /// The wrapper bodies (reached through the exports above).
+        mod wrappers {
+            use super::*;
+            $(
+                #[allow(unused_variables, clippy::missing_safety_doc)]
+                pub(super) unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+                    type F = unsafe extern "C" fn($($t),*) -> c_int;
+                    let real = resolve(H::$name as usize);
+                    if real.is_null() {
+                        return NOT_INITIALIZED;
+                    }
+                    let real = core::mem::transmute::<*mut c_void, F>(real);
+                    let Some(mut $p) = rt::begin(Family::$fam, Api::$api) else {
+                        return real($($a),*);
+                    };
+                    let $r = real($($a),*);
+                    $p.finished($r);
+                    $body
+                    $p.commit();
+                    $r
+                }
+            )*
+        }
     };
 }
 
@@ -421,7 +468,7 @@ unsafe fn ctx_device() -> i32 {
             let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
             if !h.is_null() {
                 f = real_dlsym()(h, c"cuCtxGetDevice".as_ptr());
-                libc::dlclose(h);
+                crate::real::real_dlclose()(h);
                 CU_CTX_GET_DEVICE.store(f, Ordering::Release);
                 CU_CTX_KEY.store(real, Ordering::Release);
             }

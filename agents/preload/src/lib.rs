@@ -9,8 +9,8 @@
 //! Modules: `config` (environment), `hooks` (the wrappers and hook table), `dl` (dlsym,
 //! dlvsym, *GetProcAddress), `real` (finding real functions), `rt` (hot path, lifecycle,
 //! fork/exit), `tring` (per-thread rings), `ring` (shared fallback queue), `sink` (frames
-//! out), `flusher` (the background thread), `device` (device_info queries), `exec` (exec
-//! wrappers), `attach` and `got_patch` (late attach by `memwatch attach`: entry points,
+//! out), `flusher` (the background thread), `device` (device_info queries), `unload`
+//! (the dlclose hook), `backtrace` (sampled native stacks), `exec` (exec wrappers), `attach` and `got_patch` (late attach by `memwatch attach`: entry points,
 //! GOT patching, baseline), `pjrt` (the PJRT C API table wrapping: executables, executes, buffers,
 //! allocator statistics).
 
@@ -20,6 +20,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 pub mod attach;
+pub mod backtrace;
 pub mod clock;
 pub mod config;
 pub mod debug;
@@ -35,3 +36,4 @@ pub mod ring;
 pub mod rt;
 pub mod sink;
 pub mod tring;
+pub mod unload;

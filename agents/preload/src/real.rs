@@ -57,6 +57,32 @@ pub fn real_dlvsym() -> DlvsymFn {
     unsafe { core::mem::transmute::<*mut c_void, DlvsymFn>(p) }
 }
 
+pub type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// libc's `dlclose` (found with `dlsym(RTLD_NEXT)`).
+static REAL_DLCLOSE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+
+unsafe extern "C" fn failing_dlclose(_: *mut c_void) -> c_int {
+    -1
+}
+
+/// The real `dlclose`. The shim exports `dlclose` and links with
+/// -Bsymbolic-functions, so its own `libc::dlclose` calls would reach its hook: code in
+/// the shim closes handles with this instead.
+pub fn real_dlclose() -> DlcloseFn {
+    let mut p = REAL_DLCLOSE.load(Ordering::Acquire);
+    if p.is_null() {
+        // SAFETY: NUL-terminated name; RTLD_NEXT from the shim means "after the shim".
+        p = unsafe { real_dlsym()(libc::RTLD_NEXT, c"dlclose".as_ptr()) };
+        if p.is_null() {
+            return failing_dlclose;
+        }
+        REAL_DLCLOSE.store(p, Ordering::Release);
+    }
+    // SAFETY: p is libc's dlclose.
+    unsafe { core::mem::transmute::<*mut c_void, DlcloseFn>(p) }
+}
+
 /// Called by the `dlsym` trampoline when `REAL_DLSYM` is still empty; returns it.
 pub extern "C" fn resolve_real_dlsym() -> *mut c_void {
     real_dlsym() as *mut c_void

@@ -1,10 +1,11 @@
 //! Per-process recording state and the hot path.
 //!
 //! Owns the lifecycle (uninitialised -> active | off), the per-thread state (reentrancy
-//! guard, cached tid, current device) in `const`-initialised thread-locals (no lazy
-//! registration, no allocation), the drop counter, and the fork / exit handlers.
-//! [`begin`] / [`Pending::commit`] are the only code a hooked call runs besides the real
-//! function: two clock reads, one ring push, no lock, no allocation, errno restored.
+//! guard, cached tid and errno location, current device) in initial-exec TLS (no lazy
+//! registration, no allocation, no `__tls_get_addr`), the drop counter, and the fork /
+//! exit handlers. [`begin`] / [`Pending::commit`] are the only code a hooked call runs
+//! besides the real function: one TLS lookup, one clock read (two for API spans), one
+//! ring push, no lock, no allocation, errno restored.
 
 use crate::config::{Config, Family};
 use crate::ring::Ring;
@@ -22,8 +23,12 @@ const ACTIVE: u8 = 2;
 const OFF: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+/// `MEMWATCH_ALLOC_DURATIONS=1` (set once at start-up).
+static TIME_ALLOCS: AtomicBool = AtomicBool::new(false);
 static FAMILIES: AtomicU8 = AtomicU8::new(0);
 pub static RING: Ring = Ring::new();
+/// Drops counted outside the per-thread rings (shared ring, unusable sink, ...); see
+/// [`dropped_total`].
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 pub static PID: AtomicU32 = AtomicU32::new(0);
 pub static FLUSHER_RUNNING: AtomicBool = AtomicBool::new(false);
@@ -31,27 +36,111 @@ pub static EXITING: AtomicBool = AtomicBool::new(false);
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
 /// Everything the hot path needs from thread-local storage, in one block so a hooked
-/// call pays for one TLS lookup on entry and one on exit.
-struct ThreadState {
+/// call pays for one TLS lookup on entry and none on exit. All-zero is the initial state
+/// (it lives in `.tbss` on x86-64 Linux; see [`ts`]).
+#[repr(C)]
+pub(crate) struct ThreadState {
     in_hook: Cell<bool>,
-    tid: Cell<u32>,
-    device: Cell<i32>,
-    /// This thread's ring; NULL before its first recorded call.
-    ring: Cell<*const ThreadRing>,
     /// Set when no ring could be had: use the shared ring.
     shared: Cell<bool>,
+    /// Inside the `dlclose` hook (a library destructor's own dlclose passes through).
+    in_dlclose: Cell<bool>,
+    tid: Cell<u32>,
+    /// Current device + 1 (0 = never set).
+    device1: Cell<i32>,
+    /// This thread's ring; NULL before its first recorded call.
+    ring: Cell<*const ThreadRing>,
+    /// This thread's errno (cached with `tid`).
+    errno: Cell<*mut c_int>,
+    /// The program's frame pointer, return address and stack pointer at its call of
+    /// the outermost hooked function (stored by the x86-64 entry trampolines in
+    /// `hooks`, read by `backtrace`).
+    pub(crate) caller_fp: Cell<u64>,
+    pub(crate) caller_ret: Cell<u64>,
+    pub(crate) caller_sp: Cell<u64>,
+    /// Highest stack address of this thread (0: not known yet; see `backtrace`).
+    pub(crate) stack_top: Cell<u64>,
+    /// Lowest address of this thread's stack (valid when `stack_top` is set).
+    pub(crate) stack_lo: Cell<u64>,
+    /// Bytes still to allocate before the next sampled backtrace.
+    pub(crate) bt_budget: Cell<i64>,
 }
 
+/// Offsets the entry trampolines write at (checked against the layout at compile time).
+pub(crate) const OFF_IN_HOOK: usize = core::mem::offset_of!(ThreadState, in_hook);
+pub(crate) const OFF_CALLER_FP: usize = core::mem::offset_of!(ThreadState, caller_fp);
+pub(crate) const OFF_CALLER_RET: usize = core::mem::offset_of!(ThreadState, caller_ret);
+pub(crate) const OFF_CALLER_SP: usize = core::mem::offset_of!(ThreadState, caller_sp);
+
+// The thread state block in initial-exec TLS: a `.tbss` symbol reached through its GOT
+// offset from the thread pointer (`%fs`), one load and one add. Rust's `thread_local!`
+// in a cdylib uses the general-dynamic model (a `__tls_get_addr` call per access),
+// which the hot-path rules exclude. Linking it sets DF_STATIC_TLS; glibc's
+// surplus static TLS (>= 512 bytes) covers these 128 bytes when `memwatch attach`
+// dlopens the shim.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+core::arch::global_asm!(
+    ".pushsection .tbss.memwatch_thread_state,\"awT\",@nobits",
+    ".p2align 6",
+    ".globl memwatch_thread_state",
+    ".hidden memwatch_thread_state",
+    ".type memwatch_thread_state, @object",
+    ".size memwatch_thread_state, 128",
+    "memwatch_thread_state:",
+    ".zero 128",
+    ".popsection",
+);
+
+const _: () = assert!(core::mem::size_of::<ThreadState>() <= 128);
+
+/// The calling thread's state block. Valid for as long as the thread runs (it is part
+/// of the thread's static TLS, never freed before the thread is gone).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+pub(crate) fn ts() -> &'static ThreadState {
+    let p: *const ThreadState;
+    // SAFETY: initial-exec TLS access sequence for a 128-byte, zero-initialised block
+    // whose all-zero bytes are a valid `ThreadState`.
+    unsafe {
+        core::arch::asm!(
+            "mov {p}, qword ptr [rip + memwatch_thread_state@GOTTPOFF]",
+            "add {p}, qword ptr fs:[0]",
+            p = out(reg) p,
+            options(pure, readonly, nostack, preserves_flags)
+        );
+        &*p
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 thread_local! {
     static TS: ThreadState = const {
         ThreadState {
             in_hook: Cell::new(false),
-            tid: Cell::new(0),
-            device: Cell::new(-1),
-            ring: Cell::new(core::ptr::null()),
             shared: Cell::new(false),
+            tid: Cell::new(0),
+            device1: Cell::new(0),
+            ring: Cell::new(core::ptr::null()),
+            errno: Cell::new(core::ptr::null_mut()),
+            in_dlclose: Cell::new(false),
+            caller_fp: Cell::new(0),
+            caller_ret: Cell::new(0),
+            caller_sp: Cell::new(0),
+            stack_top: Cell::new(0),
+            stack_lo: Cell::new(0),
+            bt_budget: Cell::new(0),
         }
     };
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+#[inline(always)]
+pub(crate) fn ts() -> &'static ThreadState {
+    // SAFETY: the block outlives every use on this thread (never handed to another).
+    TS.with(|t| unsafe { &*(t as *const ThreadState) })
+}
+
+thread_local! {
     /// Hands the thread's ring back for reuse when the thread ends. Touched once per
     /// thread (registering its destructor), when the ring is taken.
     static RING_OWNER: RingOwner = const { RingOwner(Cell::new(core::ptr::null())) };
@@ -80,7 +169,7 @@ pub fn wrap_allowed(f: Family) -> bool {
 
 /// Marks the calling thread as never recording (the flusher).
 pub fn mark_internal_thread() {
-    TS.with(|t| t.in_hook.set(true));
+    ts().in_hook.set(true);
 }
 
 /// CLOCK_MONOTONIC nanoseconds (not the hot-path clock; see `clock`).
@@ -95,34 +184,42 @@ fn tid_of(t: &ThreadState) -> u32 {
     if v != 0 {
         return v;
     }
-    // SAFETY: plain syscall.
+    first_call_of_thread(t)
+}
+
+/// Fills the thread's cached tid and errno location.
+#[cold]
+fn first_call_of_thread(t: &ThreadState) -> u32 {
+    // SAFETY: plain syscall; the thread's own errno location.
     let v = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    t.errno.set(unsafe { libc::__errno_location() });
     t.tid.set(v);
     v
 }
 
+/// The thread's errno, through the location cached by [`tid_of`].
 #[inline]
-fn errno() -> c_int {
-    // SAFETY: thread's errno location.
-    unsafe { *libc::__errno_location() }
+fn errno_of(t: &ThreadState) -> c_int {
+    // SAFETY: set with tid (tid_of runs first in `begin_with`): this thread's errno.
+    unsafe { *t.errno.get() }
 }
 
 #[inline]
-fn set_errno(v: c_int) {
-    // SAFETY: thread's errno location.
-    unsafe { *libc::__errno_location() = v };
+fn set_errno_of(t: &ThreadState, v: c_int) {
+    // SAFETY: as in `errno_of`.
+    unsafe { *t.errno.get() = v };
 }
 
 /// The thread's current device as recorded in events (0 when never set: the HIP and
 /// CUDA runtime default).
 #[inline]
 pub fn current_device() -> i32 {
-    TS.with(|t| t.device.get()).max(0)
+    (ts().device1.get() - 1).max(0)
 }
 
 /// Updates the thread's current device; returns the previous raw value (-1 = never set).
 pub fn swap_device(dev: i32) -> i32 {
-    TS.with(|t| t.device.replace(dev))
+    ts().device1.replace(dev.wrapping_add(1)) - 1
 }
 
 /// One call being recorded.
@@ -131,7 +228,7 @@ pub struct Pending {
     errno: c_int,
     /// This thread's state (thread-local storage lives as long as the thread), so the
     /// exit path needs no second TLS lookup.
-    ts: *const ThreadState,
+    ts: &'static ThreadState,
 }
 
 /// Starts recording a call of `api`, or `None` when this call must not be recorded
@@ -158,22 +255,17 @@ fn begin_with(f: Family, api: Api, at: Option<u64>) -> Option<Pending> {
     if FAMILIES.load(Ordering::Relaxed) & f as u8 == 0 {
         return None;
     }
-    let (nested, tid, device, ts) = TS.with(|t| {
-        (
-            t.in_hook.replace(true),
-            tid_of(t),
-            t.device.get(),
-            t as *const ThreadState,
-        )
-    });
-    if nested {
+    let t = ts();
+    if t.in_hook.replace(true) {
         return None;
     }
+    let tid = tid_of(t);
+    let device = t.device1.get() - 1;
     if !FLUSHER_RUNNING.load(Ordering::Relaxed) {
         start_flusher();
     }
     let (ts_ns, errno) = match at {
-        Some(t) => (t, errno()),
+        Some(at) => (at, errno_of(t)),
         None => (crate::clock::raw(), 0),
     };
     let ev = Event {
@@ -184,16 +276,20 @@ fn begin_with(f: Family, api: Api, at: Option<u64>) -> Option<Pending> {
         api: api as u16,
         ..Event::default()
     };
-    Some(Pending { ev, errno, ts })
+    Some(Pending { ev, errno, ts: t })
 }
 
 impl Pending {
-    /// Records the end of the real call: result, duration, errno to restore.
+    /// Records the end of the real call: result and errno to restore. Reads no clock
+    /// unless `MEMWATCH_ALLOC_DURATIONS=1`: allocation and release events carry their
+    /// start time only (duration 0); [`Pending::span`] measures API spans.
     #[inline]
     pub fn finished(&mut self, result: c_int) {
-        self.errno = errno();
-        self.ev.duration_ns = crate::clock::raw().wrapping_sub(self.ev.ts_ns);
+        self.errno = errno_of(self.ts);
         self.ev.result = result;
+        if TIME_ALLOCS.load(Ordering::Relaxed) {
+            self.ev.duration_ns = crate::clock::raw().wrapping_sub(self.ev.ts_ns);
+        }
     }
 
     #[inline]
@@ -220,9 +316,11 @@ impl Pending {
         self.ev.size = size;
     }
 
-    /// A timed non-allocation call; `handle` is the created / destroyed object.
+    /// A timed non-allocation call (after [`Pending::finished`]); `handle` is the
+    /// created / destroyed object. The duration is stored in `duration_ns` and `aux`.
     #[inline]
     pub fn span(&mut self, handle: u64) {
+        self.ev.duration_ns = crate::clock::raw().wrapping_sub(self.ev.ts_ns);
         self.ev.kind = EventKind::ApiSpan as u8;
         self.ev.mem_kind = MemKind::None as u8;
         self.ev.ptr = handle;
@@ -232,49 +330,105 @@ impl Pending {
     /// Abandons the record (nothing queued): clears the guard and restores errno.
     #[inline]
     pub fn discard(self) {
-        // SAFETY: `ts` is this thread's live thread-local block (set in `begin`).
-        unsafe { (*self.ts).in_hook.set(false) };
-        set_errno(self.errno);
+        self.ts.in_hook.set(false);
+        set_errno_of(self.ts, self.errno);
     }
 
     /// Queues the event (or counts a drop), clears the guard and restores errno.
     #[inline]
     pub fn commit(self) {
-        // SAFETY: `ts` is this thread's live thread-local block (set in `begin`).
-        let t = unsafe { &*self.ts };
-        // SAFETY: rings are never unmapped.
-        let ok = match unsafe { t.ring.get().as_ref() } {
-            Some(r) => r.push(&self.ev),
-            None => push_slow(t, &self.ev),
-        };
-        t.in_hook.set(false);
-        if !ok {
-            DROPPED.fetch_add(1, Ordering::Relaxed);
+        let t = self.ts;
+        // Only HIP / CUDA calls come through the entry trampolines that save the
+        // caller's frame (PJRT events, api 3000.., do not).
+        let sampled = crate::backtrace::enabled()
+            && self.ev.kind == EventKind::Alloc as u8
+            && self.ev.api < 3000
+            && crate::backtrace::due(t, self.ev.size)
+            && crate::backtrace::push_with_stack(t, &self.ev);
+        if !sampled {
+            push_raw(t, &self.ev);
         }
-        set_errno(self.errno);
+        t.in_hook.set(false);
+        set_errno_of(t, self.errno);
     }
 }
 
-/// First recorded call of a thread: take a ring (or settle for the shared one).
+/// This thread's own ring, taken now if it has none yet (`None`: it uses the shared
+/// ring).
+pub(crate) fn thread_ring(t: &ThreadState) -> Option<&'static ThreadRing> {
+    // SAFETY: rings are never unmapped.
+    if let Some(r) = unsafe { t.ring.get().as_ref() } {
+        return Some(r);
+    }
+    take_ring(t)
+}
+
+/// Gives the thread its own ring, unless none could be had before.
 #[cold]
-fn push_slow(t: &ThreadState, ev: &Event) -> bool {
-    if !t.shared.get() {
-        match tring::acquire(config().buffer_events) {
-            Some(r) => {
-                t.ring.set(r);
-                RING_OWNER.with(|o| o.0.set(r));
-                return r.push(ev);
-            }
-            None => t.shared.set(true),
+fn take_ring(t: &ThreadState) -> Option<&'static ThreadRing> {
+    if t.shared.get() {
+        return None;
+    }
+    match tring::acquire(config().buffer_events) {
+        Some(r) => {
+            t.ring.set(r);
+            RING_OWNER.with(|o| o.0.set(r));
+            Some(r)
+        }
+        None => {
+            t.shared.set(true);
+            None
         }
     }
-    RING.push(ev)
+}
+
+/// Queues one event of this thread (its ring, or the shared one); false when it had to
+/// be dropped (counted).
+#[inline]
+pub(crate) fn push_raw(t: &ThreadState, ev: &Event) -> bool {
+    // SAFETY: rings are never unmapped.
+    match unsafe { t.ring.get().as_ref() } {
+        Some(r) => r.push(ev),
+        None => push_slow(t, ev),
+    }
+}
+
+/// First recorded call of a thread: take a ring (or settle for the shared one). Drops
+/// are counted by the thread's ring, or here for the shared one.
+#[cold]
+fn push_slow(t: &ThreadState, ev: &Event) -> bool {
+    if let Some(r) = take_ring(t) {
+        return r.push(ev);
+    }
+    let ok = RING.push(ev);
+    if !ok {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+    ok
+}
+
+/// Events dropped so far in this process (shared counter plus the per-thread rings').
+pub fn dropped_total() -> u64 {
+    DROPPED
+        .load(Ordering::Relaxed)
+        .wrapping_add(tring::dropped_total())
 }
 
 /// Records a set-device event for the calling thread outside `begin` (set-device hooks
 /// update the thread's device even when nested, and record only real changes).
 pub fn guard_is_set() -> bool {
-    TS.with(|t| t.in_hook.get())
+    ts().in_hook.get()
+}
+
+/// Marks the calling thread as inside the `dlclose` hook; returns the previous value.
+pub fn set_in_dlclose(v: bool) -> bool {
+    ts().in_dlclose.replace(v)
+}
+
+/// Sets the calling thread's reentrancy guard (nothing it calls is recorded); returns
+/// the previous value.
+pub fn set_guard(v: bool) -> bool {
+    ts().in_hook.replace(v)
 }
 
 /// One-time start-up on the first hooked call. Returns true when recording is active.
@@ -305,6 +459,8 @@ fn init() -> bool {
         return false;
     }
     FAMILIES.store(c.families, Ordering::Relaxed);
+    TIME_ALLOCS.store(c.alloc_durations, Ordering::Relaxed);
+    crate::backtrace::configure(c.backtrace_every_bytes);
     crate::clock::init();
     // SAFETY: plain libc calls with valid function pointers.
     unsafe {
@@ -357,10 +513,9 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     // Only this thread exists now: the child is a new process of the capture.
     FORK_LOCKED.store(false, Ordering::Relaxed);
-    TS.with(|t| {
-        t.tid.set(0);
-        tring::reset_in_child(t.ring.get());
-    });
+    let t = ts();
+    t.tid.set(0);
+    tring::reset_in_child(t.ring.get());
     // SAFETY: plain syscall.
     PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
     RING.reset();
@@ -385,9 +540,9 @@ pub fn final_flush(exit_code: i32) {
         return;
     }
     EXITING.store(true, Ordering::Release);
-    let was_internal = TS.with(|t| t.in_hook.replace(true));
+    let was_internal = ts().in_hook.replace(true);
     sink::flush_locked(true, exit_code, 2_000_000_000);
-    TS.with(|t| t.in_hook.set(was_internal));
+    ts().in_hook.set(was_internal);
     turn_off();
 }
 

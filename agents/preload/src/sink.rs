@@ -34,6 +34,10 @@ struct State {
     device_query_failures: [[u8; 64]; 3],
     events: Vec<Event>,
     buf: Vec<u8>,
+    /// Backtraces taken out of `events` in this pass.
+    backtraces: Vec<memwatch_wire::Backtrace>,
+    /// Loader generation (adds + subs) of the last `module_map` written; 0: none yet.
+    module_generation: u64,
 }
 
 impl State {
@@ -48,6 +52,8 @@ impl State {
             device_query_failures: [[0; 64]; 3],
             events: Vec::new(),
             buf: Vec::new(),
+            backtraces: Vec::new(),
+            module_generation: 0,
         }
     }
 }
@@ -124,6 +130,7 @@ pub fn reset_in_child() {
     st.last_dropped = 0;
     st.devices_seen = [0; 3];
     st.device_query_failures = [[0; 64]; 3];
+    st.module_generation = 0;
     SINK.busy.store(false, Ordering::Release);
 }
 
@@ -133,6 +140,7 @@ pub fn restart_process() {
         // SAFETY: lock held.
         let st = unsafe { &mut *SINK.st.get() };
         st.started = false;
+        st.module_generation = 0;
         unlock_raw();
     }
 }
@@ -148,6 +156,19 @@ pub fn flush_locked(final_: bool, exit_code: i32, timeout_ns: u64) -> usize {
     let n = flush(st, final_, exit_code);
     unlock_raw();
     n
+}
+
+/// Used by the `dlclose` hook: takes the lock, drains and writes everything queued
+/// (describing the devices seen while the runtime is still loaded) and keeps the lock
+/// (release it with [`unlock_raw`]). False when the lock could not be had.
+pub fn flush_keep_lock(timeout_ns: u64) -> bool {
+    if !lock_raw(timeout_ns) {
+        return false;
+    }
+    // SAFETY: lock held.
+    let st = unsafe { &mut *SINK.st.get() };
+    flush(st, false, 0);
+    true
 }
 
 /// Used by `attach`: drains what is queued, then writes `rec` (opening the sink and
@@ -195,7 +216,11 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         let mut lost = 0u64;
         loop {
             st.events.clear();
-            let n = crate::tring::drain_all(&mut st.events, FRAME_EVENTS);
+            let n = crate::tring::drain_all(
+                &mut st.events,
+                FRAME_EVENTS,
+                rt::PID.load(Ordering::Relaxed),
+            );
             lost += n as u64;
             if n == 0 {
                 break;
@@ -221,7 +246,11 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     let mut total = 0usize;
     loop {
         st.events.clear();
-        crate::tring::drain_all(&mut st.events, FRAME_EVENTS);
+        crate::tring::drain_all(
+            &mut st.events,
+            FRAME_EVENTS,
+            rt::PID.load(Ordering::Relaxed),
+        );
         while st.events.len() < FRAME_EVENTS {
             match rt::RING.pop() {
                 Some(e) => st.events.push(e),
@@ -231,8 +260,14 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         if st.events.is_empty() {
             break;
         }
+        // Backtrace slots leave the event list (they are written as their own frames).
+        st.backtraces.clear();
+        crate::backtrace::split(&mut st.events, &mut st.backtraces);
         // Raw hot-path clock -> CLOCK_MONOTONIC ns (after popping: all are older).
         let conv = crate::clock::Converter::sample();
+        if !st.backtraces.is_empty() {
+            write_backtraces(st, &conv);
+        }
         for e in st.events.iter_mut() {
             e.ts_ns = conv.ts(e.ts_ns);
             e.duration_ns = conv.dur(e.duration_ns);
@@ -259,7 +294,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     if st.started {
         crate::pjrt::pending_frames(|b| write_all(st, b));
     }
-    let dropped = rt::DROPPED.load(Ordering::Relaxed);
+    let dropped = rt::dropped_total();
     let pid = rt::PID.load(Ordering::Relaxed);
     if dropped != st.last_dropped {
         let rec = Record::Dropped(memwatch_wire::Dropped {
@@ -285,6 +320,30 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         st.started = false;
     }
     total
+}
+
+/// Writes this pass's backtraces (timestamps converted like the events'), preceded by a
+/// `module_map` when none was written yet or objects were loaded / unloaded since.
+fn write_backtraces(st: &mut State, conv: &crate::clock::Converter) {
+    let pid = rt::PID.load(Ordering::Relaxed);
+    let mut out = Vec::new();
+    let (map, generation) = crate::backtrace::module_map(pid, rt::now_ns());
+    if generation != st.module_generation {
+        if encode_record(&Record::ModuleMap(map), &mut out).is_ok() && write_all(st, &out) {
+            st.module_generation = generation;
+        }
+        out.clear();
+    }
+    let mut bts = std::mem::take(&mut st.backtraces);
+    for b in bts.iter_mut() {
+        b.pid = pid;
+        b.ts_ns = conv.ts(b.ts_ns);
+        let _ = encode_record(&Record::Backtrace(std::mem::take(b)), &mut out);
+    }
+    st.backtraces = bts;
+    if !out.is_empty() {
+        write_all(st, &out);
+    }
 }
 
 /// How often a device's `device_info` query is tried before the device stays unnamed.

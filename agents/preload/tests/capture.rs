@@ -477,3 +477,48 @@ fn runtime_reloaded_after_dlclose_is_followed() {
     let got: Vec<Expected> = evs.iter().map(|e| as_expected(e, false)).collect();
     assert_eq!(got, want);
 }
+
+/// A program that dlopens the runtime, allocates, dlcloses it and exits at once: the
+/// shim describes the device before the library goes (the exit-time flush never asks a
+/// runtime), dlclose's result and errno are unchanged, and the wrapper the program kept
+/// no longer reaches the unmapped library.
+#[test]
+fn device_info_survives_dlclose_before_exit() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("dlclose.mwcap");
+    let plain = b.run("dlsym", &["dlclose-exit"], None, &[]);
+    let out = b.run(
+        "dlsym",
+        &["dlclose-exit"],
+        Some(&cap),
+        &[("MWTEST_CALL_AFTER_CLOSE", "1")],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let plain_text = String::from_utf8_lossy(&plain.stdout).to_string();
+    let d_line = |t: &str| t.lines().find(|l| l.starts_with("D ")).map(str::to_string);
+    assert_eq!(
+        d_line(&text),
+        d_line(&plain_text),
+        "dlclose result/errno unchanged"
+    );
+    assert!(text.contains("D dlclose=0 errno=77 unloaded=1"), "{text}");
+    assert!(text.contains("A after_close=3"), "{text}");
+    let recs = read_capture(&cap);
+    let devs: Vec<_> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::DeviceInfo(d) => Some(d.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(devs.len(), 1, "{recs:?}");
+    assert_eq!(devs[0].device, 3);
+    assert_eq!(devs[0].name, "memwatch simulated GPU 3");
+    let evs = events(&recs);
+    assert_eq!(
+        evs.iter().map(|e| (e.size, e.device)).collect::<Vec<_>>(),
+        vec![(0, 3), (4321, 3)],
+        "set-device and the allocation, nothing for the call after dlclose"
+    );
+}

@@ -108,7 +108,7 @@ fn table(capture: Option<&Path>, env: &[(&str, &str)]) -> (String, Vec<usize>) {
     (head, wrapped)
 }
 
-const NEW_WRAPPED: &[usize] = &[11, 16, 20, 22, 50, 55, 56, 58, 67, 69, 92];
+const NEW_WRAPPED: &[usize] = &[5, 7, 8, 9, 11, 16, 20, 22, 50, 55, 56, 58, 67, 69, 72, 92];
 
 #[test]
 fn newer_plugin_table_is_copied_with_known_entries_wrapped_and_the_rest_kept() {
@@ -116,7 +116,7 @@ fn newer_plugin_table_is_copied_with_known_entries_wrapped_and_the_rest_kept() {
     let cap = dir.path().join("t.mwcap");
     let (head, wrapped) = table(Some(&cap), &[]);
     // 130 slots: 33 more than memwatch knows; all of them (and every other entry) equal
-    // the plugin's own, only the eleven wrapped entries differ.
+    // the plugin's own, only the wrapped entries differ.
     assert_eq!(head, "T size=1080 major=0 minor=94 copy=1");
     assert_eq!(wrapped, NEW_WRAPPED);
     let (plain, none) = table(None, &[]);
@@ -134,7 +134,7 @@ fn older_plugin_keeps_its_struct_size_and_nothing_past_it_is_touched() {
         &[("FAKE_PJRT_SLOTS", "60"), ("FAKE_PJRT_MINOR", "20")],
     );
     assert_eq!(head, "T size=520 major=0 minor=20 copy=1");
-    assert_eq!(wrapped, &[11, 16, 20, 22, 50, 55, 56, 58]);
+    assert_eq!(wrapped, &[5, 7, 8, 9, 11, 16, 20, 22, 50, 55, 56, 58]);
     // minor 30 with a long table: slots from 93 on (whose order settled later) are
     // neither wrapped nor called: no compiled memory stats, fingerprint from slot 57.
     let (_, wrapped) = table(Some(&cap), &[("FAKE_PJRT_MINOR", "30")]);
@@ -173,6 +173,65 @@ fn unknown_major_version_or_tiny_table_passes_through() {
     assert!(head.ends_with("copy=0"), "{head}");
     let (head, _) = table(Some(&cap), &[("MEMWATCH_PJRT", "0")]);
     assert!(head.ends_with("copy=0"), "{head}");
+}
+
+/// JAX dispatches without completion events and waits on the outputs: an execute that
+/// fails on the device is seen only through the outputs' ready events (Await, Error,
+/// OnReady). It is recorded once per device as a failed completion carrying
+/// RESOURCE_EXHAUSTED and the size, the program sees exactly what it sees without the
+/// shim (its callback and argument included), and a successful execute adds nothing.
+#[test]
+fn execute_error_seen_only_on_output_ready_events_is_recorded_once_per_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("ready.mwcap");
+    let with = drive(&["ready"], Some(&cap), &[]);
+    let without = drive(&["ready"], None, &[]);
+    assert_eq!(stdout(&with), stdout(&without));
+    let out = stdout(&with);
+    assert!(out.contains("R execute jit_oom_later code=0"), "{out}");
+    for how in ["await", "error", "on_ready"] {
+        assert_eq!(
+            out.matches(&format!("R jit_oom_later {how} code=8"))
+                .count(),
+            2,
+            "{out}"
+        );
+        assert_eq!(
+            out.matches(&format!("R jit_fine {how} code=0")).count(),
+            2,
+            "{out}"
+        );
+    }
+    assert_eq!(out.matches("user_kept=1").count(), 4, "{out}");
+    let recs = common::read_capture(&cap);
+    let exe = |name: &str| {
+        recs.iter()
+            .find_map(|r| match r {
+                Record::PjrtExecutable(x) if x.name == name => Some(x.handle),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let (bad, fine) = (exe("jit_oom_later"), exe("jit_fine"));
+    let ev = pjrt_events(&recs);
+    let done: Vec<&Event> = ev
+        .iter()
+        .filter(|e| e.api_name() == Api::PjrtExecuteComplete)
+        .collect();
+    assert_eq!(done.len(), 2, "{done:?}");
+    let mut devices: Vec<i32> = done.iter().map(|e| e.device).collect();
+    devices.sort();
+    assert_eq!(devices, [0, 1]);
+    for e in &done {
+        assert_eq!((e.ptr, e.result, e.size), (bad, 8, 3_221_225_472));
+        let start = ev
+            .iter()
+            .find(|x| x.api_name() == Api::PjrtExecute && x.ptr == bad && x.device == e.device)
+            .unwrap();
+        assert_eq!(e.ts_ns, start.ts_ns, "linked to its execute's span");
+        assert_eq!(start.result, 0);
+    }
+    assert!(!done.iter().any(|e| e.ptr == fine));
 }
 
 fn pjrt_events(recs: &[Record]) -> Vec<Event> {

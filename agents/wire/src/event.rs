@@ -300,7 +300,9 @@ pub struct Event {
     /// physical handle for VMM map/unmap; the pool handle for *FromPoolAsync; flags
     /// otherwise.
     pub aux: u64,
-    /// Duration of the real call in ns (all kinds).
+    /// Duration of the real call in ns. API spans always carry it (also in `aux`); the
+    /// shim leaves it 0 for allocation / release events unless
+    /// `MEMWATCH_ALLOC_DURATIONS=1` (one clock read per call instead of two).
     pub duration_ns: u64,
     pub pid: u32,
     pub tid: u32,

@@ -37,6 +37,18 @@
 //!                          num_allocs:i64 largest_alloc_size:i64
 //!          (one PJRT_Device_MemoryStats answer, i.e. the framework allocator's own
 //!           counters; flags bit i set: field i of the eight is valid, bit 0 always)
+//! type 10 backtrace      := pid:u32 tid:u32 ts_ns:u64 ptr:u64 count:u16 frame:u64[count]
+//!          (native return addresses sampled for one allocation, innermost first: frame 0
+//!           is the return address in the code that called the intercepted function.
+//!           The allocation is the `alloc` event of the same pid, tid, ts_ns and ptr;
+//!           written by the shim with MEMWATCH_BACKTRACE_EVERY_BYTES, before the events
+//!           frame holding that event)
+//! type 11 module_map     := pid:u32 ts_ns:u64 count:u16 module[count]
+//!          module := start:u64 end:u64 bias:u64 path:str
+//!          (the objects loaded in the process: [start, end) spans their PT_LOAD
+//!           segments in memory, an address A inside maps to the ELF virtual address
+//!           A - bias of the file at path; written before the first backtrace frame and
+//!           again when objects were loaded or unloaded)
 //! other types: skipped by readers (counted), so the format can grow without a version bump.
 //!
 //! event (72 bytes):
@@ -80,6 +92,41 @@ pub mod frame_type {
     pub const DEVICE_SAMPLE: u8 = 7;
     pub const PJRT_EXECUTABLE: u8 = 8;
     pub const PJRT_MEMORY_STATS: u8 = 9;
+    pub const BACKTRACE: u8 = 10;
+    pub const MODULE_MAP: u8 = 11;
+}
+
+/// Sampled native return addresses of one allocation (frame type 10).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Backtrace {
+    pub pid: u32,
+    pub tid: u32,
+    /// The allocation event's `ts_ns`.
+    pub ts_ns: u64,
+    /// The allocation event's `ptr`.
+    pub ptr: u64,
+    /// Return addresses, innermost first.
+    pub frames: Vec<u64>,
+}
+
+/// One loaded object of a [`ModuleMap`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Module {
+    /// Lowest address of its loaded segments.
+    pub start: u64,
+    /// One past the highest.
+    pub end: u64,
+    /// Load bias: ELF virtual address = address - bias.
+    pub bias: u64,
+    pub path: String,
+}
+
+/// The objects loaded in a process (frame type 11), for offline symbolization.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ModuleMap {
+    pub pid: u32,
+    pub ts_ns: u64,
+    pub modules: Vec<Module>,
 }
 
 /// Compiled memory statistics of a PJRT executable (`PJRT_Executable_GetCompiledMemoryStats`,
@@ -229,6 +276,8 @@ pub enum Record {
     DeviceSample(DeviceSample),
     PjrtExecutable(PjrtExecutable),
     PjrtMemoryStats(PjrtMemoryStats),
+    Backtrace(Backtrace),
+    ModuleMap(ModuleMap),
     /// A frame type this version does not know; skipped.
     Unknown {
         frame_type: u8,
@@ -470,6 +519,24 @@ pub fn encode_record(record: &Record, out: &mut Vec<u8>) -> Result<(), WireError
             }
             frame_type::PJRT_MEMORY_STATS
         }
+        Record::Backtrace(b) => {
+            p.u32(b.pid).u32(b.tid).u64(b.ts_ns).u64(b.ptr);
+            let n = b.frames.len().min(u16::MAX as usize);
+            p.u16(n as u16);
+            for f in &b.frames[..n] {
+                p.u64(*f);
+            }
+            frame_type::BACKTRACE
+        }
+        Record::ModuleMap(m) => {
+            p.u32(m.pid).u64(m.ts_ns);
+            let n = m.modules.len().min(u16::MAX as usize);
+            p.u16(n as u16);
+            for x in &m.modules[..n] {
+                p.u64(x.start).u64(x.end).u64(x.bias).str(&x.path);
+            }
+            frame_type::MODULE_MAP
+        }
         Record::Unknown { frame_type, .. } => {
             return Err(WireError::CannotEncodeUnknown {
                 frame_type: *frame_type,
@@ -667,6 +734,39 @@ pub fn decode_payload(ty: u8, payload: &[u8]) -> Result<Record, WireError> {
                 num_allocs: c.i64()?,
                 largest_alloc_size: c.i64()?,
             }),
+            frame_type::BACKTRACE => {
+                let (pid, tid, ts_ns, ptr) = (c.u32()?, c.u32()?, c.u64()?, c.u64()?);
+                let n = c.u16()?;
+                let mut frames = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    frames.push(c.u64()?);
+                }
+                Record::Backtrace(Backtrace {
+                    pid,
+                    tid,
+                    ts_ns,
+                    ptr,
+                    frames,
+                })
+            }
+            frame_type::MODULE_MAP => {
+                let (pid, ts_ns) = (c.u32()?, c.u64()?);
+                let n = c.u16()?;
+                let mut modules = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    modules.push(Module {
+                        start: c.u64()?,
+                        end: c.u64()?,
+                        bias: c.u64()?,
+                        path: c.str()?,
+                    });
+                }
+                Record::ModuleMap(ModuleMap {
+                    pid,
+                    ts_ns,
+                    modules,
+                })
+            }
             other => {
                 return Ok(Record::Unknown {
                     frame_type: other,

@@ -10,9 +10,16 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use memwatch_wire::{Api, Event, EventKind, FrameReader, MemKind, ReadMode, Record, WireError};
+use memwatch_wire::{
+    Api, Event, EventKind, FrameReader, MemKind, Module, ModuleMap, ProcessEnd, ProcessStart,
+    ReadMode, Record, WireError,
+};
 
 use super::CaptureError;
+
+/// Largest backwards step of a thread's event times that is treated as clock-conversion
+/// jitter (and clamped away) rather than as frames written out of order.
+const CLAMP_WINDOW_NS: u64 = 1_000_000;
 
 /// Failed calls kept per process in full detail; more are only counted.
 pub const MAX_FAILURES_KEPT: usize = 10_000;
@@ -35,6 +42,16 @@ pub struct Ev {
     pub api: u16,
     pub kind: u8,
     pub mem: u8,
+}
+
+/// One process image: a pid and which of its `process_start`s this is. `exec` keeps
+/// the pid and starts a new image (image 1 after the first exec, ...); the old image's
+/// memory is released by the exec, so images are analysed as separate processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct ProcKey {
+    pub pid: u32,
+    /// 0 for the image the pid started with, N after its N-th exec.
+    pub image: u32,
 }
 
 /// A failed call, kept in full.
@@ -60,11 +77,18 @@ pub struct DeviceMeta {
     pub total_bytes: u64,
 }
 
-/// What the capture says about one process (all `process_start`s of a pid merge: an
-/// `exec` keeps the pid).
+/// What the capture says about one process image (see [`ProcKey`]). A pid with several
+/// `process_start`s is split into images by time after loading (`images`): the frames
+/// of one pid may arrive out of order (`memwatch run` reads each connection on its own
+/// thread, so the new image's first frames can precede the old image's last ones).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessMeta {
     pub pid: u32,
+    /// Which image of the pid (0 = first).
+    pub image: u32,
+    /// A later image of the same pid follows: this one ended with an exec, which
+    /// released its memory.
+    pub ended_by_exec: bool,
     pub ppid: u32,
     pub argv: Vec<String>,
     pub hostname: String,
@@ -72,7 +96,7 @@ pub struct ProcessMeta {
     /// Earliest monotonic anchor of the pid's `process_start`s (`None`: events only).
     pub mono_anchor_ns: Option<u64>,
     pub wall_anchor_unix_ns: u64,
-    /// Number of `process_start` frames for this pid (more than 1 after `exec`).
+    /// Number of `process_start` frames for this image (1; 0 when it was lost).
     pub starts: u32,
     pub end_ts: Option<u64>,
     pub exit_code: Option<i32>,
@@ -98,9 +122,9 @@ pub struct DamageReport {
 #[derive(Debug, Default)]
 pub struct Loaded {
     pub path: PathBuf,
-    pub processes: BTreeMap<u32, ProcessMeta>,
-    /// (pid, device) of each stream index used by [`Ev::stream`].
-    pub streams: Vec<(u32, i32)>,
+    pub processes: BTreeMap<ProcKey, ProcessMeta>,
+    /// (process image, device) of each stream index used by [`Ev::stream`].
+    pub streams: Vec<(ProcKey, i32)>,
     /// Events in file order (not necessarily time order: shim threads flush separately).
     pub events: Vec<Ev>,
     /// Events whose kind this build does not know (skipped).
@@ -114,6 +138,12 @@ pub struct Loaded {
     pub tags: BTreeMap<String, String>,
     /// Earliest event start.
     pub min_event_ts: Option<u64>,
+    /// Sampled native stacks (`backtrace` frames), by the allocation they belong to:
+    /// (stream, start time as in [`Ev::ts`], pointer) -> return addresses, innermost
+    /// first.
+    pub backtraces: std::collections::HashMap<(u32, u64, u64), Vec<u64>>,
+    /// Loaded objects of each process image (`module_map` frames, merged).
+    pub modules: BTreeMap<ProcKey, Vec<Module>>,
 }
 
 impl Loaded {
@@ -133,9 +163,19 @@ impl Loaded {
     }
 }
 
+/// Per-pid records kept while loading, for splitting exec'd images afterwards.
+#[derive(Default)]
+pub(super) struct PidRecords {
+    pub starts: Vec<ProcessStart>,
+    pub ends: Vec<ProcessEnd>,
+    /// (ts, cumulative dropped total).
+    pub drops: Vec<(u64, u64)>,
+    pub marker_ts: Vec<u64>,
+}
+
 struct Builder {
     loaded: Loaded,
-    stream_index: std::collections::HashMap<(u32, i32), u32>,
+    stream_index: std::collections::HashMap<(ProcKey, i32), u32>,
     /// The latest start time seen per (pid, tid). A thread's events reach the file in
     /// the order it made the calls, but the shim converts TSC ticks to CLOCK_MONOTONIC
     /// per flush, and on a loaded (virtual) machine two flushes' conversions can differ
@@ -143,28 +183,42 @@ struct Builder {
     /// in time order. Clamping each thread's times to be non-decreasing keeps its calls
     /// in the order it made them.
     thread_last_ts: std::collections::HashMap<(u32, u32), u64>,
+    /// Backtraces whose allocation event was not read yet (the shim writes them just
+    /// before it): (pid, tid, ts_ns, ptr) -> frames.
+    pending_backtraces: std::collections::HashMap<(u32, u32, u64, u64), Vec<u64>>,
+    records: std::collections::HashMap<u32, PidRecords>,
+    module_maps: Vec<ModuleMap>,
 }
 
 impl Builder {
+    /// While loading, every frame of a pid goes to image 0; `images::split` divides
+    /// pids with several `process_start`s afterwards.
+    fn key(&mut self, pid: u32) -> ProcKey {
+        ProcKey { pid, image: 0 }
+    }
+
     fn process(&mut self, pid: u32) -> &mut ProcessMeta {
+        let key = self.key(pid);
         self.loaded
             .processes
-            .entry(pid)
+            .entry(key)
             .or_insert_with(|| ProcessMeta {
                 pid,
+                image: key.image,
                 ..ProcessMeta::default()
             })
     }
 
     fn stream(&mut self, pid: u32, device: i32) -> u32 {
-        if let Some(&i) = self.stream_index.get(&(pid, device)) {
+        let key = self.key(pid);
+        if let Some(&i) = self.stream_index.get(&(key, device)) {
             return i;
         }
         // Every pid with events is reported, even when its process_start was lost.
         self.process(pid);
         let streams = &mut self.loaded.streams;
-        *self.stream_index.entry((pid, device)).or_insert_with(|| {
-            streams.push((pid, device));
+        *self.stream_index.entry((key, device)).or_insert_with(|| {
+            streams.push((key, device));
             (streams.len() - 1) as u32
         })
     }
@@ -176,8 +230,15 @@ impl Builder {
         };
         let stream = self.stream(e.pid, e.device);
         let last = self.thread_last_ts.entry((e.pid, e.tid)).or_insert(0);
-        let ts = e.ts_ns.max(*last);
-        *last = ts;
+        // Clamp only conversion jitter; an event far older than the thread's last one
+        // came from frames written out of order (e.g. the image before an exec, whose
+        // main thread has the same tid) and keeps its time.
+        let ts = if e.ts_ns.saturating_add(CLAMP_WINDOW_NS) < *last {
+            e.ts_ns
+        } else {
+            e.ts_ns.max(*last)
+        };
+        *last = (*last).max(ts);
         let dur = if kind == EventKind::ApiSpan && e.duration_ns == 0 {
             e.aux
         } else {
@@ -204,6 +265,14 @@ impl Builder {
         if self.loaded.min_event_ts.is_none_or(|t| ts < t) {
             self.loaded.min_event_ts = Some(ts);
         }
+        if kind == EventKind::Alloc && !self.pending_backtraces.is_empty() {
+            if let Some(frames) = self
+                .pending_backtraces
+                .remove(&(e.pid, e.tid, e.ts_ns, e.ptr))
+            {
+                self.loaded.backtraces.insert((stream, ts, e.ptr), frames);
+            }
+        }
         self.loaded.events.push(Ev {
             ts,
             dur,
@@ -219,6 +288,11 @@ impl Builder {
     fn record(&mut self, record: Record) {
         match record {
             Record::ProcessStart(s) => {
+                self.records
+                    .entry(s.pid)
+                    .or_default()
+                    .starts
+                    .push(s.clone());
                 let p = self.process(s.pid);
                 p.starts += 1;
                 p.ppid = s.ppid;
@@ -251,13 +325,26 @@ impl Builder {
                     let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
                     self.loaded.tags.insert(k.to_string(), v.to_string());
                 }
-                None => self.process(m.pid).markers += 1,
+                None => {
+                    self.records
+                        .entry(m.pid)
+                        .or_default()
+                        .marker_ts
+                        .push(m.ts_ns);
+                    self.process(m.pid).markers += 1
+                }
             },
             Record::Dropped(d) => {
+                self.records
+                    .entry(d.pid)
+                    .or_default()
+                    .drops
+                    .push((d.ts_ns, d.dropped_total));
                 let p = self.process(d.pid);
                 p.dropped_events = p.dropped_events.max(d.dropped_total);
             }
             Record::ProcessEnd(e) => {
+                self.records.entry(e.pid).or_default().ends.push(e);
                 let p = self.process(e.pid);
                 p.end_ts = Some(p.end_ts.map_or(e.ts_ns, |t| t.max(e.ts_ns)));
                 p.exit_code = Some(e.exit_code);
@@ -265,6 +352,11 @@ impl Builder {
             Record::DeviceSample(_) => self.loaded.device_samples += 1,
             // PJRT executables and allocator statistics: read by `analysis::runtime`.
             Record::PjrtExecutable(_) | Record::PjrtMemoryStats(_) => {}
+            Record::Backtrace(b) => {
+                self.pending_backtraces
+                    .insert((b.pid, b.tid, b.ts_ns, b.ptr), b.frames);
+            }
+            Record::ModuleMap(m) => self.module_maps.push(m),
             Record::Unknown { .. } => self.loaded.unknown_frames += 1,
         }
     }
@@ -294,6 +386,9 @@ pub fn load_reader<R: Read>(
         },
         stream_index: Default::default(),
         thread_last_ts: Default::default(),
+        pending_backtraces: Default::default(),
+        records: Default::default(),
+        module_maps: Vec::new(),
     };
     let mut last_progress = 0u64;
     loop {
@@ -322,6 +417,7 @@ pub fn load_reader<R: Read>(
         }
     }
     progress(reader.offset());
+    super::images::split(&mut b.loaded, &b.records, b.module_maps);
     b.loaded.frames = reader.frames_read();
     b.loaded.unknown_frames += reader.unknown_frames();
     b.loaded.file_bytes = reader.offset();

@@ -3,16 +3,20 @@
 //! (`memwatch report --trace`).
 //!
 //! Submodules: `load` (streaming, damage-tolerant reading into compact events),
+//! `images` (a pid's frames split into exec'd images, by time),
 //! `stats` (counts, peaks, leaks, failures, API durations and overlap), `codes` (result
-//! code names per API family), `trace` (trace export). Nothing here prints or exits.
+//! code names per API family), `symbolize` (sampled native stacks -> module, offset,
+//! symbol), `trace` (trace export). Nothing here prints or exits.
 
 pub mod codes;
+mod images;
 pub mod load;
 pub mod stats;
+pub mod symbolize;
 pub mod trace;
 
 pub use codes::{result_name, ApiFamily};
-pub use load::{load_path, load_reader, DamageReport, Family, Loaded};
+pub use load::{load_path, load_reader, DamageReport, Family, Loaded, ProcKey};
 pub use stats::{analyze, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportOptions};
 pub use trace::{write_trace, TraceOptions, TraceSummary};
 

@@ -14,7 +14,7 @@ use memwatch_wire::{Api, EventKind, MemKind};
 use serde::Serialize;
 
 use super::codes::result_name;
-use super::load::{DamageReport, Ev, Family, Loaded};
+use super::load::{DamageReport, Ev, Family, Loaded, ProcKey};
 
 /// Knobs of [`analyze`].
 #[derive(Debug, Clone)]
@@ -58,10 +58,16 @@ pub struct CaptureReport {
     pub tags: std::collections::BTreeMap<String, String>,
 }
 
-/// One process.
+/// One process image (a pid that called `exec` appears once per image).
 #[derive(Debug, Clone, Serialize)]
 pub struct ProcessReport {
     pub pid: u32,
+    /// Which image of the pid: 0 for the image it started with, N after its N-th exec.
+    pub image: u32,
+    /// This image ended by exec'ing the next one (same pid): the memory it still held
+    /// was released by the exec, so its `live_bytes_at_exit` is 0 and the bytes are in
+    /// `live_bytes_at_exec`.
+    pub ended_by_exec: bool,
     pub ppid: u32,
     pub command: Vec<String>,
     pub hostname: String,
@@ -111,11 +117,19 @@ pub struct DeviceReport {
     /// Device bytes still allocated when the capture ends (leaks).
     pub live_bytes_at_exit: u64,
     pub live_allocs_at_exit: u64,
+    /// Device bytes still allocated when this image exec'd the next one (released by
+    /// the exec, not leaked; 0 unless the process report's `ended_by_exec`).
+    pub live_bytes_at_exec: u64,
+    pub live_allocs_at_exec: u64,
     pub host_pinned: HostPinnedReport,
     /// VMM map/unmap, address reserve/free and pool create/destroy calls.
     pub vmm_and_pool_calls: u64,
     /// Largest successful allocations (device memory and pinned host), largest first.
     pub largest_allocations: Vec<AllocReport>,
+    /// Largest device-memory allocations still live at exit (leaks), largest first (at
+    /// most `top`; empty when the image ended by exec). Omitted when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub largest_leaks: Vec<AllocReport>,
 }
 
 /// Pinned host memory of one device's calls.
@@ -136,6 +150,10 @@ pub struct AllocReport {
     pub api: String,
     pub mem_kind: String,
     pub ptr: u64,
+    /// The allocating call's native stack, innermost first, when the shim sampled it
+    /// (`MEMWATCH_BACKTRACE_EVERY_BYTES`); omitted otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<super::symbolize::StackFrame>,
 }
 
 /// Durations and overlap of one API's calls (spans and allocation calls alike).
@@ -211,6 +229,8 @@ struct ProcAcc {
 struct Live {
     size: u64,
     stream: u32,
+    /// Index of the allocation event in the sorted event list.
+    idx: usize,
 }
 
 /// Computes the report. Consumes the loaded capture (its events are sorted in place).
@@ -223,10 +243,10 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
 
     let mut accs: Vec<Acc> = (0..loaded.streams.len()).map(|_| Acc::default()).collect();
     let mut api = ApiTable::new(events, &loaded.streams);
-    let mut procs: HashMap<u32, ProcAcc> = HashMap::new();
+    let mut procs: HashMap<ProcKey, ProcAcc> = HashMap::new();
     // Hashing pointers with foldhash: several times faster than SipHash here; the keys
     // come from the capture, not from an adversary that could force collisions.
-    let mut live: FastMap<(u32, Family, u64), Live> = FastMap::default();
+    let mut live: FastMap<(ProcKey, Family, u64), Live> = FastMap::default();
     let mut last_ts = 0u64;
 
     for (i, e) in events.iter().enumerate() {
@@ -246,6 +266,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                     Live {
                         size: e.size,
                         stream: e.stream,
+                        idx: i,
                     },
                 ) {
                     // The same pointer handed out again: its free was never seen.
@@ -311,24 +332,54 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
         }
     }
 
-    let top_list = |acc: &Acc| -> Vec<AllocReport> {
-        let mut v: Vec<_> = acc.largest.iter().map(|r| r.0).collect();
-        v.sort_by(|a, b| b.cmp(a));
-        v.into_iter()
-            .map(|(_, _, i)| {
-                let e = &events[i];
-                AllocReport {
-                    size: e.size,
-                    ts_ns: rel(e.ts),
-                    api: Api::from_u16(e.api).name().to_string(),
-                    mem_kind: mem_name(e.mem),
-                    ptr: e.ptr,
-                }
-            })
-            .collect()
+    let mut symbolizer = super::symbolize::Symbolizer::default();
+    let no_modules = Vec::new();
+    let mut alloc_report = |i: usize| -> AllocReport {
+        let e = &events[i];
+        let stack = match loaded.backtraces.get(&(e.stream, e.ts, e.ptr)) {
+            Some(frames) => {
+                let proc_ = loaded.streams[e.stream as usize].0;
+                let modules = loaded.modules.get(&proc_).unwrap_or(&no_modules);
+                symbolizer.frames(modules, frames)
+            }
+            None => Vec::new(),
+        };
+        AllocReport {
+            size: e.size,
+            ts_ns: rel(e.ts),
+            api: Api::from_u16(e.api).name().to_string(),
+            mem_kind: mem_name(e.mem),
+            ptr: e.ptr,
+            stack,
+        }
     };
-
-    let largest: Vec<Vec<AllocReport>> = accs.iter().map(top_list).collect();
+    let largest: Vec<Vec<AllocReport>> = accs
+        .iter()
+        .map(|acc| {
+            let mut v: Vec<_> = acc.largest.iter().map(|r| r.0).collect();
+            v.sort_by(|a, b| b.cmp(a));
+            v.into_iter().map(|(_, _, i)| alloc_report(i)).collect()
+        })
+        .collect();
+    // Device allocations still live at the end, per stream: largest first, then earliest.
+    let mut leaks_of: Vec<Vec<(u64, Reverse<usize>)>> = vec![Vec::new(); accs.len()];
+    for ((_, family, _), l) in &live {
+        if family.on_device() {
+            if let Some(v) = leaks_of.get_mut(l.stream as usize) {
+                v.push((l.size, Reverse(l.idx)));
+            }
+        }
+    }
+    let leaks: Vec<Vec<AllocReport>> = leaks_of
+        .into_iter()
+        .map(|mut v| {
+            v.sort_by(|a, b| b.cmp(a));
+            v.truncate(opts.top);
+            v.into_iter()
+                .map(|(_, Reverse(i))| alloc_report(i))
+                .collect()
+        })
+        .collect();
     let (global_api, per_pid_api) = api.finish();
 
     let mut processes = Vec::new();
@@ -345,7 +396,8 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                 let info = meta.devices.get(&device);
                 let mut host = a.host.clone();
                 host.peak_ts_ns = rel(host.peak_ts_ns);
-                host.live_bytes_at_exit = a.host_live;
+                let exec = meta.ended_by_exec;
+                host.live_bytes_at_exit = if exec { 0 } else { a.host_live };
                 DeviceReport {
                     device,
                     name: info.map(|d| d.name.clone()),
@@ -359,11 +411,14 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                     alloc_bytes: a.alloc_bytes,
                     peak_bytes: a.peak,
                     peak_ts_ns: rel(a.peak_ts),
-                    live_bytes_at_exit: a.live,
-                    live_allocs_at_exit: a.live_allocs,
+                    live_bytes_at_exit: if exec { 0 } else { a.live },
+                    live_allocs_at_exit: if exec { 0 } else { a.live_allocs },
+                    live_bytes_at_exec: if exec { a.live } else { 0 },
+                    live_allocs_at_exec: if exec { a.live_allocs } else { 0 },
                     host_pinned: host,
                     vmm_and_pool_calls: a.vmm_and_pool_calls,
                     largest_allocations: largest[i].clone(),
+                    largest_leaks: if exec { Vec::new() } else { leaks[i].clone() },
                 }
             })
             .collect();
@@ -386,7 +441,9 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
             result_name: result_name(f.api, f.result).map(str::to_string),
         }));
         processes.push(ProcessReport {
-            pid: *pid,
+            pid: pid.pid,
+            image: pid.image,
+            ended_by_exec: meta.ended_by_exec,
             ppid: meta.ppid,
             command: meta.argv.clone(),
             hostname: meta.hostname.clone(),
@@ -428,7 +485,13 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
     }
 }
 
-fn release(accs: &mut [Acc], procs: &mut HashMap<u32, ProcAcc>, pid: u32, f: Family, old: &Live) {
+fn release(
+    accs: &mut [Acc],
+    procs: &mut HashMap<ProcKey, ProcAcc>,
+    pid: ProcKey,
+    f: Family,
+    old: &Live,
+) {
     let a = &mut accs[old.stream as usize];
     if f.on_device() {
         a.live = a.live.saturating_sub(old.size);
@@ -579,20 +642,20 @@ impl ApiAcc {
 
 /// API statistics, capture-wide and per process, fed events in start order.
 struct ApiTable<'a> {
-    streams: &'a [(u32, i32)],
+    streams: &'a [(ProcKey, i32)],
     /// API number -> dense index.
     dense: Vec<u16>,
     apis: Vec<u16>,
     /// Process of each stream, as a dense index into `pids`.
     proc_of_stream: Vec<u32>,
-    pids: Vec<u32>,
+    pids: Vec<ProcKey>,
     global: Vec<ApiAcc>,
     /// `[proc * apis.len() + api]`, created on first use.
     per_proc: Vec<Option<ApiAcc>>,
 }
 
 impl<'a> ApiTable<'a> {
-    fn new(events: &[Ev], streams: &'a [(u32, i32)]) -> Self {
+    fn new(events: &[Ev], streams: &'a [(ProcKey, i32)]) -> Self {
         let mut dense = vec![u16::MAX; 1 << 16];
         let mut apis = Vec::new();
         for e in events {
@@ -602,7 +665,7 @@ impl<'a> ApiTable<'a> {
                 apis.push(e.api);
             }
         }
-        let mut pids: Vec<u32> = streams.iter().map(|s| s.0).collect();
+        let mut pids: Vec<ProcKey> = streams.iter().map(|s| s.0).collect();
         pids.sort_unstable();
         pids.dedup();
         let proc_of_stream = streams
@@ -639,8 +702,8 @@ impl<'a> ApiTable<'a> {
             .add(e);
     }
 
-    /// Capture-wide list and per-pid lists, each ordered by API number.
-    fn finish(self) -> (Vec<ApiStats>, HashMap<u32, Vec<ApiStats>>) {
+    /// Capture-wide list and per-process-image lists, each ordered by API number.
+    fn finish(self) -> (Vec<ApiStats>, HashMap<ProcKey, Vec<ApiStats>>) {
         debug_assert_eq!(self.proc_of_stream.len(), self.streams.len());
         let mut order: Vec<usize> = (0..self.apis.len()).collect();
         order.sort_by_key(|&i| self.apis[i]);
@@ -648,7 +711,7 @@ impl<'a> ApiTable<'a> {
         let mut global: Vec<Option<ApiAcc>> = self.global.into_iter().map(Some).collect();
         let mut per_proc = self.per_proc;
         let mut all = Vec::new();
-        let mut per_pid: HashMap<u32, Vec<ApiStats>> = HashMap::new();
+        let mut per_pid: HashMap<ProcKey, Vec<ApiStats>> = HashMap::new();
         for &a in &order {
             if let Some(acc) = global[a].take() {
                 all.push(acc.finish(self.apis[a]));

@@ -4,17 +4,19 @@
 //! `{"op":"free","id":7,"ts_ns":..,"device":0,"stream":2}`.
 //!
 //! Owns id assignment (one per allocation, from 1, in time order) and stream numbering
-//! (one stream per (process, device), numbered 0.. in (pid, device) order). Only device
-//! memory is exported (the kinds that occupy device memory, VMM physical handles
-//! included); frees of pointers the capture never saw allocated are left out. A free
-//! carries the device and stream of its allocation.
+//! (one stream per (process image, device), numbered 0.. in (pid, image, device)
+//! order). Only device memory is exported (the kinds that occupy device memory, VMM
+//! physical handles included); frees of pointers the capture never saw allocated are
+//! left out. A free carries the device and stream of its allocation. An image that
+//! exec'd the next one (same pid) gets a free for each allocation it still held, at its
+//! `process_end` (the exec released them).
 
 use std::io::Write;
 
 use foldhash::HashMap as FastMap;
 use memwatch_wire::EventKind;
 
-use super::load::{Family, Loaded};
+use super::load::{Family, Loaded, ProcKey};
 
 /// Which events to export.
 #[derive(Debug, Clone, Default)]
@@ -28,8 +30,8 @@ pub struct TraceOptions {
 pub struct TraceSummary {
     pub allocs: u64,
     pub frees: u64,
-    /// (pid, device) of each stream number, in stream order.
-    pub streams: Vec<(u32, i32)>,
+    /// (process image, device) of each stream number, in stream order.
+    pub streams: Vec<(ProcKey, i32)>,
 }
 
 /// Writes the trace of `loaded` to `out`, one JSON object per line.
@@ -49,12 +51,58 @@ pub fn write_trace<W: Write>(
     let summary_streams = order.iter().map(|&i| loaded.streams[i as usize]).collect();
 
     let mut next_id = 1u64;
-    let mut live: FastMap<(u32, Family, u64), (u64, u32)> = FastMap::default();
+    let mut live: FastMap<(ProcKey, Family, u64), (u64, u32)> = FastMap::default();
     let mut summary = TraceSummary {
         streams: summary_streams,
         ..TraceSummary::default()
     };
+    // Images ended by exec, by end time: their remaining allocations are freed then.
+    let mut execs: Vec<(u64, ProcKey)> = loaded
+        .processes
+        .iter()
+        .filter(|(_, m)| m.ended_by_exec)
+        .map(|(k, m)| (m.end_ts.unwrap_or(0), *k))
+        .collect();
+    execs.sort_unstable();
+    let mut next_exec = 0;
+    let write_free = |out: &mut W, id: u64, ts: u64, stream: u32| -> std::io::Result<bool> {
+        let device = loaded.streams[stream as usize].1;
+        if opts.device.is_none_or(|d| d == device) {
+            writeln!(
+                out,
+                r#"{{"op":"free","id":{id},"ts_ns":{},"device":{device},"stream":{}}}"#,
+                ts.saturating_sub(base),
+                stream_no[stream as usize]
+            )?;
+            return Ok(true);
+        }
+        Ok(false)
+    };
+    let release_image = |out: &mut W,
+                         live: &mut FastMap<(ProcKey, Family, u64), (u64, u32)>,
+                         ts: u64,
+                         key: ProcKey|
+     -> std::io::Result<u64> {
+        let mut held: Vec<(u64, u32)> = live
+            .iter()
+            .filter(|((k, _, _), _)| *k == key)
+            .map(|(_, v)| *v)
+            .collect();
+        live.retain(|(k, _, _), _| *k != key);
+        held.sort_unstable();
+        let mut n = 0;
+        for (id, stream) in held {
+            if write_free(out, id, ts, stream)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    };
     for e in &loaded.events {
+        while let Some(&(end, key)) = execs.get(next_exec).filter(|(end, _)| *end <= e.ts) {
+            summary.frees += release_image(&mut out, &mut live, end, key)?;
+            next_exec += 1;
+        }
         let Some(family) = Family::of(e.mem, e.api).filter(|f| f.on_device()) else {
             continue;
         };
@@ -79,19 +127,15 @@ pub fn write_trace<W: Write>(
                 let Some((id, stream)) = live.remove(&(pid, family, e.ptr)) else {
                     continue;
                 };
-                let device = loaded.streams[stream as usize].1;
-                if opts.device.is_none_or(|d| d == device) {
-                    writeln!(
-                        out,
-                        r#"{{"op":"free","id":{id},"ts_ns":{},"device":{device},"stream":{}}}"#,
-                        e.ts.saturating_sub(base),
-                        stream_no[stream as usize]
-                    )?;
+                if write_free(&mut out, id, e.ts, stream)? {
                     summary.frees += 1;
                 }
             }
             _ => {}
         }
+    }
+    for &(end, key) in execs.get(next_exec..).unwrap_or(&[]) {
+        summary.frees += release_image(&mut out, &mut live, end, key)?;
     }
     out.flush()?;
     Ok(summary)

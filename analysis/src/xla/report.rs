@@ -7,7 +7,7 @@ use super::buffer_assignment::{AssignedValue, BufferAssignment};
 use super::hlo::HloModule;
 use super::live_range::LiveRanges;
 use foldhash::HashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Totals exactly as JAX's `compiled.memory_analysis()` (XLA `CompiledMemoryStats`)
 /// derives them from the buffer assignment: per allocation, an entry parameter adds to
@@ -15,7 +15,7 @@ use serde::Serialize;
 /// adds to output bytes; a preallocated temp (neither parameter, live-out, constant nor
 /// thread-local) adds to temp bytes; host-memory-space (`S(5)`) allocations go to the
 /// `host_*` twins. `total_allocation_bytes` is the sum of every allocation's size.
-#[derive(Debug, Clone, Serialize, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
 pub struct MemoryTotals {
     /// `argument_size_in_bytes`.
     pub argument_bytes: u64,
@@ -89,7 +89,7 @@ pub fn memory_totals(ba: &BufferAssignment) -> MemoryTotals {
 }
 
 /// One buffer live at the module's peak.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PeakBuffer {
     /// Defining HLO instruction.
     pub instruction: String,
@@ -118,7 +118,7 @@ pub struct PeakBuffer {
 }
 
 /// Bytes of the peak attributed to one key.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Group {
     /// Allocation kind, category or op name.
     pub key: String,
@@ -129,7 +129,7 @@ pub struct Group {
 }
 
 /// The full report for one module.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModuleReport {
     /// Normalised module name (`jit_f`).
     pub name: String,

@@ -22,6 +22,7 @@ Examples:
   memwatch import run.mwcap --db memwatch.db
   memwatch import run.mwcap --daemon http://central:7373 --token s3cret --run nightly-42
   memwatch import cut-off.mwcap --db mw.db --json
+  memwatch import jax.mwcap --db mw.db --xla-dump /tmp/xla-dump   # + HLO attribution
 
 A damaged capture is loaded up to the damage (what was skipped is reported). Importing
 the same file twice stores it once (batches are keyed by the file's contents).";
@@ -52,6 +53,11 @@ pub struct ImportArgs {
     /// Node name [default: the capture's host name].
     #[arg(long)]
     pub node: Option<String>,
+    /// Also attach this XLA dump (XLA_FLAGS=--xla_dump_to=DIR) to the run: the peak is then
+    /// grouped by XLA module and HLO op_name (joined to the PJRT executables by name and
+    /// compiled statistics).
+    #[arg(long, value_name = "DIR")]
+    pub xla_dump: Option<PathBuf>,
     /// Print one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -133,6 +139,7 @@ fn daemon_base(url: &str) -> Result<&str> {
 }
 
 /// Where to put a capture.
+#[derive(Clone, Copy)]
 pub enum Target<'a> {
     Db(&'a str),
     Daemon {
@@ -152,6 +159,9 @@ pub struct ImportSummary {
     pub events: u64,
     pub damaged_regions: usize,
     pub bytes_skipped: u64,
+    /// XLA modules attached from `--xla-dump`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xla_modules: Option<usize>,
 }
 
 const BATCH_EVENTS: usize = 65_536;
@@ -226,6 +236,7 @@ pub fn import_capture(
         events: 0,
         damaged_regions: reader.damage().len(),
         bytes_skipped: reader.damage().iter().map(|d| d.bytes_skipped).sum(),
+        xla_modules: None,
     };
     match target {
         Target::Db(db) => {
@@ -317,7 +328,22 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
         },
         (None, None) => bail!("give --db PATH or --daemon URL"),
     };
-    let s = import_capture(&args.capture, target, args.run.clone(), args.node.clone())?;
+    let dump = match &args.xla_dump {
+        Some(dir) => Some((dir, super::import_xla::load(dir)?)),
+        None => None,
+    };
+    let mut s = import_capture(&args.capture, target, args.run.clone(), args.node.clone())?;
+    if let Some((dir, mods)) = dump {
+        let Some(run) = s.run_id else {
+            bail!(
+                "{}: no run was stored (empty capture, or imported before: give that run's \
+                 --run key), so --xla-dump {} was not attached",
+                s.capture,
+                dir.display()
+            );
+        };
+        s.xla_modules = Some(super::import_xla::attach(&mods, dir, &target, run)?);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
     } else {
@@ -330,6 +356,12 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
             s.batches,
             s.duplicate_batches
         );
+        if let Some(n) = s.xla_modules {
+            println!(
+                "attached {n} XLA module(s) to run {}",
+                s.run_id.unwrap_or(0)
+            );
+        }
         if s.damaged_regions > 0 {
             eprintln!(
                 "warning: {}: {} damaged region(s), {} bytes skipped",

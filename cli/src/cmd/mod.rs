@@ -7,6 +7,7 @@ pub mod fmt;
 pub mod gate;
 pub mod gate_db;
 pub mod import;
+pub mod import_xla;
 pub mod log;
 pub mod replay;
 pub mod replay_gpu;

@@ -22,11 +22,18 @@ Examples:
   memwatch report run.mwcap --json | jq '.processes[].devices[].peak_bytes'
   memwatch report run.mwcap --top 20        20 largest allocations per device
   memwatch report run.mwcap --trace --device 0 > dev0.jsonl    input for `memwatch replay`
+  MEMWATCH_BACKTRACE_EVERY_BYTES=1048576 memwatch run --out run.mwcap -- ./app
+  memwatch report run.mwcap                 largest allocations / leaks with their stacks
 
 Times are since the capture's start (the first process's start). Device memory counts
 device, managed, stream-ordered pool and VMM physical allocations; pinned host memory is
-shown separately. A damaged capture (cut off by a crash) is reported up to the damage,
-and the damage is listed on stderr. A file that is not a capture exits with status 2.";
+shown separately. A process that exec'd shows once per image (pid 123 (exec #1: ...)):
+what the old image still held was released by the exec, not leaked. Sampled stacks
+(MEMWATCH_BACKTRACE_EVERY_BYTES=N when the capture was taken) are symbolized from the
+ELF symbol tables of the files on this machine. Allocation calls are timed only with
+MEMWATCH_ALLOC_DURATIONS=1 (else -). A damaged capture (cut off by a crash) is
+reported up to the damage, and the damage is listed on stderr. A file that is not a
+capture exits with status 2.";
 
 /// Arguments of `memwatch report`.
 #[derive(Args, Debug)]
@@ -77,7 +84,10 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
             .streams
             .iter()
             .enumerate()
-            .map(|(i, (pid, dev))| format!("{i}=pid {pid} device {dev}"))
+            .map(|(i, (proc_, dev))| match proc_.image {
+                0 => format!("{i}=pid {} device {dev}", proc_.pid),
+                n => format!("{i}=pid {} (exec #{n}) device {dev}", proc_.pid),
+            })
             .collect();
         eprintln!(
             "memwatch: trace: {} allocs, {} frees; streams: {}",
@@ -285,12 +295,22 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
     for p in &r.processes {
         o.push('\n');
         let exit = match p.exit_code {
+            _ if p.ended_by_exec => {
+                "replaced by exec (memory it held was released, not leaked)".to_string()
+            }
             Some(-1) => "ended (exit status not known to the shim)".to_string(),
             Some(c) => format!("exit {c}"),
             None => "no end recorded (killed, still running, or cut off)".into(),
         };
+        let image = match p.image {
+            0 => String::new(),
+            n => format!(
+                " (exec #{n}: {})",
+                p.command.first().map_or("?", |c| c.as_str())
+            ),
+        };
         o.push_str(&format!(
-            "process {} (parent {}): {}\n  {}, peak {} at {}, {} dropped events\n",
+            "process {}{image} (parent {}): {}\n  {}, peak {} at {}, {} dropped events\n",
             p.pid,
             p.ppid,
             command_line(p),
@@ -310,7 +330,7 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
                 "failed",
                 "peak",
                 "peak at",
-                "live at exit",
+                "live at exit/exec",
                 "pinned host peak",
                 "unmatched frees",
             ]
@@ -331,11 +351,19 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
                     d.failed_count.to_string(),
                     bytes(d.peak_bytes),
                     duration(d.peak_ts_ns),
-                    format!(
-                        "{} ({})",
-                        bytes(d.live_bytes_at_exit),
-                        d.live_allocs_at_exit
-                    ),
+                    if p.ended_by_exec {
+                        format!(
+                            "{} ({}) at exec",
+                            bytes(d.live_bytes_at_exec),
+                            d.live_allocs_at_exec
+                        )
+                    } else {
+                        format!(
+                            "{} ({})",
+                            bytes(d.live_bytes_at_exit),
+                            d.live_allocs_at_exit
+                        )
+                    },
                     bytes(d.host_pinned.peak_bytes),
                     d.unmatched_frees.to_string(),
                 ]);
@@ -361,6 +389,35 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
                 })
                 .collect();
             table(&mut o, "    ", &rows);
+            for a in d.largest_allocations.iter().filter(|a| !a.stack.is_empty()) {
+                o.push_str(&format!(
+                    "    sampled stack of the {} {} at {}:\n",
+                    bytes(a.size),
+                    a.api,
+                    duration(a.ts_ns)
+                ));
+                stack_lines(&mut o, &a.stack);
+            }
+        }
+        for d in &p.devices {
+            if d.largest_leaks.is_empty() || top == 0 {
+                continue;
+            }
+            o.push_str(&format!(
+                "  largest leaks (live at exit), device {}:\n",
+                d.device
+            ));
+            for a in &d.largest_leaks {
+                o.push_str(&format!(
+                    "    {} {} {} at {} {:#x}\n",
+                    bytes(a.size),
+                    a.api,
+                    a.mem_kind,
+                    duration(a.ts_ns),
+                    a.ptr
+                ));
+                stack_lines(&mut o, &a.stack);
+            }
         }
         if !p.api.is_empty() {
             o.push_str("  API calls:\n");
@@ -403,6 +460,24 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
     o
 }
 
+/// `#0 function (module+0xoffset)` per frame, innermost first.
+fn stack_lines(o: &mut String, stack: &[memwatch_analysis::capture::symbolize::StackFrame]) {
+    for (i, f) in stack.iter().enumerate() {
+        let module = f
+            .module
+            .as_deref()
+            .map(|m| m.rsplit('/').next().unwrap_or(m));
+        let place = match module {
+            Some(m) => format!("{m}+{:#x}", f.offset),
+            None => format!("{:#x}", f.address),
+        };
+        match &f.symbol {
+            Some(s) => o.push_str(&format!("      #{i} {s} ({place})\n")),
+            None => o.push_str(&format!("      #{i} {place}\n")),
+        }
+    }
+}
+
 fn api_table(o: &mut String, stats: &[memwatch_analysis::capture::ApiStats]) {
     let mut rows = vec![[
         "api",
@@ -417,20 +492,39 @@ fn api_table(o: &mut String, stats: &[memwatch_analysis::capture::ApiStats]) {
     ]
     .map(String::from)
     .to_vec()];
+    let mut untimed = false;
     for s in stats {
+        // The shim times allocation / release calls only with MEMWATCH_ALLOC_DURATIONS=1
+        // (one clock read per call instead of two): all-zero durations were not measured.
+        let timed = s.max_ns > 0;
+        untimed |= !timed;
+        let d = |ns: u64| if timed { duration(ns) } else { "-".to_string() };
         rows.push(vec![
             s.api.clone(),
             s.count.to_string(),
             s.errors.to_string(),
-            duration(s.total_ns),
-            duration(s.p50_ns),
-            duration(s.p99_ns),
-            duration(s.max_ns),
-            s.max_concurrent.to_string(),
-            s.max_concurrent_devices.to_string(),
+            d(s.total_ns),
+            d(s.p50_ns),
+            d(s.p99_ns),
+            d(s.max_ns),
+            if timed {
+                s.max_concurrent.to_string()
+            } else {
+                "-".to_string()
+            },
+            if timed {
+                s.max_concurrent_devices.to_string()
+            } else {
+                "-".to_string()
+            },
         ]);
     }
     table(o, "    ", &rows);
+    if untimed {
+        o.push_str(
+            "    (-: calls not timed; run with MEMWATCH_ALLOC_DURATIONS=1 to time allocations)\n",
+        );
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! to HTTP statuses. Queries live in `store::query`; the document in `openapi`.
 
 pub mod openapi;
+mod runtime;
 
 use std::sync::Arc;
 
@@ -67,6 +68,8 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/api/runs/{id}", get(run))
         .route("/api/runs/{id}/timeline", get(timeline))
         .route("/api/runs/{id}/peak", get(peak))
+        .route("/api/runs/{id}/runtime", get(runtime::runtime))
+        .route("/api/runs/{id}/xla", post(runtime::attach_xla))
         .route("/api/runs/{id}/events", get(events))
         .route("/api/incidents", get(incidents))
         .route("/api/ingest", post(ingest))
@@ -176,12 +179,14 @@ async fn peak(
     Query(q): Query<PeakQ>,
 ) -> Result<Response, ApiError> {
     let device = q.device.unwrap_or(0);
-    match st
-        .store
-        .peak(id, device, q.top.unwrap_or(20).min(10_000))
-        .await?
-    {
-        Some(p) => Ok(Json(p).into_response()),
+    let top = q.top.unwrap_or(20).min(10_000);
+    match st.store.peak(id, device, top).await? {
+        Some(p) => {
+            let mut doc = serde_json::to_value(p)
+                .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+            runtime::add_to_peak(&st.store, id, device, top, &mut doc).await?;
+            Ok(Json(doc).into_response())
+        }
         None => Err(not_found(format!("no peak for run {id} device {device}"))),
     }
 }

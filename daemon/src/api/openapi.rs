@@ -11,6 +11,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/runs/{id}/timeline"),
     ("get", "/api/runs/{id}/peak"),
     ("get", "/api/runs/{id}/events"),
+    ("get", "/api/runs/{id}/runtime"),
+    ("post", "/api/runs/{id}/xla"),
     ("get", "/api/incidents"),
     ("post", "/api/ingest"),
     ("get", "/api/openapi.json"),
@@ -58,7 +60,7 @@ pub fn document() -> Value {
                     q("points", "integer", "buckets, 1..100000 (default 2000)")],
                 "responses": ok("{\"bucket_ns\":N, \"source\":\"rollup|raw\", \"points\":[{\"t_ns\",\"min\",\"max\",\"last\"}]}")}},
             "/api/runs/{id}/peak": {"get": {
-                "summary": "Allocations live at the device's peak, grouped by size class, kind, thread and annotation",
+                "summary": "Allocations live at the device's peak, grouped by size class, kind, thread and annotation; with PJRT records, `runtime`: the executable at the runtime peak, BFC bytes in use/pool, live bytes by XLA module (`by_xla_module`) and, with an attached dump, by HLO op_name (`by_hlo_op`, `hlo_buffers`)",
                 "parameters": [id(), q("device", "integer", "device ordinal (default 0)"), q("top", "integer", "largest allocations to list (default 20)")],
                 "responses": ok("peak")}},
             "/api/runs/{id}/events": {"get": {
@@ -67,6 +69,18 @@ pub fn document() -> Value {
                     q("from", "integer", "ns since run start"), q("to", "integer", "ns since run start"),
                     q("cursor", "string", "next_cursor of the previous page"), q("limit", "integer", "page size (default 1000)")],
                 "responses": ok("{\"events\": [...], \"next_cursor\": \"...\"|null}")}},
+            "/api/runs/{id}/runtime": {"get": {
+                "summary": "PJRT runtime view of a device: the framework allocator's (BFC) bytes in use / pool / largest free block / limit over time, executions as spans, the executable running at the runtime peak with its compiled memory statistics, OOMs inside execute",
+                "parameters": [id(), q("device", "integer", "device ordinal (default 0)"),
+                    q("points", "integer", "timeline samples, 1..100000 (default 2000; each bucket keeps its largest sample)"),
+                    q("limit", "integer", "executions to list (default 10000)"),
+                    q("top", "integer", "HLO buffers / op_names to list from an attached dump (default 20)")],
+                "responses": ok("{\"timeline\":[{\"ts_ns\",\"bytes_in_use\",\"peak_bytes_in_use\",\"pool_bytes\",\"largest_free_block_bytes\",\"bytes_limit\"}], \"executions\":[{\"executable\",\"start_ns\",\"end_ns\",\"completed\",\"result\"}], \"peak\":{...}|null, \"peak_executable\":{...}|null, \"executables\":[...], \"ooms\":[...]}")}},
+            "/api/runs/{id}/xla": {"post": {
+                "summary": "Attach an XLA dump to a run: the body is `memwatch xla report DUMP --json`; the peak then groups its runtime attribution by XLA module and HLO op_name",
+                "parameters": [id()],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object"}}}},
+                "responses": ok("{\"run_id\":N, \"modules\":N}")}},
             "/api/incidents": {"get": {"summary": "Failed allocations (OOM and other errors), newest first",
                 "parameters": [q("run", "integer", "only this run"), q("limit", "integer", "default 100")],
                 "responses": ok("{\"incidents\": [...]}")}},

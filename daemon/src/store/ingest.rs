@@ -211,6 +211,7 @@ impl Ingestor {
                         touched.insert(r);
                         work.push((r, evs.as_slice()));
                         events += evs.len() as u64;
+                        super::pjrt::store_events(tx, r, evs).await?;
                     }
                     Record::DeviceInfo(d) => {
                         sqlx::query(
@@ -291,10 +292,19 @@ impl Ingestor {
                         .execute(&mut **tx)
                         .await?;
                     }
-                    // PJRT executable / allocator-statistics frames (issue 9) are not
-                    // stored by the daemon yet; `memwatch report`/`runtime` read them
-                    // from the capture file.
-                    Record::PjrtExecutable(_) | Record::PjrtMemoryStats(_) => {}
+                    // PJRT executable / allocator-statistics frames (issue 9): store::pjrt.
+                    Record::PjrtExecutable(x) => {
+                        let r = self.run_for(tx, node_id, key, x.ts_ns, 0, now).await?;
+                        run_id = Some(r);
+                        super::pjrt::store_executable(tx, r, x).await?;
+                    }
+                    Record::PjrtMemoryStats(s) => {
+                        let r = self.run_for(tx, node_id, key, s.ts_ns, 0, now).await?;
+                        run_id = Some(r);
+                        super::pjrt::store_memory_stats(tx, r, s).await?;
+                    }
+                    // Sampled native stacks: read by `memwatch report` from the capture file.
+                    Record::Backtrace(_) | Record::ModuleMap(_) => {}
                     Record::Unknown { .. } => {}
                 }
             }

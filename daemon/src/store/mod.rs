@@ -4,6 +4,7 @@
 
 pub mod gate;
 pub mod ingest;
+pub mod pjrt;
 pub mod query;
 pub mod rollup;
 pub mod snapshot;

@@ -10,6 +10,7 @@ pub mod data;
 pub mod export;
 pub mod fmt;
 mod pages;
+pub mod runtime;
 pub mod views;
 
 use axum::http::{header, StatusCode};

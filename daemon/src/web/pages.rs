@@ -485,6 +485,7 @@ pub async fn peak(
     let run = load_run(&st, id).await?;
     let devices: Vec<i64> = run.devices.iter().map(|d| d.device).collect();
     let device = q.device.or(devices.first().copied()).unwrap_or(0);
+    let runtime = super::runtime::panel(&st.store, id, device).await?;
     let Some(p) = st.store.peak(id, device, PEAK_LIST).await? else {
         return html(&PeakPage {
             id,
@@ -498,6 +499,7 @@ pub async fn peak(
             live_allocations: 0,
             shown: 0,
             dims: Vec::new(),
+            runtime,
         });
     };
     let at = p.peak_ts_ns.max(0) as u64;
@@ -514,6 +516,7 @@ pub async fn peak(
         live_allocations: p.live_allocations,
         shown: p.largest.len() as u64,
         dims: peak_dims(&p),
+        runtime,
     })
 }
 

@@ -128,6 +128,8 @@ pub struct PeakPage {
     pub live_allocations: u64,
     pub shown: u64,
     pub dims: Vec<DimView>,
+    /// PJRT runtime attribution (web::runtime), when the run has PJRT records.
+    pub runtime: Option<super::runtime::RuntimePanel>,
 }
 
 pub struct DimView {

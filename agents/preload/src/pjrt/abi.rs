@@ -30,6 +30,9 @@ pub mod slot {
     pub const ERROR_DESTROY: usize = 0;
     pub const ERROR_MESSAGE: usize = 1;
     pub const ERROR_GET_CODE: usize = 2;
+    pub const EVENT_DESTROY: usize = 5;
+    pub const EVENT_ERROR: usize = 7;
+    pub const EVENT_AWAIT: usize = 8;
     pub const EVENT_ON_READY: usize = 9;
     pub const CLIENT_DESTROY: usize = 11;
     pub const CLIENT_ADDRESSABLE_DEVICES: usize = 16;
@@ -51,6 +54,7 @@ pub mod slot {
     pub const BUFFER_DEVICE: usize = 65;
     pub const BUFFER_DELETE: usize = 67;
     pub const BUFFER_COPY_TO_DEVICE: usize = 69;
+    pub const BUFFER_READY_EVENT: usize = 72;
     pub const BUFFER_COPY_TO_MEMORY: usize = 92;
     pub const EXECUTABLE_FINGERPRINT: usize = 94;
     pub const EXECUTABLE_GET_COMPILED_MEMORY_STATS: usize = 96;
@@ -109,6 +113,8 @@ macro_rules! args {
 args!(ErrorDestroyArgs { error: *mut Error });
 args!(ErrorMessageArgs { error: *const Error, message: *const c_char, message_size: usize });
 args!(ErrorGetCodeArgs { error: *const Error, code: c_int });
+args!(EventArgs { event: *mut c_void });
+args!(BufferReadyEventArgs { buffer: *mut c_void, event: *mut c_void });
 args!(EventOnReadyArgs { event: *mut c_void, callback: Option<OnReadyCallback>, user_arg: *mut c_void });
 args!(ClientDestroyArgs { client: *mut c_void });
 args!(ClientAddressableDevicesArgs { client: *mut c_void, devices: *mut *mut c_void, num_devices: usize });

@@ -44,6 +44,10 @@ static BUILD: AtomicU8 = AtomicU8::new(NONE);
 
 /// The entries we replace and their wrappers.
 const WRAPPED_SLOTS: &[(usize, abi::ApiFn)] = &[
+    (slot::EVENT_DESTROY, wrap::event_destroy),
+    (slot::EVENT_ERROR, wrap::event_error),
+    (slot::EVENT_AWAIT, wrap::event_await),
+    (slot::EVENT_ON_READY, wrap::event_on_ready),
     (slot::CLIENT_DESTROY, wrap::client_destroy),
     (
         slot::CLIENT_ADDRESSABLE_DEVICES,
@@ -61,6 +65,7 @@ const WRAPPED_SLOTS: &[(usize, abi::ApiFn)] = &[
     (slot::BUFFER_DELETE, wrap::buffer_delete),
     (slot::BUFFER_COPY_TO_DEVICE, wrap::buffer_copy_to_device),
     (slot::BUFFER_COPY_TO_MEMORY, wrap::buffer_copy_to_memory),
+    (slot::BUFFER_READY_EVENT, wrap::buffer_ready_event),
 ];
 
 /// Called by the `dlsym` hook when the program looked up `GetPjrtApi` and got `p`.

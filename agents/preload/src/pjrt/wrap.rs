@@ -9,7 +9,9 @@
 //! the caller asked for completion events, a memory-stats request for the flusher),
 //! buffer creation / copy / destroy. An execute error is recorded with its code and the
 //! size its RESOURCE_EXHAUSTED message names, whether Execute returned it or it came
-//! later with the completion event.
+//! later with the completion event or — when the caller asked for no completion events —
+//! on an output buffer's ready event (`PJRT_Buffer_ReadyEvent`, then `PJRT_Event_OnReady`,
+//! `_Await` or `_Error`; the links live in `ready`), once per execution and device.
 //! Fields are only read when the caller's `struct_size` covers them. No lock is held
 //! across a real call and the recording guard is not held either, so the driver calls
 //! the plugin makes inside (cuMemAlloc ...) are still recorded.
@@ -371,6 +373,14 @@ unsafe extern "C" fn on_complete(err: *mut Error, user_arg: *mut c_void) {
     // here, and is recorded like a synchronous one (code + the size its message names).
     let (code, requested) = error_info(err);
     if let Some((handle, t0, device)) = registry::take_completion(user_arg as usize) {
+        // A failure already reported through an output's ready event is not counted twice.
+        if code != 0 && !super::ready::first_report((handle, t0, device)) {
+            super::request_sample();
+            if !err.is_null() {
+                destroy_error(err);
+            }
+            return;
+        }
         push(Api::PjrtExecuteComplete, |e| {
             e.kind = EventKind::ApiSpan as u8;
             e.ptr = handle;
@@ -451,6 +461,7 @@ pub(super) unsafe extern "C" fn execute(args: *mut c_void) -> *mut Error {
                                 }
                             };
                             new_buffer(Api::PjrtExecuteOutput, b, dev_at(d), size, handle, t0, t1);
+                            super::ready::link_output(b as u64, (handle, t0, dev_at(d)));
                         }
                     }
                 }
@@ -556,6 +567,9 @@ unsafe fn release(s: usize, api: Api, args: *mut c_void) -> *mut Error {
     } else {
         core::ptr::null_mut()
     };
+    if !buf.is_null() {
+        super::ready::unlink_output(buf as u64);
+    }
     let t0 = crate::clock::raw();
     let err = call_real(s, args);
     let t1 = crate::clock::raw();
@@ -582,6 +596,119 @@ pub(super) unsafe extern "C" fn buffer_destroy(args: *mut c_void) -> *mut Error 
 
 pub(super) unsafe extern "C" fn buffer_delete(args: *mut c_void) -> *mut Error {
     release(slot::BUFFER_DELETE, Api::PjrtBufferDelete, args)
+}
+
+// ------------------------------------------ errors on the outputs' ready events
+
+/// Records a failed execution whose error surfaced on an output's ready event (once per
+/// execution and device; see `ready`). Reads the error, never destroys it.
+unsafe fn report_ready_error(err: *mut Error, o: super::ready::Origin) {
+    if err.is_null() || !super::recording() {
+        return;
+    }
+    let now = crate::clock::raw();
+    let (code, requested) = error_info(err);
+    if code == 0 || !super::ready::first_report(o) {
+        return;
+    }
+    let (handle, t0, device) = o;
+    push(Api::PjrtExecuteComplete, |e| {
+        e.kind = EventKind::ApiSpan as u8;
+        e.ptr = handle;
+        e.size = requested;
+        e.result = code;
+        e.device = device;
+        e.ts_ns = t0;
+        e.duration_ns = now.wrapping_sub(t0);
+    });
+    super::request_sample();
+}
+
+/// The event of an `EventArgs` call, when `struct_size` covers it.
+unsafe fn event_arg(args: *mut c_void) -> u64 {
+    let a = args as *mut EventArgs;
+    if a.is_null() || !field_ok!(a, EventArgs, event) {
+        return 0;
+    }
+    (*a).event as u64
+}
+
+pub(super) unsafe extern "C" fn buffer_ready_event(args: *mut c_void) -> *mut Error {
+    let err = call_real(slot::BUFFER_READY_EVENT, args);
+    let a = args as *mut BufferReadyEventArgs;
+    if err.is_null() && !a.is_null() && field_ok!(a, BufferReadyEventArgs, event) {
+        let a = &*a;
+        if let Some(o) = super::ready::output_origin(a.buffer as u64) {
+            super::ready::link_event(a.event as u64, o);
+        }
+    }
+    err
+}
+
+pub(super) unsafe extern "C" fn event_await(args: *mut c_void) -> *mut Error {
+    let ev = event_arg(args);
+    let err = call_real(slot::EVENT_AWAIT, args);
+    if !err.is_null() {
+        if let Some(o) = super::ready::event_origin(ev) {
+            report_ready_error(err, o);
+        }
+    }
+    err
+}
+
+pub(super) unsafe extern "C" fn event_error(args: *mut c_void) -> *mut Error {
+    let ev = event_arg(args);
+    let err = call_real(slot::EVENT_ERROR, args);
+    if !err.is_null() {
+        if let Some(o) = super::ready::event_origin(ev) {
+            report_ready_error(err, o);
+        }
+    }
+    err
+}
+
+pub(super) unsafe extern "C" fn event_destroy(args: *mut c_void) -> *mut Error {
+    super::ready::unlink_event(event_arg(args));
+    call_real(slot::EVENT_DESTROY, args)
+}
+
+/// Interposed `OnReady` callback of a linked ready event: records a failure, then hands
+/// the error (and its ownership) to the caller's callback.
+unsafe extern "C" fn ready_callback(err: *mut Error, user_arg: *mut c_void) {
+    if let Some((cb, user, o)) = super::ready::take_callback(user_arg as usize) {
+        report_ready_error(err, o);
+        // SAFETY: the caller's non-null callback, stored by `event_on_ready`.
+        let cb = core::mem::transmute::<usize, OnReadyCallback>(cb);
+        cb(err, user as *mut c_void);
+    }
+}
+
+pub(super) unsafe extern "C" fn event_on_ready(args: *mut c_void) -> *mut Error {
+    let a = args as *mut EventOnReadyArgs;
+    if a.is_null() || !field_ok!(a, EventOnReadyArgs, user_arg) || !super::recording() {
+        return call_real(slot::EVENT_ON_READY, args);
+    }
+    let a = &mut *a;
+    let (Some(cb), Some(o)) = (a.callback, super::ready::event_origin(a.event as u64)) else {
+        return call_real(slot::EVENT_ON_READY, args);
+    };
+    let Some(idx) = super::ready::claim_callback(cb as usize, a.user_arg as usize, o) else {
+        return call_real(slot::EVENT_ON_READY, args);
+    };
+    // The plugin sees our callback for the duration of the call; the caller's args are
+    // restored before returning, so the caller observes nothing.
+    let user = a.user_arg;
+    a.callback = Some(ready_callback);
+    a.user_arg = idx as *mut c_void;
+    let err = call_real(slot::EVENT_ON_READY, args);
+    let a = &mut *(args as *mut EventOnReadyArgs);
+    a.callback = Some(cb);
+    a.user_arg = user;
+    if !err.is_null() {
+        // Registration failed: the callback will not run; free its context.
+        super::ready::take_callback(idx);
+    }
+    err
 }
 
 // ------------------------------------------------------ memory stats

@@ -388,6 +388,30 @@ int main(int argc, char **argv) {
         return 0;
     }
 #endif
+#ifndef DIRECT
+    if (!strcmp(sc, "dlclose-exit")) {
+        /* dlopen, allocate on device 3, dlclose at once, exit at once: the capture must
+         * still describe device 3 (the shim asks the runtime before it is unloaded), and
+         * the wrapper the program kept must not call into the unmapped library. */
+        void *h = open_lib("libamdhip64.so");
+        fn_i sd = (fn_i)must(h, "hipSetDevice");
+        fn_pp_s m = (fn_pp_s)must(h, "hipMalloc");
+        int r = sd(3); E("hipSetDevice", SETDEV, MK_NONE, r, 3, 0, 3, 0);
+        void *p = NULL;
+        r = m(&p, 4321); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 4321, 3, 0);
+        errno = 77;
+        int c = dlclose(h);
+        int e = errno;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/libamdhip64.so", getenv("MWTEST_LIBDIR") ? getenv("MWTEST_LIBDIR") : ".");
+        void *still = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+        printf("D dlclose=%d errno=%d unloaded=%d\n", c, e, still == NULL);
+        /* Only under the shim (m is its wrapper): without it this would jump into
+         * unmapped code. The shim forgot the unloaded function: "not initialised". */
+        if (getenv("MWTEST_CALL_AFTER_CLOSE")) printf("A after_close=%d\n", m(&p, 1));
+        return 0;
+    }
+#endif
     if (!strcmp(sc, "probe")) {
         /* no runtime loaded: RTLD_DEFAULT lookups of hooked names must still fail */
         const char *names[] = {"hipMalloc", "cuMemAlloc_v2", "cuGetProcAddress_v2", "cudaMalloc", "dlsym"};

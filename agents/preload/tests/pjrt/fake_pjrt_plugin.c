@@ -7,7 +7,9 @@
  * outputs (K buffers of out/K bytes) on each device, holds temp during the call, and
  * fails with RESOURCE_EXHAUSTED "Out of memory while trying to allocate N bytes." when
  * the device limit would be passed. With ";async=1" that failure is not returned by
- * Execute but delivered through the completion event's OnReady callback.
+ * Execute but delivered through the completion event's OnReady callback or, when the
+ * caller asked for no completion events, through the output buffers' ready events
+ * (PJRT_Buffer_ReadyEvent, then PJRT_Event_OnReady / _Await / _Error), as JAX sees it.
  *
  * The table's shape is chosen by the environment, read on each GetPjrtApi call:
  *   FAKE_PJRT_SLOTS  number of function slots (default 130: newer than memwatch knows;
@@ -36,9 +38,10 @@
 typedef struct { size_t struct_size; void *ext; } Head;
 typedef struct { size_t struct_size; void *ext; size_t vsize; void *vext; int major, minor; void *fn[NSLOTS_MAX]; } Api;
 
-typedef struct { int code; char msg[160]; } Err;
+struct Err_ { int code; char msg[160]; };
 typedef struct { int id; int64_t in_use, peak, nallocs, largest; } Dev;
-typedef struct { int dev; uint64_t size; int deleted; } Buf;
+typedef struct Err_ Err;
+typedef struct { int dev; uint64_t size; int deleted; Err *err; } Buf;
 typedef struct { char name[64]; char fp[80]; int64_t arg, out, temp; int outs, async; } Exe;
 typedef struct { int ready; Err *err; } Ev;
 
@@ -68,9 +71,17 @@ static void Error_Message(void *args) { A(ErrMsgA); CNT(1); a->message = a->erro
 typedef struct { size_t ss; void *ext; const Err *error; int code; } ErrCodeA;
 static Err *Error_GetCode(void *args) { A(ErrCodeA); CNT(2); a->code = a->error->code; return NULL; }
 
-/* ---- events (5, 9) */
+static Err *errcopy(const Err *e) {
+  if (!e) return NULL;
+  Err *c = malloc(sizeof *c); *c = *e; return c;
+}
+
+/* ---- events (5, 7, 8, 9) */
 typedef struct { size_t ss; void *ext; Ev *event; } EvA;
 static Err *Event_Destroy(void *args) { A(EvA); CNT(5); free(a->event->err); free(a->event); return NULL; }
+/* Error and Await return their own copy of the event's error (the caller destroys it). */
+static Err *Event_Error(void *args) { A(EvA); CNT(7); return errcopy(a->event->err); }
+static Err *Event_Await(void *args) { A(EvA); CNT(8); return errcopy(a->event->err); }
 typedef struct { size_t ss; void *ext; Ev *event; void (*cb)(Err *, void *); void *user; } OnReadyA;
 /* The callback owns the event's error (PJRT_Event_OnReadyCallback). */
 static Err *Event_OnReady(void *args) {
@@ -226,6 +237,7 @@ static Err *Execute(void *args) {
        * completion event (or is dropped when the caller asked for none). */
       for (int i = 0; i < e->outs; i++) {
         Buf *b = calloc(1, sizeof *b); b->dev = dev->id; b->deleted = 1; a->outs[d][i] = b;
+        if (!a->events) b->err = errcopy(oom); /* seen when the output is awaited */
       }
       if (a->events) { a->events[d] = calloc(1, sizeof(Ev)); a->events[d]->err = oom; } else free(oom);
       continue;
@@ -246,7 +258,14 @@ static Err *Execute(void *args) {
 
 /* ---- buffers (58, 64, 65, 67, 69) */
 typedef struct { size_t ss; void *ext; Buf *b; } BufA;
-static Err *Buffer_Destroy(void *args) { A(BufA); CNT(58); pthread_mutex_lock(&mu); unbuf(a->b); pthread_mutex_unlock(&mu); free(a->b); return NULL; }
+static Err *Buffer_Destroy(void *args) { A(BufA); CNT(58); pthread_mutex_lock(&mu); unbuf(a->b); pthread_mutex_unlock(&mu); free(a->b->err); free(a->b); return NULL; }
+/* (72) a ready event carrying the buffer's error (an error buffer of a failed execute) */
+typedef struct { size_t ss; void *ext; Buf *b; Ev *event; } ReadyA;
+static Err *Buffer_ReadyEvent(void *args) {
+  A(ReadyA); CNT(72);
+  a->event = calloc(1, sizeof(Ev)); a->event->ready = 1; a->event->err = errcopy(a->b->err);
+  return NULL;
+}
 typedef struct { size_t ss; void *ext; Buf *b; size_t n; } BufSizeA;
 static Err *Buffer_OnDeviceSizeInBytes(void *args) { A(BufSizeA); CNT(64); a->n = a->b->size; return NULL; }
 typedef struct { size_t ss; void *ext; Buf *b; Dev *dev; } BufDevA;
@@ -283,7 +302,8 @@ const void *GetPjrtApi(void) {
   api.minor = envint("FAKE_PJRT_MINOR", 94);
   void *f[NSLOTS_MAX] = {0};
   f[0] = (void *)Error_Destroy; f[1] = (void *)Error_Message; f[2] = (void *)Error_GetCode;
-  f[5] = (void *)Event_Destroy; f[9] = (void *)Event_OnReady;
+  f[5] = (void *)Event_Destroy; f[7] = (void *)Event_Error; f[8] = (void *)Event_Await;
+  f[9] = (void *)Event_OnReady;
   f[10] = (void *)Client_Create; f[11] = (void *)Client_Destroy; f[16] = (void *)Client_AddressableDevices;
   f[20] = (void *)Client_Compile; f[22] = (void *)BufferFromHost;
   f[31] = (void *)Device_LocalHardwareId; f[34] = (void *)Device_MemoryStats;
@@ -292,7 +312,7 @@ const void *GetPjrtApi(void) {
   f[52] = (void *)LoadedExecutable_AddressableDevices; f[55] = (void *)Execute;
   f[56] = (void *)DeserializeAndLoad; f[57] = (void *)LoadedExecutable_Fingerprint;
   f[58] = (void *)Buffer_Destroy; f[64] = (void *)Buffer_OnDeviceSizeInBytes; f[65] = (void *)Buffer_Device;
-  f[67] = (void *)Buffer_Delete; f[69] = (void *)Buffer_CopyToDevice;
+  f[67] = (void *)Buffer_Delete; f[69] = (void *)Buffer_CopyToDevice; f[72] = (void *)Buffer_ReadyEvent;
   f[94] = (void *)Executable_Fingerprint; f[96] = (void *)Executable_GetCompiledMemoryStats;
   for (int i = 0; i < nslots; i++) {
     if (!f[i] && i >= 90 && i - 90 < (int)(sizeof sentinels / sizeof *sentinels)) f[i] = (void *)sentinels[i - 90];

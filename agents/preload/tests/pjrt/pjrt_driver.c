@@ -4,6 +4,9 @@
  *   pjrt_driver PLUGIN table        -> struct size/version seen, and per slot whether the
  *                                      entry equals the plugin's own ("same"/"wrapped")
  *   pjrt_driver PLUGIN run          -> buffers, two executables, executes, an OOM
+ *   pjrt_driver PLUGIN ready        -> executes without completion events whose outputs
+ *                                      are then awaited (ready events: Await, Error,
+ *                                      OnReady), one of them failing on the device
  *   pjrt_driver PLUGIN bench N [1]  -> ns per execute of a tiny executable (with 1: one
  *                                      output buffer per device, destroyed after) */
 #include <dlfcn.h>
@@ -46,7 +49,31 @@ typedef struct { size_t ss; void *ext; void *b; void *dst; void *out; } CopyA;
 typedef struct { size_t ss; void *ext; void *event; } EvA;
 typedef struct { size_t ss; void *ext; void *exe; } ExeA;
 
+typedef struct { size_t ss; void *ext; void *b; void *event; } ReadyA;
+typedef struct { size_t ss; void *ext; void *event; void (*cb)(void *, void *); void *user; } OnReadyA;
+
 static void *client, **devices;
+static int cb_code = -1;
+static void on_ready(void *err, void *user) {
+  cb_code = err ? check(err, (const char *)user) : 0; /* check() destroys the error */
+}
+/* Waits for `buf` the three ways a framework can; prints each result. */
+static void await_output(void *buf, const char *what) {
+  ReadyA r = {sizeof r, 0, buf, 0};
+  if (check(F(72)(&r), "ready_event")) return;
+  EvA e = {sizeof e, 0, r.event};
+  printf("R %s await code=%d\n", what, check(F(8)(&e), what));
+  printf("R %s error code=%d\n", what, check(F(7)(&e), what));
+  F(5)(&e);
+  ReadyA r2 = {sizeof r2, 0, buf, 0};
+  if (check(F(72)(&r2), "ready_event")) return;
+  OnReadyA o = {sizeof o, 0, r2.event, on_ready, (void *)what};
+  cb_code = -1;
+  check(F(9)(&o), "on_ready");
+  printf("R %s on_ready code=%d user_kept=%d\n", what, cb_code, o.user == (void *)what && o.cb == on_ready);
+  EvA e2 = {sizeof e2, 0, r2.event};
+  F(5)(&e2);
+}
 static void *compile(const char *prog) {
   Program p = {sizeof p, 0, (char *)prog, strlen(prog), "hlo", 3};
   CompileA a = {sizeof a, 0, client, &p, "", 0, 0};
@@ -116,6 +143,18 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ns = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n;
     printf("B ns_per_execute %.1f\n", ns);
+    return 0;
+  }
+  if (!strcmp(argv[2], "ready")) {
+    void *ok = compile("name=jit_fine;arg=0;out=4096;temp=1024;outs=1");
+    void *bad = compile("name=jit_oom_later;arg=0;out=4096;temp=3221225472;outs=1;async=1");
+    void *k1[2], *k2[2];
+    printf("R execute jit_fine code=%d\n", execute(ok, 1, 0, k1));
+    printf("R execute jit_oom_later code=%d\n", execute(bad, 1, 0, k2));
+    for (int d = 0; d < 2; d++) { await_output(k1[d], "jit_fine"); await_output(k2[d], "jit_oom_later"); }
+    for (int d = 0; d < 2; d++) { destroy_buffer(k1[d]); destroy_buffer(k2[d]); }
+    ExeA x1 = {sizeof x1, 0, ok}, x2 = {sizeof x2, 0, bad};
+    F(50)(&x1); F(50)(&x2);
     return 0;
   }
   /* run: parameters on both devices, a training step, an inference step, an OOM. */
