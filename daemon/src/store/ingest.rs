@@ -485,7 +485,7 @@ impl Ingestor {
     ) -> Result<(), StoreError> {
         let backend = self.store.backend;
         let (mut wi, mut ei) = (0usize, 0usize);
-        let mut ready: Ready = Vec::new();
+        let mut ready: Ready = (Vec::new(), Vec::new());
         loop {
             let runs = &mut self.runs;
             let write = write_ready(tx, backend, std::mem::take(&mut ready), now);
@@ -516,7 +516,7 @@ impl Ingestor {
             let (w, a) = tokio::join!(write, apply);
             w?;
             ready = a?;
-            if ready.is_empty() && wi >= work.len() {
+            if ready.0.is_empty() && ready.1.is_empty() && wi >= work.len() {
                 return Ok(());
             }
         }
@@ -533,51 +533,86 @@ impl Ingestor {
             .filter(|(_, d)| d.dirty)
             .map(|(k, _)| *k)
             .collect();
+        // Gather every dirty device's rows first, then write them in a few multi-row
+        // statements: each statement is a round trip, and on a busy machine each round
+        // trip waits for the other side to be scheduled.
+        let mut chunks: Vec<ChunkRow> = Vec::new();
+        let mut rollups: Vec<RollRow> = Vec::new();
+        let mut counters: Vec<[i64; 8]> = Vec::new();
+        let mut snaps: Vec<(i32, i64, i64, Vec<u8>)> = Vec::new();
         for dev in devices {
             let snap = st.take_peak_snapshot(dev);
             let Some(d) = st.devices.get_mut(&dev) else {
                 continue;
             };
-            let mut chunks = std::mem::take(&mut d.full_chunks);
-            chunks.extend(d.chunk.take());
-            insert_chunks(tx, run, dev, chunks, now).await?;
-            let mut rows: Vec<RollupRow> = std::mem::take(&mut d.closed);
-            rows.extend(d.acc.open_rows());
-            upsert_rollups(tx, backend, run, dev, &rows).await?;
-            sqlx::query(
+            chunks.extend(
+                std::mem::take(&mut d.full_chunks)
+                    .into_iter()
+                    .chain(d.chunk.take())
+                    .map(|c| (run, dev, c)),
+            );
+            rollups.extend(
+                std::mem::take(&mut d.closed)
+                    .into_iter()
+                    .chain(d.acc.open_rows())
+                    .map(|r| (run, dev, r)),
+            );
+            counters.push([
+                run,
+                dev as i64,
+                d.live_bytes,
+                d.peak_bytes,
+                d.peak_ts as i64,
+                d.allocs,
+                d.frees,
+                d.failed,
+            ]);
+            if let Some(allocs) = snap {
+                snaps.push((
+                    dev,
+                    d.peak_bytes,
+                    d.peak_ts as i64,
+                    snapshot::encode(&allocs),
+                ));
+            }
+            d.dirty = false;
+        }
+        insert_chunks(tx, backend, chunks, now).await?;
+        upsert_rollups(tx, backend, &rollups).await?;
+        for group in counters.chunks(64) {
+            let mut sql = String::from(
                 "INSERT INTO run_devices (run_id, device, live_bytes, peak_bytes, peak_ts_ns, \
-                 alloc_count, free_count, failed_count) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                 ON CONFLICT (run_id, device) DO UPDATE SET live_bytes = excluded.live_bytes, \
+                 alloc_count, free_count, failed_count) VALUES ",
+            );
+            push_values(&mut sql, backend, group.len(), 8);
+            sql.push_str(
+                " ON CONFLICT (run_id, device) DO UPDATE SET live_bytes = excluded.live_bytes, \
                  peak_bytes = excluded.peak_bytes, peak_ts_ns = excluded.peak_ts_ns, \
                  alloc_count = excluded.alloc_count, free_count = excluded.free_count, \
                  failed_count = excluded.failed_count",
+            );
+            let mut q = sqlx::query(&sql);
+            for row in group {
+                for v in row {
+                    q = q.bind(*v);
+                }
+            }
+            q.execute(&mut **tx).await?;
+        }
+        for (dev, peak_bytes, peak_ts, blob) in snaps {
+            sqlx::query(
+                "INSERT INTO peak_snapshots (run_id, device, peak_bytes, peak_ts_ns, allocs) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, device) DO UPDATE SET \
+                 peak_bytes = excluded.peak_bytes, peak_ts_ns = excluded.peak_ts_ns, \
+                 allocs = excluded.allocs",
             )
             .bind(run)
             .bind(dev as i64)
-            .bind(d.live_bytes)
-            .bind(d.peak_bytes)
-            .bind(d.peak_ts as i64)
-            .bind(d.allocs)
-            .bind(d.frees)
-            .bind(d.failed)
+            .bind(peak_bytes)
+            .bind(peak_ts)
+            .bind(blob)
             .execute(&mut **tx)
             .await?;
-            if let Some(allocs) = snap {
-                sqlx::query(
-                    "INSERT INTO peak_snapshots (run_id, device, peak_bytes, peak_ts_ns, allocs) \
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, device) DO UPDATE SET \
-                     peak_bytes = excluded.peak_bytes, peak_ts_ns = excluded.peak_ts_ns, \
-                     allocs = excluded.allocs",
-                )
-                .bind(run)
-                .bind(dev as i64)
-                .bind(d.peak_bytes)
-                .bind(d.peak_ts as i64)
-                .bind(snapshot::encode(&allocs))
-                .execute(&mut **tx)
-                .await?;
-            }
-            d.dirty = false;
         }
         for inc in std::mem::take(&mut st.incidents) {
             let e = inc.event;
@@ -613,57 +648,69 @@ impl Ingestor {
     }
 }
 
-/// Inserts finished event chunks of one device, in order.
+/// A finished event chunk of one (run, device).
+type ChunkRow = (i64, i32, Chunk);
+/// A rollup row of one (run, device).
+type RollRow = (i64, i32, RollupRow);
+
+/// Chunks per multi-row insert (12 parameters each; up to ~4.5 MiB of blobs).
+const CHUNK_ROWS_PER_INSERT: usize = 8;
+
+/// Power-of-two statement sizes up to `max`: at most a few statement shapes, each
+/// prepared once per connection and then reused from sqlx's cache.
+fn group_len(rest: usize, max: usize) -> usize {
+    if rest >= max {
+        max
+    } else {
+        1 << rest.ilog2()
+    }
+}
+
+/// Inserts finished event chunks in order (ids follow the order given, so each
+/// device's chunks keep their order).
 async fn insert_chunks(
     tx: &mut Tx,
-    run: i64,
-    dev: i32,
-    chunks: Vec<Chunk>,
+    backend: Backend,
+    chunks: Vec<ChunkRow>,
     now: i64,
 ) -> Result<(), StoreError> {
-    for c in chunks {
-        sqlx::query(
+    let mut rest = chunks.len();
+    let mut it = chunks.into_iter();
+    while rest > 0 {
+        let take = group_len(rest, CHUNK_ROWS_PER_INSERT);
+        rest -= take;
+        let mut sql = String::from(
             "INSERT INTO event_chunks (run_id, device, ts_first, ts_last, n_events, \
-             live_start, live_min, live_max, live_end, created_unix_ns, events, deltas) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-        )
-        .bind(run)
-        .bind(dev as i64)
-        .bind(c.ts_first as i64)
-        .bind(c.ts_last as i64)
-        .bind(c.n as i64)
-        .bind(c.live_start)
-        .bind(c.live_min)
-        .bind(c.live_max)
-        .bind(c.live_end)
-        .bind(now)
-        .bind(c.events)
-        .bind(c.deltas)
-        .execute(&mut **tx)
-        .await?;
+             live_start, live_min, live_max, live_end, created_unix_ns, events, deltas) VALUES ",
+        );
+        push_values(&mut sql, backend, take, 12);
+        let mut q = sqlx::query(&sql);
+        for (run, dev, c) in it.by_ref().take(take) {
+            q = q
+                .bind(run)
+                .bind(dev as i64)
+                .bind(c.ts_first as i64)
+                .bind(c.ts_last as i64)
+                .bind(c.n as i64)
+                .bind(c.live_start)
+                .bind(c.live_min)
+                .bind(c.live_max)
+                .bind(c.live_end)
+                .bind(now)
+                .bind(c.events)
+                .bind(c.deltas);
+        }
+        q.execute(&mut **tx).await?;
     }
     Ok(())
 }
 
-/// Upserts rollup rows of one device (closed buckets are final; open ones are
-/// overwritten at the next commit).
-async fn upsert_rollups(
-    tx: &mut Tx,
-    backend: Backend,
-    run: i64,
-    dev: i32,
-    rows: &[RollupRow],
-) -> Result<(), StoreError> {
-    let mut rest: &[RollupRow] = rows;
+/// Upserts rollup rows (closed buckets are final; open ones are overwritten at the next
+/// commit). No key may appear twice in `rows`.
+async fn upsert_rollups(tx: &mut Tx, backend: Backend, rows: &[RollRow]) -> Result<(), StoreError> {
+    let mut rest: &[RollRow] = rows;
     while !rest.is_empty() {
-        // Power-of-two group sizes: at most a dozen statement shapes, each
-        // prepared once per connection and then reused from sqlx's cache.
-        let take = if rest.len() >= ROLLUP_ROWS_PER_INSERT {
-            ROLLUP_ROWS_PER_INSERT
-        } else {
-            1 << rest.len().ilog2()
-        };
-        let (group, tail) = rest.split_at(take);
+        let (group, tail) = rest.split_at(group_len(rest.len(), ROLLUP_ROWS_PER_INSERT));
         rest = tail;
         let mut sql = String::from(
             "INSERT INTO rollups (run_id, device, level, bucket, lo, hi, last) VALUES ",
@@ -674,10 +721,10 @@ async fn upsert_rollups(
              lo = excluded.lo, hi = excluded.hi, last = excluded.last",
         );
         let mut q = sqlx::query(&sql);
-        for r in group {
+        for (run, dev, r) in group {
             q = q
-                .bind(run)
-                .bind(dev as i64)
+                .bind(*run)
+                .bind(*dev as i64)
                 .bind(r.level as i64)
                 .bind(r.b.bucket)
                 .bind(r.b.lo)
@@ -689,30 +736,31 @@ async fn upsert_rollups(
     Ok(())
 }
 
-/// Finished chunks and closed rollups of one (run, device), ready to be written.
-type Ready = Vec<(i64, i32, Vec<Chunk>, Vec<RollupRow>)>;
+/// Finished chunks and closed rollups, ready to be written.
+type Ready = (Vec<ChunkRow>, Vec<RollRow>);
 
 /// Events applied per slice of [`Ingestor::apply_and_write`].
 const APPLY_SLICE: usize = 1 << 18;
 
 /// Takes the finished chunks and closed rollups of `runs` out of their state.
 fn take_ready(runs: &mut HashMap<i64, RunState>, which: &HashSet<i64>) -> Ready {
-    let mut out = Vec::new();
+    let (mut chunks, mut rollups) = (Vec::new(), Vec::new());
     for r in which {
         let Some(st) = runs.get_mut(r) else { continue };
         for (dev, d) in st.devices.iter_mut() {
-            if d.full_chunks.is_empty() && d.closed.is_empty() {
-                continue;
-            }
-            out.push((
-                *r,
-                *dev,
-                std::mem::take(&mut d.full_chunks),
-                std::mem::take(&mut d.closed),
-            ));
+            chunks.extend(
+                std::mem::take(&mut d.full_chunks)
+                    .into_iter()
+                    .map(|c| (*r, *dev, c)),
+            );
+            rollups.extend(
+                std::mem::take(&mut d.closed)
+                    .into_iter()
+                    .map(|x| (*r, *dev, x)),
+            );
         }
     }
-    out
+    (chunks, rollups)
 }
 
 async fn write_ready(
@@ -721,9 +769,7 @@ async fn write_ready(
     ready: Ready,
     now: i64,
 ) -> Result<(), StoreError> {
-    for (run, dev, chunks, rows) in ready {
-        insert_chunks(tx, run, dev, chunks, now).await?;
-        upsert_rollups(tx, backend, run, dev, &rows).await?;
-    }
-    Ok(())
+    let (chunks, rollups) = ready;
+    insert_chunks(tx, backend, chunks, now).await?;
+    upsert_rollups(tx, backend, &rollups).await
 }
