@@ -132,3 +132,107 @@ async fn ta_max(store: &Store, run: i64, dev: i64) -> i64 {
         .unwrap();
     t.points[0].max
 }
+
+/// The rollup timeline (folded into points by the database) equals folding every stored
+/// rollup row of the chosen level in Rust, point by point, at zooms where one point spans
+/// one to four buckets and at arbitrary offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollup_points_equal_a_fold_of_every_bucket() {
+    use memwatch_daemon::store::query::Point;
+    use memwatch_daemon::store::rollup::{level_for, shift};
+    use sqlx::Row;
+
+    let events = workload(60_000, T0, 2, 5);
+    let d = dbs("rollup_fold").await;
+    for url in &d.urls {
+        let store = Store::open(url).await.unwrap();
+        let mut ing = Ingestor::new(store.clone());
+        let mut recs = vec![start(42, T0)];
+        recs.extend(events.chunks(4096).map(|c| Record::Events(c.to_vec())));
+        ing.commit(vec![batch(1, 1, "fold", recs)]).await.unwrap();
+        let run = store.runs(1).await.unwrap()[0].id;
+        let span = store.run(run).await.unwrap().unwrap().run.duration_ns as u64 + 1;
+        let mut checked = 0;
+        for dev in 0..2i64 {
+            for (from, to, points) in [
+                (0, span, 2000),
+                (0, span, 333),
+                (span / 7, span / 7 + span / 3, 1000),
+                (span / 5 + 12_345, span / 2, 517),
+                (span / 3, span / 3 + span / 40, 50),
+            ] {
+                let tl = store
+                    .timeline(run, dev, Some(from), Some(to), points)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let Some(level) = tl.level else { continue };
+                checked += 1;
+                let bucket_ns = tl.bucket_ns;
+                let n = (to - from).div_ceil(bucket_ns) as usize;
+                let sh = shift(level);
+                assert_eq!(level_for(bucket_ns), Some(level));
+                // Reference: every bucket of the level, folded in bucket order.
+                let rows = sqlx::query(
+                    "SELECT bucket, lo, hi, last FROM rollups WHERE run_id = $1 \
+                     AND device = $2 AND level = $3 ORDER BY bucket",
+                )
+                .bind(run)
+                .bind(dev)
+                .bind(level as i64)
+                .fetch_all(&store.pool)
+                .await
+                .unwrap();
+                let mut out: Vec<Option<Point>> = vec![None; n];
+                let mut carry = 0i64;
+                for r in &rows {
+                    let b: i64 = r.try_get(0).unwrap();
+                    let (lo, hi, last): (i64, i64, i64) = (
+                        r.try_get(1).unwrap(),
+                        r.try_get(2).unwrap(),
+                        r.try_get(3).unwrap(),
+                    );
+                    let t = ((b as u64) << sh).max(from);
+                    if (b as u64) < (from >> sh) {
+                        carry = last;
+                        continue;
+                    }
+                    if t >= to {
+                        continue;
+                    }
+                    let i = ((t - from) / bucket_ns) as usize;
+                    let p = out[i].get_or_insert(Point {
+                        t_ns: from + i as u64 * bucket_ns,
+                        min: lo,
+                        max: hi,
+                        last,
+                    });
+                    p.min = p.min.min(lo);
+                    p.max = p.max.max(hi);
+                    p.last = last;
+                }
+                let mut want = Vec::new();
+                for (i, p) in out.into_iter().enumerate() {
+                    let p = match p {
+                        Some(mut p) => {
+                            p.min = p.min.min(carry);
+                            p.max = p.max.max(carry);
+                            p
+                        }
+                        None => Point {
+                            t_ns: from + i as u64 * bucket_ns,
+                            min: carry,
+                            max: carry,
+                            last: carry,
+                        },
+                    };
+                    carry = p.last;
+                    want.push(p);
+                }
+                assert_eq!(tl.points, want, "{url} dev {dev} {from}..{to} x{points}");
+            }
+        }
+        assert!(checked >= 6, "{url}: only {checked} zooms used rollups");
+        store.pool.close().await;
+    }
+}
