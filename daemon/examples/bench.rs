@@ -113,95 +113,205 @@ async fn ingest(db: &str, n: usize) {
     );
 }
 
-async fn query(db: &str, n: usize) {
-    let store = Store::open(db).await.unwrap();
-    let mut ing = Ingestor::new(store.clone());
+/// CPU time of the whole process (all threads), ms.
+fn cpu_ms() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Times one timeline query; returns (ms, source, level).
+async fn time_timeline(
+    store: &Store,
+    run: i64,
+    from: u64,
+    to: u64,
+) -> (f64, &'static str, Option<usize>) {
     let t = Instant::now();
-    let per = 1 << 20;
-    let mut done = 0usize;
-    let mut seq = 1;
-    while done < n {
-        let k = per.min(n - done);
-        let mut recs = Vec::new();
-        if done == 0 {
-            recs.push(start_rec());
-        }
-        for c in gen(done as u64, k, 8).chunks(8192) {
-            recs.push(Record::Events(c.to_vec()));
-        }
-        ing.commit(vec![Batch {
-            node: "bench".into(),
-            stream: 1,
-            seq,
-            run_key: "bench-query".into(),
-            records: recs,
-        }])
+    let tl = store
+        .timeline(run, 3, Some(from), Some(to), 2000)
         .await
+        .unwrap()
         .unwrap();
-        seq += 1;
-        done += k;
-        if done % (10 << 20) < per {
-            eprintln!(
-                "  generated {done} events ({:.0} events/s)",
-                done as f64 / t.elapsed().as_secs_f64()
-            );
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(tl.points.len(), 2000.min(((to - from) as usize).max(1)));
+    (ms, tl.source, tl.level)
+}
+
+/// With MEMWATCH_BENCH_EVICT=1, drops the SQLite file's pages from the OS page cache
+/// (posix_fadvise DONTNEED), so the next query reads from disk: colder than a daemon
+/// restart, which keeps the OS cache.
+fn evict(db: &str) -> bool {
+    use std::os::fd::AsRawFd;
+    if std::env::var("MEMWATCH_BENCH_EVICT").as_deref() != Ok("1") || db.contains("://") {
+        return false;
+    }
+    for path in [db.to_string(), format!("{db}-wal")] {
+        if let Ok(f) = std::fs::File::open(&path) {
+            let _ = f.sync_all();
+            // SAFETY: a valid open descriptor; advice only, no memory is touched.
+            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         }
     }
-    println!(
-        "direct ingest (no network) of {n} events: {:.1} s = {:.0} events/s",
-        t.elapsed().as_secs_f64(),
-        n as f64 / t.elapsed().as_secs_f64()
-    );
+    true
+}
+
+async fn query(db: &str, n: usize) {
+    let store = Store::open(db).await.unwrap();
+    let have = store
+        .runs(100)
+        .await
+        .unwrap()
+        .iter()
+        .find(|r| r.run_key == "bench-query")
+        .map_or(0, |r| r.event_count as usize);
+    if have == n {
+        println!("reusing the stored run of {n} events (delete {db} to regenerate)");
+    } else {
+        assert_eq!(have, 0, "{db} holds a bench-query run of another size");
+        let mut ing = Ingestor::new(store.clone());
+        let t = Instant::now();
+        let per = 1 << 20;
+        let mut done = 0usize;
+        let mut seq = 1;
+        while done < n {
+            let k = per.min(n - done);
+            let mut recs = Vec::new();
+            if done == 0 {
+                recs.push(start_rec());
+            }
+            for c in gen(done as u64, k, 8).chunks(8192) {
+                recs.push(Record::Events(c.to_vec()));
+            }
+            ing.commit(vec![Batch {
+                node: "bench".into(),
+                stream: 1,
+                seq,
+                run_key: "bench-query".into(),
+                records: recs,
+            }])
+            .await
+            .unwrap();
+            seq += 1;
+            done += k;
+            if done % (10 << 20) < per {
+                eprintln!(
+                    "  generated {done} events ({:.0} events/s)",
+                    done as f64 / t.elapsed().as_secs_f64()
+                );
+            }
+        }
+        println!(
+            "direct ingest (no network) of {n} events: {:.1} s = {:.0} events/s",
+            t.elapsed().as_secs_f64(),
+            n as f64 / t.elapsed().as_secs_f64()
+        );
+    }
     let runs = store.runs(10).await.unwrap();
     let run = runs.iter().find(|r| r.run_key == "bench-query").unwrap();
-    let span = run.duration_ns as u64;
+    let (run_id, span) = (run.id, run.duration_ns as u64);
     println!(
         "run {}: {} events, {:.3} s of trace time, 8 devices",
-        run.id,
+        run_id,
         run.event_count,
         span as f64 / 1e9
     );
-    for (name, from, to) in [
-        ("whole run", 0, span),
-        ("1/10 of the run", span / 3, span / 3 + span / 10),
-        ("1/1000 of the run", span / 2, span / 2 + span / 1000),
+    store.pool.close().await;
+    drop(store);
+    // Worst zooms for the rollups: a bucket just under a level's width reads ~4x as
+    // many rows as points; the finest rollup-less zoom reads raw events.
+    let w = |l: u32| 1u64 << (18 + 2 * l);
+    let mut zooms: Vec<(String, u64, u64)> = vec![
+        ("whole run".into(), 0, span),
+        ("1/10 of the run".into(), span / 3, span / 3 + span / 10),
+        ("1/1000 of the run".into(), span / 2, span / 2 + span / 1000),
         (
-            "1/100000 of the run (raw events)",
+            "1/100000 of the run".into(),
             span / 2,
             span / 2 + span / 100_000,
         ),
-    ] {
-        let mut best = Duration::MAX;
-        let mut worst = Duration::ZERO;
-        let mut src = "";
-        for _ in 0..5 {
-            let t = Instant::now();
-            let tl = store
-                .timeline(run.id, 3, Some(from), Some(to), 2000)
-                .await
-                .unwrap()
-                .unwrap();
-            let d = t.elapsed();
-            best = best.min(d);
-            worst = worst.max(d);
-            src = tl.source;
-            assert_eq!(tl.points.len(), 2000.min(((to - from) as usize).max(1)));
+    ];
+    for l in 0..4u32 {
+        let len = 2000 * (w(l + 1) - 1);
+        if len <= span {
+            zooms.push((
+                format!(
+                    "{:.3} s (buckets just under level {})",
+                    len as f64 / 1e9,
+                    l + 1
+                ),
+                span / 4,
+                span / 4 + len,
+            ));
         }
-        println!(
-            "timeline 2000 points, {name}: best {:.2} ms, worst {:.2} ms ({src})",
-            best.as_secs_f64() * 1e3,
-            worst.as_secs_f64() * 1e3
-        );
     }
+    let len = 2000 * (w(0) - 1);
+    if len <= span {
+        zooms.push((
+            format!(
+                "{:.3} s (buckets just under level 0: raw, most events)",
+                len as f64 / 1e9
+            ),
+            span / 4,
+            span / 4 + len,
+        ));
+    }
+    let mut worst_cold = 0f64;
+    let mut worst_warm = 0f64;
+    let mut worst_median = 0f64;
+    for (name, from, to) in &zooms {
+        // Cold: a fresh store (new connections, empty SQLite page cache), as after a
+        // daemon start; its first query is timed.
+        let evicted = evict(db);
+        let store = Store::open(db).await.unwrap();
+        let c0 = cpu_ms();
+        let (cold, src, level) = time_timeline(&store, run_id, *from, *to).await;
+        let cold_cpu = cpu_ms() - c0;
+        // Warm: 20 more; the median, and the worst (on a shared machine the worst can
+        // include time slices given to other processes).
+        let mut ts = Vec::new();
+        for _ in 0..20 {
+            let c = cpu_ms();
+            let wall = time_timeline(&store, run_id, *from, *to).await.0;
+            ts.push((wall, cpu_ms() - c));
+        }
+        ts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (median, (warm, warm_cpu)) = (ts[ts.len() / 2].0, ts[ts.len() - 1]);
+        worst_median = worst_median.max(median);
+        worst_cold = worst_cold.max(cold);
+        worst_warm = worst_warm.max(warm);
+        let src = match level {
+            Some(l) => format!("{src} level {l}"),
+            None => src.to_string(),
+        };
+        println!(
+            "timeline 2000 points, {name}: cold {cold:.2} ms (CPU {cold_cpu:.1} ms){}, warm median {median:.2} ms, worst of 20 {warm:.2} ms (CPU {warm_cpu:.1} ms) ({src})",
+            if evicted { " (file evicted from the OS cache)" } else { "" }
+        );
+        store.pool.close().await;
+    }
+    println!(
+        "timeline worst over all zooms: cold {worst_cold:.2} ms, warm median {worst_median:.2} ms, warm worst {worst_warm:.2} ms"
+    );
+    evict(db);
+    let store = Store::open(db).await.unwrap();
     let mut worst = Duration::ZERO;
-    for _ in 0..5 {
+    let mut cold = Duration::ZERO;
+    for i in 0..6 {
         let t = Instant::now();
-        let p = store.peak(run.id, 3, 20).await.unwrap().unwrap();
-        worst = worst.max(t.elapsed());
+        let p = store.peak(run_id, 3, 20).await.unwrap().unwrap();
+        if i == 0 {
+            cold = t.elapsed();
+        } else {
+            worst = worst.max(t.elapsed());
+        }
         assert!(p.live_allocations > 0);
     }
     println!(
-        "peak query (grouped live allocations at the peak): worst of 5 {:.2} ms",
+        "peak query (grouped live allocations at the peak): cold {:.2} ms, warm worst of 5 {:.2} ms",
+        cold.as_secs_f64() * 1e3,
         worst.as_secs_f64() * 1e3
     );
 }

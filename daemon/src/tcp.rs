@@ -182,6 +182,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
         return Err(proto("empty node name"));
     }
     tracing::info!(%peer, %node, "agent connected");
+    // One receive buffer per connection, reused: a fresh multi-MiB allocation per batch
+    // cost a page fault per 4 KiB.
+    let mut frames: Vec<u8> = Vec::new();
     loop {
         let mut magic = [0u8; 4];
         match rd.read_exact(&mut magic).await {
@@ -204,12 +207,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 cfg.max_batch_bytes
             )));
         }
-        let mut frames = vec![0u8; nbytes as usize];
+        frames.clear();
+        frames.resize(nbytes as usize, 0);
         rd.read_exact(&mut frames).await?;
         Metrics::add(&metrics.frame_bytes_total, nbytes as u64);
         let records = decode_frames_strict(&frames)
             .map_err(|e| proto(format!("stream {stream} batch {seq}: {e}")))?;
-        drop(frames);
         let rx = writer
             .submit(Batch {
                 node: node.clone(),

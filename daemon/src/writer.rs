@@ -55,12 +55,35 @@ fn events_in(b: &Batch) -> usize {
         .sum()
 }
 
+/// glibc's allocator returns freed blocks above its mmap threshold (and free space at the
+/// top of a heap above its trim threshold) to the kernel at once. Ingest allocates and
+/// frees a 576 KiB event chunk per 8192 events and multi-MiB batches, so every one came
+/// back as fresh zeroed pages: a page fault per 4 KiB, about a sixth of the daemon's CPU
+/// time at 1M events/s (perf stat: 392k faults for 5M events; 109k with these settings).
+/// Keeps blocks up to 16 MiB in the heap and up to 128 MiB of free heap. Process-wide,
+/// set once, by the process that runs the writer.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: mallopt only changes allocator parameters; called before the
+            // writer allocates, and glibc serialises it against other allocations.
+            unsafe {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, 16 << 20);
+                libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 20);
+            }
+        });
+    }
+}
+
 /// Starts the writer; it stops when every handle is dropped.
 pub fn spawn_writer(
     mut ingestor: Ingestor,
     metrics: Arc<Metrics>,
     queue: usize,
 ) -> (WriterHandle, tokio::task::JoinHandle<()>) {
+    tune_allocator();
     let (tx, mut rx) = mpsc::channel::<Job>(queue.max(1));
     let handle = WriterHandle {
         tx,

@@ -79,9 +79,12 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
-        let running = memwatch_daemon::start(cfg)
-            .await
-            .with_context(|| format!("memwatch serve --db {}", args.db))?;
+        let running = memwatch_daemon::start(cfg).await.with_context(|| {
+            format!(
+                "memwatch serve --db {}",
+                memwatch_daemon::store::redact(&args.db)
+            )
+        })?;
         eprintln!(
             "memwatch serve: API http://{}  ingest tcp://{}  db {}",
             running.api_addr,

@@ -9,12 +9,12 @@
 use std::collections::{HashMap, HashSet};
 
 use memwatch_wire::frame::decode_event;
-use memwatch_wire::{Api, Record, Vendor, EVENT_SIZE};
+use memwatch_wire::{Api, Event, Record, Vendor, EVENT_SIZE};
 use sqlx::{Any, Row, Transaction};
 
 use super::rollup::RollupRow;
-use super::state::RunState;
-use super::{col_i64, now_unix_ns, snapshot, Store, StoreError};
+use super::state::{Chunk, RunState};
+use super::{col_i64, now_unix_ns, snapshot, Backend, Store, StoreError};
 
 /// Run key used when a batch carries events but no run key.
 pub const DEFAULT_RUN_KEY: &str = "unnamed";
@@ -40,6 +40,32 @@ pub struct BatchOutcome {
     pub events: u64,
     /// The run the batch's events went to, if any.
     pub run_id: Option<i64>,
+}
+
+/// Rows per multi-row rollup upsert: 7 parameters each, well under SQLite's 32,766 and
+/// PostgreSQL's 65,535 bind parameters per statement.
+const ROLLUP_ROWS_PER_INSERT: usize = 2048;
+
+/// Appends `rows` parenthesised groups of `cols` placeholders. SQLite gets anonymous `?`
+/// (sqlx looks each numbered parameter's name up in a list, which makes a statement with
+/// thousands of `$N` quadratic); PostgreSQL needs `$N`.
+fn push_values(sql: &mut String, backend: Backend, rows: usize, cols: usize) {
+    use std::fmt::Write;
+    for i in 0..rows {
+        sql.push_str(if i == 0 { "(" } else { ",(" });
+        for c in 0..cols {
+            if c > 0 {
+                sql.push(',');
+            }
+            match backend {
+                Backend::Sqlite => sql.push('?'),
+                Backend::Postgres => {
+                    let _ = write!(sql, "${}", i * cols + c + 1);
+                }
+            }
+        }
+        sql.push(')');
+    }
 }
 
 /// The single writer. See the module docs.
@@ -114,7 +140,10 @@ impl Ingestor {
         let mut pending: HashMap<(i64, u64), u64> = HashMap::new();
         let mut outcomes = Vec::with_capacity(batches.len());
         let mut touched: HashSet<i64> = HashSet::new();
-        for b in batches {
+        // Events to apply, in arrival order; applied after the other records (whose rows
+        // do not depend on them) so that applying overlaps writing (`apply_and_write`).
+        let mut work: Vec<(i64, &[Event])> = Vec::new();
+        for b in &batches {
             let node_id = self.node_id(tx, &b.node, now).await?;
             if b.seq != 0 {
                 let last = match pending.get(&(node_id, b.stream)) {
@@ -180,12 +209,7 @@ impl Ingestor {
                         let r = self.run_for(tx, node_id, key, first.ts_ns, 0, now).await?;
                         run_id = Some(r);
                         touched.insert(r);
-                        let st = self.runs.get_mut(&r).ok_or_else(|| {
-                            StoreError::Corrupt(format!("run {r} vanished from memory"))
-                        })?;
-                        for e in evs {
-                            st.apply(e, true);
-                        }
+                        work.push((r, evs.as_slice()));
                         events += evs.len() as u64;
                         super::pjrt::store_events(tx, r, evs).await?;
                     }
@@ -304,6 +328,7 @@ impl Ingestor {
                 run_id,
             });
         }
+        self.apply_and_write(tx, &work, now).await?;
         for r in touched {
             self.flush_run(tx, r, now).await?;
         }
@@ -448,7 +473,57 @@ impl Ingestor {
         Ok(st)
     }
 
+    /// Applies `work` in slices; while one slice is applied (CPU, this task), the chunks
+    /// and rollups finished by the previous slice are written (the database works on its
+    /// own thread or process), so the two overlap. Same rows, same order per device as
+    /// writing everything at the end; all in the caller's transaction.
+    async fn apply_and_write(
+        &mut self,
+        tx: &mut Tx,
+        work: &[(i64, &[Event])],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let backend = self.store.backend;
+        let (mut wi, mut ei) = (0usize, 0usize);
+        let mut ready: Ready = (Vec::new(), Vec::new());
+        loop {
+            let runs = &mut self.runs;
+            let write = write_ready(tx, backend, std::mem::take(&mut ready), now);
+            let apply = async {
+                let mut n = 0usize;
+                let mut seen: HashSet<i64> = HashSet::new();
+                while wi < work.len() && n < APPLY_SLICE {
+                    let (r, evs) = work[wi];
+                    let st = runs.get_mut(&r).ok_or_else(|| {
+                        StoreError::Corrupt(format!("run {r} vanished from memory"))
+                    })?;
+                    seen.insert(r);
+                    let end = evs.len().min(ei + (APPLY_SLICE - n)).min(ei + 8192);
+                    for e in &evs[ei..end] {
+                        st.apply(e, true);
+                    }
+                    n += end - ei;
+                    ei = end;
+                    if ei == evs.len() {
+                        wi += 1;
+                        ei = 0;
+                    }
+                    // Lets the pending write submit its next statement.
+                    tokio::task::yield_now().await;
+                }
+                Ok::<_, StoreError>(take_ready(runs, &seen))
+            };
+            let (w, a) = tokio::join!(write, apply);
+            w?;
+            ready = a?;
+            if ready.0.is_empty() && ready.1.is_empty() && wi >= work.len() {
+                return Ok(());
+            }
+        }
+    }
+
     async fn flush_run(&mut self, tx: &mut Tx, run: i64, now: i64) -> Result<(), StoreError> {
+        let backend = self.store.backend;
         let Some(st) = self.runs.get_mut(&run) else {
             return Ok(());
         };
@@ -458,107 +533,86 @@ impl Ingestor {
             .filter(|(_, d)| d.dirty)
             .map(|(k, _)| *k)
             .collect();
+        // Gather every dirty device's rows first, then write them in a few multi-row
+        // statements: each statement is a round trip, and on a busy machine each round
+        // trip waits for the other side to be scheduled.
+        let mut chunks: Vec<ChunkRow> = Vec::new();
+        let mut rollups: Vec<RollRow> = Vec::new();
+        let mut counters: Vec<[i64; 8]> = Vec::new();
+        let mut snaps: Vec<(i32, i64, i64, Vec<u8>)> = Vec::new();
         for dev in devices {
             let snap = st.take_peak_snapshot(dev);
             let Some(d) = st.devices.get_mut(&dev) else {
                 continue;
             };
-            let mut chunks = std::mem::take(&mut d.full_chunks);
-            chunks.extend(d.chunk.take());
-            for c in chunks {
-                sqlx::query(
-                    "INSERT INTO event_chunks (run_id, device, ts_first, ts_last, n_events, \
-                     live_start, live_min, live_max, live_end, created_unix_ns, events, deltas) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-                )
-                .bind(run)
-                .bind(dev as i64)
-                .bind(c.ts_first as i64)
-                .bind(c.ts_last as i64)
-                .bind(c.n as i64)
-                .bind(c.live_start)
-                .bind(c.live_min)
-                .bind(c.live_max)
-                .bind(c.live_end)
-                .bind(now)
-                .bind(c.events)
-                .bind(c.deltas)
-                .execute(&mut **tx)
-                .await?;
+            chunks.extend(
+                std::mem::take(&mut d.full_chunks)
+                    .into_iter()
+                    .chain(d.chunk.take())
+                    .map(|c| (run, dev, c)),
+            );
+            rollups.extend(
+                std::mem::take(&mut d.closed)
+                    .into_iter()
+                    .chain(d.acc.open_rows())
+                    .map(|r| (run, dev, r)),
+            );
+            counters.push([
+                run,
+                dev as i64,
+                d.live_bytes,
+                d.peak_bytes,
+                d.peak_ts as i64,
+                d.allocs,
+                d.frees,
+                d.failed,
+            ]);
+            if let Some(allocs) = snap {
+                snaps.push((
+                    dev,
+                    d.peak_bytes,
+                    d.peak_ts as i64,
+                    snapshot::encode(&allocs),
+                ));
             }
-            let mut rows: Vec<RollupRow> = std::mem::take(&mut d.closed);
-            rows.extend(d.acc.open_rows());
-            for group in rows.chunks(64) {
-                let mut sql = String::from(
-                    "INSERT INTO rollups (run_id, device, level, bucket, lo, hi, last) VALUES ",
-                );
-                for i in 0..group.len() {
-                    let p = i * 7;
-                    if i > 0 {
-                        sql.push(',');
-                    }
-                    sql.push_str(&format!(
-                        "(${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                        p + 1,
-                        p + 2,
-                        p + 3,
-                        p + 4,
-                        p + 5,
-                        p + 6,
-                        p + 7
-                    ));
-                }
-                sql.push_str(
-                    " ON CONFLICT (run_id, device, level, bucket) DO UPDATE SET \
-                     lo = excluded.lo, hi = excluded.hi, last = excluded.last",
-                );
-                let mut q = sqlx::query(&sql);
-                for r in group {
-                    q = q
-                        .bind(run)
-                        .bind(dev as i64)
-                        .bind(r.level as i64)
-                        .bind(r.b.bucket)
-                        .bind(r.b.lo)
-                        .bind(r.b.hi)
-                        .bind(r.b.last);
-                }
-                q.execute(&mut **tx).await?;
-            }
-            sqlx::query(
+            d.dirty = false;
+        }
+        insert_chunks(tx, backend, chunks, now).await?;
+        upsert_rollups(tx, backend, &rollups).await?;
+        for group in counters.chunks(64) {
+            let mut sql = String::from(
                 "INSERT INTO run_devices (run_id, device, live_bytes, peak_bytes, peak_ts_ns, \
-                 alloc_count, free_count, failed_count) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                 ON CONFLICT (run_id, device) DO UPDATE SET live_bytes = excluded.live_bytes, \
+                 alloc_count, free_count, failed_count) VALUES ",
+            );
+            push_values(&mut sql, backend, group.len(), 8);
+            sql.push_str(
+                " ON CONFLICT (run_id, device) DO UPDATE SET live_bytes = excluded.live_bytes, \
                  peak_bytes = excluded.peak_bytes, peak_ts_ns = excluded.peak_ts_ns, \
                  alloc_count = excluded.alloc_count, free_count = excluded.free_count, \
                  failed_count = excluded.failed_count",
+            );
+            let mut q = sqlx::query(&sql);
+            for row in group {
+                for v in row {
+                    q = q.bind(*v);
+                }
+            }
+            q.execute(&mut **tx).await?;
+        }
+        for (dev, peak_bytes, peak_ts, blob) in snaps {
+            sqlx::query(
+                "INSERT INTO peak_snapshots (run_id, device, peak_bytes, peak_ts_ns, allocs) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, device) DO UPDATE SET \
+                 peak_bytes = excluded.peak_bytes, peak_ts_ns = excluded.peak_ts_ns, \
+                 allocs = excluded.allocs",
             )
             .bind(run)
             .bind(dev as i64)
-            .bind(d.live_bytes)
-            .bind(d.peak_bytes)
-            .bind(d.peak_ts as i64)
-            .bind(d.allocs)
-            .bind(d.frees)
-            .bind(d.failed)
+            .bind(peak_bytes)
+            .bind(peak_ts)
+            .bind(blob)
             .execute(&mut **tx)
             .await?;
-            if let Some(allocs) = snap {
-                sqlx::query(
-                    "INSERT INTO peak_snapshots (run_id, device, peak_bytes, peak_ts_ns, allocs) \
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, device) DO UPDATE SET \
-                     peak_bytes = excluded.peak_bytes, peak_ts_ns = excluded.peak_ts_ns, \
-                     allocs = excluded.allocs",
-                )
-                .bind(run)
-                .bind(dev as i64)
-                .bind(d.peak_bytes)
-                .bind(d.peak_ts as i64)
-                .bind(snapshot::encode(&allocs))
-                .execute(&mut **tx)
-                .await?;
-            }
-            d.dirty = false;
         }
         for inc in std::mem::take(&mut st.incidents) {
             let e = inc.event;
@@ -592,4 +646,130 @@ impl Ingestor {
         st.dirty = false;
         Ok(())
     }
+}
+
+/// A finished event chunk of one (run, device).
+type ChunkRow = (i64, i32, Chunk);
+/// A rollup row of one (run, device).
+type RollRow = (i64, i32, RollupRow);
+
+/// Chunks per multi-row insert (12 parameters each; up to ~4.5 MiB of blobs).
+const CHUNK_ROWS_PER_INSERT: usize = 8;
+
+/// Power-of-two statement sizes up to `max`: at most a few statement shapes, each
+/// prepared once per connection and then reused from sqlx's cache.
+fn group_len(rest: usize, max: usize) -> usize {
+    if rest >= max {
+        max
+    } else {
+        1 << rest.ilog2()
+    }
+}
+
+/// Inserts finished event chunks in order (ids follow the order given, so each
+/// device's chunks keep their order).
+async fn insert_chunks(
+    tx: &mut Tx,
+    backend: Backend,
+    chunks: Vec<ChunkRow>,
+    now: i64,
+) -> Result<(), StoreError> {
+    let mut rest = chunks.len();
+    let mut it = chunks.into_iter();
+    while rest > 0 {
+        let take = group_len(rest, CHUNK_ROWS_PER_INSERT);
+        rest -= take;
+        let mut sql = String::from(
+            "INSERT INTO event_chunks (run_id, device, ts_first, ts_last, n_events, \
+             live_start, live_min, live_max, live_end, created_unix_ns, events, deltas) VALUES ",
+        );
+        push_values(&mut sql, backend, take, 12);
+        let mut q = sqlx::query(&sql);
+        for (run, dev, c) in it.by_ref().take(take) {
+            q = q
+                .bind(run)
+                .bind(dev as i64)
+                .bind(c.ts_first as i64)
+                .bind(c.ts_last as i64)
+                .bind(c.n as i64)
+                .bind(c.live_start)
+                .bind(c.live_min)
+                .bind(c.live_max)
+                .bind(c.live_end)
+                .bind(now)
+                .bind(c.events)
+                .bind(c.deltas);
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Upserts rollup rows (closed buckets are final; open ones are overwritten at the next
+/// commit). No key may appear twice in `rows`.
+async fn upsert_rollups(tx: &mut Tx, backend: Backend, rows: &[RollRow]) -> Result<(), StoreError> {
+    let mut rest: &[RollRow] = rows;
+    while !rest.is_empty() {
+        let (group, tail) = rest.split_at(group_len(rest.len(), ROLLUP_ROWS_PER_INSERT));
+        rest = tail;
+        let mut sql = String::from(
+            "INSERT INTO rollups (run_id, device, level, bucket, lo, hi, last) VALUES ",
+        );
+        push_values(&mut sql, backend, group.len(), 7);
+        sql.push_str(
+            " ON CONFLICT (run_id, device, level, bucket) DO UPDATE SET \
+             lo = excluded.lo, hi = excluded.hi, last = excluded.last",
+        );
+        let mut q = sqlx::query(&sql);
+        for (run, dev, r) in group {
+            q = q
+                .bind(*run)
+                .bind(*dev as i64)
+                .bind(r.level as i64)
+                .bind(r.b.bucket)
+                .bind(r.b.lo)
+                .bind(r.b.hi)
+                .bind(r.b.last);
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Finished chunks and closed rollups, ready to be written.
+type Ready = (Vec<ChunkRow>, Vec<RollRow>);
+
+/// Events applied per slice of [`Ingestor::apply_and_write`].
+const APPLY_SLICE: usize = 1 << 18;
+
+/// Takes the finished chunks and closed rollups of `runs` out of their state.
+fn take_ready(runs: &mut HashMap<i64, RunState>, which: &HashSet<i64>) -> Ready {
+    let (mut chunks, mut rollups) = (Vec::new(), Vec::new());
+    for r in which {
+        let Some(st) = runs.get_mut(r) else { continue };
+        for (dev, d) in st.devices.iter_mut() {
+            chunks.extend(
+                std::mem::take(&mut d.full_chunks)
+                    .into_iter()
+                    .map(|c| (*r, *dev, c)),
+            );
+            rollups.extend(
+                std::mem::take(&mut d.closed)
+                    .into_iter()
+                    .map(|x| (*r, *dev, x)),
+            );
+        }
+    }
+    (chunks, rollups)
+}
+
+async fn write_ready(
+    tx: &mut Tx,
+    backend: Backend,
+    ready: Ready,
+    now: i64,
+) -> Result<(), StoreError> {
+    let (chunks, rollups) = ready;
+    insert_chunks(tx, backend, chunks, now).await?;
+    upsert_rollups(tx, backend, &rollups).await
 }

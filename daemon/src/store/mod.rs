@@ -11,10 +11,10 @@ pub mod rollup;
 pub mod snapshot;
 pub mod state;
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Executor};
+use sqlx::{AnyConnection, AnyPool, Connection, Executor};
 
 pub use ingest::{Batch, BatchOutcome, Ingestor};
 
@@ -27,6 +27,8 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    #[error("cannot connect to database {url}: {what}")]
+    Unreachable { url: String, what: String },
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("database error: {0}")]
@@ -68,16 +70,51 @@ pub fn database_url(db: &str) -> Result<(String, Backend), StoreError> {
     }
 }
 
+/// How long a PostgreSQL server may take to accept the first connection at start.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One connection attempt to a PostgreSQL URL, bounded by `limit`; a clear error naming
+/// the URL (password hidden) and what went wrong. sqlx's pool would retry a refused
+/// connection for its whole acquire timeout (30 s) before giving up.
+async fn probe_postgres(url: &str, limit: Duration) -> Result<(), StoreError> {
+    match tokio::time::timeout(limit, AnyConnection::connect(url)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(StoreError::Unreachable {
+            url: redact(url),
+            what: match &e {
+                sqlx::Error::Io(io) => format!("{io} (is PostgreSQL running and listening there?)"),
+                other => other.to_string(),
+            },
+        }),
+        Err(_) => Err(StoreError::Unreachable {
+            url: redact(url),
+            what: format!("no answer within {} s", limit.as_secs()),
+        }),
+    }
+}
+
 impl Store {
     /// Connects (SQLite: creates the file, WAL mode, NORMAL sync) and migrates.
+    /// A PostgreSQL server that refuses or does not answer fails within
+    /// [`CONNECT_TIMEOUT`].
     pub async fn open(db: &str) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let (url, backend) = database_url(db)?;
         let mut opts =
             AnyPoolOptions::new().max_connections(if backend == Backend::Sqlite { 4 } else { 8 });
+        if backend == Backend::Postgres {
+            probe_postgres(&url, CONNECT_TIMEOUT).await?;
+            opts = opts.acquire_timeout(Duration::from_secs(10));
+        }
         if backend == Backend::Sqlite {
             opts = opts.after_connect(|conn, _meta| {
                 Box::pin(async move {
+                    // Only takes effect on a new, empty file: large pages keep the
+                    // event chunks' blobs in short overflow chains.
+                    conn.execute("PRAGMA page_size=65536").await?;
                     conn.execute("PRAGMA journal_mode=WAL").await?;
                     conn.execute("PRAGMA synchronous=NORMAL").await?;
                     conn.execute("PRAGMA busy_timeout=10000").await?;

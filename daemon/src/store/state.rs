@@ -8,6 +8,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use foldhash::HashMap as FastMap;
+
 use memwatch_wire::frame::encode_event;
 use memwatch_wire::{Event, EventKind, MemKind, EVENT_SIZE};
 
@@ -90,7 +92,8 @@ pub struct DevState {
 pub struct RunState {
     pub run_id: i64,
     pub t0: u64,
-    pub live: HashMap<LiveKey, Live>,
+    /// Keyed with a fast non-cryptographic hash: this map is touched by every event.
+    pub live: FastMap<LiveKey, Live>,
     pub devices: BTreeMap<i32, DevState>,
     pub event_count: i64,
     pub last_ts: u64,
@@ -104,7 +107,7 @@ impl RunState {
         Self {
             run_id,
             t0,
-            live: HashMap::new(),
+            live: FastMap::default(),
             devices: BTreeMap::new(),
             event_count: 0,
             last_ts: t0,
@@ -214,6 +217,8 @@ impl RunState {
         }
         if emit {
             let c = d.chunk.get_or_insert_with(|| Chunk {
+                events: Vec::with_capacity(CHUNK_EVENTS * EVENT_SIZE),
+                deltas: Vec::with_capacity(CHUNK_EVENTS * 8),
                 ts_first: e.ts_ns,
                 ts_last: e.ts_ns,
                 live_start: before,
@@ -248,7 +253,7 @@ impl RunState {
         }
         d.peak_moved = false;
         let undo = std::mem::take(&mut d.undo);
-        let mut at_peak: HashMap<LiveKey, Live> = self
+        let mut at_peak: FastMap<LiveKey, Live> = self
             .live
             .iter()
             .filter(|(_, l)| l.device == device && l.counted)
