@@ -652,7 +652,7 @@ impl Store {
     /// (two indexed queries per interval), so a run with hundreds of thousands of markers
     /// is not read whole; falls back to reading them all when the allocations are spread
     /// over more than [`NOTE_QUERY_BUDGET`] / 2 intervals.
-    async fn notes_for(
+    pub(super) async fn notes_for(
         &self,
         run: i64,
         allocs: &[LiveAlloc],
@@ -830,7 +830,7 @@ fn log_row(r: &sqlx::any::AnyRow) -> Result<IncidentLogRow, StoreError> {
 
 /// Groups live allocations by size class, kind, thread and annotation.
 #[allow(clippy::too_many_arguments)]
-fn group_live(
+pub(super) fn group_live(
     run: i64,
     device: i64,
     bytes: i64,
@@ -918,6 +918,32 @@ fn group_live(
     }
 }
 
+/// Inserts `modules` as the modules of dump `dump_id`.
+async fn insert_modules(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    dump_id: i64,
+    modules: &[NewModule],
+) -> Result<(), StoreError> {
+    for m in modules {
+        sqlx::query(
+            "INSERT INTO xla_dump_modules (dump_id, name, argument_bytes, output_bytes, \
+             temp_bytes, peak_bytes, total_allocation_bytes, report_json) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(dump_id)
+        .bind(&m.name)
+        .bind(m.argument_bytes)
+        .bind(m.output_bytes)
+        .bind(m.temp_bytes)
+        .bind(m.peak_bytes)
+        .bind(m.total_allocation_bytes)
+        .bind(&m.report_json)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -945,30 +971,4 @@ mod tests {
         assert_eq!(r.len(), 100);
         assert!(r.iter().any(|p| p.1 == 99));
     }
-}
-
-/// Inserts `modules` as the modules of dump `dump_id`.
-async fn insert_modules(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    dump_id: i64,
-    modules: &[NewModule],
-) -> Result<(), StoreError> {
-    for m in modules {
-        sqlx::query(
-            "INSERT INTO xla_dump_modules (dump_id, name, argument_bytes, output_bytes, \
-             temp_bytes, peak_bytes, total_allocation_bytes, report_json) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(dump_id)
-        .bind(&m.name)
-        .bind(m.argument_bytes)
-        .bind(m.output_bytes)
-        .bind(m.temp_bytes)
-        .bind(m.peak_bytes)
-        .bind(m.total_allocation_bytes)
-        .bind(&m.report_json)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
 }
