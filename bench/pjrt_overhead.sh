@@ -28,16 +28,17 @@ print(best)
 '
 # Each process times the n-call loop `reps` times and keeps its fastest loop (one
 # process's loop times vary less than process-to-process placement and clocks do); the
-# figure is the median over 5 processes of each kind, started alternately.
+# figure is the median over PROCS (default 5) processes of each kind, started alternately.
 reps="${REPS:-7}"
+procs="${PROCS:-5}"
 plain=(); shimmed=()
-for i in 1 2 3 4 5; do
+for i in $(seq "$procs"); do
   plain+=("$(env -u LD_PRELOAD "$py" -c "$prog" "$n" "$reps")")
   shimmed+=("$(LD_PRELOAD="$shim" MEMWATCH_SINK="file:$tmp/b$i.mwcap" "$py" -c "$prog" "$n" "$reps")")
 done
-med() { printf '%s\n' "$@" | sort -g | sed -n 3p; }
+med() { printf '%s\n' "$@" | sort -g | sed -n "$(( ($# + 1) / 2 ))p"; }
 p=$(med "${plain[@]}"); s=$(med "${shimmed[@]}")
-echo "ns per jitted call (median over 5 processes of the fastest of $reps loops of $n): plain $p, shim $s"
+echo "ns per jitted call (median over $procs processes of the fastest of $reps loops of $n): plain $p, shim $s"
 echo "  plain per process: ${plain[*]}"
 echo "  shim per process:  ${shimmed[*]}"
 "$py" -c "p,s=$p,$s; print(f'ratio {s/p:.4f} (+{s-p:.0f} ns per call); target <= 1.02')"
