@@ -344,3 +344,57 @@ async fn openapi_documents_every_route_and_metrics_render() {
     assert!(text.contains("# TYPE memwatch_ingest_events_total counter"));
     assert!(text.contains("memwatch_ingest_queue_depth 0"));
 }
+
+/// Retention (`memwatch serve --retain-raw-days`): raw event chunks older than the limit
+/// are deleted; the downsampled rollups and the peak snapshot stay, so the whole-run
+/// timeline and the peak still answer exactly.
+#[tokio::test]
+async fn retention_drops_raw_events_keeps_rollups_and_peak() {
+    for url in dbs("retention").await.urls {
+        let (app, store) = app(&url, None).await;
+        let t0 = 5_000_000u64;
+        let events = workload(6_000, t0, 1, 11);
+        let mut records = vec![start(42, t0)];
+        for c in events.chunks(1000) {
+            records.push(Record::Events(c.to_vec()));
+        }
+        let mut ing = Ingestor::new(store.clone());
+        ing.commit(vec![batch(1, records)]).await.unwrap();
+        let (_, runs) = get(&app, "/api/runs").await;
+        let id = runs["runs"][0]["id"].as_i64().unwrap();
+        let curve = exact_curve(&events, 0);
+        let peak = curve.iter().map(|c| c.1).max().unwrap();
+        let (_, before) = get(&app, &format!("/api/runs/{id}/peak?device=0")).await;
+        assert_eq!(before["peak_bytes"].as_i64().unwrap(), peak, "{url}");
+
+        // Nothing is older than a day.
+        assert_eq!(store.apply_retention(86_400_000_000_000).await.unwrap(), 0);
+        let (_, page) = get(&app, &format!("/api/runs/{id}/events?device=0&limit=10")).await;
+        assert_eq!(page["events"].as_array().unwrap().len(), 10, "{url}");
+
+        // Everything stored before now is older than 0 ns.
+        let deleted = store.apply_retention(0).await.unwrap();
+        assert!(deleted > 0, "{url}: no chunk deleted");
+        let (_, page) = get(&app, &format!("/api/runs/{id}/events?device=0&limit=10")).await;
+        assert!(
+            page["events"].as_array().unwrap().is_empty(),
+            "{url}: {page}"
+        );
+        let (st, tl) = get(&app, &format!("/api/runs/{id}/timeline?device=0&points=50")).await;
+        assert_eq!(st, StatusCode::OK, "{url}");
+        let max = tl["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["max"].as_i64().unwrap())
+            .max()
+            .unwrap();
+        assert_eq!(max, peak, "{url}: the rollups must keep the peak");
+        let (_, after) = get(&app, &format!("/api/runs/{id}/peak?device=0")).await;
+        assert_eq!(after["peak_bytes"], before["peak_bytes"], "{url}");
+        assert_eq!(
+            after["live_allocations"], before["live_allocations"],
+            "{url}"
+        );
+    }
+}
