@@ -390,6 +390,27 @@ async fn retention_drops_raw_events_keeps_rollups_and_peak() {
             .max()
             .unwrap();
         assert_eq!(max, peak, "{url}: the rollups must keep the peak");
+        // A zoom fine enough for raw events is answered from the finest rollup level.
+        let (a, b) = (curve[100].0 - t0, curve[140].0 - t0);
+        let (st, fine) = get(
+            &app,
+            &format!("/api/runs/{id}/timeline?device=0&from={a}&to={b}&points=200"),
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK, "{url}");
+        assert_eq!(fine["source"], "rollup", "{url}: {fine}");
+        let in_range = curve[100..140].iter().map(|c| c.1).max().unwrap();
+        let fine_max = fine["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["max"].as_i64().unwrap())
+            .max()
+            .unwrap();
+        assert!(
+            fine_max >= in_range && fine_max <= peak,
+            "{url}: {fine_max} vs {in_range}..{peak}"
+        );
         let (_, after) = get(&app, &format!("/api/runs/{id}/peak?device=0")).await;
         assert_eq!(after["peak_bytes"], before["peak_bytes"], "{url}");
         assert_eq!(

@@ -417,15 +417,17 @@ impl Store {
         to: Option<u64>,
         points: usize,
     ) -> Result<Option<Timeline>, StoreError> {
-        let Some(r) = sqlx::query("SELECT t0_mono_ns, last_ts_ns FROM runs WHERE id = $1")
-            .bind(run)
-            .fetch_optional(&self.pool)
-            .await?
+        let Some(r) =
+            sqlx::query("SELECT t0_mono_ns, last_ts_ns, raw_pruned_to_ns FROM runs WHERE id = $1")
+                .bind(run)
+                .fetch_optional(&self.pool)
+                .await?
         else {
             return Ok(None);
         };
         let t0 = col_i64(&r, 0)? as u64;
         let end = (col_i64(&r, 1)? as u64).saturating_sub(t0) + 1;
+        let raw_pruned_to: Option<i64> = r.try_get(2)?;
         let points = points.clamp(1, 100_000);
         let from = from.unwrap_or(0);
         let to = to.unwrap_or(end).max(from + 1);
@@ -447,7 +449,12 @@ impl Store {
             p.max = p.max.max(hi);
             p.last = last;
         };
-        let level = level_for(bucket_ns);
+        let level = match level_for(bucket_ns) {
+            // Retention deleted the raw events this zoom would read: the finest rollup
+            // level answers (coarser, but every peak is still in its min/max).
+            None if raw_pruned_to.is_some_and(|p| (t0 + from) as i64 <= p) => Some(0),
+            l => l,
+        };
         let initial: i64;
         match level {
             Some(level) => {
@@ -768,13 +775,29 @@ impl Store {
     }
 
     /// Deletes raw event chunks older than `max_age_ns` (rollups, peaks and everything
-    /// else stay). Returns the number of chunks deleted.
+    /// else stay) and records per run up to when raw events are gone. Returns the number
+    /// of chunks deleted.
     pub async fn apply_retention(&self, max_age_ns: i64) -> Result<u64, StoreError> {
         let cutoff = super::now_unix_ns() - max_age_ns;
+        let mut tx = self.pool.begin().await?;
+        // Remember, per run, up to when raw events are gone (timelines then read rollups).
+        sqlx::query(
+            "UPDATE runs SET raw_pruned_to_ns = CASE \
+             WHEN raw_pruned_to_ns IS NOT NULL AND raw_pruned_to_ns > (SELECT MAX(c.ts_last) \
+               FROM event_chunks c WHERE c.run_id = runs.id AND c.created_unix_ns < $1) \
+             THEN raw_pruned_to_ns \
+             ELSE (SELECT MAX(c.ts_last) FROM event_chunks c \
+               WHERE c.run_id = runs.id AND c.created_unix_ns < $1) END \
+             WHERE id IN (SELECT run_id FROM event_chunks WHERE created_unix_ns < $1)",
+        )
+        .bind(cutoff)
+        .execute(&mut *tx)
+        .await?;
         let r = sqlx::query("DELETE FROM event_chunks WHERE created_unix_ns < $1")
             .bind(cutoff)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(r.rows_affected())
     }
 
