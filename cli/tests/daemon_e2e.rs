@@ -275,6 +275,12 @@ fn run_db_import_idempotent_and_bad_capture() {
     let mut daemon = serve(&db, api, ingest);
     let runs = get(api, "/api/runs");
     assert_eq!(runs["runs"][0]["run_key"], "nightly-1");
+    // The run starts when `memwatch run` wrote its tags (a monotonic time), not at 0:
+    // with 0 every time of the run counted from the machine's boot.
+    assert!(
+        runs["runs"][0]["t0_mono_ns"].as_u64().unwrap() > 0,
+        "{runs}"
+    );
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }

@@ -369,7 +369,10 @@ fn write_tag(sink: &CaptureFileSink, k: &str, v: &str) -> Result<()> {
     let record = Record::Marker(Marker {
         pid: std::process::id(),
         tid: 0,
-        ts_ns: 0,
+        // The time the tag was written (before CMD starts), on the clock the shims stamp
+        // events with: stores take a run's start from its first record, and a 0 here made
+        // every time of a `run --tag … --db` run count from the machine's boot.
+        ts_ns: monotonic_now_ns(),
         device: -1,
         text: format!("memwatch.tag {k}={v}"),
     });
@@ -377,6 +380,17 @@ fn write_tag(sink: &CaptureFileSink, k: &str, v: &str) -> Result<()> {
     encode_record(&record, &mut bytes).context("cannot encode tag")?;
     sink.frame(ConnId(0), &record, &bytes)
         .map_err(|e| anyhow::anyhow!("{}", e.0))
+}
+
+/// CLOCK_MONOTONIC now, in ns (the wire format's clock).
+fn monotonic_now_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
 }
 
 fn conn_json(stats: &ReceiverStats) -> Vec<ConnJson> {
