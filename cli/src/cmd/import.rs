@@ -354,7 +354,7 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
     }
     // The dump is parsed before anything is stored, so a bad dump changes nothing.
     let dump = match &args.xla_dump {
-        Some(dir) => Some((dir, super::import_xla::load(dir)?)),
+        Some(dir) => Some((dir, super::xla::load(dir)?)),
         None => None,
     };
     let mut s = import_capture(capture, target, args.run.clone(), args.node.clone())?;

@@ -43,17 +43,9 @@ pub fn run(a: &ImportArgs) -> Result<Outcome> {
             bail!("--mem-fraction {f}: must be in (0, 1]");
         }
     }
+    // A dump directory with no module, or a path that is none, is an error there.
     let mods = match &a.xla_dump {
-        Some(d) => {
-            let m = super::xla::load(d)?;
-            if m.is_empty() {
-                bail!(
-                    "{}: no XLA module (no *buffer-assignment.txt) found",
-                    d.display()
-                );
-            }
-            m
-        }
+        Some(d) => super::xla::load(d)?,
         None => Vec::new(),
     };
     let log = match &a.log {
@@ -103,10 +95,7 @@ pub fn run(a: &ImportArgs) -> Result<Outcome> {
                     .iter()
                     .map(NewModule::from_report)
                     .collect::<Result<Vec<_>, _>>()?;
-                let source = std::fs::canonicalize(d)
-                    .unwrap_or_else(|_| d.clone())
-                    .display()
-                    .to_string();
+                let source = super::import_xla::source(d);
                 Some(match a.run_id {
                     // Onto a run: also what the run's peak attribution joins with.
                     Some(run) => store.attach_run_dump(run, &source, &rows).await?,

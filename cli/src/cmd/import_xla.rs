@@ -1,7 +1,8 @@
 //! `memwatch import CAPTURE --xla-dump DIR`: attaches an XLA dump's modules to the run the
 //! capture was stored as, directly in the database or through a daemon's
-//! `POST /api/runs/{id}/xla`. The dump is parsed here (`memwatch_analysis::xla`); the
-//! daemon stores the module reports and joins them to the run's PJRT executables.
+//! `POST /api/runs/{id}/xla`. The caller parses the dump first (`memwatch xla`'s loader,
+//! so a bad dump stores nothing); the daemon stores the module reports and joins them to
+//! the run's PJRT executables.
 
 use std::path::Path;
 
@@ -11,12 +12,6 @@ use memwatch_daemon::store::pjrt;
 use memwatch_daemon::Store;
 
 use super::import::Target;
-
-/// Parses the dump at `dir` (before anything is stored, so a bad dump changes nothing).
-pub fn load(dir: &Path) -> Result<Vec<ModuleReport>> {
-    memwatch_analysis::xla::load_dump_dir(dir)
-        .with_context(|| format!("--xla-dump {}", dir.display()))
-}
 
 /// Attaches `mods` (parsed from `dir`) to run `run` at `target`; returns how many.
 pub fn attach(mods: &[ModuleReport], dir: &Path, target: &Target<'_>, run: i64) -> Result<usize> {
@@ -59,7 +54,7 @@ pub fn attach(mods: &[ModuleReport], dir: &Path, target: &Target<'_>, run: i64) 
 }
 
 /// How a dump is named where it is stored: its absolute path when it has one.
-fn source(dir: &Path) -> String {
+pub(super) fn source(dir: &Path) -> String {
     std::fs::canonicalize(dir)
         .unwrap_or_else(|_| dir.to_path_buf())
         .display()
