@@ -646,19 +646,18 @@ pub(super) unsafe extern "C" fn buffer_ready_event(args: *mut c_void) -> *mut Er
 }
 
 pub(super) unsafe extern "C" fn event_await(args: *mut c_void) -> *mut Error {
-    let ev = event_arg(args);
-    let err = call_real(slot::EVENT_AWAIT, args);
-    if !err.is_null() {
-        if let Some(o) = super::ready::event_origin(ev) {
-            report_ready_error(err, o);
-        }
-    }
-    err
+    call_reporting_event_error(slot::EVENT_AWAIT, args)
 }
 
 pub(super) unsafe extern "C" fn event_error(args: *mut c_void) -> *mut Error {
+    call_reporting_event_error(slot::EVENT_ERROR, args)
+}
+
+/// Calls the real `Event_Await` / `Event_Error` (same args layout) and records the error
+/// it returns when the event is a linked output's ready event.
+unsafe fn call_reporting_event_error(real: usize, args: *mut c_void) -> *mut Error {
     let ev = event_arg(args);
-    let err = call_real(slot::EVENT_ERROR, args);
+    let err = call_real(real, args);
     if !err.is_null() {
         if let Some(o) = super::ready::event_origin(ev) {
             report_ready_error(err, o);
