@@ -391,12 +391,9 @@ pub async fn chart_svg(
     Path(id): Path<i64>,
     Query(q): Query<RangeQ>,
 ) -> Result<Response, WebError> {
-    let run = load_run(&st, id).await?;
-    let (from, to) = range(&q, run_end(&run))?;
-    let device = q.device.unwrap_or(0);
-    let incidents = st.store.incidents(Some(id), 10_000).await?;
-    let fails = failure_times(&incidents, device, run.t0);
-    let c = device_chart(&st, &run, device, from, to, &fails).await?;
+    let RangeChart {
+        from, to, chart: c, ..
+    } = range_chart(&st, id, &q).await?;
     Ok((
         [
             (header::CONTENT_TYPE, "image/svg+xml".to_string()),
@@ -660,17 +657,38 @@ fn peak_dims(p: &Peak) -> Vec<DimView> {
     ]
 }
 
+/// One device's chart as `/chart.svg` and the exports serve it: `device` (default 0) over
+/// the query's range `(from, to)`, with its failures marked.
+struct RangeChart {
+    device: i64,
+    from: u64,
+    to: u64,
+    chart: chart::Rendered,
+}
+
+async fn range_chart(st: &AppState, id: i64, q: &RangeQ) -> Result<RangeChart, WebError> {
+    let run = load_run(st, id).await?;
+    let (from, to) = range(q, run_end(&run))?;
+    let device = q.device.unwrap_or(0);
+    let incidents = st.store.incidents(Some(id), 10_000).await?;
+    let fails = failure_times(&incidents, device, run.t0);
+    let chart = device_chart(st, &run, device, from, to, &fails).await?;
+    Ok(RangeChart {
+        device,
+        from,
+        to,
+        chart,
+    })
+}
+
 pub async fn export_svg(
     State(st): State<AppState>,
     Path(id): Path<i64>,
     Query(q): Query<RangeQ>,
 ) -> Result<Response, WebError> {
-    let run = load_run(&st, id).await?;
-    let (from, to) = range(&q, run_end(&run))?;
-    let device = q.device.unwrap_or(0);
-    let incidents = st.store.incidents(Some(id), 10_000).await?;
-    let fails = failure_times(&incidents, device, run.t0);
-    let c = device_chart(&st, &run, device, from, to, &fails).await?;
+    let RangeChart {
+        device, chart: c, ..
+    } = range_chart(&st, id, &q).await?;
     Ok((
         [
             (header::CONTENT_TYPE, "image/svg+xml".to_string()),
@@ -689,12 +707,9 @@ pub async fn export_png(
     Path(id): Path<i64>,
     Query(q): Query<RangeQ>,
 ) -> Result<Response, WebError> {
-    let run = load_run(&st, id).await?;
-    let (from, to) = range(&q, run_end(&run))?;
-    let device = q.device.unwrap_or(0);
-    let incidents = st.store.incidents(Some(id), 10_000).await?;
-    let fails = failure_times(&incidents, device, run.t0);
-    let c = device_chart(&st, &run, device, from, to, &fails).await?;
+    let RangeChart {
+        device, chart: c, ..
+    } = range_chart(&st, id, &q).await?;
     super::png_response(&c.svg, &format!("memwatch-run{id}-gpu{device}"))
 }
 
