@@ -6,14 +6,9 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
-use memwatch_daemon::api::{router, AppState};
-use memwatch_daemon::metrics::Metrics;
-use memwatch_daemon::writer::spawn_writer;
 use memwatch_daemon::{Batch, Ingestor, Store};
 use memwatch_wire::{
     Api, CompiledMemoryStats, Event, EventKind, MemKind, PjrtExecutable, PjrtMemoryStats, Record,
@@ -24,16 +19,7 @@ const MIB: u64 = 1 << 20;
 const T0: u64 = 5_000_000_000;
 
 async fn app(url: &str) -> (axum::Router, Store) {
-    let store = Store::open(url).await.unwrap();
-    let metrics = Arc::new(Metrics::default());
-    let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 64);
-    let state = AppState {
-        store: store.clone(),
-        writer,
-        metrics,
-        token: None,
-    };
-    (router(state, 64 << 20), store)
+    test_app(url, None, 64 << 20).await
 }
 
 async fn call(app: &axum::Router, req: Request<Body>) -> (StatusCode, serde_json::Value) {

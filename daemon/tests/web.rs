@@ -4,29 +4,15 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
-use memwatch_daemon::api::{router, AppState};
-use memwatch_daemon::metrics::Metrics;
-use memwatch_daemon::writer::spawn_writer;
 use memwatch_daemon::{Batch, Ingestor, Store};
 use memwatch_wire::{DeviceInfo, DeviceSample, EventKind, Marker, ProcessEnd, Record};
 use tower::ServiceExt;
 
 async fn app(url: &str) -> (axum::Router, Store) {
-    let store = Store::open(url).await.unwrap();
-    let metrics = Arc::new(Metrics::default());
-    let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 64);
-    let state = AppState {
-        store: store.clone(),
-        writer,
-        metrics,
-        token: None,
-    };
-    (router(state, 1 << 20), store)
+    test_app(url, None, 1 << 20).await
 }
 
 async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String, axum::http::HeaderMap) {

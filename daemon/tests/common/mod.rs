@@ -1,6 +1,12 @@
 //! Test helpers: fresh databases for every backend under test, synthetic events.
 #![allow(dead_code)]
 
+use std::sync::Arc;
+
+use memwatch_daemon::api::{router, AppState};
+use memwatch_daemon::metrics::Metrics;
+use memwatch_daemon::writer::spawn_writer;
+use memwatch_daemon::{Ingestor, Store};
 use memwatch_wire::{Event, EventKind, MemKind, ProcessStart, Record};
 
 /// A fresh database per backend: always SQLite (temp file); PostgreSQL when
@@ -40,6 +46,21 @@ pub async fn dbs(name: &str) -> Dbs {
         ),
     }
     Dbs { urls, _dir: dir }
+}
+
+/// The daemon's router over a store at `url` with its writer task, as `memwatch serve`
+/// builds it; `token` is the bearer token it requires, `max_body` its request size limit.
+pub async fn test_app(url: &str, token: Option<&str>, max_body: usize) -> (axum::Router, Store) {
+    let store = Store::open(url).await.unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 64);
+    let state = AppState {
+        store: store.clone(),
+        writer,
+        metrics,
+        token: token.map(str::to_string),
+    };
+    (router(state, max_body), store)
 }
 
 pub fn ev(ts: u64, kind: EventKind, ptr: u64, size: u64, device: i32) -> Event {
