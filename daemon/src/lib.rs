@@ -2,10 +2,11 @@
 //!
 //! Owns storage (`store`: schema via `sqlx::migrate!`, ingest of wire records, queries),
 //! the TCP ingest listener for agents (`tcp`), the HTTP API (`api`), Prometheus metrics
-//! (`metrics`) and the server that ties them together (`server`). It never changes frame
+//! (`metrics`), the background checkpointer (`checkpointer`) and the server that ties them together (`server`). It never changes frame
 //! bytes (those belong to `memwatch-wire`) and holds no CLI code.
 
 pub mod api;
+pub mod checkpointer;
 pub mod metrics;
 pub mod server;
 pub mod store;

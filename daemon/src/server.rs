@@ -1,5 +1,5 @@
 //! `memwatch serve`: opens the store, starts the writer, the TCP ingest listener, the
-//! HTTP API, the retention task and the ingest-rate ticker.
+//! HTTP API, the retention task, the live-set checkpointer and the ingest-rate ticker.
 //!
 //! Owns the security rule: listening on anything but loopback requires a token (the
 //! daemon refuses to start without one).
@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::api::{router, AppState};
+use crate::checkpointer::{spawn_checkpointer, CheckpointSettings, Progress};
 use crate::metrics::Metrics;
 use crate::store::{Ingestor, Store, StoreError};
 use crate::tcp::{serve_ingest, TcpConfig};
@@ -29,6 +31,8 @@ pub struct ServeConfig {
     pub retain_raw: Option<Duration>,
     pub max_body_bytes: usize,
     pub max_batch_bytes: u32,
+    /// The live-set checkpointer's pace and density.
+    pub checkpoints: CheckpointSettings,
 }
 
 impl ServeConfig {
@@ -41,6 +45,7 @@ impl ServeConfig {
             retain_raw: None,
             max_body_bytes: 256 << 20,
             max_batch_bytes: memwatch_wire::ingest::DEFAULT_MAX_BATCH_BYTES,
+            checkpoints: CheckpointSettings::default(),
         }
     }
 }
@@ -70,6 +75,8 @@ pub struct Running {
     pub ingest_addr: SocketAddr,
     pub store: Store,
     pub metrics: Arc<Metrics>,
+    /// The checkpointer's progress.
+    pub checkpoints: watch::Receiver<Progress>,
     http: tokio::task::JoinHandle<Result<(), std::io::Error>>,
 }
 
@@ -145,6 +152,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
             }
         });
     }
+    let checkpoints = spawn_checkpointer(store.clone(), cfg.checkpoints);
     let app = router(
         AppState {
             store: store.clone(),
@@ -161,6 +169,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
         ingest_addr,
         store,
         metrics,
+        checkpoints,
         http,
     })
 }

@@ -406,3 +406,83 @@ async fn retention_drops_raw_events_keeps_rollups_and_peak() {
         );
     }
 }
+
+#[tokio::test]
+async fn run_detail_inlines_some_annotations_and_pages_the_rest() {
+    for url in dbs("annotations").await.urls {
+        let (app, store) = app(&url, None).await;
+        let t0 = 1_000_000u64;
+        let mut records = vec![start(42, t0)];
+        // 2,500 markers, two at each of 1,250 instants (ties are ordered by id).
+        for i in 0..2500u64 {
+            records.push(Record::Marker(Marker {
+                pid: 42,
+                tid: 7,
+                ts_ns: t0 + 10 + (i / 2) * 1000,
+                device: 0,
+                text: format!("step {i}"),
+            }));
+        }
+        records.push(Record::Events(workload(100, t0, 1, 3)));
+        let out = Ingestor::new(store.clone())
+            .commit(vec![batch(1, records)])
+            .await
+            .unwrap();
+        let run = out[0].run_id.unwrap();
+        let (st, d) = get(&app, &format!("/api/runs/{run}")).await;
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!(d["annotation_count"], 2500);
+        assert_eq!(d["annotations"].as_array().unwrap().len(), 1000);
+        assert_eq!(d["annotations"][999]["text"], "step 999");
+        let mut cursor = d["annotations_next_cursor"].as_str().unwrap().to_string();
+        let mut texts: Vec<String> = d["annotations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["text"].as_str().unwrap().to_string())
+            .collect();
+        loop {
+            let (st, p) = get(
+                &app,
+                &format!("/api/runs/{run}/annotations?limit=700&cursor={cursor}"),
+            )
+            .await;
+            assert_eq!(st, StatusCode::OK, "{p}");
+            texts.extend(
+                p["annotations"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a["text"].as_str().unwrap().to_string()),
+            );
+            match p["next_cursor"].as_str() {
+                Some(c) => cursor = c.to_string(),
+                None => break,
+            }
+        }
+        let want: Vec<String> = (0..2500).map(|i| format!("step {i}")).collect();
+        assert_eq!(texts, want, "every annotation once, in order");
+        // A time window (ns since the run's start): instants 10+1000k for k in 5..8.
+        let (_, p) = get(
+            &app,
+            &format!("/api/runs/{run}/annotations?from=5000&to=8000"),
+        )
+        .await;
+        let got: Vec<&str> = p["annotations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            ["step 10", "step 11", "step 12", "step 13", "step 14", "step 15"]
+        );
+        assert!(p["next_cursor"].is_null());
+        let (st, e) = get(&app, &format!("/api/runs/{run}/annotations?cursor=nope")).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST);
+        assert!(e.to_string().contains("TS:ID"), "{e}");
+        let (st, _) = get(&app, "/api/runs/999999/annotations").await;
+        assert_eq!(st, StatusCode::NOT_FOUND);
+    }
+}

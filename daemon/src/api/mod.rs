@@ -71,6 +71,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/api/runs/{id}/runtime", get(runtime::runtime))
         .route("/api/runs/{id}/xla", post(runtime::attach_xla))
         .route("/api/runs/{id}/events", get(events))
+        .route("/api/runs/{id}/annotations", get(annotations))
         .route("/api/incidents", get(incidents))
         .route("/api/ingest", post(ingest))
         .route("/api/openapi.json", get(openapi_doc))
@@ -218,6 +219,39 @@ async fn events(
     match st
         .store
         .events(id, q.device.unwrap_or(0), q.from, q.to, cursor, limit)
+        .await?
+    {
+        Some(p) => Ok(Json(p).into_response()),
+        None => Err(not_found(format!("no run {id}"))),
+    }
+}
+
+#[derive(Deserialize)]
+struct AnnotationsQ {
+    from: Option<u64>,
+    to: Option<u64>,
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn annotations(
+    State(st): State<AppState>,
+    Path(id): Path<i64>,
+    Query(q): Query<AnnotationsQ>,
+) -> Result<Response, ApiError> {
+    let cursor = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(c) => {
+            let parsed = c
+                .split_once(':')
+                .and_then(|(a, b)| Some((a.parse::<i64>().ok()?, b.parse::<i64>().ok()?)));
+            Some(parsed.ok_or_else(|| bad(format!("bad cursor {c:?} (expected TS:ID)")))?)
+        }
+    };
+    let limit = q.limit.unwrap_or(1000);
+    match st
+        .store
+        .annotations_page(id, q.from, q.to, cursor, limit)
         .await?
     {
         Some(p) => Ok(Json(p).into_response()),

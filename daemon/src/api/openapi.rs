@@ -11,6 +11,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/runs/{id}/timeline"),
     ("get", "/api/runs/{id}/peak"),
     ("get", "/api/runs/{id}/events"),
+    ("get", "/api/runs/{id}/annotations"),
     ("get", "/api/runs/{id}/runtime"),
     ("post", "/api/runs/{id}/xla"),
     ("get", "/api/incidents"),
@@ -51,7 +52,12 @@ pub fn document() -> Value {
         "paths": {
             "/api/nodes": {"get": {"summary": "Nodes with devices and latest samples (VRAM and GTT apart)", "responses": ok("{\"nodes\": [...]}")}},
             "/api/runs": {"get": {"summary": "Runs, newest first", "parameters": [q("limit", "integer", "at most this many (default 100)")], "responses": ok("{\"runs\": [...]}")}},
-            "/api/runs/{id}": {"get": {"summary": "One run: devices, processes, annotations", "parameters": [id()], "responses": ok("run")}},
+            "/api/runs/{id}": {"get": {"summary": "One run: devices, processes, its first 1000 annotations (`annotation_count` says how many there are; `annotations_next_cursor` continues at /api/runs/{id}/annotations)", "parameters": [id()], "responses": ok("run")}},
+            "/api/runs/{id}/annotations": {"get": {
+                "summary": "A run's annotations (markers) in time order, paged",
+                "parameters": [id(), q("from", "integer", "ns since run start"), q("to", "integer", "ns since run start (exclusive)"),
+                    q("cursor", "string", "next_cursor of the previous page (or annotations_next_cursor of the run)"), q("limit", "integer", "page size, 1..100000 (default 1000)")],
+                "responses": ok("{\"annotations\": [{\"pid\",\"tid\",\"ts_ns\",\"device\",\"text\"}], \"next_cursor\": \"TS:ID\"|null}")}},
             "/api/runs/{id}/timeline": {"get": {
                 "summary": "Live bytes over time, downsampled to `points` buckets with min/max/last each (peaks are never hidden)",
                 "parameters": [id(), q("device", "integer", "device ordinal (default 0)"),

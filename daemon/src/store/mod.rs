@@ -5,6 +5,7 @@
 pub mod dash;
 pub mod gate;
 pub mod ingest;
+pub mod live_at;
 pub mod pjrt;
 pub mod query;
 pub mod rollup;
@@ -51,6 +52,7 @@ pub enum Backend {
 pub struct Store {
     pub pool: AnyPool,
     pub backend: Backend,
+    checkpoint_locks: live_at::CheckpointLocks,
 }
 
 static MIGRATOR_SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -134,7 +136,11 @@ impl Store {
             Backend::Sqlite => MIGRATOR_SQLITE.run(&pool).await?,
             Backend::Postgres => MIGRATOR_POSTGRES.run(&pool).await?,
         }
-        Ok(Self { pool, backend })
+        Ok(Self {
+            pool,
+            backend,
+            checkpoint_locks: live_at::CheckpointLocks::default(),
+        })
     }
 }
 

@@ -84,8 +84,27 @@ pub struct RunDetail {
     #[serde(flatten)]
     pub run: RunRow,
     pub processes: Vec<ProcessRow>,
+    /// The run's first [`RUN_ANNOTATIONS_INLINE`] annotations in time order; all of them
+    /// page by page from `/api/runs/{id}/annotations`.
     pub annotations: Vec<AnnotationRow>,
+    /// How many annotations the run has.
+    pub annotation_count: i64,
+    /// Pass as `cursor` to `/api/runs/{id}/annotations` for those after `annotations`;
+    /// `null` when `annotations` holds them all.
+    pub annotations_next_cursor: Option<String>,
     pub incidents: i64,
+}
+
+/// Annotations inlined in a run's detail (a run with a marker per step has hundreds of
+/// thousands; the rest are paged).
+pub const RUN_ANNOTATIONS_INLINE: usize = 1000;
+
+/// One page of a run's annotations.
+#[derive(Debug, Serialize)]
+pub struct AnnotationsPage {
+    pub annotations: Vec<AnnotationRow>,
+    /// Pass as `cursor` for the next page; `null` at the end.
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Serialize, Clone)]
@@ -353,24 +372,62 @@ impl Store {
         Ok(Some(Self::run_row(&r, devs)?))
     }
 
-    async fn annotations(&self, run: i64) -> Result<Vec<AnnotationRow>, StoreError> {
+    /// Annotations of `run` in (time, id) order: those after `cursor` ((ts, id) of the
+    /// last one already read) with `from <= ts - t0 < to`, at most `limit`.
+    pub async fn annotations_page(
+        &self,
+        run: i64,
+        from: Option<u64>,
+        to: Option<u64>,
+        cursor: Option<(i64, i64)>,
+        limit: usize,
+    ) -> Result<Option<AnnotationsPage>, StoreError> {
+        let Some(r) = sqlx::query("SELECT t0_mono_ns FROM runs WHERE id = $1")
+            .bind(run)
+            .fetch_optional(&self.pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let t0 = col_i64(&r, 0)?;
+        let rel = |t: u64| t0.saturating_add(t.min(i64::MAX as u64) as i64);
+        let lo = from.map_or(i64::MIN, rel);
+        let hi = to.map_or(i64::MAX, rel);
+        let (cts, cid) = cursor.unwrap_or((i64::MIN, i64::MIN));
+        let limit = limit.clamp(1, 100_000);
         let rows = sqlx::query(
-            "SELECT pid, tid, ts_ns, device, text FROM annotations WHERE run_id = $1 ORDER BY ts_ns, id",
+            "SELECT pid, tid, ts_ns, device, text, id FROM annotations WHERE run_id = $1 \
+             AND ts_ns >= $2 AND ts_ns < $3 AND (ts_ns > $4 OR (ts_ns = $4 AND id > $5)) \
+             ORDER BY ts_ns, id LIMIT $6",
         )
         .bind(run)
+        .bind(lo.max(cts))
+        .bind(hi)
+        .bind(cts)
+        .bind(cid)
+        .bind(limit as i64 + 1)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(AnnotationRow {
-                    pid: col_i64(r, 0)?,
-                    tid: col_i64(r, 1)?,
-                    ts_ns: col_i64(r, 2)?,
-                    device: col_i64(r, 3)?,
-                    text: s(r, 4)?,
-                })
-            })
-            .collect()
+        let mut annotations = Vec::with_capacity(rows.len().min(limit));
+        let mut next_cursor = None;
+        for (i, r) in rows.iter().enumerate() {
+            if i == limit {
+                let last = &rows[i - 1];
+                next_cursor = Some(format!("{}:{}", col_i64(last, 2)?, col_i64(last, 5)?));
+                break;
+            }
+            annotations.push(AnnotationRow {
+                pid: col_i64(r, 0)?,
+                tid: col_i64(r, 1)?,
+                ts_ns: col_i64(r, 2)?,
+                device: col_i64(r, 3)?,
+                text: s(r, 4)?,
+            });
+        }
+        Ok(Some(AnnotationsPage {
+            annotations,
+            next_cursor,
+        }))
     }
 
     pub async fn run(&self, run: i64) -> Result<Option<RunDetail>, StoreError> {
@@ -399,10 +456,23 @@ impl Store {
             .bind(run)
             .fetch_one(&self.pool)
             .await?;
+        let count = sqlx::query("SELECT COUNT(*) FROM annotations WHERE run_id = $1")
+            .bind(run)
+            .fetch_one(&self.pool)
+            .await?;
+        let page = self
+            .annotations_page(run, None, None, None, RUN_ANNOTATIONS_INLINE)
+            .await?
+            .unwrap_or(AnnotationsPage {
+                annotations: Vec::new(),
+                next_cursor: None,
+            });
         Ok(Some(RunDetail {
             run: head,
             processes,
-            annotations: self.annotations(run).await?,
+            annotations: page.annotations,
+            annotation_count: col_i64(&count, 0)?,
+            annotations_next_cursor: page.next_cursor,
             incidents: col_i64(&n, 0)?,
         }))
     }
