@@ -318,6 +318,20 @@ async fn pjrt_records_are_stored_and_attributed() {
             !ops.is_empty() && ops[0]["bytes"].as_u64().unwrap() > 0,
             "{rt}"
         );
+        // By op category: every buffer of the module's peak once, so the categories add
+        // up to the module's peak bytes in the attached dump.
+        let cats = rt["by_hlo_category"].as_array().unwrap();
+        let cat_sum: u64 = cats.iter().map(|g| g["bytes"].as_u64().unwrap()).sum();
+        let module_peak: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(m.peak_bytes, m.total_allocation_bytes) FROM xla_dump_modules m \
+             JOIN xla_dumps d ON d.id = m.dump_id WHERE d.run_id = $1 AND m.name = 'jit_mlp'",
+        )
+        .bind(run)
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+        assert!(!cats.is_empty(), "{rt}");
+        assert_eq!(cat_sum, module_peak as u64, "{cats:?}");
         let (_, v) = get(&app, &format!("/api/runs/{run}/runtime?device=0")).await;
         assert_eq!(v["peak"]["xla"]["module"], "jit_mlp");
         assert_eq!(v["xla_modules_attached"], n);
@@ -343,6 +357,7 @@ async fn pjrt_records_are_stored_and_attributed() {
             "BFC bytes in use (peak)",
             "1.00 GiB",
             "HLO at the peak of <code>jit_mlp</code>",
+            "HLO op category",
             "jit_init",
         ] {
             assert!(html.contains(needle), "peak page lacks {needle:?}");

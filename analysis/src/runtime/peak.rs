@@ -86,6 +86,8 @@ pub struct DumpJoin {
     pub temp_bytes: u64,
     pub peak_buffers: Vec<PeakBuffer>,
     pub by_op_name: Vec<Group>,
+    /// The module's peak bytes by HLO op category (fusion, dot/conv, ...).
+    pub by_category: Vec<Group>,
 }
 
 /// One execution overlapping the peak window.
@@ -549,6 +551,7 @@ fn join(exe: &ExecutableSummary, mods: &[ModuleReport], top: usize) -> Option<Du
         temp_bytes: m.temp_bytes,
         peak_buffers: m.peak_buffers.iter().take(top).cloned().collect(),
         by_op_name: m.by_op_name.iter().take(top).cloned().collect(),
+        by_category: m.by_category.clone(),
     })
 }
 

@@ -66,7 +66,7 @@ pub fn document() -> Value {
                     q("points", "integer", "buckets, 1..100000 (default 2000)")],
                 "responses": ok("{\"bucket_ns\":N, \"source\":\"rollup|raw\", \"points\":[{\"t_ns\",\"min\",\"max\",\"last\"}]}")}},
             "/api/runs/{id}/peak": {"get": {
-                "summary": "Allocations live at the device's peak, grouped by size class, kind, thread and annotation; with PJRT records, `runtime`: the executable at the runtime peak, BFC bytes in use/pool, live bytes by XLA module (`by_xla_module`) and, with an attached dump, by HLO op_name (`by_hlo_op`, `hlo_buffers`)",
+                "summary": "Allocations live at the device's peak, grouped by size class, kind, thread and annotation; with PJRT records, `runtime`: the executable at the runtime peak, BFC bytes in use/pool, live bytes by XLA module (`by_xla_module`) and, with an attached dump, by HLO op category (`by_hlo_category`) and op_name (`by_hlo_op`, `hlo_buffers`)",
                 "parameters": [id(), q("device", "integer", "device ordinal (default 0)"), q("top", "integer", "largest allocations to list (default 20)")],
                 "responses": ok("peak")}},
             "/api/runs/{id}/events": {"get": {

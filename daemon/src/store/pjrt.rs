@@ -629,6 +629,8 @@ pub struct PeakRuntime {
     pub by_xla_module: Vec<ModuleShare>,
     /// The running module's buffers live at its peak, by HLO op_name (attached dump only).
     pub by_hlo_op: Vec<Group>,
+    /// The same, by HLO op category (attached dump only).
+    pub by_hlo_category: Vec<Group>,
     /// The running module's largest buffers live at its peak (attached dump only).
     pub hlo_buffers: Vec<PeakBuffer>,
     /// Module the running executable joined to and how ("name+stats" / "name").
@@ -855,14 +857,15 @@ pub async fn peak_runtime(
         .iter()
         .find(|s| s.pid == a.pid && i64::from(s.device) == device && s.ts_ns == p.ts_ns)
         .and_then(|s| s.get(PjrtMemoryStats::LARGEST_FREE_BLOCK, s.largest_free_block));
-    let (by_hlo_op, hlo_buffers, xla_module, matched_by) = match &p.xla {
+    let (by_hlo_op, by_hlo_category, hlo_buffers, xla_module, matched_by) = match &p.xla {
         Some(j) => (
             j.by_op_name.clone(),
+            j.by_category.clone(),
             j.peak_buffers.clone(),
             Some(j.module.clone()),
             Some(j.matched_by.clone()),
         ),
-        None => (Vec::new(), Vec::new(), None, None),
+        None => (Vec::new(), Vec::new(), Vec::new(), None, None),
     };
     Ok(Some(PeakRuntime {
         basis: "allocator statistics".into(),
@@ -882,6 +885,7 @@ pub async fn peak_runtime(
         co_resident: p.co_resident.clone(),
         by_xla_module: shares,
         by_hlo_op,
+        by_hlo_category,
         hlo_buffers,
         xla_module,
         matched_by,
@@ -1037,6 +1041,7 @@ async fn driver_peak(
         by_hlo_op: joined.map_or_else(Vec::new, |(m, _)| {
             m.by_op_name.iter().take(top).cloned().collect()
         }),
+        by_hlo_category: joined.map_or_else(Vec::new, |(m, _)| m.by_category.clone()),
         hlo_buffers: joined.map_or_else(Vec::new, |(m, _)| {
             m.peak_buffers.iter().take(top).cloned().collect()
         }),

@@ -32,6 +32,7 @@ pub struct RuntimePanel {
     pub matched_by: String,
     pub attached: u64,
     pub ops: Vec<OpRow>,
+    pub categories: Vec<OpRow>,
     pub buffers: Vec<BufferRow>,
 }
 
@@ -121,6 +122,15 @@ pub async fn panel(
         attached: p.xla_modules_attached,
         ops: p
             .by_hlo_op
+            .iter()
+            .map(|g| OpRow {
+                op: g.key.clone(),
+                bytes: fmt::bytes(g.bytes as i64),
+                count: g.count,
+            })
+            .collect(),
+        categories: p
+            .by_hlo_category
             .iter()
             .map(|g| OpRow {
                 op: g.key.clone(),
