@@ -341,12 +341,15 @@ async fn retention_drops_raw_events_keeps_rollups_and_peak() {
         let (app, store) = app(&url, None).await;
         let t0 = 5_000_000u64;
         let events = workload(6_000, t0, 1, 11);
-        let mut records = vec![start(42, t0)];
-        for c in events.chunks(1000) {
-            records.push(Record::Events(c.to_vec()));
-        }
+        // Six commits, so six stored chunks.
         let mut ing = Ingestor::new(store.clone());
-        ing.commit(vec![batch(1, records)]).await.unwrap();
+        for (i, c) in events.chunks(1000).enumerate() {
+            let mut records = if i == 0 { vec![start(42, t0)] } else { vec![] };
+            records.push(Record::Events(c.to_vec()));
+            ing.commit(vec![batch(i as u64 + 1, records)])
+                .await
+                .unwrap();
+        }
         let (_, runs) = get(&app, "/api/runs").await;
         let id = runs["runs"][0]["id"].as_i64().unwrap();
         let curve = exact_curve(&events, 0);
@@ -359,9 +362,17 @@ async fn retention_drops_raw_events_keeps_rollups_and_peak() {
         let (_, page) = get(&app, &format!("/api/runs/{id}/events?device=0&limit=10")).await;
         assert_eq!(page["events"].as_array().unwrap().len(), 10, "{url}");
 
-        // Everything stored before now is older than 0 ns.
+        // Old enough, but no checkpoint covers the chunks yet: nothing may go (the live
+        // sets after them could never be rebuilt).
+        assert_eq!(store.apply_retention(0).await.unwrap(), 0, "{url}");
+        // A checkpoint after each chunk (as the daemon's checkpointer writes them, denser).
+        let written = store
+            .extend_checkpoints_every(id, 0, 1000, 0)
+            .await
+            .unwrap();
+        assert_eq!(written, 6, "{url}");
         let deleted = store.apply_retention(0).await.unwrap();
-        assert!(deleted > 0, "{url}: no chunk deleted");
+        assert_eq!(deleted, 6, "{url}: every chunk is old and covered");
         let (_, page) = get(&app, &format!("/api/runs/{id}/events?device=0&limit=10")).await;
         assert!(
             page["events"].as_array().unwrap().is_empty(),
@@ -403,6 +414,59 @@ async fn retention_drops_raw_events_keeps_rollups_and_peak() {
         assert_eq!(
             after["live_allocations"], before["live_allocations"],
             "{url}"
+        );
+        // What was live at an instant inside pruned time: the nearest exact state before
+        // it (the checkpoint after the 2nd chunk), named by its own instant; after the
+        // last checkpoint, the instant asked for.
+        let live_at = |at: u64| {
+            let app = app.clone();
+            async move {
+                let (st, v) = get(
+                    &app,
+                    &format!("/runs/{id}/peak?device=0&at={at}&format=json"),
+                )
+                .await;
+                assert_eq!(st, StatusCode::OK);
+                (
+                    v["live"]["peak_ts_ns"].as_u64().unwrap(),
+                    v["live"]["peak_bytes"].as_i64().unwrap(),
+                )
+            }
+        };
+        let asked = curve[2500].0 - t0;
+        let (ts, bytes) = live_at(asked).await;
+        assert_eq!(
+            ts,
+            curve[1999].0 - t0,
+            "{url}: the checkpoint after event 2000"
+        );
+        assert_eq!(bytes, curve[1999].1, "{url}");
+        let end = curve[5999].0 - t0;
+        assert_eq!(live_at(end).await, (end, curve[5999].1), "{url}");
+        let (_, html) = {
+            let resp = app
+                .clone()
+                .oneshot(
+                    Request::get(format!("/runs/{id}/peak?device=0&at={asked}"))
+                        .body(Body::empty())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let b = axum::body::to_bytes(resp.into_body(), 1 << 24)
+                .await
+                .unwrap();
+            ((), String::from_utf8_lossy(&b).into_owned())
+        };
+        assert!(
+            html.contains("deleted by retention"),
+            "{url}: the page says so"
+        );
+        let (ts, bytes) = live_at(curve[500].0 - t0).await;
+        assert_eq!(
+            (ts, bytes),
+            (0, 0),
+            "{url}: before the first checkpoint: the start"
         );
     }
 }

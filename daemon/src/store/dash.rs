@@ -416,8 +416,10 @@ impl Store {
 
     /// What was live on `device` at `at` ns after the run's start (`None`: at the peak,
     /// from the stored snapshot), grouped; `top` largest allocations listed. At an
-    /// instant, the run's raw events up to it are replayed (exact while retention kept
-    /// them; `Ok(None)` for a run or snapshot that does not exist).
+    /// instant, the run's raw events up to it are replayed; where retention deleted them,
+    /// the answer is the nearest exact state before (a checkpoint, the peak snapshot or
+    /// the run's start) and `peak_ts_ns` says which instant that is. `Ok(None)` for a run
+    /// or snapshot that does not exist.
     pub async fn live_at(
         &self,
         run: i64,
@@ -425,7 +427,7 @@ impl Store {
         at: Option<u64>,
         top: usize,
     ) -> Result<Option<Peak>, StoreError> {
-        let Some(r) = sqlx::query("SELECT t0_mono_ns FROM runs WHERE id = $1")
+        let Some(r) = sqlx::query("SELECT t0_mono_ns, raw_pruned_to_ns FROM runs WHERE id = $1")
             .bind(run)
             .fetch_optional(&self.pool)
             .await?
@@ -433,6 +435,7 @@ impl Store {
             return Ok(None);
         };
         let t0 = col_i64(&r, 0)?;
+        let pruned_to: Option<i64> = r.try_get(1)?;
         let (bytes, ts, allocs) = match at {
             None => {
                 let Some(row) = sqlx::query(
@@ -474,9 +477,11 @@ impl Store {
                     _ => None,
                 };
                 self.extend_checkpoints(run, device).await?;
-                let allocs = self.replay_live(run, device, t0, t, start).await?;
+                let (allocs, as_of) = self
+                    .replay_live(run, device, t0, t, start, pruned_to)
+                    .await?;
                 let bytes = allocs.iter().map(|a| a.size as i64).sum();
-                (bytes, t as i64, allocs)
+                (bytes, (as_of - t0).max(0), allocs)
             }
         };
         let notes = self.notes_for(run, &allocs).await?;

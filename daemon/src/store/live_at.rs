@@ -36,8 +36,12 @@ impl CheckpointLocks {
 
 impl Store {
     /// Replays the stored events of `device` up to `t0 + at`: the counted allocations
-    /// live then (those whose event moved the device's live bytes). `start`: a known
-    /// live set at an absolute time (the peak snapshot); events after it are replayed.
+    /// live then (those whose event moved the device's live bytes), and the absolute
+    /// instant they are exact for. `start`: a known live set at an absolute time (the
+    /// peak snapshot); events after it are replayed. `pruned_to`: the run's raw events up
+    /// to then were deleted by retention; when the nearest known state is older than
+    /// that, the events after it are incomplete, so that state is returned as it is, with
+    /// its own instant (the run's start, with nothing live, when none is known).
     pub(super) async fn replay_live(
         &self,
         run: i64,
@@ -45,21 +49,26 @@ impl Store {
         t0: i64,
         at: u64,
         start: Option<(i64, Vec<LiveAlloc>)>,
-    ) -> Result<Vec<LiveAlloc>, StoreError> {
+        pruned_to: Option<i64>,
+    ) -> Result<(Vec<LiveAlloc>, i64), StoreError> {
         let hi = t0.saturating_add(at.min(i64::MAX as u64) as i64);
         // The nearest known state at or before `hi`: a checkpoint (everything in chunks up
         // to `after_chunk`, all at or before `hi`) or the peak snapshot (events up to `lo`).
         let cp = self.checkpoint_before(run, device, hi).await?;
-        let (mut after, lo, mut live): (i64, i64, HashMap<(u32, u64), LiveAlloc>) =
+        // (after chunk, replay events after this time, live set, the time it is exact at)
+        let (mut after, lo, mut live, base_ts): (i64, i64, HashMap<(u32, u64), LiveAlloc>, i64) =
             match (cp, start) {
                 (Some((chunk, ts_max, allocs)), s)
                     if s.as_ref().is_none_or(|(pt, _)| ts_max >= *pt) =>
                 {
-                    (chunk, i64::MIN, to_map(allocs))
+                    (chunk, i64::MIN, to_map(allocs), ts_max)
                 }
-                (_, Some((ts, allocs))) => (-1, ts, to_map(allocs)),
-                (_, None) => (-1, i64::MIN, HashMap::new()),
+                (_, Some((ts, allocs))) => (-1, ts, to_map(allocs), ts),
+                (_, None) => (-1, i64::MIN, HashMap::new(), t0),
             };
+        if pruned_to.is_some_and(|p| base_ts < p) {
+            return Ok((live.into_values().collect(), base_ts.min(hi)));
+        }
         loop {
             let rows = sqlx::query(
                 "SELECT id, events, deltas FROM event_chunks WHERE run_id = $1 AND device = $2 \
@@ -82,12 +91,12 @@ impl Store {
                 apply_chunk(&mut live, after, &ev, &de, lo, hi)?;
             }
         }
-        Ok(live.into_values().collect())
+        Ok((live.into_values().collect(), hi))
     }
 
     /// The latest live-set checkpoint of `device` whose events all happened at or before
     /// `hi`: (after_chunk, ts_max, allocations).
-    async fn checkpoint_before(
+    pub(super) async fn checkpoint_before(
         &self,
         run: i64,
         device: i64,

@@ -567,6 +567,7 @@ pub async fn peak(
             dims: Vec::new(),
             runtime,
             at,
+            moved_from: None,
         });
     };
     let t = p.peak_ts_ns.max(0) as u64;
@@ -584,6 +585,9 @@ pub async fn peak(
         shown: p.largest.len() as u64,
         dims: peak_dims(&p),
         runtime,
+        moved_from: at
+            .filter(|&t| t != p.peak_ts_ns.max(0) as u64)
+            .map(|t| fmt::duration(t as i64)),
         at,
     })
 }

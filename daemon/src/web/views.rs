@@ -137,6 +137,9 @@ pub struct PeakPage {
     pub runtime: Option<super::runtime::RuntimePanel>,
     /// Set when the page shows an instant (`?at=NS`) instead of the peak.
     pub at: Option<u64>,
+    /// Set when the instant asked for lies in time whose raw events retention deleted:
+    /// the page shows the nearest exact instant before it and says so.
+    pub moved_from: Option<String>,
 }
 
 pub struct DimView {
