@@ -23,16 +23,42 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn serve(db: &std::path::Path, api: u16, ingest: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(["serve", "--db"])
-        .arg(db)
-        .args(["--listen", &format!("127.0.0.1:{api}")])
-        .args(["--ingest", &format!("127.0.0.1:{ingest}")])
-        .env("MEMWATCH_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap()
+/// A `memwatch serve` child that is killed when dropped, so a failing assertion does not
+/// leave it running (holding the test's output pipe open).
+struct Daemon(Child);
+
+impl std::ops::Deref for Daemon {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(db: &std::path::Path, api: u16, ingest: u16) -> Daemon {
+    Daemon(
+        Command::new(env!("CARGO_BIN_EXE_memwatch"))
+            .args(["serve", "--db"])
+            .arg(db)
+            .args(["--listen", &format!("127.0.0.1:{api}")])
+            .args(["--ingest", &format!("127.0.0.1:{ingest}")])
+            .env("MEMWATCH_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 fn get(api: u16, path: &str) -> serde_json::Value {
