@@ -10,7 +10,8 @@
 #     events dropped;
 #  3. 10,000,000 calls/s requested from 8 threads: rate reached, drops;
 #  4. file-sink throughput: events written per second in an unthrottled 8-thread run;
-#  5. bench/rdtsc_mlp.c: a TSC read next to independent cache misses (why the standard
+#  5. the shim loaded with no sink (pass-through cost);
+#  6. bench/rdtsc_mlp.c: a TSC read next to independent cache misses (why the standard
 #     runtime's added cost is larger than the cache-resident one's).
 # Usage: bench/shim_overhead.sh [SHIM.so]   (prints a table; needs cc and python3)
 set -euo pipefail
@@ -56,6 +57,15 @@ for variant in standard cache-resident; do
     echo "per call, $variant runtime, $threads thread(s): without shim ${p} ns, with shim ${s} ns, added $(awk "BEGIN{print $s-$p}") ns (median of 5 rounds x 300 batches x 1000 pairs; rounds: plain ${plain[*]} / shim ${shimmed[*]}; last round dropped $dropped of $((threads * 600002)) events)"
   done
 done
+# Loaded with no sink configured (MEMWATCH_SINK unset): the hooks only pass the calls
+# through; this is the cost of leaving the shim preloaded when nothing receives.
+plain=(); shimmed=()
+for round in 1 2 3 4 5; do
+  plain+=("$("$work/mwtest" direct bench 1 300 1000 | sed -n 's/.*median_ns_per_call=\([0-9.]*\).*/\1/p')")
+  shimmed+=("$(env -u MEMWATCH_SINK LD_PRELOAD="$shim" "$work/mwtest" direct bench 1 300 1000 | sed -n 's/.*median_ns_per_call=\([0-9.]*\).*/\1/p')")
+done
+p=$(printf '%s\n' "${plain[@]}" | median); s=$(printf '%s\n' "${shimmed[@]}" | median)
+echo "per call, standard runtime, 1 thread, shim loaded with no sink (pass-through): without shim ${p} ns, with shim ${s} ns, added $(awk "BEGIN{print $s-$p}") ns (rounds: plain ${plain[*]} / shim ${shimmed[*]})"
 # The rounds above drop events when the flusher (sharing 2 cores with the workload)
 # falls behind; a dropped event skips the ring store. The same measurement with rings
 # large enough to keep every event of 30 batches (65536 events = 4 MiB per thread,

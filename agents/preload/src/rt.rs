@@ -249,7 +249,10 @@ pub fn begin_at(f: Family, api: Api, ts_raw: u64) -> Option<Pending> {
 #[inline(always)]
 fn begin_with(f: Family, api: Api, at: Option<u64>) -> Option<Pending> {
     let st = STATE.load(Ordering::Acquire);
-    if st != ACTIVE && !init() {
+    // OFF (no sink configured, or set-up failed) is checked with this plain load: init()
+    // would run a locked compare-exchange per call, a full barrier that also stops the
+    // CPU from overlapping the program's own cache misses across calls.
+    if st != ACTIVE && (st == OFF || !init()) {
         return None;
     }
     if FAMILIES.load(Ordering::Relaxed) & f as u8 == 0 {
