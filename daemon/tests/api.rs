@@ -546,6 +546,12 @@ async fn run_detail_inlines_some_annotations_and_pages_the_rest() {
         let (st, e) = get(&app, &format!("/api/runs/{run}/annotations?cursor=nope")).await;
         assert_eq!(st, StatusCode::BAD_REQUEST);
         assert!(e.to_string().contains("TS:ID"), "{e}");
+        // The events endpoint's cursor has its own form (and a negative index is bad).
+        for c in ["nope", "1:-2", "1"] {
+            let (st, e) = get(&app, &format!("/api/runs/{run}/events?cursor={c}")).await;
+            assert_eq!(st, StatusCode::BAD_REQUEST, "{c}");
+            assert!(e.to_string().contains("CHUNK:INDEX"), "{e}");
+        }
         let (st, _) = get(&app, "/api/runs/999999/annotations").await;
         assert_eq!(st, StatusCode::NOT_FOUND);
     }

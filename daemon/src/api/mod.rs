@@ -192,6 +192,22 @@ async fn peak(
     }
 }
 
+/// A paged endpoint's `cursor` ("A:B", as its previous page's `next_cursor` gave it);
+/// absent or empty: the first page. `form` names the two parts in the error.
+fn page_cursor<B: std::str::FromStr>(
+    c: Option<&str>,
+    form: &str,
+) -> Result<Option<(i64, B)>, ApiError> {
+    match c {
+        None | Some("") => Ok(None),
+        Some(c) => c
+            .split_once(':')
+            .and_then(|(a, b)| Some((a.parse::<i64>().ok()?, b.parse::<B>().ok()?)))
+            .map(Some)
+            .ok_or_else(|| bad(format!("bad cursor {c:?} (expected {form})"))),
+    }
+}
+
 #[derive(Deserialize)]
 struct EventsQ {
     device: Option<i64>,
@@ -206,15 +222,7 @@ async fn events(
     Path(id): Path<i64>,
     Query(q): Query<EventsQ>,
 ) -> Result<Response, ApiError> {
-    let cursor = match q.cursor.as_deref() {
-        None | Some("") => None,
-        Some(c) => {
-            let parsed = c
-                .split_once(':')
-                .and_then(|(a, b)| Some((a.parse::<i64>().ok()?, b.parse::<usize>().ok()?)));
-            Some(parsed.ok_or_else(|| bad(format!("bad cursor {c:?} (expected CHUNK:INDEX)")))?)
-        }
-    };
+    let cursor = page_cursor::<usize>(q.cursor.as_deref(), "CHUNK:INDEX")?;
     let limit = q.limit.unwrap_or(1000);
     match st
         .store
@@ -239,15 +247,7 @@ async fn annotations(
     Path(id): Path<i64>,
     Query(q): Query<AnnotationsQ>,
 ) -> Result<Response, ApiError> {
-    let cursor = match q.cursor.as_deref() {
-        None | Some("") => None,
-        Some(c) => {
-            let parsed = c
-                .split_once(':')
-                .and_then(|(a, b)| Some((a.parse::<i64>().ok()?, b.parse::<i64>().ok()?)));
-            Some(parsed.ok_or_else(|| bad(format!("bad cursor {c:?} (expected TS:ID)")))?)
-        }
-    };
+    let cursor = page_cursor::<i64>(q.cursor.as_deref(), "TS:ID")?;
     let limit = q.limit.unwrap_or(1000);
     match st
         .store

@@ -144,6 +144,20 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The run's start (CLOCK_MONOTONIC ns), or None when there is no such run.
+    pub async fn run_t0(&self, run: i64) -> Result<Option<u64>, StoreError> {
+        let row = sqlx::query("SELECT t0_mono_ns FROM runs WHERE id = $1")
+            .bind(run)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            Some(r) => Some(col_i64(&r, 0)?.max(0) as u64),
+            None => None,
+        })
+    }
+}
+
 /// Hides a password in a database URL for messages.
 pub fn redact(url: &str) -> String {
     match (url.find("://"), url.find('@')) {

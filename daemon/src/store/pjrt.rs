@@ -327,18 +327,6 @@ async fn incident(tx: &mut Tx, run: i64, e: &Event) -> Result<(), StoreError> {
 
 // ------------------------------------------------------------------ reads
 
-/// The run's start (CLOCK_MONOTONIC ns), or None when there is no such run.
-async fn run_t0(store: &Store, run: i64) -> Result<Option<u64>, StoreError> {
-    let row = sqlx::query("SELECT t0_mono_ns FROM runs WHERE id = $1")
-        .bind(run)
-        .fetch_optional(&store.pool)
-        .await?;
-    Ok(match row {
-        Some(r) => Some(col_i64(&r, 0)?.max(0) as u64),
-        None => None,
-    })
-}
-
 /// Whether run `run` has any PJRT record.
 pub async fn has_records(store: &Store, run: i64) -> Result<bool, StoreError> {
     let row = sqlx::query(
@@ -361,7 +349,7 @@ pub async fn runtime_capture(
     store: &Store,
     run: i64,
 ) -> Result<Option<RuntimeCapture>, StoreError> {
-    let Some(t0) = run_t0(store, run).await? else {
+    let Some(t0) = store.run_t0(run).await? else {
         return Ok(None);
     };
     let mut cap = RuntimeCapture {
@@ -531,7 +519,7 @@ pub async fn attach_modules(
     source: &str,
     mods: &[ModuleReport],
 ) -> Result<Option<usize>, StoreError> {
-    if run_t0(store, run).await?.is_none() {
+    if store.run_t0(run).await?.is_none() {
         return Ok(None);
     }
     let rows = mods

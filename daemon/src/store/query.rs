@@ -382,14 +382,10 @@ impl Store {
         cursor: Option<(i64, i64)>,
         limit: usize,
     ) -> Result<Option<AnnotationsPage>, StoreError> {
-        let Some(r) = sqlx::query("SELECT t0_mono_ns FROM runs WHERE id = $1")
-            .bind(run)
-            .fetch_optional(&self.pool)
-            .await?
-        else {
+        let Some(t0) = self.run_t0(run).await? else {
             return Ok(None);
         };
-        let t0 = col_i64(&r, 0)?;
+        let t0 = t0 as i64;
         let rel = |t: u64| t0.saturating_add(t.min(i64::MAX as u64) as i64);
         let lo = from.map_or(i64::MIN, rel);
         let hi = to.map_or(i64::MAX, rel);
@@ -680,14 +676,10 @@ impl Store {
         device: i64,
         top: usize,
     ) -> Result<Option<Peak>, StoreError> {
-        let Some(r) = sqlx::query("SELECT t0_mono_ns FROM runs WHERE id = $1")
-            .bind(run)
-            .fetch_optional(&self.pool)
-            .await?
-        else {
+        let Some(t0) = self.run_t0(run).await? else {
             return Ok(None);
         };
-        let t0 = col_i64(&r, 0)?;
+        let t0 = t0 as i64;
         let Some(row) = sqlx::query(
             "SELECT peak_bytes, peak_ts_ns, allocs FROM peak_snapshots WHERE run_id = $1 AND device = $2",
         )
@@ -727,14 +719,9 @@ impl Store {
         cursor: Option<(i64, usize)>,
         limit: usize,
     ) -> Result<Option<EventsPage>, StoreError> {
-        let Some(r) = sqlx::query("SELECT t0_mono_ns FROM runs WHERE id = $1")
-            .bind(run)
-            .fetch_optional(&self.pool)
-            .await?
-        else {
+        let Some(t0) = self.run_t0(run).await? else {
             return Ok(None);
         };
-        let t0 = col_i64(&r, 0)? as u64;
         let lo = t0 + from.unwrap_or(0);
         let hi = to.map(|t| t0 + t).unwrap_or(i64::MAX as u64);
         let (mut chunk_id, mut index) = cursor.unwrap_or((0, 0));

@@ -25,10 +25,6 @@ pub struct SpanSet {
     pub raw_chunks: i64,
 }
 
-fn t0(row: &sqlx::any::AnyRow) -> Result<u64, StoreError> {
-    Ok(col_i64(row, 0)?.max(0) as u64)
-}
-
 /// Reads the spans of run `run` over `[from, to)`; `None` when the run does not exist.
 pub async fn spans(
     store: &Store,
@@ -36,14 +32,9 @@ pub async fn spans(
     from: u64,
     to: u64,
 ) -> Result<Option<SpanSet>, StoreError> {
-    let Some(r) = sqlx::query("SELECT t0_mono_ns FROM runs WHERE id = $1")
-        .bind(run)
-        .fetch_optional(&store.pool)
-        .await?
-    else {
+    let Some(t0) = store.run_t0(run).await? else {
         return Ok(None);
     };
-    let t0 = t0(&r)?;
     let lo = (t0 + from) as i64;
     let hi = (t0.saturating_add(to)).min(i64::MAX as u64) as i64;
     let n = sqlx::query(
