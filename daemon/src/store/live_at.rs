@@ -145,25 +145,12 @@ impl Store {
     ) -> Result<usize, StoreError> {
         let lock = self.checkpoint_locks.of(run, device);
         let _held = lock.lock().await;
-        let last = sqlx::query(
-            "SELECT after_chunk, ts_max, allocs FROM live_checkpoints WHERE run_id = $1 \
-             AND device = $2 ORDER BY after_chunk DESC LIMIT 1",
-        )
-        .bind(run)
-        .bind(device)
-        .fetch_optional(&self.pool)
-        .await?;
-        let (mut after, mut ts_max, mut live) = match last {
-            Some(r) => {
-                let blob: Vec<u8> = r.try_get(2)?;
-                (
-                    col_i64(&r, 0)?,
-                    col_i64(&r, 1)?,
-                    to_map(snapshot::decode(&blob)?),
-                )
-            }
-            None => (-1, i64::MIN, HashMap::new()),
-        };
+        // The newest checkpoint: the latest with any time at all.
+        let (mut after, mut ts_max, mut live) =
+            match self.checkpoint_before(run, device, i64::MAX).await? {
+                Some((chunk, ts, allocs)) => (chunk, ts, to_map(allocs)),
+                None => (-1, i64::MIN, HashMap::new()),
+            };
         let mut since = 0usize;
         let mut written = 0usize;
         loop {
