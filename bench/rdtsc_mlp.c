@@ -4,6 +4,7 @@
  * the CPU overlaps the misses of consecutive iterations; a `rdtsc` between them (what a
  * hooked call does once) stops that overlap on the CPUs measured, so each miss is paid in
  * full. Used by bench/shim_overhead.sh to explain the shim's added cost on that runtime.
+ * A last line times `rdtsc` alone in a loop (its own cost on this machine, no misses).
  * Prints one line per mode: ns per iteration. */
 #include <stdint.h>
 #include <stdio.h>
@@ -30,5 +31,10 @@ int main(void) {
         }
         printf("%s: %.1f ns per insert\n", names[mode], (now() - t0) * 1e9 / R);
     }
+    double t0 = now();
+    uint64_t acc = 0;
+    for (long i = 0; i < R; i++) acc += __rdtsc();
+    sink = acc;
+    printf("rdtsc alone: %.1f ns per read\n", (now() - t0) * 1e9 / R);
     return 0;
 }
