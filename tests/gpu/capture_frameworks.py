@@ -15,7 +15,10 @@ from collections import Counter, defaultdict
 
 KIND = {1: "alloc", 2: "free", 3: "alloc_failed", 4: "api_span", 5: "free_failed", 6: "set_device"}
 MEM = {0: "none", 1: "device", 2: "host_pinned", 3: "managed", 4: "vmm_physical", 5: "vmm_map",
-       6: "vmm_reserve", 7: "stream_pool", 8: "pool_object"}
+       6: "vmm_reserve", 7: "stream_pool", 8: "pool_object", 9: "pjrt_buffer"}
+# wire frame types other than process_start (1) and events (2) (agents/wire/src/frame.rs)
+FRAME_NAMES = {3: "device_info", 4: "marker", 5: "dropped", 6: "process_end", 7: "device_sample",
+               8: "pjrt_executable", 9: "pjrt_memory_stats", 10: "backtrace", 11: "module_map"}
 OCCUPIES = {1, 3, 4, 7}  # kinds counted as device memory (wire MemKind::occupies_device_memory)
 
 
@@ -43,7 +46,7 @@ def read_capture(path):
             pid, ppid = struct.unpack_from("<II", payload, 0)
             starts.append(pid)
         else:
-            other[{3: "device_info", 5: "dropped", 6: "process_end"}.get(ty, f"type{ty}")] += 1
+            other[FRAME_NAMES.get(ty, f"type{ty}")] += 1
             if ty == 5:
                 _pid, _ts, total = struct.unpack_from("<IQQ", payload, 0)
                 other["dropped_total"] = max(other["dropped_total"], total)
@@ -95,7 +98,7 @@ def compare(cap, outfile):
     print(f"  capture: {len(events)} events, processes {starts}, other frames {dict(other)}")
     for key, n in sorted(by.items(), key=lambda kv: -kv[1]):
         extra = f" {bytes_by[key] / 2**20:.1f} MiB" if bytes_by[key] else ""
-        print(f"    {str(key[0]):28s} {str(key[1]):12s} {str(key[2]):12s} x{n}{extra}")
+        print(f"    {str(key[0]):40s} {str(key[1]):12s} {str(key[2]):12s} x{n}{extra}")
     if fw is None:
         print("  no FRAMEWORK line in the workload output")
         return

@@ -225,6 +225,9 @@ pub fn swap_device(dev: i32) -> i32 {
 /// One call being recorded.
 pub struct Pending {
     pub ev: Event,
+    /// The clock is read when the real call returns ([`Api::stamped_on_return`]);
+    /// `ev.ts_ns` holds the entry time until then (0 unless durations are recorded).
+    stamp_on_return: bool,
     errno: c_int,
     /// This thread's state (thread-local storage lives as long as the thread), so the
     /// exit path needs no second TLS lookup.
@@ -267,8 +270,12 @@ fn begin_with(f: Family, api: Api, at: Option<u64>) -> Option<Pending> {
     if !FLUSHER_RUNNING.load(Ordering::Relaxed) {
         start_flusher();
     }
+    // An allocating call is stamped when it returns (in `finished`), every other call
+    // here, before the real call: see `memwatch_wire::Event::ts_ns` for why.
+    let stamp_on_return = at.is_none() && api.stamped_on_return();
     let (ts_ns, errno) = match at {
         Some(at) => (at, errno_of(t)),
+        None if stamp_on_return && !TIME_ALLOCS.load(Ordering::Relaxed) => (0, 0),
         None => (crate::clock::raw(), 0),
     };
     let ev = Event {
@@ -279,24 +286,42 @@ fn begin_with(f: Family, api: Api, at: Option<u64>) -> Option<Pending> {
         api: api as u16,
         ..Event::default()
     };
-    Some(Pending { ev, errno, ts: t })
+    Some(Pending {
+        ev,
+        stamp_on_return,
+        errno,
+        ts: t,
+    })
 }
 
 impl Pending {
-    /// Records the end of the real call: result and errno to restore. Reads no clock
-    /// unless `MEMWATCH_ALLOC_DURATIONS=1`: allocation and release events carry their
-    /// start time only (duration 0); [`Pending::span`] measures API spans.
+    /// Records the end of the real call: result and errno to restore, and for an
+    /// allocating call its timestamp (the return time). Release events carry their
+    /// start time only (duration 0) unless `MEMWATCH_ALLOC_DURATIONS=1`, which times
+    /// both kinds; [`Pending::span`] measures API spans.
     #[inline]
     pub fn finished(&mut self, result: c_int) {
         self.errno = errno_of(self.ts);
         self.ev.result = result;
-        if TIME_ALLOCS.load(Ordering::Relaxed) {
+        let timed = TIME_ALLOCS.load(Ordering::Relaxed);
+        if self.stamp_on_return {
+            let now = crate::clock::raw();
+            if timed {
+                self.ev.duration_ns = now.wrapping_sub(self.ev.ts_ns);
+            }
+            self.ev.ts_ns = now;
+        } else if timed {
             self.ev.duration_ns = crate::clock::raw().wrapping_sub(self.ev.ts_ns);
         }
     }
 
     #[inline]
     pub fn alloc(&mut self, mk: MemKind, ptr: u64, size: u64) {
+        debug_assert!(
+            self.stamp_on_return || self.ev.api >= 3000,
+            "api {} records allocations: list it in Api::stamped_on_return",
+            self.ev.api
+        );
         self.ev.kind = if self.ev.result == 0 {
             EventKind::Alloc as u8
         } else {
@@ -309,6 +334,11 @@ impl Pending {
 
     #[inline]
     pub fn free(&mut self, mk: MemKind, ptr: u64, size: u64) {
+        debug_assert!(
+            !self.stamp_on_return,
+            "api {} records releases: take it out of Api::stamped_on_return",
+            self.ev.api
+        );
         self.ev.kind = if self.ev.result == 0 {
             EventKind::Free as u8
         } else {

@@ -522,3 +522,48 @@ fn device_info_survives_dlclose_before_exit() {
         "set-device and the allocation, nothing for the call after dlclose"
     );
 }
+
+#[test]
+fn an_address_freed_and_reused_by_overlapping_calls_keeps_its_order() {
+    // Thread B enters hipMalloc 2 ms before the main thread enters hipFree(P); the
+    // runtime holds B until that free has completed and then hands it P. In time order
+    // the capture must show P freed before B's allocation of it. Stamped at entry, B's
+    // allocation sorted before the free: the report then counted a missed free and
+    // took P's new allocation for freed.
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("race.mwcap");
+    let out = b.run("direct", &["reuse-race"], Some(&cap), &[]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let ptrs: Vec<u64> = text
+        .lines()
+        .filter(|l| l.starts_with("Q "))
+        .map(|l| {
+            let p = l.rsplit("ptr=").next().unwrap().trim_start_matches("0x");
+            u64::from_str_radix(p, 16).unwrap()
+        })
+        .collect();
+    assert_eq!(ptrs.len(), 4, "{text}");
+    let p = ptrs[0];
+    assert!(ptrs.iter().all(|&x| x == p), "the runtime reused P: {text}");
+    let mut evs = events(&read_capture(&cap));
+    assert_eq!(evs.len(), 4);
+    evs.sort_by_key(|e| e.ts_ns); // stable, as the analysis sorts
+    let order: Vec<(&str, u8, u64)> = evs
+        .iter()
+        .map(|e| (e.api_name().name(), e.kind, e.ptr))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            ("hipMalloc", 1, p),
+            ("hipFree", 2, p),
+            ("hipMalloc", 1, p),
+            ("hipFree", 2, p)
+        ]
+    );
+    assert_ne!(
+        evs[2].tid, evs[1].tid,
+        "the reusing allocation is thread B's"
+    );
+}

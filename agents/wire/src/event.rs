@@ -196,6 +196,46 @@ macro_rules! apis {
             /// All known APIs, in numeric order.
             pub const ALL: &'static [Api] = &[$(Self::$variant,)*];
         }
+
+        impl Api {
+            /// The calls that hand memory (or a handle, range or mapping) out: the shim
+            /// reads the clock for them when the real call has returned, and for every
+            /// other call when it is entered (see [`Event::ts_ns`]).
+            pub const fn stamped_on_return(self) -> bool {
+                matches!(
+                    self,
+                    Self::HipMalloc
+                        | Self::HipMallocManaged
+                        | Self::HipMallocAsync
+                        | Self::HipMallocFromPoolAsync
+                        | Self::HipHostMalloc
+                        | Self::HipExtMallocWithFlags
+                        | Self::HipMallocPitch
+                        | Self::HipHostRegister
+                        | Self::HipMemCreate
+                        | Self::HipMemMap
+                        | Self::HipMemAddressReserve
+                        | Self::HipMemPoolCreate
+                        | Self::CuMemAlloc
+                        | Self::CuMemAllocV1
+                        | Self::CuMemAllocManaged
+                        | Self::CuMemAllocPitch
+                        | Self::CuMemHostAlloc
+                        | Self::CuMemAllocHost
+                        | Self::CuMemAllocAsync
+                        | Self::CuMemAllocFromPoolAsync
+                        | Self::CuMemCreate
+                        | Self::CuMemMap
+                        | Self::CuMemAddressReserve
+                        | Self::CuMemPoolCreate
+                        | Self::CudaMalloc
+                        | Self::CudaMallocManaged
+                        | Self::CudaMallocAsync
+                        | Self::CudaMallocHost
+                        | Self::CudaHostAlloc
+                )
+            }
+        }
     };
 }
 
@@ -288,7 +328,13 @@ apis! {
 /// unchanged (0 = success for HIP and CUDA).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Event {
-    /// CLOCK_MONOTONIC nanoseconds when the call started.
+    /// CLOCK_MONOTONIC nanoseconds: when the call started, except for the events of
+    /// allocating calls ([`Api::stamped_on_return`]: `Alloc` / `AllocFailed`), stamped
+    /// when the real call returned. That keeps one address's events in their real order
+    /// across threads: a release is stamped before the runtime can hand the address out
+    /// again, an allocation after the runtime has handed it out, so sorting by `ts_ns`
+    /// never puts a free of an address after the allocation that reused it, even when
+    /// the two calls overlap on two threads. [`Event::call_start_ns`] gives the start.
     pub ts_ns: u64,
     /// Returned (alloc) or passed (free) pointer / handle; 0 when none.
     pub ptr: u64,
@@ -302,7 +348,8 @@ pub struct Event {
     pub aux: u64,
     /// Duration of the real call in ns. API spans always carry it (also in `aux`); the
     /// shim leaves it 0 for allocation / release events unless
-    /// `MEMWATCH_ALLOC_DURATIONS=1` (one clock read per call instead of two).
+    /// `MEMWATCH_ALLOC_DURATIONS=1` (one clock read per call instead of two). An
+    /// allocating call ran from `ts_ns - duration_ns` to `ts_ns`; any other from `ts_ns`.
     pub duration_ns: u64,
     pub pid: u32,
     pub tid: u32,
@@ -328,6 +375,26 @@ impl Event {
     pub fn api_name(&self) -> Api {
         Api::from_u16(self.api)
     }
+
+    /// When the call started: `ts_ns`, less the duration for the events of calls
+    /// stamped when they returned (see [`Event::ts_ns`]).
+    pub fn call_start_ns(&self) -> u64 {
+        if stamped_on_return(self.kind, self.api) {
+            self.ts_ns.saturating_sub(self.duration_ns)
+        } else {
+            self.ts_ns
+        }
+    }
+}
+
+/// Whether an event of `kind` from `api` carries its call's return time (see
+/// [`Event::ts_ns`]): allocation results of the driver / runtime calls the shim stamps
+/// when they return.
+pub fn stamped_on_return(kind: u8, api: u16) -> bool {
+    matches!(
+        EventKind::from_u8(kind),
+        Some(EventKind::Alloc | EventKind::AllocFailed)
+    ) && Api::from_u16(api).stamped_on_return()
 }
 
 #[cfg(test)]
@@ -343,6 +410,37 @@ mod tests {
             assert_eq!(Api::from_u16(*api as u16), *api);
         }
         assert_eq!(Api::from_u16(9999), Api::Unknown);
+    }
+
+    #[test]
+    fn allocating_calls_are_stamped_on_return() {
+        let ev = |api: Api, kind: EventKind| Event {
+            ts_ns: 1_000,
+            duration_ns: 100,
+            api: api as u16,
+            kind: kind as u8,
+            ..Event::default()
+        };
+        assert_eq!(ev(Api::CuMemAlloc, EventKind::Alloc).call_start_ns(), 900);
+        assert_eq!(ev(Api::HipMalloc, EventKind::AllocFailed).call_start_ns(), 900);
+        assert_eq!(ev(Api::CuMemFree, EventKind::Free).call_start_ns(), 1_000);
+        assert_eq!(ev(Api::CuStreamCreate, EventKind::ApiSpan).call_start_ns(), 1_000);
+        // PJRT events carry the times the PJRT layer chose.
+        assert_eq!(
+            ev(Api::PjrtExecuteOutput, EventKind::Alloc).call_start_ns(),
+            1_000
+        );
+        // Every allocating name is one: its C name says so.
+        for api in Api::ALL {
+            let n = api.name();
+            let allocating = (n.contains("Malloc") || n.contains("Alloc") || n.ends_with("Create"))
+                && !n.contains("Stream")
+                || n.ends_with("Map")
+                || n.ends_with("Register")
+                || n.ends_with("AddressReserve");
+            let allocating = allocating && !n.starts_with("PJRT") && !n.contains("Free");
+            assert_eq!(api.stamped_on_return(), allocating, "{n}");
+        }
     }
 
     #[test]

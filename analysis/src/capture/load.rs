@@ -31,7 +31,8 @@ pub const TAG_PREFIX: &str = "memwatch.tag ";
 /// One event, compacted: what the analyses need, nothing more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ev {
-    /// Raw CLOCK_MONOTONIC start.
+    /// Raw CLOCK_MONOTONIC order time: the call's start, or its return for the events of
+    /// allocating calls (`memwatch_wire::Event::ts_ns`); [`Ev::start`] / [`Ev::end`].
     pub ts: u64,
     /// Duration of the call in ns.
     pub dur: u64,
@@ -42,6 +43,30 @@ pub struct Ev {
     pub api: u16,
     pub kind: u8,
     pub mem: u8,
+}
+
+impl Ev {
+    fn stamped_on_return(&self) -> bool {
+        memwatch_wire::event::stamped_on_return(self.kind, self.api)
+    }
+
+    /// When the call started.
+    pub fn start(&self) -> u64 {
+        if self.stamped_on_return() {
+            self.ts.saturating_sub(self.dur)
+        } else {
+            self.ts
+        }
+    }
+
+    /// When the call returned (as far as known: `ts` for an untimed call).
+    pub fn end(&self) -> u64 {
+        if self.stamped_on_return() {
+            self.ts
+        } else {
+            self.ts.saturating_add(self.dur)
+        }
+    }
 }
 
 /// One process image: a pid and which of its `process_start`s this is. `exec` keeps

@@ -250,7 +250,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
     let mut last_ts = 0u64;
 
     for (i, e) in events.iter().enumerate() {
-        last_ts = last_ts.max(e.ts.saturating_add(e.dur));
+        last_ts = last_ts.max(e.end());
         let (pid, _) = loaded.streams[e.stream as usize];
         api.add(e);
         let kind = EventKind::from_u8(e.kind);
@@ -613,7 +613,7 @@ impl ApiAcc {
         ) {
             self.errors += 1;
         }
-        self.overlap.add(e.ts, e.dur, e.stream);
+        self.overlap.add(e.start(), e.dur, e.stream);
     }
 
     fn finish(mut self, api: u16) -> ApiStats {

@@ -79,7 +79,7 @@ pub async fn spans(
             if dur == 0 {
                 continue;
             }
-            let start = e.ts_ns.saturating_sub(t0);
+            let start = e.call_start_ns().saturating_sub(t0);
             let end = start + dur;
             if end < from || start >= to {
                 continue;

@@ -149,6 +149,15 @@ pub async fn perfetto(store: &Store, run: i64) -> Result<Option<Value>, StoreErr
                         } else {
                             e.duration_ns
                         };
+                        // Allocating calls are stamped when they returned.
+                        let ts = if e.kind == "alloc"
+                            && memwatch_wire::Api::from_name(e.api)
+                                .is_some_and(|a| a.stamped_on_return())
+                        {
+                            us(e.ts_ns.saturating_sub(dur).saturating_sub(t0))
+                        } else {
+                            ts
+                        };
                         ev.push(json!({"name":e.api,"cat":e.kind,"ph":"X","pid":e.pid,
                             "tid":e.tid,"ts":ts,"dur":us(dur),
                             "args":{"size":e.size,"ptr":format!("{:#x}", e.ptr),

@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -363,10 +364,43 @@ static void rate(int nthreads) {
     printf("R threads=%d target_calls_per_s=%.0f calls=%ld seconds=%.3f reached_calls_per_s=%.0f\n", nthreads, bench_rate, calls, el, calls / el);
 }
 
+#ifdef DIRECT
+/* reuse-race: thread B enters hipMalloc first; the runtime holds it until the main
+ * thread's hipFree of P (entered 2 ms later) has completed, then gives B the address P.
+ * Prints the calls in the order the runtime carried them out. */
+void memwatchTestrtHoldNextAlloc(void);
+int memwatchTestrtAllocWaiting(void);
+static void *race_alloc(void *arg) {
+    void **q = arg;
+    int r = T.hipMalloc(q, 8192);
+    printf("Q alloc r=%d ptr=%p\n", r, *q);
+    return NULL;
+}
+static void reuse_race(void) {
+    void *p = NULL, *q = NULL;
+    int r = T.hipMalloc(&p, 4096);
+    printf("Q alloc r=%d ptr=%p\n", r, p);
+    memwatchTestrtHoldNextAlloc();
+    pthread_t th;
+    pthread_create(&th, NULL, race_alloc, &q);
+    while (!memwatchTestrtAllocWaiting()) sched_yield();
+    struct timespec gap = {0, 2000000};
+    nanosleep(&gap, NULL);
+    r = T.hipFree(p);
+    printf("Q free r=%d ptr=%p\n", r, p);
+    pthread_join(th, NULL);
+    r = T.hipFree(q);
+    printf("Q free r=%d ptr=%p\n", r, q);
+}
+#endif
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) { fprintf(stderr, "usage: mwtest direct|dlsym|proc basic|threads|fork|exec|bench\n"); return 2; }
     const char *sc = argv[2];
+#ifdef DIRECT
+    if (!strcmp(sc, "reuse-race")) { load(argv[1]); reuse_race(); return 0; }
+#endif
 #ifndef DIRECT
     if (!strcmp(sc, "reload")) {
         /* dlopen, call, dlclose, dlopen again (maybe elsewhere), call: both recorded */

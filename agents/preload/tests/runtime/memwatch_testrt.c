@@ -68,12 +68,62 @@ static Entry *find(Heap *h, uint64_t key) {
     return NULL;
 }
 
+/* Address reuse between threads, on request (mwtest reuse-race): after
+ * memwatchTestrtHoldNextAlloc(), the next device allocation, once entered, waits until a
+ * device free has completed and then hands out the address just freed, as a stream-
+ * ordered pool hands a released block to a concurrent caller. The flags sit on their own
+ * line and are only read on the hot paths. */
+static struct {
+    int armed, waiting;
+    uint64_t freed;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} __attribute__((aligned(64))) hold = {0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+void memwatchTestrtHoldNextAlloc(void) {
+    pthread_mutex_lock(&hold.mu);
+    hold.freed = 0;
+    __atomic_store_n(&hold.armed, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&hold.mu);
+}
+/* 1 once the held allocation has been entered and waits for a free. */
+int memwatchTestrtAllocWaiting(void) { return __atomic_load_n(&hold.waiting, __ATOMIC_ACQUIRE); }
+/* The held allocation: wait for a free, then take its address; 0 = not held. */
+static uint64_t held_alloc(void) {
+    if (!__atomic_load_n(&hold.armed, __ATOMIC_ACQUIRE)) return 0;
+    pthread_mutex_lock(&hold.mu);
+    if (!hold.armed) { pthread_mutex_unlock(&hold.mu); return 0; }
+    hold.armed = 0;
+    __atomic_store_n(&hold.waiting, 1, __ATOMIC_RELEASE);
+    while (!hold.freed) pthread_cond_wait(&hold.cv, &hold.mu);
+    uint64_t p = hold.freed;
+    hold.freed = 0;
+    __atomic_store_n(&hold.waiting, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&hold.mu);
+    return p;
+}
+static void freed_for_hold(uint64_t p) {
+    if (!__atomic_load_n(&hold.waiting, __ATOMIC_ACQUIRE)) return;
+    pthread_mutex_lock(&hold.mu);
+    if (hold.waiting && !hold.freed) { hold.freed = p; pthread_cond_broadcast(&hold.cv); }
+    pthread_mutex_unlock(&hold.mu);
+}
+
 /* Device-memory allocation on `dev`, counted against the capacity. */
 static int dev_alloc(int dev, uint64_t size, int kind, uint64_t *out) {
     pthread_once(&once, init_heaps);
     if (dev < 0 || dev >= NDEV) return 101;
     if (!out) return 1;
     Heap *h = &heaps[dev];
+    uint64_t reused = held_alloc();
+    if (reused) {
+        pthread_mutex_lock(&h->mu);
+        int r = put(h, reused, size, kind, dev);
+        if (!r) h->used += size;
+        pthread_mutex_unlock(&h->mu);
+        if (r) return 2;
+        *out = reused;
+        return 0;
+    }
     pthread_mutex_lock(&h->mu);
     if (size > cap_bytes || h->used + size > cap_bytes) { pthread_mutex_unlock(&h->mu); return 2; }
     uint64_t p = ((uint64_t)(dev + 1) << 40) + 0x1000 + h->next;
@@ -95,6 +145,7 @@ static int dev_free(uint64_t p, int kind) {
     if (!e || e->kind != kind) { pthread_mutex_unlock(&h->mu); return 1; }
     e->state = 2; h->used -= e->size;
     pthread_mutex_unlock(&h->mu);
+    freed_for_hold(p);
     return 0;
 }
 /* Objects without device memory (host memory, streams, pools, reservations ...). */
