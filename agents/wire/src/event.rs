@@ -422,9 +422,15 @@ mod tests {
             ..Event::default()
         };
         assert_eq!(ev(Api::CuMemAlloc, EventKind::Alloc).call_start_ns(), 900);
-        assert_eq!(ev(Api::HipMalloc, EventKind::AllocFailed).call_start_ns(), 900);
+        assert_eq!(
+            ev(Api::HipMalloc, EventKind::AllocFailed).call_start_ns(),
+            900
+        );
         assert_eq!(ev(Api::CuMemFree, EventKind::Free).call_start_ns(), 1_000);
-        assert_eq!(ev(Api::CuStreamCreate, EventKind::ApiSpan).call_start_ns(), 1_000);
+        assert_eq!(
+            ev(Api::CuStreamCreate, EventKind::ApiSpan).call_start_ns(),
+            1_000
+        );
         // PJRT events carry the times the PJRT layer chose.
         assert_eq!(
             ev(Api::PjrtExecuteOutput, EventKind::Alloc).call_start_ns(),
