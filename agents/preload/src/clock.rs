@@ -42,6 +42,25 @@ fn tsc() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
+/// A TSC value and a CLOCK_MONOTONIC value taken at (nearly) the same instant: the
+/// monotonic read bracketed by two TSC reads, the tightest of 4 tries, its midpoint. A
+/// thread preempted between two plain back-to-back reads would shift every conversion
+/// of a pass by the time it lost.
+#[cfg(target_arch = "x86_64")]
+fn paired_reading() -> (u64, u64) {
+    let mut best = (u64::MAX, 0u64, 0u64);
+    for _ in 0..4 {
+        let a = tsc();
+        let n = monotonic_ns();
+        let b = tsc();
+        let width = b.wrapping_sub(a);
+        if width < best.0 {
+            best = (width, a.wrapping_add(width / 2), n);
+        }
+    }
+    (best.1, best.2)
+}
+
 /// Chooses the clock (once, at start-up, before recording starts).
 pub fn init() {
     #[cfg(target_arch = "x86_64")]
@@ -49,8 +68,9 @@ pub fn init() {
         // SAFETY: getenv with a NUL-terminated name.
         let forced = unsafe { !libc::getenv(c"MEMWATCH_CLOCK".as_ptr()).is_null() };
         if !forced && invariant_tsc() {
-            ANCHOR_TSC.store(tsc(), Ordering::Relaxed);
-            ANCHOR_NS.store(monotonic_ns(), Ordering::Relaxed);
+            let (t, n) = paired_reading();
+            ANCHOR_TSC.store(t, Ordering::Relaxed);
+            ANCHOR_NS.store(n, Ordering::Relaxed);
             USE_TSC.store(true, Ordering::Release);
         }
     }
@@ -88,7 +108,7 @@ impl Converter {
                 ANCHOR_NS.load(Ordering::Relaxed),
             );
             loop {
-                let (t, n) = (tsc(), monotonic_ns());
+                let (t, n) = paired_reading();
                 if n.saturating_sub(n0) >= 1_000_000 && t > t0 {
                     return Converter {
                         tsc_now: t,

@@ -38,6 +38,8 @@ struct State {
     backtraces: Vec<memwatch_wire::Backtrace>,
     /// Loader generation (adds + subs) of the last `module_map` written; 0: none yet.
     module_generation: u64,
+    /// PJRT execute starts converted once for both of an execute's events.
+    exec_starts: crate::pjrt::exec_start::ExecStarts,
 }
 
 impl State {
@@ -54,6 +56,7 @@ impl State {
             buf: Vec::new(),
             backtraces: Vec::new(),
             module_generation: 0,
+            exec_starts: crate::pjrt::exec_start::ExecStarts::new(),
         }
     }
 }
@@ -269,7 +272,8 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
             write_backtraces(st, &conv);
         }
         for e in st.events.iter_mut() {
-            e.ts_ns = conv.ts(e.ts_ns);
+            let ts = conv.ts(e.ts_ns);
+            e.ts_ns = st.exec_starts.start_of(e, ts);
             e.duration_ns = conv.dur(e.duration_ns);
             if e.kind == memwatch_wire::EventKind::ApiSpan as u8 {
                 e.aux = e.duration_ns;

@@ -12,6 +12,7 @@
 //! on a framework thread) and the frames the sink writes ([`pending_frames`]).
 
 pub mod abi;
+pub mod exec_start;
 pub mod ready;
 pub mod registry;
 pub mod table;
