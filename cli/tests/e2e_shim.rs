@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::workspace;
+use common::{report_json, workspace};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -149,13 +149,7 @@ fn launcher_with_workers_on_simulated_devices() {
     for c in run["connections"].as_array().unwrap() {
         assert_eq!(c["clean"], true, "{c}");
     }
-    let rep = Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(["report", "--json"])
-        .arg(work.path().join("l.mwcap"))
-        .output()
-        .unwrap();
-    assert!(rep.status.success());
-    let r: Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let r = report_json(&work.path().join("l.mwcap"));
     assert_eq!(r["damage"].as_array().unwrap().len(), 0);
     assert_eq!(run["report"]["processes"], r["processes"]);
 
@@ -310,13 +304,7 @@ fn exec_images_are_separate_processes() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Y pid="), "{stdout}");
     let cap = work.path().join("x.mwcap");
-    let rep = Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(["report", "--json"])
-        .arg(&cap)
-        .output()
-        .unwrap();
-    assert!(rep.status.success(), "{rep:?}");
-    let v: Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let v = report_json(&cap);
     let procs = v["processes"].as_array().unwrap();
     assert_eq!(procs.len(), 2, "{v}");
     assert_eq!(procs[0]["pid"], procs[1]["pid"]);
@@ -416,13 +404,7 @@ fn sampled_backtraces_name_the_calling_functions() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let cap = work.path().join("bt.mwcap");
-    let rep = Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(["report", "--json"])
-        .arg(&cap)
-        .output()
-        .unwrap();
-    assert!(rep.status.success(), "{rep:?}");
-    let v: Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let v = report_json(&cap);
     let p = &v["processes"][0];
     let largest = device(p, 0)["largest_allocations"].as_array().unwrap();
     assert_eq!(largest.len(), 3, "{p}");

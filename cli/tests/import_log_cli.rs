@@ -3,24 +3,9 @@
 //! without a dump, an unknown run, --log without --db) exits 2 with one clear line and
 //! stores nothing.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn repo(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
-}
-
-fn mw(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
+use common::{mw, repo};
 
 const INC: &str = "testdata/h200/incidents/h200-jax0.11.2-oom-temp";
 

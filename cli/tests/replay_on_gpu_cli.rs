@@ -2,24 +2,15 @@
 //! naming what is wrong, exit 2, nothing printed on stdout. (The GPU itself is exercised
 //! by tests/gpu/replay_kernels.sh.)
 
+mod common;
+
+use common::mw as memwatch;
 use std::process::Command;
 
 const SEED12: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../testdata/h200/bfc/h200-jax0.11.2/bfc_seed12.json"
 );
-
-fn memwatch(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn a_file_that_is_not_a_kernel_code_object_is_rejected() {

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::report_json;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -19,20 +21,6 @@ fn run_in(dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn report_json(path: &Path) -> serde_json::Value {
-    let out = memwatch()
-        .args(["report", "--json"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]

@@ -5,19 +5,10 @@
 use memwatch_wire::frame::encode_preamble;
 use memwatch_wire::*;
 use std::path::Path;
-use std::process::Command;
 
-fn mw(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
+mod common;
+
+use common::mw;
 
 fn capture(path: &Path) {
     let mut b = encode_preamble().to_vec();

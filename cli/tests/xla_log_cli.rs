@@ -2,24 +2,9 @@
 //! the right figures; malformed input (truncated file, wrong file type, empty dir, binary
 //! garbage) exits 2 with the file and line in a one-line message.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn repo(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
-}
-
-fn mw(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
+use common::{mw, repo};
 
 const MLP: &str = "testdata/h200/xla/h200-jax0.11.2-mlp";
 const BA: &str = "module_3318.jit_mlp.sm_9.0a_gpu_after_optimizations-buffer-assignment.txt";
