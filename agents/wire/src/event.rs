@@ -196,46 +196,6 @@ macro_rules! apis {
             /// All known APIs, in numeric order.
             pub const ALL: &'static [Api] = &[$(Self::$variant,)*];
         }
-
-        impl Api {
-            /// The calls that hand memory (or a handle, range or mapping) out: the shim
-            /// reads the clock for them when the real call has returned, and for every
-            /// other call when it is entered (see [`Event::ts_ns`]).
-            pub const fn stamped_on_return(self) -> bool {
-                matches!(
-                    self,
-                    Self::HipMalloc
-                        | Self::HipMallocManaged
-                        | Self::HipMallocAsync
-                        | Self::HipMallocFromPoolAsync
-                        | Self::HipHostMalloc
-                        | Self::HipExtMallocWithFlags
-                        | Self::HipMallocPitch
-                        | Self::HipHostRegister
-                        | Self::HipMemCreate
-                        | Self::HipMemMap
-                        | Self::HipMemAddressReserve
-                        | Self::HipMemPoolCreate
-                        | Self::CuMemAlloc
-                        | Self::CuMemAllocV1
-                        | Self::CuMemAllocManaged
-                        | Self::CuMemAllocPitch
-                        | Self::CuMemHostAlloc
-                        | Self::CuMemAllocHost
-                        | Self::CuMemAllocAsync
-                        | Self::CuMemAllocFromPoolAsync
-                        | Self::CuMemCreate
-                        | Self::CuMemMap
-                        | Self::CuMemAddressReserve
-                        | Self::CuMemPoolCreate
-                        | Self::CudaMalloc
-                        | Self::CudaMallocManaged
-                        | Self::CudaMallocAsync
-                        | Self::CudaMallocHost
-                        | Self::CudaHostAlloc
-                )
-            }
-        }
     };
 }
 
@@ -319,6 +279,46 @@ apis! {
     PjrtBufferCopyToMemory = 3009 => "PJRT_Buffer_CopyToMemory",
     PjrtBufferDestroy = 3010 => "PJRT_Buffer_Destroy",
     PjrtBufferDelete = 3011 => "PJRT_Buffer_Delete",
+}
+
+impl Api {
+    /// The calls that hand memory (or a handle, range or mapping) out: the shim
+    /// reads the clock for them when the real call has returned, and for every
+    /// other call when it is entered (see [`Event::ts_ns`]).
+    pub const fn stamped_on_return(self) -> bool {
+        matches!(
+            self,
+            Self::HipMalloc
+                | Self::HipMallocManaged
+                | Self::HipMallocAsync
+                | Self::HipMallocFromPoolAsync
+                | Self::HipHostMalloc
+                | Self::HipExtMallocWithFlags
+                | Self::HipMallocPitch
+                | Self::HipHostRegister
+                | Self::HipMemCreate
+                | Self::HipMemMap
+                | Self::HipMemAddressReserve
+                | Self::HipMemPoolCreate
+                | Self::CuMemAlloc
+                | Self::CuMemAllocV1
+                | Self::CuMemAllocManaged
+                | Self::CuMemAllocPitch
+                | Self::CuMemHostAlloc
+                | Self::CuMemAllocHost
+                | Self::CuMemAllocAsync
+                | Self::CuMemAllocFromPoolAsync
+                | Self::CuMemCreate
+                | Self::CuMemMap
+                | Self::CuMemAddressReserve
+                | Self::CuMemPoolCreate
+                | Self::CudaMalloc
+                | Self::CudaMallocManaged
+                | Self::CudaMallocAsync
+                | Self::CudaMallocHost
+                | Self::CudaHostAlloc
+        )
+    }
 }
 
 /// One intercepted call or observation. Fixed size on the wire (see `codec`).
