@@ -268,17 +268,7 @@ async fn attach_h200(store: &Store) -> Result<()> {
         .context("testdata/h200 is missing")?;
     let rows = |mods: &[memwatch_analysis::xla::ModuleReport]| -> Result<Vec<NewModule>> {
         mods.iter()
-            .map(|m| {
-                Ok(NewModule {
-                    name: m.name.clone(),
-                    argument_bytes: m.argument_bytes as i64,
-                    output_bytes: m.output_bytes as i64,
-                    temp_bytes: m.temp_bytes as i64,
-                    peak_bytes: m.peak_bytes.map(|b| b as i64),
-                    total_allocation_bytes: m.total_allocation_bytes as i64,
-                    report_json: serde_json::to_string(m)?,
-                })
-            })
+            .map(|m| Ok(NewModule::from_report(m)?))
             .collect()
     };
     let mlp_dir = root.join("xla/h200-jax0.11.2-mlp");

@@ -211,6 +211,21 @@ async fn pjrt_records_are_stored_and_attributed() {
                 memwatch_daemon::store::col_i64(&row, 0).unwrap()
             }
         };
+        // Modules of the XLA dumps attached to the run.
+        let modules_of_run = || {
+            let store = store.clone();
+            async move {
+                let row = sqlx::query(
+                    "SELECT COUNT(*) FROM xla_dump_modules m JOIN xla_dumps d \
+                     ON d.id = m.dump_id WHERE d.run_id = $1",
+                )
+                .bind(run)
+                .fetch_one(&store.pool)
+                .await
+                .unwrap();
+                memwatch_daemon::store::col_i64(&row, 0).unwrap()
+            }
+        };
         assert_eq!(count("pjrt_executables").await, 2, "{url}");
         assert_eq!(count("pjrt_executions").await, 3, "{url}");
         assert_eq!(count("pjrt_memory_stats").await, 3, "{url}");
@@ -299,15 +314,7 @@ async fn pjrt_records_are_stored_and_attributed() {
         // attaching again replaces, it does not duplicate
         post(&app, &format!("/api/runs/{run}/xla"), body).await;
         assert_eq!(count("xla_dumps").await, 1);
-        let row = sqlx::query(
-            "SELECT COUNT(*) FROM xla_dump_modules m JOIN xla_dumps d ON d.id = m.dump_id \
-             WHERE d.run_id = $1",
-        )
-        .bind(run)
-        .fetch_one(&store.pool)
-        .await
-        .unwrap();
-        assert_eq!(memwatch_daemon::store::col_i64(&row, 0).unwrap(), n);
+        assert_eq!(modules_of_run().await, n);
         let (_, p) = get(&app, &format!("/api/runs/{run}/peak?device=0&top=5")).await;
         let rt = &p["runtime"];
         assert_eq!(rt["xla_module"], "jit_mlp");
@@ -398,15 +405,7 @@ async fn pjrt_records_are_stored_and_attributed() {
         .await;
         assert_eq!(s, StatusCode::NOT_FOUND);
         assert_eq!(count("xla_dumps").await, 1);
-        let row = sqlx::query(
-            "SELECT COUNT(*) FROM xla_dump_modules m JOIN xla_dumps d ON d.id = m.dump_id \
-             WHERE d.run_id = $1",
-        )
-        .bind(run)
-        .fetch_one(&store.pool)
-        .await
-        .unwrap();
-        assert_eq!(memwatch_daemon::store::col_i64(&row, 0).unwrap(), n);
+        assert_eq!(modules_of_run().await, n);
         let (s, _) = get(&app, "/api/runs/999999/runtime").await;
         assert_eq!(s, StatusCode::NOT_FOUND);
         let (s, _) = get(&app, &format!("/api/runs/{run}/runtime?points=0")).await;

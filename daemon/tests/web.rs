@@ -408,15 +408,7 @@ async fn attach_h200(store: &Store) -> (i64, i64, i64) {
         memwatch_analysis::xla::load_dump_dir(dir)
             .unwrap()
             .iter()
-            .map(|m| NewModule {
-                name: m.name.clone(),
-                argument_bytes: m.argument_bytes as i64,
-                output_bytes: m.output_bytes as i64,
-                temp_bytes: m.temp_bytes as i64,
-                peak_bytes: m.peak_bytes.map(|b| b as i64),
-                total_allocation_bytes: m.total_allocation_bytes as i64,
-                report_json: serde_json::to_string(m).unwrap(),
-            })
+            .map(|m| NewModule::from_report(m).unwrap())
             .collect()
     };
     let inc = root.join("incidents/h200-jax0.11.2-oom-temp");

@@ -182,10 +182,9 @@ impl Store {
 
     /// Stored logs, newest first.
     pub async fn incident_logs(&self) -> Result<Vec<IncidentLogRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, run_id, dump_id, source, mem_fraction_ppm, created_unix_ns, \
-             CAST(LENGTH(log_text) AS BIGINT) FROM incident_logs ORDER BY id DESC LIMIT 1000",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {LOG_COLS} FROM incident_logs ORDER BY id DESC LIMIT 1000"
+        ))
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(log_row).collect()
@@ -196,10 +195,9 @@ impl Store {
         &self,
         id: i64,
     ) -> Result<Option<(IncidentLogRow, String)>, StoreError> {
-        let Some(r) = sqlx::query(
-            "SELECT id, run_id, dump_id, source, mem_fraction_ppm, created_unix_ns, \
-             CAST(LENGTH(log_text) AS BIGINT), log_text FROM incident_logs WHERE id = $1",
-        )
+        let Some(r) = sqlx::query(&format!(
+            "SELECT {LOG_COLS}, log_text FROM incident_logs WHERE id = $1"
+        ))
         .bind(id)
         .fetch_optional(&self.pool)
         .await?
@@ -415,7 +413,7 @@ impl Store {
     }
 
     /// What was live on `device` at `at` ns after the run's start (`None`: at the peak,
-    /// from the stored snapshot), grouped; `top` largest allocations listed. At an
+    /// the same as [`Store::peak`]), grouped; `top` largest allocations listed. At an
     /// instant, the run's raw events up to it are replayed; where retention deleted them,
     /// the answer is the nearest exact state before (a checkpoint, the peak snapshot or
     /// the run's start) and `peak_ts_ns` says which instant that is. `Ok(None)` for a run
@@ -427,6 +425,9 @@ impl Store {
         at: Option<u64>,
         top: usize,
     ) -> Result<Option<Peak>, StoreError> {
+        let Some(t) = at else {
+            return self.peak(run, device, top).await;
+        };
         let Some(r) = sqlx::query("SELECT t0_mono_ns, raw_pruned_to_ns FROM runs WHERE id = $1")
             .bind(run)
             .fetch_optional(&self.pool)
@@ -436,54 +437,28 @@ impl Store {
         };
         let t0 = col_i64(&r, 0)?;
         let pruned_to: Option<i64> = r.try_get(1)?;
-        let (bytes, ts, allocs) = match at {
-            None => {
-                let Some(row) = sqlx::query(
-                    "SELECT peak_bytes, peak_ts_ns, allocs FROM peak_snapshots \
-                     WHERE run_id = $1 AND device = $2",
-                )
-                .bind(run)
-                .bind(device)
-                .fetch_optional(&self.pool)
-                .await?
-                else {
-                    return Ok(None);
-                };
-                let blob: Vec<u8> = row.try_get(2)?;
-                (
-                    col_i64(&row, 0)?,
-                    (col_i64(&row, 1)? - t0).max(0),
-                    snapshot::decode(&blob)?,
-                )
+        // Start from the peak snapshot when the instant is after the peak (only the
+        // events between them are replayed), else from the run's start.
+        let snap = sqlx::query(
+            "SELECT peak_ts_ns, allocs FROM peak_snapshots WHERE run_id = $1 AND device = $2",
+        )
+        .bind(run)
+        .bind(device)
+        .fetch_optional(&self.pool)
+        .await?;
+        let start = match snap {
+            Some(row) if col_i64(&row, 0)? <= t0.saturating_add(t.min(i64::MAX as u64) as i64) => {
+                let blob: Vec<u8> = row.try_get(1)?;
+                Some((col_i64(&row, 0)?, snapshot::decode(&blob)?))
             }
-            Some(t) => {
-                // Start from the peak snapshot when the instant is after the peak (only
-                // the events between them are replayed), else from the run's start.
-                let snap = sqlx::query(
-                    "SELECT peak_ts_ns, allocs FROM peak_snapshots WHERE run_id = $1 AND device = $2",
-                )
-                .bind(run)
-                .bind(device)
-                .fetch_optional(&self.pool)
-                .await?;
-                let start = match snap {
-                    Some(row)
-                        if col_i64(&row, 0)?
-                            <= t0.saturating_add(t.min(i64::MAX as u64) as i64) =>
-                    {
-                        let blob: Vec<u8> = row.try_get(1)?;
-                        Some((col_i64(&row, 0)?, snapshot::decode(&blob)?))
-                    }
-                    _ => None,
-                };
-                self.extend_checkpoints(run, device).await?;
-                let (allocs, as_of) = self
-                    .replay_live(run, device, t0, t, start, pruned_to)
-                    .await?;
-                let bytes = allocs.iter().map(|a| a.size as i64).sum();
-                (bytes, (as_of - t0).max(0), allocs)
-            }
+            _ => None,
         };
+        self.extend_checkpoints(run, device).await?;
+        let (allocs, as_of) = self
+            .replay_live(run, device, t0, t, start, pruned_to)
+            .await?;
+        let bytes = allocs.iter().map(|a| a.size as i64).sum();
+        let ts = (as_of - t0).max(0);
         let notes = self.notes_for(run, &allocs).await?;
         let allocs = allocs.into_iter().zip(notes).collect();
         Ok(Some(group_live(run, device, bytes, ts, t0, allocs, top)))
@@ -596,6 +571,10 @@ pub fn note_for(notes: &Notes, pid: u32, ts: u64) -> Option<&str> {
     let i = v.partition_point(|(t, _)| *t <= ts);
     i.checked_sub(1).map(|i| v[i].1.as_str())
 }
+
+/// The columns [`log_row`] reads, in its order.
+const LOG_COLS: &str = "id, run_id, dump_id, source, mem_fraction_ppm, created_unix_ns, \
+     CAST(LENGTH(log_text) AS BIGINT)";
 
 fn log_row(r: &sqlx::any::AnyRow) -> Result<IncidentLogRow, StoreError> {
     Ok(IncidentLogRow {

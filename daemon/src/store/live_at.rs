@@ -240,18 +240,7 @@ fn apply_chunk(
         let delta = i64::from_le_bytes(db);
         match EventKind::from_u8(e.kind) {
             Some(EventKind::Alloc) if delta > 0 => {
-                live.insert(
-                    (e.pid, e.ptr),
-                    LiveAlloc {
-                        pid: e.pid,
-                        tid: e.tid,
-                        ptr: e.ptr,
-                        size: e.size,
-                        ts_ns: e.ts_ns,
-                        api: e.api,
-                        mem_kind: e.mem_kind,
-                    },
-                );
+                live.insert((e.pid, e.ptr), LiveAlloc::of(&e));
             }
             Some(EventKind::Free) if delta < 0 => {
                 live.remove(&(e.pid, e.ptr));

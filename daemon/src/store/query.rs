@@ -175,6 +175,9 @@ pub struct Peak {
 #[derive(Debug, Serialize)]
 pub struct EventRow {
     pub ts_ns: u64,
+    /// When the call started (`Event::call_start_ns`; not part of the JSON).
+    #[serde(skip)]
+    pub start_ns: u64,
     pub kind: &'static str,
     pub api: &'static str,
     pub mem_kind: &'static str,
@@ -774,6 +777,7 @@ impl Store {
                     }
                     events.push(EventRow {
                         ts_ns: e.ts_ns,
+                        start_ns: e.call_start_ns(),
                         kind: EventKind::from_u8(e.kind).map_or("unknown", EventKind::name),
                         api: Api::from_u16(e.api).name(),
                         mem_kind: MemKind::from_u8(e.mem_kind).map_or("unknown", MemKind::name),

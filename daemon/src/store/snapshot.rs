@@ -20,6 +20,21 @@ pub struct LiveAlloc {
     pub mem_kind: u8,
 }
 
+impl LiveAlloc {
+    /// The allocation an alloc event made.
+    pub fn of(e: &memwatch_wire::Event) -> Self {
+        LiveAlloc {
+            pid: e.pid,
+            tid: e.tid,
+            ptr: e.ptr,
+            size: e.size,
+            ts_ns: e.ts_ns,
+            api: e.api,
+            mem_kind: e.mem_kind,
+        }
+    }
+}
+
 /// Encodes allocations.
 pub fn encode(allocs: &[LiveAlloc]) -> Vec<u8> {
     let mut out = Vec::with_capacity(allocs.len() * RECORD_SIZE);

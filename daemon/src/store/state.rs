@@ -132,15 +132,7 @@ impl RunState {
                 let live = Live {
                     device,
                     counted,
-                    alloc: LiveAlloc {
-                        pid: e.pid,
-                        tid: e.tid,
-                        ptr: e.ptr,
-                        size: e.size,
-                        ts_ns: e.ts_ns,
-                        api: e.api,
-                        mem_kind: e.mem_kind,
-                    },
+                    alloc: LiveAlloc::of(e),
                 };
                 // An alloc at an address still live (a free we never saw): replace it.
                 if let Some(old) = self.live.insert(key, live) {

@@ -134,12 +134,11 @@ pub async fn perfetto(store: &Store, run: i64) -> Result<Option<Value>, StoreErr
                 break;
             };
             for e in &page.events {
-                let ts = us(e.ts_ns.saturating_sub(t0));
                 match e.kind {
                     "alloc_failed" | "free_failed" => {
                         ev.push(
                             json!({"name":format!("{} FAILED {} B", e.api, e.size),"ph":"i",
-                            "s":"g","pid":e.pid,"tid":e.tid,"ts":ts,
+                            "s":"g","pid":e.pid,"tid":e.tid,"ts":us(e.ts_ns.saturating_sub(t0)),
                             "args":{"size":e.size,"result":e.result,"device":e.device}}),
                         );
                     }
@@ -149,17 +148,10 @@ pub async fn perfetto(store: &Store, run: i64) -> Result<Option<Value>, StoreErr
                         } else {
                             e.duration_ns
                         };
-                        // Allocating calls are stamped when they returned.
-                        let ts = if e.kind == "alloc"
-                            && memwatch_wire::Api::from_name(e.api)
-                                .is_some_and(|a| a.stamped_on_return())
-                        {
-                            us(e.ts_ns.saturating_sub(dur).saturating_sub(t0))
-                        } else {
-                            ts
-                        };
+                        // A slice from the call's start (allocating calls are
+                        // stamped when they returned).
                         ev.push(json!({"name":e.api,"cat":e.kind,"ph":"X","pid":e.pid,
-                            "tid":e.tid,"ts":ts,"dur":us(dur),
+                            "tid":e.tid,"ts":us(e.start_ns.saturating_sub(t0)),"dur":us(dur),
                             "args":{"size":e.size,"ptr":format!("{:#x}", e.ptr),
                                 "device":e.device,"live_delta":e.delta}}));
                     }

@@ -50,6 +50,20 @@ pub struct OpRow {
     pub count: u64,
 }
 
+impl OpRow {
+    /// One row per group (an HLO op name or category), bytes formatted.
+    fn list(groups: &[memwatch_analysis::xla::Group]) -> Vec<OpRow> {
+        groups
+            .iter()
+            .map(|g| OpRow {
+                op: g.key.clone(),
+                bytes: fmt::bytes(g.bytes as i64),
+                count: g.count,
+            })
+            .collect()
+    }
+}
+
 pub struct BufferRow {
     pub instruction: String,
     pub shape: String,
@@ -120,24 +134,8 @@ pub async fn panel(
         xla_module: p.xla_module.clone().unwrap_or_default(),
         matched_by: p.matched_by.clone().unwrap_or_default(),
         attached: p.xla_modules_attached,
-        ops: p
-            .by_hlo_op
-            .iter()
-            .map(|g| OpRow {
-                op: g.key.clone(),
-                bytes: fmt::bytes(g.bytes as i64),
-                count: g.count,
-            })
-            .collect(),
-        categories: p
-            .by_hlo_category
-            .iter()
-            .map(|g| OpRow {
-                op: g.key.clone(),
-                bytes: fmt::bytes(g.bytes as i64),
-                count: g.count,
-            })
-            .collect(),
+        ops: OpRow::list(&p.by_hlo_op),
+        categories: OpRow::list(&p.by_hlo_category),
         buffers: p
             .hlo_buffers
             .iter()
