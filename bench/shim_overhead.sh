@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks of the LD_PRELOAD shim on the simulated runtime (agents/preload/tests):
 #  1. added cost per intercepted call (hipMalloc/hipFree pairs), 1 and 8 threads: the
-#     median over batches of 1000 pairs, with and without the shim, 5 alternating rounds;
+#     median over batches of 1000 pairs, with and without the shim, 5 alternating rounds
+#     of separate processes, and side by side in one process (mwtest bench-ab);
 #     on the test runtime as the tests build it (a 4 MiB hash table per device, touched
 #     at a random line per allocation) and on the same runtime with a 32 KiB table that
 #     stays in cache: the difference between the two is the runtime's own cache misses,
@@ -12,7 +13,9 @@
 #  4. file-sink throughput: events written per second in an unthrottled 8-thread run;
 #  5. the shim loaded with no sink (pass-through cost);
 #  6. bench/rdtsc_mlp.c: a TSC read next to independent cache misses (why the standard
-#     runtime's added cost is larger than the cache-resident one's).
+#     runtime's added cost is larger than the cache-resident one's); bench/ring_store.c:
+#     rdtsc against lfence / sfence / mfence after a load or store miss, and the cost of
+#     a ring slot store with a consumer draining it.
 # Usage: bench/shim_overhead.sh [SHIM.so]   (prints a table; needs cc and python3)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -57,6 +60,27 @@ for variant in standard cache-resident; do
     echo "per call, $variant runtime, $threads thread(s): without shim ${p} ns, with shim ${s} ns, added $(awk "BEGIN{print $s-$p}") ns (median of 5 rounds x 300 batches x 1000 pairs; rounds: plain ${plain[*]} / shim ${shimmed[*]}; last round dropped $dropped of $((threads * 600002)) events)"
   done
 done
+# The same comparison side by side in one process (mwtest bench-ab): batches of pairs
+# through the shim's hooks alternate (ABBA) with batches of the same runtime code
+# reached under names the shim does not intercept, all threads in the same mode at once.
+# A slow spell of the host lands on both halves of a round instead of on one round of
+# one build. The flusher drains the shim batches' events partly during the direct
+# batches (calls at half duty), so its work next to the caller is about half of that in
+# the runs above, where the calls never pause.
+for variant in standard cache-resident; do
+  bin="$work/mwtest"; [ "$variant" = cache-resident ] && bin="$work/small/mwtest"
+  for threads in 1 8; do
+    added=(); lines=()
+    for round in 1 2 3; do
+      rm -f "$work/ab.mwcap"
+      line=$(LD_PRELOAD="$shim" MEMWATCH_SINK="file:$work/ab.mwcap" "$bin" direct bench-ab "$threads" 300 1000)
+      lines+=("$(sed -n 's/.*direct_median_ns_per_call=\([0-9.]*\) shim_median_ns_per_call=\([0-9.]*\) added_median_ns_per_call=\([-0-9.]*\) added_p10=\([-0-9.]*\) added_p90=\([-0-9.]*\).*/\1\/\2\/\3 (p10 \4, p90 \5)/p' <<<"$line")")
+      added+=("$(sed -n 's/.*added_median_ns_per_call=\([-0-9.]*\).*/\1/p' <<<"$line")")
+    done
+    read -r _ dropped _ < <(summ "$root/tests/gpu" "$work/ab.mwcap")
+    echo "per call side by side in one process (ABBA batches), $variant runtime, $threads thread(s): added $(printf '%s\n' "${added[@]}" | median) ns (median of 3 runs of the per-round median of shim batch minus direct batch, 300 rounds x 2 batches x 1000 pairs per thread; runs direct/shim/added ns: ${lines[*]}; last run dropped $dropped)"
+  done
+done
 # Loaded with no sink configured (MEMWATCH_SINK unset): the hooks only pass the calls
 # through; this is the cost of leaving the shim preloaded when nothing receives.
 plain=(); shimmed=()
@@ -98,4 +122,7 @@ echo "file sink: $n events ($bytes bytes) written in $(awk "BEGIN{printf \"%.3f\
 if [ "$(uname -m)" = x86_64 ]; then
   cc -O2 -o "$work/rdtsc_mlp" "$root/bench/rdtsc_mlp.c"
   echo "rdtsc next to cache misses (4 MiB hash table inserts, bench/rdtsc_mlp.c): $("$work/rdtsc_mlp" | paste -sd ';' | sed 's/;/; /g')"
+  cc -O2 -pthread -o "$work/ring_store" "$root/bench/ring_store.c"
+  echo "rdtsc against the fences, and ring slot stores with a draining consumer (bench/ring_store.c):"
+  "$work/ring_store" | sed 's/^/  /'
 fi

@@ -567,3 +567,47 @@ fn an_address_freed_and_reused_by_overlapping_calls_keeps_its_order() {
         "the reusing allocation is thread B's"
     );
 }
+
+#[test]
+fn bench_ab_records_only_its_hooked_batches() {
+    // `mwtest bench-ab` times the runtime through the shim's hooks and, in the same
+    // process, through names the shim does not intercept: its "without the shim" half is
+    // only honest if none of those calls is recorded.
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("ab.mwcap");
+    let (threads, rounds, pairs) = (2usize, 10usize, 100usize);
+    let out = b.run(
+        "direct",
+        &[
+            "bench-ab",
+            &threads.to_string(),
+            &rounds.to_string(),
+            &pairs.to_string(),
+        ],
+        Some(&cap),
+        &[("MEMWATCH_BUFFER_EVENTS", "65536")],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("AB "))
+        .unwrap_or_else(|| panic!("no AB line: {text}"));
+    for key in ["direct_median_ns_per_call=", "shim_median_ns_per_call="] {
+        let v: f64 = line
+            .split(key)
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} in {line}"));
+        assert!(v > 0.0, "{line}");
+    }
+    let evs = events(&read_capture(&cap));
+    let count = |name: &str| evs.iter().filter(|e| e.api_name().name() == name).count();
+    // Per thread: its set-device, one untimed warm-up pair, then `rounds` hooked batches.
+    let pairs_hooked = threads * (1 + rounds * pairs);
+    assert_eq!(count("hipMalloc"), pairs_hooked);
+    assert_eq!(count("hipFree"), pairs_hooked);
+    assert_eq!(count("hipSetDevice"), threads);
+    assert_eq!(evs.len(), 2 * pairs_hooked + threads, "nothing else recorded");
+}

@@ -5,7 +5,7 @@
  * vary between runs). Lines starting with N are calls that must NOT be recorded.
  * Built twice: -DDIRECT (linked with -lmemwatch_testrt: symbol interposition) and
  * without (dlopen + dlsym, or *GetProcAddress, chosen by argv[1]).
- * Usage: mwtest direct|dlsym|proc basic|threads|fork|exec|exec-child|bench ARGS */
+ * Usage: mwtest direct|dlsym|proc basic|threads|fork|exec|exec-child|bench|bench-ab ARGS */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -365,6 +365,61 @@ static void rate(int nthreads) {
 }
 
 #ifdef DIRECT
+/* bench-ab THREADS ROUNDS BATCH_PAIRS: the same hipMalloc+hipFree pairs timed in one
+ * process two ways, batch by batch: through hipMalloc / hipFree (the shim's hooks when it
+ * is preloaded) and straight into the runtime through memwatchTestrtUnhooked* (the same
+ * runtime code under names the shim does not intercept). Each round is one batch of each,
+ * in ABBA order; a barrier puts every thread in the same mode at once. Prints the median
+ * ns per call of each mode and the median over all (thread, round) of the shim batch
+ * minus the direct batch: slow spells of the host hit both halves of a round alike. */
+int memwatchTestrtUnhookedMalloc(void **p, size_t s);
+int memwatchTestrtUnhookedFree(void *p);
+static pthread_barrier_t ab_barrier;
+static long ab_rounds;
+static double ab_ns[64][2][MAXB];
+static void *ab_worker(void *arg) {
+    int t = (int)(intptr_t)arg;
+    T.hipSetDevice(t % 8);
+    void *p;
+    if (T.hipMalloc(&p, 256) == 0) T.hipFree(p); /* start-up not timed */
+    if (memwatchTestrtUnhookedMalloc(&p, 256) == 0) memwatchTestrtUnhookedFree(p);
+    for (long b = 0; b < 2 * ab_rounds; b++) {
+        int shim = (int)(((b >> 1) ^ b) & 1); /* 0 1 1 0 0 1 1 0 ... */
+        pthread_barrier_wait(&ab_barrier);
+        double t0 = now_s();
+        if (shim) {
+            for (long i = 0; i < bench_batch; i++)
+                if (T.hipMalloc(&p, 256) == 0) T.hipFree(p);
+        } else {
+            for (long i = 0; i < bench_batch; i++)
+                if (memwatchTestrtUnhookedMalloc(&p, 256) == 0) memwatchTestrtUnhookedFree(p);
+        }
+        ab_ns[t][shim][b >> 1] = (now_s() - t0) * 1e9 / (2.0 * bench_batch);
+    }
+    return NULL;
+}
+static double median_of(double *v, long n) { qsort(v, n, sizeof v[0], cmpd); return n ? v[n / 2] : 0; }
+static void bench_ab(int nthreads) {
+    if (nthreads < 1 || nthreads > 64 || ab_rounds < 1 || ab_rounds > MAXB) { fprintf(stderr, "bench-ab: 1-64 threads, 1-%d rounds\n", MAXB); exit(2); }
+    pthread_barrier_init(&ab_barrier, NULL, (unsigned)nthreads);
+    pthread_t th[64];
+    for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, ab_worker, (void *)(intptr_t)i);
+    for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+    static double direct[64 * MAXB], shim[64 * MAXB], diff[64 * MAXB];
+    long n = 0;
+    for (int i = 0; i < nthreads; i++)
+        for (long r = 0; r < ab_rounds; r++, n++) {
+            direct[n] = ab_ns[i][0][r];
+            shim[n] = ab_ns[i][1][r];
+            diff[n] = shim[n] - direct[n];
+        }
+    double md = median_of(direct, n), ms = median_of(shim, n), mdiff = median_of(diff, n);
+    printf("AB threads=%d rounds=%ld direct_median_ns_per_call=%.1f shim_median_ns_per_call=%.1f added_median_ns_per_call=%.1f added_p10=%.1f added_p90=%.1f\n",
+           nthreads, ab_rounds, md, ms, mdiff, diff[n / 10], diff[n * 9 / 10]);
+}
+#endif
+
+#ifdef DIRECT
 /* reuse-race: thread B enters hipMalloc first; the runtime holds it until the main
  * thread's hipFree of P (entered 2 ms later) has completed, then gives B the address P.
  * Prints the calls in the order the runtime carried them out. */
@@ -400,6 +455,13 @@ int main(int argc, char **argv) {
     const char *sc = argv[2];
 #ifdef DIRECT
     if (!strcmp(sc, "reuse-race")) { load(argv[1]); reuse_race(); return 0; }
+    if (!strcmp(sc, "bench-ab")) {
+        load(argv[1]);
+        ab_rounds = argc > 4 ? atol(argv[4]) : 200;
+        bench_batch = argc > 5 ? atol(argv[5]) : 1000;
+        bench_ab(argc > 3 ? atoi(argv[3]) : 1);
+        return 0;
+    }
 #endif
 #ifndef DIRECT
     if (!strcmp(sc, "reload")) {
