@@ -609,5 +609,9 @@ fn bench_ab_records_only_its_hooked_batches() {
     assert_eq!(count("hipMalloc"), pairs_hooked);
     assert_eq!(count("hipFree"), pairs_hooked);
     assert_eq!(count("hipSetDevice"), threads);
-    assert_eq!(evs.len(), 2 * pairs_hooked + threads, "nothing else recorded");
+    assert_eq!(
+        evs.len(),
+        2 * pairs_hooked + threads,
+        "nothing else recorded"
+    );
 }
