@@ -33,4 +33,13 @@ fi
 if [ "$(psql_as_postgres -c "SELECT 1 FROM pg_database WHERE datname='$DB'")" != 1 ]; then
   psql_as_postgres -c "CREATE DATABASE $DB OWNER $ROLE" >&2
 fi
+# Each daemon / gate test creates its own database (mwtest_<test>_<pid>_<ns>,
+# mwgate_<pid>_<ns>) and leaves it for inspection. Those whose test process is gone are
+# dropped here, so repeated runs do not pile them up (one machine had 504 of them, 7.5 GB,
+# and PostgreSQL's crash recovery then outlasted pg_ctl's start timeout).
+psql_as_postgres -c "SELECT datname FROM pg_database WHERE datname ~ '^mw(test_.+|gate)_[0-9]+_[0-9]+$'" |
+  while read -r db; do
+    pid=$(awk -F_ '{print $(NF-1)}' <<<"$db")
+    [ -d "/proc/$pid" ] || psql_as_postgres -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >&2
+  done
 echo "postgres://$ROLE:$PASS@127.0.0.1:$PORT/$DB"
