@@ -228,6 +228,9 @@ pub struct Pending {
     /// The clock is read when the real call returns ([`Api::stamped_on_return`]);
     /// `ev.ts_ns` holds the entry time until then (0 unless durations are recorded).
     stamp_on_return: bool,
+    /// An allocating call without a recorded duration: its clock read is left to the
+    /// ring push, after the rest of the slot is written (see [`Pending::commit`]).
+    stamp_at_push: bool,
     errno: c_int,
     /// This thread's state (thread-local storage lives as long as the thread), so the
     /// exit path needs no second TLS lookup.
@@ -273,9 +276,10 @@ fn begin_with(f: Family, api: Api, at: Option<u64>) -> Option<Pending> {
     // An allocating call is stamped when it returns (in `finished`), every other call
     // here, before the real call: see `memwatch_wire::Event::ts_ns` for why.
     let stamp_on_return = at.is_none() && api.stamped_on_return();
+    let stamp_at_push = stamp_on_return && !TIME_ALLOCS.load(Ordering::Relaxed);
     let (ts_ns, errno) = match at {
         Some(at) => (at, errno_of(t)),
-        None if stamp_on_return && !TIME_ALLOCS.load(Ordering::Relaxed) => (0, 0),
+        None if stamp_at_push => (0, 0),
         None => (crate::clock::raw(), 0),
     };
     let ev = Event {
@@ -289,20 +293,25 @@ fn begin_with(f: Family, api: Api, at: Option<u64>) -> Option<Pending> {
     Some(Pending {
         ev,
         stamp_on_return,
+        stamp_at_push,
         errno,
         ts: t,
     })
 }
 
 impl Pending {
-    /// Records the end of the real call: result and errno to restore, and for an
-    /// allocating call its timestamp (the return time). Release events carry their
-    /// start time only (duration 0) unless `MEMWATCH_ALLOC_DURATIONS=1`, which times
-    /// both kinds; [`Pending::span`] measures API spans.
+    /// Records the end of the real call: result and errno to restore, and for a timed
+    /// allocating call its timestamp (the return time; an untimed one is stamped by
+    /// [`Pending::commit`], still after the real call returned). Release events carry
+    /// their start time only (duration 0) unless `MEMWATCH_ALLOC_DURATIONS=1`, which
+    /// times both kinds; [`Pending::span`] measures API spans.
     #[inline]
     pub fn finished(&mut self, result: c_int) {
         self.errno = errno_of(self.ts);
         self.ev.result = result;
+        if self.stamp_at_push {
+            return;
+        }
         let timed = TIME_ALLOCS.load(Ordering::Relaxed);
         if self.stamp_on_return {
             let now = crate::clock::raw();
@@ -368,18 +377,31 @@ impl Pending {
     }
 
     /// Queues the event (or counts a drop), clears the guard and restores errno.
+    ///
+    /// An untimed allocating call reads the clock here, inside the ring push after the
+    /// rest of its slot is written. On the CPUs measured `rdtsc` waits for every earlier
+    /// load, as `lfence` does (`bench/ring_store.c`), and the real call has often just
+    /// left a cache miss outstanding; the slot stores done first overlap that wait
+    /// instead of queueing behind it. The stamp is still taken after the real call
+    /// returned, which is all its ordering needs.
     #[inline]
-    pub fn commit(self) {
+    pub fn commit(mut self) {
         let t = self.ts;
         // Only HIP / CUDA calls come through the entry trampolines that save the
         // caller's frame (PJRT events, api 3000.., do not).
-        let sampled = crate::backtrace::enabled()
+        let sample = crate::backtrace::enabled()
             && self.ev.kind == EventKind::Alloc as u8
             && self.ev.api < 3000
-            && crate::backtrace::due(t, self.ev.size)
-            && crate::backtrace::push_with_stack(t, &self.ev);
-        if !sampled {
-            push_raw(t, &self.ev);
+            && crate::backtrace::due(t, self.ev.size);
+        if self.stamp_at_push && !sample {
+            push_raw_stamping(t, &self.ev);
+        } else {
+            if self.stamp_at_push {
+                self.ev.ts_ns = crate::clock::raw();
+            }
+            if !(sample && crate::backtrace::push_with_stack(t, &self.ev)) {
+                push_raw(t, &self.ev);
+            }
         }
         t.in_hook.set(false);
         set_errno_of(t, self.errno);
@@ -423,6 +445,23 @@ pub(crate) fn push_raw(t: &ThreadState, ev: &Event) -> bool {
     match unsafe { t.ring.get().as_ref() } {
         Some(r) => r.push(ev),
         None => push_slow(t, ev),
+    }
+}
+
+/// [`push_raw`] for an event stamped in the push ([`Pending::commit`]): `ev.ts_ns` is
+/// replaced by the clock read after the rest of the slot is written.
+#[inline]
+fn push_raw_stamping(t: &ThreadState, ev: &Event) -> bool {
+    // SAFETY: rings are never unmapped.
+    match unsafe { t.ring.get().as_ref() } {
+        Some(r) => r.push_stamping(ev),
+        None => push_slow(
+            t,
+            &Event {
+                ts_ns: crate::clock::raw(),
+                ..*ev
+            },
+        ),
     }
 }
 

@@ -125,6 +125,18 @@ impl ThreadRing {
     /// owning thread calls this.
     #[inline]
     pub fn push(&self, ev: &Event) -> bool {
+        self.push_with(ev, false)
+    }
+
+    /// Like [`push`](Self::push), with `ts_ns` read from the clock after the rest of the
+    /// slot is stored (see `rt::Pending::commit`). A full ring reads no clock.
+    #[inline]
+    pub fn push_stamping(&self, ev: &Event) -> bool {
+        self.push_with(ev, true)
+    }
+
+    #[inline(always)]
+    fn push_with(&self, ev: &Event, stamp: bool) -> bool {
         let h = self.head.0.load(Ordering::Relaxed);
         // SAFETY: tail_cache is producer-private.
         let cached = unsafe { &mut *self.tail_cache.get() };
@@ -137,7 +149,15 @@ impl ThreadRing {
             }
         }
         // SAFETY: masked index within the mapping; the consumer is past this slot.
-        unsafe { *self.slots.add(h & self.mask) = Slot::from_event(ev) };
+        unsafe {
+            let slot = self.slots.add(h & self.mask);
+            *slot = Slot::from_event(ev);
+            if stamp {
+                // After the slot stores (the clock intrinsic is a compiler barrier for
+                // memory), before the slot is published.
+                (*slot).ts_ns = crate::clock::raw();
+            }
+        }
         self.head.0.store(h.wrapping_add(1), Ordering::Release);
         // SAFETY: masked index within the mapping (only an address for the hint).
         prefetch_write(unsafe { self.slots.add(h.wrapping_add(PREFETCH_AHEAD) & self.mask) });
