@@ -309,18 +309,14 @@ impl Pending {
     pub fn finished(&mut self, result: c_int) {
         self.errno = errno_of(self.ts);
         self.ev.result = result;
-        if self.stamp_at_push {
+        // Untimed: an allocating call is stamped in `commit`, anything else was at entry.
+        if self.stamp_at_push || !TIME_ALLOCS.load(Ordering::Relaxed) {
             return;
         }
-        let timed = TIME_ALLOCS.load(Ordering::Relaxed);
+        let now = crate::clock::raw();
+        self.ev.duration_ns = now.wrapping_sub(self.ev.ts_ns);
         if self.stamp_on_return {
-            let now = crate::clock::raw();
-            if timed {
-                self.ev.duration_ns = now.wrapping_sub(self.ev.ts_ns);
-            }
             self.ev.ts_ns = now;
-        } else if timed {
-            self.ev.duration_ns = crate::clock::raw().wrapping_sub(self.ev.ts_ns);
         }
     }
 
@@ -393,15 +389,13 @@ impl Pending {
             && self.ev.kind == EventKind::Alloc as u8
             && self.ev.api < 3000
             && crate::backtrace::due(t, self.ev.size);
-        if self.stamp_at_push && !sample {
-            push_raw_stamping(t, &self.ev);
-        } else {
-            if self.stamp_at_push {
-                self.ev.ts_ns = crate::clock::raw();
-            }
-            if !(sample && crate::backtrace::push_with_stack(t, &self.ev)) {
-                push_raw(t, &self.ev);
-            }
+        if sample && self.stamp_at_push {
+            // The backtrace group is built from the event: stamp it first.
+            self.ev.ts_ns = crate::clock::raw();
+            self.stamp_at_push = false;
+        }
+        if !(sample && crate::backtrace::push_with_stack(t, &self.ev)) {
+            push_raw(t, &self.ev, self.stamp_at_push);
         }
         t.in_hook.set(false);
         set_errno_of(t, self.errno);
@@ -438,30 +432,21 @@ fn take_ring(t: &ThreadState) -> Option<&'static ThreadRing> {
 }
 
 /// Queues one event of this thread (its ring, or the shared one); false when it had to
-/// be dropped (counted).
+/// be dropped (counted). With `stamp`, `ev.ts_ns` is replaced by a clock read taken in
+/// the push, after the rest of the slot is written ([`Pending::commit`]).
 #[inline]
-pub(crate) fn push_raw(t: &ThreadState, ev: &Event) -> bool {
+fn push_raw(t: &ThreadState, ev: &Event, stamp: bool) -> bool {
     // SAFETY: rings are never unmapped.
     match unsafe { t.ring.get().as_ref() } {
-        Some(r) => r.push(ev),
-        None => push_slow(t, ev),
-    }
-}
-
-/// [`push_raw`] for an event stamped in the push ([`Pending::commit`]): `ev.ts_ns` is
-/// replaced by the clock read after the rest of the slot is written.
-#[inline]
-fn push_raw_stamping(t: &ThreadState, ev: &Event) -> bool {
-    // SAFETY: rings are never unmapped.
-    match unsafe { t.ring.get().as_ref() } {
-        Some(r) => r.push_stamping(ev),
-        None => push_slow(
+        Some(r) => r.push_stamp(ev, stamp),
+        None if stamp => push_slow(
             t,
             &Event {
                 ts_ns: crate::clock::raw(),
                 ..*ev
             },
         ),
+        None => push_slow(t, ev),
     }
 }
 

@@ -125,18 +125,13 @@ impl ThreadRing {
     /// owning thread calls this.
     #[inline]
     pub fn push(&self, ev: &Event) -> bool {
-        self.push_with(ev, false)
+        self.push_stamp(ev, false)
     }
 
-    /// Like [`push`](Self::push), with `ts_ns` read from the clock after the rest of the
-    /// slot is stored (see `rt::Pending::commit`). A full ring reads no clock.
-    #[inline]
-    pub fn push_stamping(&self, ev: &Event) -> bool {
-        self.push_with(ev, true)
-    }
-
+    /// [`push`](Self::push); with `stamp`, `ts_ns` is read from the clock after the rest
+    /// of the slot is stored (see `rt::Pending::commit`). A full ring reads no clock.
     #[inline(always)]
-    fn push_with(&self, ev: &Event, stamp: bool) -> bool {
+    pub fn push_stamp(&self, ev: &Event, stamp: bool) -> bool {
         let h = self.head.0.load(Ordering::Relaxed);
         // SAFETY: tail_cache is producer-private.
         let cached = unsafe { &mut *self.tail_cache.get() };
