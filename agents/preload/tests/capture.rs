@@ -609,6 +609,21 @@ fn bench_ab_records_only_its_hooked_batches() {
     assert_eq!(count("hipMalloc"), pairs_hooked);
     assert_eq!(count("hipFree"), pairs_hooked);
     assert_eq!(count("hipSetDevice"), threads);
+    // Out-of-range arguments are refused, not run with a clipped thread or round count.
+    for bad in [["0", "10"], ["65", "10"], ["2", "0"], ["2", "5000"]] {
+        let out = std::process::Command::new(b.program("direct"))
+            .args(["direct", "bench-ab", bad[0], bad[1], "10"])
+            .env("MWTEST_LIBDIR", &b.dir)
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "bench-ab {bad:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("bench-ab: 1-64 threads"),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     assert_eq!(
         evs.len(),
         2 * pairs_hooked + threads,
