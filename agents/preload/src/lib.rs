@@ -12,7 +12,7 @@
 //! out), `flusher` (the background thread), `device` (device_info queries), `unload`
 //! (the dlclose hook), `backtrace` (sampled native stacks), `exec` (exec wrappers), `attach` and `got_patch` (late attach by `memwatch attach`: entry points,
 //! GOT patching, baseline), `pjrt` (the PJRT C API table wrapping: executables, executes, buffers,
-//! allocator statistics).
+//! allocator statistics), `wait` (bounded waits for another thread's one-time set-up).
 
 #![allow(non_snake_case)]
 // Unit-test builds do not export the hooks (the test binary must not interpose its own
@@ -37,3 +37,4 @@ pub mod rt;
 pub mod sink;
 pub mod tring;
 pub mod unload;
+pub mod wait;

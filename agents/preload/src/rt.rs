@@ -13,7 +13,7 @@ use crate::sink;
 use crate::tring::{self, ThreadRing};
 use core::cell::Cell;
 use core::ffi::c_int;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use memwatch_wire::{Api, Event, EventKind, MemKind};
 use std::sync::OnceLock;
 
@@ -488,6 +488,35 @@ pub fn set_guard(v: bool) -> bool {
     ts().in_hook.replace(v)
 }
 
+/// Longest a thread waits for another thread's start-up before its call goes unrecorded.
+const INIT_WAIT_MAX_NS: u64 = 5_000_000_000;
+/// The state block of the thread running [`init`] (0 when none): a hooked call that
+/// start-up itself makes is not recorded, and must not wait for itself.
+static INIT_OWNER: AtomicUsize = AtomicUsize::new(0);
+
+/// Another thread is running [`init`]: wait until recording is on (or off). Start-up maps
+/// and clears the shared ring, which takes milliseconds (tens with a large
+/// `MEMWATCH_BUFFER_EVENTS`, more on a loaded machine); after [`INIT_WAIT_MAX_NS`] the
+/// call goes unrecorded (counted as dropped) rather than hang the program.
+#[cold]
+fn wait_for_init() -> bool {
+    if INIT_OWNER.load(Ordering::Acquire) == ts() as *const ThreadState as usize {
+        return false;
+    }
+    crate::wait::wait_until(
+        || STATE.load(Ordering::Acquire) != INITIALIZING,
+        INIT_WAIT_MAX_NS,
+    );
+    match STATE.load(Ordering::Acquire) {
+        ACTIVE => true,
+        OFF => false,
+        _ => {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
 /// One-time start-up on the first hooked call. Returns true when recording is active.
 #[cold]
 fn init() -> bool {
@@ -495,21 +524,17 @@ fn init() -> bool {
         Ok(_) => {}
         Err(ACTIVE) => return true,
         Err(OFF) => return false,
-        Err(_) => {
-            // Another thread is initialising: wait briefly (ring set-up takes ~1 ms).
-            for _ in 0..20_000 {
-                // SAFETY: plain syscall.
-                unsafe { libc::sched_yield() };
-                match STATE.load(Ordering::Acquire) {
-                    ACTIVE => return true,
-                    OFF => return false,
-                    _ => {}
-                }
-            }
-            DROPPED.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
+        Err(_) => return wait_for_init(),
     }
+    INIT_OWNER.store(ts() as *const ThreadState as usize, Ordering::Release);
+    let ok = start_up();
+    INIT_OWNER.store(0, Ordering::Release);
+    ok
+}
+
+/// [`init`]'s work, run by the one thread that won the start-up.
+#[cold]
+fn start_up() -> bool {
     let c = config();
     if c.sink == crate::config::SinkKind::None || !RING.init(c.buffer_events) {
         STATE.store(OFF, Ordering::Release);

@@ -106,6 +106,9 @@ pub fn callable(s: usize) -> Option<abi::ApiFn> {
     }
 }
 
+/// Longest a caller waits for another thread's table build.
+const BUILD_WAIT_MAX_NS: u64 = 5_000_000_000;
+
 /// `GetPjrtApi` as the program sees it.
 unsafe extern "C" fn get_pjrt_api_wrapper() -> *const c_void {
     let real_get = REAL_GET.load(Ordering::Acquire);
@@ -123,13 +126,12 @@ unsafe extern "C" fn get_pjrt_api_wrapper() -> *const c_void {
             BUILD.store(if ok { WRAPPED } else { PASSTHROUGH }, Ordering::Release);
         }
         Err(_) => {
-            // Another thread builds (microseconds): wait for it, bounded.
-            for _ in 0..100_000 {
-                if BUILD.load(Ordering::Acquire) != BUILDING {
-                    break;
-                }
-                libc::sched_yield();
-            }
+            // Another thread builds (microseconds): wait for it, bounded in time; past
+            // the bound this caller gets the runtime's own table (unrecorded, unchanged).
+            crate::wait::wait_until(
+                || BUILD.load(Ordering::Acquire) != BUILDING,
+                BUILD_WAIT_MAX_NS,
+            );
         }
     }
     if BUILD.load(Ordering::Acquire) == WRAPPED

@@ -1,0 +1,90 @@
+//! Waiting, inside a hooked call, for another thread to finish a one-time set-up.
+//!
+//! Owns one rule for every such wait in the shim: yield first (set-up usually takes
+//! micro- to milliseconds), then sleep in short naps, and give up after a deadline so a
+//! stuck set-up can never hang the program. A bare count of `sched_yield`s is no bound
+//! in time: it returns at once when the waiter has a core to itself, so 20,000 of them
+//! passed in a few ms while the other thread was still mapping memory.
+
+/// `sched_yield`s before the wait starts sleeping.
+const YIELDS: u32 = 1000;
+/// One nap once yielding is over.
+const NAP_NS: i64 = 50_000;
+
+/// Waits until `done()` holds or `max_ns` have passed; returns `done()`'s last value.
+/// Keeps the thread's errno, and sleeps with a raw system call, which (unlike glibc's
+/// `nanosleep`) is not a thread-cancellation point.
+pub fn wait_until(done: impl Fn() -> bool, max_ns: u64) -> bool {
+    if done() {
+        return true;
+    }
+    // SAFETY: this thread's errno location.
+    let errno = unsafe { *libc::__errno_location() };
+    let deadline = crate::clock::monotonic_ns().saturating_add(max_ns);
+    let mut round = 0u32;
+    let ok = loop {
+        if done() {
+            break true;
+        }
+        if round < YIELDS {
+            round += 1;
+            // SAFETY: plain system call.
+            unsafe { libc::sched_yield() };
+            continue;
+        }
+        if crate::clock::monotonic_ns() > deadline {
+            break done();
+        }
+        let nap = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: NAP_NS,
+        };
+        // SAFETY: raw nanosleep with a valid request and no remainder pointer.
+        unsafe {
+            libc::syscall(
+                libc::SYS_nanosleep,
+                &nap,
+                core::ptr::null_mut::<libc::timespec>(),
+            )
+        };
+    };
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn waits_past_the_yields_for_a_slow_set_up() {
+        let flag = Arc::new(AtomicBool::new(false));
+        let setter = {
+            let flag = flag.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                flag.store(true, Ordering::Release);
+            })
+        };
+        let t0 = std::time::Instant::now();
+        assert!(wait_until(|| flag.load(Ordering::Acquire), 5_000_000_000));
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(90));
+        setter.join().unwrap();
+    }
+
+    #[test]
+    fn gives_up_at_the_deadline_and_keeps_errno() {
+        // SAFETY: this thread's errno location.
+        unsafe { *libc::__errno_location() = libc::EAGAIN };
+        let t0 = std::time::Instant::now();
+        assert!(!wait_until(|| false, 20_000_000));
+        let waited = t0.elapsed();
+        assert!(waited >= std::time::Duration::from_millis(20), "{waited:?}");
+        assert!(waited < std::time::Duration::from_secs(2), "{waited:?}");
+        // SAFETY: as above.
+        assert_eq!(unsafe { *libc::__errno_location() }, libc::EAGAIN);
+    }
+}
