@@ -494,10 +494,11 @@ const INIT_WAIT_MAX_NS: u64 = 5_000_000_000;
 /// start-up itself makes is not recorded, and must not wait for itself.
 static INIT_OWNER: AtomicUsize = AtomicUsize::new(0);
 
-/// Another thread is running [`init`]: wait until recording is on (or off). Start-up maps
-/// and clears the shared ring, which takes milliseconds (tens with a large
-/// `MEMWATCH_BUFFER_EVENTS`, more on a loaded machine); after [`INIT_WAIT_MAX_NS`] the
-/// call goes unrecorded (counted as dropped) rather than hang the program.
+/// Another thread is running [`init`]: wait until recording is on (or off). Start-up
+/// reads the environment and maps the shared ring (microseconds, but the thread running
+/// it may be descheduled for much longer on a loaded machine); after
+/// [`INIT_WAIT_MAX_NS`] the call goes unrecorded (counted as dropped) rather than hang
+/// the program.
 #[cold]
 fn wait_for_init() -> bool {
     if INIT_OWNER.load(Ordering::Acquire) == ts() as *const ThreadState as usize {

@@ -98,9 +98,11 @@ fn eight_threads_on_eight_devices() {
 #[test]
 fn threads_arriving_during_start_up_lose_nothing() {
     // Two threads on two cores make their first hooked call at once: one runs the shim's
-    // start-up, which clears a 64 MiB shared ring here (tens of ms), and the other must
-    // wait for it. It used to give up after 20,000 sched_yields, which return at once
-    // when each thread has a core, and drop its first calls (3 of them, every run).
+    // start-up and the other must wait for it. The waiter used to give up after 20,000
+    // sched_yields, which return at once when each thread has a core, while start-up
+    // cleared the whole shared queue (64 MiB here, tens of ms): the second thread's
+    // first 3 calls were dropped every run. Start-up no longer writes the queue, and the
+    // wait is bounded in time, not in yields.
     let b = built("capture");
     let tmp = tempfile::tempdir().unwrap();
     let cap = tmp.path().join("start-up.mwcap");
@@ -485,6 +487,31 @@ fn thousands_of_short_threads_lose_nothing() {
     let tids: std::collections::HashSet<u32> = evs.iter().map(|e| e.tid).collect();
     assert!(tids.len() > 100, "distinct threads: {}", tids.len());
     assert!(!recs.iter().any(|r| matches!(r, Record::Dropped(_))));
+}
+
+#[test]
+fn threads_past_the_ring_registry_use_the_shared_queue() {
+    // 1100 threads alive at once: 1024 get rings of their own, the other 76 go through
+    // the shared fallback queue (mapped at start-up, its slots first written here).
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("crowd.mwcap");
+    let n = 1100u64;
+    b.run(
+        "direct",
+        &["crowd", &n.to_string()],
+        Some(&cap),
+        &[("MEMWATCH_BUFFER_EVENTS", "256")],
+    );
+    let recs = read_capture(&cap);
+    assert_eq!(dropped_total(&recs), 0, "events dropped");
+    let evs = events(&recs);
+    let mut sizes: Vec<u64> = evs.iter().filter(|e| e.kind == 1).map(|e| e.size).collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, (1024..1024 + n).collect::<Vec<_>>());
+    assert_eq!(evs.iter().filter(|e| e.kind == 2).count() as u64, n);
+    let tids: std::collections::HashSet<u32> = evs.iter().map(|e| e.tid).collect();
+    assert_eq!(tids.len() as u64, n, "one thread per pair");
 }
 
 #[test]

@@ -290,6 +290,16 @@ static void *worker(void *arg) {
     printf("T dev=%d tid=%ld n=%d\n", dev, (long)gettid(), per_thread);
     return NULL;
 }
+/* crowd: every thread records one pair, then waits until all have, so all are alive
+ * at once (past the shim's 1024 per-thread rings the rest use its shared queue). */
+static pthread_barrier_t crowd_barrier;
+static void *crowd_worker(void *arg) {
+    void *p = NULL;
+    size_t size = 1024 + (size_t)(intptr_t)arg;
+    if (T.hipMalloc(&p, size) == 0) T.hipFree(p);
+    pthread_barrier_wait(&crowd_barrier);
+    return NULL;
+}
 static void *churn_worker(void *arg) {
     void *p = NULL;
     (void)arg;
@@ -556,6 +566,18 @@ int main(int argc, char **argv) {
             pthread_join(th, NULL);
         }
         printf("churn threads=%d\n", n);
+    } else if (!strcmp(sc, "crowd")) {
+        int n = argc > 3 ? atoi(argv[3]) : 1100;
+        if (n < 1 || n > 4096) { fprintf(stderr, "crowd: 1-4096 threads\n"); return 2; }
+        static pthread_t th[4096];
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 64 * 1024);
+        pthread_barrier_init(&crowd_barrier, NULL, (unsigned)n);
+        for (int i = 0; i < n; i++)
+            if (pthread_create(&th[i], &attr, crowd_worker, (void *)(intptr_t)i)) { perror("pthread_create"); return 1; }
+        for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+        printf("crowd threads=%d\n", n);
     } else if (!strcmp(sc, "clock")) {
         /* CLOCK_MONOTONIC around calls, to check the capture's timestamps and durations */
         for (int i = 0; i < 20; i++) {
