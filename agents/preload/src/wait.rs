@@ -2,38 +2,40 @@
 //!
 //! Owns one rule for every such wait in the shim: yield first (set-up usually takes
 //! micro- to milliseconds), then sleep in short naps, and give up after a deadline so a
-//! stuck set-up can never hang the program. A bare count of `sched_yield`s is no bound
-//! in time: it returns at once when the waiter has a core to itself, so 20,000 of them
-//! passed in a few ms while the other thread was still mapping memory.
+//! stuck set-up can never hang the program. A count of `sched_yield`s is no bound in
+//! time either way: a yield returns at once when the waiter has a core to itself (20,000
+//! of them passed in a few ms while the other thread was still mapping memory), and
+//! hands the core away for a whole time slice when it does not.
 
-/// `sched_yield`s before the wait starts sleeping.
-const YIELDS: u32 = 1000;
+/// How long the wait yields before it starts sleeping.
+const YIELD_NS: u64 = 200_000;
 /// One nap once yielding is over.
 const NAP_NS: i64 = 50_000;
 
 /// Waits until `done()` holds or `max_ns` have passed; returns `done()`'s last value.
-/// Keeps the thread's errno, and sleeps with a raw system call, which (unlike glibc's
-/// `nanosleep`) is not a thread-cancellation point.
+/// Both phases are bounded by the clock, not by a count: on a loaded machine each
+/// `sched_yield` may hand the core away for a whole time slice. Keeps the thread's errno,
+/// and sleeps with a raw system call, which (unlike glibc's `nanosleep`) is not a
+/// thread-cancellation point.
 pub fn wait_until(done: impl Fn() -> bool, max_ns: u64) -> bool {
     if done() {
         return true;
     }
     // SAFETY: this thread's errno location.
     let errno = unsafe { *libc::__errno_location() };
-    let deadline = crate::clock::monotonic_ns().saturating_add(max_ns);
-    let mut round = 0u32;
+    let start = crate::clock::monotonic_ns();
     let ok = loop {
         if done() {
             break true;
         }
-        if round < YIELDS {
-            round += 1;
+        let waited = crate::clock::monotonic_ns().wrapping_sub(start);
+        if waited >= max_ns {
+            break done();
+        }
+        if waited < YIELD_NS {
             // SAFETY: plain system call.
             unsafe { libc::sched_yield() };
             continue;
-        }
-        if crate::clock::monotonic_ns() > deadline {
-            break done();
         }
         let nap = libc::timespec {
             tv_sec: 0,
@@ -83,6 +85,8 @@ mod tests {
         assert!(!wait_until(|| false, 20_000_000));
         let waited = t0.elapsed();
         assert!(waited >= std::time::Duration::from_millis(20), "{waited:?}");
+        // The deadline holds even when every yield hands the core to another thread for
+        // a whole time slice (a count of yields was no bound on a loaded machine).
         assert!(waited < std::time::Duration::from_secs(2), "{waited:?}");
         // SAFETY: as above.
         assert_eq!(unsafe { *libc::__errno_location() }, libc::EAGAIN);
