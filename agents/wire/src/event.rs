@@ -379,11 +379,18 @@ impl Event {
     /// When the call started: `ts_ns`, less the duration for the events of calls
     /// stamped when they returned (see [`Event::ts_ns`]).
     pub fn call_start_ns(&self) -> u64 {
-        if stamped_on_return(self.kind, self.api) {
-            self.ts_ns.saturating_sub(self.duration_ns)
-        } else {
-            self.ts_ns
-        }
+        call_span(self.ts_ns, self.duration_ns, self.kind, self.api).0
+    }
+}
+
+/// When a call started and returned (as far as known: the start for an untimed call that
+/// is not stamped on return), from an event's order stamp `ts_ns`, its `duration_ns`,
+/// `kind` and `api` (see [`Event::ts_ns`]).
+pub fn call_span(ts_ns: u64, duration_ns: u64, kind: u8, api: u16) -> (u64, u64) {
+    if stamped_on_return(kind, api) {
+        (ts_ns.saturating_sub(duration_ns), ts_ns)
+    } else {
+        (ts_ns, ts_ns.saturating_add(duration_ns))
     }
 }
 
@@ -427,6 +434,9 @@ mod tests {
             900
         );
         assert_eq!(ev(Api::CuMemFree, EventKind::Free).call_start_ns(), 1_000);
+        let span = |e: Event| call_span(e.ts_ns, e.duration_ns, e.kind, e.api);
+        assert_eq!(span(ev(Api::CuMemAlloc, EventKind::Alloc)), (900, 1_000));
+        assert_eq!(span(ev(Api::CuMemFree, EventKind::Free)), (1_000, 1_100));
         assert_eq!(
             ev(Api::CuStreamCreate, EventKind::ApiSpan).call_start_ns(),
             1_000

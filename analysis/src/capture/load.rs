@@ -46,26 +46,14 @@ pub struct Ev {
 }
 
 impl Ev {
-    fn stamped_on_return(&self) -> bool {
-        memwatch_wire::event::stamped_on_return(self.kind, self.api)
-    }
-
     /// When the call started.
     pub fn start(&self) -> u64 {
-        if self.stamped_on_return() {
-            self.ts.saturating_sub(self.dur)
-        } else {
-            self.ts
-        }
+        memwatch_wire::event::call_span(self.ts, self.dur, self.kind, self.api).0
     }
 
     /// When the call returned (as far as known: `ts` for an untimed call).
     pub fn end(&self) -> u64 {
-        if self.stamped_on_return() {
-            self.ts
-        } else {
-            self.ts.saturating_add(self.dur)
-        }
+        memwatch_wire::event::call_span(self.ts, self.dur, self.kind, self.api).1
     }
 }
 
