@@ -700,3 +700,82 @@ fn bench_ab_records_only_its_hooked_batches() {
         "nothing else recorded"
     );
 }
+
+#[test]
+fn cuda_driver_bench_records_only_its_dlsym_batches() {
+    // bench/cuda_driver_overhead.sh's side-by-side figure compares calls through the
+    // dlsym'd driver entry points (the shim's wrappers) with calls through the functions'
+    // own addresses, read from libcuda's ELF symbol table: its "without the shim" half is
+    // only honest if the shim sees none of those. Here the simulated runtime stands in
+    // for libcuda.so.1.
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        b.dir.join("libmemwatch_testrt.so"),
+        tmp.path().join("libcuda.so.1"),
+    )
+    .unwrap();
+    let prog = tmp.path().join("cuda_driver_pairs");
+    let src = crate_dir().join("../../bench/cuda_driver_pairs.c");
+    cc(&[
+        "-O2",
+        "-Wall",
+        "-pthread",
+        "-o",
+        prog.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-ldl",
+    ]);
+    let (threads, rounds, pairs) = (2usize, 5usize, 50usize);
+    for (mode, alloc, free) in [
+        ("ab-sync", "cuMemAlloc_v2", "cuMemFree_v2"),
+        ("ab-async", "cuMemAllocAsync", "cuMemFreeAsync"),
+    ] {
+        let cap = tmp.path().join(format!("{mode}.mwcap"));
+        let out = std::process::Command::new(&prog)
+            .args([
+                mode,
+                &threads.to_string(),
+                &rounds.to_string(),
+                &pairs.to_string(),
+                "4096",
+            ])
+            .env("LD_LIBRARY_PATH", tmp.path())
+            .env("LD_PRELOAD", &b.shim)
+            .env("MEMWATCH_SINK", format!("file:{}", cap.display()))
+            .env("MEMWATCH_BUFFER_EVENTS", "65536")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{mode}: {:?}\n{text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let field = |key: &str| -> usize {
+            text.split(&format!(" {key}="))
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{key} in {text}"))
+        };
+        assert_eq!(field("failed"), 0, "{text}");
+        // Per thread: one warm-up batch of each kind, then per round two batches of each.
+        let hooked_pairs = threads * (2 * rounds + 1) * pairs;
+        assert_eq!(field("hooked_calls"), 2 * hooked_pairs, "{text}");
+        assert_eq!(field("calls"), 4 * hooked_pairs, "{text}");
+        let recs = read_capture(&cap);
+        assert_eq!(dropped_total(&recs), 0, "{mode}");
+        let evs = events(&recs);
+        let count = |name: &str| evs.iter().filter(|e| e.api_name().name() == name).count();
+        assert_eq!(count(alloc), hooked_pairs, "{mode}: {alloc}");
+        assert_eq!(count(free), hooked_pairs, "{mode}: {free}");
+        assert!(
+            evs.iter()
+                .filter(|e| e.api_name().name() == alloc)
+                .all(|e| e.result == 0 && e.size == 4096 && e.ptr != 0),
+            "{mode}: every allocation succeeded with its size and pointer"
+        );
+    }
+}

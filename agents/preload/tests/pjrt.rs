@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::cc;
 use memwatch_wire::{Api, Event, EventKind, MemKind, PjrtExecutable, Record};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -15,15 +16,6 @@ struct Built {
     plugin: PathBuf,
     driver: PathBuf,
     shim: PathBuf,
-}
-
-fn cc(args: &[&str]) {
-    let out = Command::new("cc").args(args).output().expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn built() -> &'static Built {

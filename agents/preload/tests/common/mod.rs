@@ -15,7 +15,7 @@ pub struct Built {
     pub dl: PathBuf,
 }
 
-fn crate_dir() -> PathBuf {
+pub fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -43,7 +43,8 @@ fn shim_path() -> PathBuf {
     so
 }
 
-fn cc(args: &[&str]) {
+/// Runs the C compiler; fails the test with its message.
+pub fn cc(args: &[&str]) {
     let out = Command::new("cc").args(args).output().expect("run cc");
     assert!(
         out.status.success(),

@@ -1,0 +1,287 @@
+// Times allocation + release pairs through the real CUDA driver, the way XLA reaches it:
+// libcuda.so.1 opened with dlopen and its entry points looked up with dlsym (so under
+// LD_PRELOAD=libmemwatch_preload.so the calls go through the shim's dlsym path).
+//
+//   cuda_driver_pairs MODE THREADS BATCHES PAIRS BYTES
+//     MODE sync:  cuMemAlloc_v2 + cuMemFree_v2
+//          async: cuMemAllocAsync + cuMemFreeAsync on a per-thread stream (the device's
+//                 default memory pool; what XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async uses)
+//          ab-sync, ab-async: the same side by side in one process: each round times
+//                 a batch through the dlsym'd entry points (the shim's wrappers when it
+//                 is preloaded), then two batches through the functions' own addresses
+//                 (read from libcuda's ELF symbol table, which no dlsym hook sees), then
+//                 one through dlsym again (ABBA); BATCHES rounds.
+//
+// Each thread retains device 0's primary context, warms up with one batch, then times
+// BATCHES batches of PAIRS pairs; prints the median, p10 and p90 over all threads'
+// batches of the time per call (a pair is two calls) as
+//   mode=.. threads=.. median_ns_per_call=.. p10=.. p90=.. calls=.. failed=..
+// ab modes print the per-round differences (dlsym'd minus direct, per call) instead:
+//   mode=.. threads=.. direct_median_ns_per_call=.. dlsym_median_ns_per_call=..
+//   added_median_ns_per_call=.. added_p10=.. added_p90=.. calls=.. hooked_calls=.. failed=..
+// Exit 1 when the driver is missing or any call failed.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUstream;
+
+static CUresult (*p_cuInit)(unsigned);
+static CUresult (*p_cuDeviceGet)(CUdevice *, int);
+static CUresult (*p_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+static CUresult (*p_cuCtxSetCurrent)(CUcontext);
+static CUresult (*p_cuStreamCreate)(CUstream *, unsigned);
+static CUresult (*p_cuStreamSynchronize)(CUstream);
+static CUresult (*p_cuStreamDestroy)(CUstream);
+static CUresult (*p_cuMemAlloc)(CUdeviceptr *, size_t);
+static CUresult (*p_cuMemFree)(CUdeviceptr);
+static CUresult (*p_cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+static CUresult (*p_cuMemFreeAsync)(CUdeviceptr, CUstream);
+
+struct fns {
+  CUresult (*alloc)(CUdeviceptr *, size_t);
+  CUresult (*free)(CUdeviceptr);
+  CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream);
+  CUresult (*free_async)(CUdeviceptr, CUstream);
+};
+static struct fns hooked, direct;
+
+static int async_mode, ab_mode, batches, pairs;
+static size_t bytes;
+static CUcontext ctx;
+
+struct worker {
+  pthread_t th;
+  double *ns_per_call;  // ab modes: per-round added ns per call
+  double *direct_ns;    // ab modes: per-round direct ns per call
+  double *hooked_ns;    // ab modes: per-round dlsym'd ns per call
+  long failed;
+};
+
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static void run_batch(const struct fns *f, CUstream s, long *failed) {
+  for (int i = 0; i < pairs; i++) {
+    CUdeviceptr p = 0;
+    if (async_mode) {
+      if (f->alloc_async(&p, bytes, s) != 0) { (*failed)++; continue; }
+      if (f->free_async(p, s) != 0) (*failed)++;
+    } else {
+      if (f->alloc(&p, bytes) != 0) { (*failed)++; continue; }
+      if (f->free(p) != 0) (*failed)++;
+    }
+  }
+}
+
+// Seconds per call of one batch.
+static double timed_batch(const struct fns *f, CUstream s, long *failed) {
+  double t0 = now_ns();
+  run_batch(f, s, failed);
+  return (now_ns() - t0) / (2.0 * pairs);
+}
+
+static void *work(void *arg) {
+  struct worker *w = arg;
+  CUstream s = NULL;
+  if (p_cuCtxSetCurrent(ctx) != 0 || (async_mode && p_cuStreamCreate(&s, 0) != 0)) {
+    w->failed++;
+    return NULL;
+  }
+  run_batch(&hooked, s, &w->failed);  // warm-up: pool growth, first-touch costs
+  if (ab_mode) run_batch(&direct, s, &w->failed);
+  if (async_mode) p_cuStreamSynchronize(s);
+  for (int b = 0; b < batches; b++) {
+    if (!ab_mode) {
+      w->ns_per_call[b] = timed_batch(&hooked, s, &w->failed);
+      continue;
+    }
+    double h = timed_batch(&hooked, s, &w->failed);
+    double d = timed_batch(&direct, s, &w->failed);
+    d += timed_batch(&direct, s, &w->failed);
+    h += timed_batch(&hooked, s, &w->failed);
+    w->hooked_ns[b] = h / 2;
+    w->direct_ns[b] = d / 2;
+    w->ns_per_call[b] = (h - d) / 2;
+  }
+  if (async_mode) {
+    p_cuStreamSynchronize(s);
+    p_cuStreamDestroy(s);
+  }
+  return NULL;
+}
+
+// The address of NAME in the loaded library whose path contains "libcuda.so", from the
+// file's .dynsym (the dynamic linker's view, without any dlsym interposer).
+struct elf_find {
+  const char *name;
+  void *addr;
+};
+
+static void *lookup_elf(const char *path, ElfW(Addr) base, const char *name) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  void *found = NULL;
+  ElfW(Ehdr) eh;
+  ElfW(Shdr) *sh = NULL;
+  char *str = NULL;
+  ElfW(Sym) *sym = NULL;
+  if (fread(&eh, sizeof eh, 1, f) != 1 || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) goto out;
+  sh = calloc(eh.e_shnum, sizeof *sh);
+  if (!sh || fseek(f, (long)eh.e_shoff, SEEK_SET) != 0 ||
+      fread(sh, sizeof *sh, eh.e_shnum, f) != eh.e_shnum)
+    goto out;
+  for (int i = 0; i < eh.e_shnum && !found; i++) {
+    if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_link >= eh.e_shnum) continue;
+    ElfW(Shdr) *ss = &sh[sh[i].sh_link];
+    str = malloc(ss->sh_size);
+    sym = malloc(sh[i].sh_size);
+    if (!str || !sym || fseek(f, (long)ss->sh_offset, SEEK_SET) != 0 ||
+        fread(str, 1, ss->sh_size, f) != ss->sh_size ||
+        fseek(f, (long)sh[i].sh_offset, SEEK_SET) != 0 ||
+        fread(sym, 1, sh[i].sh_size, f) != sh[i].sh_size)
+      goto out;
+    size_t n = sh[i].sh_size / sizeof *sym;
+    for (size_t k = 0; k < n; k++) {
+      if (sym[k].st_name < ss->sh_size && sym[k].st_value != 0 &&
+          ELF64_ST_TYPE(sym[k].st_info) == STT_FUNC && strcmp(str + sym[k].st_name, name) == 0) {
+        found = (void *)(base + sym[k].st_value);
+        break;
+      }
+    }
+  }
+out:
+  free(sh);
+  free(str);
+  free(sym);
+  fclose(f);
+  return found;
+}
+
+static int find_in_libcuda(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  struct elf_find *q = arg;
+  if (info->dlpi_name && strstr(info->dlpi_name, "libcuda.so")) {
+    q->addr = lookup_elf(info->dlpi_name, info->dlpi_addr, q->name);
+    return 1;
+  }
+  return 0;
+}
+
+static void *direct_address(const char *name) {
+  struct elf_find q = {name, NULL};
+  dl_iterate_phdr(find_in_libcuda, &q);
+  return q.addr;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+#define LOOKUP(h, var, name)                                   \
+  do {                                                         \
+    *(void **)&var = dlsym(h, name);                           \
+    if (!var) {                                                \
+      fprintf(stderr, "cuda_driver_pairs: no %s in libcuda\n", name); \
+      return 1;                                                \
+    }                                                          \
+  } while (0)
+
+int main(int argc, char **argv) {
+  if (argc != 6) {
+    fprintf(stderr, "usage: cuda_driver_pairs sync|async THREADS BATCHES PAIRS BYTES\n");
+    return 2;
+  }
+  ab_mode = strncmp(argv[1], "ab-", 3) == 0;
+  const char *base_mode = ab_mode ? argv[1] + 3 : argv[1];
+  async_mode = strcmp(base_mode, "async") == 0;
+  int threads = atoi(argv[2]);
+  batches = atoi(argv[3]);
+  pairs = atoi(argv[4]);
+  bytes = strtoull(argv[5], NULL, 10);
+  if ((!async_mode && strcmp(base_mode, "sync") != 0) || threads < 1 || threads > 64 ||
+      batches < 1 || pairs < 1 || bytes == 0) {
+    fprintf(stderr, "cuda_driver_pairs: bad arguments\n");
+    return 2;
+  }
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    fprintf(stderr, "cuda_driver_pairs: %s\n", dlerror());
+    return 1;
+  }
+  LOOKUP(h, p_cuInit, "cuInit");
+  LOOKUP(h, p_cuDeviceGet, "cuDeviceGet");
+  LOOKUP(h, p_cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  LOOKUP(h, p_cuCtxSetCurrent, "cuCtxSetCurrent");
+  LOOKUP(h, p_cuStreamCreate, "cuStreamCreate");
+  LOOKUP(h, p_cuStreamSynchronize, "cuStreamSynchronize");
+  LOOKUP(h, p_cuStreamDestroy, "cuStreamDestroy_v2");
+  LOOKUP(h, p_cuMemAlloc, "cuMemAlloc_v2");
+  LOOKUP(h, p_cuMemFree, "cuMemFree_v2");
+  LOOKUP(h, p_cuMemAllocAsync, "cuMemAllocAsync");
+  LOOKUP(h, p_cuMemFreeAsync, "cuMemFreeAsync");
+  hooked = (struct fns){p_cuMemAlloc, p_cuMemFree, p_cuMemAllocAsync, p_cuMemFreeAsync};
+  if (ab_mode) {
+    *(void **)&direct.alloc = direct_address("cuMemAlloc_v2");
+    *(void **)&direct.free = direct_address("cuMemFree_v2");
+    *(void **)&direct.alloc_async = direct_address("cuMemAllocAsync");
+    *(void **)&direct.free_async = direct_address("cuMemFreeAsync");
+    if (!direct.alloc || !direct.free || !direct.alloc_async || !direct.free_async) {
+      fprintf(stderr, "cuda_driver_pairs: libcuda's symbol table has not every function\n");
+      return 1;
+    }
+  }
+  CUdevice dev;
+  if (p_cuInit(0) != 0 || p_cuDeviceGet(&dev, 0) != 0 ||
+      p_cuDevicePrimaryCtxRetain(&ctx, dev) != 0) {
+    fprintf(stderr, "cuda_driver_pairs: no usable CUDA device 0\n");
+    return 1;
+  }
+  struct worker *w = calloc((size_t)threads, sizeof *w);
+  size_t n = (size_t)threads * (size_t)batches;
+  double *all = calloc(n, sizeof *all), *dir = calloc(n, sizeof *dir),
+         *hk = calloc(n, sizeof *hk);
+  if (!w || !all || !dir || !hk) return 1;
+  for (int t = 0; t < threads; t++) {
+    w[t].ns_per_call = all + (size_t)t * (size_t)batches;
+    w[t].direct_ns = dir + (size_t)t * (size_t)batches;
+    w[t].hooked_ns = hk + (size_t)t * (size_t)batches;
+    if (pthread_create(&w[t].th, NULL, work, &w[t]) != 0) return 1;
+  }
+  long failed = 0;
+  for (int t = 0; t < threads; t++) {
+    pthread_join(w[t].th, NULL);
+    failed += w[t].failed;
+  }
+  qsort(all, n, sizeof *all, cmp);
+  if (ab_mode) {
+    qsort(dir, n, sizeof *dir, cmp);
+    qsort(hk, n, sizeof *hk, cmp);
+    printf("mode=%s threads=%d direct_median_ns_per_call=%.1f dlsym_median_ns_per_call=%.1f "
+           "added_median_ns_per_call=%.1f added_p10=%.1f added_p90=%.1f calls=%ld "
+           "hooked_calls=%ld failed=%ld\n",
+           argv[1], threads, dir[n / 2], hk[n / 2], all[n / 2], all[n / 10], all[n * 9 / 10],
+           4L * threads * (2 * batches + 1) * pairs, 2L * threads * (2 * batches + 1) * pairs,
+           failed);
+    return failed ? 1 : 0;
+  }
+  printf("mode=%s threads=%d median_ns_per_call=%.1f p10=%.1f p90=%.1f calls=%ld failed=%ld\n",
+         argv[1], threads, all[n / 2], all[n / 10], all[n * 9 / 10],
+         2L * threads * (batches + 1) * pairs, failed);
+  return failed ? 1 : 0;
+}
