@@ -22,17 +22,14 @@
 #   bench/cuda_driver_overhead.sh [SHIM.so]    (needs cc, python3, an NVIDIA driver)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-shim="${1:-}"
-if [ -z "$shim" ]; then
-  (cd "$root" && cargo build --release -q -p memwatch-preload)
-  shim="${CARGO_TARGET_DIR:-$root/target}/release/libmemwatch_preload.so"
-fi
+# shellcheck source=bench/shim_lib.sh
+. "$root/bench/shim_lib.sh"
+shim="$(release_shim "${1:-}")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cc -O2 -pthread -o "$work/pairs" "$root/bench/cuda_driver_pairs.c" -ldl
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 echo "shim: $shim"
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 field() { sed -n "s/.* $1=\([-0-9.]*\).*/\1/p"; }
 count() { python3 - "$root/tests/gpu" "$1" "$2" <<'PY'
 import sys

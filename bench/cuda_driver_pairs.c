@@ -88,7 +88,7 @@ static void run_batch(const struct fns *f, CUstream s, long *failed) {
   }
 }
 
-// Seconds per call of one batch.
+// Nanoseconds per call of one batch.
 static double timed_batch(const struct fns *f, CUstream s, long *failed) {
   double t0 = now_ns();
   run_batch(f, s, failed);
@@ -125,17 +125,18 @@ static void *work(void *arg) {
   return NULL;
 }
 
-// The address of NAME in the loaded library whose path contains "libcuda.so", from the
-// file's .dynsym (the dynamic linker's view, without any dlsym interposer).
+// The addresses of the driver functions NAMES[0..n) in the loaded library whose path
+// contains "libcuda.so", from the file's .dynsym (the dynamic linker's view, without any
+// dlsym interposer), read once for all of them. Names not found stay NULL.
 struct elf_find {
-  const char *name;
-  void *addr;
+  const char *const *names;
+  void **addrs;
+  int n;
 };
 
-static void *lookup_elf(const char *path, ElfW(Addr) base, const char *name) {
+static void lookup_elf(const char *path, ElfW(Addr) base, const struct elf_find *q) {
   FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  void *found = NULL;
+  if (!f) return;
   ElfW(Ehdr) eh;
   ElfW(Shdr) *sh = NULL;
   char *str = NULL;
@@ -145,47 +146,40 @@ static void *lookup_elf(const char *path, ElfW(Addr) base, const char *name) {
   if (!sh || fseek(f, (long)eh.e_shoff, SEEK_SET) != 0 ||
       fread(sh, sizeof *sh, eh.e_shnum, f) != eh.e_shnum)
     goto out;
-  for (int i = 0; i < eh.e_shnum && !found; i++) {
-    if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_link >= eh.e_shnum) continue;
-    ElfW(Shdr) *ss = &sh[sh[i].sh_link];
-    str = malloc(ss->sh_size);
-    sym = malloc(sh[i].sh_size);
-    if (!str || !sym || fseek(f, (long)ss->sh_offset, SEEK_SET) != 0 ||
-        fread(str, 1, ss->sh_size, f) != ss->sh_size ||
-        fseek(f, (long)sh[i].sh_offset, SEEK_SET) != 0 ||
-        fread(sym, 1, sh[i].sh_size, f) != sh[i].sh_size)
-      goto out;
-    size_t n = sh[i].sh_size / sizeof *sym;
-    for (size_t k = 0; k < n; k++) {
-      if (sym[k].st_name < ss->sh_size && sym[k].st_value != 0 &&
-          ELF64_ST_TYPE(sym[k].st_info) == STT_FUNC && strcmp(str + sym[k].st_name, name) == 0) {
-        found = (void *)(base + sym[k].st_value);
-        break;
-      }
-    }
+  int d = 0;
+  while (d < eh.e_shnum && sh[d].sh_type != SHT_DYNSYM) d++;
+  if (d == eh.e_shnum || sh[d].sh_link >= eh.e_shnum) goto out;
+  ElfW(Shdr) *ss = &sh[sh[d].sh_link];
+  str = malloc(ss->sh_size);
+  sym = malloc(sh[d].sh_size);
+  if (!str || !sym || fseek(f, (long)ss->sh_offset, SEEK_SET) != 0 ||
+      fread(str, 1, ss->sh_size, f) != ss->sh_size ||
+      fseek(f, (long)sh[d].sh_offset, SEEK_SET) != 0 ||
+      fread(sym, 1, sh[d].sh_size, f) != sh[d].sh_size)
+    goto out;
+  size_t n = sh[d].sh_size / sizeof *sym;
+  for (size_t k = 0; k < n; k++) {
+    if (sym[k].st_name >= ss->sh_size || sym[k].st_value == 0 ||
+        ELF64_ST_TYPE(sym[k].st_info) != STT_FUNC)
+      continue;
+    for (int j = 0; j < q->n; j++)
+      if (!q->addrs[j] && strcmp(str + sym[k].st_name, q->names[j]) == 0)
+        q->addrs[j] = (void *)(base + sym[k].st_value);
   }
 out:
   free(sh);
   free(str);
   free(sym);
   fclose(f);
-  return found;
 }
 
 static int find_in_libcuda(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
-  struct elf_find *q = arg;
   if (info->dlpi_name && strstr(info->dlpi_name, "libcuda.so")) {
-    q->addr = lookup_elf(info->dlpi_name, info->dlpi_addr, q->name);
+    lookup_elf(info->dlpi_name, info->dlpi_addr, arg);
     return 1;
   }
   return 0;
-}
-
-static void *direct_address(const char *name) {
-  struct elf_find q = {name, NULL};
-  dl_iterate_phdr(find_in_libcuda, &q);
-  return q.addr;
 }
 
 static int cmp(const void *a, const void *b) {
@@ -204,7 +198,8 @@ static int cmp(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   if (argc != 6) {
-    fprintf(stderr, "usage: cuda_driver_pairs sync|async THREADS BATCHES PAIRS BYTES\n");
+    fprintf(stderr, "usage: cuda_driver_pairs sync|async|ab-sync|ab-async THREADS BATCHES PAIRS "
+                    "BYTES\n");
     return 2;
   }
   ab_mode = strncmp(argv[1], "ab-", 3) == 0;
@@ -215,8 +210,9 @@ int main(int argc, char **argv) {
   pairs = atoi(argv[4]);
   bytes = strtoull(argv[5], NULL, 10);
   if ((!async_mode && strcmp(base_mode, "sync") != 0) || threads < 1 || threads > 64 ||
-      batches < 1 || pairs < 1 || bytes == 0) {
-    fprintf(stderr, "cuda_driver_pairs: bad arguments\n");
+      batches < 1 || batches > 100000 || pairs < 1 || pairs > 10000000 || bytes == 0) {
+    fprintf(stderr, "cuda_driver_pairs: mode sync|async|ab-sync|ab-async, 1-64 threads, "
+                    "1-100000 batches, 1-10000000 pairs, BYTES > 0\n");
     return 2;
   }
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -237,10 +233,15 @@ int main(int argc, char **argv) {
   LOOKUP(h, p_cuMemFreeAsync, "cuMemFreeAsync");
   hooked = (struct fns){p_cuMemAlloc, p_cuMemFree, p_cuMemAllocAsync, p_cuMemFreeAsync};
   if (ab_mode) {
-    *(void **)&direct.alloc = direct_address("cuMemAlloc_v2");
-    *(void **)&direct.free = direct_address("cuMemFree_v2");
-    *(void **)&direct.alloc_async = direct_address("cuMemAllocAsync");
-    *(void **)&direct.free_async = direct_address("cuMemFreeAsync");
+    static const char *const names[] = {"cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync",
+                                        "cuMemFreeAsync"};
+    void *addrs[4] = {NULL, NULL, NULL, NULL};
+    struct elf_find q = {names, addrs, 4};
+    dl_iterate_phdr(find_in_libcuda, &q);
+    *(void **)&direct.alloc = addrs[0];
+    *(void **)&direct.free = addrs[1];
+    *(void **)&direct.alloc_async = addrs[2];
+    *(void **)&direct.free_async = addrs[3];
     if (!direct.alloc || !direct.free || !direct.alloc_async || !direct.free_async) {
       fprintf(stderr, "cuda_driver_pairs: libcuda's symbol table has not every function\n");
       return 1;
@@ -256,7 +257,10 @@ int main(int argc, char **argv) {
   size_t n = (size_t)threads * (size_t)batches;
   double *all = calloc(n, sizeof *all), *dir = calloc(n, sizeof *dir),
          *hk = calloc(n, sizeof *hk);
-  if (!w || !all || !dir || !hk) return 1;
+  if (!w || !all || !dir || !hk) {
+    fprintf(stderr, "cuda_driver_pairs: out of memory\n");
+    return 1;
+  }
   for (int t = 0; t < threads; t++) {
     w[t].ns_per_call = all + (size_t)t * (size_t)batches;
     w[t].direct_ns = dir + (size_t)t * (size_t)batches;

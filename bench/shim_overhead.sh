@@ -19,11 +19,9 @@
 # Usage: bench/shim_overhead.sh [SHIM.so]   (prints a table; needs cc and python3)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-shim="${1:-}"
-if [ -z "$shim" ]; then
-  (cd "$root" && cargo build --release -q -p memwatch-preload)
-  shim="${CARGO_TARGET_DIR:-$root/target}/release/libmemwatch_preload.so"
-fi
+# shellcheck source=bench/shim_lib.sh
+. "$root/bench/shim_lib.sh"
+shim="$(release_shim "${1:-}")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 t="$root/agents/preload/tests"
@@ -45,7 +43,6 @@ span = (max(e["ts"] for e in ev) - min(e["ts"] for e in ev)) / 1e9 if ev else 0
 print(f"{len(ev)} {other.get('dropped_total', 0)} {span:.3f}")
 PY
 }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for variant in standard cache-resident; do
   bin="$work/mwtest"; [ "$variant" = cache-resident ] && bin="$work/small/mwtest"
   for threads in 1 8; do

@@ -488,8 +488,6 @@ pub fn set_guard(v: bool) -> bool {
     ts().in_hook.replace(v)
 }
 
-/// Longest a thread waits for another thread's start-up before its call goes unrecorded.
-const INIT_WAIT_MAX_NS: u64 = 5_000_000_000;
 /// The state block of the thread running [`init`] (0 when none): a hooked call that
 /// start-up itself makes is not recorded, and must not wait for itself.
 static INIT_OWNER: AtomicUsize = AtomicUsize::new(0);
@@ -497,8 +495,8 @@ static INIT_OWNER: AtomicUsize = AtomicUsize::new(0);
 /// Another thread is running [`init`]: wait until recording is on (or off). Start-up
 /// reads the environment and maps the shared ring (microseconds, but the thread running
 /// it may be descheduled for much longer on a loaded machine); after
-/// [`INIT_WAIT_MAX_NS`] the call goes unrecorded (counted as dropped) rather than hang
-/// the program.
+/// [`crate::wait::SET_UP_MAX_NS`] the call goes unrecorded (counted as dropped) rather
+/// than hang the program.
 #[cold]
 fn wait_for_init() -> bool {
     if INIT_OWNER.load(Ordering::Acquire) == ts() as *const ThreadState as usize {
@@ -506,7 +504,7 @@ fn wait_for_init() -> bool {
     }
     crate::wait::wait_until(
         || STATE.load(Ordering::Acquire) != INITIALIZING,
-        INIT_WAIT_MAX_NS,
+        crate::wait::SET_UP_MAX_NS,
     );
     match STATE.load(Ordering::Acquire) {
         ACTIVE => true,

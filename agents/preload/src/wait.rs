@@ -7,6 +7,9 @@
 //! of them passed in a few ms while the other thread was still mapping memory), and
 //! hands the core away for a whole time slice when it does not.
 
+/// Longest any hooked call waits for another thread's set-up (the shim's start-up, the
+/// PJRT table build); past it the call goes on without (unrecorded, never hung).
+pub const SET_UP_MAX_NS: u64 = 5_000_000_000;
 /// How long the wait yields before it starts sleeping.
 const YIELD_NS: u64 = 200_000;
 /// One nap once yielding is over.

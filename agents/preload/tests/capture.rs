@@ -116,10 +116,9 @@ fn threads_arriving_during_start_up_lose_nothing() {
     let recs = read_capture(&cap);
     assert_eq!(dropped_total(&recs), 0, "events dropped");
     let evs = events(&recs);
-    let count = |name: &str| evs.iter().filter(|e| e.api_name().name() == name).count();
-    assert_eq!(count("hipSetDevice"), threads);
-    assert_eq!(count("hipMalloc"), threads * (1 + pairs));
-    assert_eq!(count("hipFree"), threads * (1 + pairs));
+    assert_eq!(count_api(&evs, "hipSetDevice"), threads);
+    assert_eq!(count_api(&evs, "hipMalloc"), threads * (1 + pairs));
+    assert_eq!(count_api(&evs, "hipFree"), threads * (1 + pairs));
 }
 
 /// The last cumulative dropped-events count in a capture (0 when none was written).
@@ -663,22 +662,16 @@ fn bench_ab_records_only_its_hooked_batches() {
         .lines()
         .find(|l| l.starts_with("AB "))
         .unwrap_or_else(|| panic!("no AB line: {text}"));
-    for key in ["direct_median_ns_per_call=", "shim_median_ns_per_call="] {
-        let v: f64 = line
-            .split(key)
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{key} in {line}"));
+    for key in ["direct_median_ns_per_call", "shim_median_ns_per_call"] {
+        let v: f64 = field(line, key);
         assert!(v > 0.0, "{line}");
     }
     let evs = events(&read_capture(&cap));
-    let count = |name: &str| evs.iter().filter(|e| e.api_name().name() == name).count();
     // Per thread: its set-device, one untimed warm-up pair, then `rounds` hooked batches.
     let pairs_hooked = threads * (1 + rounds * pairs);
-    assert_eq!(count("hipMalloc"), pairs_hooked);
-    assert_eq!(count("hipFree"), pairs_hooked);
-    assert_eq!(count("hipSetDevice"), threads);
+    assert_eq!(count_api(&evs, "hipMalloc"), pairs_hooked);
+    assert_eq!(count_api(&evs, "hipFree"), pairs_hooked);
+    assert_eq!(count_api(&evs, "hipSetDevice"), threads);
     // Out-of-range arguments are refused, not run with a clipped thread or round count.
     for bad in [["0", "10"], ["65", "10"], ["2", "0"], ["2", "5000"]] {
         let out = std::process::Command::new(b.program("direct"))
@@ -753,24 +746,20 @@ fn cuda_driver_bench_records_only_its_dlsym_batches() {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        let field = |key: &str| -> usize {
-            text.split(&format!(" {key}="))
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("{key} in {text}"))
-        };
-        assert_eq!(field("failed"), 0, "{text}");
+        assert_eq!(field::<usize>(&text, "failed"), 0, "{text}");
         // Per thread: one warm-up batch of each kind, then per round two batches of each.
         let hooked_pairs = threads * (2 * rounds + 1) * pairs;
-        assert_eq!(field("hooked_calls"), 2 * hooked_pairs, "{text}");
-        assert_eq!(field("calls"), 4 * hooked_pairs, "{text}");
+        assert_eq!(
+            field::<usize>(&text, "hooked_calls"),
+            2 * hooked_pairs,
+            "{text}"
+        );
+        assert_eq!(field::<usize>(&text, "calls"), 4 * hooked_pairs, "{text}");
         let recs = read_capture(&cap);
         assert_eq!(dropped_total(&recs), 0, "{mode}");
         let evs = events(&recs);
-        let count = |name: &str| evs.iter().filter(|e| e.api_name().name() == name).count();
-        assert_eq!(count(alloc), hooked_pairs, "{mode}: {alloc}");
-        assert_eq!(count(free), hooked_pairs, "{mode}: {free}");
+        assert_eq!(count_api(&evs, alloc), hooked_pairs, "{mode}: {alloc}");
+        assert_eq!(count_api(&evs, free), hooked_pairs, "{mode}: {free}");
         assert!(
             evs.iter()
                 .filter(|e| e.api_name().name() == alloc)
@@ -778,4 +767,50 @@ fn cuda_driver_bench_records_only_its_dlsym_batches() {
             "{mode}: every allocation succeeded with its size and pointer"
         );
     }
+    // Bad arguments are refused (exit 2, the ranges named), not run clipped.
+    let run = |args: &[&str], libdir: &std::path::Path| {
+        std::process::Command::new(&prog)
+            .args(args)
+            .env("LD_LIBRARY_PATH", libdir)
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap()
+    };
+    for bad in [
+        ["foo", "1", "1", "1", "1"],
+        ["sync", "0", "1", "1", "1"],
+        ["ab-async", "65", "1", "1", "1"],
+        ["sync", "1", "0", "1", "1"],
+        ["sync", "1", "100001", "1", "1"],
+        ["async", "1", "1", "0", "1"],
+        ["sync", "1", "1", "1", "0"],
+    ] {
+        let out = run(&bad, tmp.path());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert!(
+            err.contains("1-64 threads, 1-100000 batches"),
+            "{bad:?}: {err}"
+        );
+    }
+    let out = run(&["sync", "1"], tmp.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("usage: cuda_driver_pairs"));
+    // A libcuda.so.1 without the driver API: exit 1, naming what is missing.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let src = empty.join("empty.c");
+    std::fs::write(&src, "int memwatch_not_a_driver;\n").unwrap();
+    let lib = empty.join("libcuda.so.1");
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        lib.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let out = run(&["sync", "1", "1", "1", "4096"], &empty);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no cuInit in libcuda"), "{err}");
 }

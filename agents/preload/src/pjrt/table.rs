@@ -106,9 +106,6 @@ pub fn callable(s: usize) -> Option<abi::ApiFn> {
     }
 }
 
-/// Longest a caller waits for another thread's table build.
-const BUILD_WAIT_MAX_NS: u64 = 5_000_000_000;
-
 /// `GetPjrtApi` as the program sees it.
 unsafe extern "C" fn get_pjrt_api_wrapper() -> *const c_void {
     let real_get = REAL_GET.load(Ordering::Acquire);
@@ -130,7 +127,7 @@ unsafe extern "C" fn get_pjrt_api_wrapper() -> *const c_void {
             // the bound this caller gets the runtime's own table (unrecorded, unchanged).
             crate::wait::wait_until(
                 || BUILD.load(Ordering::Acquire) != BUILDING,
-                BUILD_WAIT_MAX_NS,
+                crate::wait::SET_UP_MAX_NS,
             );
         }
     }

@@ -182,6 +182,20 @@ pub fn events(recs: &[Record]) -> Vec<Event> {
         .collect()
 }
 
+/// How many of `evs` came from the API named `name` (its C name, e.g. `hipMalloc`).
+pub fn count_api(evs: &[Event], name: &str) -> usize {
+    evs.iter().filter(|e| e.api_name().name() == name).count()
+}
+
+/// The value of ` key=VALUE` in a test or bench program's output line(s).
+pub fn field<T: std::str::FromStr>(text: &str, key: &str) -> T {
+    text.split(&format!(" {key}="))
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}=VALUE in: {text}"))
+}
+
 /// One expected event as printed by mwtest (`E api kind mem_kind result ptr size device errno=..`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expected {
