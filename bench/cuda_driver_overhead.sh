@@ -18,6 +18,10 @@
 #    libcuda's ELF symbol table), so a slow spell of the host or the GPU lands on both;
 #    the figure is the median over 3 runs of each run's median per-round difference.
 # The last shim run's capture is checked: one event per hooked call, the drop count.
+# A last part runs without the shim: the side-by-side async pairs with CUDA_PAIRS_PAD_NS
+# (100 and 200 ns of the caller's own busy work after each call, touching no memory). Its
+# figure is what the driver makes of any work between its calls, so the shim's added cost
+# can be read against it (with 8 threads the driver multiplies such work many times).
 #
 #   bench/cuda_driver_overhead.sh [SHIM.so]    (needs cc, python3, an NVIDIA driver)
 set -euo pipefail
@@ -70,5 +74,14 @@ for mode in sync async; do
     read -r seen dropped < <(count "$work/ab.mwcap" "$apis")
     a=$(printf '%s\n' "${added[@]}" | median)
     echo "$mode side by side in one process (ABBA), $threads thread(s): added $a ns per call (median of 3 runs x 30 rounds x 4 batches x $pairs pairs per thread; runs direct/shim/added ns: ${runs[*]}); last run: $seen of $hooked hooked calls captured, $dropped dropped"
+  done
+done
+for threads in 1 8; do
+  for pad in 100 200; do
+    added=()
+    for run in 1 2 3; do
+      added+=("$(CUDA_PAIRS_PAD_NS=$pad "$work/pairs" ab-async "$threads" 30 1000 2097152 | field added_median_ns_per_call)")
+    done
+    echo "async without the shim, $threads thread(s), $pad ns of the caller's own work after each call (no memory touched): added $(printf '%s\n' "${added[@]}" | median) ns per call (median of 3 side-by-side runs: ${added[*]})"
   done
 done

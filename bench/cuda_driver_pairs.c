@@ -19,6 +19,10 @@
 // ab modes print the per-round differences (dlsym'd minus direct, per call) instead:
 //   mode=.. threads=.. direct_median_ns_per_call=.. dlsym_median_ns_per_call=..
 //   added_median_ns_per_call=.. added_p10=.. added_p90=.. calls=.. hooked_calls=.. failed=..
+// Diagnostic: CUDA_PAIRS_PAD_NS=N (ab modes) adds N ns of busy work, touching no memory,
+// after each call of the dlsym'd batches. Run without the shim, the "added" figure is then
+// what N ns of the caller's own work outside the driver costs per call, so a shim's added
+// cost can be told apart from how the driver's locking amplifies any work between calls.
 // Exit 1 when the driver is missing or any call failed.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -58,6 +62,7 @@ struct fns {
 static struct fns hooked, direct;
 
 static int async_mode, ab_mode, batches, pairs;
+static long pad_iters;  // busy-loop iterations after each dlsym'd call (CUDA_PAIRS_PAD_NS)
 static size_t bytes;
 static CUcontext ctx;
 
@@ -75,23 +80,47 @@ static double now_ns(void) {
   return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
-static void run_batch(const struct fns *f, CUstream s, long *failed) {
+// ITERS rounds of a dependent multiply-add chain the compiler cannot drop; no memory.
+static void spin(long iters) {
+  uint64_t x = 1;
+  for (long i = 0; i < iters; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    __asm__ volatile("" : "+r"(x));
+  }
+}
+
+// Iterations of spin() per nanosecond on this core, from a 20 ms run.
+static double spin_per_ns(void) {
+  long iters = 1000000;
+  double t0 = now_ns();
+  long done = 0;
+  while (now_ns() - t0 < 20e6) {
+    spin(iters);
+    done += iters;
+  }
+  return (double)done / (now_ns() - t0);
+}
+
+static void run_batch(const struct fns *f, CUstream s, long *failed, long pad) {
   for (int i = 0; i < pairs; i++) {
     CUdeviceptr p = 0;
     if (async_mode) {
       if (f->alloc_async(&p, bytes, s) != 0) { (*failed)++; continue; }
+      spin(pad);
       if (f->free_async(p, s) != 0) (*failed)++;
     } else {
       if (f->alloc(&p, bytes) != 0) { (*failed)++; continue; }
+      spin(pad);
       if (f->free(p) != 0) (*failed)++;
     }
+    spin(pad);
   }
 }
 
 // Nanoseconds per call of one batch.
 static double timed_batch(const struct fns *f, CUstream s, long *failed) {
   double t0 = now_ns();
-  run_batch(f, s, failed);
+  run_batch(f, s, failed, f == &hooked ? pad_iters : 0);
   return (now_ns() - t0) / (2.0 * pairs);
 }
 
@@ -102,8 +131,8 @@ static void *work(void *arg) {
     w->failed++;
     return NULL;
   }
-  run_batch(&hooked, s, &w->failed);  // warm-up: pool growth, first-touch costs
-  if (ab_mode) run_batch(&direct, s, &w->failed);
+  run_batch(&hooked, s, &w->failed, 0);  // warm-up: pool growth, first-touch costs
+  if (ab_mode) run_batch(&direct, s, &w->failed, 0);
   if (async_mode) p_cuStreamSynchronize(s);
   for (int b = 0; b < batches; b++) {
     if (!ab_mode) {
@@ -215,6 +244,16 @@ int main(int argc, char **argv) {
                     "1-100000 batches, 1-10000000 pairs, BYTES > 0\n");
     return 2;
   }
+  double pad_ns = 0;
+  const char *pad = getenv("CUDA_PAIRS_PAD_NS");
+  if (pad && *pad) {
+    char *end;
+    pad_ns = strtod(pad, &end);
+    if (!ab_mode || *end || !(pad_ns >= 0 && pad_ns <= 1e6)) {
+      fprintf(stderr, "cuda_driver_pairs: CUDA_PAIRS_PAD_NS wants 0-1000000 ns, ab modes only\n");
+      return 2;
+    }
+  }
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     fprintf(stderr, "cuda_driver_pairs: %s\n", dlerror());
@@ -246,6 +285,12 @@ int main(int argc, char **argv) {
       fprintf(stderr, "cuda_driver_pairs: libcuda's symbol table has not every function\n");
       return 1;
     }
+  }
+  if (pad_ns > 0) {
+    double per_ns = spin_per_ns();
+    pad_iters = (long)(pad_ns * per_ns + 0.5);
+    printf("pad: %.0f ns after each dlsym'd call = %ld spin iterations (%.3f per ns)\n", pad_ns,
+           pad_iters, per_ns);
   }
   CUdevice dev;
   if (p_cuInit(0) != 0 || p_cuDeviceGet(&dev, 0) != 0 ||

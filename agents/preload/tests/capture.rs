@@ -720,9 +720,11 @@ fn cuda_driver_bench_records_only_its_dlsym_batches() {
         "-ldl",
     ]);
     let (threads, rounds, pairs) = (2usize, 5usize, 50usize);
-    for (mode, alloc, free) in [
-        ("ab-sync", "cuMemAlloc_v2", "cuMemFree_v2"),
-        ("ab-async", "cuMemAllocAsync", "cuMemFreeAsync"),
+    // ab-async also runs with the diagnostic pad (busy work after each dlsym'd call),
+    // which must not change what is called or captured.
+    for (mode, alloc, free, pad) in [
+        ("ab-sync", "cuMemAlloc_v2", "cuMemFree_v2", ""),
+        ("ab-async", "cuMemAllocAsync", "cuMemFreeAsync", "20"),
     ] {
         let cap = tmp.path().join(format!("{mode}.mwcap"));
         let out = std::process::Command::new(&prog)
@@ -737,9 +739,15 @@ fn cuda_driver_bench_records_only_its_dlsym_batches() {
             .env("LD_PRELOAD", &b.shim)
             .env("MEMWATCH_SINK", format!("file:{}", cap.display()))
             .env("MEMWATCH_BUFFER_EVENTS", "65536")
+            .env("CUDA_PAIRS_PAD_NS", pad)
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert_eq!(
+            text.contains(&format!("pad: {pad} ns after each dlsym'd call")),
+            !pad.is_empty(),
+            "{mode}: {text}"
+        );
         assert!(
             out.status.success(),
             "{mode}: {:?}\n{text}{}",
@@ -796,6 +804,27 @@ fn cuda_driver_bench_records_only_its_dlsym_batches() {
     let out = run(&["sync", "1"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("usage: cuda_driver_pairs"));
+    // The pad is a number of ns, and only for the side-by-side modes.
+    for (mode, pad) in [
+        ("ab-async", "x"),
+        ("ab-sync", "-1"),
+        ("ab-sync", "nan"),
+        ("async", "10"),
+    ] {
+        let out = std::process::Command::new(&prog)
+            .args([mode, "1", "1", "1", "4096"])
+            .env("LD_LIBRARY_PATH", tmp.path())
+            .env("CUDA_PAIRS_PAD_NS", pad)
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{mode} pad {pad}: {err}");
+        assert!(
+            err.contains("CUDA_PAIRS_PAD_NS wants 0-1000000 ns"),
+            "{err}"
+        );
+    }
     // A libcuda.so.1 without the driver API: exit 1, naming what is missing.
     let empty = tmp.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
