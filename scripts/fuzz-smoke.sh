@@ -12,7 +12,7 @@ fi
 export RUSTC_BOOTSTRAP=1
 cd fuzz
 mkdir -p corpus
-for t in buffer_assignment hlo live_range log; do
+for t in buffer_assignment hlo live_range log capture; do
     # Seed each target's corpus with real fixtures.
     mkdir -p "corpus/$t"
     case $t in
@@ -20,6 +20,10 @@ for t in buffer_assignment hlo live_range log; do
         hlo) cp ../testdata/h200/xla/*/*jit_padf*after_optimizations.txt ../testdata/h200/seeds/*.hlo.txt "corpus/$t/" ;;
         live_range) cp ../testdata/h200/xla/*/*-live-range.txt "corpus/$t/" ;;
         log) cp ../testdata/h200/seeds/*.txt ../testdata/h200/bfc/*/*.log "corpus/$t/" ;;
+        # The target's first byte picks raw (even) or re-framed (odd) input; the seed is a
+        # real H200 capture's frames after its 16-byte preamble, as raw input (libFuzzer
+        # reads its first -max_len bytes).
+        capture) { printf '\0'; tail -c +17 ../testdata/h200-captures/jax0.11.2-platform-allocator.mwcap; } > "corpus/$t/h200-platform" ;;
     esac
     echo "== fuzz $t for ${SECS}s"
     cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$SECS" -max_len=65536

@@ -50,6 +50,7 @@
 //!           A - bias of the file at path; written before the first backtrace frame and
 //!           again when objects were loaded or unloaded)
 //! other types: skipped by readers (counted), so the format can grow without a version bump.
+//! (After damage, a salvaging reader resumes at the next valid frame of a type it knows.)
 //!
 //! event (72 bytes):
 //!   0 ts_ns:u64   8 ptr:u64   16 size:u64   24 stream:u64   32 aux:u64
@@ -94,6 +95,12 @@ pub mod frame_type {
     pub const PJRT_MEMORY_STATS: u8 = 9;
     pub const BACKTRACE: u8 = 10;
     pub const MODULE_MAP: u8 = 11;
+
+    /// Whether this version knows frame type `ty` (1 to the highest type above). Salvage
+    /// reading resumes after damage only at a frame of a known type.
+    pub fn is_known(ty: u8) -> bool {
+        (PROCESS_START..=MODULE_MAP).contains(&ty)
+    }
 }
 
 /// Sampled native return addresses of one allocation (frame type 10).

@@ -9,7 +9,8 @@
 use std::io::Read;
 
 use crate::frame::{
-    decode_payload, decode_preamble, Record, FRAME_OVERHEAD, MAX_FRAME_LEN, PREAMBLE_LEN,
+    decode_payload, decode_preamble, frame_type, Record, FRAME_OVERHEAD, MAX_FRAME_LEN,
+    PREAMBLE_LEN,
 };
 use crate::WireError;
 
@@ -159,7 +160,10 @@ impl<R: Read> FrameReader<R> {
         u32::from_le_bytes([b[0], b[1], b[2], b[3]])
     }
 
-    /// Whether a whole, checksum-valid frame starts at `start + rel` (needs it buffered).
+    /// Whether a whole, checksum-valid frame of a known type starts at `start + rel`
+    /// (needs it buffered). Unknown types are not taken as resync points: a random
+    /// position passes the length check often enough that checksumming every candidate
+    /// would make resync over a long damaged stretch slow.
     fn valid_frame_at(&mut self, rel: usize) -> Result<bool, WireError> {
         if !self.fill(rel + 5)? {
             return Ok(false);
@@ -167,7 +171,7 @@ impl<R: Read> FrameReader<R> {
         let pos = self.start + rel;
         let len = self.frame_len_at(pos);
         let ty = self.buf[pos + 4];
-        if len == 0 || len > MAX_FRAME_LEN || !(1..=7).contains(&ty) {
+        if len == 0 || len > MAX_FRAME_LEN || !frame_type::is_known(ty) {
             return Ok(false);
         }
         let total = len as usize + 8;

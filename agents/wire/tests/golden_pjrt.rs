@@ -151,3 +151,39 @@ fn pjrt_stream_reads_back() {
     assert_eq!(MemKind::from_u8(9), Some(MemKind::PjrtBuffer));
     assert!(!MemKind::PjrtBuffer.occupies_device_memory());
 }
+
+#[test]
+fn salvage_resumes_at_a_pjrt_frame_after_damage() {
+    // Damage right before PJRT frames (types 8, 9): salvage reading must resume at the
+    // first of them, not skip every frame up to the next of the original types 1-7.
+    let mut bytes = encode_preamble().to_vec();
+    let mut start = Vec::new();
+    encode_record(
+        &Record::ProcessStart(ProcessStart {
+            pid: 7,
+            ppid: 1,
+            mono_anchor_ns: 1,
+            wall_anchor_unix_ns: 2,
+            shim_version: "t".into(),
+            hostname: "h".into(),
+            argv: vec!["a".into()],
+        }),
+        &mut start,
+    )
+    .unwrap();
+    let cut = start.len() - 3; // a frame whose tail was overwritten
+    bytes.extend_from_slice(&start[..cut]);
+    bytes.extend_from_slice(&[0xee, 0xee, 0xee]);
+    for r in sample() {
+        encode_record(&r, &mut bytes).unwrap();
+    }
+    let mut r = FrameReader::new(&bytes[..], ReadMode::Salvage).unwrap();
+    let mut got = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        got.push(rec);
+    }
+    assert_eq!(got, sample(), "every frame after the damaged one is read");
+    assert_eq!(r.damage().len(), 1);
+    assert_eq!(r.damage()[0].kind, DamageKind::ChecksumMismatch);
+    assert_eq!(r.damage()[0].bytes_skipped, start.len() as u64);
+}
