@@ -12,7 +12,7 @@ fi
 export RUSTC_BOOTSTRAP=1
 cd fuzz
 mkdir -p corpus
-for t in buffer_assignment hlo live_range log capture; do
+for t in buffer_assignment hlo live_range log capture replay; do
     # Seed each target's corpus with real fixtures.
     mkdir -p "corpus/$t"
     case $t in
@@ -24,6 +24,10 @@ for t in buffer_assignment hlo live_range log capture; do
         # real H200 capture's frames after its 16-byte preamble, as raw input (libFuzzer
         # reads its first -max_len bytes).
         capture) { printf '\0'; tail -c +17 ../testdata/h200-captures/jax0.11.2-platform-allocator.mwcap; } > "corpus/$t/h200-platform" ;;
+        # memwatch replay's inputs: bfc_validate documents and an OOM log from the H200, and
+        # a few JSON lines.
+        replay) cp ../testdata/h200/bfc/h200-jax0.11.2/*.json ../testdata/h200/bfc/h200-jax0.11.2/oom-26x4GiB.log "corpus/$t/"
+                printf '%s\n' '{"op":"alloc","id":1,"size":1048576,"tag":"w"}' '{"op":"alloc","id":2,"size":300}' '{"op":"free","id":1}' '{"op":"alloc","id":3,"size":4194304}' > "corpus/$t/lines.jsonl" ;;
     esac
     echo "== fuzz $t for ${SECS}s"
     cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$SECS" -max_len=65536
