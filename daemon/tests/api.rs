@@ -289,6 +289,63 @@ async fn bad_http_input_and_auth() {
     assert_eq!(v["runs"][0]["event_count"], 1);
 }
 
+/// Query strings, paths and bodies that axum's extractors refuse answer like every other
+/// API error: `{"error": "..."}` naming what is wrong, with the right status.
+#[tokio::test]
+async fn extractor_rejections_are_json_errors() {
+    let d = dbs("json_errors").await;
+    let (app, _) = app(&d.urls[0], None).await;
+    for (uri, names) in [
+        ("/api/runs?limit=abc", "limit"),
+        ("/api/runs?limit=99999999999999999999999", "limit"),
+        ("/api/runs/notanumber", "notanumber"),
+        ("/api/runs/1/timeline?from=-5", "from"),
+        ("/api/runs/1/events?limit=-1", "limit"),
+        ("/api/runs/1/peak?top=x", "top"),
+        ("/api/runs/1/runtime?points=1.5", "points"),
+        ("/api/incidents?run=x", "run"),
+    ] {
+        let (st, v) = get(&app, uri).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{uri}: {v}");
+        let msg = v["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{uri}: not a JSON error: {v}"));
+        assert!(msg.contains(names), "{uri}: {msg}");
+    }
+    let post = |uri: &str, body: Vec<u8>| {
+        app.clone()
+            .oneshot(Request::post(uri).body(Body::from(body)).unwrap())
+    };
+    for (uri, body, status, says) in [
+        (
+            "/api/ingest",
+            vec![1u8; 20],
+            StatusCode::BAD_REQUEST,
+            "node",
+        ),
+        (
+            "/api/ingest?node=n",
+            vec![0u8; 2 << 20],
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "limit",
+        ),
+        (
+            "/api/runs/1/xla",
+            vec![b'{'; 2 << 20],
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "limit",
+        ),
+    ] {
+        let r = post(uri, body).await.unwrap();
+        assert_eq!(r.status(), status, "{uri}");
+        let v: serde_json::Value =
+            serde_json::from_slice(&axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap())
+                .unwrap_or_else(|e| panic!("{uri}: not JSON: {e}"));
+        let msg = v["error"].as_str().unwrap_or_default();
+        assert!(msg.contains(says), "{uri}: {v}");
+    }
+}
+
 #[tokio::test]
 async fn openapi_documents_every_route_and_metrics_render() {
     let d = dbs("openapi").await;

@@ -3,13 +3,13 @@
 //! Owns routing, the bearer-token check, request size limits and the mapping of errors
 //! to HTTP statuses. Queries live in `store::query`; the document in `openapi`.
 
+mod extract;
 pub mod openapi;
 mod runtime;
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -20,6 +20,7 @@ use memwatch_wire::ingest::decode_frames_strict;
 use memwatch_wire::PREAMBLE_LEN;
 use serde::Deserialize;
 
+use self::extract::{ApiBody, ApiPath, ApiQuery};
 use crate::metrics::Metrics;
 use crate::store::{Batch, Store, StoreError};
 use crate::writer::WriterHandle;
@@ -122,14 +123,17 @@ struct Limit {
     limit: Option<i64>,
 }
 
-async fn runs(State(st): State<AppState>, Query(q): Query<Limit>) -> ApiResult<serde_json::Value> {
+async fn runs(
+    State(st): State<AppState>,
+    ApiQuery(q): ApiQuery<Limit>,
+) -> ApiResult<serde_json::Value> {
     let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
     Ok(Json(
         serde_json::json!({ "runs": st.store.runs(limit).await? }),
     ))
 }
 
-async fn run(State(st): State<AppState>, Path(id): Path<i64>) -> Result<Response, ApiError> {
+async fn run(State(st): State<AppState>, ApiPath(id): ApiPath<i64>) -> Result<Response, ApiError> {
     match st.store.run(id).await? {
         Some(r) => Ok(Json(r).into_response()),
         None => Err(not_found(format!("no run {id}"))),
@@ -146,8 +150,8 @@ struct TimelineQ {
 
 async fn timeline(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<TimelineQ>,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(q): ApiQuery<TimelineQ>,
 ) -> Result<Response, ApiError> {
     if let (Some(f), Some(t)) = (q.from, q.to) {
         if t <= f {
@@ -176,8 +180,8 @@ struct PeakQ {
 
 async fn peak(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<PeakQ>,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(q): ApiQuery<PeakQ>,
 ) -> Result<Response, ApiError> {
     let device = q.device.unwrap_or(0);
     let top = q.top.unwrap_or(20).min(10_000);
@@ -219,8 +223,8 @@ struct EventsQ {
 
 async fn events(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<EventsQ>,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(q): ApiQuery<EventsQ>,
 ) -> Result<Response, ApiError> {
     let cursor = page_cursor::<usize>(q.cursor.as_deref(), "CHUNK:INDEX")?;
     let limit = q.limit.unwrap_or(1000);
@@ -244,8 +248,8 @@ struct AnnotationsQ {
 
 async fn annotations(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<AnnotationsQ>,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(q): ApiQuery<AnnotationsQ>,
 ) -> Result<Response, ApiError> {
     let cursor = page_cursor::<i64>(q.cursor.as_deref(), "TS:ID")?;
     let limit = q.limit.unwrap_or(1000);
@@ -267,7 +271,7 @@ struct IncidentsQ {
 
 async fn incidents(
     State(st): State<AppState>,
-    Query(q): Query<IncidentsQ>,
+    ApiQuery(q): ApiQuery<IncidentsQ>,
 ) -> ApiResult<serde_json::Value> {
     let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
     Ok(Json(
@@ -286,8 +290,8 @@ struct IngestQ {
 /// Body: a wire stream (16-byte preamble, then whole frames), e.g. a capture file.
 async fn ingest(
     State(st): State<AppState>,
-    Query(q): Query<IngestQ>,
-    body: Bytes,
+    ApiQuery(q): ApiQuery<IngestQ>,
+    ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     if q.node.is_empty() {
         return Err(bad("`node` must not be empty"));

@@ -4,12 +4,13 @@
 //! dump's module reports to a run), and the `runtime` member added to
 //! `/api/runs/{id}/peak`. The data and the attribution come from `store::pjrt`.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use memwatch_analysis::xla::ModuleReport;
 use serde::Deserialize;
 
+use super::extract::{ApiBody, ApiPath, ApiQuery};
 use super::{bad, not_found, ApiError, AppState};
 use crate::store::{pjrt, Store};
 
@@ -23,8 +24,8 @@ pub(super) struct RuntimeQ {
 
 pub(super) async fn runtime(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<RuntimeQ>,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(q): ApiQuery<RuntimeQ>,
 ) -> Result<Response, ApiError> {
     let points = q.points.unwrap_or(2000);
     if points == 0 || points > 100_000 {
@@ -49,8 +50,8 @@ pub(super) struct XlaDoc {
 
 pub(super) async fn attach_xla(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    body: axum::body::Bytes,
+    ApiPath(id): ApiPath<i64>,
+    ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     let doc: XlaDoc = serde_json::from_slice(&body).map_err(|e| {
         bad(format!(
