@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod checkpointer;
+pub mod extract;
 pub mod metrics;
 pub mod server;
 pub mod store;

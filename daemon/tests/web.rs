@@ -340,8 +340,28 @@ async fn bad_requests_get_clear_pages() {
     let (st, body, _) = get(&app, &format!("/runs/{train}?from=50&to=10")).await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
     assert!(body.contains("must be greater than"));
-    let (st, _, _) = get(&app, &format!("/runs/{train}?from=abc")).await;
-    assert_eq!(st, StatusCode::BAD_REQUEST);
+    // Parameters that do not parse get the same HTML error page, naming the parameter.
+    for (uri, named) in [
+        (format!("/runs/{train}?from=abc"), "from: invalid digit"),
+        ("/runs/abc".to_string(), "Cannot parse `abc`"),
+        (
+            format!("/runs/{train}/peak?device=x"),
+            "device: invalid digit",
+        ),
+        ("/xla/modules/1.5".to_string(), "Cannot parse `1.5`"),
+    ] {
+        let (st, body, headers) = get(&app, &uri).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{uri}");
+        assert!(
+            headers[axum::http::header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html"),
+            "{uri}"
+        );
+        assert!(body.contains("Bad request"), "{uri}: {body}");
+        assert!(body.contains(named), "{uri}: {body}");
+    }
     let (st, body, _) = get(&app, &format!("/runs/{train}/peak?device=9")).await;
     assert_eq!(st, StatusCode::OK);
     assert!(body.contains("No peak snapshot is stored for GPU 9"));

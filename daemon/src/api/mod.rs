@@ -3,7 +3,6 @@
 //! Owns routing, the bearer-token check, request size limits and the mapping of errors
 //! to HTTP statuses. Queries live in `store::query`; the document in `openapi`.
 
-mod extract;
 pub mod openapi;
 mod runtime;
 
@@ -20,7 +19,7 @@ use memwatch_wire::ingest::decode_frames_strict;
 use memwatch_wire::PREAMBLE_LEN;
 use serde::Deserialize;
 
-use self::extract::{ApiBody, ApiPath, ApiQuery};
+use crate::extract::{ApiBody, ApiPath, ApiQuery};
 use crate::metrics::Metrics;
 use crate::store::{Batch, Store, StoreError};
 use crate::writer::WriterHandle;

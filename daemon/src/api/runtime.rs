@@ -10,8 +10,8 @@ use axum::Json;
 use memwatch_analysis::xla::ModuleReport;
 use serde::Deserialize;
 
-use super::extract::{ApiBody, ApiPath, ApiQuery};
 use super::{bad, not_found, ApiError, AppState};
+use crate::extract::{ApiBody, ApiPath, ApiQuery};
 use crate::store::{pjrt, Store};
 
 #[derive(Deserialize)]

@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, Query, State};
+use crate::extract::{PagePath, PageQuery};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use memwatch_analysis::log::{self, diagnose, BfcOom, LogReport};
@@ -93,8 +94,8 @@ fn exact(v: u64) -> String {
 /// `/incidents/logs/{id}`: the `memwatch log --xla-dump` diagnosis of a stored log.
 pub async fn incident_log(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<FormatQ>,
+    PagePath(id): PagePath<i64>,
+    PageQuery(q): PageQuery<FormatQ>,
 ) -> Result<Response, WebError> {
     let json = wants_json(&q)?;
     let (row, text) = st.store.incident_log(id).await?.ok_or_else(|| {
@@ -358,7 +359,7 @@ fn oom_view(
 /// `/xla`: the stored dumps' modules (and any legacy `xla_modules` rows).
 pub async fn xla_list(
     State(st): State<AppState>,
-    Query(q): Query<XlaListQ>,
+    PageQuery(q): PageQuery<XlaListQ>,
 ) -> Result<Response, WebError> {
     let json = wants_json(&FormatQ {
         format: q.format.clone(),
@@ -422,8 +423,8 @@ fn group_bars(groups: &[memwatch_analysis::xla::report::Group], n: usize) -> Vec
 /// `/xla/modules/{id}[?diff=OTHER]`: composition at peak, top buffers, diff.
 pub async fn xla_module(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<FormatQ>,
+    PagePath(id): PagePath<i64>,
+    PageQuery(q): PageQuery<FormatQ>,
 ) -> Result<Response, WebError> {
     let json = wants_json(&q)?;
     let (row, rj) = st.store.dump_module(id).await?.ok_or_else(|| {
@@ -620,7 +621,7 @@ pub async fn xla_module(
 /// `/gates`: per baseline entry, its results over time as a chart and a table.
 pub async fn gates(
     State(st): State<AppState>,
-    Query(q): Query<FormatQ>,
+    PageQuery(q): PageQuery<FormatQ>,
 ) -> Result<Response, WebError> {
     let json = wants_json(&q)?;
     let rows = data::gate_results(&st.store).await?;

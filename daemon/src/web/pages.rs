@@ -4,8 +4,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::time::Duration;
 
+use crate::extract::{PagePath, PageQuery};
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
@@ -291,8 +292,8 @@ async fn lanes(
 
 pub async fn run(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<RangeQ>,
+    PagePath(id): PagePath<i64>,
+    PageQuery(q): PageQuery<RangeQ>,
 ) -> Result<Response, WebError> {
     let run = load_run(&st, id).await?;
     let end = run_end(&run);
@@ -388,8 +389,8 @@ fn incident_view(i: &IncidentRow, t0: i64) -> IncidentView {
 /// One device's chart for a range; the plot area's pixel edges in headers.
 pub async fn chart_svg(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<RangeQ>,
+    PagePath(id): PagePath<i64>,
+    PageQuery(q): PageQuery<RangeQ>,
 ) -> Result<Response, WebError> {
     let RangeChart {
         from, to, chart: c, ..
@@ -421,8 +422,8 @@ pub async fn chart_svg(
 
 pub async fn lanes_fragment(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<RangeQ>,
+    PagePath(id): PagePath<i64>,
+    PageQuery(q): PageQuery<RangeQ>,
 ) -> Result<Response, WebError> {
     let run = load_run(&st, id).await?;
     let (from, to) = range(&q, run_end(&run))?;
@@ -462,7 +463,7 @@ fn escape(s: &str) -> String {
 /// when the run stopped (then the stream closes).
 pub async fn live(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
+    PagePath(id): PagePath<i64>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, WebError> {
     let first = data::run_progress(&st.store, id)
         .await?
@@ -524,8 +525,8 @@ fn size_class_label(key: &str) -> String {
 
 pub async fn peak(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<DeviceQ>,
+    PagePath(id): PagePath<i64>,
+    PageQuery(q): PageQuery<DeviceQ>,
 ) -> Result<Response, WebError> {
     let run = load_run(&st, id).await?;
     let devices: Vec<i64> = run.devices.iter().map(|d| d.device).collect();
@@ -687,8 +688,8 @@ async fn range_chart(st: &AppState, id: i64, q: &RangeQ) -> Result<RangeChart, W
 
 pub async fn export_svg(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<RangeQ>,
+    PagePath(id): PagePath<i64>,
+    PageQuery(q): PageQuery<RangeQ>,
 ) -> Result<Response, WebError> {
     let RangeChart {
         device, chart: c, ..
@@ -708,8 +709,8 @@ pub async fn export_svg(
 
 pub async fn export_png(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<RangeQ>,
+    PagePath(id): PagePath<i64>,
+    PageQuery(q): PageQuery<RangeQ>,
 ) -> Result<Response, WebError> {
     let RangeChart {
         device, chart: c, ..
@@ -719,8 +720,8 @@ pub async fn export_png(
 
 pub async fn export_jsonl(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
-    Query(q): Query<DeviceQ>,
+    PagePath(id): PagePath<i64>,
+    PageQuery(q): PageQuery<DeviceQ>,
 ) -> Result<Response, WebError> {
     let run = load_run(&st, id).await?;
     let device = q.device.unwrap_or(0);
@@ -747,7 +748,7 @@ pub async fn export_jsonl(
 
 pub async fn export_perfetto(
     State(st): State<AppState>,
-    Path(id): Path<i64>,
+    PagePath(id): PagePath<i64>,
 ) -> Result<Response, WebError> {
     let doc = export::perfetto(&st.store, id)
         .await?
@@ -774,7 +775,7 @@ pub struct CompareQ {
 
 pub async fn compare(
     State(st): State<AppState>,
-    Query(q): Query<CompareQ>,
+    PageQuery(q): PageQuery<CompareQ>,
 ) -> Result<Response, WebError> {
     let runs = st.store.runs(500).await?;
     let a = q.a.or(runs.get(1).map(|r| r.id));
