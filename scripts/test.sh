@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test suite. CI runs exactly this (.ci/run); so can anyone on a fresh Debian 12:
 #   formatting and lints, every Rust test (SQLite and PostgreSQL), the dashboard in a real
-#   headless Chromium, the XLA dumps re-generated with jax[cpu]==0.10.2 and the CI gate on
-#   them, and a short fuzzing run of every parser. GPU tests live in tests/gpu/ (see README).
+#   headless Chromium, the daemon's API against its OpenAPI document (schemathesis), the
+#   XLA dumps re-generated with jax[cpu]==0.10.2 and the CI gate on them, and a short
+#   fuzzing run of every parser. GPU tests live in tests/gpu/ (see README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -19,6 +20,7 @@ trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
 
 echo "== dashboard in headless Chromium"; bash tests/e2e/dashboard.sh
+echo "== daemon API against its OpenAPI document (schemathesis)"; bash tests/e2e/api_schema.sh
 echo "== CPU XLA dumps re-generated with jax[cpu]==0.10.2"; bash tests/python/check_cpu_dumps.sh
 echo "== memwatch gate on a real JAX model"; bash scripts/gate-jax-test.sh
 echo "== fuzzing every parser briefly"; bash scripts/fuzz-smoke.sh 5

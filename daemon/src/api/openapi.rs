@@ -58,18 +58,27 @@ fn id() -> Value {
     json!({"name": "id", "in": "path", "required": true, "schema": int64(), "description": "run id"})
 }
 
+/// An error answer: `{"error": "..."}`.
+fn error(desc: &str) -> Value {
+    json!({"description": desc, "content": {"application/json": {"schema": {
+        "type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}}}})
+}
+
+fn unauthorized() -> Value {
+    error("bearer token missing or wrong (when the daemon requires one)")
+}
+
 fn ok(desc: &str) -> Value {
     json!({
         "200": {"description": desc, "content": {"application/json": {"schema": {"type": "object"}}}},
-        "401": {"description": "bearer token missing or wrong (when the daemon requires one)"},
-        "404": {"description": "no such run"},
-        "400": {"description": "bad parameter, with {\"error\": \"...\"}"}
+        "401": unauthorized(),
+        "404": error("no such run"),
+        "400": error("bad parameter")
     })
 }
 
 fn with_413(mut responses: Value) -> Value {
-    responses["413"] =
-        json!({"description": "body over --max-body-mib, with {\"error\": \"...\"}"});
+    responses["413"] = error("body over --max-body-mib");
     responses
 }
 
@@ -133,14 +142,14 @@ pub fn document() -> Value {
                     q("run", string(), "run key"),
                     q("stream", count(), "stream id (with seq: idempotent resend)"), q("seq", json!({"type": "integer", "format": "int64", "minimum": 1}), "batch number (give both stream and seq, or neither)")],
                 "requestBody": {"required": true, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
-                "responses": {"200": {"description": "{\"stream\",\"seq\",\"duplicate\",\"events\",\"run_id\"}"},
-                    "400": {"description": "malformed stream, with {\"error\": \"...\"}"},
-                    "401": {"description": "bearer token missing or wrong (when the daemon requires one)"},
-                    "413": {"description": "body over --max-body-mib, with {\"error\": \"...\"}"},
-                    "503": {"description": "the writer is not taking batches (shutting down)"}}}},
+                "responses": {"200": {"description": "{\"stream\",\"seq\",\"duplicate\",\"events\",\"run_id\"}", "content": {"application/json": {"schema": {"type": "object"}}}},
+                    "400": error("malformed stream or parameter"),
+                    "401": unauthorized(),
+                    "413": error("body over --max-body-mib"),
+                    "503": error("the writer is not taking batches (shutting down)")}}},
             "/api/openapi.json": {"get": {"summary": "This document", "responses": ok("OpenAPI 3.0 document")}},
             "/metrics": {"get": {"summary": "Prometheus text metrics", "responses": {"200": {"description": "text/plain; version=0.0.4"},
-                "401": {"description": "bearer token missing or wrong (when the daemon requires one)"}}}}
+                "401": unauthorized()}}}
         }
     })
 }
