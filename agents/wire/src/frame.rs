@@ -610,6 +610,83 @@ impl<'a> Cursor<'a> {
         let n = self.u16()? as usize;
         Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
     }
+    /// Steps over a `str` without reading it.
+    fn skip_str(&mut self) -> Result<(), WireError> {
+        let n = self.u16()? as usize;
+        self.take(n).map(drop)
+    }
+    /// Steps over `count` items of `size` bytes.
+    fn skip_n(&mut self, count: usize, size: usize) -> Result<(), WireError> {
+        let n = count.saturating_mul(size);
+        self.take(n).map(drop)
+    }
+}
+
+/// Whether `payload` is exactly as long as the layout of frame type `ty` says, reading
+/// only its counts and string lengths: true exactly when [`decode_payload`] would accept
+/// it, without decoding or copying anything. Salvage reading asks this of a candidate
+/// frame before checksumming it, so resync over a damaged stretch does not checksum
+/// megabytes at every offset whose bytes merely look like a frame header. Unknown types
+/// fit at any size.
+pub fn payload_fits(ty: u8, payload: &[u8]) -> bool {
+    let mut c = Cursor {
+        b: payload,
+        pos: 0,
+        frame_type: ty,
+    };
+    let walked = (|| -> Result<(), WireError> {
+        match ty {
+            frame_type::PROCESS_START => {
+                c.take(4 + 4 + 8 + 8)?;
+                c.skip_str()?;
+                c.skip_str()?;
+                for _ in 0..c.u16()? {
+                    c.skip_str()?;
+                }
+            }
+            frame_type::EVENTS => {
+                let n = c.u32()? as usize;
+                c.skip_n(n, EVENT_SIZE)?;
+            }
+            frame_type::DEVICE_INFO => {
+                c.take(4 + 4 + 1 + 8)?;
+                c.skip_str()?;
+            }
+            frame_type::MARKER => {
+                c.take(4 + 4 + 8 + 4)?;
+                c.skip_str()?;
+            }
+            frame_type::DROPPED => drop(c.take(4 + 8 + 8)?),
+            frame_type::PROCESS_END => drop(c.take(4 + 8 + 4)?),
+            frame_type::DEVICE_SAMPLE => {
+                c.take(8 + 4 + 1 + 8 + 8)?;
+                c.skip_str()?;
+            }
+            frame_type::PJRT_EXECUTABLE => {
+                c.take(4 + 8 + 8 + 4 + 10 * 8)?;
+                let n = c.u16()? as usize;
+                c.skip_n(n, 4)?;
+                c.skip_str()?;
+                c.skip_str()?;
+            }
+            frame_type::PJRT_MEMORY_STATS => drop(c.take(4 + 8 + 4 + 4 + 8 * 8)?),
+            frame_type::BACKTRACE => {
+                c.take(4 + 4 + 8 + 8)?;
+                let n = c.u16()? as usize;
+                c.skip_n(n, 8)?;
+            }
+            frame_type::MODULE_MAP => {
+                c.take(4 + 8)?;
+                for _ in 0..c.u16()? {
+                    c.take(8 + 8 + 8)?;
+                    c.skip_str()?;
+                }
+            }
+            _ => c.pos = payload.len(),
+        }
+        Ok(())
+    })();
+    walked.is_ok() && c.pos == payload.len()
 }
 
 /// Decodes the payload of a frame whose type byte is `ty` (CRC already checked).

@@ -9,8 +9,8 @@
 use std::io::Read;
 
 use crate::frame::{
-    decode_payload, decode_preamble, frame_type, Record, FRAME_OVERHEAD, MAX_FRAME_LEN,
-    PREAMBLE_LEN,
+    decode_payload, decode_preamble, frame_type, payload_fits, Record, FRAME_OVERHEAD,
+    MAX_FRAME_LEN, PREAMBLE_LEN,
 };
 use crate::WireError;
 
@@ -160,10 +160,10 @@ impl<R: Read> FrameReader<R> {
         u32::from_le_bytes([b[0], b[1], b[2], b[3]])
     }
 
-    /// Whether a whole, checksum-valid frame of a known type starts at `start + rel`
-    /// (needs it buffered). Unknown types are not taken as resync points: a random
-    /// position passes the length check often enough that checksumming every candidate
-    /// would make resync over a long damaged stretch slow.
+    /// Whether a whole, checksum-valid frame of a known type, with the size its layout
+    /// gives it, starts at `start + rel` (needs it buffered). Unknown types are not taken
+    /// as resync points: their size cannot be checked, and checksumming every offset that
+    /// passes the length check makes resync over a long damaged stretch slow.
     fn valid_frame_at(&mut self, rel: usize) -> Result<bool, WireError> {
         if !self.fill(rel + 5)? {
             return Ok(false);
@@ -179,7 +179,10 @@ impl<R: Read> FrameReader<R> {
             return Ok(false);
         }
         let pos = self.start + rel;
-        Ok(crc_ok(&self.buf[pos..pos + total]))
+        let frame = &self.buf[pos..pos + total];
+        // The layout check first: it rejects nearly every false candidate without reading
+        // its bytes, where the checksum would read all of them.
+        Ok(payload_fits(ty, &frame[5..total - 4]) && crc_ok(frame))
     }
 
     /// After damage at the current position: skip to the next valid frame (or the end).
