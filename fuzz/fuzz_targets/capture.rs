@@ -3,13 +3,17 @@
 //! allocator model. The first byte picks the input's shape: even, the bytes follow the
 //! preamble as they are (so mostly damage for the salvage path); odd, they are cut into
 //! records that are each wrapped in a valid frame (length and CRC), so arbitrary payloads
-//! reach the decoders and the analysis.
+//! reach the decoders and the analysis. The daemon's strict batch decoder must agree with
+//! the salvaging file reader: where it accepts the frames, the reader yields the same
+//! records and reports no damage.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use memwatch_analysis::alloc::replay::{replay, ReplayOptions};
 use memwatch_analysis::alloc::{build, trace::read_capture, AllocatorKind, ModelSpec};
 use memwatch_analysis::capture::{analyze, load_reader, write_trace, ReportOptions, TraceOptions};
 use memwatch_wire::frame::encode_preamble;
+use memwatch_wire::ingest::decode_frames_strict;
+use memwatch_wire::{FrameReader, ReadMode};
 use std::path::Path;
 
 /// `data` as frames: each is a type byte, a u16 payload length (cut to what is left) and
@@ -40,6 +44,15 @@ fuzz_target!(|data: &[u8]| {
         bytes.extend_from_slice(rest);
     } else {
         framed(rest, &mut bytes);
+    }
+    if let Ok(strict) = decode_frames_strict(&bytes[16..]) {
+        let mut reader = FrameReader::new(&bytes[..], ReadMode::Salvage).expect("preamble");
+        let mut salvaged = Vec::new();
+        while let Ok(Some(record)) = reader.next_record() {
+            salvaged.push(record);
+        }
+        assert_eq!(salvaged, strict, "salvage and strict decoding disagree");
+        assert!(reader.damage().is_empty(), "damage where strict decoding found none");
     }
     let path = Path::new("fuzz.mwcap");
     if let Ok(loaded) = load_reader(&bytes[..], path, &mut |_| {}) {
