@@ -775,11 +775,13 @@ fn cuda_driver_bench_records_only_its_dlsym_batches() {
             "{mode}: every allocation succeeded with its size and pointer"
         );
     }
-    // Bad arguments are refused (exit 2, the ranges named), not run clipped.
-    let run = |args: &[&str], libdir: &std::path::Path| {
+    // Bad arguments are refused (exit 2, the ranges named), not run clipped. `pad` is
+    // CUDA_PAIRS_PAD_NS ("": none).
+    let run = |args: &[&str], libdir: &std::path::Path, pad: &str| {
         std::process::Command::new(&prog)
             .args(args)
             .env("LD_LIBRARY_PATH", libdir)
+            .env("CUDA_PAIRS_PAD_NS", pad)
             .env_remove("LD_PRELOAD")
             .output()
             .unwrap()
@@ -793,7 +795,7 @@ fn cuda_driver_bench_records_only_its_dlsym_batches() {
         ["async", "1", "1", "0", "1"],
         ["sync", "1", "1", "1", "0"],
     ] {
-        let out = run(&bad, tmp.path());
+        let out = run(&bad, tmp.path(), "");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
         assert!(
@@ -801,7 +803,7 @@ fn cuda_driver_bench_records_only_its_dlsym_batches() {
             "{bad:?}: {err}"
         );
     }
-    let out = run(&["sync", "1"], tmp.path());
+    let out = run(&["sync", "1"], tmp.path(), "");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("usage: cuda_driver_pairs"));
     // The pad is a number of ns, and only for the side-by-side modes.
@@ -811,13 +813,7 @@ fn cuda_driver_bench_records_only_its_dlsym_batches() {
         ("ab-sync", "nan"),
         ("async", "10"),
     ] {
-        let out = std::process::Command::new(&prog)
-            .args([mode, "1", "1", "1", "4096"])
-            .env("LD_LIBRARY_PATH", tmp.path())
-            .env("CUDA_PAIRS_PAD_NS", pad)
-            .env_remove("LD_PRELOAD")
-            .output()
-            .unwrap();
+        let out = run(&[mode, "1", "1", "1", "4096"], tmp.path(), pad);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{mode} pad {pad}: {err}");
         assert!(
@@ -838,7 +834,7 @@ fn cuda_driver_bench_records_only_its_dlsym_batches() {
         lib.to_str().unwrap(),
         src.to_str().unwrap(),
     ]);
-    let out = run(&["sync", "1", "1", "1", "4096"], &empty);
+    let out = run(&["sync", "1", "1", "1", "4096"], &empty, "");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("no cuInit in libcuda"), "{err}");
