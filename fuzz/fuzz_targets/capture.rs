@@ -8,13 +8,15 @@
 //! records and reports no damage.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use memwatch_analysis::alloc::replay::{replay, ReplayOptions};
-use memwatch_analysis::alloc::{build, trace::read_capture, AllocatorKind, ModelSpec};
+use memwatch_analysis::alloc::trace::read_capture;
 use memwatch_analysis::capture::{analyze, load_reader, write_trace, ReportOptions, TraceOptions};
 use memwatch_wire::frame::encode_preamble;
 use memwatch_wire::ingest::decode_frames_strict;
-use memwatch_wire::{FrameReader, ReadMode};
+use memwatch_wire::{FrameReader, ReadMode, PREAMBLE_LEN};
 use std::path::Path;
+
+#[path = "common/models.rs"]
+mod models;
 
 /// `data` as frames: each is a type byte, a u16 payload length (cut to what is left) and
 /// the payload, wrapped as len:u32 type payload crc:u32.
@@ -45,14 +47,17 @@ fuzz_target!(|data: &[u8]| {
     } else {
         framed(rest, &mut bytes);
     }
-    if let Ok(strict) = decode_frames_strict(&bytes[16..]) {
+    if let Ok(strict) = decode_frames_strict(&bytes[PREAMBLE_LEN..]) {
         let mut reader = FrameReader::new(&bytes[..], ReadMode::Salvage).expect("preamble");
         let mut salvaged = Vec::new();
         while let Ok(Some(record)) = reader.next_record() {
             salvaged.push(record);
         }
         assert_eq!(salvaged, strict, "salvage and strict decoding disagree");
-        assert!(reader.damage().is_empty(), "damage where strict decoding found none");
+        assert!(
+            reader.damage().is_empty(),
+            "damage where strict decoding found none"
+        );
     }
     let path = Path::new("fuzz.mwcap");
     if let Ok(loaded) = load_reader(&bytes[..], path, &mut |_| {}) {
@@ -62,24 +67,6 @@ fuzz_target!(|data: &[u8]| {
         let _ = write_trace(loaded, &TraceOptions::default(), std::io::sink());
     }
     if let Ok(trace) = read_capture(&bytes[..], None) {
-        for kind in [
-            AllocatorKind::Bfc,
-            AllocatorKind::Platform,
-            AllocatorKind::Async,
-            AllocatorKind::Torch,
-        ] {
-            let mut model = build(&ModelSpec {
-                kind,
-                limit: 1 << 30,
-                preallocate: false,
-                granularity: 2 << 20,
-                device_free_bytes: None,
-            });
-            let opts = ReplayOptions {
-                check_invariants: true,
-                ..ReplayOptions::default()
-            };
-            let _ = replay(&trace, model.as_mut(), opts, &mut |_| {});
-        }
+        models::replay_through_every_model(&trace);
     }
 });
