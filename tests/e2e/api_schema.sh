@@ -26,26 +26,15 @@ fi
 
 cargo build -q -p memwatch --bin memwatch
 MW=$TARGET/debug/memwatch
-WORK=$(mktemp -d)
-SERVER_PID=""
-cleanup() {
-  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=tests/e2e/serve_lib.sh
+. tests/e2e/serve_lib.sh
 DB=$WORK/api.db
 "$MW" import testdata/h200-captures/jax0.11.2-platform-allocator.mwcap --db "$DB" >/dev/null
 "$MW" import --log testdata/h200/bfc/h200-jax0.11.2/oom-26x4GiB.log --db "$DB" >/dev/null
 
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(port)
 TOKEN=schema-check-token
-"$MW" serve --db "$DB" --listen "127.0.0.1:$PORT" --ingest "127.0.0.1:$((PORT + 1))" --token "$TOKEN" \
-  >"$WORK/serve.log" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 100); do
-  curl -sf -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/api/runs" >/dev/null && break
-  sleep 0.1
-done
+start_server "$DB" "$PORT" "$TOKEN"
 
 "$VENV/bin/schemathesis" run "http://127.0.0.1:$PORT/api/openapi.json" \
   --checks all --exclude-checks positive_data_acceptance \

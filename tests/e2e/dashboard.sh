@@ -25,13 +25,8 @@ fi
 
 cargo build -q -p memwatch --bin memwatch
 cargo build -q -p memwatch-daemon --example dash_fixture
-WORK=$(mktemp -d)
-SERVER_PID=""
-cleanup() {
-  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=tests/e2e/serve_lib.sh
+. tests/e2e/serve_lib.sh
 
 DB=$WORK/e2e.db
 "$TARGET/debug/examples/dash_fixture" "$DB" "$EVENTS"
@@ -48,19 +43,6 @@ sleep 1
 "$TARGET/debug/memwatch" gate --baseline "$WORK/baseline.toml" --run train=2 --db "$DB" >/dev/null && { echo "e2e: FAIL gate should fail on run 2"; exit 1; }
 # A second, empty database for the empty-state page.
 EMPTY=$WORK/empty.db
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-start_server() {
-  local db=$1 p=$2
-  "$TARGET/debug/memwatch" serve --db "$db" --listen "127.0.0.1:$p" --ingest "127.0.0.1:$(port)" 2>"$WORK/serve.log" &
-  SERVER_PID=$!
-  for _ in $(seq 1 100); do
-    if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$p/api/runs')" 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "e2e: memwatch serve did not start:"; cat "$WORK/serve.log"; return 1
-}
-stop_server() { kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""; }
 
 CHROME=(chromium --headless --no-sandbox --disable-gpu --disable-background-networking
   --disable-component-update --disable-sync --no-first-run --hide-scrollbars
