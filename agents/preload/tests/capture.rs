@@ -91,11 +91,6 @@ fn get_proc_address_is_captured_exactly() {
 }
 
 #[test]
-fn eight_threads_on_eight_devices() {
-    eight_threads_lose_nothing(300, &[]);
-}
-
-#[test]
 fn threads_arriving_during_start_up_lose_nothing() {
     // Two threads on two cores make their first hooked call at once: one runs the shim's
     // start-up and the other must wait for it. The waiter used to give up after 20,000
@@ -121,24 +116,15 @@ fn threads_arriving_during_start_up_lose_nothing() {
     assert_eq!(count_api(&evs, "hipFree"), threads * (1 + pairs));
 }
 
-/// The last cumulative dropped-events count in a capture (0 when none was written).
-fn dropped_total(recs: &[Record]) -> u64 {
-    recs.iter()
-        .filter_map(|r| match r {
-            Record::Dropped(d) => Some(d.dropped_total),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-/// Runs the `threads` scenario (8 threads, one device each, `n` pairs per thread) and
-/// checks every call is in the capture, on its thread and device, and none was dropped.
-fn eight_threads_lose_nothing(n: u64, env: &[(&str, &str)]) {
+/// The `threads` scenario (8 threads, one device each, `n` pairs per thread): every call
+/// is in the capture, on its thread and device, and none was dropped.
+#[test]
+fn eight_threads_on_eight_devices() {
     let b = built("capture");
     let tmp = tempfile::tempdir().unwrap();
     let cap = tmp.path().join("threads.mwcap");
-    let out = b.run("dlsym", &["threads", &n.to_string()], Some(&cap), env);
+    let n = 300u64;
+    let out = b.run("dlsym", &["threads", &n.to_string()], Some(&cap), &[]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let recs = read_capture(&cap);
     assert_eq!(dropped_total(&recs), 0, "events dropped");

@@ -451,14 +451,7 @@ fn execute_overhead_micro_benchmark() {
         .iter()
         .filter(|e| e.api_name() == Api::PjrtExecute)
         .count();
-    let dropped: u64 = recs
-        .iter()
-        .filter_map(|r| match r {
-            Record::Dropped(d) => Some(d.dropped_total),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
+    let dropped = common::dropped_total(&recs);
     // 2 devices per execute, warm-up included; anything missing was counted as dropped
     assert_eq!(n_exec as u64 + dropped, 2 * (200_000 + 1000));
 }

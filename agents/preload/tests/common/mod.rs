@@ -183,6 +183,17 @@ pub fn events(recs: &[Record]) -> Vec<Event> {
 }
 
 /// How many of `evs` came from the API named `name` (its C name, e.g. `hipMalloc`).
+/// The last cumulative dropped-events count in a capture (0 when none was written).
+pub fn dropped_total(recs: &[Record]) -> u64 {
+    recs.iter()
+        .filter_map(|r| match r {
+            Record::Dropped(d) => Some(d.dropped_total),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 pub fn count_api(evs: &[Event], name: &str) -> usize {
     evs.iter().filter(|e| e.api_name().name() == name).count()
 }
