@@ -165,3 +165,39 @@ fn usage_reports_of_all_fixtures_parse_and_agree_with_totals() {
         }
     }
 }
+
+/// A real module's buffer-assignment or live-range file cut at any line boundary is an
+/// error naming that file, never a report with smaller figures (except a live-range file
+/// cut inside the stack-trace tree that follows the whole peak list, which older XLA
+/// versions do not print at all).
+#[test]
+fn real_files_cut_at_any_line_are_rejected() {
+    let src = repo("testdata/h200/xla/h200-jax0.11.2-mlp");
+    let stem = "module_3318.jit_mlp.sm_9.0a_gpu_after_optimizations";
+    for (suffix, whole_from) in [
+        ("-buffer-assignment.txt", usize::MAX),
+        ("-live-range.txt", 0),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(&src).unwrap() {
+            let p = e.unwrap().path();
+            if p.file_name().unwrap().to_str().unwrap().starts_with(stem) {
+                std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
+            }
+        }
+        let target = dir.path().join(format!("{stem}{suffix}"));
+        let text = std::fs::read_to_string(&target).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        // Where the stack-trace tree starts: cuts from there on keep the peak list whole.
+        let tree = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with("Stack trace breakdown"))
+            .map_or(usize::MAX, |p| p + whole_from);
+        for n in 1..lines.len().min(tree) {
+            std::fs::write(&target, lines[..n].join("\n") + "\n").unwrap();
+            let m = xla::list_modules(dir.path()).unwrap();
+            let e = xla::load_module(&m[0]).expect_err(&format!("{suffix} cut to {n} lines"));
+            assert!(e.to_string().contains(suffix), "{n}: {e}");
+        }
+    }
+}

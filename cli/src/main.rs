@@ -55,8 +55,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::FormatVersion => {
-            println!("{}", memwatch_wire::FORMAT_VERSION);
-            Ok(cmd::Outcome::Success)
+            cmd::write_stdout(format_args!("{}\n", memwatch_wire::FORMAT_VERSION))
+                .map(|()| cmd::Outcome::Success)
+                .map_err(Into::into)
         }
         Command::Replay(args) => cmd::replay::run(args),
         Command::Gate(args) => cmd::gate::run(args),

@@ -105,8 +105,10 @@ pub fn is_host_shape(shape: &str) -> bool {
 /// A parsed `*-buffer-assignment.txt`.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct BufferAssignment {
-    /// Allocations in file order.
+    /// Allocations in file order (index `i` at position `i`).
     pub allocations: Vec<Allocation>,
+    /// Sum of the allocation sizes (what XLA prints as `Total bytes used`).
+    pub total_bytes: u64,
 }
 
 /// Parses a buffer-assignment file.
@@ -137,11 +139,48 @@ pub fn parse_buffer_assignment<R: BufRead>(
         }
         if let Some(rest) = line.strip_prefix("allocation ") {
             let a = parse_allocation_header(rest, no).map_err(|m| ParseError::new(file, no, m))?;
+            // XLA numbers allocations 0, 1, 2, … in the order it prints them; a gap means
+            // lines are missing.
+            let expected = out.allocations.len() as u64;
+            if a.index != expected {
+                return Err(ParseError::new(
+                    file,
+                    no,
+                    format!(
+                        "allocation {} where allocation {expected} was expected: lines are missing or out of order",
+                        a.index
+                    ),
+                ));
+            }
+            out.total_bytes = out.total_bytes.checked_add(a.size).ok_or_else(|| {
+                ParseError::new(
+                    file,
+                    no,
+                    "allocation sizes add up to more than 2^64 bytes: not a real buffer assignment",
+                )
+            })?;
             out.allocations.push(a);
         } else if let Some(rest) = line.strip_prefix(" value: ") {
             let v = parse_value_line(rest).map_err(|m| ParseError::new(file, no, m))?;
             match out.allocations.last_mut() {
-                Some(a) => a.values.push(v),
+                Some(a) => {
+                    // A value is a slice of its allocation.
+                    if v.offset.checked_add(v.size).is_none_or(|end| end > a.size) {
+                        return Err(ParseError::new(
+                            file,
+                            no,
+                            format!(
+                                "value {} (offset {}, size {}) does not fit in allocation {} of {} bytes",
+                                v.key(),
+                                v.offset,
+                                v.size,
+                                a.index,
+                                a.size
+                            ),
+                        ));
+                    }
+                    a.values.push(v)
+                }
                 None => {
                     return Err(ParseError::new(
                         file,
@@ -264,6 +303,8 @@ fn parse_value_line(rest: &str) -> Result<AssignedValue, String> {
         Some(p) => &name_pos[..p],
         None => name_pos,
     };
+    // Loop-carried values are printed `<269 arg_tuple.5{} (phi) @0>`.
+    let name_idx = name_idx.strip_suffix(" (phi)").unwrap_or(name_idx);
     let (instruction, index) = match name_idx.find('{') {
         Some(p) if name_idx.ends_with('}') => (&name_idx[..p], &name_idx[p..]),
         _ => (name_idx, "{}"),
@@ -303,6 +344,9 @@ mod tests {
         assert!(ba.allocations[1].is_preallocated_temp());
         assert!(ba.allocations[1].is_host());
         assert_eq!(ba.allocations[1].values[0].key(), "x{}");
+        let phi =
+            parse_value_line("<269 arg_tuple.5{1} (phi) @0> (size=4,offset=8): s32[]").unwrap();
+        assert_eq!((phi.key().as_str(), phi.offset), ("arg_tuple.5{1}", 8));
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub fn parse_live_range<R: BufRead>(reader: R, file: &Path) -> Result<LiveRanges
     let mut out = LiveRanges::default();
     let mut saw_header = false;
     let mut section = 0u8;
+    let mut peak_sum = 0u64;
+    let mut stack_total = None;
     while let Some((no, line)) = lines.next_line()? {
         let err = |m: String| ParseError::new(file, no, m);
         if !saw_header {
@@ -68,15 +70,30 @@ pub fn parse_live_range<R: BufRead>(reader: R, file: &Path) -> Result<LiveRanges
             section = 3;
             continue;
         }
-        if t.starts_with("Stack trace breakdown") {
+        if let Some(r) = t.strip_prefix("Stack trace breakdown for peak usage: ") {
+            // `155 189 250 bytes` (newer XLA groups digits with spaces).
+            let digits: String = r
+                .strip_suffix(" bytes")
+                .unwrap_or(r)
+                .chars()
+                .filter(|c| *c != ' ')
+                .collect();
+            stack_total = Some((no, parse_u64(&digits, "stack trace total").map_err(err)?));
             section = 4;
             continue;
         }
         match section {
             1 => {
-                let (_, n) = t
+                let (i, n) = t
                     .split_once(':')
                     .ok_or_else(|| err(format!("bad sequence line {:?}", clip(t))))?;
+                let i = parse_u64(i, "sequence number").map_err(err)?;
+                if i != out.sequence.len() as u64 {
+                    return Err(err(format!(
+                        "sequence step {i} where step {} was expected: lines are missing or out of order",
+                        out.sequence.len()
+                    )));
+                }
                 out.sequence.push(n.to_string());
             }
             2 => {
@@ -90,18 +107,39 @@ pub fn parse_live_range<R: BufRead>(reader: R, file: &Path) -> Result<LiveRanges
                     parse_u64(s, "range start").map_err(err)?,
                     parse_u64(e, "range end").map_err(err)?,
                 );
+                if s > e || e > out.max_time {
+                    return Err(err(format!(
+                        "live range {s}-{e} of {n} is outside the schedule 0-{}",
+                        out.max_time
+                    )));
+                }
                 out.ranges.push((n.to_string(), s, e));
             }
             3 => {
                 let (n, r) = t
                     .split_once(": ")
                     .ok_or_else(|| err(format!("bad peak line {:?}", clip(t))))?;
-                let bytes = r
+                let (bytes, rest) = r
                     .split_once(" bytes")
-                    .ok_or_else(|| err(format!("bad peak line {:?}", clip(t))))?
-                    .0;
-                out.peak_buffers
-                    .push((n.to_string(), parse_u64(bytes, "peak bytes").map_err(err)?));
+                    .ok_or_else(|| err(format!("bad peak line {:?}", clip(t))))?;
+                let bytes = parse_u64(bytes, "peak bytes").map_err(err)?;
+                peak_sum = peak_sum.checked_add(bytes).ok_or_else(|| {
+                    err("the peak buffers add up to more than 2^64 bytes".to_string())
+                })?;
+                // Newer XLA prints a running total; it must be the sum so far.
+                if let Some(c) = rest
+                    .trim()
+                    .strip_prefix("(cumulative: ")
+                    .and_then(|c| c.strip_suffix(" bytes)"))
+                {
+                    let c = parse_u64(c, "cumulative bytes").map_err(err)?;
+                    if c != peak_sum {
+                        return Err(err(format!(
+                            "cumulative {c} bytes, but the buffers listed so far add up to {peak_sum}"
+                        )));
+                    }
+                }
+                out.peak_buffers.push((n.to_string(), bytes));
             }
             4 => {}
             _ => return Err(err(format!("unexpected line {:?}", clip(t)))),
@@ -114,7 +152,62 @@ pub fn parse_live_range<R: BufRead>(reader: R, file: &Path) -> Result<LiveRanges
             "empty file: expected `HloLiveRange (max N):`",
         ));
     }
+    check_complete(&out, peak_sum, stack_total, file, lines.line_no())?;
     Ok(out)
+}
+
+/// The checks that tell a whole file from one cut off at a line boundary (the parser
+/// already rejects a line cut in the middle): XLA prints `max` sequence steps, then every
+/// value's live range, then the values live at the peak step — exactly those whose range
+/// covers it — and, in newer versions, their total again.
+fn check_complete(
+    out: &LiveRanges,
+    peak_sum: u64,
+    stack_total: Option<(usize, u64)>,
+    file: &Path,
+    last_line: usize,
+) -> Result<(), ParseError> {
+    let cut = |m: String| ParseError::new(file, last_line, format!("{m}: the file is cut off"));
+    if (out.sequence.len() as u64) < out.max_time {
+        return Err(cut(format!(
+            "the instruction sequence has {} of its {} steps",
+            out.sequence.len(),
+            out.max_time
+        )));
+    }
+    let Some(t) = out.peak_time else {
+        return Err(cut(
+            "no `Live ranges at T (peak):` list after the live ranges".to_string(),
+        ));
+    };
+    let mut expected: Vec<&str> = out
+        .ranges
+        .iter()
+        .filter(|(_, s, e)| *s <= t && t <= *e)
+        .map(|(k, _, _)| k.as_str())
+        .collect();
+    let mut listed: Vec<&str> = out.peak_buffers.iter().map(|(k, _)| k.as_str()).collect();
+    expected.sort_unstable();
+    listed.sort_unstable();
+    if expected != listed {
+        return Err(cut(format!(
+            "the peak list at step {t} names {} buffers but {} live ranges cover that step",
+            listed.len(),
+            expected.len()
+        )));
+    }
+    if let Some((line, total)) = stack_total {
+        if total != peak_sum {
+            return Err(ParseError::new(
+                file,
+                line,
+                format!(
+                    "the stack trace total {total} bytes differs from the peak list's {peak_sum}"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Reads the `Total bytes used: N (..)` line of `*-buffer-assignment-values.txt` or the
@@ -148,13 +241,37 @@ mod tests {
 
     #[test]
     fn parses_sections() {
-        let t = "HloLiveRange (max 2):\n  InstructionSequence:\n    0:a.1\n    1:f\n  BufferLiveRange:\n    a.1{}:0-2\n    f{}:1-2\n  Live ranges at 1 (peak):\n    a.1{}: 10 bytes (cumulative: 10 bytes)\n  Stack trace breakdown for peak usage: 10 bytes\n    main (100.0%)\n";
+        let t = "HloLiveRange (max 2):\n  InstructionSequence:\n    0:a.1\n    1:f\n  BufferLiveRange:\n    a.1{}:0-2\n    f{}:1-2\n  Live ranges at 1 (peak):\n    a.1{}: 10 bytes (cumulative: 10 bytes)\n    f{}: 4 bytes (cumulative: 14 bytes)\n  Stack trace breakdown for peak usage: 14 bytes\n    main (100.0%)\n";
         let l = parse_live_range(t.as_bytes(), Path::new("l")).unwrap();
         assert_eq!(l.max_time, 2);
         assert_eq!(l.sequence, vec!["a.1", "f"]);
         assert_eq!(l.ranges[1], ("f{}".to_string(), 1, 2));
         assert_eq!(l.peak_time, Some(1));
-        assert_eq!(l.peak_buffers, vec![("a.1{}".to_string(), 10)]);
+        assert_eq!(
+            l.peak_buffers,
+            vec![("a.1{}".to_string(), 10), ("f{}".to_string(), 4)]
+        );
+        // Every prefix that ends at a line boundary before the peak list is whole is
+        // rejected as cut off (older XLA prints no stack trace after the list).
+        let whole: Vec<&str> = t.lines().collect();
+        for n in 1..whole.len() - 2 {
+            let cut = whole[..n].join("\n") + "\n";
+            let e = parse_live_range(cut.as_bytes(), Path::new("l"));
+            assert!(e.is_err(), "{n} lines accepted");
+        }
+        // A wrong running total, a stack total that disagrees, a range past the end.
+        for (from, to) in [
+            ("cumulative: 14", "cumulative: 15"),
+            ("peak usage: 14", "peak usage: 13"),
+            ("f{}:1-2", "f{}:1-3"),
+            ("1:f", "2:f"),
+        ] {
+            let bad = t.replace(from, to);
+            assert!(
+                parse_live_range(bad.as_bytes(), Path::new("l")).is_err(),
+                "{to}"
+            );
+        }
         let e = parse_live_range(
             "HloLiveRange (max 2):\n  BufferLiveRange:\n    a{}:0-x\n".as_bytes(),
             Path::new("l"),

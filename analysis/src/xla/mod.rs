@@ -37,6 +37,14 @@ pub enum XlaError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A file disagrees with another file of the same module.
+    #[error("{}: {msg}", path.display())]
+    Mismatch {
+        /// The file found wrong.
+        path: PathBuf,
+        /// What disagrees, naming the other file.
+        msg: String,
+    },
     /// The path holds no module.
     #[error("{}: {msg}", path.display())]
     NoModules {
@@ -71,6 +79,9 @@ pub fn load_module(files: &dump::ModuleFiles) -> Result<ModuleReport, XlaError> 
     } else {
         None
     };
+    if let Some(live) = &live {
+        check_every_range_is_assigned(&ba, live, files)?;
+    }
     // Keep only the HLO instructions the report describes: bounded memory on huge dumps.
     let keep = report::instructions_needed(&ba, live.as_ref());
     let hlo = if files.hlo.is_file() {
@@ -101,6 +112,25 @@ pub fn load_module(files: &dump::ModuleFiles) -> Result<ModuleReport, XlaError> 
     } else {
         None
     };
+    // Both of those files print the sum of the allocation sizes; a buffer assignment that
+    // adds up to something else is cut off (or from another compilation), and every figure
+    // taken from it would be wrong.
+    let totals = [
+        (&files.values, dump_total_bytes),
+        (&files.memory_usage_report, usage_total),
+    ];
+    for (other, total) in totals {
+        if let Some(total) = total.filter(|t| *t != ba.total_bytes) {
+            return Err(XlaError::Mismatch {
+                path: files.buffer_assignment.clone(),
+                msg: format!(
+                    "its allocations add up to {} bytes but {} says {total}: the file is cut off or from another compilation",
+                    ba.total_bytes,
+                    other.display()
+                ),
+            });
+        }
+    }
     let dump_total_bytes = dump_total_bytes.or(usage_total);
     Ok(build_report(report::ReportInputs {
         name: files.name.clone(),
@@ -112,6 +142,32 @@ pub fn load_module(files: &dump::ModuleFiles) -> Result<ModuleReport, XlaError> 
         live: live.as_ref(),
         dump_total_bytes,
     }))
+}
+
+/// XLA assigns every value that has a live range to an allocation, so a range whose value
+/// the buffer assignment lacks means that file lost lines at its end (where the sizes
+/// still add up, e.g. inside the last allocation's value list) or belongs to another
+/// compilation.
+fn check_every_range_is_assigned(
+    ba: &buffer_assignment::BufferAssignment,
+    live: &live_range::LiveRanges,
+    files: &dump::ModuleFiles,
+) -> Result<(), XlaError> {
+    let assigned: std::collections::HashSet<String> = ba
+        .allocations
+        .iter()
+        .flat_map(|a| a.values.iter().map(|v| v.key()))
+        .collect();
+    match live.ranges.iter().find(|(k, _, _)| !assigned.contains(k)) {
+        None => Ok(()),
+        Some((k, _, _)) => Err(XlaError::Mismatch {
+            path: files.buffer_assignment.clone(),
+            msg: format!(
+                "value {k} has a live range in {} but no allocation here: the file is cut off or from another compilation",
+                files.live_range.display()
+            ),
+        }),
+    }
 }
 
 /// Lists the modules of a dump directory (every `*-buffer-assignment.txt`), sorted by

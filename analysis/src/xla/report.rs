@@ -267,7 +267,7 @@ fn simulate<'v>(
         if let Some(&(s, e)) = ranges.get(&(v.instruction.as_str(), v.index.as_str())) {
             let slice = (alloc, v.offset, v.size);
             events.push((s, true, slice));
-            events.push((e + 1, false, slice));
+            events.push((e.saturating_add(1), false, slice));
         }
     }
     if events.is_empty() {

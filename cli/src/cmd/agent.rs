@@ -109,7 +109,7 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
-    println!("MEMWATCH_SINK={}", receiver.sink_address());
+    outln!("MEMWATCH_SINK={}", receiver.sink_address());
     eprintln!(
         "memwatch agent: node {node}, daemon {}, spool {}",
         args.daemon,

@@ -531,7 +531,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
             stored,
             report,
         };
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&doc).context("cannot encode the JSON report")?
         );

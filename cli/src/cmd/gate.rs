@@ -267,7 +267,7 @@ pub fn run(args: GateArgs) -> Result<Outcome> {
             s
         }
     };
-    print!("{stdout}");
+    out!("{stdout}");
     if let Some(p) = &args.markdown_out {
         write_file(p, &render::markdown::render(&report))?;
     }

@@ -370,9 +370,9 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
         s.xla_modules = Some(super::import_xla::attach(&mods, dir, &target, run)?);
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        outln!("{}", serde_json::to_string_pretty(&s)?);
     } else {
-        println!(
+        outln!(
             "imported {}: run {} (key {}), {} events in {} batches ({} already stored)",
             s.capture,
             s.run_id.map_or("-".into(), |r| r.to_string()),
@@ -382,7 +382,7 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
             s.duplicate_batches
         );
         if let Some(n) = s.xla_modules {
-            println!(
+            outln!(
                 "attached {n} XLA module(s) to run {}",
                 s.run_id.unwrap_or(0)
             );

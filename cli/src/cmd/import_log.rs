@@ -135,24 +135,25 @@ pub fn run(a: &ImportArgs) -> Result<Outcome> {
         Ok::<_, anyhow::Error>(s)
     })?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        outln!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(Outcome::Success);
     }
     if let Some(d) = s.dump_id {
-        println!(
+        outln!(
             "stored XLA dump #{d}: {} module(s) ({})",
             s.modules.len(),
             s.modules.join(", ")
         );
     }
     if let Some(l) = s.log_id {
-        println!(
+        outln!(
             "stored log #{l}: {} out-of-memory report(s), {} diagnosed with the dump",
-            s.ooms, s.diagnoses
+            s.ooms,
+            s.diagnoses
         );
     }
     if let Some(p) = &s.page {
-        println!("open it in `memwatch serve --db …` at {p}");
+        outln!("open it in `memwatch serve --db …` at {p}");
     }
     Ok(Outcome::Success)
 }

@@ -53,20 +53,20 @@ pub fn run(a: LogArgs) -> Result<Outcome> {
     };
     if a.json {
         let v = serde_json::json!({ "log": report, "diagnoses": diagnoses });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(Outcome::Success);
     }
-    print_human(&report, &diagnoses, a.xla_dump.is_some());
+    print_human(&report, &diagnoses, a.xla_dump.is_some())?;
     Ok(Outcome::Success)
 }
 
-fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) {
-    println!("Read {} line(s) from {} file(s).", r.lines, r.files.len());
+fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) -> anyhow::Result<()> {
+    outln!("Read {} line(s) from {} file(s).", r.lines, r.files.len());
     for d in &r.devices {
-        println!("Device: {d}");
+        outln!("Device: {d}");
     }
     for p in &r.pool_allocations {
-        println!(
+        outln!(
             "Allocator pool: {} ({} B) on device {}",
             bytes(p.bytes),
             p.bytes,
@@ -76,13 +76,15 @@ fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) {
         );
     }
     if !r.remat_warnings.is_empty() {
-        println!("\nRematerialization warnings (compile time):");
-        println!(
+        outln!("\nRematerialization warnings (compile time):");
+        outln!(
             "  {:>12} {:>12} {:>12}  where",
-            "target", "achieved", "original"
+            "target",
+            "achieved",
+            "original"
         );
         for w in &r.remat_warnings {
-            println!(
+            outln!(
                 "  {:>12} {:>12} {:>12}  {}:{}",
                 bytes(w.target_bytes),
                 bytes(w.achieved_bytes),
@@ -93,7 +95,7 @@ fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) {
         }
     }
     for (i, o) in r.ooms.iter().enumerate() {
-        println!(
+        outln!(
             "\nOut of memory #{} ({}:{}): allocator {} could not allocate {} (rounded to {} B){}",
             i + 1,
             o.at.file,
@@ -111,30 +113,30 @@ fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) {
             .map(|p| format!("{} ({p} B)", bytes(p)))
             .unwrap_or_else(|| "?".into());
         match o.in_use_bytes() {
-            Some(u) => println!("  pool {pool}; in use {} ({u} B)", bytes(u)),
-            None => println!("  pool {pool}; in use unknown (no chunk dump in the log)"),
+            Some(u) => outln!("  pool {pool}; in use {} ({u} B)", bytes(u)),
+            None => outln!("  pool {pool}; in use unknown (no chunk dump in the log)"),
         }
         if let Some(f) = o.largest_free_chunk() {
-            println!("  largest free chunk {} ({f} B)", bytes(f));
+            outln!("  largest free chunk {} ({f} B)", bytes(f));
         }
         if !o.chunks.is_empty() {
-            println!(
+            outln!(
                 "  {} chunk(s): {} in use, {} free",
                 o.chunks.len(),
                 o.chunks.iter().filter(|c| c.in_use).count(),
                 o.chunks.iter().filter(|c| !c.in_use).count()
             );
             for (e, b, n) in o.in_use_by_executable() {
-                println!("    {:>12} in {n:>3} chunk(s)  {}", bytes(b), clip(&e, 60));
+                outln!("    {:>12} in {n:>3} chunk(s)  {}", bytes(b), clip(&e, 60));
             }
         } else if !o.in_use_by_size.is_empty() {
             for (n, s) in &o.in_use_by_size {
-                println!("    {n:>4} chunk(s) of {}", bytes(*s));
+                outln!("    {n:>4} chunk(s) of {}", bytes(*s));
             }
         }
     }
     for e in &r.resource_exhausted {
-        println!(
+        outln!(
             "\nRESOURCE_EXHAUSTED ({}:{}){}: {}",
             e.at.file,
             e.at.line,
@@ -148,23 +150,23 @@ fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) {
     for s in &r.allocator_stats {
         let label = s.label.clone().unwrap_or_else(|| s.variant.clone());
         let f = |k: &str| s.get(k).map(bytes).unwrap_or_else(|| "?".into());
-        println!("\nAllocator stats {label} ({}:{}): in use {}, peak {}, limit {}, largest free block {}", s.at.file, s.at.line, f("bytes_in_use"), f("peak_bytes_in_use"), f("bytes_limit"), f("largest_free_block_bytes"));
+        outln!("\nAllocator stats {label} ({}:{}): in use {}, peak {}, limit {}, largest free block {}", s.at.file, s.at.line, f("bytes_in_use"), f("peak_bytes_in_use"), f("bytes_limit"), f("largest_free_block_bytes"));
     }
     if r.ooms.is_empty() && r.remat_warnings.is_empty() && r.resource_exhausted.is_empty() {
-        println!("\nNo out-of-memory or rematerialization messages found.");
+        outln!("\nNo out-of-memory or rematerialization messages found.");
     }
     if !had_dump && !r.ooms.is_empty() {
-        println!("\nTip: add --xla-dump DIR (the run's --xla_dump_to) to learn which buffer failed and why.");
+        outln!("\nTip: add --xla-dump DIR (the run's --xla_dump_to) to learn which buffer failed and why.");
     }
     for (i, d) in ds.iter().enumerate() {
-        println!("\n=== Diagnosis of out of memory #{} ===", i + 1);
+        outln!("\n=== Diagnosis of out of memory #{} ===", i + 1);
         for f in &d.findings {
-            println!("  * {f}");
+            outln!("  * {f}");
         }
         if !d.module_peak_buffers.is_empty() {
-            println!("\n  The module's peak (XLA live ranges), largest buffers:");
+            outln!("\n  The module's peak (XLA live ranges), largest buffers:");
             for b in &d.module_peak_buffers {
-                println!(
+                outln!(
                     "    {:>11}  {:<12} {:<26} {:<22} {}",
                     bytes(b.bytes),
                     clip(&b.allocation_kind, 12),
@@ -175,9 +177,9 @@ fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) {
             }
         }
         if !d.module_top_temp_values.is_empty() {
-            println!("\n  Largest values placed in the temp buffer:");
+            outln!("\n  Largest values placed in the temp buffer:");
             for b in d.module_top_temp_values.iter().take(5) {
-                println!(
+                outln!(
                     "    {:>11}  {:<26} {:<28} {}",
                     bytes(b.bytes),
                     clip(&b.instruction, 26),
@@ -187,4 +189,5 @@ fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) {
             }
         }
     }
+    Ok(())
 }

@@ -1,4 +1,25 @@
-//! Subcommand implementations, one file each, plus the shared exit-code policy.
+//! Subcommand implementations, one file each, plus the shared exit-code policy and the
+//! stdout writer every command prints through (`outln!`/`out!`: a full disk or a closed
+//! pipe is an error that ends the command, never a panic).
+
+/// `print!` that returns from the enclosing function with an error when standard output
+/// cannot be written.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cmd::write_stdout(format_args!($($arg)*))?
+    };
+}
+
+/// `println!` that returns from the enclosing function with an error when standard
+/// output cannot be written.
+macro_rules! outln {
+    () => {
+        $crate::cmd::write_stdout(format_args!("\n"))?
+    };
+    ($($arg:tt)*) => {
+        $crate::cmd::write_stdout(format_args!("{}\n", format_args!($($arg)*)))?
+    };
+}
 
 pub mod agent;
 pub mod attach;
@@ -20,6 +41,25 @@ pub mod xla;
 
 use std::process::ExitCode;
 
+/// Standard output could not be written.
+#[derive(Debug)]
+pub struct StdoutError(pub std::io::Error);
+
+impl std::fmt::Display for StdoutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot write to standard output: {}", self.0)
+    }
+}
+
+impl std::error::Error for StdoutError {}
+
+/// Writes to standard output (what `out!`/`outln!` expand to).
+pub fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), StdoutError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args).map_err(StdoutError)
+}
+
 /// What a command that ran to completion concluded.
 #[allow(dead_code)]
 pub enum Outcome {
@@ -40,7 +80,14 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
         Ok(Outcome::CheckFailed) => ExitCode::from(1),
         Ok(Outcome::Code(c)) => ExitCode::from(c),
         Err(e) => {
-            eprintln!("memwatch: error: {e:#}");
+            // A reader that went away (`memwatch report c.mwcap | head`) is not worth a
+            // message; the exit code still says the output is incomplete.
+            let broken_pipe = e
+                .downcast_ref::<StdoutError>()
+                .is_some_and(|s| s.0.kind() == std::io::ErrorKind::BrokenPipe);
+            if !broken_pipe {
+                eprintln!("memwatch: error: {e:#}");
+            }
             ExitCode::from(2)
         }
     }

@@ -285,9 +285,9 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
-fn print_run(run: &Run, trace: &Trace, path: &Path) {
+fn print_run(run: &Run, trace: &Trace, path: &Path) -> anyhow::Result<()> {
     let r = &run.result;
-    println!(
+    outln!(
         "trace      {} ({} format, {} events, {} buffers, peak live {})",
         path.display(),
         trace.meta.format,
@@ -302,10 +302,10 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
         AllocatorKind::Async => "stream-ordered pool (cudaMallocAsync / hipMallocAsync)",
         AllocatorKind::Torch => "PyTorch CUDA caching allocator",
     };
-    println!("allocator  {} ({mode})", run.kind.name());
+    outln!("allocator  {} ({mode})", run.kind.name());
     match &run.target.device {
         Some(d) => {
-            println!(
+            outln!(
                 "device     {} ({}): capacity {} x {} = pool {}",
                 d.name,
                 d.display,
@@ -313,9 +313,9 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
                 run.fraction,
                 human(run.limit)
             );
-            println!("source     {}", d.source);
+            outln!("source     {}", d.source);
         }
-        None => println!(
+        None => outln!(
             "capacity   {}{} x {} = pool {}",
             human(run.target.capacity),
             if run.target.recorded {
@@ -327,7 +327,7 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
             human(run.limit)
         ),
     }
-    println!(
+    outln!(
         "peak       in use {}, reserved {}",
         human(r.peak_bytes_in_use),
         human(r.peak_pool_bytes)
@@ -338,7 +338,7 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
             Some(trace::TraceOp::Alloc { size, .. }) => *size,
             _ => 0,
         };
-        println!(
+        outln!(
             "source     the log's OOM dump: {} live buffers ({}) + the failed request ({}) need {}",
             trace.buffers().saturating_sub(1),
             human(need - request),
@@ -346,28 +346,28 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
             human(need)
         );
         if need > run.limit {
-            println!(
+            outln!(
                 "verdict    the pool of {} is short by at least {} (before any fragmentation)",
                 human(run.limit),
                 human(need - run.limit)
             );
         } else if r.fits {
-            println!(
+            outln!(
                 "verdict    packed without holes they fit in {}: the real failure came from fragmentation",
                 human(run.limit)
             );
         }
     }
     match &r.oom {
-        None => println!("result     FITS"),
+        None => outln!("result     FITS"),
         Some(o) => {
-            println!(
+            outln!(
                 "result     OUT OF MEMORY at event {} ({} failed allocation{} in all)",
                 o.index,
                 r.failed_allocs,
                 if r.failed_allocs == 1 { "" } else { "s" }
             );
-            println!(
+            outln!(
                 "failing    alloc id {} of {} ({} B){}",
                 o.id,
                 human(o.size),
@@ -382,7 +382,7 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
             } else {
                 0.0
             };
-            println!(
+            outln!(
                 "memory     in use {} of pool {} (limit {}); free in pool {}, largest free block {} \
                  (fragmentation {frag:.0}%), not yet taken from the device {}",
                 human(o.bytes_in_use),
@@ -392,13 +392,15 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
                 human(o.largest_free_block_bytes),
                 human(o.unallocated_bytes)
             );
-            println!("live set   {} buffers, largest first:", o.live.len());
-            println!(
+            outln!("live set   {} buffers, largest first:", o.live.len());
+            outln!(
                 "  {:>12}  {:>12}  {:>14}  tag",
-                "id", "allocated", "requested B"
+                "id",
+                "allocated",
+                "requested B"
             );
             for b in o.live.iter().take(15) {
-                println!(
+                outln!(
                     "  {:>12}  {:>12}  {:>14}  {}",
                     b.id,
                     human(b.allocated),
@@ -408,13 +410,13 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
             }
             if o.live.len() > 15 {
                 let rest: u64 = o.live[15..].iter().map(|b| b.allocated).sum();
-                println!("  ... {} more, {}", o.live.len() - 15, human(rest));
+                outln!("  ... {} more, {}", o.live.len() - 15, human(rest));
             }
             if !o.blocks.is_empty() && o.blocks.len() <= 64 {
-                println!("layout     (address order, like the allocator's own dump)");
+                outln!("layout     (address order, like the allocator's own dump)");
                 let base = o.blocks[0].addr;
                 for b in &o.blocks {
-                    println!(
+                    outln!(
                         "  {} at +{:#012x} of size {:>12} ({:>10}) {}",
                         if b.state == BlockState::InUse {
                             "InUse"
@@ -431,22 +433,28 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) {
         }
     }
     if let Some(steps) = &r.steps {
-        println!();
-        println!(
+        outln!();
+        outln!(
             "{:>8}  {:>5}  {:>14}  {:>14}  {:>14}",
-            "step", "op", "size B", "in use B", "largest free B"
+            "step",
+            "op",
+            "size B",
+            "in use B",
+            "largest free B"
         );
         for (i, (s, op)) in steps.iter().zip(&trace.ops).enumerate() {
             let (name, size) = match *op {
                 trace::TraceOp::Alloc { size, .. } => ("alloc", size.to_string()),
                 trace::TraceOp::Free { .. } => ("free", String::new()),
             };
-            println!(
+            outln!(
                 "{i:>8}  {name:>5}  {size:>14}  {:>14}  {:>14}",
-                s.bytes_in_use, s.largest_free_block_bytes
+                s.bytes_in_use,
+                s.largest_free_block_bytes
             );
         }
     }
+    Ok(())
 }
 
 /// Runs `memwatch replay`.
@@ -548,21 +556,28 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
         if args.json {
             let doc =
                 json!({"fits": all_fit, "devices": runs.iter().map(run_json).collect::<Vec<_>>()});
-            println!("{doc}");
+            outln!("{doc}");
         } else {
-            println!(
+            outln!(
                 "trace {} ({} events, peak live {}), allocator {}",
                 args.trace.display(),
                 trace.len(),
                 human(replay::peak_live_bytes(&trace)),
                 kind.name()
             );
-            println!(
+            outln!(
                 "{:<22} {:>12} {:>6} {:>12} {:>6} {:>10} {:>12} {:>12}",
-                "device", "capacity", "frac", "pool", "fits", "oom at", "peak in use", "peak held"
+                "device",
+                "capacity",
+                "frac",
+                "pool",
+                "fits",
+                "oom at",
+                "peak in use",
+                "peak held"
             );
             for r in &runs {
-                println!(
+                outln!(
                     "{:<22} {:>12} {:>6} {:>12} {:>6} {:>10} {:>12} {:>12}",
                     r.target.label,
                     human(r.target.capacity),
@@ -627,24 +642,29 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
                     })
                 })
                 .collect();
-            println!(
+            outln!(
                 "{}",
                 json!({"peak_live_bytes": replay::peak_live_bytes(&trace), "min_capacity": list})
             );
         } else {
-            println!(
+            outln!(
                 "trace {} ({} events, peak live {}); smallest pool that fits:",
                 args.trace.display(),
                 trace.len(),
                 human(replay::peak_live_bytes(&trace))
             );
-            println!(
+            outln!(
                 "{:<9} {:>14} {:>6} {:>16} {:>14} {:>8}  how",
-                "allocator", "min pool", "frac", "min capacity", "min fraction", "replays"
+                "allocator",
+                "min pool",
+                "frac",
+                "min capacity",
+                "min fraction",
+                "replays"
             );
             for (k, f, m) in &rows {
                 match m {
-                    Some(m) => println!(
+                    Some(m) => outln!(
                         "{:<9} {:>14} {:>6} {:>16} {:>14} {:>8}  {}",
                         k.name(),
                         human(m.min_pool_bytes),
@@ -661,7 +681,7 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
                             format!("bisection to {}", human(m.resolution))
                         }
                     ),
-                    None => println!("{:<9} {:>14}", k.name(), "none found"),
+                    None => outln!("{:<9} {:>14}", k.name(), "none found"),
                 }
             }
         }
@@ -696,12 +716,12 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
         if let Some(g) = &gpu {
             v["on_gpu"] = serde_json::to_value(g).context("serialising the GPU report")?;
         }
-        println!("{v}");
+        outln!("{v}");
     } else {
-        print_run(&run, &trace, &args.trace);
+        print_run(&run, &trace, &args.trace)?;
         if let Some(g) = &gpu {
-            println!();
-            print!("{}", super::replay_gpu::render(g));
+            outln!();
+            out!("{}", super::replay_gpu::render(g));
         }
     }
     let real_fits = gpu.as_ref().is_none_or(|g| g.real.fits);

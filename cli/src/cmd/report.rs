@@ -115,10 +115,10 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
         serde_json::to_writer(&mut out, &v).context("cannot write JSON to stdout")?;
         writeln!(out).context("cannot write JSON to stdout")?;
     } else {
-        print!("{}", render(&report, args.top));
+        out!("{}", render(&report, args.top));
         if let Some(r) = &runtime {
-            println!("\nPJRT runtime (allocator statistics, executables; see `memwatch runtime`)");
-            super::runtime::print_human(r, false);
+            outln!("\nPJRT runtime (allocator statistics, executables; see `memwatch runtime`)");
+            super::runtime::print_human(r, false)?;
         }
     }
     Ok(Outcome::Success)

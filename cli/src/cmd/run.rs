@@ -332,7 +332,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             connections: conn_json(&stats),
             report,
         };
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&doc).context("cannot encode the JSON report")?
         );

@@ -42,9 +42,9 @@ pub fn run(a: RuntimeArgs) -> Result<Outcome> {
         runtime::join_dump(&mut report, &mods, a.top);
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_human(&report, a.timeline);
+        print_human(&report, a.timeline)?;
     }
     Ok(Outcome::Success)
 }
@@ -73,21 +73,27 @@ fn opt(b: Option<u64>) -> String {
 }
 
 /// Prints the report as text.
-pub fn print_human(r: &RuntimeReport, timeline: bool) {
+pub fn print_human(r: &RuntimeReport, timeline: bool) -> anyhow::Result<()> {
     if r.processes.is_empty() {
-        println!("no PJRT records in this capture (was the program an XLA/PJRT framework, and MEMWATCH_PJRT not 0?)");
+        outln!("no PJRT records in this capture (was the program an XLA/PJRT framework, and MEMWATCH_PJRT not 0?)");
     }
     if r.damaged_regions > 0 {
-        println!("warning: {} damaged region(s) skipped", r.damaged_regions);
+        outln!("warning: {} damaged region(s) skipped", r.damaged_regions);
     }
     for p in &r.processes {
-        println!("process {}", p.pid);
-        println!(
+        outln!("process {}", p.pid);
+        outln!(
             "  {:<28} {:>6} {:>6} {:>11} {:>11} {:>11} {:>11}",
-            "executable", "runs", "failed", "argument", "output", "temp", "code"
+            "executable",
+            "runs",
+            "failed",
+            "argument",
+            "output",
+            "temp",
+            "code"
         );
         for x in &p.executables {
-            println!(
+            outln!(
                 "  {:<28} {:>6} {:>6} {:>11} {:>11} {:>11} {:>11}",
                 clip(&x.name, 28),
                 x.executions,
@@ -99,7 +105,7 @@ pub fn print_human(r: &RuntimeReport, timeline: bool) {
             );
         }
         for d in &p.devices {
-            println!(
+            outln!(
                 "  device {}: {} allocator samples, pool up to {}, limit {}",
                 d.device,
                 d.samples,
@@ -108,7 +114,7 @@ pub fn print_human(r: &RuntimeReport, timeline: bool) {
             );
             if timeline {
                 for s in &d.timeline {
-                    println!(
+                    outln!(
                         "    t={:>14} ns in use {:>11} peak {:>11} pool {:>11}",
                         s.ts_ns,
                         bytes(s.bytes_in_use),
@@ -118,42 +124,42 @@ pub fn print_human(r: &RuntimeReport, timeline: bool) {
                 }
             }
             let Some(pk) = &d.peak else { continue };
-            println!(
+            outln!(
                 "    runtime peak {} (reached between t={} and t={} ns)",
                 bytes(pk.peak_bytes_in_use),
                 pk.window_start_ns,
                 pk.ts_ns
             );
-            println!(
+            outln!(
                 "    running: {}",
                 pk.executable
                     .as_deref()
                     .unwrap_or("(no execution recorded)")
             );
             for g in &pk.co_resident {
-                println!(
+                outln!(
                     "      live {:>11} in {:>4} buffer(s) from {}",
                     bytes(g.bytes),
                     g.count,
                     g.producer
                 );
             }
-            println!(
+            outln!(
                 "      + temp {:>10} of {}",
                 bytes(pk.running_temp_bytes),
                 pk.executable.as_deref().unwrap_or("-")
             );
-            println!(
+            outln!(
                 "      = {} explained, {} not covered (allocator rounding, non-PJRT buffers)",
                 bytes(pk.explained_bytes),
                 bytes(pk.unexplained_bytes)
             );
             if let Some(j) = &pk.xla {
-                print_join(j);
+                print_join(j)?;
             }
         }
         for o in &p.ooms {
-            println!(
+            outln!(
                 "  OOM in execute of {} on device {} at t={} ns: requested {}, compiled temp {}",
                 o.executable,
                 o.device,
@@ -162,14 +168,14 @@ pub fn print_human(r: &RuntimeReport, timeline: bool) {
                 opt(o.compiled_temp_bytes)
             );
             if let Some(exact) = o.exact_request_bytes {
-                println!(
+                outln!(
                     "    the failed request is {}'s temp buffer: {} B compiled, {exact} B after BFC's 256-byte rounding",
                     o.executable,
                     o.compiled_temp_bytes.unwrap_or(exact)
                 );
             }
             if let Some(s) = &o.last_stats {
-                println!(
+                outln!(
                     "    last allocator stats: in use {}, largest free block {}, limit {}",
                     bytes(s.bytes_in_use),
                     opt(s.largest_free_block_bytes),
@@ -177,17 +183,18 @@ pub fn print_human(r: &RuntimeReport, timeline: bool) {
                 );
             }
             for g in &o.co_resident {
-                println!("    live {:>11} from {}", bytes(g.bytes), g.producer);
+                outln!("    live {:>11} from {}", bytes(g.bytes), g.producer);
             }
             if let Some(j) = &o.xla {
-                print_join(j);
+                print_join(j)?;
             }
         }
     }
+    Ok(())
 }
 
-fn print_join(j: &runtime::peak::DumpJoin) {
-    println!(
+fn print_join(j: &runtime::peak::DumpJoin) -> anyhow::Result<()> {
+    outln!(
         "      XLA module {} (matched by {}): argument {}, output {}, temp {}",
         j.module,
         j.matched_by,
@@ -196,7 +203,7 @@ fn print_join(j: &runtime::peak::DumpJoin) {
         bytes(j.temp_bytes)
     );
     for b in &j.peak_buffers {
-        println!(
+        outln!(
             "        {:>11} {:<9} {:<34} {}",
             bytes(b.bytes),
             clip(&b.category, 9),
@@ -205,11 +212,12 @@ fn print_join(j: &runtime::peak::DumpJoin) {
         );
     }
     for g in &j.by_op_name {
-        println!(
+        outln!(
             "        op {:>11} x{:<4} {}",
             bytes(g.bytes),
             g.count,
             clip(&g.key, 80)
         );
     }
+    Ok(())
 }

@@ -82,10 +82,10 @@ pub fn run(cmd: XlaCmd) -> Result<Outcome> {
                         }
                     }
                 }
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                outln!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 for m in &mods {
-                    print_module(m, top);
+                    print_module(m, top)?;
                 }
             }
             Ok(Outcome::Success)
@@ -99,18 +99,18 @@ pub fn run(cmd: XlaCmd) -> Result<Outcome> {
             let (b, n) = (load(&base)?, load(&new)?);
             let d = diff::diff_reports(&b, &n);
             if json {
-                println!("{}", serde_json::to_string_pretty(&d)?);
+                outln!("{}", serde_json::to_string_pretty(&d)?);
             } else {
-                print_diff(&d, top);
+                print_diff(&d, top)?;
             }
             Ok(Outcome::Success)
         }
     }
 }
 
-fn print_module(m: &ModuleReport, top: usize) {
+fn print_module(m: &ModuleReport, top: usize) -> anyhow::Result<()> {
     let id = m.id.map(|i| format!(" (module {i})")).unwrap_or_default();
-    println!(
+    outln!(
         "== {}{id}  [{}]",
         m.name,
         if m.platform.is_empty() {
@@ -119,7 +119,7 @@ fn print_module(m: &ModuleReport, top: usize) {
             &m.platform
         }
     );
-    println!("  memory_analysis():");
+    outln!("  memory_analysis():");
     let total = m.total_allocation_bytes;
     for (k, v) in [
         ("argument", m.argument_bytes),
@@ -128,7 +128,7 @@ fn print_module(m: &ModuleReport, top: usize) {
         ("alias", m.alias_bytes),
         ("total allocation", m.total_allocation_bytes),
     ] {
-        println!(
+        outln!(
             "    {k:<17} {:>12}  {:>15} B  {:>6}",
             bytes(v),
             v,
@@ -141,11 +141,11 @@ fn print_module(m: &ModuleReport, top: usize) {
         ("host temp", m.totals.host_temp_bytes),
     ] {
         if v > 0 {
-            println!("    {k:<17} {:>12}  {v:>15} B", bytes(v));
+            outln!("    {k:<17} {:>12}  {v:>15} B", bytes(v));
         }
     }
     if let (Some(l), Some(f)) = (m.temp_live_peak_bytes, m.temp_fragmentation_bytes) {
-        println!(
+        outln!(
             "  temp buffer: at most {} live at once; {} ({}) never live together (fragmentation/padding)",
             bytes(l),
             bytes(f),
@@ -153,10 +153,10 @@ fn print_module(m: &ModuleReport, top: usize) {
         );
     }
     let Some(peak) = m.peak_bytes else {
-        println!("  peak: unknown (no *-live-range.txt in the dump)\n");
-        return;
+        outln!("  peak: unknown (no *-live-range.txt in the dump)\n");
+        return Ok(());
     };
-    println!(
+    outln!(
         "  peak: {} ({peak} B) at schedule step {}, {} buffers live",
         bytes(peak),
         m.peak_time
@@ -164,9 +164,9 @@ fn print_module(m: &ModuleReport, top: usize) {
             .unwrap_or_else(|| "?".into()),
         m.peak_buffers.len()
     );
-    println!("\n  Peak by allocation kind:");
+    outln!("\n  Peak by allocation kind:");
     for g in &m.by_allocation_kind {
-        println!(
+        outln!(
             "    {:<18} {:>12} {:>6}  {:>4} buffers",
             g.key,
             bytes(g.bytes),
@@ -174,15 +174,19 @@ fn print_module(m: &ModuleReport, top: usize) {
             g.count
         );
     }
-    println!("\n  Top ops at peak (by category; the largest buffer's framework op):");
-    println!(
+    outln!("\n  Top ops at peak (by category; the largest buffer's framework op):");
+    outln!(
         "    {:<28} {:>12} {:>6} {:>5}  {:<22} op_name",
-        "category", "bytes", "share", "count", "largest instruction"
+        "category",
+        "bytes",
+        "share",
+        "count",
+        "largest instruction"
     );
     for g in m.by_category.iter().take(top) {
         // peak_buffers is sorted largest first: the first of this category is its largest.
         let largest = m.peak_buffers.iter().find(|b| b.category == g.key);
-        println!(
+        outln!(
             "    {:<28} {:>12} {:>6} {:>5}  {:<22} {}",
             clip(&g.key, 28),
             bytes(g.bytes),
@@ -195,22 +199,26 @@ fn print_module(m: &ModuleReport, top: usize) {
             )
         );
     }
-    println!("\n  Peak by framework op_name:");
+    outln!("\n  Peak by framework op_name:");
     for g in m.by_op_name.iter().take(top) {
-        println!(
+        outln!(
             "    {:>12} {:>6}  {}",
             bytes(g.bytes),
             pct(g.bytes, peak),
             clip(&g.key, 90)
         );
     }
-    println!("\n  Buffers live at peak (largest first):");
-    println!(
+    outln!("\n  Buffers live at peak (largest first):");
+    outln!(
         "    {:<30} {:<20} {:>11} {:<16} {:<28} op_name",
-        "instruction", "category", "size", "allocation", "shape"
+        "instruction",
+        "category",
+        "size",
+        "allocation",
+        "shape"
     );
     for b in m.peak_buffers.iter().take(top) {
-        println!(
+        outln!(
             "    {:<30} {:<20} {:>11} {:<16} {:<28} {}",
             clip(
                 &format!(
@@ -228,17 +236,18 @@ fn print_module(m: &ModuleReport, top: usize) {
         );
     }
     if m.peak_buffers.len() > top {
-        println!("    … {} more (use --top N)", m.peak_buffers.len() - top);
+        outln!("    … {} more (use --top N)", m.peak_buffers.len() - top);
     }
-    println!();
+    outln!();
+    Ok(())
 }
 
-fn print_diff(d: &diff::DumpDiff, top: usize) {
+fn print_diff(d: &diff::DumpDiff, top: usize) -> anyhow::Result<()> {
     for m in &d.modules {
-        println!("== {}", m.name);
+        outln!("== {}", m.name);
         for (k, (b, n, dd)) in &m.figures {
             let mark = if *dd != 0 { " *" } else { "" };
-            println!(
+            outln!(
                 "    {k:<24} {:>12} -> {:>12}  {:>13}{mark}",
                 bytes(*b),
                 bytes(*n),
@@ -246,9 +255,9 @@ fn print_diff(d: &diff::DumpDiff, top: usize) {
             );
         }
         if !m.ops.is_empty() {
-            println!("  peak bytes by op category, largest change first:");
+            outln!("  peak bytes by op category, largest change first:");
             for o in m.ops.iter().take(top) {
-                println!(
+                outln!(
                     "    {:<32} {:>12} -> {:>12}  {:>13}",
                     clip(&o.key, 32),
                     bytes(o.base_bytes),
@@ -259,12 +268,13 @@ fn print_diff(d: &diff::DumpDiff, top: usize) {
         }
     }
     for a in &d.added {
-        println!("+ module {a} (only in NEW)");
+        outln!("+ module {a} (only in NEW)");
     }
     for r in &d.removed {
-        println!("- module {r} (only in BASE)");
+        outln!("- module {r} (only in BASE)");
     }
     if d.modules.is_empty() && d.added.is_empty() && d.removed.is_empty() {
-        println!("no modules");
+        outln!("no modules");
     }
+    Ok(())
 }
