@@ -92,3 +92,63 @@ fn all_log_fixtures_parse() {
     assert_eq!(s12.ooms[0].rounded_bytes, 1349907200);
     assert!(!s12.ooms[0].chunks.is_empty());
 }
+
+/// The incident log cut at every line inside its chunk dump: the in-use figure is either
+/// the whole one (from the by-size summary, printed after the chunks) or unknown, never a
+/// smaller sum of the chunk lines read so far; no fraction is suggested without it, and a
+/// replay of the cut log is refused.
+#[test]
+fn a_chunk_dump_cut_off_gives_no_smaller_in_use() {
+    let dir = repo("testdata/h200/incidents/h200-jax0.11.2-oom-temp");
+    let text = std::fs::read_to_string(dir.join("run.log")).unwrap();
+    let whole = parse(&dir.join("run.log"));
+    let whole_in_use = whole.ooms[0].in_use_bytes().unwrap();
+    assert!(whole.ooms[0].chunk_dump_complete());
+    let lines: Vec<&str> = text.lines().collect();
+    let first_chunk = lines.iter().position(|l| l.contains("InUse at ")).unwrap();
+    let last_chunk = lines
+        .iter()
+        .rposition(|l| l.contains(" at ") && l.contains(" of size "))
+        .unwrap();
+    for n in first_chunk..=last_chunk {
+        let cut = lines[..n].join("\n") + "\n";
+        let mut r = LogReport::default();
+        log::parse_log(cut.as_bytes(), Path::new("cut.log"), &mut r).unwrap();
+        let oom = &r.ooms[0];
+        assert!(!oom.chunk_dump_complete(), "{n}");
+        assert_eq!(oom.in_use_bytes(), None, "{n}");
+        assert_eq!(oom.largest_free_chunk(), None, "{n}");
+        let d = diagnose(&r, &[], Some(0.025));
+        assert_eq!(d[0].suggested_mem_fraction, None, "{n}");
+        assert!(d[0].live_by_executable.is_empty(), "{n}");
+        assert!(
+            d[0].findings.iter().any(|f| f.contains("cut off")),
+            "{n}: {:?}",
+            d[0].findings
+        );
+        let e =
+            memwatch_analysis::alloc::trace::read_oom_log(&cut, Path::new("cut.log")).unwrap_err();
+        assert!(e.to_string().contains("chunk dump"), "{n}: {e}");
+    }
+    // Cut after the chunks but inside the summary: what is printed is whole or absent.
+    for n in last_chunk + 1..lines.len() {
+        let cut = lines[..n].join("\n") + "\n";
+        let mut r = LogReport::default();
+        log::parse_log(cut.as_bytes(), Path::new("cut.log"), &mut r).unwrap();
+        assert_eq!(r.ooms[0].in_use_bytes(), Some(whole_in_use), "{n}");
+    }
+}
+
+/// Sizes near 2^64 in a chunk dump do not overflow: the dump no longer adds up, so the
+/// in-use figure is unknown.
+#[test]
+fn absurd_chunk_sizes_do_not_overflow() {
+    let dir = repo("testdata/h200/incidents/h200-jax0.11.2-oom-temp");
+    let text = std::fs::read_to_string(dir.join("run.log")).unwrap();
+    let bad = text.replacen("of size 33554432", "of size 18446744073709551000", 2);
+    let mut r = LogReport::default();
+    log::parse_log(bad.as_bytes(), Path::new("bad.log"), &mut r).unwrap();
+    assert!(!r.ooms[0].chunk_dump_complete());
+    let d = diagnose(&r, &[], Some(0.025));
+    assert_eq!(d.len(), 1);
+}

@@ -474,6 +474,15 @@ pub fn read_capture<R: Read>(src: R, device: Option<i32>) -> Result<Trace, Trace
 /// the request that failed. Replaying it asks "how much memory would this moment need?".
 /// Chunk sizes are exact (the dump prints them); requested sizes are used when printed.
 pub fn from_bfc_oom(oom: &crate::log::BfcOom) -> Result<Trace, TraceError> {
+    if let Some((covered, pool)) = oom.chunk_dump_gap() {
+        return Err(TraceError::Field {
+            line: oom.chunks.last().map_or(oom.at.line, |c| c.at.line),
+            field: "chunk dump",
+            msg: format!(
+                "cut off here: the chunks cover {covered} of the {pool}-byte pool, so the live set at the failure is unknown"
+            ),
+        });
+    }
     let mut b = Builder::default();
     let mut chunks: Vec<&crate::log::Chunk> = oom.chunks.iter().filter(|c| c.in_use).collect();
     chunks.sort_by_key(|c| c.address);

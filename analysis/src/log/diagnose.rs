@@ -151,7 +151,8 @@ fn diagnose_one(
         (Some(p), Some(f)) if f > 0.0 && f <= 1.0 => Some((p as f64 / f).round() as u64),
         _ => None,
     };
-    let suggested = device.and_then(|d| {
+    // A fraction sized for the request alone would be too small: only with the live set.
+    let suggested = device.filter(|_| in_use.is_some()).and_then(|d| {
         let f = (needed as f64 * 1.05 / d as f64 * 100.0).ceil() / 100.0;
         (f <= 0.95).then_some(f)
     });
@@ -170,16 +171,24 @@ fn diagnose_one(
             "The failed request of {} ({req} bytes) matches no whole buffer class of {exe}; it is an allocation made while running it.",
             gib(req)
         )),
+        None if modules.is_empty() => findings.push(format!(
+            "The failed request was {} ({req} bytes) by {exe}; pass --xla-dump DIR (the run's --xla_dump_to) to learn which buffer it was.",
+            gib(req)
+        )),
         None => findings.push(format!(
-            "The failed request was {} ({req} bytes) by {exe}; no dump of that module was given (pass --xla-dump DIR).",
+            "The failed request was {} ({req} bytes) by {exe}; the XLA dump given has no module of that name (was it dumped by the same run?).",
             gib(req)
         )),
     }
     // Name what the live chunks are, when their total matches a buffer class of the
     // failing module (chunk sizes are rounded to 256 B, so allow 256 B per chunk).
     let close = |a: u64, b: u64, n: u64| a.abs_diff(b) <= n * BFC_ROUNDING;
-    let others: Vec<String> = oom
-        .in_use_by_executable()
+    let live_by_executable = if oom.chunk_dump_complete() {
+        oom.in_use_by_executable()
+    } else {
+        Vec::new()
+    };
+    let others: Vec<String> = live_by_executable
         .iter()
         .map(|(e, b, n)| {
             let what = match module {
@@ -204,12 +213,27 @@ fn diagnose_one(
             others.join(", ")
         )),
         Some(b) => findings.push(format!("Already in use when it failed: {}.", gib(b))),
-        None => findings.push(
-            "The log has no allocator chunk dump, so what else was live is unknown (TF_CPP_MIN_LOG_LEVEL=0 prints it); the figures below count the request alone.".to_string(),
-        ),
+        None => match oom.chunk_dump_gap() {
+            Some((covered, pool)) => findings.push(format!(
+                "The allocator's chunk dump is cut off (its chunks cover {} of the {} pool; lines are missing after {}:{}), so what else was live is unknown; the figures below count the request alone.",
+                gib(covered),
+                gib(pool),
+                oom.chunks.last().map_or(oom.at.file.as_str(), |c| c.at.file.as_str()),
+                oom.chunks.last().map_or(oom.at.line, |c| c.at.line),
+            )),
+            None => findings.push(
+                "The log has no allocator chunk dump, so what else was live is unknown (TF_CPP_MIN_LOG_LEVEL=0 prints it); the figures below count the request alone.".to_string(),
+            ),
+        },
     }
     if let Some(p) = pool {
         match shortfall {
+            // Without the live set, "the request fits the pool" says nothing about
+            // fragmentation.
+            None if in_use.is_none() => findings.push(format!(
+                "The request alone fits the pool of {}; whether the rest was fragmentation or live data is unknown without the chunk dump.",
+                gib(p)
+            )),
             Some(s) => findings.push(format!(
                 "Needed {} (in use + request) but the pool is {}: short by {} ({s} bytes). This is not fragmentation: the pool is too small.",
                 gib(needed), gib(p), gib(s)
@@ -229,6 +253,11 @@ fn diagnose_one(
         ));
     }
     match (device, suggested) {
+        (Some(d), None) if in_use.is_none() => findings.push(format!(
+            "Next step: find what else was live (a whole chunk dump, TF_CPP_MIN_LOG_LEVEL=0); the request alone needs {} of the {} device, so no fitting XLA_CLIENT_MEM_FRACTION can be computed from this log.",
+            gib(needed),
+            gib(d)
+        )),
         (Some(d), Some(f)) => findings.push(format!(
             "Next step: run with XLA_CLIENT_MEM_FRACTION={f:.2} (device memory {} = pool / {:.3}); that gives a pool of {}, enough for the {} needed plus 5% headroom.",
             gib(d),
@@ -263,7 +292,7 @@ fn diagnose_one(
         executable,
         requested_bytes: req,
         matched,
-        live_by_executable: oom.in_use_by_executable(),
+        live_by_executable,
         in_use_bytes: in_use,
         pool_bytes: pool,
         largest_free_bytes: largest_free,

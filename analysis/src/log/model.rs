@@ -92,6 +92,9 @@ pub struct BfcOom {
     pub end: Option<String>,
     /// `Next region of size N` (exact), one per region.
     pub regions: Vec<u64>,
+    /// Bytes of the chunk lines printed under each region (parallel to `regions`). The
+    /// chunks of a region tile it, so a region whose chunks add up to less is cut off.
+    pub region_chunk_bytes: Vec<u64>,
     /// Every chunk line.
     pub chunks: Vec<Chunk>,
     /// `N Chunks of size S totalling H`: (count, size).
@@ -105,19 +108,45 @@ pub struct BfcOom {
 }
 
 impl BfcOom {
-    /// Exact bytes in use: sum of in-use chunk lines, else of the by-size summary;
-    /// `None` when the log has neither (older one-line OOM messages).
+    /// Whether the chunk lines are the whole dump: every region printed and its chunks
+    /// adding up to exactly its size. A log cut off (or lines lost) inside the dump fails.
+    pub fn chunk_dump_complete(&self) -> bool {
+        !self.regions.is_empty()
+            && self.regions.len() == self.region_chunk_bytes.len()
+            && self.regions == self.region_chunk_bytes
+    }
+
+    /// What is missing from an incomplete chunk dump, for messages
+    /// (`chunks cover 640.00 MiB of the 3.50 GiB pool`); `None` when it is complete or
+    /// there is no dump at all.
+    pub fn chunk_dump_gap(&self) -> Option<(u64, u64)> {
+        if (self.chunks.is_empty() && self.regions.is_empty()) || self.chunk_dump_complete() {
+            return None;
+        }
+        let covered = self
+            .region_chunk_bytes
+            .iter()
+            .fold(0u64, |a, b| a.saturating_add(*b));
+        Some((covered, self.pool_bytes().unwrap_or(0)))
+    }
+
+    /// Exact bytes in use: sum of the in-use chunk lines when the dump is whole, else of
+    /// the by-size summary; `None` when the log has neither (older one-line OOM messages,
+    /// or a dump cut off before its summary).
     pub fn in_use_bytes(&self) -> Option<u64> {
-        if self.chunks.iter().any(|c| c.in_use) {
+        if self.chunk_dump_complete() && self.chunks.iter().any(|c| c.in_use) {
             Some(
                 self.chunks
                     .iter()
                     .filter(|c| c.in_use)
-                    .map(|c| c.size)
-                    .sum(),
+                    .fold(0u64, |a, c| a.saturating_add(c.size)),
             )
         } else if !self.in_use_by_size.is_empty() {
-            Some(self.in_use_by_size.iter().map(|(n, s)| n * s).sum())
+            Some(
+                self.in_use_by_size
+                    .iter()
+                    .fold(0u64, |a, (n, s)| a.saturating_add(n.saturating_mul(*s))),
+            )
         } else {
             None
         }
@@ -128,12 +157,15 @@ impl BfcOom {
         if self.regions.is_empty() {
             None
         } else {
-            Some(self.regions.iter().sum())
+            Some(self.regions.iter().fold(0u64, |a, b| a.saturating_add(*b)))
         }
     }
 
-    /// Largest free chunk from the chunk lines (exact), when chunk lines are present.
+    /// Largest free chunk from the chunk lines (exact), when the dump is whole.
     pub fn largest_free_chunk(&self) -> Option<u64> {
+        if !self.chunk_dump_complete() {
+            return None;
+        }
         self.chunks
             .iter()
             .filter(|c| !c.in_use)
@@ -150,7 +182,7 @@ impl BfcOom {
                 .clone()
                 .unwrap_or_else(|| "(unannotated)".into());
             let e = m.entry(k).or_insert((0, 0));
-            e.0 += c.size;
+            e.0 = e.0.saturating_add(c.size);
             e.1 += 1;
         }
         let mut v: Vec<(String, u64, u64)> = m.into_iter().map(|(k, (b, n))| (k, b, n)).collect();

@@ -95,6 +95,7 @@ pub fn parse_log<R: BufRead>(
         if let Some(rest) = msg.strip_prefix("Next region of size ") {
             if let (Some(i), Ok(n)) = (oom, rest.trim().parse::<u64>()) {
                 report.ooms[i].regions.push(n);
+                report.ooms[i].region_chunk_bytes.push(0);
             }
             continue;
         }
@@ -103,7 +104,11 @@ pub fn parse_log<R: BufRead>(
             || msg.starts_with("Free at ")
         {
             if let (Some(i), Some(c)) = (oom, parse_chunk(msg, &at)) {
-                report.ooms[i].chunks.push(c);
+                let o = &mut report.ooms[i];
+                if let Some(covered) = o.region_chunk_bytes.last_mut() {
+                    *covered = covered.saturating_add(c.size);
+                }
+                o.chunks.push(c);
             }
             continue;
         }

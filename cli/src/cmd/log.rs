@@ -13,7 +13,7 @@ use std::path::PathBuf;
 /// `memwatch log FILE… [--xla-dump DIR] [--json]`
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  memwatch log run.log\n  memwatch log run.log --xla-dump /tmp/dump --mem-fraction 0.025\n  memwatch log node*.log --json | jq '.ooms[0].chunks | length'\n\nWith --xla-dump, each out-of-memory report is joined to the failing executable's buffer\nassignment: which buffer the request was, what else was live, what makes the module's\npeak, needed vs. available memory and what to change."
+    after_help = "Examples:\n  memwatch log run.log\n  memwatch log run.log --xla-dump /tmp/dump --mem-fraction 0.025\n  memwatch log node*.log --json | jq '.log.ooms[0].chunks | length'\n\nEach out-of-memory report gets a diagnosis: needed vs. available memory, too small a pool\nor fragmentation, and (with --mem-fraction) the XLA_CLIENT_MEM_FRACTION that fits. With\n--xla-dump it is joined to the failing executable's buffer assignment: which buffer the\nrequest was, what else was live, what makes the module's peak and what to change.\n\nA chunk dump cut off before its end (the chunks do not cover the pool) gives no in-use\nfigure rather than a smaller one."
 )]
 pub struct LogArgs {
     /// Log files (stderr of a JAX/XLA/TensorFlow run).
@@ -44,13 +44,11 @@ pub fn run(a: LogArgs) -> Result<Outcome> {
         let file = File::open(f).with_context(|| format!("{}: cannot open log", f.display()))?;
         log::parse_log(BufReader::with_capacity(1 << 16, file), f, &mut report)?;
     }
-    let diagnoses = match &a.xla_dump {
-        Some(d) => {
-            let mods = super::xla::load(d)?;
-            diagnose::diagnose(&report, &mods, a.mem_fraction)
-        }
+    let mods = match &a.xla_dump {
+        Some(d) => super::xla::load(d)?,
         None => Vec::new(),
     };
+    let diagnoses = diagnose::diagnose(&report, &mods, a.mem_fraction);
     if a.json {
         let v = serde_json::json!({ "log": report, "diagnoses": diagnoses });
         outln!("{}", serde_json::to_string_pretty(&v)?);
@@ -112,14 +110,23 @@ fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) -> any
             .pool_bytes()
             .map(|p| format!("{} ({p} B)", bytes(p)))
             .unwrap_or_else(|| "?".into());
-        match o.in_use_bytes() {
-            Some(u) => outln!("  pool {pool}; in use {} ({u} B)", bytes(u)),
-            None => outln!("  pool {pool}; in use unknown (no chunk dump in the log)"),
+        match (o.in_use_bytes(), o.chunk_dump_gap()) {
+            (Some(u), _) => outln!("  pool {pool}; in use {} ({u} B)", bytes(u)),
+            (None, Some((covered, _))) => outln!(
+                "  pool {pool}; in use unknown (the chunk dump is cut off: its chunks cover {})",
+                bytes(covered)
+            ),
+            (None, None) => outln!("  pool {pool}; in use unknown (no chunk dump in the log)"),
         }
         if let Some(f) = o.largest_free_chunk() {
             outln!("  largest free chunk {} ({f} B)", bytes(f));
         }
-        if !o.chunks.is_empty() {
+        if !o.chunks.is_empty() && !o.chunk_dump_complete() {
+            outln!(
+                "  {} chunk line(s) of an incomplete dump (not counted)",
+                o.chunks.len()
+            );
+        } else if !o.chunks.is_empty() {
             outln!(
                 "  {} chunk(s): {} in use, {} free",
                 o.chunks.len(),
