@@ -12,7 +12,15 @@
 # extended (AVX) register state, which some kernels refuse ("Couldn't write extended state
 # status"), and they copy string literals into the process with its malloc. Here only the
 # general registers of the stopped thread change, strings go below its stack pointer, and
-# every clobbered register is restored before detaching. While the script runs, SIGSEGV is
+# every clobbered general register is restored before detaching.
+#
+# Vector registers are not: after a dlopen, kernels refuse gdb's write of the extended
+# register state ("Couldn't write extended state status: Bad address", seen on Linux
+# 6.18), so they cannot be put back through gdb. The script therefore injects only into a
+# thread stopped inside a system call, where the program has called a libc wrapper and,
+# by the x86-64 calling convention, holds nothing in vector registers across it. A thread
+# stopped in its own code is left untouched and memwatch says so (`--method ptrace`
+# saves and restores the whole XSAVE area and can inject anywhere). While the script runs, SIGSEGV is
 # not passed to the program (our returns to address 0 raise it); a genuine fault in another
 # thread in that window re-executes and faults again after detach. The thread is usually inside a
 # system call (gdb stops all threads with SIGSTOP); restoring $orig_rax lets the kernel
@@ -34,6 +42,11 @@ set $mw_r9 = $r9
 set $mw_r10 = $r10
 set $mw_r11 = $r11
 set $mw_eflags = $eflags
+if $mw_orig == -1
+  printf "MEMWATCH not-in-syscall\n"
+  detach
+  quit
+end
 # Scratch: strings 1 KiB below the red zone, the call frame below them.
 set $mw_shim = ($mw_sp - 1024) & ~15
 set $mw_entry_name = ($mw_shim - @SHIM_N@ - 16) & ~15

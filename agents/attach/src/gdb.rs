@@ -91,6 +91,14 @@ pub fn parse_output(proc_: &Proc, pid: i32, shim: &Path, entry: &str, text: &str
         )));
     }
     for line in text.lines() {
+        if line.starts_with("MEMWATCH not-in-syscall") {
+            return Err(AttachError::Gdb(format!(
+                "process {pid}'s thread was running its own code, not waiting in a system \
+                 call, when gdb stopped it; gdb cannot put its vector registers back after \
+                 loading the shim, so nothing was changed. Try again, or use --method ptrace \
+                 (the default), which restores the whole register state"
+            )));
+        }
         if let Some(rest) = line.strip_prefix("MEMWATCH entry-result ") {
             return rest
                 .trim()
@@ -222,5 +230,7 @@ mod tests {
             e.to_string().contains("before restoring the registers"),
             "{e}"
         );
+        let e = parse_output(&p, 1, shim, "e", "MEMWATCH not-in-syscall\n").unwrap_err();
+        assert!(e.to_string().contains("nothing was changed"), "{e}");
     }
 }

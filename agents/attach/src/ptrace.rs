@@ -39,8 +39,12 @@ pub struct Session {
     base: libc::user_regs_struct,
     /// Where called functions return to: an existing int3 byte (or 0, trapping by SIGSEGV).
     trap_addr: u64,
-    /// The x87/SSE state at the stop (called functions may clobber xmm registers, which
-    /// interrupted user code can have live).
+    /// The whole extended register state at the stop (x87, SSE, AVX, AVX-512: the
+    /// kernel's XSAVE layout). Called functions clobber vector registers, which
+    /// interrupted user code can have live.
+    xstate: Option<Vec<u8>>,
+    /// The x87/SSE state at the stop, put back where the kernel offers no XSAVE regset
+    /// or refuses to write it.
     fpregs: Option<libc::user_fpregs_struct>,
     /// Stack bytes we overwrote: (address, original bytes).
     saved_mem: Vec<(u64, Vec<u8>)>,
@@ -106,6 +110,52 @@ fn get_regs(pid: i32) -> Result<libc::user_regs_struct> {
         return Err(ptrace_err(pid, "GETREGS"));
     }
     Ok(regs)
+}
+
+/// `NT_X86_XSTATE`: the regset holding the XSAVE area.
+const NT_X86_XSTATE: usize = 0x202;
+
+/// The thread's XSAVE area, as long as the kernel says (`None` without the regset).
+fn get_xstate(pid: i32) -> Option<Vec<u8>> {
+    // Larger than any XSAVE area (AMX tiles included, about 11 KiB).
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: PTRACE_GETREGSET writes at most iov_len bytes to iov_base and sets iov_len
+    // to what it wrote.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETREGSET,
+            pid,
+            NT_X86_XSTATE as *mut libc::c_void,
+            &mut iov as *mut libc::iovec as *mut libc::c_void,
+        )
+    };
+    if r < 0 || iov.iov_len == 0 {
+        return None;
+    }
+    buf.truncate(iov.iov_len);
+    Some(buf)
+}
+
+/// Writes an XSAVE area read by [`get_xstate`] back; whether the kernel took it.
+fn set_xstate(pid: i32, area: &[u8]) -> bool {
+    let mut iov = libc::iovec {
+        iov_base: area.as_ptr() as *mut libc::c_void,
+        iov_len: area.len(),
+    };
+    // SAFETY: PTRACE_SETREGSET reads iov_len bytes from iov_base.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_SETREGSET,
+            pid,
+            NT_X86_XSTATE as *mut libc::c_void,
+            &mut iov as *mut libc::iovec as *mut libc::c_void,
+        )
+    };
+    r == 0
 }
 
 fn get_fpregs(pid: i32) -> Option<libc::user_fpregs_struct> {
@@ -211,6 +261,7 @@ impl Session {
             restore: unsafe { std::mem::zeroed() },
             base: unsafe { std::mem::zeroed() },
             trap_addr: 0,
+            xstate: None,
             fpregs: None,
             saved_mem: Vec::new(),
             stopped_at: Instant::now(),
@@ -218,6 +269,7 @@ impl Session {
             at_syscall: false,
         };
         s.stop_at_safe_point()?;
+        s.xstate = get_xstate(pid);
         s.fpregs = get_fpregs(pid);
         s.trap_addr = find_int3(&s.mem, maps);
         Ok(s)
@@ -431,7 +483,11 @@ impl Session {
             // Best effort per region; a failure is reported after detaching.
             let _ = self.mem.write_all_at(&old, addr);
         }
-        if let Some(fp) = &self.fpregs {
+        let xstate_back = self
+            .xstate
+            .as_deref()
+            .is_some_and(|x| set_xstate(self.pid, x));
+        if let (false, Some(fp)) = (xstate_back, &self.fpregs) {
             // SAFETY: PTRACE_SETFPREGS reads a user_fpregs_struct.
             unsafe {
                 libc::ptrace(

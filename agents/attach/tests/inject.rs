@@ -136,6 +136,45 @@ fn gdb_inject_sleeping_target() {
     roundtrip(Method::Gdb, false);
 }
 
+/// A thread stopped in the middle of its own vector code comes back with the same
+/// registers: ptrace restores the whole XSAVE area; gdb, which cannot write it back after
+/// a dlopen on every kernel, refuses to inject there and changes nothing.
+#[test]
+fn vector_registers_survive_injection() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = cc(dir.path(), "probe.c", "libprobe.so", &["-shared", "-fPIC"]);
+    let spin = cc(dir.path(), "vecspin.c", "vecspin", &["-O2"]);
+    let log = dir.path().join("probe.log");
+    let log_s = log.to_str().unwrap();
+    let mut methods = vec![Method::Ptrace];
+    if memwatch_attach::gdb::available() {
+        methods.push(Method::Gdb);
+    }
+    for method in methods {
+        let t = Target::start(&spin, &["3"]);
+        std::thread::sleep(Duration::from_millis(300));
+        let r = call_entry(t.pid(), &probe, START_ENTRY, log_s, method);
+        match method {
+            Method::Ptrace => {
+                let r = r.unwrap();
+                assert_eq!(r.entry_result, 0);
+                call_entry(t.pid(), &probe, STOP_ENTRY, log_s, method).unwrap();
+            }
+            _ => {
+                let e = r.unwrap_err();
+                assert!(e.to_string().contains("nothing was changed"), "{e}");
+            }
+        }
+        let (rest, code) = t.finish();
+        assert_eq!(code, 0);
+        assert_eq!(
+            rest.last().map(String::as_str),
+            Some("bad 0"),
+            "{method:?}: {rest:?}"
+        );
+    }
+}
+
 #[test]
 fn errors_are_specific() {
     let (dir, probe, spin) = fixtures();
