@@ -119,17 +119,27 @@ fn missing_shim_is_a_clear_error() {
 }
 
 #[test]
-fn command_not_found_is_exit_2() {
+fn command_not_found_is_exit_127_and_removes_only_what_it_created() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_in(
         dir.path(),
         &["run", "--out", "x.mwcap", "--", "/no/such/cmd"],
     );
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(127));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot run /no/such/cmd"));
     assert!(
         !dir.path().join("x.mwcap").exists(),
         "no capture for a command that never ran"
+    );
+    // A path that existed (here a symlink to a file) is not removed; 126 for a file that
+    // cannot be executed.
+    std::fs::write(dir.path().join("target.txt"), "x").unwrap();
+    std::os::unix::fs::symlink("target.txt", dir.path().join("link")).unwrap();
+    let out = run_in(dir.path(), &["run", "--out", "link", "--", "./target.txt"]);
+    assert_eq!(out.status.code(), Some(126));
+    assert!(
+        dir.path().join("link").symlink_metadata().is_ok(),
+        "link kept"
     );
 }
 

@@ -38,8 +38,8 @@ Examples:
 
 Every process CMD starts (fork, exec, launcher workers) is captured into the one file.
 The default file is memwatch-<cmd>-<UTC time>.mwcap in the current directory. memwatch
-exits with CMD's exit status (128+N if signal N killed it) and prints a short report on
-stderr; `memwatch report FILE` shows everything. The shim is found via $MEMWATCH_PRELOAD,
+exits with CMD's exit status (128+N if signal N killed it; 127 if CMD was not found, 126
+if it could not be run) and prints a short report on stderr; `memwatch report FILE` shows everything. The shim is found via $MEMWATCH_PRELOAD,
 next to the memwatch executable, or in ../lib/memwatch/ relative to it.
 Tags are recorded in the capture as `memwatch.tag K=V` markers.";
 
@@ -47,7 +47,8 @@ Tags are recorded in the capture as `memwatch.tag K=V` markers.";
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct RunArgs {
-    /// Capture file to write [default: memwatch-<cmd>-<UTC time>.mwcap].
+    /// Capture file to write; an existing file is overwritten [default:
+    /// memwatch-<cmd>-<UTC time>.mwcap].
     #[arg(long, short, value_name = "FILE.mwcap")]
     pub out: Option<PathBuf>,
     /// Print no report (errors and warnings still go to stderr).
@@ -61,7 +62,7 @@ pub struct RunArgs {
     pub tags: Vec<(String, String)>,
     /// After CMD exits, how long to wait for processes it left behind to close their
     /// connections, in seconds.
-    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS", value_parser = parse_drain_timeout)]
     pub drain_timeout: f64,
     // --db / --daemon / --token: also store the capture when CMD ends.
     #[command(flatten)]
@@ -228,6 +229,15 @@ struct RunJson {
     report: memwatch_analysis::capture::CaptureReport,
 }
 
+/// `--drain-timeout`: seconds, finite and not negative.
+fn parse_drain_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=86_400.0 * 365.0).contains(&v) => Ok(v),
+        Ok(_) => Err("must be a number of seconds from 0 to one year".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Runs `memwatch run`.
 pub fn run(args: RunArgs) -> Result<Outcome> {
     let preload = find_preload()?;
@@ -235,6 +245,9 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         .out
         .clone()
         .unwrap_or_else(|| default_out(&args.command[0]));
+    // A path that was there before (a file, a link, a device such as /dev/null) is never
+    // removed, whatever happens to CMD.
+    let out_existed = out.symlink_metadata().is_ok();
     let sink = Arc::new(CaptureFileSink::create(&out)?);
     let receiver = Receiver::start(None, sink.clone() as Arc<dyn FrameSink>)?;
     for (k, v) in &args.tags {
@@ -256,12 +269,22 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
-            // Nothing ran: leave no capture behind.
+            // Nothing ran: leave no capture behind (but never remove what was there).
             receiver.shutdown();
             let _ = sink.finish();
-            let _ = std::fs::remove_file(&out);
-            return Err(e)
-                .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()));
+            if !out_existed {
+                let _ = std::fs::remove_file(&out);
+            }
+            // The shell's codes: 127 not found, 126 found but not runnable.
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => 127,
+                _ => 126,
+            };
+            eprintln!(
+                "memwatch: error: cannot run {}: {e}",
+                args.command[0].to_string_lossy()
+            );
+            return Ok(Outcome::Code(code));
         }
     };
     CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
