@@ -558,11 +558,26 @@ fn start_flusher() {
     if FLUSHER_RUNNING.swap(true, Ordering::AcqRel) {
         return;
     }
-    if std::thread::Builder::new()
+    // The thread starts with every signal blocked (a new thread inherits the creating
+    // thread's mask): a signal the program blocks in its own threads and takes with
+    // sigwait/signalfd must never be delivered to ours, where its default action would
+    // kill the process. The creating thread's mask is put back at once.
+    // SAFETY: sigset_t initialised by sigfillset; pthread_sigmask with valid pointers.
+    let mut all: libc::sigset_t = unsafe { core::mem::zeroed() };
+    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+    let masked = unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) == 0
+    };
+    let spawned = std::thread::Builder::new()
         .name("memwatch-flush".into())
         .spawn(crate::flusher::run)
-        .is_err()
-    {
+        .is_ok();
+    if masked {
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+    }
+    if !spawned {
         // No thread: recording cannot be delivered; stop recording.
         STATE.store(OFF, Ordering::Release);
     }

@@ -23,6 +23,14 @@ const MAX_OPEN_ATTEMPTS: u32 = 5;
 
 struct State {
     fd: i32,
+    /// `(st_dev, st_ino)` of `fd` when we opened it: a program that closes descriptors it
+    /// did not open (daemons close 3..N) and opens its own gets the same number, which
+    /// must then never be written to or closed by us.
+    ident: (u64, u64),
+    /// The clock anchors of this image's first `process_start`, repeated when the sink is
+    /// reopened after a broken or stolen descriptor, so that readers see one image, not
+    /// an exec (reset in a forked child and when a stream is closed on purpose).
+    anchor: Option<(u64, u64)>,
     started: bool,
     attempts: u32,
     last_attempt_ns: u64,
@@ -46,6 +54,8 @@ impl State {
     const fn new() -> Self {
         State {
             fd: -1,
+            ident: (0, 0),
+            anchor: None,
             started: false,
             attempts: 0,
             last_attempt_ns: 0,
@@ -122,11 +132,8 @@ pub fn write_frames(bytes: &[u8]) -> bool {
 pub fn reset_in_child() {
     // SAFETY: only the forking thread exists in the child; nobody else holds the state.
     let st = unsafe { &mut *SINK.st.get() };
-    if st.fd >= 0 {
-        // SAFETY: our own descriptor.
-        unsafe { libc::close(st.fd) };
-    }
-    st.fd = -1;
+    release(st);
+    st.anchor = None;
     st.started = false;
     st.attempts = 0;
     st.last_attempt_ns = 0;
@@ -200,10 +207,9 @@ pub fn close_stream(timeout_ns: u64) -> bool {
     let st = unsafe { &mut *SINK.st.get() };
     if st.fd >= 0 {
         flush(st, false, 0);
-        // SAFETY: our own descriptor.
-        unsafe { libc::close(st.fd) };
     }
-    st.fd = -1;
+    release(st);
+    st.anchor = None;
     st.started = false;
     st.attempts = 0;
     st.last_attempt_ns = 0;
@@ -213,7 +219,53 @@ pub fn close_stream(timeout_ns: u64) -> bool {
     true
 }
 
+/// `(st_dev, st_ino)` of a descriptor, `None` when it is not open.
+fn identity(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: fstat fills the struct; a closed fd gives EBADF.
+    unsafe {
+        let mut sb: libc::stat = core::mem::zeroed();
+        (libc::fstat(fd, &mut sb) == 0).then_some((sb.st_dev, sb.st_ino))
+    }
+}
+
+/// Whether `st.fd` is still the descriptor we opened.
+fn still_ours(st: &State) -> bool {
+    st.fd >= 0 && identity(st.fd) == Some(st.ident)
+}
+
+/// Forgets the sink descriptor, closing it only if it is still ours.
+fn release(st: &mut State) {
+    if still_ours(st) {
+        // SAFETY: our own descriptor (checked just above).
+        unsafe { libc::close(st.fd) };
+    }
+    st.fd = -1;
+}
+
+/// Moves a fresh descriptor above the numbers programs use and reuse (they assume
+/// `open` returns the lowest free number, or `dup2` onto small ones); keeps it where it
+/// is when the limit leaves no room.
+fn out_of_the_way(fd: i32) -> i32 {
+    const FLOOR: i32 = 1000;
+    // SAFETY: fcntl on our own descriptor; the old one is closed only once duplicated.
+    unsafe {
+        let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, FLOOR);
+        if high < 0 {
+            return fd;
+        }
+        libc::close(fd);
+        high
+    }
+}
+
 fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
+    if st.fd >= 0 && !still_ours(st) {
+        // The program closed our descriptor (and maybe opened its own under the same
+        // number): forget it without touching it; the sink is reopened below, at once.
+        st.fd = -1;
+        st.started = false;
+        st.attempts = 0;
+    }
     if st.fd < 0 && !open(st) {
         // Sink unavailable: discard what is queued, counting it as dropped.
         let mut lost = 0u64;
@@ -237,7 +289,11 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     }
     if !st.started {
         let mut out = Vec::new();
-        if encode_record(&Record::ProcessStart(process_start()), &mut out).is_ok()
+        if encode_record(
+            &Record::ProcessStart(process_start(&mut st.anchor)),
+            &mut out,
+        )
+        .is_ok()
             && write_all(st, &out)
         {
             st.started = true;
@@ -405,12 +461,14 @@ fn describe_new_devices(st: &mut State) {
     }
 }
 
-fn process_start() -> ProcessStart {
-    let mono = rt::now_ns();
-    let wall = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
+fn process_start(anchor: &mut Option<(u64, u64)>) -> ProcessStart {
+    let (mono, wall) = *anchor.get_or_insert_with(|| {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        (rt::now_ns(), wall)
+    });
     let mut host = [0u8; 256];
     // SAFETY: buffer and length match.
     unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len() - 1) };
@@ -456,7 +514,12 @@ fn open(st: &mut State) -> bool {
         }
         return false;
     }
+    let fd = out_of_the_way(fd);
+    let Some(ident) = identity(fd) else {
+        return false;
+    };
     st.fd = fd;
+    st.ident = ident;
     st.started = false;
     true
 }
@@ -567,9 +630,7 @@ fn write_all(st: &mut State, mut b: &[u8]) -> bool {
             if unsafe { *libc::__errno_location() } == libc::EINTR {
                 continue;
             }
-            // SAFETY: our descriptor.
-            unsafe { libc::close(st.fd) };
-            st.fd = -1;
+            release(st);
             st.started = false;
             return false;
         }

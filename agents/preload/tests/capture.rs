@@ -245,6 +245,39 @@ fn exec_flushes_and_new_image_is_announced() {
     assert_eq!(evs[0].pid, evs[1].pid, "exec keeps the pid");
 }
 
+/// A program that closes every descriptor it did not open and opens its own file gets the
+/// sink's old number: the shim neither writes capture frames into that file nor closes
+/// it, reopens its sink and keeps recording the same process (one image, every call). Its
+/// flusher thread takes no signal the program blocks and waits for with sigwait.
+#[test]
+fn closing_our_descriptor_and_sigwait_do_not_disturb_the_program() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("closefds.mwcap");
+    let data = tmp.path().join("data.txt");
+    let data_s = data.to_str().unwrap();
+    let plain = b.run("direct", &["closefds", data_s], None, &[]);
+    let out = b.run("direct", &["closefds", data_s], Some(&cap), &[]);
+    assert_eq!(out.stdout, plain.stdout, "same output as without the shim");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("S sigwait=10"));
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "program data\n");
+    let recs = read_capture(&cap);
+    let evs = events(&recs);
+    assert_eq!(count_api(&evs, "hipMalloc"), 21, "every call recorded");
+    let anchors: std::collections::HashSet<u64> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::ProcessStart(s) => Some(s.mono_anchor_ns),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        anchors.len(),
+        1,
+        "a reconnect repeats the image's process_start"
+    );
+}
+
 #[test]
 fn without_sink_nothing_is_written_and_behaviour_is_unchanged() {
     let b = built("capture");

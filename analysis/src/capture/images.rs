@@ -31,6 +31,9 @@ impl Plan {
     fn new(r: &PidRecords) -> Self {
         let mut starts = r.starts.clone();
         starts.sort_by_key(|s| s.mono_anchor_ns);
+        // A shim that reconnects (its descriptor broke, or the program closed it) repeats
+        // its image's `process_start`, anchors included: one image, not an exec.
+        starts.dedup_by_key(|s| s.mono_anchor_ns);
         let anchors: Vec<u64> = starts.iter().map(|s| s.mono_anchor_ns).collect();
         let n = starts.len();
         let mut ends: Vec<Option<ProcessEnd>> = vec![None; n];
@@ -88,6 +91,7 @@ pub(super) fn split(
         .iter()
         .filter(|(_, r)| r.starts.len() >= 2)
         .map(|(pid, r)| (*pid, Plan::new(r)))
+        .filter(|(_, p)| p.starts.len() >= 2)
         .collect();
     let image_of = |pid: u32, ts: u64| plans.get(&pid).map_or(0, |p| p.image_of(ts));
     for m in module_maps {

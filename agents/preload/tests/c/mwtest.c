@@ -7,6 +7,8 @@
  * without (dlopen + dlsym, or *GetProcAddress, chosen by argv[1]).
  * Usage: mwtest direct|dlsym|proc basic|threads|fork|exec|exec-child|bench|bench-ab ARGS */
 #define _GNU_SOURCE
+#include <fcntl.h>
+#include <signal.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -556,6 +558,30 @@ int main(int argc, char **argv) {
         void *p = NULL; int r;
         r = T.hipMalloc(&p, 5000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 5000, 0, 0);
         printf("Y pid=%d\n", getpid());
+    } else if (!strcmp(sc, "closefds")) {
+        /* A daemon's habits: close every descriptor it did not open, open its own file
+         * (which gets the lowest free number), keep allocating, write one line; then
+         * block SIGUSR1, raise it and take it with sigwait. argv[3]: the file. */
+        void *p = NULL; int r;
+        r = T.hipMalloc(&p, 100); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 100, 0, 0);
+        struct timespec pause = {0, 250000000};
+        nanosleep(&pause, NULL); /* the flusher has opened the sink by now */
+        for (int fd = 3; fd < 4096; fd++) close(fd);
+        int fd = open(argv[3], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        for (int i = 0; i < 20; i++) {
+            r = T.hipMalloc(&p, 200 + i); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 200 + i, 0, 0);
+            struct timespec tick = {0, 5000000};
+            nanosleep(&tick, NULL);
+        }
+        const char line[] = "program data\n";
+        if (write(fd, line, sizeof line - 1) != (ssize_t)(sizeof line - 1)) { perror("write"); return 1; }
+        close(fd);
+        sigset_t set; sigemptyset(&set); sigaddset(&set, SIGUSR1);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+        raise(SIGUSR1);
+        int got = 0;
+        sigwait(&set, &got);
+        printf("S sigwait=%d\n", got);
     } else if (!strcmp(sc, "churn")) {
         /* many short-lived threads, one after another: per-thread rings must be reused */
         int n = argc > 3 ? atoi(argv[3]) : 1500;
