@@ -175,6 +175,21 @@ async fn ingest_query_timeline_peak_events() {
         assert_eq!(st, StatusCode::NOT_FOUND);
         let (st, _) = get(&app, &format!("/api/runs/{id}/timeline?from=10&to=5")).await;
         assert_eq!(st, StatusCode::BAD_REQUEST);
+        // Offsets up to u64::MAX answer (empty) instead of overflowing in the handler.
+        let max = u64::MAX;
+        for q in [
+            format!("/api/runs/{id}/events?device=0&from={max}"),
+            format!("/api/runs/{id}/events?device=0&to={max}"),
+            format!("/api/runs/{id}/timeline?device=0&from={}", max - 1),
+            format!("/api/runs/{id}/timeline?device=0&to={max}"),
+            format!("/api/runs/{id}/annotations?from={max}&to={max}"),
+        ] {
+            let (st, v) = get(&app, &q).await;
+            assert!(
+                st == StatusCode::OK || st == StatusCode::BAD_REQUEST,
+                "{q}: {st} {v}"
+            );
+        }
     }
 }
 
