@@ -528,9 +528,9 @@ impl Bfc {
             }
         }
         if !increased {
-            self.curr_region_allocation_bytes *= 2;
+            self.curr_region_allocation_bytes = self.curr_region_allocation_bytes.saturating_mul(2);
         }
-        self.stats.pool_bytes += bytes;
+        self.stats.pool_bytes = self.stats.pool_bytes.saturating_add(bytes);
         self.stats.peak_pool_bytes = self.stats.peak_pool_bytes.max(self.stats.pool_bytes);
         if let Some(df) = self.cfg.device_free_bytes.as_mut() {
             *df -= bytes;

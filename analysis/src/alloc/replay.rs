@@ -232,10 +232,10 @@ pub fn peak_live_bytes(trace: &Trace) -> u64 {
         match *op {
             TraceOp::Alloc { slot, size } => {
                 sizes[slot as usize] = size;
-                live += size;
+                live = live.saturating_add(size);
                 peak = peak.max(live);
             }
-            TraceOp::Free { slot } => live -= sizes[slot as usize],
+            TraceOp::Free { slot } => live = live.saturating_sub(sizes[slot as usize]),
         }
     }
     peak

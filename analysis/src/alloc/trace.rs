@@ -144,6 +144,15 @@ pub enum TraceError {
     Io(#[from] std::io::Error),
 }
 
+/// The largest single allocation a trace may hold: 2^56 bytes (64 PiB), far beyond any
+/// device, and small enough that allocator arithmetic (rounding, doubling region sizes,
+/// sums over live buffers) cannot overflow.
+pub const MAX_ALLOC_BYTES: u64 = 1 << 56;
+
+/// The largest pool (capacity, `bytes_limit`) a replay models: 2^60 bytes (1 EiB), so that
+/// a pool fits in the simulated 64-bit address space with room for its regions.
+pub const MAX_POOL_BYTES: u64 = 1 << 60;
+
 /// Incremental trace builder: assigns dense slots and checks alloc/free pairing.
 #[derive(Default)]
 struct Builder {
@@ -165,6 +174,15 @@ impl Builder {
     ) -> Result<(), TraceError> {
         if self.live.contains_key(&id) {
             return Err(TraceError::DoubleAlloc { line, id });
+        }
+        if size > MAX_ALLOC_BYTES {
+            return Err(TraceError::Field {
+                line,
+                field: "size",
+                msg: format!(
+                    "{size} bytes is larger than any device (the limit is 2^56 bytes, 64 PiB)"
+                ),
+            });
         }
         let slot = match self.free_slots.pop() {
             Some(s) => s,
@@ -371,6 +389,13 @@ pub fn read_validate_doc(text: &str) -> Result<Trace, TraceError> {
         .initial_stats
         .get("bytes_limit")
         .and_then(|v| v.as_u64());
+    if let Some(limit) = t.meta.bytes_limit.filter(|l| *l > MAX_POOL_BYTES) {
+        return Err(TraceError::Field {
+            line: 1,
+            field: "initial_stats.bytes_limit",
+            msg: format!("{limit} bytes is larger than any device (the limit is 2^60 bytes)"),
+        });
+    }
     let prealloc = doc
         .env
         .get("XLA_PYTHON_CLIENT_PREALLOCATE")
@@ -510,6 +535,13 @@ pub fn from_bfc_oom(oom: &crate::log::BfcOom) -> Result<Trace, TraceError> {
     )?;
     let mut t = b.finish("bfc_oom_dump");
     t.meta.bytes_limit = oom.pool_bytes();
+    if let Some(pool) = t.meta.bytes_limit.filter(|p| *p > MAX_POOL_BYTES) {
+        return Err(TraceError::Field {
+            line: oom.at.line,
+            field: "Next region of size",
+            msg: format!("a {pool}-byte pool is larger than any device (the limit is 2^60 bytes)"),
+        });
+    }
     let has_gap = oom
         .chunks
         .iter()
@@ -558,6 +590,38 @@ pub fn read_any(bytes: &[u8], device: Option<i32>) -> Result<Trace, TraceError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sizes and pools beyond any device are input errors; at the limits every model
+    /// replays without overflowing (sizes near 2^63 panicked in debug builds and wrapped
+    /// in release builds).
+    #[test]
+    fn sizes_beyond_any_device_are_rejected_and_the_limits_replay() {
+        let over = format!("{{\"op\":\"alloc\",\"id\":1,\"size\":{}}}\n", 1u64 << 63);
+        let e = read_jsonl(over.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("larger than any device"), "{e}");
+        let at = MAX_ALLOC_BYTES;
+        let t = read_jsonl(
+            format!(
+                "{{\"op\":\"alloc\",\"id\":1,\"size\":{at}}}\n{{\"op\":\"alloc\",\"id\":2,\"size\":{at}}}\n{{\"op\":\"free\",\"id\":1}}\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        for kind in crate::alloc::AllocatorKind::ALL {
+            for preallocate in [false, true] {
+                let spec = crate::alloc::ModelSpec {
+                    kind,
+                    limit: MAX_POOL_BYTES,
+                    preallocate,
+                    granularity: 2 << 20,
+                    device_free_bytes: None,
+                };
+                let r =
+                    crate::alloc::replay::replay_spec(&t, &spec, Default::default(), &mut |_| {});
+                assert!(r.is_ok(), "{kind:?}");
+            }
+        }
+    }
 
     #[test]
     fn jsonl_roundtrip_and_slots() {

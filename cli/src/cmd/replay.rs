@@ -11,7 +11,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use memwatch_analysis::alloc::device::{self, DeviceProfile};
 use memwatch_analysis::alloc::replay::{self, ReplayOptions, ReplayResult};
-use memwatch_analysis::alloc::trace::{self, Trace};
+use memwatch_analysis::alloc::trace::{self, Trace, MAX_POOL_BYTES};
 use memwatch_analysis::alloc::{AllocatorKind, BlockState, ModelSpec};
 use serde_json::{json, Value};
 
@@ -110,8 +110,11 @@ pub fn parse_capacity(s: &str) -> Result<u64> {
         bail!("--capacity {t:?}: must be a positive number of bytes");
     }
     let bytes = v * mult as f64;
-    if bytes < 1.0 || bytes > u64::MAX as f64 / 2.0 {
-        bail!("--capacity {t:?}: out of range");
+    if bytes < 1.0 {
+        bail!("--capacity {t:?}: less than one byte");
+    }
+    if bytes > MAX_POOL_BYTES as f64 {
+        bail!("--capacity {t:?}: larger than any device (the limit is 2^60 bytes, 1 EiB)");
     }
     Ok(bytes as u64)
 }
