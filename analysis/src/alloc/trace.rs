@@ -501,7 +501,7 @@ pub fn read_capture<R: Read>(src: R, device: Option<i32>) -> Result<Trace, Trace
 pub fn from_bfc_oom(oom: &crate::log::BfcOom) -> Result<Trace, TraceError> {
     if let Some((covered, pool)) = oom.chunk_dump_gap() {
         return Err(TraceError::Field {
-            line: oom.chunks.last().map_or(oom.at.line, |c| c.at.line),
+            line: oom.chunk_dump_end().line,
             field: "chunk dump",
             msg: format!(
                 "cut off here: the chunks cover {covered} of the {pool}-byte pool, so the live set at the failure is unknown"

@@ -218,8 +218,8 @@ fn diagnose_one(
                 "The allocator's chunk dump is cut off (its chunks cover {} of the {} pool; lines are missing after {}:{}), so what else was live is unknown; the figures below count the request alone.",
                 gib(covered),
                 gib(pool),
-                oom.chunks.last().map_or(oom.at.file.as_str(), |c| c.at.file.as_str()),
-                oom.chunks.last().map_or(oom.at.line, |c| c.at.line),
+                oom.chunk_dump_end().file,
+                oom.chunk_dump_end().line,
             )),
             None => findings.push(
                 "The log has no allocator chunk dump, so what else was live is unknown (TF_CPP_MIN_LOG_LEVEL=0 prints it); the figures below count the request alone.".to_string(),

@@ -111,9 +111,12 @@ impl BfcOom {
     /// Whether the chunk lines are the whole dump: every region printed and its chunks
     /// adding up to exactly its size. A log cut off (or lines lost) inside the dump fails.
     pub fn chunk_dump_complete(&self) -> bool {
-        !self.regions.is_empty()
-            && self.regions.len() == self.region_chunk_bytes.len()
-            && self.regions == self.region_chunk_bytes
+        !self.regions.is_empty() && self.regions == self.region_chunk_bytes
+    }
+
+    /// Where the chunk dump stops: its last chunk line, else the OOM line itself.
+    pub fn chunk_dump_end(&self) -> &Location {
+        self.chunks.last().map_or(&self.at, |c| &c.at)
     }
 
     /// What is missing from an incomplete chunk dump, for messages

@@ -7,12 +7,14 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-/// The largest time offset into a run a query uses (2^62 ns, about 146 years); larger
-/// ones are clamped to it.
-const MAX_OFFSET_NS: u64 = 1 << 62;
-
 use super::rollup::{level_for, shift, width};
 use super::{col_i64, snapshot, Store, StoreError};
+
+/// A client's time offset into a run, clamped to 2^62 ns (about 146 years, past any
+/// recorded event) so that `t0 + offset` cannot overflow whatever the client sends.
+fn clamp_offset(t: u64) -> u64 {
+    t.min(1 << 62)
+}
 
 fn s(row: &AnyRow, i: usize) -> Result<String, StoreError> {
     Ok(row.try_get::<String, _>(i)?)
@@ -393,7 +395,7 @@ impl Store {
             return Ok(None);
         };
         let t0 = t0 as i64;
-        let rel = |t: u64| t0.saturating_add(t.min(i64::MAX as u64) as i64);
+        let rel = |t: u64| t0.saturating_add(clamp_offset(t) as i64);
         let lo = from.map_or(i64::MIN, rel);
         let hi = to.map_or(i64::MAX, rel);
         let (cts, cid) = cursor.unwrap_or((i64::MIN, i64::MIN));
@@ -502,10 +504,8 @@ impl Store {
         let end = (col_i64(&r, 1)? as u64).saturating_sub(t0) + 1;
         let raw_pruned_to: Option<i64> = r.try_get(2)?;
         let points = points.clamp(1, 100_000);
-        // Offsets past 2^62 ns (146 years) are clamped there, so `t0 + offset` cannot
-        // overflow whatever a client sends.
-        let from = from.unwrap_or(0).min(MAX_OFFSET_NS);
-        let to = to.unwrap_or(end).min(MAX_OFFSET_NS).max(from + 1);
+        let from = clamp_offset(from.unwrap_or(0));
+        let to = clamp_offset(to.unwrap_or(end)).max(from + 1);
         let bucket_ns = (to - from).div_ceil(points as u64).max(1);
         let n = (to - from).div_ceil(bucket_ns) as usize;
         let mut out: Vec<Option<Point>> = vec![None; n];
@@ -731,10 +731,8 @@ impl Store {
         let Some(t0) = self.run_t0(run).await? else {
             return Ok(None);
         };
-        let lo = t0 + from.unwrap_or(0).min(MAX_OFFSET_NS);
-        let hi = to
-            .map(|t| t0 + t.min(MAX_OFFSET_NS))
-            .unwrap_or(i64::MAX as u64);
+        let lo = t0 + clamp_offset(from.unwrap_or(0));
+        let hi = to.map(|t| t0 + clamp_offset(t)).unwrap_or(i64::MAX as u64);
         let (mut chunk_id, mut index) = cursor.unwrap_or((0, 0));
         let limit = limit.clamp(1, 100_000);
         let mut events = Vec::new();
