@@ -181,6 +181,11 @@ fn bad_input_exits_2_with_one_line() {
         (vec!["--capacity", "-5"], "positive"),
         (vec!["--capacity", "lots"], "not a number"),
         (
+            vec!["--capacity", "2305843009213693952"],
+            "larger than any device",
+        ),
+        (vec!["--capacity", "0.5"], "less than one byte"),
+        (
             vec!["--capacity", "1G", "--mem-fraction", "0"],
             "mem-fraction",
         ),

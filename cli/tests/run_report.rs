@@ -141,6 +141,27 @@ fn command_not_found_is_exit_127_and_removes_only_what_it_created() {
         dir.path().join("link").symlink_metadata().is_ok(),
         "link kept"
     );
+    // A drain timeout that is not a finite number of seconds is refused before CMD runs.
+    for bad in ["inf", "NaN", "-1", "1e30"] {
+        let out = run_in(
+            dir.path(),
+            &[
+                "run",
+                "--drain-timeout",
+                bad,
+                "--out",
+                "d.mwcap",
+                "--",
+                "true",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--drain-timeout"),
+            "{bad}"
+        );
+        assert!(!dir.path().join("d.mwcap").exists(), "{bad}");
+    }
 }
 
 fn sample_capture() -> Vec<u8> {

@@ -623,6 +623,30 @@ mod tests {
         }
     }
 
+    /// A recorded pool beyond any device (a bfc_validate document's `bytes_limit`, an OOM
+    /// dump's regions) is an input error too.
+    #[test]
+    fn pools_beyond_any_device_are_rejected() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/h200/bfc/h200-jax0.11.2/bfc_seed11.json"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(read_validate_doc(&text).is_ok());
+        let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        doc["initial_stats"]["bytes_limit"] = serde_json::json!(MAX_POOL_BYTES + 1);
+        let e = read_validate_doc(&doc.to_string()).unwrap_err();
+        assert!(e.to_string().contains("bytes_limit"), "{e}");
+        let oom = crate::log::BfcOom {
+            rounded_bytes: 256,
+            regions: vec![MAX_POOL_BYTES + 1],
+            region_chunk_bytes: vec![MAX_POOL_BYTES + 1],
+            ..Default::default()
+        };
+        let e = from_bfc_oom(&oom).unwrap_err();
+        assert!(e.to_string().contains("larger than any device"), "{e}");
+    }
+
     #[test]
     fn jsonl_roundtrip_and_slots() {
         let t = read_jsonl(

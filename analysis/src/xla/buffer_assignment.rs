@@ -365,5 +365,15 @@ mod tests {
         assert!(e.msg.contains("truncated"), "{e}");
         let e = parse_buffer_assignment("HloModule x\n".as_bytes(), Path::new("a")).unwrap_err();
         assert_eq!(e.line, 1);
+        // A gap in the numbering, sizes adding up past 2^64, a value outside its allocation.
+        for (text, says) in [
+            ("BufferAssignment:\nallocation 0: size 8:\nallocation 2: size 8:\n", "allocation 1 was expected"),
+            ("BufferAssignment:\nallocation 0: size 18446744073709551000:\nallocation 1: size 1000:\n", "2^64"),
+            ("BufferAssignment:\nallocation 0: size 8:\n value: <1 x @0> (size=8,offset=4): f32[2]{0}\n", "does not fit"),
+            ("BufferAssignment:\nallocation 0: size 8:\n value: <1 x @0> (size=8,offset=18446744073709551615): f32[2]{0}\n", "does not fit"),
+        ] {
+            let e = parse_buffer_assignment(text.as_bytes(), Path::new("a")).unwrap_err();
+            assert!(e.msg.contains(says), "{text:?}: {e}");
+        }
     }
 }

@@ -265,6 +265,10 @@ mod tests {
             ("peak usage: 14", "peak usage: 13"),
             ("f{}:1-2", "f{}:1-3"),
             ("1:f", "2:f"),
+            (
+                "a.1{}: 10 bytes (cumulative: 10",
+                "a.1{}: 18446744073709551615 bytes (cumulative: 18446744073709551615",
+            ),
         ] {
             let bad = t.replace(from, to);
             assert!(
