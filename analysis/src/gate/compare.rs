@@ -50,6 +50,9 @@ pub enum Status {
     WithinThreshold,
     /// Every gated metric equals the baseline.
     Unchanged,
+    /// Measured now, but a gated metric the baseline has was not measured (a source that
+    /// no longer reports it); nothing regressed among the metrics that were.
+    Incomplete,
     /// Measured now, not in the baseline.
     New,
     /// In the baseline, not measured now.
@@ -63,6 +66,7 @@ impl Status {
             Status::Improved => "improved",
             Status::WithinThreshold => "within threshold",
             Status::Unchanged => "unchanged",
+            Status::Incomplete => "incomplete",
             Status::New => "new",
             Status::Missing => "missing",
         }
@@ -82,6 +86,9 @@ pub struct MetricDelta {
     /// Whether this metric can fail the gate (`--metric`).
     pub gated: bool,
     pub regressed: bool,
+    /// Gated, in the baseline, and not measured now although the entry was: the gate
+    /// cannot tell whether it regressed.
+    pub unmeasured: bool,
 }
 
 /// How an op's bytes at the peak changed.
@@ -124,6 +131,9 @@ pub struct Summary {
     pub unchanged: usize,
     pub new: usize,
     pub missing: usize,
+    /// Entries measured now that lack a gated metric the baseline has (status
+    /// `incomplete`, or `regressed` on another metric).
+    pub incomplete: usize,
 }
 
 /// The whole comparison.
@@ -202,7 +212,7 @@ fn compare_entry(
         .and_then(|b| b.max_increase_bytes.as_ref())
         .map_or(opts.max_increase_bytes, |t| t.value);
     let mut metrics = Vec::new();
-    let (mut regressed, mut improved, mut grew) = (false, false, false);
+    let (mut regressed, mut improved, mut grew, mut incomplete) = (false, false, false, false);
     for m in Metric::ALL {
         let b = base.and_then(|e| e.metrics.get(&m).copied());
         let c = cur.and_then(|e| e.metrics.get(&m).copied());
@@ -218,10 +228,12 @@ fn compare_entry(
             ),
             _ => (None, None, false),
         };
+        let unmeasured = gated && cur.is_some() && b.is_some() && c.is_none();
         if gated && base.is_some() && cur.is_some() {
             regressed |= r;
             improved |= d.is_some_and(|d| d < 0);
             grew |= d.is_some_and(|d| d > 0);
+            incomplete |= unmeasured;
         }
         metrics.push(MetricDelta {
             metric: m,
@@ -231,12 +243,14 @@ fn compare_entry(
             delta_percent: p,
             gated,
             regressed: gated && r,
+            unmeasured,
         });
     }
     let status = match (base, cur) {
         (None, _) => Status::New,
         (_, None) => Status::Missing,
         _ if regressed => Status::Regressed,
+        _ if incomplete => Status::Incomplete,
         _ if improved => Status::Improved,
         _ if grew => Status::WithinThreshold,
         _ => Status::Unchanged,
@@ -258,8 +272,8 @@ fn compare_entry(
 }
 
 /// Compares every baseline entry and every measured entry. `passed` is false when any
-/// entry regressed; missing entries are reported (the caller decides whether they are
-/// an error: `--allow-missing`).
+/// entry regressed; missing entries and unmeasured gated metrics are reported (the caller
+/// decides whether they are an error: `--allow-missing`).
 pub fn compare(baseline: &Baseline, current: &Measurements, opts: &GateOptions) -> GateReport {
     let mut entries: Vec<EntryReport> = Vec::with_capacity(baseline.entries.len() + current.len());
     for (key, b) in &baseline.entries {
@@ -272,11 +286,12 @@ pub fn compare(baseline: &Baseline, current: &Measurements, opts: &GateOptions) 
     }
     let order = |s: Status| match s {
         Status::Regressed => 0,
-        Status::Improved => 1,
-        Status::WithinThreshold => 2,
-        Status::New => 3,
-        Status::Missing => 4,
-        Status::Unchanged => 5,
+        Status::Incomplete => 1,
+        Status::Improved => 2,
+        Status::WithinThreshold => 3,
+        Status::New => 4,
+        Status::Missing => 5,
+        Status::Unchanged => 6,
     };
     entries.sort_by(|a, b| {
         order(a.status)
@@ -288,6 +303,9 @@ pub fn compare(baseline: &Baseline, current: &Measurements, opts: &GateOptions) 
         ..Summary::default()
     };
     for e in &entries {
+        if e.metrics.iter().any(|d| d.unmeasured) {
+            s.incomplete += 1;
+        }
         match e.status {
             Status::Regressed => s.regressed += 1,
             Status::Improved => s.improved += 1,
@@ -295,6 +313,7 @@ pub fn compare(baseline: &Baseline, current: &Measurements, opts: &GateOptions) 
             Status::Unchanged => s.unchanged += 1,
             Status::New => s.new += 1,
             Status::Missing => s.missing += 1,
+            Status::Incomplete => {}
         }
     }
     GateReport {
@@ -311,7 +330,8 @@ pub enum UpdateMode {
     /// Record what was measured now (regressions are accepted).
     Accept,
     /// Only lower figures: each metric becomes `min(baseline, current)`; new entries are
-    /// added; regressions stay in the baseline and keep failing.
+    /// added; regressions stay in the baseline and keep failing. Nothing is ever dropped:
+    /// metrics and entries not measured now keep their baseline figures.
     Ratchet,
 }
 
@@ -326,7 +346,7 @@ fn ops_of(e: &GateEntry) -> BTreeMap<String, u64> {
 
 /// The baseline after `--update` (mode `Accept`) or `--ratchet`. Notes and per-entry
 /// thresholds are kept. Entries no longer measured are kept when `keep_missing`
-/// (`--allow-missing`), dropped otherwise.
+/// (`--allow-missing`) or when ratcheting, dropped otherwise.
 pub fn updated_baseline(
     old: &Baseline,
     current: &Measurements,
@@ -355,6 +375,9 @@ pub fn updated_baseline(
                     };
                     e.metrics.insert(*m, kept);
                 }
+                for (m, v) in &p.metrics {
+                    e.metrics.entry(*m).or_insert(*v);
+                }
                 e.ops = if any_higher { p.ops.clone() } else { ops_of(c) };
             }
             _ => {
@@ -364,7 +387,7 @@ pub fn updated_baseline(
         }
         new.entries.insert(c.key.clone(), e);
     }
-    if keep_missing {
+    if keep_missing || mode == UpdateMode::Ratchet {
         for (k, v) in &old.entries {
             new.entries.entry(k.clone()).or_insert_with(|| v.clone());
         }

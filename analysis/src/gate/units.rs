@@ -37,18 +37,14 @@ pub fn parse_percent(text: &str) -> Result<f64, UnitError> {
     Ok(value)
 }
 
-/// Parses an absolute threshold: `64MiB`, `64 MiB`, `1GB` (decimal), `4096` (bytes).
+/// Parses an absolute threshold: `64MiB`, `64 MiB`, `64M` (binary), `1GB` (decimal),
+/// `4096` (bytes); the rules are [`crate::size`]'s.
 pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
-    let t = text.trim();
-    if t.starts_with('-') {
-        return Err(UnitError::Negative(text.to_string()));
-    }
-    if t.is_empty() {
-        return Err(UnitError::NotBytes(text.to_string()));
-    }
-    t.parse::<bytesize::ByteSize>()
-        .map(|b| b.as_u64())
-        .map_err(|_| UnitError::NotBytes(text.to_string()))
+    use crate::size::{parse_size, SizeError};
+    parse_size(text).map_err(|e| match e {
+        SizeError::Negative(_) => UnitError::Negative(text.to_string()),
+        SizeError::NotBytes(_) | SizeError::TooLarge(_) => UnitError::NotBytes(text.to_string()),
+    })
 }
 
 /// `1.5 GiB`, `64.0 MiB`, `512 B`: binary units for human reports.

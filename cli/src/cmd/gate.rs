@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 const AFTER_HELP: &str = "\
 Exit status: 0 within thresholds (or baseline written by --update), 1 a regression,
-2 bad input: unreadable/invalid baseline or measurements, or a baseline entry that was
-not measured (unless --allow-missing).
+2 bad input: unreadable/invalid baseline or measurements, or a baseline entry or a gated
+metric of the baseline that was not measured (unless --allow-missing or --update).
 
 Rule: a metric regresses when it grows by more than --max-increase-bytes AND by more
 than --max-increase percent of its baseline value. Per-entry `max_increase` /
@@ -103,10 +103,12 @@ pub struct GateArgs {
     #[arg(long)]
     pub update: bool,
     /// Write the baseline keeping the lower of baseline and current figure per metric
-    /// (improvements are locked in, regressions still fail); adds new entries.
+    /// (improvements are locked in, regressions still fail); adds new entries and never
+    /// drops one: what was not measured keeps its baseline figure.
     #[arg(long, conflicts_with = "update")]
     pub ratchet: bool,
-    /// Report baseline entries that were not measured instead of failing with exit 2.
+    /// Report baseline entries (and gated metrics) that were not measured instead of
+    /// failing with exit 2.
     #[arg(long)]
     pub allow_missing: bool,
     /// Grown ops listed per regressed entry (needs per-op figures: XLA dumps).
@@ -215,6 +217,63 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("{}: cannot write report", path.display()))
 }
 
+/// Exit 2 when the baseline has an entry, or a gated metric of a measured entry, that this
+/// run did not measure: passing would vouch for figures nobody looked at.
+fn refuse_unmeasured(baseline: &Path, report: &gate::GateReport) -> Result<()> {
+    let missing: Vec<&str> = report
+        .entries
+        .iter()
+        .filter(|e| e.status == gate::Status::Missing)
+        .map(|e| e.key.as_str())
+        .collect();
+    let unmeasured: Vec<String> = report
+        .entries
+        .iter()
+        .flat_map(|e| {
+            e.metrics
+                .iter()
+                .filter(|d| d.unmeasured)
+                .map(move |d| format!("{} of {}", d.metric.name(), e.key))
+        })
+        .collect();
+    let mut problems = Vec::new();
+    if !missing.is_empty() {
+        problems.push(format!(
+            "{} baseline entr{} not measured: {}",
+            missing.len(),
+            if missing.len() == 1 {
+                "y was"
+            } else {
+                "ies were"
+            },
+            missing.join(", ")
+        ));
+    }
+    if !unmeasured.is_empty() {
+        problems.push(format!(
+            "{} gated metric{} of the baseline {} not measured: {}",
+            unmeasured.len(),
+            if unmeasured.len() == 1 { "" } else { "s" },
+            if unmeasured.len() == 1 { "was" } else { "were" },
+            unmeasured.join(", ")
+        ));
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let them = if missing.len() + unmeasured.len() == 1 {
+        "it"
+    } else {
+        "them"
+    };
+    bail!(
+        "{}: {} (pass --allow-missing to report {them} without failing, --update to drop \
+         {them}, or --metric to gate only what these inputs measure)",
+        baseline.display(),
+        problems.join("; "),
+    )
+}
+
 pub fn run(args: GateArgs) -> Result<Outcome> {
     super::fmt::quiet_broken_pipe();
     let writing = args.update || args.ratchet;
@@ -232,24 +291,12 @@ pub fn run(args: GateArgs) -> Result<Outcome> {
         top_ops: args.top_ops,
     };
     let report = gate::compare(&baseline, &measured, &opts);
-    if report.summary.missing > 0 && !args.allow_missing && !writing {
-        let missing: Vec<&str> = report
-            .entries
-            .iter()
-            .filter(|e| e.status == gate::Status::Missing)
-            .map(|e| e.key.as_str())
-            .collect();
-        bail!(
-            "{}: {} baseline entr{} not measured: {} (pass --allow-missing, or --update to drop {})",
-            args.baseline.display(),
-            missing.len(),
-            if missing.len() == 1 { "y was" } else { "ies were" },
-            missing.join(", "),
-            if missing.len() == 1 { "it" } else { "them" }
-        );
+    if !args.allow_missing && !args.update {
+        refuse_unmeasured(&args.baseline, &report)?;
     }
-    if let Some(db) = &db {
+    if let Some(db) = db {
         let n = db.record(&report)?;
+        db.close()?;
         eprintln!(
             "memwatch gate: recorded {n} result{} in {}",
             if n == 1 { "" } else { "s" },

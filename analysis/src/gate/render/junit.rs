@@ -1,5 +1,6 @@
 //! JUnit XML for CI systems (GitLab `artifacts:reports:junit`, GitHub test reporters):
-//! one test case per entry; a regression is a `<failure>`, a missing entry `<skipped>`.
+//! one test case per entry; a regression is a `<failure>`, a gated metric that was not
+//! measured an `<error>`, a missing entry `<skipped>`.
 
 use super::{deltas, rule_line};
 use crate::gate::compare::{GateReport, Status};
@@ -18,12 +19,18 @@ fn write(w: &mut Writer<Vec<u8>>, r: &GateReport) -> std::io::Result<()> {
     let tests = s.entries.to_string();
     let failures = s.regressed.to_string();
     let skipped = s.missing.to_string();
+    let errors = r
+        .entries
+        .iter()
+        .filter(|e| e.status == Status::Incomplete)
+        .count()
+        .to_string();
     w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
     let attrs = [
         ("name", "memwatch gate"),
         ("tests", tests.as_str()),
         ("failures", failures.as_str()),
-        ("errors", "0"),
+        ("errors", errors.as_str()),
         ("skipped", skipped.as_str()),
     ];
     w.write_event(Event::Start(
@@ -61,6 +68,22 @@ fn write(w: &mut Writer<Vec<u8>>, r: &GateReport) -> std::io::Result<()> {
                 ])))?;
                 w.write_event(Event::Text(BytesText::new(&body)))?;
                 w.write_event(Event::End(BytesEnd::new("failure")))?;
+                w.write_event(Event::End(BytesEnd::new("testcase")))?;
+            }
+            Status::Incomplete => {
+                w.write_event(Event::Start(case))?;
+                let lacking: Vec<String> = e
+                    .metrics
+                    .iter()
+                    .filter_map(super::describe_unmeasured)
+                    .collect();
+                let message = format!("{}: {}", e.key, lacking.join("; "));
+                w.write_event(Event::Start(BytesStart::new("error").with_attributes([
+                    ("message", message.as_str()),
+                    ("type", "MetricNotMeasured"),
+                ])))?;
+                w.write_event(Event::Text(BytesText::new(&changed.join("\n"))))?;
+                w.write_event(Event::End(BytesEnd::new("error")))?;
                 w.write_event(Event::End(BytesEnd::new("testcase")))?;
             }
             Status::Missing => {

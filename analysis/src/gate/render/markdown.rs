@@ -2,7 +2,7 @@
 //! per entry with Total, Output, Temp, Argument, Host Temp, Peak and the Δ vs baseline in
 //! bytes and percent, then for each regressed entry the ops whose peak bytes grew most.
 
-use super::{cell, deltas, rule_line, COLUMNS};
+use super::{cell, deltas, incomplete_clause, rule_line, COLUMNS};
 use crate::gate::compare::{GateReport, Status};
 use crate::gate::units::{format_bytes, format_delta};
 
@@ -19,13 +19,14 @@ fn status(s: Status) -> &'static str {
         Status::Unchanged => "✔️ unchanged",
         Status::New => "🆕 new",
         Status::Missing => "⚠️ missing",
+        Status::Incomplete => "⚠️ incomplete",
     }
 }
 
 pub fn render(r: &GateReport) -> String {
     let s = &r.summary;
     let mut out = format!(
-        "### memwatch gate: {}\n\n{} regressed, {} improved, {} within threshold, {} unchanged, {} new, {} missing ({} entries).\n\n",
+        "### memwatch gate: {}\n\n{} regressed, {} improved, {} within threshold, {} unchanged, {} new, {} missing{} ({} entries).\n\n",
         if r.passed { "✅ passed" } else { "❌ memory regression" },
         s.regressed,
         s.improved,
@@ -33,6 +34,7 @@ pub fn render(r: &GateReport) -> String {
         s.unchanged,
         s.new,
         s.missing,
+        incomplete_clause(s),
         s.entries
     );
     out.push_str("| Module | Status |");

@@ -6,7 +6,7 @@ pub mod junit;
 pub mod markdown;
 pub mod text;
 
-use super::compare::{EntryReport, MetricDelta};
+use super::compare::{EntryReport, MetricDelta, Status, Summary};
 use super::metric::Metric;
 use super::units::{format_bytes, format_delta, format_percent};
 
@@ -20,11 +20,42 @@ pub const COLUMNS: [Metric; 6] = [
     Metric::Peak,
 ];
 
-/// The current figure (the baseline's for a missing entry), or `—`.
+/// The current figure (the baseline's for a missing entry, `not measured` for a gated
+/// metric the baseline has and this run lacks), or `—`.
 pub fn cell(e: &EntryReport, m: Metric) -> String {
-    e.metric(m)
-        .and_then(|d| d.current_bytes.or(d.baseline_bytes))
-        .map_or_else(|| "—".to_string(), format_bytes)
+    let Some(d) = e.metric(m) else {
+        return "—".to_string();
+    };
+    if d.unmeasured {
+        return "not measured".to_string();
+    }
+    let shown = if e.status == Status::Missing {
+        d.baseline_bytes
+    } else {
+        d.current_bytes
+    };
+    shown.map_or_else(|| "—".to_string(), format_bytes)
+}
+
+/// `Peak not measured (baseline 1.0 GiB)` for a gated metric this run lacks.
+pub fn describe_unmeasured(d: &MetricDelta) -> Option<String> {
+    d.unmeasured.then(|| {
+        format!(
+            "{} not measured (baseline {})",
+            d.metric.title(),
+            d.baseline_bytes
+                .map_or_else(|| "—".to_string(), format_bytes)
+        )
+    })
+}
+
+/// `, 1 incomplete` when some entry lacks a gated metric; empty otherwise.
+pub fn incomplete_clause(s: &Summary) -> String {
+    if s.incomplete == 0 {
+        String::new()
+    } else {
+        format!(", {} incomplete", s.incomplete)
+    }
 }
 
 /// `Temp +512.0 KiB (+45.00%)` for one changed metric.
@@ -38,7 +69,8 @@ pub fn describe_delta(d: &MetricDelta) -> Option<String> {
     ))
 }
 
-/// The changed metrics of an entry, regressed ones first, each marked by `mark`.
+/// The gated metrics this run lacks, then the changed metrics of an entry, regressed
+/// ones first, each marked by `mark`.
 pub fn deltas(e: &EntryReport, mark: impl Fn(&str) -> String) -> Vec<String> {
     let mut changed: Vec<&MetricDelta> = e
         .metrics
@@ -46,10 +78,13 @@ pub fn deltas(e: &EntryReport, mark: impl Fn(&str) -> String) -> Vec<String> {
         .filter(|d| d.delta_bytes.is_some_and(|x| x != 0))
         .collect();
     changed.sort_by_key(|d| !d.regressed);
-    changed
-        .into_iter()
-        .filter_map(|d| describe_delta(d).map(|s| if d.regressed { mark(&s) } else { s }))
-        .collect()
+    let mut lines: Vec<String> = e.metrics.iter().filter_map(describe_unmeasured).collect();
+    lines.extend(
+        changed
+            .into_iter()
+            .filter_map(|d| describe_delta(d).map(|s| if d.regressed { mark(&s) } else { s })),
+    );
+    lines
 }
 
 /// One line stating the thresholds and the rule.

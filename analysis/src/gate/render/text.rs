@@ -1,7 +1,7 @@
 //! The terminal report: one table row per entry, then the grown ops of regressed entries
 //! and a one-line verdict.
 
-use super::{cell, deltas, rule_line, COLUMNS};
+use super::{cell, deltas, incomplete_clause, rule_line, COLUMNS};
 use crate::gate::compare::{GateReport, Status};
 use crate::gate::units::{format_bytes, format_delta};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
@@ -47,7 +47,7 @@ pub fn render(r: &GateReport) -> String {
     }
     let s = &r.summary;
     out.push_str(&format!(
-        "\n{}: {} regressed, {} improved, {} within threshold, {} unchanged, {} new, {} missing ({} entries).\n",
+        "\n{}: {} regressed, {} improved, {} within threshold, {} unchanged, {} new, {} missing{} ({} entries).\n",
         if r.passed { "PASS" } else { "FAIL" },
         s.regressed,
         s.improved,
@@ -55,6 +55,7 @@ pub fn render(r: &GateReport) -> String {
         s.unchanged,
         s.new,
         s.missing,
+        incomplete_clause(s),
         s.entries
     ));
     out.push_str(&rule_line(
