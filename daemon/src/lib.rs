@@ -16,4 +16,4 @@ pub mod web;
 pub mod writer;
 
 pub use server::{start, Running, ServeConfig, ServeError};
-pub use store::{Backend, Batch, BatchOutcome, Ingestor, Store, StoreError};
+pub use store::{Backend, Batch, BatchOutcome, Ingestor, Store, StoreError, WriterLock};

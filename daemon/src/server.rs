@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use crate::api::{router, AppState};
 use crate::checkpointer::{spawn_checkpointer, CheckpointSettings, Progress};
 use crate::metrics::Metrics;
-use crate::store::{Ingestor, Store, StoreError};
+use crate::store::{Ingestor, Store, StoreError, WriterLock};
 use crate::tcp::{serve_ingest, TcpConfig};
 use crate::writer::spawn_writer;
 
@@ -78,15 +78,25 @@ pub struct Running {
     /// The checkpointer's progress.
     pub checkpoints: watch::Receiver<Progress>,
     http: tokio::task::JoinHandle<Result<(), std::io::Error>>,
+    /// This daemon is the database's one writer while it runs.
+    _writer_lock: WriterLock,
 }
 
 impl Running {
     /// Waits until the HTTP server stops (it runs until the process ends).
-    pub async fn wait(self) -> Result<(), ServeError> {
-        match self.http.await {
+    pub async fn wait(&mut self) -> Result<(), ServeError> {
+        match (&mut self.http).await {
             Ok(r) => r.map_err(ServeError::Http),
             Err(e) => Err(ServeError::Http(std::io::Error::other(e))),
         }
+    }
+
+    /// Stops serving and closes the store (a SQLite write-ahead log is folded into the
+    /// database file); commits in flight finish first. Releases the writer lock.
+    pub async fn shutdown(self) -> Result<(), ServeError> {
+        self.http.abort();
+        self.store.close().await?;
+        Ok(())
     }
 }
 
@@ -98,6 +108,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
         }
     }
     let store = Store::open(&cfg.db).await?;
+    let writer_lock = WriterLock::acquire(&cfg.db).await?;
     let metrics = Arc::new(Metrics::default());
     let (writer, _task) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 1024);
     let tcp = TcpListener::bind(cfg.ingest)
@@ -171,5 +182,6 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
         metrics,
         checkpoints,
         http,
+        _writer_lock: writer_lock,
     })
 }

@@ -43,24 +43,23 @@ fn open(rt: &tokio::runtime::Runtime, db: &str) -> Result<Store> {
         .with_context(|| format!("database {shown}: cannot open"))
 }
 
-/// A plain `--db` path must be an existing SQLite file. Checked here because the pool
-/// retries a file that is not a database until its acquire timeout (30 s).
+/// A plain `--db` path must be an existing, non-empty SQLite file: the gate reads runs
+/// that `memwatch run --db` or `memwatch import` stored, and never creates a store.
 fn check_sqlite_file(db: &str, shown: &str) -> Result<()> {
-    use std::io::Read;
-    let mut f = match std::fs::File::open(db) {
-        Ok(f) => f,
+    let meta = match std::fs::metadata(db) {
+        Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!("database {shown}: no such file")
         }
         Err(e) => bail!("database {shown}: cannot open: {e}"),
     };
-    let mut head = [0u8; 16];
-    let n = f
-        .read(&mut head)
-        .with_context(|| format!("database {shown}: cannot read"))?;
-    if n > 0 && (n < 16 || &head != b"SQLite format 3\0") {
-        bail!("database {shown}: not a SQLite database (no `SQLite format 3` header)");
+    if meta.is_file() && meta.len() == 0 {
+        bail!(
+            "database {shown}: empty file, not a memwatch store (`memwatch run --db` or \
+             `memwatch import --db` create one)"
+        );
     }
+    memwatch_daemon::store::check_sqlite_header(std::path::Path::new(db))?;
     Ok(())
 }
 
@@ -143,6 +142,13 @@ impl GateDb {
         self.rt
             .block_on(self.store.record_gate_results(&rows))
             .with_context(|| format!("database {}: cannot record gate results", self.shown))
+    }
+
+    /// Closes the store (folding SQLite's write-ahead log into the file).
+    pub fn close(self) -> Result<()> {
+        self.rt
+            .block_on(self.store.close())
+            .with_context(|| format!("database {}: cannot close", self.shown))
     }
 }
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use memwatch_daemon::{Batch, Ingestor, Store};
+use memwatch_daemon::{Batch, Ingestor, Store, WriterLock};
 use memwatch_wire::frame::encode_preamble;
 use memwatch_wire::{encode_record, FrameReader, ReadMode, Record};
 use serde::Serialize;
@@ -117,9 +117,13 @@ impl StoreArgs {
                     .enable_all()
                     .build()
                     .context("cannot start the async runtime")?;
-                rt.block_on(Store::open(db))
-                    .map(drop)
-                    .with_context(|| format!("--db {}", memwatch_daemon::store::redact(db)))
+                rt.block_on(async {
+                    let store = Store::open(db).await?;
+                    // Refuse now, not after the capture, when another process stores there.
+                    drop(WriterLock::acquire(db).await?);
+                    store.close().await
+                })
+                .with_context(|| format!("--db {}", memwatch_daemon::store::redact(db)))
             }
             Some(Target::Daemon { url, .. }) => daemon_base(url).map(drop),
         }
@@ -262,7 +266,10 @@ pub fn import_capture(
                 let store = Store::open(db)
                     .await
                     .with_context(|| format!("database {}", memwatch_daemon::store::redact(db)))?;
-                let mut ing = Ingestor::new(store);
+                let _lock = WriterLock::acquire(db)
+                    .await
+                    .with_context(|| format!("database {}", memwatch_daemon::store::redact(db)))?;
+                let mut ing = Ingestor::new(store.clone());
                 for (i, records) in groups.into_iter().enumerate() {
                     let out = ing
                         .commit(vec![Batch {
@@ -280,6 +287,10 @@ pub fn import_capture(
                         summary.duplicate_batches += o.duplicate as u64;
                     }
                 }
+                store
+                    .close()
+                    .await
+                    .with_context(|| format!("closing {db}"))?;
                 Ok::<_, anyhow::Error>(())
             })?;
         }

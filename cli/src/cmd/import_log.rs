@@ -132,6 +132,7 @@ pub fn run(a: &ImportArgs) -> Result<Outcome> {
             };
             s.page = Some(format!("/incidents/logs/{id}"));
         }
+        store.close().await?;
         Ok::<_, anyhow::Error>(s)
     })?;
     if a.json {

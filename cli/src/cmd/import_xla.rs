@@ -25,10 +25,15 @@ pub fn attach(mods: &[ModuleReport], dir: &Path, target: &Target<'_>, run: i64) 
                 let store = Store::open(db)
                     .await
                     .with_context(|| format!("database {}", memwatch_daemon::store::redact(db)))?;
-                pjrt::attach_modules(&store, run, &source(dir), mods)
+                let n = pjrt::attach_modules(&store, run, &source(dir), mods)
                     .await
                     .with_context(|| format!("storing the modules of {}", dir.display()))?
-                    .with_context(|| format!("run {run} is not in {db}"))
+                    .with_context(|| format!("run {run} is not in {db}"))?;
+                store
+                    .close()
+                    .await
+                    .with_context(|| format!("closing {db}"))?;
+                Ok(n)
             })
         }
         Target::Daemon { url, token } => {

@@ -241,6 +241,8 @@ fn parse_drain_timeout(s: &str) -> Result<f64, String> {
 /// Runs `memwatch run`.
 pub fn run(args: RunArgs) -> Result<Outcome> {
     let preload = find_preload()?;
+    // A store that cannot take the capture is found now, before CMD runs for hours.
+    args.store.check()?;
     let out = args
         .out
         .clone()

@@ -91,10 +91,18 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
             running.ingest_addr,
             memwatch_daemon::store::redact(&args.db)
         );
+        let mut running = running;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("cannot watch for SIGTERM")?;
         tokio::select! {
             r = running.wait() => r.context("memwatch serve stopped")?,
             _ = tokio::signal::ctrl_c() => eprintln!("memwatch serve: interrupted, stopping"),
+            _ = term.recv() => eprintln!("memwatch serve: terminated, stopping"),
         }
+        running
+            .shutdown()
+            .await
+            .context("memwatch serve: closing the database")?;
         Ok(Outcome::Success)
     })
 }

@@ -11,6 +11,7 @@ pub mod query;
 pub mod rollup;
 pub mod snapshot;
 pub mod state;
+pub mod writer_lock;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,6 +19,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyConnection, AnyPool, Connection, Executor};
 
 pub use ingest::{Batch, BatchOutcome, Ingestor};
+pub use writer_lock::WriterLock;
 
 /// Storage errors.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +40,12 @@ pub enum StoreError {
     BadUrl(String),
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
+    #[error("database {db}: not a SQLite database (no `SQLite format 3` header)")]
+    NotSqlite { db: String },
+    #[error("database {db}: in use by {holder}, which stores into it; one process stores into a database at a time (send to its daemon with --daemon URL, or use another --db)")]
+    InUse { db: String, holder: String },
+    #[error("database {db}: {what}")]
+    Lock { db: String, what: String },
 }
 
 /// Which database a [`Store`] talks to.
@@ -98,13 +106,45 @@ async fn probe_postgres(url: &str, limit: Duration) -> Result<(), StoreError> {
     }
 }
 
+/// A SQLite file that exists and has bytes must start with SQLite's header. Checked
+/// before connecting because sqlx's pool retries a file that is not a database until its
+/// acquire timeout (30 s) and then reports a timeout.
+pub fn check_sqlite_header(path: &std::path::Path) -> Result<(), StoreError> {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return Ok(()); // missing (created on open) or unreadable (sqlx says why)
+    };
+    let mut head = [0u8; 16];
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Ok(()),
+        }
+    }
+    if n > 0 && (n < head.len() || &head != b"SQLite format 3\0") {
+        return Err(StoreError::NotSqlite {
+            db: path.display().to_string(),
+        });
+    }
+    Ok(())
+}
+
 impl Store {
     /// Connects (SQLite: creates the file, WAL mode, NORMAL sync) and migrates.
     /// A PostgreSQL server that refuses or does not answer fails within
-    /// [`CONNECT_TIMEOUT`].
+    /// [`CONNECT_TIMEOUT`]; a file that is not a SQLite database fails at once.
     pub async fn open(db: &str) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let (url, backend) = database_url(db)?;
+        if let Some(path) = (backend == Backend::Sqlite)
+            .then(|| writer_lock::sqlite_path(db))
+            .flatten()
+        {
+            check_sqlite_header(&path)?;
+        }
         let mut opts =
             AnyPoolOptions::new().max_connections(if backend == Backend::Sqlite { 4 } else { 8 });
         if backend == Backend::Postgres {
@@ -145,6 +185,19 @@ impl Store {
 }
 
 impl Store {
+    /// Closes the pool; SQLite first copies its write-ahead log into the database file
+    /// and empties it, so the `.db` file alone holds everything (a copied or attached
+    /// `.db` without its `-wal` would otherwise look empty). Call before a command exits.
+    pub async fn close(&self) -> Result<(), StoreError> {
+        if self.backend == Backend::Sqlite {
+            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&self.pool)
+                .await?;
+        }
+        self.pool.close().await;
+        Ok(())
+    }
+
     /// The run's start (CLOCK_MONOTONIC ns), or None when there is no such run.
     pub async fn run_t0(&self, run: i64) -> Result<Option<u64>, StoreError> {
         let row = sqlx::query("SELECT t0_mono_ns FROM runs WHERE id = $1")

@@ -1,0 +1,258 @@
+//! One process stores into a database at a time: a second `memwatch serve`, an
+//! `import --db` or a `run --db` on a database a daemon is serving is refused at once,
+//! naming the holder (two writers each accepted different batches of one run and
+//! corrupted it). A daemon stopped with SIGTERM folds SQLite's write-ahead log into the
+//! `.db` file, so the file alone holds the data. A file that is not a SQLite database is
+//! refused at once instead of after sqlx's 30 s acquire timeout.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "support/synthetic_capture.rs"]
+mod synthetic_capture;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `memwatch serve` child, killed when dropped.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve_cmd(db: &str, api: u16) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_memwatch"));
+    c.args(["serve", "--db", db])
+        .args(["--listen", &format!("127.0.0.1:{api}")])
+        .args(["--ingest", &format!("127.0.0.1:{}", free_port())])
+        .env("MEMWATCH_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn mw(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Waits until the daemon answers on its API port.
+fn wait_up(api: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ureq::get(&format!("http://127.0.0.1:{api}/api/runs"))
+        .call()
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "daemon did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A second server on a served database exits non-zero within seconds naming the first.
+fn second_serve_is_refused(db: &str, holder: &str) {
+    let t = Instant::now();
+    let out = serve_cmd(db, free_port()).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("in use by") && err.contains(holder),
+        "second serve: {err}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+#[test]
+fn a_served_sqlite_database_has_one_writer_and_is_whole_after_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mw.db");
+    let dbs = db.to_str().unwrap();
+    let cap = dir.path().join("train.mwcap");
+    synthetic_capture::capture(&cap, 1 << 20);
+    let caps = cap.to_str().unwrap();
+
+    let api = free_port();
+    let mut first = Daemon(serve_cmd(dbs, api).spawn().unwrap());
+    wait_up(api);
+    let pid = first.0.id();
+    let holder = format!("memwatch pid {pid}");
+    let url = format!("http://127.0.0.1:{api}");
+    let out = mw(&["import", caps, "--daemon", &url, "--run", "r"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    second_serve_is_refused(dbs, &holder);
+    let out = mw(&["import", caps, "--db", dbs, "--run", "r"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains(&holder) && stderr(&out).contains("--daemon"),
+        "{}",
+        stderr(&out)
+    );
+    // `run --db` refuses before CMD runs, not after a long capture.
+    let marker = dir.path().join("ran");
+    let out = mw(&["run", "--db", dbs, "--", "touch", marker.to_str().unwrap()]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains(&holder), "{}", stderr(&out));
+    assert!(
+        !marker.exists(),
+        "CMD ran although the capture could not be stored"
+    );
+
+    // SIGTERM: a clean stop, and the .db file alone holds the run.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = first.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "serve ignored SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    let wal = dir.path().join("mw.db-wal");
+    assert!(
+        std::fs::metadata(&wal).map_or(0, |m| m.len()) == 0,
+        "the write-ahead log was left with data"
+    );
+    let alone = tempfile::tempdir().unwrap();
+    let copy = alone.path().join("copy.db");
+    std::fs::copy(&db, &copy).unwrap();
+    let base = alone.path().join("b.toml");
+    let out = mw(&[
+        "gate",
+        "--baseline",
+        base.to_str().unwrap(),
+        "--run",
+        "t=1",
+        "--db",
+        copy.to_str().unwrap(),
+        "--update",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(std::fs::read_to_string(&base)
+        .unwrap()
+        .contains("[entries.\"t/device0\"]\npeak = 2097152\n"));
+
+    // The lock went with the daemon: storing directly works now.
+    let out = mw(&["import", caps, "--db", dbs, "--run", "other"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_at_once_by_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("notes.db");
+    std::fs::write(&junk, "these are my notes, not a database\n").unwrap();
+    let js = junk.to_str().unwrap();
+    let cap = dir.path().join("c.mwcap");
+    synthetic_capture::capture(&cap, 1);
+    let t = Instant::now();
+    let out = [
+        serve_cmd(js, free_port()).output().unwrap(),
+        mw(&["import", cap.to_str().unwrap(), "--db", js]),
+        mw(&["run", "--db", js, "--", "true"]),
+    ];
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, "").unwrap();
+    let gate = mw(&[
+        "gate",
+        "--baseline",
+        dir.path().join("b.toml").to_str().unwrap(),
+        "--run",
+        "1",
+        "--db",
+        empty.to_str().unwrap(),
+    ]);
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    for o in &out {
+        assert_ne!(o.status.code(), Some(0));
+        let e = stderr(o);
+        assert!(
+            e.contains("notes.db") && e.contains("not a SQLite database"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&junk).unwrap(),
+        "these are my notes, not a database\n"
+    );
+    assert_eq!(gate.status.code(), Some(2));
+    assert!(stderr(&gate).contains("empty file"), "{}", stderr(&gate));
+    assert_eq!(
+        std::fs::metadata(&empty).unwrap().len(),
+        0,
+        "gate wrote a schema"
+    );
+}
+
+/// PostgreSQL: the same refusal through an advisory lock, on a fresh database, when
+/// MEMWATCH_TEST_POSTGRES_URL is set.
+#[test]
+fn a_served_postgres_database_has_one_writer() {
+    let Some(admin) = std::env::var("MEMWATCH_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        eprintln!(
+            "NOTICE: MEMWATCH_TEST_POSTGRES_URL is not set: PostgreSQL writer-lock test skipped"
+        );
+        return;
+    };
+    let name = format!(
+        "mwlock_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(&admin).await.unwrap();
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    });
+    let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    let api = free_port();
+    let first = Daemon(serve_cmd(&url, api).spawn().unwrap());
+    wait_up(api);
+    second_serve_is_refused(&url, "another memwatch process");
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("c.mwcap");
+    synthetic_capture::capture(&cap, 1);
+    let out = mw(&["import", cap.to_str().unwrap(), "--db", &url]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("in use by"), "{}", stderr(&out));
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = mw(&["import", cap.to_str().unwrap(), "--db", &url]);
+        if out.status.code() == Some(0) {
+            break;
+        }
+        // The server notices the killed daemon's session closing within moments.
+        assert!(Instant::now() < deadline, "{}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

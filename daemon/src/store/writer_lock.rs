@@ -1,0 +1,199 @@
+//! One writer per database. An [`Ingestor`](super::Ingestor) keeps run state (open
+//! chunks, live sets, per-stream sequence numbers) in memory, so two processes ingesting
+//! into one database would each accept batches of the same run and corrupt it. Before a
+//! process ingests it takes a [`WriterLock`]:
+//!
+//! - SQLite: an exclusive `flock` on a sidecar file `<db>.memwatch-writer` holding the
+//!   holder's pid (a sidecar, because closing any descriptor of the database file itself
+//!   would drop SQLite's own POSIX locks);
+//! - PostgreSQL: a session-level advisory lock held on a dedicated connection.
+//!
+//! The kernel (or the server) releases the lock when the holder dies, so a crashed daemon
+//! never leaves a database locked. Readers (`gate`, queries) take no lock.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use sqlx::{AnyConnection, Connection, Row};
+
+use super::{database_url, redact, Backend, StoreError};
+
+/// The advisory-lock key PostgreSQL sessions use ("memwatch" in ASCII, as i64).
+const PG_LOCK_KEY: i64 = 0x6d65_6d77_6174_6368;
+
+/// Held while a process ingests into a database; dropping it releases the database.
+pub struct WriterLock {
+    _held: Held,
+}
+
+/// What keeps the lock: holding it is its only use.
+enum Held {
+    File {
+        _locked: File,
+    },
+    Postgres {
+        _session: AnyConnection,
+    },
+    /// An in-memory SQLite database is private to its process.
+    Nothing,
+}
+
+impl std::fmt::Debug for WriterLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriterLock")
+    }
+}
+
+/// The file path of a SQLite `--db` (plain path or `sqlite:` URL), or None for
+/// `:memory:` databases.
+pub fn sqlite_path(db: &str) -> Option<PathBuf> {
+    let rest = db
+        .strip_prefix("sqlite://")
+        .or_else(|| db.strip_prefix("sqlite:"))
+        .unwrap_or(db);
+    let path = rest.split('?').next().unwrap_or(rest);
+    (!path.is_empty() && !path.contains(":memory:")).then(|| PathBuf::from(path))
+}
+
+/// The sidecar lock file of a SQLite database file.
+pub fn sidecar(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".memwatch-writer");
+    PathBuf::from(s)
+}
+
+impl WriterLock {
+    /// Takes the database's writer lock, or fails at once naming the holder.
+    pub async fn acquire(db: &str) -> Result<Self, StoreError> {
+        let (url, backend) = database_url(db)?;
+        match backend {
+            Backend::Sqlite => match sqlite_path(db) {
+                Some(path) => Self::acquire_file(&path),
+                None => Ok(Self {
+                    _held: Held::Nothing,
+                }),
+            },
+            Backend::Postgres => Self::acquire_postgres(&url).await,
+        }
+    }
+
+    fn acquire_file(db: &Path) -> Result<Self, StoreError> {
+        let path = sidecar(db);
+        let io = |source: std::io::Error| StoreError::Lock {
+            db: db.display().to_string(),
+            what: format!("cannot open lock file {}: {source}", path.display()),
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                return Err(StoreError::InUse {
+                    db: db.display().to_string(),
+                    holder: holder_text(holder.trim()),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        // Ours now: say who holds it, for the next one's message.
+        let write = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| write!(file, "{}", std::process::id()));
+        write.map_err(io)?;
+        Ok(Self {
+            _held: Held::File { _locked: file },
+        })
+    }
+
+    async fn acquire_postgres(url: &str) -> Result<Self, StoreError> {
+        let shown = redact(url);
+        let mut conn = AnyConnection::connect(url)
+            .await
+            .map_err(|source| StoreError::Connect {
+                url: shown.clone(),
+                source,
+            })?;
+        let got: bool = sqlx::query("SELECT pg_try_advisory_lock($1)")
+            .bind(PG_LOCK_KEY)
+            .fetch_one(&mut conn)
+            .await?
+            .try_get(0)?;
+        if !got {
+            let holder = sqlx::query(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                 AND ((classid::bigint << 32) | objid::bigint) = $1 LIMIT 1",
+            )
+            .bind(PG_LOCK_KEY)
+            .fetch_optional(&mut conn)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|r| r.try_get::<i32, _>(0).ok());
+            let _ = conn.close().await;
+            return Err(StoreError::InUse {
+                db: shown,
+                holder: holder.map_or_else(
+                    || "another memwatch process".to_string(),
+                    |p| format!("another memwatch process (server backend pid {p})"),
+                ),
+            });
+        }
+        Ok(Self {
+            _held: Held::Postgres { _session: conn },
+        })
+    }
+}
+
+fn holder_text(pid: &str) -> String {
+    match pid.parse::<u32>() {
+        Ok(p) => format!("memwatch pid {p}"),
+        Err(_) => "another memwatch process".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_paths_of_plain_paths_and_urls() {
+        assert_eq!(sqlite_path("a/b.db"), Some(PathBuf::from("a/b.db")));
+        assert_eq!(
+            sqlite_path("sqlite:///tmp/x.db?mode=rwc"),
+            Some(PathBuf::from("/tmp/x.db"))
+        );
+        assert_eq!(sqlite_path("sqlite:x.db"), Some(PathBuf::from("x.db")));
+        assert_eq!(sqlite_path("sqlite::memory:"), None);
+        assert_eq!(
+            sidecar(Path::new("/d/m.db")),
+            PathBuf::from("/d/m.db.memwatch-writer")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_second_writer_is_refused_naming_the_first_until_it_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("m.db");
+        let db = db.to_str().unwrap();
+        let first = WriterLock::acquire(db).await.unwrap();
+        let err = WriterLock::acquire(db).await.unwrap_err().to_string();
+        assert!(
+            err.contains("m.db")
+                && err.contains(&format!("memwatch pid {}", std::process::id()))
+                && err.contains("in use"),
+            "{err}"
+        );
+        drop(first);
+        WriterLock::acquire(db).await.unwrap();
+    }
+}
