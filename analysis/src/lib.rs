@@ -9,4 +9,5 @@ pub mod capture;
 pub mod gate;
 pub mod log;
 pub mod runtime;
+pub mod size;
 pub mod xla;

@@ -213,3 +213,152 @@ fn bad_input_exits_2_with_one_line() {
     let (code, _, err) = run(&["replay", log.path().to_str().unwrap(), "--capacity", "1G"]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// The verdict on a logged OOM is about the recorded pool, whatever pool the replay uses:
+/// on an MI300X the 26 x 4 GiB live set fits, which says nothing about fragmentation on
+/// the H200 that failed (before, the text said "the real failure came from fragmentation").
+#[test]
+fn oom_dump_verdict_is_against_the_recorded_pool_and_in_json() {
+    let (code, out, err) = run(&["replay", &fixture("oom-26x4GiB.log"), "--device", "mi300x"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("the recorded pool of 104.85 GiB is short by at least 3.15 GiB")
+            && out.contains("replayed   on a pool of 144.00 GiB instead")
+            && !out.contains("came from fragmentation"),
+        "{out}"
+    );
+    let (_, out, _) = run(&[
+        "replay",
+        &fixture("oom-26x4GiB.log"),
+        "--device",
+        "mi300x",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fits"], true);
+    assert_eq!(v["oom_dump"]["verdict"], "pool_too_small");
+    assert_eq!(v["oom_dump"]["recorded_pool_bytes"], 112583507968u64);
+    assert_eq!(
+        v["oom_dump"]["short_by_bytes"],
+        v["oom_dump"]["need_bytes"].as_u64().unwrap() - 112583507968u64
+    );
+    let (_, out, _) = run(&[
+        "replay",
+        &fixture("bfc_seed12.log"),
+        "--compare-devices",
+        "h100,mi300x",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["oom_dump"]["verdict"], "fragmentation");
+    assert_eq!(v["trace_gaps"], serde_json::Value::Null);
+}
+
+/// A Strix Halo spec keeps its own commas inside --compare-devices; units up to EiB.
+#[test]
+fn compare_devices_keeps_a_specs_commas() {
+    let t = jsonl("{\"op\":\"alloc\",\"id\":1,\"size\":50000000000}\n");
+    let p = t.path().to_str().unwrap();
+    let (code, out, err) = run(&[
+        "replay",
+        p,
+        "--compare-devices",
+        "h100,strix-halo:vram=64G,gtt=10G,mem=managed",
+        "--compare-devices",
+        "strix-halo:vram=96G",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let d = v["devices"].as_array().unwrap();
+    assert_eq!(d.len(), 3, "{out}");
+    // Managed memory on a 64 GiB carve-out is bounded by the 10 GiB GTT limit.
+    assert_eq!(d[1]["capacity_bytes"], 10u64 << 30);
+    assert_eq!(d[1]["fits"], false);
+    let (code, _, err) = run(&["replay", p, "--compare-devices", "h100,gtt=10G"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("without a device"), "{err}");
+    let (code, out, err) = run(&["replay", p, "--capacity", "1T", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["capacity_bytes"], 1u64 << 40);
+}
+
+/// `memwatch report --trace` names the device on every line: a trace of two devices is
+/// refused without --trace-device (it was replayed as one pool) and split with it.
+#[test]
+fn jsonl_with_two_devices_needs_trace_device() {
+    let t = jsonl(
+        "{\"op\":\"alloc\",\"id\":1,\"size\":3000000,\"device\":0}\n\
+         {\"op\":\"alloc\",\"id\":2,\"size\":3000000,\"device\":1}\n",
+    );
+    let p = t.path().to_str().unwrap();
+    let (code, _, err) = run(&["replay", p, "--capacity", "4M"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("several devices (0, 1)") && err.contains("--trace-device"),
+        "{err}"
+    );
+    let (code, out, err) = run(&[
+        "replay",
+        p,
+        "--capacity",
+        "4M",
+        "--mem-fraction",
+        "1",
+        "--trace-device",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["fits"].clone(), v["events"].clone()),
+        (true.into(), 1.into())
+    );
+}
+
+/// A damaged capture replays what is left, and says so: a warning on stderr and in the
+/// report, `trace_gaps` in JSON (before, nothing told the figures were a lower bound).
+#[test]
+fn a_damaged_capture_replays_with_a_warning() {
+    let src = format!(
+        "{}/../testdata/h200-captures/jax0.11.2-platform-allocator.mwcap",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut bytes = std::fs::read(&src).unwrap();
+    let (code, out, err) = run(&["replay", &src, "--capacity", "140G", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    let whole: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(whole["trace_gaps"], serde_json::Value::Null);
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 64] {
+        *b ^= 0x5a;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("damaged.mwcap");
+    std::fs::write(&bad, &bytes).unwrap();
+    let b = bad.to_str().unwrap();
+    let (code, out, err) = run(&["replay", b, "--capacity", "140G", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning") && err.contains("damaged.mwcap") && err.contains("lower bound"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["trace_gaps"]["damaged_regions"].as_u64().unwrap() >= 1,
+        "{v}"
+    );
+    assert!(
+        v["trace_gaps"]["damaged_bytes"].as_u64().unwrap() >= 64,
+        "{v}"
+    );
+    assert!(v["events"].as_u64() <= whole["events"].as_u64());
+    let (_, out, _) = run(&["replay", b, "--capacity", "140G"]);
+    assert!(
+        out.contains("warning    the capture is incomplete"),
+        "{out}"
+    );
+}

@@ -158,19 +158,7 @@ impl StrixHalo {
 }
 
 fn parse_bytes(s: &str) -> Option<u64> {
-    let s = s.trim().to_ascii_lowercase();
-    let (num, mult) = if let Some(n) = s.strip_suffix("gib").or_else(|| s.strip_suffix("g")) {
-        (n, GIB)
-    } else if let Some(n) = s.strip_suffix("mib").or_else(|| s.strip_suffix("m")) {
-        (n, MIB)
-    } else {
-        (s.as_str(), 1)
-    };
-    let v: f64 = num.trim().parse().ok()?;
-    if !(v.is_finite() && v >= 0.0) {
-        return None;
-    }
-    Some((v * mult as f64) as u64)
+    crate::size::parse_size(s).ok()
 }
 
 /// Resolves `NAME[:key=value,...]`. Strix Halo keys: `vram=` (carve-out, default 96G,

@@ -50,6 +50,57 @@ pub struct TraceMeta {
     pub device_total_bytes: Option<u64>,
     /// Device name, when the source states it.
     pub device_name: Option<String>,
+    /// What a capture could not deliver: damaged stretches the reader skipped, and
+    /// events the shim dropped (full ring). A replay of such a trace misses allocations.
+    pub gaps: CaptureGaps,
+}
+
+/// Losses in a capture that a replay cannot see past.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CaptureGaps {
+    /// Damaged regions skipped (cut off, bad checksum, bad length, undecodable).
+    pub damaged_regions: usize,
+    /// Bytes skipped in those regions.
+    pub damaged_bytes: u64,
+    /// Byte offset of the first damaged region.
+    pub first_damage_offset: Option<u64>,
+    /// Events the shims reported dropped (the largest `dropped_total` per process).
+    pub dropped_events: u64,
+}
+
+impl CaptureGaps {
+    /// Whether anything was lost.
+    pub fn any(&self) -> bool {
+        self.damaged_regions > 0 || self.dropped_events > 0
+    }
+
+    /// One sentence for a warning, or None when nothing was lost.
+    pub fn describe(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.damaged_regions > 0 {
+            parts.push(format!(
+                "{} damaged region{} ({} bytes, the first at byte {}) skipped",
+                self.damaged_regions,
+                if self.damaged_regions == 1 { "" } else { "s" },
+                self.damaged_bytes,
+                self.first_damage_offset.unwrap_or(0)
+            ));
+        }
+        if self.dropped_events > 0 {
+            parts.push(format!(
+                "{} event{} dropped by the shim",
+                self.dropped_events,
+                if self.dropped_events == 1 { "" } else { "s" }
+            ));
+        }
+        (!parts.is_empty()).then(|| {
+            format!(
+                "the capture is incomplete: {}; allocations in the gaps are missing from the \
+                 replay, so its figures are a lower bound",
+                parts.join(", ")
+            )
+        })
+    }
 }
 
 /// A whole allocation trace.
@@ -140,6 +191,12 @@ pub enum TraceError {
     Capture(String),
     #[error("capture has events of several devices ({devices}); pick one with --trace-device")]
     SeveralDevices { devices: String },
+    #[error("the trace has events of several devices ({devices}); pick one with --trace-device")]
+    SeveralTraceDevices { devices: String },
+    #[error("line {line}: no `device`, while line {named} names one (name the device on every line, or on none)")]
+    DeviceOnSomeLines { line: usize, named: usize },
+    #[error("--trace-device {device}: no event of that device (the trace has {present})")]
+    NoSuchDevice { device: i32, present: String },
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -240,11 +297,63 @@ struct LineEvent {
     size: Option<u64>,
     #[serde(default)]
     tag: Option<String>,
+    #[serde(default)]
+    device: Option<i32>,
 }
 
-/// Reads the JSON-lines interchange format. Blank lines are skipped.
-pub fn read_jsonl<R: BufRead>(src: R) -> Result<Trace, TraceError> {
-    let mut b = Builder::default();
+/// Keeps the events of one device. Lines name their device on every line or on none; a
+/// trace of several devices needs `device` (`--trace-device`), like a capture.
+fn select_device(
+    lines: Vec<(usize, LineEvent)>,
+    device: Option<i32>,
+) -> Result<Vec<(usize, LineEvent)>, TraceError> {
+    let named = lines
+        .iter()
+        .find(|(_, e)| e.device.is_some())
+        .map(|(n, _)| *n);
+    let Some(named) = named else {
+        return match device {
+            None => Ok(lines),
+            Some(d) => Err(TraceError::NoSuchDevice {
+                device: d,
+                present: "no `device` field".into(),
+            }),
+        };
+    };
+    if let Some((line, _)) = lines.iter().find(|(_, e)| e.device.is_none()) {
+        return Err(TraceError::DeviceOnSomeLines { line: *line, named });
+    }
+    let mut devices: Vec<i32> = lines.iter().filter_map(|(_, e)| e.device).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let list = || {
+        devices
+            .iter()
+            .map(i32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let want = match (device, devices.as_slice()) {
+        (Some(d), _) if devices.contains(&d) => d,
+        (Some(d), _) => {
+            return Err(TraceError::NoSuchDevice {
+                device: d,
+                present: format!("device {}", list()),
+            })
+        }
+        (None, [only]) => *only,
+        (None, _) => return Err(TraceError::SeveralTraceDevices { devices: list() }),
+    };
+    Ok(lines
+        .into_iter()
+        .filter(|(_, e)| e.device == Some(want))
+        .collect())
+}
+
+/// Reads the JSON-lines interchange format (all of it, or the events of `device`). Blank
+/// lines are skipped.
+pub fn read_jsonl<R: BufRead>(src: R, device: Option<i32>) -> Result<Trace, TraceError> {
+    let mut lines = Vec::new();
     for (i, line) in src.lines().enumerate() {
         let line_no = i + 1;
         let line = line?;
@@ -253,6 +362,10 @@ pub fn read_jsonl<R: BufRead>(src: R) -> Result<Trace, TraceError> {
             continue;
         }
         let ev: LineEvent = serde_json::from_str(text).map_err(|e| json_err(line_no, &e))?;
+        lines.push((line_no, ev));
+    }
+    let mut b = Builder::default();
+    for (line_no, ev) in select_device(lines, device)? {
         match ev.op.as_str() {
             "alloc" => {
                 let size = ev.size.ok_or(TraceError::Field {
@@ -281,7 +394,7 @@ fn json_err(line: usize, e: &serde_json::Error) -> TraceError {
     let msg = e.to_string();
     // serde reports "missing field `size`" / "invalid type ..." as data errors: name the field.
     if e.is_data() {
-        for field in ["op", "id", "size", "tag"] {
+        for field in ["op", "id", "size", "tag", "device"] {
             if msg.contains(&format!("`{field}`")) {
                 return TraceError::Field { line, field, msg };
             }
@@ -414,6 +527,7 @@ pub fn read_capture<R: Read>(src: R, device: Option<i32>) -> Result<Trace, Trace
         FrameReader::new(src, ReadMode::Salvage).map_err(|e| TraceError::Capture(e.to_string()))?;
     let mut events = Vec::new();
     let mut infos: HashMap<i32, (u64, String)> = HashMap::new();
+    let mut dropped: HashMap<u32, u64> = HashMap::new();
     while let Some(rec) = reader
         .next_record()
         .map_err(|e| TraceError::Capture(e.to_string()))?
@@ -423,9 +537,19 @@ pub fn read_capture<R: Read>(src: R, device: Option<i32>) -> Result<Trace, Trace
             Record::DeviceInfo(d) => {
                 infos.insert(d.device, (d.total_bytes, d.name));
             }
+            Record::Dropped(d) => {
+                let n = dropped.entry(d.pid).or_default();
+                *n = (*n).max(d.dropped_total);
+            }
             _ => {}
         }
     }
+    let gaps = CaptureGaps {
+        damaged_regions: reader.damage().len(),
+        damaged_bytes: reader.damage().iter().map(|d| d.bytes_skipped).sum(),
+        first_damage_offset: reader.damage().first().map(|d| d.offset),
+        dropped_events: dropped.values().sum(),
+    };
     let relevant = |e: &memwatch_wire::Event| {
         matches!(
             e.event_kind(),
@@ -487,6 +611,7 @@ pub fn read_capture<R: Read>(src: R, device: Option<i32>) -> Result<Trace, Trace
         return Err(TraceError::Empty);
     }
     let mut t = b.finish("mwcap");
+    t.meta.gaps = gaps;
     if let Some((total, name)) = infos.get(&device) {
         t.meta.device_total_bytes = Some(*total);
         t.meta.device_name = Some(name.clone());
@@ -584,7 +709,7 @@ pub fn read_any(bytes: &[u8], device: Option<i32>) -> Result<Trace, TraceError> 
     if !first.starts_with('{') && text.contains("ran out of memory") {
         return read_oom_log(text, std::path::Path::new("trace"));
     }
-    read_jsonl(text.as_bytes())
+    read_jsonl(text.as_bytes(), device)
 }
 
 #[cfg(test)]
@@ -597,7 +722,7 @@ mod tests {
     #[test]
     fn sizes_beyond_any_device_are_rejected_and_the_limits_replay() {
         let over = format!("{{\"op\":\"alloc\",\"id\":1,\"size\":{}}}\n", 1u64 << 63);
-        let e = read_jsonl(over.as_bytes()).unwrap_err();
+        let e = read_jsonl(over.as_bytes(), None).unwrap_err();
         assert!(e.to_string().contains("larger than any device"), "{e}");
         let at = MAX_ALLOC_BYTES;
         let t = read_jsonl(
@@ -605,6 +730,7 @@ mod tests {
                 "{{\"op\":\"alloc\",\"id\":1,\"size\":{at}}}\n{{\"op\":\"alloc\",\"id\":2,\"size\":{at}}}\n{{\"op\":\"free\",\"id\":1}}\n"
             )
             .as_bytes(),
+            None,
         )
         .unwrap();
         for kind in crate::alloc::AllocatorKind::ALL {
@@ -652,6 +778,7 @@ mod tests {
         let t = read_jsonl(
             "{\"op\":\"alloc\",\"id\":7,\"size\":1048576,\"tag\":\"w\"}\n\n{\"op\":\"free\",\"id\":7}\n{\"op\":\"alloc\",\"id\":7,\"size\":5}\n"
                 .as_bytes(),
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -673,18 +800,54 @@ mod tests {
 
     #[test]
     fn jsonl_errors_name_the_line() {
-        let e =
-            read_jsonl("{\"op\":\"alloc\",\"id\":1,\"size\":4}\n{oops\n".as_bytes()).unwrap_err();
+        let e = read_jsonl(
+            "{\"op\":\"alloc\",\"id\":1,\"size\":4}\n{oops\n".as_bytes(),
+            None,
+        )
+        .unwrap_err();
         assert!(e.to_string().starts_with("line 2: not valid JSON"), "{e}");
-        let e = read_jsonl("{\"op\":\"alloc\",\"id\":1}\n".as_bytes()).unwrap_err();
+        let e = read_jsonl("{\"op\":\"alloc\",\"id\":1}\n".as_bytes(), None).unwrap_err();
         assert!(e.to_string().contains("line 1: field `size`"), "{e}");
-        let e = read_jsonl("{\"op\":\"alloc\",\"id\":1,\"size\":-4}\n".as_bytes()).unwrap_err();
+        let e =
+            read_jsonl("{\"op\":\"alloc\",\"id\":1,\"size\":-4}\n".as_bytes(), None).unwrap_err();
         assert!(e.to_string().contains("line 1"), "{e}");
-        let e = read_jsonl("{\"op\":\"free\",\"id\":3}\n".as_bytes()).unwrap_err();
+        let e = read_jsonl("{\"op\":\"free\",\"id\":3}\n".as_bytes(), None).unwrap_err();
         assert!(matches!(e, TraceError::FreeNotLive { line: 1, id: 3 }));
-        let e = read_jsonl("{\"op\":\"grow\",\"id\":3}\n".as_bytes()).unwrap_err();
+        let e = read_jsonl("{\"op\":\"grow\",\"id\":3}\n".as_bytes(), None).unwrap_err();
         assert!(matches!(e, TraceError::UnknownOp { line: 1, .. }));
-        let e = read_jsonl("\n\n".as_bytes()).unwrap_err();
+        let e = read_jsonl("\n\n".as_bytes(), None).unwrap_err();
         assert!(matches!(e, TraceError::Empty));
+    }
+
+    /// `memwatch report --trace` names the device on every line; a replay of such a trace
+    /// must keep one device's events, never pool two devices together.
+    #[test]
+    fn jsonl_device_field_selects_one_device() {
+        let two = "{\"op\":\"alloc\",\"id\":1,\"size\":100,\"device\":0}\n\
+                   {\"op\":\"alloc\",\"id\":2,\"size\":7,\"device\":1}\n\
+                   {\"op\":\"free\",\"id\":1,\"device\":0}\n\
+                   {\"op\":\"alloc\",\"id\":3,\"size\":50,\"device\":0}\n";
+        let e = read_jsonl(two.as_bytes(), None).unwrap_err();
+        assert!(
+            matches!(&e, TraceError::SeveralTraceDevices { devices } if devices == "0, 1"),
+            "{e}"
+        );
+        let t = read_jsonl(two.as_bytes(), Some(0)).unwrap();
+        assert_eq!((t.len(), t.buffers()), (3, 2));
+        let t = read_jsonl(two.as_bytes(), Some(1)).unwrap();
+        assert_eq!((t.len(), t.buffers()), (1, 1));
+        let e = read_jsonl(two.as_bytes(), Some(5)).unwrap_err();
+        assert!(e.to_string().contains("device 0, 1"), "{e}");
+        let mixed = "{\"op\":\"alloc\",\"id\":1,\"size\":1,\"device\":0}\n\
+                     {\"op\":\"free\",\"id\":1}\n";
+        let e = read_jsonl(mixed.as_bytes(), None).unwrap_err();
+        assert!(
+            matches!(e, TraceError::DeviceOnSomeLines { line: 2, named: 1 }),
+            "{e}"
+        );
+        let plain = "{\"op\":\"alloc\",\"id\":1,\"size\":1}\n";
+        assert_eq!(read_jsonl(plain.as_bytes(), None).unwrap().len(), 1);
+        let e = read_jsonl(plain.as_bytes(), Some(0)).unwrap_err();
+        assert!(e.to_string().contains("no `device` field"), "{e}");
     }
 }

@@ -43,7 +43,7 @@ pub struct ReplayArgs {
     /// Device profile (capacity from its table entry).
     #[arg(long, conflicts_with = "capacity")]
     pub device: Option<String>,
-    /// Device capacity in bytes (suffixes K/M/G/KiB/MiB/GiB accepted).
+    /// Device capacity in bytes (units: K/M/G/T or KiB…EiB binary, KB…EB decimal).
     #[arg(long, allow_hyphen_values = true)]
     pub capacity: Option<String>,
     /// Allocator model: bfc, platform, async, torch.
@@ -65,13 +65,15 @@ pub struct ReplayArgs {
     /// Search the smallest pool that fits (per allocator; all four unless --allocator).
     #[arg(long)]
     pub find_min_capacity: bool,
-    /// Comma-separated device list for a side-by-side table.
-    #[arg(long, value_delimiter = ',')]
+    /// Devices for a side-by-side table: comma-separated and/or repeated
+    /// (`mi300x,h100,strix-halo:vram=64G,gtt=10G`).
+    #[arg(long)]
     pub compare_devices: Option<Vec<String>>,
     /// Exit 1 when the trace does not fit.
     #[arg(long)]
     pub fail_on_oom: bool,
-    /// For captures with several devices: which device's events to replay.
+    /// For traces with several devices (captures, or JSON lines with `device`): which
+    /// device's events to replay.
     #[arg(long)]
     pub trace_device: Option<i32>,
     /// Also replay the trace on this machine's GPU (real driver allocations, or the BFC
@@ -83,40 +85,57 @@ pub struct ReplayArgs {
     pub gpu: super::replay_gpu::GpuArgs,
 }
 
-/// Parses a byte count: an integer with an optional binary/decimal unit suffix.
+/// Parses a byte count: a number with an optional unit (`80GiB`, `1.5G`, `1T`, `2TB`;
+/// bare letters are binary).
 pub fn parse_capacity(s: &str) -> Result<u64> {
     let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    let units: [(&str, u64); 10] = [
-        ("kib", 1 << 10),
-        ("mib", 1 << 20),
-        ("gib", 1 << 30),
-        ("tib", 1 << 40),
-        ("kb", 1000),
-        ("mb", 1_000_000),
-        ("gb", 1_000_000_000),
-        ("k", 1 << 10),
-        ("m", 1 << 20),
-        ("g", 1 << 30),
-    ];
-    let (num, mult) = units
-        .iter()
-        .find_map(|(u, m)| lower.strip_suffix(u).map(|n| (n.trim().to_string(), *m)))
-        .unwrap_or((lower.clone(), 1));
-    let v: f64 = num
-        .parse()
-        .with_context(|| format!("--capacity {t:?}: not a number of bytes"))?;
-    if !v.is_finite() || v <= 0.0 {
-        bail!("--capacity {t:?}: must be a positive number of bytes");
+    use memwatch_analysis::size::{parse_size, SizeError};
+    let bytes = match parse_size(t) {
+        Ok(b) => b,
+        Err(SizeError::Negative(_)) => {
+            bail!("--capacity {t:?}: must be a positive number of bytes")
+        }
+        Err(e) => bail!("--capacity {e}"),
+    };
+    if bytes == 0 {
+        let fraction = t.chars().any(|c| c.is_ascii_digit() && c != '0');
+        bail!(
+            "--capacity {t:?}: {}must be a positive number of bytes",
+            if fraction { "less than one byte; " } else { "" }
+        );
     }
-    let bytes = v * mult as f64;
-    if bytes < 1.0 {
-        bail!("--capacity {t:?}: less than one byte");
-    }
-    if bytes > MAX_POOL_BYTES as f64 {
+    if bytes > MAX_POOL_BYTES {
         bail!("--capacity {t:?}: larger than any device (the limit is 2^60 bytes, 1 EiB)");
     }
-    Ok(bytes as u64)
+    Ok(bytes)
+}
+
+/// The devices of `--compare-devices`, which is repeatable and comma-separated. A device
+/// spec has commas of its own (`strix-halo:vram=64G,gtt=10G`): a piece that is only
+/// `key=value` continues the device before it.
+pub fn split_device_list(values: &[String]) -> Result<Vec<String>> {
+    let mut devices: Vec<String> = Vec::new();
+    for piece in values.iter().flat_map(|v| v.split(',')).map(str::trim) {
+        if piece.is_empty() {
+            continue;
+        }
+        let continues = piece.contains('=') && !piece.contains(':');
+        match devices.last_mut() {
+            Some(last) if continues && last.contains(':') => {
+                last.push(',');
+                last.push_str(piece);
+            }
+            _ if continues => bail!(
+                "--compare-devices: {piece:?} is a device setting without a device \
+                 (write NAME:{piece})"
+            ),
+            _ => devices.push(piece.to_string()),
+        }
+    }
+    if devices.is_empty() {
+        bail!("--compare-devices: no device named");
+    }
+    Ok(devices)
 }
 
 /// Where the capacity came from.
@@ -288,6 +307,65 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
+/// What the capture could not deliver, for JSON (`null` when nothing was lost).
+fn gaps_json(trace: &Trace) -> Value {
+    if trace.meta.gaps.any() {
+        serde_json::to_value(&trace.meta.gaps).unwrap_or(Value::Null)
+    } else {
+        Value::Null
+    }
+}
+
+/// What an OOM dump's live set says about the recorded failure, whatever pool this replay
+/// used: the live buffers plus the failed request against the pool the log states.
+struct DumpVerdict {
+    live_buffers: usize,
+    live_bytes: u64,
+    request_bytes: u64,
+    need_bytes: u64,
+    recorded_pool_bytes: Option<u64>,
+    /// `need - recorded pool` when the need exceeds it; None: fragmentation (or no pool).
+    short_by_bytes: Option<u64>,
+}
+
+impl DumpVerdict {
+    fn json(&self) -> Value {
+        json!({
+            "live_buffers": self.live_buffers,
+            "live_bytes": self.live_bytes,
+            "request_bytes": self.request_bytes,
+            "need_bytes": self.need_bytes,
+            "recorded_pool_bytes": self.recorded_pool_bytes,
+            "short_by_bytes": self.short_by_bytes,
+            "verdict": match (self.recorded_pool_bytes, self.short_by_bytes) {
+                (None, _) => "pool_unknown",
+                (Some(_), Some(_)) => "pool_too_small",
+                (Some(_), None) => "fragmentation",
+            },
+        })
+    }
+}
+
+fn dump_verdict(trace: &Trace) -> Option<DumpVerdict> {
+    if trace.meta.format != "bfc_oom_dump" {
+        return None;
+    }
+    let need = replay::peak_live_bytes(trace);
+    let request = match trace.ops.last() {
+        Some(trace::TraceOp::Alloc { size, .. }) => *size,
+        _ => 0,
+    };
+    let pool = trace.meta.bytes_limit;
+    Some(DumpVerdict {
+        live_buffers: trace.buffers().saturating_sub(1),
+        live_bytes: need.saturating_sub(request),
+        request_bytes: request,
+        need_bytes: need,
+        recorded_pool_bytes: pool,
+        short_by_bytes: pool.and_then(|p| need.checked_sub(p)).filter(|&s| s > 0),
+    })
+}
+
 fn print_run(run: &Run, trace: &Trace, path: &Path) -> anyhow::Result<()> {
     let r = &run.result;
     outln!(
@@ -335,28 +413,33 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) -> anyhow::Result<()> {
         human(r.peak_bytes_in_use),
         human(r.peak_pool_bytes)
     );
-    if trace.meta.format == "bfc_oom_dump" {
-        let need = replay::peak_live_bytes(trace);
-        let request = match trace.ops.last() {
-            Some(trace::TraceOp::Alloc { size, .. }) => *size,
-            _ => 0,
-        };
+    if let Some(g) = trace.meta.gaps.describe() {
+        outln!("warning    {g}");
+    }
+    if let Some(d) = dump_verdict(trace) {
         outln!(
             "source     the log's OOM dump: {} live buffers ({}) + the failed request ({}) need {}",
-            trace.buffers().saturating_sub(1),
-            human(need - request),
-            human(request),
-            human(need)
+            d.live_buffers,
+            human(d.live_bytes),
+            human(d.request_bytes),
+            human(d.need_bytes)
         );
-        if need > run.limit {
+        match (d.recorded_pool_bytes, d.short_by_bytes) {
+            (Some(pool), Some(short)) => outln!(
+                "verdict    the recorded pool of {} is short by at least {} (before any fragmentation)",
+                human(pool),
+                human(short)
+            ),
+            (Some(pool), None) => outln!(
+                "verdict    packed without holes they fit in the recorded pool of {}: the real \
+                 failure came from fragmentation",
+                human(pool)
+            ),
+            (None, _) => outln!("verdict    the log does not state the pool's size"),
+        }
+        if d.recorded_pool_bytes != Some(run.limit) {
             outln!(
-                "verdict    the pool of {} is short by at least {} (before any fragmentation)",
-                human(run.limit),
-                human(need - run.limit)
-            );
-        } else if r.fits {
-            outln!(
-                "verdict    packed without holes they fit in {}: the real failure came from fragmentation",
+                "replayed   on a pool of {} instead (see result)",
                 human(run.limit)
             );
         }
@@ -492,14 +575,18 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
     let compare = args
         .compare_devices
         .as_ref()
-        .map(|names| {
-            names
+        .map(|values| {
+            split_device_list(values)?
                 .iter()
                 .map(|n| resolve_device(n))
                 .collect::<Result<Vec<_>>>()
         })
         .transpose()?;
     let trace = load_trace(&args.trace, args.trace_device)?;
+    let gaps = trace.meta.gaps.describe();
+    if let Some(g) = &gaps {
+        eprintln!("memwatch replay: warning: {}: {g}", args.trace.display());
+    }
     let preallocate = args.preallocate.or(trace.meta.preallocate).unwrap_or(true);
 
     let target_of = |d: &DeviceProfile| Target {
@@ -557,8 +644,12 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
         }
         let all_fit = runs.iter().all(|r| r.result.fits);
         if args.json {
-            let doc =
-                json!({"fits": all_fit, "devices": runs.iter().map(run_json).collect::<Vec<_>>()});
+            let doc = json!({
+                "fits": all_fit,
+                "trace_gaps": gaps_json(&trace),
+                "oom_dump": dump_verdict(&trace).map(|v| v.json()),
+                "devices": runs.iter().map(run_json).collect::<Vec<_>>(),
+            });
             outln!("{doc}");
         } else {
             outln!(
@@ -647,7 +738,11 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
                 .collect();
             outln!(
                 "{}",
-                json!({"peak_live_bytes": replay::peak_live_bytes(&trace), "min_capacity": list})
+                json!({
+                    "peak_live_bytes": replay::peak_live_bytes(&trace),
+                    "trace_gaps": gaps_json(&trace),
+                    "min_capacity": list,
+                })
             );
         } else {
             outln!(
@@ -716,6 +811,10 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
     };
     if args.json {
         let mut v = run_json(&run);
+        v["trace_gaps"] = gaps_json(&trace);
+        if let Some(d) = dump_verdict(&trace) {
+            v["oom_dump"] = d.json();
+        }
         if let Some(g) = &gpu {
             v["on_gpu"] = serde_json::to_value(g).context("serialising the GPU report")?;
         }
@@ -746,9 +845,34 @@ mod tests {
         assert_eq!(parse_capacity("1024").unwrap(), 1024);
         assert_eq!(parse_capacity("80GiB").unwrap(), 80 << 30);
         assert_eq!(parse_capacity("1.5g").unwrap(), 3 << 29);
+        assert_eq!(parse_capacity("1T").unwrap(), 1 << 40);
+        assert_eq!(parse_capacity("1EiB").unwrap(), 1 << 60);
+        assert!(parse_capacity("2EiB").is_err());
         assert!(parse_capacity("0").is_err());
+        assert!(parse_capacity("0.1").is_err());
         assert!(parse_capacity("-5").is_err());
         assert!(parse_capacity("lots").is_err());
+    }
+
+    #[test]
+    fn device_lists_keep_a_devices_own_commas() {
+        let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            split_device_list(&v(&["mi300x,strix-halo:vram=64G,gtt=10G,h100"])).unwrap(),
+            ["mi300x", "strix-halo:vram=64G,gtt=10G", "h100"]
+        );
+        assert_eq!(
+            split_device_list(&v(&["h100", "strix-halo:vram=64G,gtt=10G,mem=managed"])).unwrap(),
+            ["h100", "strix-halo:vram=64G,gtt=10G,mem=managed"]
+        );
+        let e = split_device_list(&v(&["h100,gtt=10G"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("gtt=10G") && e.contains("without a device"),
+            "{e}"
+        );
+        assert!(split_device_list(&v(&[","])).is_err());
     }
 
     #[test]
