@@ -105,13 +105,24 @@ fn a_served_sqlite_database_has_one_writer_and_is_whole_after_sigterm() {
     );
     // `run --db` refuses before CMD runs, not after a long capture.
     let marker = dir.path().join("ran");
-    let out = mw(&["run", "--db", dbs, "--", "touch", marker.to_str().unwrap()]);
+    let capture = dir.path().join("never.mwcap");
+    let out = mw(&[
+        "run",
+        "--out",
+        capture.to_str().unwrap(),
+        "--db",
+        dbs,
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]);
     assert_ne!(out.status.code(), Some(0));
     assert!(stderr(&out).contains(&holder), "{}", stderr(&out));
     assert!(
         !marker.exists(),
         "CMD ran although the capture could not be stored"
     );
+    assert!(!capture.exists());
 
     // SIGTERM: a clean stop, and the .db file alone holds the run.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -165,7 +176,15 @@ fn a_file_that_is_not_sqlite_is_refused_at_once_by_every_command() {
     let out = [
         serve_cmd(js, free_port()).output().unwrap(),
         mw(&["import", cap.to_str().unwrap(), "--db", js]),
-        mw(&["run", "--db", js, "--", "true"]),
+        mw(&[
+            "run",
+            "--out",
+            dir.path().join("t.mwcap").to_str().unwrap(),
+            "--db",
+            js,
+            "--",
+            "true",
+        ]),
     ];
     let empty = dir.path().join("empty.db");
     std::fs::write(&empty, "").unwrap();
