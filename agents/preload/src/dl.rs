@@ -28,17 +28,22 @@ fn lookup_exact(name: &[u8]) -> Option<usize> {
 
 /// What to give the program for hook `h` when its library handed out `p`.
 fn wrap_result(h: &HookInfo, p: *mut c_void) -> *mut c_void {
-    if p.is_null() || !rt::wrap_allowed(h.family) {
+    if p.is_null() {
         return p;
     }
     if p == h.wrapper() {
         // Our own export came back (RTLD_DEFAULT or the global scope): without the shim
-        // the lookup finds the runtime's function, or nothing when there is none.
+        // the lookup finds the runtime's function, or nothing when there is none. Checked
+        // whether or not recording is on: "is CUDA here?" probes must get the answer
+        // they get without the shim.
         return if resolve_index(h).is_null() {
             core::ptr::null_mut()
         } else {
             p
         };
+    }
+    if !rt::wrap_allowed(h.family) {
+        return p;
     }
     if h.offer_real(p) {
         h.wrapper()

@@ -547,7 +547,7 @@ fn start_up() -> bool {
     unsafe {
         PID.store(libc::getpid() as u32, Ordering::Relaxed);
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
-        libc::atexit(at_exit);
+        register_exit_handler();
     }
     STATE.store(ACTIVE, Ordering::Release);
     true
@@ -624,6 +624,32 @@ extern "C" fn fork_child() {
 
 extern "C" fn at_exit() {
     final_flush(-1);
+}
+
+/// glibc's `on_exit` handler: gets the status given to `exit()` (or returned by `main`).
+extern "C" fn at_exit_with_status(status: libc::c_int, _arg: *mut libc::c_void) {
+    final_flush(status & 0xff);
+}
+
+type OnExit = unsafe extern "C" fn(
+    extern "C" fn(libc::c_int, *mut libc::c_void),
+    *mut libc::c_void,
+) -> libc::c_int;
+
+/// Runs [`final_flush`] at exit with the exit status where the C library can say it
+/// (glibc's `on_exit`), else with -1 ("not known to the shim") through `atexit`.
+fn register_exit_handler() {
+    // SAFETY: dlsym of a C library function; when found, `on_exit` has glibc's signature.
+    unsafe {
+        let f = crate::real::real_dlsym()(libc::RTLD_DEFAULT, c"on_exit".as_ptr());
+        if !f.is_null() {
+            let on_exit: OnExit = core::mem::transmute::<*mut libc::c_void, OnExit>(f);
+            if on_exit(at_exit_with_status, core::ptr::null_mut()) == 0 {
+                return;
+            }
+        }
+        libc::atexit(at_exit);
+    }
 }
 
 /// Drains everything, writes `process_end`, and turns recording off. Bounded wait for

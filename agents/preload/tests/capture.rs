@@ -245,6 +245,66 @@ fn exec_flushes_and_new_image_is_announced() {
     assert_eq!(evs[0].pid, evs[1].pid, "exec keeps the pid");
 }
 
+/// An exec that fails leaves the image running: the capture must keep one image for it
+/// (readers split a pid's frames at a new anchor; "released by exec" would hide what the
+/// first half still held), and the caller sees exec's own -1 and errno. The image's end
+/// records the status it gave exit().
+#[test]
+fn a_failed_exec_keeps_one_image() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("exec-fail.mwcap");
+    let plain = b.run("direct", &["exec-fail"], None, &[]);
+    let out = b.run("direct", &["exec-fail"], Some(&cap), &[]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    // The pid differs between runs; what exec returned must not.
+    let results = |t: &str| t.split_once(" execv=").map(|(_, r)| r.to_string());
+    assert_eq!(
+        results(&text),
+        results(&String::from_utf8_lossy(&plain.stdout)),
+        "same exec results as without the shim: {text}"
+    );
+    assert!(
+        text.contains("execv=-1 errno=2 execvp=-1 errno=2"),
+        "{text}"
+    );
+    let recs = read_capture(&cap);
+    let evs = events(&recs);
+    assert_eq!(
+        evs.iter().map(|e| e.size).collect::<Vec<_>>(),
+        vec![4000, 6000]
+    );
+    // The shim ends the stream before each exec (the new image could not otherwise be
+    // told from the old); after a failed one it announces the same image again.
+    let last_end = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::ProcessEnd(e) => Some(e.ts_ns),
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    assert!(evs.iter().all(|e| e.ts_ns < last_end), "{recs:?}");
+    // The last end carries the status given to exit() (glibc's on_exit), not -1.
+    let last_code = recs.iter().rev().find_map(|r| match r {
+        Record::ProcessEnd(e) => Some(e.exit_code),
+        _ => None,
+    });
+    assert_eq!(last_code, Some(0));
+    let anchors: std::collections::HashSet<u64> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::ProcessStart(s) => Some(s.mono_anchor_ns),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        anchors.len(),
+        1,
+        "one image: every start repeats its anchors"
+    );
+}
+
 /// A program that closes every descriptor it did not open and opens its own file gets the
 /// sink's old number: the shim neither writes capture frames into that file nor closes
 /// it, reopens its sink and keeps recording the same process (one image, every call). Its
@@ -550,6 +610,31 @@ fn lookups_of_absent_runtimes_still_fail() {
     );
     assert!(text.contains("N probe dlsym found=1 error=0"), "{text}");
     assert!(!cap.exists(), "no GPU call, no capture");
+    // The same when the shim records nothing (no valid sink, or the family switched off):
+    // it still exports the names, and the probe still must not see them.
+    for env in [
+        [
+            ("MEMWATCH_SINK", "unix:/nonexistent/memwatch.sock"),
+            ("MEMWATCH_HOOK", "all"),
+        ],
+        [("MEMWATCH_SINK", "bogus"), ("MEMWATCH_HOOK", "all")],
+        [
+            ("MEMWATCH_SINK", "file:/dev/null"),
+            ("MEMWATCH_HOOK", "pjrt"),
+        ],
+    ] {
+        let mut c = std::process::Command::new(b.program("dlsym"));
+        c.args(["dlsym", "probe"])
+            .env("MWTEST_LIBDIR", &b.dir)
+            .env("LD_PRELOAD", &b.shim)
+            .envs(env);
+        let out = c.output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "{env:?}"
+        );
+    }
 }
 
 #[test]

@@ -554,6 +554,19 @@ int main(int argc, char **argv) {
         execv("/proc/self/exe", args);
         perror("execv");
         return 1;
+    } else if (!strcmp(sc, "exec-fail")) {
+        /* exec that fails (as in a PATH search that tries directories in turn): the
+         * image goes on, allocates again and exits normally. */
+        void *p = NULL; int r;
+        r = T.hipMalloc(&p, 4000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 4000, 0, 0);
+        char *args[] = {"memwatch-no-such-program", NULL};
+        int e1 = execv("/nonexistent/memwatch-no-such-program", args);
+        int err1 = errno;
+        int e2 = execvp("memwatch-no-such-program", args);
+        int err2 = errno;
+        r = T.hipMalloc(&p, 6000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 6000, 0, 0);
+        printf("F pid=%d execv=%d errno=%d execvp=%d errno=%d\n", getpid(), e1, err1, e2, err2);
+
     } else if (!strcmp(sc, "exec-child")) {
         void *p = NULL; int r;
         r = T.hipMalloc(&p, 5000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 5000, 0, 0);
