@@ -671,3 +671,102 @@ fn attach_db_stores_the_capture_and_a_bad_db_is_refused_before_attaching() {
     assert_eq!(code, 3, "exit code unchanged");
     assert_eq!(output, undisturbed(600), "output unchanged");
 }
+
+/// A process forked while its parent was attached inherits the parent's sink; after the
+/// parent's attach ends, the child itself can be attached, and its own allocations (sizes
+/// 65536 + i) are captured. Before, the shim refused: "configured with another sink".
+#[test]
+fn a_child_forked_while_its_parent_was_attached_can_be_attached_later() {
+    let dir = tempfile::tempdir().unwrap();
+    // Long enough that the child still runs once the parent's attach has drained (the
+    // child keeps the parent's connection open, so that attach waits its full 3 s).
+    let t = Target::start_mode(1000, 10, "fork");
+    let parent = t.pid();
+    let cap = dir.path().join("parent.mwcap");
+    let out = attach(parent, "ptrace", &["--duration", "700ms"], &cap);
+    let j = json(&out);
+    assert_eq!(j["targets"][0]["attached"], true, "{j}");
+    let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+        .unwrap_or_default();
+    let child: i32 = children
+        .split_whitespace()
+        .next()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("the target forked no child yet: {children:?}"));
+    let cap_child = dir.path().join("child.mwcap");
+    let out = attach(child, "ptrace", &["--duration", "300ms"], &cap_child);
+    let j = json(&out);
+    assert_eq!(j["targets"][0]["attached"], true, "{j}");
+    assert_eq!(j["targets"][0]["error"], serde_json::Value::Null, "{j}");
+    let c = read_capture(&cap_child);
+    assert!(
+        !c.iter_allocs.is_empty() && c.iter_allocs.iter().all(|&s| s >= 65536),
+        "the child's own allocations: {:?}",
+        c.iter_allocs
+    );
+    let (_, code) = t.finish();
+    assert_eq!(code, 3, "the target ran to its end");
+}
+
+/// --all-children over a tree with a zombie child, and over a tree that contains this
+/// memwatch process (the shell that runs it): the zombie and memwatch itself are left
+/// out with their reasons; the rest is attached. Before, one zombie failed the whole
+/// attach ("statically linked"), and memwatch tried to ptrace itself (EPERM).
+#[test]
+fn all_children_leaves_out_zombies_and_memwatch_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Target::start_mode(100, 10, "zombie");
+    let cap = dir.path().join("z.mwcap");
+    let out = attach(
+        t.pid(),
+        "ptrace",
+        &["--all-children", "--duration", "300ms"],
+        &cap,
+    );
+    let j = json(&out);
+    let targets = j["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 2, "{j}");
+    let zombie = targets.iter().find(|x| x["attached"] == false).unwrap();
+    assert!(
+        zombie["error"].as_str().unwrap().contains("zombie"),
+        "{zombie}"
+    );
+    assert!(targets
+        .iter()
+        .any(|x| x["pid"] == t.pid() && x["attached"] == true));
+    assert_eq!(t.finish().1, 3);
+
+    let exe = built().target.display().to_string();
+    let cap2 = dir.path().join("tree.mwcap");
+    let script = format!(
+        "{exe} 100 10 >/dev/null & sleep 0.2; {mw} attach --all-children $$ --method ptrace \
+         --json --duration 300ms --out {cap} --shim {shim} > {json}; echo $? > {rc}; wait",
+        mw = env!("CARGO_BIN_EXE_memwatch"),
+        cap = cap2.display(),
+        shim = built().shim.display(),
+        json = dir.path().join("tree.json").display(),
+        rc = dir.path().join("rc").display(),
+    );
+    let st = Command::new("sh").args(["-c", &script]).status().unwrap();
+    assert!(st.success());
+    let rc = std::fs::read_to_string(dir.path().join("rc")).unwrap();
+    let text = std::fs::read_to_string(dir.path().join("tree.json")).unwrap();
+    assert_eq!(rc.trim(), "0", "{text}");
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let targets = j["targets"].as_array().unwrap();
+    let ourselves: Vec<_> = targets
+        .iter()
+        .filter(|x| {
+            x["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("this memwatch process itself"))
+        })
+        .collect();
+    assert_eq!(ourselves.len(), 1, "{j}");
+    let loop_attached = j["report"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["devices"].as_array().is_some_and(|d| !d.is_empty()));
+    assert!(loop_attached, "the loop was captured: {j}");
+}

@@ -46,9 +46,37 @@ impl Mapping {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Status {
     pub name: String,
+    /// The state letter (`R`, `S`, `Z` for a zombie, …).
+    pub state: char,
     pub tracer_pid: i32,
     pub uid: u32,
     pub cap_eff: u64,
+}
+
+/// A process tree for `--all-children`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Tree {
+    /// Parents before children.
+    pub attachable: Vec<i32>,
+    pub left_out: Vec<(i32, LeftOut)>,
+}
+
+/// Why a process of the tree is not attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftOut {
+    /// Exited and not yet reaped by its parent.
+    Zombie,
+    /// The memwatch process itself (or a process it started).
+    Ourselves,
+}
+
+impl LeftOut {
+    pub fn why(self) -> &'static str {
+        match self {
+            LeftOut::Zombie => "a zombie (exited, not yet reaped by its parent): nothing to watch",
+            LeftOut::Ourselves => "this memwatch process itself",
+        }
+    }
 }
 
 impl Proc {
@@ -166,8 +194,16 @@ impl Proc {
 
     /// `pid` and all its descendants (walking every process's `PPid`), parents first.
     pub fn with_descendants(&self, pid: i32) -> Result<Vec<i32>> {
+        Ok(self.descendants(pid, None)?.attachable)
+    }
+
+    /// `pid` and its descendants, parents before children, split into those that can be
+    /// attached and those left out: zombies (exited, not yet reaped: nothing left to
+    /// watch) and `exclude` with its own descendants (memwatch itself, when the tree it
+    /// is asked for contains it).
+    pub fn descendants(&self, pid: i32, exclude: Option<i32>) -> Result<Tree> {
         self.require_process(pid)?;
-        let mut parent_of = Vec::new();
+        let mut procs = Vec::new();
         let dir = std::fs::read_dir(&self.root).map_err(|source| AttachError::Read {
             path: self.root.clone(),
             source,
@@ -182,24 +218,38 @@ impl Proc {
             };
             if let Ok(text) = self.read(&format!("{p}/status")) {
                 if let Some(pp) = field(&text, "PPid:").and_then(|v| v.parse::<i32>().ok()) {
-                    parent_of.push((p, pp));
+                    procs.push((p, pp, parse_status(&text).state));
                 }
             }
         }
-        let mut out = vec![pid];
+        let mut tree = Tree::default();
+        let mut queue = vec![pid];
         let mut i = 0;
-        while i < out.len() {
-            let cur = out[i];
-            let mut kids: Vec<i32> = parent_of
+        while i < queue.len() {
+            let cur = queue[i];
+            i += 1;
+            let state = procs
                 .iter()
-                .filter(|(_, pp)| *pp == cur)
-                .map(|(p, _)| *p)
+                .find(|(p, _, _)| *p == cur)
+                .map_or('?', |(_, _, s)| *s);
+            if Some(cur) == exclude {
+                tree.left_out.push((cur, LeftOut::Ourselves));
+                continue; // nor its children (gdb, …)
+            }
+            if state == 'Z' || state == 'X' {
+                tree.left_out.push((cur, LeftOut::Zombie));
+                continue;
+            }
+            tree.attachable.push(cur);
+            let mut kids: Vec<i32> = procs
+                .iter()
+                .filter(|(_, pp, _)| *pp == cur)
+                .map(|(p, _, _)| *p)
                 .collect();
             kids.sort_unstable();
-            out.extend(kids);
-            i += 1;
+            queue.extend(kids);
         }
-        Ok(out)
+        Ok(tree)
     }
 
     /// Maps an unreadable per-process file to "no such process" when the process is gone,
@@ -327,6 +377,9 @@ impl Proc {
 pub fn parse_status(text: &str) -> Status {
     Status {
         name: field(text, "Name:").unwrap_or("").to_string(),
+        state: field(text, "State:")
+            .and_then(|v| v.chars().next())
+            .unwrap_or('?'),
         tracer_pid: field(text, "TracerPid:")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
@@ -466,6 +519,18 @@ mod tests {
         w("11/status", "Name:\tworker\nPPid:\t10\nTracerPid:\t77\n");
         w("12/status", "Name:\tworker\nPPid:\t10\nTracerPid:\t0\n");
         w("13/status", "Name:\tgrandkid\nPPid:\t12\nTracerPid:\t0\n");
+        w(
+            "14/status",
+            "Name:\tdone\nState:\tZ (zombie)\nPPid:\t10\nTracerPid:\t0\n",
+        );
+        w(
+            "15/status",
+            "Name:\tmemwatch\nState:\tS (sleeping)\nPPid:\t13\nTracerPid:\t0\n",
+        );
+        w(
+            "16/status",
+            "Name:\tgdb\nState:\tS (sleeping)\nPPid:\t15\nTracerPid:\t0\n",
+        );
         w("77/status", "Name:\tgdb\nPPid:\t1\nTracerPid:\t0\n");
         // Two descriptors of one amdgpu client, one of another client, a non-DRM fd.
         let amd = |client: u32, vram: &str| {
@@ -480,7 +545,16 @@ mod tests {
         w("12/fdinfo/1", "pos:\t0\nflags:\t02\n");
         let p = Proc::new(dir.path());
         assert_eq!(p.ptrace_scope(), Some(1));
-        assert_eq!(p.with_descendants(10).unwrap(), vec![10, 11, 12, 13]);
+        assert_eq!(
+            p.with_descendants(10).unwrap(),
+            vec![10, 11, 12, 13, 15, 16]
+        );
+        let tree = p.descendants(10, Some(15)).unwrap();
+        assert_eq!(tree.attachable, vec![10, 11, 12, 13]);
+        assert_eq!(
+            tree.left_out,
+            vec![(14, LeftOut::Zombie), (15, LeftOut::Ourselves)]
+        );
         let err = p.require_untraced(11).unwrap_err().to_string();
         assert!(err.contains("traced by pid 77 (gdb)"), "{err}");
         assert_eq!(

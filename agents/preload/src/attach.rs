@@ -10,7 +10,9 @@
 //! thread's device restored after; CUDA: `cuMemGetInfo_v2` inside each device's primary
 //! context that is already active, so no context is created). Returns 0 started, 1
 //! already capturing (attached, or started under `memwatch run`), -1 bad sink, -2 the
-//! shim was configured differently before, -3 recording could not start.
+//! shim was configured by `MEMWATCH_SINK` at start-up, -3 recording could not start. A
+//! sink fixed by an earlier attach (of this process, or of the parent it was forked
+//! from) is replaced by the new one.
 //!
 //! `memwatch_attach_stop(reason)`: restores the GOT entries, turns recording off, writes
 //! a `memwatch-attach stop` marker, flushes and closes the stream without `process_end`
@@ -34,6 +36,9 @@ use std::sync::Mutex;
 const LOCK_NS: u64 = 2_000_000_000;
 
 struct Attached {
+    /// The process that was attached: a child forked meanwhile inherits this state (and
+    /// the patched GOT entries) with its parent's pid in it.
+    pid: u32,
     patches: Vec<Patch>,
     names: Vec<(Vec<u8>, usize)>,
 }
@@ -272,9 +277,13 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
     let Ok(mut guard) = STATE.lock() else {
         return -3;
     };
-    if guard.is_some() {
-        return 1;
-    }
+    // SAFETY: plain syscall.
+    let me = libc::getpid() as u32;
+    let inherited = match guard.as_ref() {
+        Some(a) if a.pid == me => return 1,
+        Some(_) => true, // forked from an attached parent: its patches are ours too
+        None => false,
+    };
     let env_sink = libc::getenv(c"MEMWATCH_SINK".as_ptr());
     if rt::is_active() && !env_sink.is_null() {
         return 1; // started under `memwatch run` / MEMWATCH_SINK
@@ -287,8 +296,34 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
     if !rt::set_config(cfg) {
         let cur = rt::config();
         if cur.sink != cfg.sink || cur.path_bytes() != cfg.path_bytes() {
-            return -2;
+            if !env_sink.is_null() {
+                return -2; // configured by MEMWATCH_SINK at start-up
+            }
+            // Configured by an earlier attach (of this process, or of the parent it was
+            // forked from): this attach's sink replaces it.
+            if !sink::retarget(cfg.sink, cfg.path_bytes(), LOCK_NS) {
+                return -3;
+            }
         }
+    }
+    if inherited {
+        if !rt::activate() {
+            return -3;
+        }
+        if let Some(a) = guard.as_mut() {
+            a.pid = me;
+            let text = format!(
+                "memwatch-attach start patched_slots={} objects=(inherited from the parent) \
+                 failed_slots=0 hooked_names={}",
+                a.patches.len(),
+                a.names.len()
+            );
+            sink::emit_record(&marker(text, -1), LOCK_NS);
+        }
+        for rec in baseline(shim_base()) {
+            sink::emit_record(&rec, LOCK_NS);
+        }
+        return 0;
     }
     let shim = shim_base();
     let names = resolve_all(shim);
@@ -320,7 +355,11 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
     for rec in baseline(shim) {
         sink::emit_record(&rec, LOCK_NS);
     }
-    *guard = Some(Attached { patches, names });
+    *guard = Some(Attached {
+        pid: me,
+        patches,
+        names,
+    });
     0
 }
 

@@ -48,6 +48,11 @@ struct State {
     module_generation: u64,
     /// PJRT execute starts converted once for both of an execute's events.
     exec_starts: crate::pjrt::exec_start::ExecStarts,
+    /// A sink given by a later `memwatch attach` that replaces the configured one (a
+    /// process forked while its parent was attached inherits the parent's sink).
+    retarget: Option<(SinkKind, Vec<u8>)>,
+    /// Whether the open descriptor is a socket (send with MSG_NOSIGNAL).
+    sock: bool,
 }
 
 impl State {
@@ -67,8 +72,32 @@ impl State {
             backtraces: Vec::new(),
             module_generation: 0,
             exec_starts: crate::pjrt::exec_start::ExecStarts::new(),
+            retarget: None,
+            sock: false,
         }
     }
+}
+
+/// Used by `attach`: from now on open `kind`/`path` instead of the configured sink
+/// (closing the current stream, if any, without `process_end`). False when the lock
+/// could not be had.
+pub fn retarget(kind: SinkKind, path: &[u8], timeout_ns: u64) -> bool {
+    if !lock_raw(timeout_ns) {
+        return false;
+    }
+    // SAFETY: lock held.
+    let st = unsafe { &mut *SINK.st.get() };
+    if st.fd >= 0 {
+        flush(st, false, 0);
+    }
+    release(st);
+    st.anchor = None;
+    st.started = false;
+    st.attempts = 0;
+    st.last_attempt_ns = 0;
+    st.retarget = Some((kind, path.to_vec()));
+    unlock_raw();
+    true
 }
 
 struct Locked {
@@ -503,9 +532,13 @@ fn open(st: &mut State) -> bool {
     st.attempts += 1;
     st.last_attempt_ns = now;
     let c = rt::config();
-    let fd = match c.sink {
-        SinkKind::File => open_file(c.path_bytes()),
-        SinkKind::Unix => open_unix(c.path_bytes()),
+    let (kind, path) = match &st.retarget {
+        Some((k, p)) => (*k, p.as_slice()),
+        None => (c.sink, c.path_bytes()),
+    };
+    let fd = match kind {
+        SinkKind::File => open_file(path),
+        SinkKind::Unix => open_unix(path),
         SinkKind::None => -1,
     };
     if fd < 0 {
@@ -520,6 +553,7 @@ fn open(st: &mut State) -> bool {
     };
     st.fd = fd;
     st.ident = ident;
+    st.sock = kind == SinkKind::Unix;
     st.started = false;
     true
 }
@@ -615,7 +649,7 @@ fn open_unix(path: &[u8]) -> i32 {
 
 /// Writes one whole frame; on a broken sink closes it (next flush reconnects).
 fn write_all(st: &mut State, mut b: &[u8]) -> bool {
-    let sock = rt::config().sink == SinkKind::Unix;
+    let sock = st.sock;
     while !b.is_empty() {
         // SAFETY: valid buffer; our descriptor.
         let n = unsafe {

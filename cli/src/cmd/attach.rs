@@ -206,6 +206,29 @@ impl Drop for TargetDir {
     }
 }
 
+/// Everything that must hold before `pid` is touched; the claimed directory on success.
+fn check_target(proc_: &Proc, pid: i32) -> Result<TargetDir> {
+    if let Some(s) = proc_.environ_var(pid, "MEMWATCH_SINK") {
+        bail!(
+            "process {pid} is already captured by `memwatch run` (its MEMWATCH_SINK is {s}); \
+             its capture already has every allocation"
+        );
+    }
+    // The lock first: a concurrent `memwatch attach` of the same process is then refused
+    // as such, not as "traced by another process" while we inject.
+    let dir = claim(pid)?;
+    memwatch_attach::preflight(proc_, pid)?;
+    Ok(dir)
+}
+
+fn method_name(m: MethodArg) -> &'static str {
+    match m {
+        MethodArg::Auto => "auto",
+        MethodArg::Gdb => "gdb",
+        MethodArg::Ptrace => "ptrace",
+    }
+}
+
 fn claim(pid: i32) -> Result<TargetDir> {
     let dir = std::env::temp_dir().join(format!("memwatch-attach-{pid}"));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -247,6 +270,23 @@ struct TargetJson {
     detached: Option<String>,
     /// What the shim hooked (`patched_slots=N objects=... failed_slots=N hooked_names=N`).
     hooked: Option<String>,
+}
+
+impl TargetJson {
+    /// A process of the tree that was left out before anything was touched.
+    fn refused(pid: i32, method: &str, why: &dyn std::fmt::Display) -> Self {
+        TargetJson {
+            pid,
+            method: method.to_string(),
+            attached: false,
+            pause_ns: None,
+            detach_pause_ns: None,
+            at_syscall: None,
+            error: Some(format!("left out: {why}")),
+            detached: None,
+            hooked: None,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -340,25 +380,48 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
     };
     let shim = std::fs::canonicalize(&shim)
         .with_context(|| format!("shim {}: cannot resolve the path", shim.display()))?;
-    let pids = if args.all_children {
-        proc_.with_descendants(args.pid)?
+    let me = std::process::id() as i32;
+    let mut tree_left_out = Vec::new();
+    if args.pid == me {
+        bail!("pid {me} is this memwatch process itself; give the pid of the program to watch");
+    }
+    let candidates = if args.all_children {
+        let tree = proc_.descendants(args.pid, Some(me))?;
+        for (pid, why) in &tree.left_out {
+            if !args.json {
+                eprintln!("memwatch: pid {pid}: left out: {}", why.why());
+            }
+            tree_left_out.push(TargetJson::refused(
+                *pid,
+                method_name(args.method),
+                &why.why(),
+            ));
+        }
+        tree.attachable
     } else {
         proc_.require_process(args.pid)?;
         vec![args.pid]
     };
-    // Refuse what cannot work before touching anything.
+    // Refuse what cannot work before touching anything. With --all-children a descendant
+    // that cannot be attached (statically linked, under `memwatch run`, traced, …) is left
+    // out with its reason; the process named on the command line must be attachable.
+    let mut pids = Vec::new();
     let mut dirs = Vec::new();
-    for &pid in &pids {
-        if let Some(s) = proc_.environ_var(pid, "MEMWATCH_SINK") {
-            bail!(
-                "process {pid} is already captured by `memwatch run` (its MEMWATCH_SINK is {s}); \
-                 its capture already has every allocation"
-            );
+    let mut left_out = tree_left_out;
+    for &pid in &candidates {
+        match check_target(&proc_, pid) {
+            Ok(dir) => {
+                pids.push(pid);
+                dirs.push(dir);
+            }
+            Err(e) if pid != args.pid => {
+                if !args.json {
+                    eprintln!("memwatch: pid {pid}: left out: {e:#}");
+                }
+                left_out.push(TargetJson::refused(pid, method_name(args.method), &e));
+            }
+            Err(e) => return Err(e),
         }
-        // The lock first: a concurrent `memwatch attach` of the same process is then
-        // refused as such, not as "traced by another process" while we inject.
-        dirs.push(claim(pid)?);
-        memwatch_attach::preflight(&proc_, pid)?;
     }
     // A wrong --db / --daemon fails now, before the processes are touched.
     args.store.check()?;
@@ -385,7 +448,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
             write_marker(&file, pid, text)?;
         }
     }
-    let mut targets = Vec::new();
+    let mut targets = left_out;
     for (pid, dir) in pids.iter().copied().zip(&dirs) {
         let link = dir.sink_path();
         let _ = std::fs::remove_file(&link);
@@ -416,7 +479,8 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
                     -1 => t.error = Some(format!("the shim rejected the sink {sink}")),
                     -2 => {
                         t.error = Some(
-                            "the shim in this process was configured with another sink earlier"
+                            "the shim in this process was configured by MEMWATCH_SINK when it \
+                             started (it has its own capture); refused"
                                 .into(),
                         )
                     }

@@ -4,13 +4,19 @@
  * iteration, so a capture shows exactly which iterations happened while attached.
  * argv[1]: iterations, argv[2]: ms per iteration, argv[3]: how hipMalloc/hipFree are
  * reached: "direct" (linked, through the GOT; default), "dlsym" (looked up with dlsym in
- * every iteration), "cached" (looked up with dlsym once before the loop, as XLA does). */
+ * every iteration), "cached" (looked up with dlsym once before the loop, as XLA does),
+ * "fork" (direct; at iteration 30 forks a child that runs the remaining iterations with
+ * sizes 65536+i, the parent going on with its own; the parent reaps it at the end),
+ * "zombie" (direct; first forks a child that exits at once and is reaped only at the
+ * end, so it stays a zombie meanwhile). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 int hipMalloc(void **p, size_t size);
 int hipFree(void *p);
@@ -23,7 +29,15 @@ int main(int argc, char **argv) {
     const char *mode = argc > 3 ? argv[3] : "direct";
     unsigned long long sum = 0;
     void *keep = NULL;
-    int direct = strcmp(mode, "direct") == 0;
+    int forking = strcmp(mode, "fork") == 0;
+    int zombie = strcmp(mode, "zombie") == 0;
+    int direct = strcmp(mode, "direct") == 0 || forking || zombie;
+    pid_t other = -1;
+    size_t base = 4096;
+    if (zombie) {
+        other = fork();
+        if (other == 0) _exit(0);
+    }
     malloc_fn m = NULL;
     free_fn f = NULL;
     if (!direct) {
@@ -35,12 +49,19 @@ int main(int argc, char **argv) {
     /* Allocated before anyone attaches: part of the pre-attach baseline. */
     if ((direct ? hipMalloc(&keep, 1 << 20) : m(&keep, 1 << 20)) != 0) return 9;
     for (int i = 0; i < n; i++) {
+        if (forking && i == 30 && other < 0) {
+            other = fork();
+            if (other == 0) {
+                base = 65536;
+                other = 0; /* the child forks no further */
+            }
+        }
         if (strcmp(mode, "dlsym") == 0) {
             m = (malloc_fn)dlsym(RTLD_DEFAULT, "hipMalloc");
             f = (free_fn)dlsym(RTLD_DEFAULT, "hipFree");
         }
         void *p = NULL;
-        size_t size = 4096 + (size_t)i;
+        size_t size = base + (size_t)i;
         /* direct: a call through the PLT/GOT each time (no function pointer kept). */
         int r = direct ? hipMalloc(&p, size) : m(&p, size);
         printf("iter %d size %zu r %d\n", i, size, r);
@@ -50,6 +71,7 @@ int main(int argc, char **argv) {
         if (r == 0) (void)(direct ? hipFree(p) : f(p));
     }
     (void)(direct ? hipFree(keep) : f(keep));
+    if (other > 0) waitpid(other, NULL, 0);
     printf("done %llu\n", sum);
     return 3;
 }
