@@ -73,7 +73,10 @@ impl ForwarderConfig {
 pub struct ForwarderStats {
     pub batches_spooled: AtomicU64,
     pub batches_acked: AtomicU64,
+    /// Batches the spool refused because it was full (lost).
     pub batches_refused: AtomicU64,
+    /// Batches that could not be written to the spool (an I/O error; lost).
+    pub batches_lost: AtomicU64,
     pub bytes_spooled: AtomicU64,
     pub connects: AtomicU64,
 }
@@ -228,7 +231,14 @@ impl Inner {
 
     fn spool_batch(&self, rec: SpoolRecord) -> Result<(), SpoolError> {
         let n = rec.frames.len() as u64;
-        let ok = lock(&self.spool).append(&rec)?;
+        let appended = lock(&self.spool).append(&rec);
+        let ok = match appended {
+            Ok(ok) => ok,
+            Err(e) => {
+                self.stats.batches_lost.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
         if ok {
             self.stats.batches_spooled.fetch_add(1, Ordering::Relaxed);
             self.stats.bytes_spooled.fetch_add(n, Ordering::Relaxed);
@@ -382,6 +392,9 @@ fn connect(cfg: &ForwarderConfig) -> std::io::Result<TcpStream> {
     Err(last)
 }
 
+/// The longest pause between attempts to reach a daemon that is down or refuses us.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
 /// The sender thread: (re)connects, sends spooled batches in order with a window, and
 /// moves the acknowledged position forward.
 fn sender(inner: &Inner) {
@@ -399,13 +412,12 @@ fn sender(inner: &Inner) {
                     last_error = msg;
                 }
                 wait_stop(inner, backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
             }
         };
         inner.stats.connects.fetch_add(1, Ordering::Relaxed);
-        backoff = Duration::from_millis(50);
-        last_error.clear();
+        let acked_before = inner.stats.batches_acked.load(Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
         let reader = match sock.try_clone() {
             Ok(r) => r,
@@ -468,9 +480,20 @@ fn sender(inner: &Inner) {
         };
         let _ = sock.shutdown(std::net::Shutdown::Both);
         let _ = reader_thread.join();
+        if inner.stats.batches_acked.load(Ordering::Relaxed) != acked_before {
+            // The daemon took data: retry soon after the next break.
+            backoff = Duration::from_millis(50);
+            last_error.clear();
+        }
         if !reason.is_empty() {
-            eprintln!("memwatch agent: {reason}; resending unacknowledged batches");
+            // A daemon that refuses every session (a wrong token, another protocol) is
+            // retried with the same growing pause as an unreachable one, and said once.
+            if reason != last_error {
+                eprintln!("memwatch agent: {reason}; resending unacknowledged batches");
+                last_error = reason;
+            }
             wait_stop(inner, backoff);
+            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 }

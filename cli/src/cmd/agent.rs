@@ -24,7 +24,10 @@ programs with `LD_PRELOAD=libmemwatch_preload.so`). Everything received is spool
 disk first and deleted only after the daemon acknowledged its commit: when the daemon
 is down, the agent keeps spooling (up to --spool-max-mib) and replays in order when it
 is back. Samples device memory (NVML, ROCm SMI with the `rocm` feature, amdgpu sysfs)
-every --sample-ms. Stops on SIGINT/SIGTERM after flushing for up to --drain-secs.";
+every --sample-ms. Stops on SIGINT/SIGTERM after flushing for up to --drain-secs.
+
+Exit status: 0, or 1 when batches were lost (the spool was full or could not be
+written); what was lost is said on stderr.";
 
 /// Arguments of `memwatch agent`.
 #[derive(Args, Debug)]
@@ -145,18 +148,37 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
         let _ = t.join();
     }
     let fwd = Arc::try_unwrap(fwd).map_err(|_| anyhow::anyhow!("forwarder still in use"))?;
+    let refused = fwd.stats().batches_refused.load(Ordering::Relaxed);
+    let failed = fwd.stats().batches_lost.load(Ordering::Relaxed);
     let drained = fwd.shutdown(Duration::from_secs_f64(args.drain_secs.max(0.0)));
+    let lost = refused + failed;
     eprintln!(
-        "memwatch agent: {} connections; {}",
+        "memwatch agent: {} connections; {}{}",
         stats.connections.len(),
-        if drained {
+        if drained && lost == 0 {
             "everything acknowledged by the daemon".to_string()
+        } else if drained {
+            "everything spooled was acknowledged by the daemon".to_string()
         } else {
             format!(
                 "unacknowledged data stays in {} for the next start",
                 spool.display()
             )
+        },
+        if lost == 0 {
+            String::new()
+        } else {
+            format!(
+                "; {lost} batch{} never reached the spool and {} lost ({refused} spool full, \
+                 {failed} write errors)",
+                if lost == 1 { "" } else { "es" },
+                if lost == 1 { "is" } else { "are" }
+            )
         }
     );
-    Ok(Outcome::Success)
+    Ok(if lost == 0 {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
 }
