@@ -101,6 +101,90 @@ fn json_run_report_and_default_name() {
     assert!(v["report"]["processes"].is_array());
 }
 
+/// CMD's status survives a capture that cannot be read back (--out /dev/null: fsync
+/// says EINVAL there, which replaced status 7 by 2), and --json-out keeps the document
+/// out of CMD's stdout.
+#[test]
+fn dev_null_capture_keeps_the_status_and_json_out_keeps_stdout_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "run",
+            "--out",
+            "/dev/null",
+            "--",
+            "sh",
+            "-c",
+            "echo hello; exit 7",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a file: no report"));
+    let out = run_in(
+        dir.path(),
+        &[
+            "run",
+            "--out",
+            "/dev/null",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(7));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["exit_code"].clone(), v["report"].clone()),
+        (7.into(), serde_json::Value::Null)
+    );
+
+    let doc = dir.path().join("run.json");
+    let out = run_in(
+        dir.path(),
+        &[
+            "run",
+            "--out",
+            "c.mwcap",
+            "--json-out",
+            doc.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo only-mine",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "only-mine\n");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&doc).unwrap()).unwrap();
+    assert_eq!(v["exit_code"], 0);
+    assert!(v["report"]["processes"].is_array());
+    // A --json-out that cannot be written is said, and CMD's status stays.
+    let out = run_in(
+        dir.path(),
+        &[
+            "run",
+            "--json-out",
+            "/nonexistent/dir/r.json",
+            "--",
+            "sh",
+            "-c",
+            "exit 4",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--json-out /nonexistent/dir/r.json"));
+}
+
 #[test]
 fn missing_shim_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();

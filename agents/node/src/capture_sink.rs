@@ -103,11 +103,15 @@ impl CaptureFileSink {
                 path: self.path.clone(),
                 error: e.into_error(),
             })?;
-            file.sync_all().map_err(|error| AgentError::Io {
-                what: "cannot sync capture file",
-                path: self.path.clone(),
-                error,
-            })?;
+            // Only regular files can be synced; a capture sent to /dev/null or a pipe has
+            // nothing to make durable (fsync says EINVAL there).
+            if file.metadata().is_ok_and(|m| m.is_file()) {
+                file.sync_all().map_err(|error| AgentError::Io {
+                    what: "cannot sync capture file",
+                    path: self.path.clone(),
+                    error,
+                })?;
+            }
         }
         Ok(inner.stats)
     }

@@ -54,9 +54,13 @@ pub struct RunArgs {
     /// Print no report (errors and warnings still go to stderr).
     #[arg(long, short)]
     pub quiet: bool,
-    /// Print the report as one JSON document on stdout when CMD ends.
+    /// Print the report as one JSON document on stdout when CMD ends. CMD writes to the
+    /// same stdout: the document is the last line (`| tail -n 1`), or use --json-out.
     #[arg(long)]
     pub json: bool,
+    /// Write the JSON report to FILE instead (CMD's stdout stays CMD's alone).
+    #[arg(long, value_name = "FILE")]
+    pub json_out: Option<PathBuf>,
     /// Label the capture (repeatable), e.g. --tag run=baseline.
     #[arg(long = "tag", value_name = "K=V", value_parser = parse_tag)]
     pub tags: Vec<(String, String)>,
@@ -226,7 +230,8 @@ struct RunJson {
     exit_code: Option<i32>,
     signal: Option<i32>,
     connections: Vec<ConnJson>,
-    report: memwatch_analysis::capture::CaptureReport,
+    /// None when the capture went somewhere it cannot be read back from (/dev/null).
+    report: Option<memwatch_analysis::capture::CaptureReport>,
 }
 
 /// `--drain-timeout`: seconds, finite and not negative.
@@ -329,9 +334,18 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     }
     let still_open = receiver.open_connections();
     let stats = receiver.shutdown();
-    let written = sink
-        .finish()
-        .with_context(|| format!("capture {} is incomplete", out.display()))?;
+    // From here on CMD's status is what memwatch exits with: a capture that could not be
+    // written is said loudly, never turned into another exit status.
+    let written = match sink.finish() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!(
+                "memwatch: error: capture {} is incomplete: {e}",
+                out.display()
+            );
+            return Ok(Outcome::Code(end.status));
+        }
+    };
     if !idle && still_open > 0 {
         eprintln!(
             "memwatch: {still_open} process(es) still running {:.1} s after the command ended; \
@@ -340,27 +354,38 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         );
     }
 
+    if !out.metadata().is_ok_and(|m| m.is_file()) {
+        // /dev/null, a pipe, a device: nothing to read back for a report.
+        if args.json || args.json_out.is_some() {
+            if let Err(e) = emit_json(&args, &out, &end, &stats, None) {
+                eprintln!("memwatch: error: {e:#}");
+            }
+        } else if !args.quiet {
+            eprintln!(
+                "memwatch: command exited with status {} after {:.1} s; capture written to {} \
+                 ({} events), not a file: no report",
+                end.status,
+                started.elapsed().as_secs_f64(),
+                out.display(),
+                written.events
+            );
+        }
+        return Ok(Outcome::Code(end.status));
+    }
     store_capture(&args, &out);
-    let loaded = load_with_progress(&out)?;
+    let loaded = match load_with_progress(&out) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("memwatch: error: {e:#}");
+            return Ok(Outcome::Code(end.status));
+        }
+    };
     print_damage(&loaded);
     let report = analyze(loaded, &ReportOptions { top: args.top });
-    if args.json {
-        let doc = RunJson {
-            capture: out.display().to_string(),
-            command: args
-                .command
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect(),
-            exit_code: end.exit_code,
-            signal: end.signal,
-            connections: conn_json(&stats),
-            report,
-        };
-        outln!(
-            "{}",
-            serde_json::to_string(&doc).context("cannot encode the JSON report")?
-        );
+    if args.json || args.json_out.is_some() {
+        if let Err(e) = emit_json(&args, &out, &end, &stats, Some(report)) {
+            eprintln!("memwatch: error: {e:#}");
+        }
     } else if !args.quiet {
         eprint!(
             "{}",
@@ -375,6 +400,37 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         );
     }
     Ok(Outcome::Code(end.status))
+}
+
+/// `--json` / `--json-out`: the run's JSON document, on stdout or into the file.
+fn emit_json(
+    args: &RunArgs,
+    out: &Path,
+    end: &ChildEnd,
+    stats: &ReceiverStats,
+    report: Option<memwatch_analysis::capture::CaptureReport>,
+) -> Result<()> {
+    let doc = RunJson {
+        capture: out.display().to_string(),
+        command: args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        exit_code: end.exit_code,
+        signal: end.signal,
+        connections: conn_json(stats),
+        report,
+    };
+    let text = serde_json::to_string(&doc).context("cannot encode the JSON report")?;
+    match &args.json_out {
+        Some(path) => std::fs::write(path, text + "\n")
+            .with_context(|| format!("--json-out {}: cannot write", path.display())),
+        None => {
+            outln!("{text}");
+            Ok(())
+        }
+    }
 }
 
 /// `--db` / `--daemon`: loads the finished capture into the store. A storage failure is
