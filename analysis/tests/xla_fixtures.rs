@@ -143,6 +143,40 @@ fn diff_of_dump_with_itself_is_zero_and_detects_changes() {
     assert_eq!(m.ops[0].delta_bytes, 4096);
 }
 
+/// An unknown peak is not compared with 0, and a name compiled several times is paired
+/// with the NEW module of the same argument and output sizes, not by position.
+#[test]
+fn diff_never_compares_an_unknown_peak_and_pairs_repeated_names_by_io_sizes() {
+    let a = xla::load_dump_dir(&repo("testdata/h200/xla/h200-jax0.11.2-mlp")).unwrap();
+    let mut b = a.clone();
+    b[0].peak_bytes = None;
+    let d = xla::diff::diff_reports(&a, &b);
+    let m = d.modules.iter().find(|m| m.name == a[0].name).unwrap();
+    assert!(!m.figures.contains_key("peak_bytes"), "{:?}", m.figures);
+    assert_eq!(m.unknown, ["peak_bytes (NEW has no live-range file)"]);
+
+    // BASE compiled `f` for two shapes in one order, NEW in the other.
+    let mut f1 = a[0].clone();
+    f1.name = "jit_f".into();
+    f1.argument_bytes = 100;
+    f1.temp_bytes = 10;
+    let mut f2 = f1.clone();
+    f2.argument_bytes = 200;
+    f2.temp_bytes = 20;
+    let d = xla::diff::diff_reports(&[f1.clone(), f2.clone()], &[f2.clone(), f1.clone()]);
+    assert_eq!(d.modules.len(), 2);
+    for m in &d.modules {
+        assert_eq!(m.paired_by, "name+io");
+        assert_eq!(m.figures["temp_bytes"].2, 0, "{m:?}");
+    }
+    // No size match: paired in order, and said so.
+    let mut g = f2.clone();
+    g.argument_bytes = 300;
+    let d = xla::diff::diff_reports(&[f1.clone(), f2.clone()], &[f1, g]);
+    let by: Vec<&str> = d.modules.iter().map(|m| m.paired_by).collect();
+    assert_eq!(by, ["name+io", "order"]);
+}
+
 #[test]
 fn usage_reports_of_all_fixtures_parse_and_agree_with_totals() {
     use memwatch_analysis::xla::usage_report::parse_usage_report;

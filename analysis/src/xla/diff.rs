@@ -29,6 +29,13 @@ pub struct ModuleDiff {
     pub figures: BTreeMap<String, (u64, u64, i64)>,
     /// Categories whose peak bytes changed, largest |delta| first.
     pub ops: Vec<OpDelta>,
+    /// Figures known on one side only (`peak_bytes` needs the live-range file), with the
+    /// side that lacks them: never compared against 0.
+    pub unknown: Vec<String>,
+    /// How BASE's and NEW's module were paired: `name` (one of each), `name+io` (a name
+    /// compiled several times, paired by equal argument and output sizes), `order` (no
+    /// such match: paired in compilation order, which may pair different programs).
+    pub paired_by: &'static str,
 }
 
 /// The whole comparison.
@@ -46,8 +53,9 @@ fn delta(a: u64, b: u64) -> i64 {
     (b as i128 - a as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
-/// Compares BASE and NEW. Modules are matched by name; when a name occurs several times
-/// (e.g. `jit_broadcast_in_dim`), occurrences are paired in id order.
+/// Compares BASE and NEW. Modules are matched by name; a name that occurs several times
+/// (e.g. `jit_broadcast_in_dim` compiled for several shapes) is paired by equal argument
+/// and output sizes first, and what is left in compilation (id) order, marked as such.
 pub fn diff_reports(base: &[ModuleReport], new: &[ModuleReport]) -> DumpDiff {
     let index = |v: &[ModuleReport]| {
         let mut m: BTreeMap<String, Vec<usize>> = BTreeMap::new();
@@ -59,12 +67,33 @@ pub fn diff_reports(base: &[ModuleReport], new: &[ModuleReport]) -> DumpDiff {
     let (bi, ni) = (index(base), index(new));
     let names: BTreeSet<&String> = bi.keys().chain(ni.keys()).collect();
     let mut out = DumpDiff::default();
+    let io = |r: &ModuleReport| (r.argument_bytes, r.output_bytes);
     for name in names {
         let b = bi.get(name).map(Vec::as_slice).unwrap_or(&[]);
         let n = ni.get(name).map(Vec::as_slice).unwrap_or(&[]);
-        for k in 0..b.len().max(n.len()) {
-            match (b.get(k), n.get(k)) {
-                (Some(&x), Some(&y)) => out.modules.push(diff_module(&base[x], &new[y])),
+        if b.len() == 1 && n.len() == 1 {
+            out.modules
+                .push(diff_module(&base[b[0]], &new[n[0]], "name"));
+            continue;
+        }
+        let mut b_left: Vec<usize> = b.to_vec();
+        let mut n_left: Vec<usize> = n.to_vec();
+        let mut matched = Vec::new();
+        b_left.retain(
+            |&x| match n_left.iter().position(|&y| io(&new[y]) == io(&base[x])) {
+                Some(k) => {
+                    matched.push((x, n_left.remove(k)));
+                    false
+                }
+                None => true,
+            },
+        );
+        for (x, y) in matched {
+            out.modules.push(diff_module(&base[x], &new[y], "name+io"));
+        }
+        for k in 0..b_left.len().max(n_left.len()) {
+            match (b_left.get(k), n_left.get(k)) {
+                (Some(&x), Some(&y)) => out.modules.push(diff_module(&base[x], &new[y], "order")),
                 (None, Some(_)) => out.added.push(name.clone()),
                 (Some(_), None) => out.removed.push(name.clone()),
                 (None, None) => {}
@@ -74,8 +103,17 @@ pub fn diff_reports(base: &[ModuleReport], new: &[ModuleReport]) -> DumpDiff {
     out
 }
 
-fn diff_module(b: &ModuleReport, n: &ModuleReport) -> ModuleDiff {
+fn diff_module(b: &ModuleReport, n: &ModuleReport, paired_by: &'static str) -> ModuleDiff {
     let mut figures = BTreeMap::new();
+    let mut unknown = Vec::new();
+    match (b.peak_bytes, n.peak_bytes) {
+        (Some(x), Some(y)) => {
+            figures.insert("peak_bytes".to_string(), (x, y, delta(x, y)));
+        }
+        (None, None) => unknown.push("peak_bytes (neither dump has a live-range file)".into()),
+        (None, Some(_)) => unknown.push("peak_bytes (BASE has no live-range file)".into()),
+        (Some(_), None) => unknown.push("peak_bytes (NEW has no live-range file)".into()),
+    }
     let pairs = [
         ("argument_bytes", b.argument_bytes, n.argument_bytes),
         ("output_bytes", b.output_bytes, n.output_bytes),
@@ -85,11 +123,6 @@ fn diff_module(b: &ModuleReport, n: &ModuleReport) -> ModuleDiff {
             "total_allocation_bytes",
             b.total_allocation_bytes,
             n.total_allocation_bytes,
-        ),
-        (
-            "peak_bytes",
-            b.peak_bytes.unwrap_or(0),
-            n.peak_bytes.unwrap_or(0),
         ),
     ];
     for (k, x, y) in pairs {
@@ -123,5 +156,7 @@ fn diff_module(b: &ModuleReport, n: &ModuleReport) -> ModuleDiff {
         name: b.name.clone(),
         figures,
         ops,
+        unknown,
+        paired_by,
     }
 }

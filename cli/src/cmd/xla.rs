@@ -244,7 +244,18 @@ fn print_module(m: &ModuleReport, top: usize) -> anyhow::Result<()> {
 
 fn print_diff(d: &diff::DumpDiff, top: usize) -> anyhow::Result<()> {
     for m in &d.modules {
-        outln!("== {}", m.name);
+        match m.paired_by {
+            "order" => outln!(
+                "== {} (compiled several times; no NEW module with the same argument and \
+                 output sizes: paired in compilation order, may be another program)",
+                m.name
+            ),
+            "name+io" => outln!("== {} (paired by argument and output sizes)", m.name),
+            _ => outln!("== {}", m.name),
+        }
+        for u in &m.unknown {
+            outln!("    {u}: not compared");
+        }
         for (k, (b, n, dd)) in &m.figures {
             let mark = if *dd != 0 { " *" } else { "" };
             outln!(
