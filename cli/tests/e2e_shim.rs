@@ -475,3 +475,78 @@ fn sampled_backtraces_name_the_calling_functions() {
     let largest = device(&v["processes"][0], 0)["largest_allocations"].clone();
     assert!(largest[0].get("stack").is_none(), "{largest}");
 }
+
+/// A process CMD leaves behind that starts allocating only after CMD has exited (a
+/// detached worker): memwatch is its subreaper and waits for it within --drain-timeout,
+/// so its allocations are in the capture (before, run stopped as soon as no connection
+/// was open, and the worker's calls were lost without a word). One still running at the
+/// deadline is named in a warning.
+#[test]
+fn processes_left_behind_are_waited_for_and_reported() {
+    let (shim, dir) = built();
+    let work = tempfile::tempdir().unwrap();
+    let prog = dir.join("mwtest_dl");
+    let script = format!(
+        "(sleep 0.4; exec {} dlsym exec-fail >/dev/null) & exit 0",
+        prog.display()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .current_dir(work.path())
+        .env("MEMWATCH_PRELOAD", shim)
+        .env("MWTEST_LIBDIR", dir)
+        .args([
+            "run",
+            "--quiet",
+            "--out",
+            "late.mwcap",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v = report_json(&work.path().join("late.mwcap"));
+    let procs = v["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "the late worker is captured: {v}");
+    assert_eq!(device(&procs[0], 0)["alloc_count"], 2);
+
+    let script = format!(
+        "(sleep 3; exec {} dlsym exec-fail) & exit 5",
+        prog.display()
+    );
+    // stderr into a file: the worker outlives memwatch, and a pipe would be waited on.
+    let log = work.path().join("stderr.txt");
+    let t = std::time::Instant::now();
+    let status = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .current_dir(work.path())
+        .env("MEMWATCH_PRELOAD", shim)
+        .env("MWTEST_LIBDIR", dir)
+        .args([
+            "run",
+            "--drain-timeout",
+            "0.5",
+            "--out",
+            "early.mwcap",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(5));
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        t.elapsed()
+    );
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        err.contains("1 process(es) still running 0.5 s after the command ended"),
+        "{err}"
+    );
+}

@@ -64,8 +64,9 @@ pub struct RunArgs {
     /// Label the capture (repeatable), e.g. --tag run=baseline.
     #[arg(long = "tag", value_name = "K=V", value_parser = parse_tag)]
     pub tags: Vec<(String, String)>,
-    /// After CMD exits, how long to wait for processes it left behind to close their
-    /// connections, in seconds.
+    /// After CMD exits, how long to wait for processes it left behind (memwatch is their
+    /// subreaper) to exit and close their connections, in seconds; memwatch says how many
+    /// were still running when it stopped.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS", value_parser = parse_drain_timeout)]
     pub drain_timeout: f64,
     // --db / --daemon / --token: also store the capture when CMD ends.
@@ -267,6 +268,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         ld_preload.push(existing);
     }
     install_forwarding()?;
+    become_subreaper();
     let started = Instant::now();
     let spawned = Command::new(&args.command[0])
         .args(&args.command[1..])
@@ -316,23 +318,31 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         },
     };
 
-    // Grand-children may still hold connections; give them a bounded time.
+    // Processes CMD left behind (reparented to us: we are their subreaper) may still
+    // hold connections or not have opened one yet; give them a bounded time.
     let deadline = Instant::now() + Duration::from_secs_f64(args.drain_timeout.max(0.0));
     let mut idle = false;
+    let mut left_behind = reap_left_behind();
     while !INTERRUPTED.load(Ordering::SeqCst) {
         let now = Instant::now();
         let slice = deadline
             .saturating_duration_since(now)
             .min(Duration::from_millis(100));
-        if receiver.wait_idle(slice) {
+        let connections_idle = receiver.wait_idle(slice);
+        left_behind = reap_left_behind();
+        if connections_idle && left_behind == 0 {
             idle = true;
             break;
+        }
+        if connections_idle {
+            // Only processes that have not connected (yet): poll, do not spin.
+            std::thread::sleep(slice.min(Duration::from_millis(20)));
         }
         if now >= deadline {
             break;
         }
     }
-    let still_open = receiver.open_connections();
+    let still_open = receiver.open_connections().max(left_behind);
     let stats = receiver.shutdown();
     // From here on CMD's status is what memwatch exits with: a capture that could not be
     // written is said loudly, never turned into another exit status.
@@ -400,6 +410,42 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         );
     }
     Ok(Outcome::Code(end.status))
+}
+
+/// Makes memwatch the subreaper of CMD's descendants: a process CMD leaves behind (a
+/// daemon, a worker that outlives its launcher) is reparented to memwatch instead of
+/// init, so the drain can wait for it and say when it is still running.
+fn become_subreaper() {
+    // SAFETY: prctl with integer arguments; failure only loses the wait for leftovers.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// Reaps the left-behind processes that have exited; returns how many are still running
+/// (CMD itself is reaped by then).
+fn reap_left_behind() -> usize {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid status pointer.
+        let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if r > 0 {
+            continue; // one exited: reaped; look for more
+        }
+        if r < 0 {
+            return 0; // ECHILD: nobody left
+        }
+        break;
+    }
+    // Some child is still running: count them.
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+                .map(|c| c.split_whitespace().count())
+                .sum::<usize>()
+        })
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// `--json` / `--json-out`: the run's JSON document, on stdout or into the file.
