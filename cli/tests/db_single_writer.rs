@@ -9,6 +9,8 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 #[path = "support/synthetic_capture.rs"]
 mod synthetic_capture;
 
@@ -223,36 +225,10 @@ fn a_file_that_is_not_sqlite_is_refused_at_once_by_every_command() {
 /// MEMWATCH_TEST_POSTGRES_URL is set.
 #[test]
 fn a_served_postgres_database_has_one_writer() {
-    let Some(admin) = std::env::var("MEMWATCH_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
+    let Some((url, _)) = common::fresh_postgres_database("mwlock", "PostgreSQL writer-lock test")
     else {
-        eprintln!(
-            "NOTICE: MEMWATCH_TEST_POSTGRES_URL is not set: PostgreSQL writer-lock test skipped"
-        );
         return;
     };
-    let name = format!(
-        "mwlock_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        sqlx::any::install_default_drivers();
-        let pool = sqlx::AnyPool::connect(&admin).await.unwrap();
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-    });
-    let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
     let api = free_port();
     let first = Daemon(serve_cmd(&url, api).spawn().unwrap());
     wait_up(api);

@@ -1,6 +1,8 @@
 //! `memwatch gate --run ID --db PATH`: runs imported into the daemon's store gate by
 //! their per-device peaks, and the verdicts land in the store's gate_results table.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 #[path = "support/synthetic_capture.rs"]
@@ -40,36 +42,10 @@ fn stored_run_peak_regression_fails_missing_run_exits_2() {
 /// (`export MEMWATCH_TEST_POSTGRES_URL=$(bash scripts/start-test-postgres.sh)`).
 #[test]
 fn stored_run_gate_on_postgres() {
-    let Some(admin) = std::env::var("MEMWATCH_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
+    let Some((url, name)) = common::fresh_postgres_database("mwgate", "PostgreSQL gate test")
     else {
-        eprintln!("NOTICE: MEMWATCH_TEST_POSTGRES_URL is not set: PostgreSQL gate test skipped");
         return;
     };
-    let name = format!(
-        "mwgate_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        sqlx::any::install_default_drivers();
-        let pool = sqlx::AnyPool::connect(&admin)
-            .await
-            .unwrap_or_else(|e| panic!("connecting to MEMWATCH_TEST_POSTGRES_URL [{admin}]: {e}"));
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-    });
-    let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
     let dir = tempfile::tempdir().unwrap();
     scenario(dir.path(), &url, &name);
 }

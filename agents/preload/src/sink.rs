@@ -82,22 +82,7 @@ impl State {
 /// (closing the current stream, if any, without `process_end`). False when the lock
 /// could not be had.
 pub fn retarget(kind: SinkKind, path: &[u8], timeout_ns: u64) -> bool {
-    if !lock_raw(timeout_ns) {
-        return false;
-    }
-    // SAFETY: lock held.
-    let st = unsafe { &mut *SINK.st.get() };
-    if st.fd >= 0 {
-        flush(st, false, 0);
-    }
-    release(st);
-    st.anchor = None;
-    st.started = false;
-    st.attempts = 0;
-    st.last_attempt_ns = 0;
-    st.retarget = Some((kind, path.to_vec()));
-    unlock_raw();
-    true
+    end_stream(timeout_ns, |st| st.retarget = Some((kind, path.to_vec())))
 }
 
 struct Locked {
@@ -229,6 +214,16 @@ pub fn emit_record(rec: &Record, timeout_ns: u64) -> bool {
 /// Used by `attach` on detach: drains what is queued and closes the connection without
 /// a `process_end` (the process goes on); a later attach opens a new stream.
 pub fn close_stream(timeout_ns: u64) -> bool {
+    end_stream(timeout_ns, |st| {
+        st.devices_seen = [0; 3];
+        st.device_query_failures = [[0; 64]; 3];
+    })
+}
+
+/// Drains what is queued, closes the stream without `process_end` and forgets it (the
+/// next flush opens a new one, announced afresh), then applies `also`, all under the
+/// lock. False when the lock could not be had.
+fn end_stream(timeout_ns: u64, also: impl FnOnce(&mut State)) -> bool {
     if !lock_raw(timeout_ns) {
         return false;
     }
@@ -242,8 +237,7 @@ pub fn close_stream(timeout_ns: u64) -> bool {
     st.started = false;
     st.attempts = 0;
     st.last_attempt_ns = 0;
-    st.devices_seen = [0; 3];
-    st.device_query_failures = [[0; 64]; 3];
+    also(st);
     unlock_raw();
     true
 }

@@ -65,3 +65,44 @@ pub fn report_json(path: &Path) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("report --json is JSON")
 }
+
+/// A new, empty PostgreSQL database named `<prefix>_<pid>_<ns>` on the server of
+/// `MEMWATCH_TEST_POSTGRES_URL` (`export MEMWATCH_TEST_POSTGRES_URL=$(bash
+/// scripts/start-test-postgres.sh)`): (its URL, its name). None, with a notice naming
+/// `what` was skipped, when the variable is not set.
+pub fn fresh_postgres_database(prefix: &str, what: &str) -> Option<(String, String)> {
+    let Some(admin) = std::env::var("MEMWATCH_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        eprintln!("NOTICE: MEMWATCH_TEST_POSTGRES_URL is not set: {what} skipped");
+        return None;
+    };
+    let name = format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .subsec_nanos()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async {
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to MEMWATCH_TEST_POSTGRES_URL [{admin}]: {e}"));
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&pool)
+            .await
+            .expect("CREATE DATABASE");
+    });
+    let url = format!(
+        "{}/{name}",
+        admin.rsplit_once('/').expect("a URL with a database").0
+    );
+    Some((url, name))
+}
