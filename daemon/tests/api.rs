@@ -628,3 +628,75 @@ async fn run_detail_inlines_some_annotations_and_pages_the_rest() {
         assert_eq!(st, StatusCode::NOT_FOUND);
     }
 }
+
+/// With a token, a browser can use the dashboard: a page load without it goes to
+/// /login; the form with the right token sets an HttpOnly cookie and goes back to the
+/// page; the cookie opens pages and API calls (the pages' own fetches); a wrong token
+/// stays on the form; API clients still get a JSON 401; a `next` that leaves the server
+/// is not followed.
+#[tokio::test]
+async fn browsers_sign_in_with_a_cookie() {
+    let d = dbs("browser_login").await;
+    let (app, _) = app(&d.urls[0], Some("s3 cr;et")).await;
+    let call = |r: Request<Body>| app.clone().oneshot(r);
+    let page = Request::get("/runs?x=1")
+        .header("accept", "text/html,application/xhtml+xml")
+        .body(Body::empty())
+        .unwrap();
+    let r = call(page).await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/login?next=/runs%3Fx%3D1");
+    let r = call(Request::get("/api/runs").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+
+    let form = |token: &str, next: &str| {
+        Request::post("/login")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::from(format!(
+                "token={}&next={}",
+                token.replace(' ', "+").replace(';', "%3B"),
+                next.replace('/', "%2F")
+                    .replace('?', "%3F")
+                    .replace('=', "%3D")
+            )))
+            .unwrap()
+    };
+    let r = call(form("wrong", "/runs")).await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+    assert!(String::from_utf8_lossy(&body).contains("Wrong token"));
+    let r = call(form("s3 cr;et", "//evil.example/x")).await.unwrap();
+    assert_eq!(r.headers()["location"], "/");
+    let r = call(form("s3 cr;et", "/runs?x=1")).await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/runs?x=1");
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_string();
+    for uri in ["/", "/api/runs"] {
+        let r = call(
+            Request::get(uri)
+                .header("accept", "text/html")
+                .header("cookie", &pair)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{uri}");
+    }
+    let r = call(
+        Request::get("/api/runs")
+            .header("cookie", "memwatch_token=00")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+}

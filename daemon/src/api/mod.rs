@@ -3,6 +3,7 @@
 //! Owns routing, the bearer-token check, request size limits and the mapping of errors
 //! to HTTP statuses. Queries live in `store::query`; the document in `openapi`.
 
+mod login;
 pub mod openapi;
 mod runtime;
 
@@ -76,6 +77,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/api/ingest", post(ingest))
         .route("/api/openapi.json", get(openapi_doc))
         .route("/metrics", get(metrics))
+        .route("/login", get(login::page).post(login::submit))
         .merge(crate::web::routes())
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
@@ -89,18 +91,25 @@ async fn auth(
     next: Next,
 ) -> Response {
     if let Some(want) = &st.token {
-        let got = headers
+        if req.uri().path() == "/login" {
+            return next.run(req).await;
+        }
+        let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        let ok = got.is_some_and(|g| {
-            g.len() == want.len()
-                && g.bytes()
-                    .zip(want.bytes())
-                    .fold(0u8, |a, (x, y)| a | (x ^ y))
-                    == 0
-        });
+        let ok = bearer.is_some_and(|g| login::token_matches(g, want))
+            || login::cookie_token(&headers)
+                .is_some_and(|c| login::token_matches(c, &login::cookie_value(want)));
         if !ok {
+            if login::wants_page(req.uri().path(), &headers) {
+                let pq = req
+                    .uri()
+                    .path_and_query()
+                    .map_or("/", |p| p.as_str())
+                    .to_string();
+                return login::to_login(&pq);
+            }
             return ApiError(
                 StatusCode::UNAUTHORIZED,
                 "missing or wrong bearer token".into(),
