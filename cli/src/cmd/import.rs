@@ -5,7 +5,6 @@
 //! it into numbered batches, and sending them. Batches carry a stream id derived from the
 //! file's contents, so importing the same file again stores nothing twice.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -27,7 +26,9 @@ Examples:
   memwatch import --db mw.db --xla-dump /tmp/dump --run-id 3
 
 A damaged capture is loaded up to the damage (what was skipped is reported). Importing
-the same file twice stores it once (batches are keyed by the file's contents).";
+the same file twice stores it once, and importing the whole capture after a cut-off copy
+of it (same run key) stores only what the copy lacked (batches are numbered by the
+capture's records, in a stream keyed by its first 8 records).";
 
 /// Arguments of `memwatch import`.
 #[derive(Args, Debug)]
@@ -172,6 +173,11 @@ pub struct ImportSummary {
     pub capture: String,
     pub run_key: String,
     pub run_id: Option<i64>,
+    /// Records (frames) read from the capture.
+    pub records: u64,
+    /// Of those, how many an earlier import of this capture (or of a cut-off copy of
+    /// it) under the same run key had stored already: skipped.
+    pub records_already_stored: u64,
     pub batches: u64,
     pub duplicate_batches: u64,
     pub events: u64,
@@ -184,22 +190,212 @@ pub struct ImportSummary {
 
 const BATCH_EVENTS: usize = 65_536;
 
-fn content_id(path: &Path) -> Result<u64> {
-    let mut f = std::fs::File::open(path)
-        .with_context(|| format!("cannot open capture {}", path.display()))?;
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut head = vec![0u8; 1 << 20];
-    let n = f.read(&mut head).unwrap_or(0);
-    // Not a CRC: every frame ends with the CRC32 of its bytes, and CRC32 over "data + its
-    // CRC" is a constant, so two different captures of one length and frame layout would
-    // get one CRC32 and the second import would be dropped as already stored.
+/// Records that make a capture's identity.
+const IDENTITY_RECORDS: usize = 8;
+
+/// A capture's identity, the same for every copy of it that holds at least its first
+/// [`IDENTITY_RECORDS`] records: a SHA-256 (not a CRC: every frame ends with the CRC32 of
+/// its bytes, so CRC32 over a frame is a constant) of those records, which carry the
+/// processes' pids and nanosecond clock anchors, `memwatch run`'s tags with their times,
+/// and the first events. Two different captures agree on them only when generated to be
+/// identical. Records this version does not know are hashed by their type and length.
+fn capture_identity(records: &[Record]) -> u64 {
     use sha2::Digest;
-    let digest = sha2::Sha256::digest(&head[..n]);
-    let h = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
-    Ok(((len & 0xffff_ffff) << 32) | u64::from(h))
+    let mut h = sha2::Sha256::new();
+    let mut bytes = Vec::new();
+    for r in records.iter().take(IDENTITY_RECORDS) {
+        bytes.clear();
+        match (r, encode_record(r, &mut bytes)) {
+            (_, Ok(())) => h.update(&bytes),
+            (Record::Unknown { frame_type, len }, _) => {
+                h.update([*frame_type]);
+                h.update(len.to_le_bytes());
+            }
+            (_, Err(_)) => h.update(b"?"),
+        }
+    }
+    let d = h.finalize();
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
+/// Events in a record, for cutting batches.
+fn weight(r: &Record) -> usize {
+    match r {
+        Record::Events(e) => e.len(),
+        _ => 1,
+    }
+}
+
+/// Where the records go: the store directly, or a daemon's HTTP ingest.
+enum Destination<'a> {
+    Db {
+        rt: tokio::runtime::Runtime,
+        store: Store,
+        ingestor: Ingestor,
+        _lock: WriterLock,
+        db: &'a str,
+    },
+    Daemon {
+        base: &'a str,
+        token: Option<&'a str>,
+    },
+}
+
+/// What one batch did.
+struct Sent {
+    run_id: Option<i64>,
+    events: u64,
+    duplicate: bool,
+}
+
+impl<'a> Destination<'a> {
+    fn open(target: Target<'a>) -> Result<Self> {
+        Ok(match target {
+            Target::Db(db) => {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .context("cannot start the async runtime")?;
+                let shown = memwatch_daemon::store::redact(db);
+                let (store, lock) = rt.block_on(async {
+                    let store = Store::open(db)
+                        .await
+                        .with_context(|| format!("database {shown}"))?;
+                    let lock = WriterLock::acquire(db)
+                        .await
+                        .with_context(|| format!("database {shown}"))?;
+                    Ok::<_, anyhow::Error>((store, lock))
+                })?;
+                Destination::Db {
+                    rt,
+                    ingestor: Ingestor::new(store.clone()),
+                    store,
+                    _lock: lock,
+                    db,
+                }
+            }
+            Target::Daemon { url, token } => Destination::Daemon {
+                base: daemon_base(url)?,
+                token,
+            },
+        })
+    }
+
+    /// How many records of the stream are stored already (its last sequence number),
+    /// and the run they went to.
+    fn position(&self, node: &str, stream: u64, run_key: &str) -> Result<(u64, Option<i64>)> {
+        match self {
+            Destination::Db { rt, store, db, .. } => rt
+                .block_on(async {
+                    Ok::<_, memwatch_daemon::StoreError>((
+                        store.stream_last_seq(node, stream).await?,
+                        store.run_id_of(node, run_key).await?,
+                    ))
+                })
+                .with_context(|| format!("reading {db}")),
+            Destination::Daemon { base, token } => {
+                let endpoint = format!(
+                    "{base}/api/ingest?node={}&stream={stream}&run={}",
+                    urlencode(node),
+                    urlencode(run_key)
+                );
+                let v = call(ureq::get(&endpoint), *token, base, None)?;
+                Ok((v["last_seq"].as_u64().unwrap_or(0), v["run_id"].as_i64()))
+            }
+        }
+    }
+
+    fn send(&mut self, batch: Batch) -> Result<Sent> {
+        let seq = batch.seq;
+        match self {
+            Destination::Db {
+                rt, ingestor, db, ..
+            } => {
+                let out = rt
+                    .block_on(ingestor.commit(vec![batch]))
+                    .with_context(|| format!("storing the records up to {seq} into {db}"))?;
+                Ok(out.into_iter().fold(
+                    Sent {
+                        run_id: None,
+                        events: 0,
+                        duplicate: false,
+                    },
+                    |mut s, o| {
+                        s.run_id = s.run_id.or(o.run_id);
+                        s.events += o.events;
+                        s.duplicate |= o.duplicate;
+                        s
+                    },
+                ))
+            }
+            Destination::Daemon { base, token } => {
+                let mut body = encode_preamble().to_vec();
+                for r in &batch.records {
+                    encode_record(r, &mut body).context("encoding a frame")?;
+                }
+                let endpoint = format!(
+                    "{base}/api/ingest?node={}&run={}&stream={}&seq={seq}",
+                    urlencode(&batch.node),
+                    urlencode(&batch.run_key),
+                    batch.stream
+                );
+                let req = ureq::post(&endpoint).set("content-type", "application/octet-stream");
+                let v = call(req, *token, base, Some(&body))?;
+                Ok(Sent {
+                    run_id: v["run_id"].as_i64(),
+                    events: v["events"].as_u64().unwrap_or(0),
+                    duplicate: v["duplicate"].as_bool().unwrap_or(false),
+                })
+            }
+        }
+    }
+
+    fn close(self) -> Result<()> {
+        if let Destination::Db { rt, store, db, .. } = self {
+            rt.block_on(store.close())
+                .with_context(|| format!("closing {db}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// One HTTP call to the daemon; its JSON answer, or an error naming the daemon.
+fn call(
+    mut req: ureq::Request,
+    token: Option<&str>,
+    base: &str,
+    body: Option<&[u8]>,
+) -> Result<serde_json::Value> {
+    if let Some(t) = token {
+        req = req.set("authorization", &format!("Bearer {t}"));
+    }
+    let resp = match body {
+        Some(b) => req.send_bytes(b),
+        None => req.call(),
+    };
+    let resp = match resp {
+        Ok(r) => r,
+        Err(ureq::Error::Status(code, r)) => {
+            let msg = r.into_string().unwrap_or_default();
+            bail!("daemon {base} refused the import: HTTP {code} {msg}")
+        }
+        Err(e) => bail!("cannot reach daemon {base}: {e}"),
+    };
+    let text = resp
+        .into_string()
+        .with_context(|| format!("daemon {base}: unreadable reply"))?;
+    serde_json::from_str(&text).with_context(|| format!("daemon {base}: reply is not JSON: {text}"))
 }
 
 /// Reads `path` and stores it at `target`.
+///
+/// Batches are numbered by records: a batch's sequence number is the number of the
+/// capture's records up to and including its last one, in one stream per (capture, run
+/// key). So a repeated import stores nothing twice, and importing the whole capture
+/// after a cut-off copy of it (the copy holds a prefix of the records, at least the
+/// identity's) stores exactly the records the copy lacked: the import starts after the
+/// stored position. A copy damaged in its middle (records skipped there) followed by the
+/// whole capture would store the records after the damage at shifted positions.
 pub fn import_capture(
     path: &Path,
     target: Target<'_>,
@@ -210,16 +406,7 @@ pub fn import_capture(
         .with_context(|| format!("cannot open capture {}", path.display()))?;
     let mut reader = FrameReader::new(std::io::BufReader::new(file), ReadMode::Salvage)
         .with_context(|| format!("capture {}", path.display()))?;
-    let stream = content_id(path)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let run_key = run.unwrap_or_else(|| format!("import:{name}:{stream:016x}"));
-    // Same file into the same run: same stream, so a repeated import stores nothing twice.
-    let stream = stream ^ ((crc32fast::hash(run_key.as_bytes()) as u64) << 16);
-    let mut groups: Vec<Vec<Record>> = vec![Vec::new()];
-    let mut in_group = 0usize;
+    let mut records = Vec::new();
     let mut host = None;
     while let Some(rec) = reader
         .next_record()
@@ -228,108 +415,60 @@ pub fn import_capture(
         if let Record::ProcessStart(p) = &rec {
             host.get_or_insert_with(|| p.hostname.clone());
         }
-        in_group += match &rec {
-            Record::Events(e) => e.len(),
-            _ => 1,
-        };
-        if let Some(g) = groups.last_mut() {
-            g.push(rec);
-        }
-        if in_group >= BATCH_EVENTS {
-            groups.push(Vec::new());
-            in_group = 0;
-        }
+        records.push(rec);
     }
-    groups.retain(|g| !g.is_empty());
+    let identity = capture_identity(&records);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let run_key = run.unwrap_or_else(|| format!("import:{name}:{identity:016x}"));
+    let stream = identity ^ ((crc32fast::hash(run_key.as_bytes()) as u64) << 16);
     let node = node
         .or(host)
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "import".into());
+    let mut dest = Destination::open(target)?;
+    let (stored, stored_run) = dest.position(&node, stream, &run_key)?;
+    let skip = usize::try_from(stored)
+        .unwrap_or(usize::MAX)
+        .min(records.len());
     let mut summary = ImportSummary {
         capture: path.display().to_string(),
         run_key: run_key.clone(),
         run_id: None,
-        batches: groups.len() as u64,
+        records: records.len() as u64,
+        records_already_stored: skip as u64,
+        batches: 0,
         duplicate_batches: 0,
         events: 0,
         damaged_regions: reader.damage().len(),
         bytes_skipped: reader.damage().iter().map(|d| d.bytes_skipped).sum(),
         xla_modules: None,
     };
-    match target {
-        Target::Db(db) => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?;
-            rt.block_on(async {
-                let store = Store::open(db)
-                    .await
-                    .with_context(|| format!("database {}", memwatch_daemon::store::redact(db)))?;
-                let _lock = WriterLock::acquire(db)
-                    .await
-                    .with_context(|| format!("database {}", memwatch_daemon::store::redact(db)))?;
-                let mut ing = Ingestor::new(store.clone());
-                for (i, records) in groups.into_iter().enumerate() {
-                    let out = ing
-                        .commit(vec![Batch {
-                            node: node.clone(),
-                            stream,
-                            seq: i as u64 + 1,
-                            run_key: run_key.clone(),
-                            records,
-                        }])
-                        .await
-                        .with_context(|| format!("storing batch {} into {db}", i + 1))?;
-                    for o in out {
-                        summary.run_id = summary.run_id.or(o.run_id);
-                        summary.events += o.events;
-                        summary.duplicate_batches += o.duplicate as u64;
-                    }
-                }
-                store
-                    .close()
-                    .await
-                    .with_context(|| format!("closing {db}"))?;
-                Ok::<_, anyhow::Error>(())
+    let mut batch: Vec<Record> = Vec::new();
+    let mut in_batch = 0usize;
+    let total = records.len();
+    for (i, rec) in records.into_iter().enumerate().skip(skip) {
+        in_batch += weight(&rec);
+        batch.push(rec);
+        if in_batch >= BATCH_EVENTS || i + 1 == total {
+            let sent = dest.send(Batch {
+                node: node.clone(),
+                stream,
+                seq: i as u64 + 1,
+                run_key: run_key.clone(),
+                records: std::mem::take(&mut batch),
             })?;
-        }
-        Target::Daemon { url, token } => {
-            let base = daemon_base(url)?;
-            for (i, records) in groups.into_iter().enumerate() {
-                let mut body = encode_preamble().to_vec();
-                for r in &records {
-                    encode_record(r, &mut body).context("encoding a frame")?;
-                }
-                let endpoint = format!(
-                    "{base}/api/ingest?node={}&run={}&stream={stream}&seq={}",
-                    urlencode(&node),
-                    urlencode(&run_key),
-                    i + 1
-                );
-                let mut req = ureq::post(&endpoint).set("content-type", "application/octet-stream");
-                if let Some(t) = token {
-                    req = req.set("authorization", &format!("Bearer {t}"));
-                }
-                let resp = match req.send_bytes(&body) {
-                    Ok(r) => r,
-                    Err(ureq::Error::Status(code, r)) => {
-                        let msg = r.into_string().unwrap_or_default();
-                        bail!("daemon {base} refused batch {}: HTTP {code} {msg}", i + 1)
-                    }
-                    Err(e) => bail!("cannot reach daemon {base}: {e}"),
-                };
-                let text = resp
-                    .into_string()
-                    .with_context(|| format!("daemon {base}: unreadable reply"))?;
-                let v: serde_json::Value = serde_json::from_str(&text)
-                    .with_context(|| format!("daemon {base}: reply is not JSON: {text}"))?;
-                summary.run_id = summary.run_id.or(v["run_id"].as_i64());
-                summary.events += v["events"].as_u64().unwrap_or(0);
-                summary.duplicate_batches += v["duplicate"].as_bool().unwrap_or(false) as u64;
-            }
+            in_batch = 0;
+            summary.batches += 1;
+            summary.run_id = summary.run_id.or(sent.run_id);
+            summary.events += sent.events;
+            summary.duplicate_batches += u64::from(sent.duplicate);
         }
     }
+    summary.run_id = summary.run_id.or(stored_run);
+    dest.close()?;
     Ok(summary)
 }
 

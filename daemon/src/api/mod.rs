@@ -74,7 +74,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/api/runs/{id}/events", get(events))
         .route("/api/runs/{id}/annotations", get(annotations))
         .route("/api/incidents", get(incidents))
-        .route("/api/ingest", post(ingest))
+        .route("/api/ingest", post(ingest).get(ingest_position))
         .route("/api/openapi.json", get(openapi_doc))
         .route("/metrics", get(metrics))
         .route("/login", get(login::page).post(login::submit))
@@ -293,6 +293,35 @@ struct IngestQ {
     run: Option<String>,
     stream: Option<u64>,
     seq: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct PositionQ {
+    node: String,
+    stream: u64,
+    run: Option<String>,
+}
+
+/// Where an ingest stream stands: its last committed batch number (0: none), and the
+/// run `run` names on that node, if any. `memwatch import` resumes from it.
+async fn ingest_position(
+    State(st): State<AppState>,
+    ApiQuery(q): ApiQuery<PositionQ>,
+) -> ApiResult<serde_json::Value> {
+    if q.node.is_empty() {
+        return Err(bad("`node` must not be empty"));
+    }
+    let last_seq = st.store.stream_last_seq(&q.node, q.stream).await?;
+    let run_id = match q.run.as_deref() {
+        Some(k) if !k.is_empty() => st.store.run_id_of(&q.node, k).await?,
+        _ => None,
+    };
+    Ok(Json(serde_json::json!({
+        "node": q.node,
+        "stream": q.stream,
+        "last_seq": last_seq,
+        "run_id": run_id,
+    })))
 }
 
 /// Body: a wire stream (16-byte preamble, then whole frames), e.g. a capture file.

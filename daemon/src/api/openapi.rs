@@ -16,6 +16,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/runs/{id}/xla"),
     ("get", "/api/incidents"),
     ("post", "/api/ingest"),
+    ("get", "/api/ingest"),
     ("get", "/api/openapi.json"),
     ("get", "/metrics"),
 ];
@@ -115,11 +116,11 @@ pub fn document() -> Value {
                 "parameters": [id(), q("device", int64(), "device ordinal (default 0)"), q("top", count(), "largest allocations to list (default 20, at most 10000)")],
                 "responses": ok("peak")}},
             "/api/runs/{id}/events": {"get": {
-                "summary": "Raw events of a device, paged",
+                "summary": "Raw events of a device, paged. `from`/`to` are ns since the run's start; each event's `ts_ns` is the raw CLOCK_MONOTONIC value as recorded: subtract the page's `t0_mono_ns` for the same offsets",
                 "parameters": [id(), q("device", int64(), "device ordinal (default 0)"),
                     q("from", count(), "ns since run start"), q("to", count(), "ns since run start"),
                     q("cursor", cursor(false), "next_cursor of the previous page"), q("limit", count(), "page size, clamped to 1..100000 (default 1000)")],
-                "responses": ok("{\"events\": [...], \"next_cursor\": \"...\"|null}")}},
+                "responses": ok("{\"t0_mono_ns\": N, \"events\": [...], \"next_cursor\": \"...\"|null}")}},
             "/api/runs/{id}/runtime": {"get": {
                 "summary": "PJRT runtime view of a device: the framework allocator's (BFC) bytes in use / pool / largest free block / limit over time, executions as spans, the executable running at the runtime peak with its compiled memory statistics, OOMs inside execute",
                 "parameters": [id(), q("device", int64(), "device ordinal (default 0)"),
@@ -136,7 +137,13 @@ pub fn document() -> Value {
             "/api/incidents": {"get": {"summary": "Failed allocations (OOM and other errors), newest first",
                 "parameters": [q("run", int64(), "only this run"), q("limit", int64(), "clamped to 1..10000 (default 100)")],
                 "responses": ok("{\"incidents\": [...]}")}},
-            "/api/ingest": {"post": {
+            "/api/ingest": {"get": {
+                "summary": "Where an ingest stream stands: its last committed batch number (0: none yet) and the run `run` names on that node; `memwatch import` resumes after it",
+                "parameters": [{"name": "node", "in": "query", "required": true, "schema": {"type": "string", "minLength": 1}, "description": "node name"},
+                    {"name": "stream", "in": "query", "required": true, "schema": count(), "description": "stream id"},
+                    q("run", string(), "run key")],
+                "responses": ok("{\"node\",\"stream\",\"last_seq\",\"run_id\"}")},
+                "post": {
                 "summary": "Ingest a wire stream (16-byte preamble + frames, e.g. a .mwcap file)",
                 "parameters": [{"name": "node", "in": "query", "required": true, "schema": {"type": "string", "minLength": 1}, "description": "node name"},
                     q("run", string(), "run key"),

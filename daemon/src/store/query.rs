@@ -202,6 +202,10 @@ pub struct EventRow {
 
 #[derive(Debug, Serialize)]
 pub struct EventsPage {
+    /// The run's start on the capture's CLOCK_MONOTONIC: `from`/`to` count from it, while
+    /// each event's `ts_ns` is the raw clock value as recorded (subtract this to get the
+    /// offsets the other endpoints use).
+    pub t0_mono_ns: u64,
     pub events: Vec<EventRow>,
     /// Pass as `cursor` for the next page; `null` at the end.
     pub next_cursor: Option<String>,
@@ -750,6 +754,7 @@ impl Store {
             .await?;
             if rows.is_empty() {
                 return Ok(Some(EventsPage {
+                    t0_mono_ns: t0,
                     events,
                     next_cursor: None,
                 }));
@@ -766,6 +771,7 @@ impl Store {
                 while index < n {
                     if events.len() >= limit {
                         return Ok(Some(EventsPage {
+                            t0_mono_ns: t0,
                             events,
                             next_cursor: Some(format!("{chunk_id}:{index}")),
                         }));
@@ -912,4 +918,39 @@ pub fn bucket_for(span: u64, points: usize) -> (u64, Option<usize>) {
     let b = span.div_ceil(points.max(1) as u64).max(1);
     let _ = width(0);
     (b, level_for(b))
+}
+
+impl Store {
+    /// The last committed batch number of a node's ingest stream (0: none yet). Lets an
+    /// importer resume after what is stored instead of sending it again.
+    pub async fn stream_last_seq(&self, node: &str, stream: u64) -> Result<u64, StoreError> {
+        let row = sqlx::query(
+            "SELECT s.last_seq FROM streams s JOIN nodes n ON n.id = s.node_id \
+             WHERE n.name = $1 AND s.stream_id = $2",
+        )
+        .bind(node)
+        .bind(stream as i64)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match row {
+            Some(r) => col_i64(&r, 0)?.max(0) as u64,
+            None => 0,
+        })
+    }
+
+    /// The run a node stores under `run_key`, if there is one.
+    pub async fn run_id_of(&self, node: &str, run_key: &str) -> Result<Option<i64>, StoreError> {
+        let row = sqlx::query(
+            "SELECT r.id FROM runs r JOIN nodes n ON n.id = r.node_id \
+             WHERE n.name = $1 AND r.run_key = $2",
+        )
+        .bind(node)
+        .bind(run_key)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match row {
+            Some(r) => Some(col_i64(&r, 0)?),
+            None => None,
+        })
+    }
 }

@@ -150,7 +150,11 @@ impl RunState {
                     delta = e.size as i64;
                 }
                 undo = Some(Undo::Added(key));
-                self.devices.entry(device).or_default().allocs += 1;
+                // Counted as `memwatch report` counts: memory that occupies the device
+                // (pinned host memory, VMM maps and reserves are not allocations of it).
+                if counted {
+                    self.devices.entry(device).or_default().allocs += 1;
+                }
             }
             Some(EventKind::Free) => {
                 let sp = space(e.mem_kind);
@@ -160,6 +164,7 @@ impl RunState {
                     key = (e.pid, 0, e.ptr);
                     found = self.live.remove(&key);
                 }
+                let freed_device_memory = found.as_ref().is_some_and(|o| o.counted);
                 if let Some(old) = found {
                     device = old.device;
                     if old.counted {
@@ -167,7 +172,10 @@ impl RunState {
                     }
                     undo = Some(Undo::Removed(key, old));
                 }
-                self.devices.entry(device).or_default().frees += 1;
+                // As `memwatch report`: frees of counted allocations this run saw.
+                if freed_device_memory {
+                    self.devices.entry(device).or_default().frees += 1;
+                }
             }
             Some(EventKind::AllocFailed) => {
                 let d = self.devices.entry(device).or_default();
