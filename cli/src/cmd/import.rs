@@ -231,7 +231,8 @@ enum Destination<'a> {
     Db {
         rt: tokio::runtime::Runtime,
         store: Store,
-        ingestor: Ingestor,
+        /// Boxed: its run state makes it large.
+        ingestor: Box<Ingestor>,
         _lock: WriterLock,
         db: &'a str,
     },
@@ -268,7 +269,7 @@ impl<'a> Destination<'a> {
                 })?;
                 Destination::Db {
                     rt,
-                    ingestor: Ingestor::new(store.clone()),
+                    ingestor: Box::new(Ingestor::new(store.clone())),
                     store,
                     _lock: lock,
                     db,
