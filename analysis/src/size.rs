@@ -63,7 +63,7 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let v: f64 = num
         .parse()
         .map_err(|_| SizeError::NotBytes(t.to_string()))?;
-    if !v.is_finite() {
+    if v.is_nan() || (v.is_infinite() && num.contains("inf")) {
         return Err(SizeError::NotBytes(t.to_string()));
     }
     if v < 0.0 {
@@ -114,5 +114,6 @@ mod tests {
             Err(SizeError::TooLarge(_))
         ));
         assert!(matches!(parse_size("1e30"), Err(SizeError::TooLarge(_))));
+        assert!(matches!(parse_size("1e400"), Err(SizeError::TooLarge(_))));
     }
 }

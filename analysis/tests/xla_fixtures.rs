@@ -153,7 +153,14 @@ fn diff_never_compares_an_unknown_peak_and_pairs_repeated_names_by_io_sizes() {
     let d = xla::diff::diff_reports(&a, &b);
     let m = d.modules.iter().find(|m| m.name == a[0].name).unwrap();
     assert!(!m.figures.contains_key("peak_bytes"), "{:?}", m.figures);
-    assert_eq!(m.unknown, ["peak_bytes (NEW has no live-range file)"]);
+    assert_eq!(
+        m.unknown,
+        [
+            "peak_bytes (NEW has no live-range file)",
+            "peak bytes by op category (they need both peaks)"
+        ]
+    );
+    assert!(m.ops.is_empty(), "{:?}", m.ops);
 
     // BASE compiled `f` for two shapes in one order, NEW in the other.
     let mut f1 = a[0].clone();

@@ -167,3 +167,74 @@ fn a_gated_metric_that_was_not_measured_is_not_a_pass() {
     let text = std::fs::read_to_string(&base).unwrap();
     assert!(!text.contains("temp") && !text.contains("gone"), "{text}");
 }
+
+/// A damaged capture is never judged: exit 2 naming the damage (before: "improved" with
+/// a peak 208 MiB too low, exit 0), `incomplete` with --allow-missing, and --ratchet does
+/// not write its figures into the baseline.
+#[test]
+fn a_damaged_capture_is_not_judged_and_never_lowers_the_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../testdata/h200-captures/jax0.11.2-platform-allocator.mwcap"
+    );
+    let mut bytes = std::fs::read(src).unwrap();
+    let good = dir.path().join("good/job.mwcap");
+    let bad = dir.path().join("bad/job.mwcap");
+    std::fs::create_dir_all(good.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+    std::fs::write(&good, &bytes).unwrap();
+    let mid = bytes.len() / 4;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&bad, &bytes).unwrap();
+    let base = dir.path().join("b.toml");
+    let mw = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_memwatch"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let (b, g, d) = (
+        base.to_str().unwrap(),
+        good.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    );
+    assert!(mw(&["gate", "--baseline", b, "--capture", g, "--update"])
+        .status
+        .success());
+    let written = std::fs::read_to_string(&base).unwrap();
+    let out = mw(&["gate", "--baseline", b, "--capture", d]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("could not be judged") && err.contains("damaged"),
+        "{err}"
+    );
+    let out = mw(&[
+        "gate",
+        "--baseline",
+        b,
+        "--capture",
+        d,
+        "--allow-missing",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["entries"][0]["status"], "incomplete");
+    assert!(r["entries"][0]["doubt"]
+        .as_str()
+        .unwrap()
+        .contains("damaged"));
+    let out = mw(&[
+        "gate",
+        "--baseline",
+        b,
+        "--capture",
+        d,
+        "--ratchet",
+        "--allow-missing",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&base).unwrap(), written);
+}

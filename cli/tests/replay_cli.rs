@@ -319,7 +319,7 @@ fn jsonl_with_two_devices_needs_trace_device() {
 }
 
 /// A damaged capture replays what is left, and says so: a warning on stderr and in the
-/// report, `trace_gaps` in JSON (before, nothing told the figures were a lower bound).
+/// report, `trace_gaps` in JSON (before, nothing told the figures could be off).
 #[test]
 fn a_damaged_capture_replays_with_a_warning() {
     let src = format!(
@@ -343,7 +343,10 @@ fn a_damaged_capture_replays_with_a_warning() {
     let (code, out, err) = run(&["replay", b, "--capacity", "140G", "--json"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        err.contains("warning") && err.contains("damaged.mwcap") && err.contains("lower bound"),
+        err.contains("warning")
+            && err.contains("damaged.mwcap")
+            && err.contains("too low")
+            && err.contains("too high"),
         "{err}"
     );
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -361,4 +364,75 @@ fn a_damaged_capture_replays_with_a_warning() {
         out.contains("warning    the capture is incomplete"),
         "{out}"
     );
+}
+
+/// Sizes past what the models take are refused wherever they come from (a device spec
+/// got around --capacity's limit and panicked), the min-capacity search stays inside
+/// the limit (it overflowed on a 2^58-byte peak), and --trace-device on a trace without
+/// devices is an error listing what is there instead of being ignored.
+#[test]
+fn limits_hold_for_device_specs_searches_and_trace_devices() {
+    let huge = jsonl(
+        &(0..4)
+            .map(|i| format!("{{\"op\":\"alloc\",\"id\":{i},\"size\":{}}}\n", 1u64 << 56))
+            .collect::<String>(),
+    );
+    let h = huge.path().to_str().unwrap();
+    let (code, out, err) = run(&[
+        "replay",
+        h,
+        "--capacity",
+        "1E",
+        "--find-min-capacity",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["min_capacity"].is_array(), "{v}");
+    let (code, _, err) = run(&[
+        "replay",
+        h,
+        "--device",
+        "strix-halo:ram=18446744073709551615,vram=18446744073709551614",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("larger than any device"), "{err}");
+
+    let (code, _, err) = run(&["replay", &fixture("bfc_seed12.log"), "--trace-device", "5"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--trace-device 5") && err.contains("no devices"),
+        "{err}"
+    );
+    let cap = format!(
+        "{}/../testdata/h200-captures/jax0.11.2-platform-allocator.mwcap",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (code, _, err) = run(&["replay", &cap, "--capacity", "1T", "--trace-device", "7"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("the trace has device 0"), "{err}");
+
+    // The compare table and the min-capacity search show the dump's verdict too.
+    let (code, out, _) = run(&[
+        "replay",
+        &fixture("oom-26x4GiB.log"),
+        "--compare-devices",
+        "h100,mi300x",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("verdict    the recorded pool of 104.85 GiB is short"),
+        "{out}"
+    );
+    let (code, out, _) = run(&[
+        "replay",
+        &fixture("oom-26x4GiB.log"),
+        "--find-min-capacity",
+        "--allocator",
+        "platform",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["oom_dump"]["verdict"], "pool_too_small");
 }

@@ -157,8 +157,17 @@ impl StrixHalo {
     }
 }
 
-fn parse_bytes(s: &str) -> Option<u64> {
-    crate::size::parse_size(s).ok()
+/// A size in a device spec: [`crate::size`]'s rules, at most 2^60 bytes (1 EiB), the
+/// largest pool the allocator models take.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let v = crate::size::parse_size(s).map_err(|e| e.to_string())?;
+    if v > crate::alloc::trace::MAX_POOL_BYTES {
+        return Err(format!(
+            "{:?}: larger than any device (the limit is 2^60 bytes, 1 EiB)",
+            s.trim()
+        ));
+    }
+    Ok(v)
 }
 
 /// Resolves `NAME[:key=value,...]`. Strix Halo keys: `vram=` (carve-out, default 96G,
@@ -192,18 +201,9 @@ pub fn resolve(spec: &str) -> Result<DeviceProfile, DeviceError> {
                 .split_once('=')
                 .ok_or_else(|| bad(p, "expected key=value"))?;
             match k.trim() {
-                "vram" => {
-                    sh.vram_carveout =
-                        parse_bytes(v).ok_or_else(|| bad(p, "not a size like 96G"))?
-                }
-                "gtt" => {
-                    sh.gtt_limit =
-                        Some(parse_bytes(v).ok_or_else(|| bad(p, "not a size like 64G"))?)
-                }
-                "ram" => {
-                    sh.system_bytes =
-                        parse_bytes(v).ok_or_else(|| bad(p, "not a size like 128G"))?
-                }
+                "vram" => sh.vram_carveout = parse_bytes(v).map_err(|e| bad(p, &e))?,
+                "gtt" => sh.gtt_limit = Some(parse_bytes(v).map_err(|e| bad(p, &e))?),
+                "ram" => sh.system_bytes = parse_bytes(v).map_err(|e| bad(p, &e))?,
                 "mem" => {
                     sh.accounting = match v.trim() {
                         "hipmalloc" | "device" => ApuAccounting::DeviceMalloc,

@@ -95,8 +95,9 @@ impl CaptureGaps {
         }
         (!parts.is_empty()).then(|| {
             format!(
-                "the capture is incomplete: {}; allocations in the gaps are missing from the \
-                 replay, so its figures are a lower bound",
+                "the capture is incomplete: {}; allocations and frees in the gaps are missing \
+                 from the replay, so its figures may be too low (lost allocations) or too high \
+                 (lost frees)",
                 parts.join(", ")
             )
         })
@@ -564,7 +565,20 @@ pub fn read_capture<R: Read>(src: R, device: Option<i32>) -> Result<Trace, Trace
     devices.sort_unstable();
     devices.dedup();
     let device = match device {
-        Some(d) => d,
+        Some(d) if devices.contains(&d) || devices.is_empty() => d,
+        Some(d) => {
+            return Err(TraceError::NoSuchDevice {
+                device: d,
+                present: format!(
+                    "device {}",
+                    devices
+                        .iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })
+        }
         None => match devices.as_slice() {
             [] => return Err(TraceError::Empty),
             [d] => *d,
@@ -698,7 +712,15 @@ pub fn read_any(bytes: &[u8], device: Option<i32>) -> Result<Trace, TraceError> 
             .count(),
         msg: "not UTF-8 text".into(),
     })?;
+    let no_devices = |format: &str| match device {
+        Some(d) => Err(TraceError::NoSuchDevice {
+            device: d,
+            present: format!("no devices: {format} describe one device's allocator"),
+        }),
+        None => Ok(()),
+    };
     if looks_like_validate_doc(text) {
+        no_devices("bfc_validate documents")?;
         return read_validate_doc(text);
     }
     let first = text
@@ -707,6 +729,7 @@ pub fn read_any(bytes: &[u8], device: Option<i32>) -> Result<Trace, TraceError> 
         .find(|l| !l.is_empty())
         .unwrap_or("");
     if !first.starts_with('{') && text.contains("ran out of memory") {
+        no_devices("OOM dumps")?;
         return read_oom_log(text, std::path::Path::new("trace"));
     }
     read_jsonl(text.as_bytes(), device)

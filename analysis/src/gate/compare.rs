@@ -114,6 +114,10 @@ pub struct EntryReport {
     /// For regressed entries: the ops whose peak bytes grew most (needs per-op figures on
     /// both sides, i.e. XLA dumps).
     pub op_growth: Vec<OpGrowth>,
+    /// Why this run's figures cannot be judged (the source lost data); the entry is then
+    /// `incomplete` whatever its figures say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub doubt: Option<String>,
 }
 
 impl EntryReport {
@@ -213,6 +217,8 @@ fn compare_entry(
         .map_or(opts.max_increase_bytes, |t| t.value);
     let mut metrics = Vec::new();
     let (mut regressed, mut improved, mut grew, mut incomplete) = (false, false, false, false);
+    let mut compared = false;
+    let mut measured_gated = false;
     for m in Metric::ALL {
         let b = base.and_then(|e| e.metrics.get(&m).copied());
         let c = cur.and_then(|e| e.metrics.get(&m).copied());
@@ -229,6 +235,8 @@ fn compare_entry(
             _ => (None, None, false),
         };
         let unmeasured = gated && cur.is_some() && b.is_some() && c.is_none();
+        measured_gated |= gated && c.is_some();
+        compared |= gated && b.is_some() && c.is_some();
         if gated && base.is_some() && cur.is_some() {
             regressed |= r;
             improved |= d.is_some_and(|d| d < 0);
@@ -246,13 +254,17 @@ fn compare_entry(
             unmeasured,
         });
     }
+    let doubt = cur.and_then(|c| c.doubt.clone());
     let status = match (base, cur) {
         (None, _) => Status::New,
         (_, None) => Status::Missing,
+        _ if doubt.is_some() => Status::Incomplete,
         _ if regressed => Status::Regressed,
         _ if incomplete => Status::Incomplete,
         _ if improved => Status::Improved,
         _ if grew => Status::WithinThreshold,
+        // The baseline entry has no figure for what is gated and measured now.
+        _ if !compared && measured_gated => Status::New,
         _ => Status::Unchanged,
     };
     let op_growth = match (status, base, cur) {
@@ -268,6 +280,7 @@ fn compare_entry(
         max_increase_bytes: max_b,
         metrics,
         op_growth,
+        doubt,
     }
 }
 
@@ -303,7 +316,7 @@ pub fn compare(baseline: &Baseline, current: &Measurements, opts: &GateOptions) 
         ..Summary::default()
     };
     for e in &entries {
-        if e.metrics.iter().any(|d| d.unmeasured) {
+        if e.status == Status::Incomplete || e.metrics.iter().any(|d| d.unmeasured) {
             s.incomplete += 1;
         }
         match e.status {
@@ -356,6 +369,10 @@ pub fn updated_baseline(
     let mut new = Baseline::default();
     for c in current.entries() {
         let prev = old.entries.get(&c.key);
+        if mode == UpdateMode::Ratchet && c.doubt.is_some() {
+            // Figures nobody can vouch for never move the baseline (kept below if there).
+            continue;
+        }
         let mut e = BaselineEntry {
             note: prev.and_then(|p| p.note.clone()),
             max_increase: prev.and_then(|p| p.max_increase.clone()),
@@ -378,7 +395,12 @@ pub fn updated_baseline(
                 for (m, v) in &p.metrics {
                     e.metrics.entry(*m).or_insert(*v);
                 }
-                e.ops = if any_higher { p.ops.clone() } else { ops_of(c) };
+                let now = ops_of(c);
+                e.ops = if any_higher || now.is_empty() {
+                    p.ops.clone() // this source has no per-op figures: keep the reviewed ones
+                } else {
+                    now
+                };
             }
             _ => {
                 e.metrics = c.metrics.clone();
@@ -413,6 +435,7 @@ mod tests {
                     bytes: *b,
                 })
                 .collect(),
+            doubt: None,
         }
     }
 
@@ -609,5 +632,28 @@ mod tests {
                 .entries
                 .is_empty()
         );
+    }
+
+    /// A source without per-op figures does not erase the reviewed ones (--ratchet), and
+    /// a baseline entry without figures for what is gated now is `new`, not `unchanged`.
+    #[test]
+    fn ratchet_keeps_ops_and_an_entry_without_figures_is_new() {
+        let base = updated_baseline(
+            &Baseline::default(),
+            &measured(vec![entry(
+                "m",
+                &[(Metric::Temp, 100)],
+                &[("fusion.1", 60)],
+            )]),
+            UpdateMode::Accept,
+            false,
+        );
+        let now = measured(vec![entry("m", &[(Metric::Temp, 100)], &[])]);
+        let r = updated_baseline(&base, &now, UpdateMode::Ratchet, false);
+        assert_eq!(r.entries["m"].ops.get("fusion.1"), Some(&60));
+        let mut empty = base.clone();
+        empty.entries.get_mut("m").unwrap().metrics.clear();
+        let rep = compare(&empty, &now, &opts(0.0, 0));
+        assert_eq!(rep.entries[0].status, Status::New);
     }
 }

@@ -26,6 +26,10 @@ pub struct GateEntry {
     pub metrics: BTreeMap<Metric, u64>,
     /// Per-op bytes at the peak, largest first (empty when the source has none).
     pub top_ops: Vec<OpBytes>,
+    /// Why the figures cannot be trusted, when the source lost data (a damaged capture,
+    /// events the shim dropped): such an entry is never judged, only reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub doubt: Option<String>,
 }
 
 impl GateEntry {
@@ -115,6 +119,7 @@ mod tests {
             source: source.into(),
             metrics: BTreeMap::new(),
             top_ops: vec![],
+            doubt: None,
         }
     }
 

@@ -128,7 +128,16 @@ fn diff_module(b: &ModuleReport, n: &ModuleReport, paired_by: &'static str) -> M
     for (k, x, y) in pairs {
         figures.insert(k.to_string(), (x, y, delta(x, y)));
     }
-    let (bc, nc) = (b.category_bytes(), n.category_bytes());
+    // The op categories' bytes are bytes at the peak: unknown with the peak.
+    let peaks_known = b.peak_bytes.is_some() && n.peak_bytes.is_some();
+    if !peaks_known {
+        unknown.push("peak bytes by op category (they need both peaks)".into());
+    }
+    let (bc, nc) = if peaks_known {
+        (b.category_bytes(), n.category_bytes())
+    } else {
+        Default::default()
+    };
     let keys: BTreeSet<&str> = bc.keys().chain(nc.keys()).copied().collect();
     let mut ops: Vec<OpDelta> = keys
         .into_iter()

@@ -236,7 +236,21 @@ fn refuse_unmeasured(baseline: &Path, report: &gate::GateReport) -> Result<()> {
                 .map(move |d| format!("{} of {}", d.metric.name(), e.key))
         })
         .collect();
+    let doubted: Vec<String> = report
+        .entries
+        .iter()
+        .filter(|e| e.status == gate::Status::Incomplete)
+        .filter_map(|e| e.doubt.as_ref().map(|d| format!("{} ({d})", e.key)))
+        .collect();
     let mut problems = Vec::new();
+    if !doubted.is_empty() {
+        problems.push(format!(
+            "{} entr{} could not be judged: {}",
+            doubted.len(),
+            if doubted.len() == 1 { "y" } else { "ies" },
+            doubted.join("; ")
+        ));
+    }
     if !missing.is_empty() {
         problems.push(format!(
             "{} baseline entr{} not measured: {}",
@@ -261,16 +275,25 @@ fn refuse_unmeasured(baseline: &Path, report: &gate::GateReport) -> Result<()> {
     if problems.is_empty() {
         return Ok(());
     }
-    let them = if missing.len() + unmeasured.len() == 1 {
+    let them = if missing.len() + unmeasured.len() + doubted.len() == 1 {
         "it"
     } else {
         "them"
     };
     bail!(
-        "{}: {} (pass --allow-missing to report {them} without failing, --update to drop \
-         {them}, or --metric to gate only what these inputs measure)",
+        "{}: {} (pass --allow-missing to report {them} without failing{}{})",
         baseline.display(),
         problems.join("; "),
+        if missing.is_empty() && unmeasured.is_empty() {
+            String::new()
+        } else {
+            format!(", --update to drop {them}")
+        },
+        if unmeasured.is_empty() {
+            ""
+        } else {
+            ", or --metric to gate only what these inputs measure"
+        },
     )
 }
 
@@ -322,6 +345,18 @@ pub fn run(args: GateArgs) -> Result<Outcome> {
         write_file(p, &render::junit::render(&report))?;
     }
     if writing {
+        for e in report.entries.iter().filter(|e| e.doubt.is_some()) {
+            eprintln!(
+                "memwatch gate: warning: {}: {}{}",
+                e.key,
+                e.doubt.as_deref().unwrap_or_default(),
+                if args.update {
+                    "; recorded as measured all the same (--update)"
+                } else {
+                    "; the baseline keeps its figures"
+                }
+            );
+        }
         let mode = if args.update {
             UpdateMode::Accept
         } else {

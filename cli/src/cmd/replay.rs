@@ -366,6 +366,37 @@ fn dump_verdict(trace: &Trace) -> Option<DumpVerdict> {
     })
 }
 
+/// The trace's warning (lost data) and, for an OOM dump, its verdict against the
+/// recorded pool: lines every text report shows.
+fn print_trace_notes(trace: &Trace) -> anyhow::Result<()> {
+    if let Some(g) = trace.meta.gaps.describe() {
+        outln!("warning    {g}");
+    }
+    if let Some(d) = dump_verdict(trace) {
+        outln!(
+            "source     the log's OOM dump: {} live buffers ({}) + the failed request ({}) need {}",
+            d.live_buffers,
+            human(d.live_bytes),
+            human(d.request_bytes),
+            human(d.need_bytes)
+        );
+        match (d.recorded_pool_bytes, d.short_by_bytes) {
+            (Some(pool), Some(short)) => outln!(
+                "verdict    the recorded pool of {} is short by at least {} (before any fragmentation)",
+                human(pool),
+                human(short)
+            ),
+            (Some(pool), None) => outln!(
+                "verdict    packed without holes they fit in the recorded pool of {}: the real \
+                 failure came from fragmentation",
+                human(pool)
+            ),
+            (None, _) => outln!("verdict    the log does not state the pool's size"),
+        }
+    }
+    Ok(())
+}
+
 fn print_run(run: &Run, trace: &Trace, path: &Path) -> anyhow::Result<()> {
     let r = &run.result;
     outln!(
@@ -413,36 +444,12 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) -> anyhow::Result<()> {
         human(r.peak_bytes_in_use),
         human(r.peak_pool_bytes)
     );
-    if let Some(g) = trace.meta.gaps.describe() {
-        outln!("warning    {g}");
-    }
-    if let Some(d) = dump_verdict(trace) {
+    print_trace_notes(trace)?;
+    if dump_verdict(trace).is_some_and(|d| d.recorded_pool_bytes != Some(run.limit)) {
         outln!(
-            "source     the log's OOM dump: {} live buffers ({}) + the failed request ({}) need {}",
-            d.live_buffers,
-            human(d.live_bytes),
-            human(d.request_bytes),
-            human(d.need_bytes)
+            "replayed   on a pool of {} instead (see result)",
+            human(run.limit)
         );
-        match (d.recorded_pool_bytes, d.short_by_bytes) {
-            (Some(pool), Some(short)) => outln!(
-                "verdict    the recorded pool of {} is short by at least {} (before any fragmentation)",
-                human(pool),
-                human(short)
-            ),
-            (Some(pool), None) => outln!(
-                "verdict    packed without holes they fit in the recorded pool of {}: the real \
-                 failure came from fragmentation",
-                human(pool)
-            ),
-            (None, _) => outln!("verdict    the log does not state the pool's size"),
-        }
-        if d.recorded_pool_bytes != Some(run.limit) {
-            outln!(
-                "replayed   on a pool of {} instead (see result)",
-                human(run.limit)
-            );
-        }
     }
     match &r.oom {
         None => outln!("result     FITS"),
@@ -659,6 +666,7 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
                 human(replay::peak_live_bytes(&trace)),
                 kind.name()
             );
+            print_trace_notes(&trace)?;
             outln!(
                 "{:<22} {:>12} {:>6} {:>12} {:>6} {:>10} {:>12} {:>12}",
                 "device",
@@ -706,7 +714,10 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
             let pb = progress_bar(trace.len() as u64, &format!("min pool, {}", k.name()), true);
             let t2 = target.clone();
             let make = move |limit: u64| spec_for(k, limit, preallocate, &t2);
-            let max_limit = (replay::peak_live_bytes(&trace).saturating_mul(64)).max(1 << 30);
+            // Up to 64 x the peak, never past the largest pool the models take.
+            let max_limit = replay::peak_live_bytes(&trace)
+                .saturating_mul(64)
+                .clamp(1 << 30, MAX_POOL_BYTES);
             let found = replay::find_min_limit(&trace, &make, 1 << 20, max_limit, &mut |n, e| {
                 pb.set_message(format!("min pool, {}, replay {n}", k.name()));
                 pb.set_position(e as u64);
@@ -741,6 +752,7 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
                 json!({
                     "peak_live_bytes": replay::peak_live_bytes(&trace),
                     "trace_gaps": gaps_json(&trace),
+                    "oom_dump": dump_verdict(&trace).map(|v| v.json()),
                     "min_capacity": list,
                 })
             );
@@ -751,6 +763,7 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
                 trace.len(),
                 human(replay::peak_live_bytes(&trace))
             );
+            print_trace_notes(&trace)?;
             outln!(
                 "{:<9} {:>14} {:>6} {:>16} {:>14} {:>8}  how",
                 "allocator",

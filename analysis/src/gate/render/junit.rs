@@ -73,9 +73,10 @@ fn write(w: &mut Writer<Vec<u8>>, r: &GateReport) -> std::io::Result<()> {
             Status::Incomplete => {
                 w.write_event(Event::Start(case))?;
                 let lacking: Vec<String> = e
-                    .metrics
+                    .doubt
                     .iter()
-                    .filter_map(super::describe_unmeasured)
+                    .map(|d| format!("not judged: {d}"))
+                    .chain(e.metrics.iter().filter_map(super::describe_unmeasured))
                     .collect();
                 let message = format!("{}: {}", e.key, lacking.join("; "));
                 w.write_event(Event::Start(BytesStart::new("error").with_attributes([

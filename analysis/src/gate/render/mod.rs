@@ -78,7 +78,8 @@ pub fn deltas(e: &EntryReport, mark: impl Fn(&str) -> String) -> Vec<String> {
         .filter(|d| d.delta_bytes.is_some_and(|x| x != 0))
         .collect();
     changed.sort_by_key(|d| !d.regressed);
-    let mut lines: Vec<String> = e.metrics.iter().filter_map(describe_unmeasured).collect();
+    let mut lines: Vec<String> = e.doubt.iter().map(|d| format!("not judged: {d}")).collect();
+    lines.extend(e.metrics.iter().filter_map(describe_unmeasured));
     lines.extend(
         changed
             .into_iter()

@@ -18,9 +18,26 @@ pub fn entries_from_report(report: &CaptureReport, name: &str, origin: &Path) ->
     let mut procs: Vec<_> = report.processes.iter().collect();
     procs.sort_by_key(|p| (p.start_ns.unwrap_or(u64::MAX), p.pid));
     let single = procs.len() == 1;
+    let damaged_bytes: u64 = report.damage.iter().map(|d| d.bytes_lost).sum();
+    let damage = (!report.damage.is_empty()).then(|| {
+        format!(
+            "the capture is damaged ({} stretch(es), {damaged_bytes} bytes skipped: `memwatch \
+             report` lists them); allocations or frees in them are missing, so its peaks may \
+             be too low or too high",
+            report.damage.len()
+        )
+    });
     let mut out = Vec::new();
     for (i, p) in procs.iter().enumerate() {
-        for d in &p.devices {
+        let dropped = (p.dropped_events > 0).then(|| {
+            format!(
+                "the shim dropped {} events of pid {} (its buffer was full), so the peak may \
+                 be too low or too high",
+                p.dropped_events, p.pid
+            )
+        });
+        // Host-side events carry no device (-1): nothing of a device to gate.
+        for d in p.devices.iter().filter(|d| d.device >= 0) {
             let key = if single {
                 format!("{name}/device{}", d.device)
             } else {
@@ -31,6 +48,7 @@ pub fn entries_from_report(report: &CaptureReport, name: &str, origin: &Path) ->
                 source: format!("capture:{}", origin.display()),
                 metrics: BTreeMap::from([(Metric::Peak, d.peak_bytes)]),
                 top_ops: Vec::new(),
+                doubt: damage.clone().or_else(|| dropped.clone()),
             });
         }
     }

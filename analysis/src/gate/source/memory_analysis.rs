@@ -135,6 +135,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<GateEntry>, GateError> {
             source: format!("memory-analysis:{}", path.display()),
             metrics,
             top_ops: Vec::new(),
+            doubt: None,
         };
         entry.fill_total();
         out.push(entry);

@@ -55,6 +55,7 @@ pub fn entries(run: &StoredRun, name: Option<&str>) -> Vec<GateEntry> {
             source: format!("run {} in {}", run.run_id, run.db),
             metrics: BTreeMap::from([(Metric::Peak, peak)]),
             top_ops: Vec::new(),
+            doubt: None,
         })
         .collect()
 }

@@ -49,6 +49,7 @@ pub fn entries_from_reports(reports: &[ModuleReport], origin: &Path) -> Vec<Gate
                 source: format!("xla-dump:{}", origin.display()),
                 metrics,
                 top_ops,
+                doubt: None,
             };
             e.fill_total();
             e
