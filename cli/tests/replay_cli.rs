@@ -436,3 +436,23 @@ fn limits_hold_for_device_specs_searches_and_trace_devices() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["oom_dump"]["verdict"], "pool_too_small");
 }
+
+/// A growing pool that failed below its stated limit could not grow; its limit was not
+/// too small (the same dump with `Limit:` raised to 108.5 GiB, above the 108 GiB need).
+#[test]
+fn a_pool_that_could_not_grow_is_told_from_a_limit_too_small() {
+    let text = std::fs::read_to_string(fixture("oom-26x4GiB.log")).unwrap();
+    let grown = text.replace(
+        "Limit:                       104.85GiB",
+        "Limit:                       108.50GiB",
+    );
+    assert_ne!(grown, text);
+    let f = jsonl(&grown);
+    let (code, out, err) = run(&["replay", f.path().to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["oom_dump"]["verdict"], "pool_could_not_grow");
+    assert_eq!(v["oom_dump"]["stated_limit_bytes"], 116500987904u64);
+    let (_, out, _) = run(&["replay", f.path().to_str().unwrap()]);
+    assert!(out.contains("could not grow by the request"), "{out}");
+}

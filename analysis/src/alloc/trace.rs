@@ -40,8 +40,12 @@ pub struct Observed {
 pub struct TraceMeta {
     /// `jsonl`, `bfc_validate` or `mwcap`.
     pub format: &'static str,
-    /// Pool limit the recording allocator ran with (`bytes_limit`), when recorded.
+    /// Pool limit the recording allocator ran with (`bytes_limit`), when recorded; for an
+    /// OOM dump, the pool it had reserved at the failure (the sum of its regions).
     pub bytes_limit: Option<u64>,
+    /// For an OOM dump: the limit its `Stats:` block states, which a growing pool may not
+    /// have reached yet.
+    pub stated_limit: Option<u64>,
     /// Whether the recording run preallocated its pool, when recorded.
     pub preallocate: Option<bool>,
     /// Index of the event that failed in the recording run, when recorded.
@@ -674,6 +678,7 @@ pub fn from_bfc_oom(oom: &crate::log::BfcOom) -> Result<Trace, TraceError> {
     )?;
     let mut t = b.finish("bfc_oom_dump");
     t.meta.bytes_limit = oom.pool_bytes();
+    t.meta.stated_limit = oom.stats.as_ref().and_then(|s| s.get("bytes_limit"));
     if let Some(pool) = t.meta.bytes_limit.filter(|p| *p > MAX_POOL_BYTES) {
         return Err(TraceError::Field {
             line: oom.at.line,

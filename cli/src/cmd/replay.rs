@@ -326,9 +326,29 @@ struct DumpVerdict {
     recorded_pool_bytes: Option<u64>,
     /// `need - recorded pool` when the need exceeds it; None: fragmentation (or no pool).
     short_by_bytes: Option<u64>,
+    /// The limit the log states, when it is above the pool reserved so far (a growing
+    /// pool): then a need between the two means the pool could not grow, not that the
+    /// limit was too small.
+    stated_limit_bytes: Option<u64>,
 }
 
 impl DumpVerdict {
+    /// `pool_unknown`, `fragmentation` (the need fits the pool), `pool_could_not_grow`
+    /// (above the pool, within the stated limit), `pool_too_small`.
+    fn verdict(&self) -> &'static str {
+        match (self.recorded_pool_bytes, self.short_by_bytes) {
+            (None, _) => "pool_unknown",
+            (Some(_), None) => "fragmentation",
+            (Some(_), Some(_)) if self.grows_within_limit() => "pool_could_not_grow",
+            (Some(_), Some(_)) => "pool_too_small",
+        }
+    }
+
+    fn grows_within_limit(&self) -> bool {
+        self.stated_limit_bytes
+            .is_some_and(|l| self.need_bytes <= l)
+    }
+
     fn json(&self) -> Value {
         json!({
             "live_buffers": self.live_buffers,
@@ -337,11 +357,8 @@ impl DumpVerdict {
             "need_bytes": self.need_bytes,
             "recorded_pool_bytes": self.recorded_pool_bytes,
             "short_by_bytes": self.short_by_bytes,
-            "verdict": match (self.recorded_pool_bytes, self.short_by_bytes) {
-                (None, _) => "pool_unknown",
-                (Some(_), Some(_)) => "pool_too_small",
-                (Some(_), None) => "fragmentation",
-            },
+            "stated_limit_bytes": self.stated_limit_bytes,
+            "verdict": self.verdict(),
         })
     }
 }
@@ -363,6 +380,10 @@ fn dump_verdict(trace: &Trace) -> Option<DumpVerdict> {
         need_bytes: need,
         recorded_pool_bytes: pool,
         short_by_bytes: pool.and_then(|p| need.checked_sub(p)).filter(|&s| s > 0),
+        stated_limit_bytes: trace
+            .meta
+            .stated_limit
+            .filter(|&l| pool.is_some_and(|p| l > p)),
     })
 }
 
@@ -381,6 +402,13 @@ fn print_trace_notes(trace: &Trace) -> anyhow::Result<()> {
             human(d.need_bytes)
         );
         match (d.recorded_pool_bytes, d.short_by_bytes) {
+            (Some(pool), Some(_)) if d.grows_within_limit() => outln!(
+                "verdict    the pool had grown to {} of its {} limit and could not grow by the \
+                 request: the device had no room for a new region (other processes, or memory \
+                 the framework holds outside the pool), not a limit too small",
+                human(pool),
+                human(d.stated_limit_bytes.unwrap_or_default())
+            ),
             (Some(pool), Some(short)) => outln!(
                 "verdict    the recorded pool of {} is short by at least {} (before any fragmentation)",
                 human(pool),
