@@ -152,3 +152,26 @@ fn absurd_chunk_sizes_do_not_overflow() {
     let d = diagnose(&r, &[], Some(0.025));
     assert_eq!(d.len(), 1);
 }
+
+/// A growing pool that failed below the limit its Stats block states could not grow: the
+/// diagnosis says so instead of "the pool is too small" (the 26 x 4 GiB incident with its
+/// `Limit:` raised above the 108 GiB need).
+#[test]
+fn a_pool_that_could_not_grow_is_not_called_too_small() {
+    let text = std::fs::read_to_string(repo("testdata/h200/bfc/h200-jax0.11.2/oom-26x4GiB.log"))
+        .unwrap()
+        .replace(
+            "Limit:                       104.85GiB",
+            "Limit:                       108.50GiB",
+        );
+    let path = Path::new("grown.log");
+    let mut r = LogReport::default();
+    log::parse_log(BufReader::new(text.as_bytes()), path, &mut r).unwrap();
+    let d = &diagnose(&r, &[], None)[0];
+    let all = d.findings.join("\n");
+    assert!(all.contains("could not grow by the request"), "{all}");
+    assert!(!all.contains("the pool is too small"), "{all}");
+    let whole = parse(&repo("testdata/h200/bfc/h200-jax0.11.2/oom-26x4GiB.log"));
+    let all = diagnose(&whole, &[], None)[0].findings.join("\n");
+    assert!(all.contains("the pool is too small"), "{all}");
+}

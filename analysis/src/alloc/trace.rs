@@ -678,7 +678,7 @@ pub fn from_bfc_oom(oom: &crate::log::BfcOom) -> Result<Trace, TraceError> {
     )?;
     let mut t = b.finish("bfc_oom_dump");
     t.meta.bytes_limit = oom.pool_bytes();
-    t.meta.stated_limit = oom.stats.as_ref().and_then(|s| s.get("bytes_limit"));
+    t.meta.stated_limit = oom.limit_above_pool();
     if let Some(pool) = t.meta.bytes_limit.filter(|p| *p > MAX_POOL_BYTES) {
         return Err(TraceError::Field {
             line: oom.at.line,

@@ -147,7 +147,11 @@ fn diagnose_one(
         .or_else(|| oom.summary_approx.get("total_free_in_pool").copied());
     let needed = in_use.unwrap_or(0).saturating_add(req);
     let shortfall = pool.and_then(|p| needed.checked_sub(p)).filter(|s| *s > 0);
-    let device = match (pool, mem_fraction) {
+    // A growing pool (XLA_PYTHON_CLIENT_PREALLOCATE=false) reserves regions up to its
+    // limit: a need above what it holds but within the limit means it could not grow.
+    let stated_limit = oom.limit_above_pool();
+    let could_not_grow = shortfall.is_some() && stated_limit.is_some_and(|l| needed <= l);
+    let device = match (stated_limit.or(pool), mem_fraction) {
         (Some(p), Some(f)) if f > 0.0 && f <= 1.0 => Some((p as f64 / f).round() as u64),
         _ => None,
     };
@@ -233,6 +237,12 @@ fn diagnose_one(
             None if in_use.is_none() => findings.push(format!(
                 "The request alone fits the pool of {}; whether the rest was fragmentation or live data is unknown without the chunk dump.",
                 gib(p)
+            )),
+            Some(_) if could_not_grow => findings.push(format!(
+                "Needed {} (in use + request): above the {} the pool had reserved, but within its limit of {}. The pool could not grow by the request: the device had no room for a new region (memory held outside the pool: other processes, the framework's own buffers). Not fragmentation, and not a limit too small.",
+                gib(needed),
+                gib(p),
+                gib(stated_limit.unwrap_or_default())
             )),
             Some(s) => findings.push(format!(
                 "Needed {} (in use + request) but the pool is {}: short by {} ({s} bytes). This is not fragmentation: the pool is too small.",

@@ -155,6 +155,22 @@ impl BfcOom {
         }
     }
 
+    /// The limit the `Stats:` block states, when it is above the pool reserved so far
+    /// (a growing pool): exact values as they are, values printed in human units (two
+    /// decimals) only when above the pool by more than their rounding.
+    pub fn limit_above_pool(&self) -> Option<u64> {
+        let pool = self.pool_bytes()?;
+        let stats = self.stats.as_ref()?;
+        match stats.exact.get("bytes_limit") {
+            Some(&l) => (l > pool).then_some(l),
+            None => stats
+                .approx
+                .get("bytes_limit")
+                .copied()
+                .filter(|&l| l as f64 > pool as f64 * 1.005),
+        }
+    }
+
     /// Exact pool size: sum of regions when printed.
     pub fn pool_bytes(&self) -> Option<u64> {
         if self.regions.is_empty() {

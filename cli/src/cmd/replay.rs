@@ -380,10 +380,7 @@ fn dump_verdict(trace: &Trace) -> Option<DumpVerdict> {
         need_bytes: need,
         recorded_pool_bytes: pool,
         short_by_bytes: pool.and_then(|p| need.checked_sub(p)).filter(|&s| s > 0),
-        stated_limit_bytes: trace
-            .meta
-            .stated_limit
-            .filter(|&l| pool.is_some_and(|p| l > p)),
+        stated_limit_bytes: trace.meta.stated_limit,
     })
 }
 
