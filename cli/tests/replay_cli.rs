@@ -275,9 +275,27 @@ fn compare_devices_keeps_a_specs_commas() {
     // Managed memory on a 64 GiB carve-out is bounded by the 10 GiB GTT limit.
     assert_eq!(d[1]["capacity_bytes"], 10u64 << 30);
     assert_eq!(d[1]["fits"], false);
+    assert_eq!(d[1]["device"], "strix-halo");
+    let (code, out, _) = run(&[
+        "replay",
+        p,
+        "--compare-devices",
+        "strix-halo:vram=64G,strix-halo:vram=96G",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("strix-halo:vram=64G ") && out.contains("strix-halo:vram=96G "),
+        "the table tells the two apart: {out}"
+    );
     let (code, _, err) = run(&["replay", p, "--compare-devices", "h100,gtt=10G"]);
     assert_eq!(code, 2);
     assert!(err.contains("without a device"), "{err}");
+    let (code, _, err) = run(&["replay", p, "--compare-devices", "h100,nosuch"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--compare-devices nosuch"), "{err}");
+    let (code, _, err) = run(&["replay", p, "--device", "strix-halo:vram=64G,vram=32G"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("given twice"), "{err}");
     let (code, out, err) = run(&["replay", p, "--capacity", "1T", "--json"]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

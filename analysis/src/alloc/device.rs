@@ -196,10 +196,15 @@ pub fn resolve(spec: &str) -> Result<DeviceProfile, DeviceError> {
             gtt_limit: None,
             accounting: ApuAccounting::DeviceMalloc,
         };
+        let mut seen: Vec<&str> = Vec::new();
         for p in params.split(',').filter(|p| !p.trim().is_empty()) {
             let (k, v) = p
                 .split_once('=')
                 .ok_or_else(|| bad(p, "expected key=value"))?;
+            if seen.contains(&k.trim()) {
+                return Err(bad(p, "given twice"));
+            }
+            seen.push(k.trim());
             match k.trim() {
                 "vram" => sh.vram_carveout = parse_bytes(v).map_err(|e| bad(p, &e))?,
                 "gtt" => sh.gtt_limit = Some(parse_bytes(v).map_err(|e| bad(p, &e))?),

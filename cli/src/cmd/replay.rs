@@ -115,22 +115,27 @@ pub fn parse_capacity(s: &str) -> Result<u64> {
 /// `key=value` continues the device before it.
 pub fn split_device_list(values: &[String]) -> Result<Vec<String>> {
     let mut devices: Vec<String> = Vec::new();
-    for piece in values.iter().flat_map(|v| v.split(',')).map(str::trim) {
-        if piece.is_empty() {
-            continue;
-        }
-        let continues = piece.contains('=') && !piece.contains(':');
-        match devices.last_mut() {
-            Some(last) if continues && last.contains(':') => {
-                last.push(',');
-                last.push_str(piece);
+    for value in values {
+        // A spec's settings continue it only within one flag value.
+        let mut in_value: Vec<String> = Vec::new();
+        for piece in value.split(',').map(str::trim) {
+            if piece.is_empty() {
+                continue;
             }
-            _ if continues => bail!(
-                "--compare-devices: {piece:?} is a device setting without a device \
-                 (write NAME:{piece})"
-            ),
-            _ => devices.push(piece.to_string()),
+            let continues = piece.contains('=') && !piece.contains(':');
+            match in_value.last_mut() {
+                Some(last) if continues && last.contains(':') => {
+                    last.push(',');
+                    last.push_str(piece);
+                }
+                _ if continues => bail!(
+                    "--compare-devices: {piece:?} is a device setting without a device \
+                     (write NAME:{piece})"
+                ),
+                _ => in_value.push(piece.to_string()),
+            }
         }
+        devices.extend(in_value);
     }
     if devices.is_empty() {
         bail!("--compare-devices: no device named");
@@ -609,8 +614,12 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
         .as_ref()
         .map(|values| {
             split_device_list(values)?
-                .iter()
-                .map(|n| resolve_device(n))
+                .into_iter()
+                .map(|n| {
+                    device::resolve(&n)
+                        .with_context(|| format!("--compare-devices {n}"))
+                        .map(|d| (n, d))
+                })
                 .collect::<Result<Vec<_>>>()
         })
         .transpose()?;
@@ -663,8 +672,12 @@ pub fn run(mut args: ReplayArgs) -> Result<Outcome> {
     if let Some(devices) = compare {
         let kind = kind.unwrap_or(AllocatorKind::Bfc);
         let mut runs = Vec::new();
-        for d in &devices {
-            let t = target_of(d);
+        for (spec, d) in &devices {
+            // The spec as given: two strix-halo settings must be told apart.
+            let t = Target {
+                label: spec.clone(),
+                ..target_of(d)
+            };
             runs.push(run_one(
                 &trace,
                 &t,
