@@ -165,8 +165,16 @@ impl Spool {
         rec_bytes.extend_from_slice(&crc.to_le_bytes());
         let (n, _) = *self.segments.last().expect("a segment was just opened");
         let path = seg_path(&self.dir, n);
+        let known = self.segments.last().map_or(0, |(_, len)| *len);
         if let Some(f) = self.current.as_mut() {
-            f.write_all(&rec_bytes).map_err(io(&path))?;
+            if let Err(e) = f.write_all(&rec_bytes) {
+                // A torn record must not stay in the middle of a segment, where reading
+                // stops and every later record would be lost: cut the segment back to
+                // its last whole record, and write the next record to a new segment.
+                let _ = f.set_len(known);
+                self.current = None;
+                return Err(io(&path)(e));
+            }
         }
         if let Some(last) = self.segments.last_mut() {
             last.1 += total;
@@ -343,5 +351,69 @@ mod tests {
         let (r, p) = small.read_at(small.start()).unwrap().unwrap();
         assert_eq!(r.seq, 1);
         assert!(small.read_at(p).unwrap().is_none());
+    }
+
+    /// A write that fails half way (disk full, a file-size limit) must not leave a torn
+    /// record in the middle of a segment: before, every record appended after it was
+    /// unreadable and lost. Runs in a child process (this test binary again), because
+    /// the file-size limit it sets applies to a whole process.
+    #[test]
+    fn a_failed_write_loses_only_its_own_record() {
+        const CHILD: &str = "MEMWATCH_SPOOL_TORN_WRITE_DIR";
+        if let Ok(dir) = std::env::var(CHILD) {
+            // SAFETY: ignoring SIGXFSZ and lowering RLIMIT_FSIZE for this process.
+            unsafe {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let lim = libc::rlimit {
+                    rlim_cur: 10_000,
+                    rlim_max: libc::RLIM_INFINITY,
+                };
+                assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
+            }
+            let mut s = Spool::open(Path::new(&dir), 1 << 30).unwrap();
+            assert!(s.append(&rec(1, 3000)).unwrap());
+            assert!(s.append(&rec(2, 3000)).unwrap());
+            assert!(s.append(&rec(3, 3000)).unwrap());
+            assert!(s.append(&rec(4, 3000)).is_err(), "crosses the 10 kB limit");
+            // The next records go to a new segment (which the limit allows three of).
+            for i in 5..=7 {
+                assert!(s.append(&rec(i, 3000)).unwrap(), "record {i}");
+            }
+            assert!(s.append(&rec(8, 3000)).is_err());
+            assert!(s.append(&rec(9, 3000)).unwrap());
+            let mut pos = s.start();
+            let mut seen = Vec::new();
+            while let Some((r, next)) = s.read_at(pos).unwrap() {
+                seen.push(r.seq);
+                pos = next;
+            }
+            assert_eq!(seen, [1, 2, 3, 5, 6, 7, 9]);
+            drop(s);
+            let s = Spool::open(Path::new(&dir), 1 << 30).unwrap();
+            let mut pos = s.start();
+            let mut again = Vec::new();
+            while let Some((r, next)) = s.read_at(pos).unwrap() {
+                again.push(r.seq);
+                pos = next;
+            }
+            assert_eq!(again, [1, 2, 3, 5, 6, 7, 9], "after a restart too");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "spool::tests::a_failed_write_loses_only_its_own_record",
+                "--nocapture",
+            ])
+            .env(CHILD, dir.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
