@@ -245,6 +245,44 @@ fn exec_flushes_and_new_image_is_announced() {
     assert_eq!(evs[0].pid, evs[1].pid, "exec keeps the pid");
 }
 
+/// A program whose main thread ends with pthread_exit ends; under the shim it hung, its
+/// flusher thread being the last one alive. Its allocation and end are recorded.
+#[test]
+fn a_main_thread_that_calls_pthread_exit_ends_the_process() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("texit.mwcap");
+    let mut child = std::process::Command::new(b.program("direct"))
+        .args(["direct", "thread-exit"])
+        .env("MWTEST_LIBDIR", &b.dir)
+        .env("LD_PRELOAD", &b.shim)
+        .env("MEMWATCH_SINK", format!("file:{}", cap.display()))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the process did not end after its main thread's pthread_exit");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let recs = read_capture(&cap);
+    assert_eq!(
+        events(&recs).iter().map(|e| e.size).collect::<Vec<_>>(),
+        vec![7000]
+    );
+    assert!(recs
+        .iter()
+        .any(|r| matches!(r, Record::ProcessEnd(e) if e.exit_code == 0)));
+}
+
 /// An exec that fails leaves the image running: the capture must keep one image for it
 /// (readers split a pid's frames at a new anchor; "released by exec" would hide what the
 /// first half still held), and the caller sees exec's own -1 and errno. The image's end

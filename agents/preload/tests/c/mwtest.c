@@ -567,6 +567,14 @@ int main(int argc, char **argv) {
         r = T.hipMalloc(&p, 6000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 6000, 0, 0);
         printf("F pid=%d execv=%d errno=%d execvp=%d errno=%d\n", getpid(), e1, err1, e2, err2);
 
+    } else if (!strcmp(sc, "thread-exit")) {
+        /* The main thread allocates and ends with pthread_exit: the process must end
+         * then, as it does without the shim (its flusher thread must not keep it). */
+        void *p = NULL; int r;
+        r = T.hipMalloc(&p, 7000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 7000, 0, 0);
+        printf("T pid=%d\n", getpid());
+        fflush(stdout);
+        pthread_exit(NULL);
     } else if (!strcmp(sc, "exec-child")) {
         void *p = NULL; int r;
         r = T.hipMalloc(&p, 5000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 5000, 0, 0);
