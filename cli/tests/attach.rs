@@ -770,3 +770,44 @@ fn all_children_leaves_out_zombies_and_memwatch_itself() {
         .any(|p| p["devices"].as_array().is_some_and(|d| !d.is_empty()));
     assert!(loop_attached, "the loop was captured: {j}");
 }
+
+/// A target that exits while attached but is not reaped by its parent (here: this test,
+/// which waits only afterwards) is a zombie: attach must notice it ended, not wait for
+/// Ctrl-C, and say "process exited" rather than "statically linked".
+#[test]
+fn attach_ends_when_its_target_exits_unreaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Target::start(40, 10);
+    let cap = dir.path().join("z.mwcap");
+    let mut child = memwatch()
+        .args([
+            "attach",
+            &t.pid().to_string(),
+            "--method",
+            "ptrace",
+            "--json",
+            "--out",
+        ])
+        .arg(&cap)
+        .arg("--shim")
+        .arg(&built().shim)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("attach kept waiting for a target that had exited");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let j = json(&out);
+    assert_eq!(j["targets"][0]["detached"], "process exited", "{j}");
+    assert_eq!(t.finish().1, 3);
+}

@@ -251,3 +251,80 @@ fn a_served_postgres_database_has_one_writer() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Someone else's SQLite database is left alone by every command (before, memwatch added
+/// its tables and switched the file to WAL mode); parallel first imports into a new file
+/// are refused as "in use", never by racing migrations.
+#[test]
+fn foreign_sqlite_files_are_left_alone_and_first_writers_race_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("app.db");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = format!("sqlite://{}?mode=rwc", foreign.display());
+    rt.block_on(async {
+        use sqlx::Connection;
+        sqlx::any::install_default_drivers();
+        let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+        sqlx::query("CREATE TABLE mine (x INTEGER)")
+            .execute(&mut c)
+            .await
+            .unwrap();
+        c.close().await.unwrap();
+    });
+    let before = std::fs::read(&foreign).unwrap();
+    let cap = dir.path().join("c.mwcap");
+    synthetic_capture::capture(&cap, 1);
+    let fs = foreign.to_str().unwrap();
+    for out in [
+        mw(&["import", cap.to_str().unwrap(), "--db", fs]),
+        mw(&[
+            "gate",
+            "--baseline",
+            dir.path().join("b.toml").to_str().unwrap(),
+            "--run",
+            "1",
+            "--db",
+            fs,
+        ]),
+        serve_cmd(fs, free_port()).output().unwrap(),
+    ] {
+        assert_ne!(out.status.code(), Some(0));
+        let e = stderr(&out);
+        assert!(
+            e.contains("not a memwatch store") && e.contains("mine"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&foreign).unwrap(),
+        before,
+        "the file was changed"
+    );
+
+    let fresh = dir.path().join("fresh.db");
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_memwatch"))
+                .args(["import", cap.to_str().unwrap(), "--db"])
+                .arg(&fresh)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut ok = 0;
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        if out.status.success() {
+            ok += 1;
+        } else {
+            let e = stderr(&out);
+            assert!(e.contains("in use by"), "{e}");
+        }
+    }
+    assert!(ok >= 1);
+}

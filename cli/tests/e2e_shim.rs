@@ -546,7 +546,32 @@ fn processes_left_behind_are_waited_for_and_reported() {
     );
     let err = std::fs::read_to_string(&log).unwrap();
     assert!(
-        err.contains("1 process(es) still running 0.5 s after the command ended"),
+        // The subshell and its sleep.
+        err.contains("2 process(es) still running 0.")
+            && err.contains("s after the command ended (pids "),
         "{err}"
     );
+    // Descendants of a left-behind process count too.
+    let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .current_dir(work.path())
+        .env("MEMWATCH_PRELOAD", shim)
+        .args([
+            "run",
+            "--drain-timeout",
+            "0.3",
+            "--out",
+            "tree.mwcap",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg("sh -c 'sleep 2 & sleep 2 & wait' >/dev/null 2>&1 & exit 0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+        .wait_with_output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("3 process(es) still running"), "{err}");
 }

@@ -168,7 +168,10 @@ fn dev_null_capture_keeps_the_status_and_json_out_keeps_stdout_clean() {
         serde_json::from_str(&std::fs::read_to_string(&doc).unwrap()).unwrap();
     assert_eq!(v["exit_code"], 0);
     assert!(v["report"]["processes"].is_array());
-    // A --json-out that cannot be written is said, and CMD's status stays.
+    // A --json-out that cannot be written is refused before CMD runs, and so is one that
+    // names the capture file itself.
+    let marker = dir.path().join("ran");
+    let touch = format!("touch {}", marker.display());
     let out = run_in(
         dir.path(),
         &[
@@ -178,11 +181,28 @@ fn dev_null_capture_keeps_the_status_and_json_out_keeps_stdout_clean() {
             "--",
             "sh",
             "-c",
-            "exit 4",
+            &touch,
         ],
     );
-    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--json-out /nonexistent/dir/r.json"));
+    let out = run_in(
+        dir.path(),
+        &[
+            "run",
+            "--out",
+            "same.mwcap",
+            "--json-out",
+            "./same.mwcap",
+            "--",
+            "sh",
+            "-c",
+            &touch,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is the capture file"));
+    assert!(!marker.exists(), "CMD ran");
 }
 
 #[test]

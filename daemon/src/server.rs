@@ -107,8 +107,10 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
             return Err(ServeError::TokenRequired(addr));
         }
     }
-    let store = Store::open(&cfg.db).await?;
+    // The lock first: a second daemon starting at the same moment is refused as such,
+    // not by a migration racing the first one's.
     let writer_lock = WriterLock::acquire(&cfg.db).await?;
+    let store = Store::open(&cfg.db).await?;
     let metrics = Arc::new(Metrics::default());
     let (writer, _task) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 1024);
     let tcp = TcpListener::bind(cfg.ingest)

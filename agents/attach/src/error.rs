@@ -12,6 +12,8 @@ pub enum AttachError {
     NoSuchProcess { pid: i32 },
     #[error("process {pid} exited while memwatch was attaching ({what})")]
     ProcessExited { pid: i32, what: String },
+    #[error("process {pid} has exited ({what})")]
+    Exited { pid: i32, what: String },
     #[error(
         "process {pid} is a {arch} program; the built-in injector supports x86-64 Linux only \
          (use --method gdb on other architectures)"

@@ -93,12 +93,28 @@ impl Proc {
         std::fs::read_to_string(&path).map_err(|source| AttachError::Read { path, source })
     }
 
-    /// Fails with [`AttachError::NoSuchProcess`] when the pid has no /proc directory.
+    /// Fails with [`AttachError::NoSuchProcess`] when the pid has no /proc directory, and
+    /// with [`AttachError::Exited`] when it is a zombie (it exited; its parent has not
+    /// collected it yet): nothing runs there to attach to.
     pub fn require_process(&self, pid: i32) -> Result<()> {
         if pid <= 0 || !self.path(&pid.to_string()).is_dir() {
             return Err(AttachError::NoSuchProcess { pid });
         }
+        if self.is_gone(pid) {
+            return Err(AttachError::Exited {
+                pid,
+                what: "it is a zombie: exited, not yet reaped by its parent".into(),
+            });
+        }
         Ok(())
+    }
+
+    /// Whether the process has exited: no /proc entry, or a zombie.
+    pub fn is_gone(&self, pid: i32) -> bool {
+        match self.read(&format!("{pid}/status")) {
+            Ok(text) => matches!(parse_status(&text).state, 'Z' | 'X'),
+            Err(_) => true,
+        }
     }
 
     /// Parses /proc/PID/status.

@@ -394,7 +394,9 @@ fn read_connection(id: ConnId, stream: UnixStream, shared: &Shared) -> CloseReas
     loop {
         let before = reader.offset();
         match reader.next_record() {
-            Ok(None) => return CloseReason::Eof,
+            // An end of stream after our own shutdown(Both) is our cut, not the process
+            // closing its side.
+            Ok(None) => return stopped(CloseReason::Eof),
             Ok(Some(record)) => {
                 if first {
                     let Record::ProcessStart(start) = &record else {

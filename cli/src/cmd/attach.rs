@@ -514,7 +514,8 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
     }
 
     let deadline = args.duration.map(|d| Instant::now() + d);
-    let alive = |pid: i32| Path::new(&format!("/proc/{pid}")).exists();
+    // A zombie (exited, parent not reaping) is not alive: there is nothing to detach.
+    let alive = |pid: i32| !proc_.is_gone(pid);
     let attached_pids: Vec<i32> = targets
         .iter()
         .filter(|t| t.attached)
@@ -556,9 +557,10 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
                     n => format!("shim answered {n}"),
                 });
             }
-            Err(memwatch_attach::AttachError::NoSuchProcess { .. }) => {
-                t.detached = Some("process exited".into())
-            }
+            Err(
+                memwatch_attach::AttachError::NoSuchProcess { .. }
+                | memwatch_attach::AttachError::Exited { .. },
+            ) => t.detached = Some("process exited".into()),
             Err(e) => t.detached = Some(format!("could not stop the shim: {e}")),
         }
     }

@@ -119,9 +119,10 @@ impl StoreArgs {
                     .build()
                     .context("cannot start the async runtime")?;
                 rt.block_on(async {
-                    let store = Store::open(db).await?;
                     // Refuse now, not after the capture, when another process stores there.
-                    drop(WriterLock::acquire(db).await?);
+                    let lock = WriterLock::acquire(db).await?;
+                    let store = Store::open(db).await?;
+                    drop(lock);
                     store.close().await
                 })
                 .with_context(|| format!("--db {}", memwatch_daemon::store::redact(db)))
@@ -257,14 +258,12 @@ impl<'a> Destination<'a> {
                     .enable_all()
                     .build()
                     .context("cannot start the async runtime")?;
-                let shown = memwatch_daemon::store::redact(db);
+                // The lock before the store: parallel first imports into a new file are
+                // refused as such, not by racing migrations. (Store errors name the
+                // database themselves.)
                 let (store, lock) = rt.block_on(async {
-                    let store = Store::open(db)
-                        .await
-                        .with_context(|| format!("database {shown}"))?;
-                    let lock = WriterLock::acquire(db)
-                        .await
-                        .with_context(|| format!("database {shown}"))?;
+                    let lock = WriterLock::acquire(db).await?;
+                    let store = Store::open(db).await?;
                     Ok::<_, anyhow::Error>((store, lock))
                 })?;
                 Destination::Db {
@@ -524,13 +523,15 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
         outln!("{}", serde_json::to_string_pretty(&s)?);
     } else {
         outln!(
-            "imported {}: run {} (key {}), {} events in {} batches ({} already stored)",
+            "imported {}: run {} (key {}), {} events in {} batches; {} of its {} records were \
+             stored already",
             s.capture,
             s.run_id.map_or("-".into(), |r| r.to_string()),
             s.run_key,
             s.events,
             s.batches,
-            s.duplicate_batches
+            s.records_already_stored,
+            s.records
         );
         if let Some(n) = s.xla_modules {
             outln!(

@@ -55,7 +55,8 @@ pub struct RunArgs {
     #[arg(long, short)]
     pub quiet: bool,
     /// Print the report as one JSON document on stdout when CMD ends. CMD writes to the
-    /// same stdout: the document is the last line (`| tail -n 1`), or use --json-out.
+    /// same stdout: the document is the last line (`| tail -n 1`) when CMD's output ends
+    /// with a newline; --json-out keeps them apart.
     #[arg(long)]
     pub json: bool,
     /// Write the JSON report to FILE instead (CMD's stdout stays CMD's alone).
@@ -256,6 +257,21 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     // A path that was there before (a file, a link, a device such as /dev/null) is never
     // removed, whatever happens to CMD.
     let out_existed = out.symlink_metadata().is_ok();
+    if let Some(j) = &args.json_out {
+        if same_file(j, &out) {
+            bail!(
+                "--json-out {} is the capture file (--out): give the report its own file",
+                j.display()
+            );
+        }
+        // Writable? Found now, not after CMD ran. (Written when CMD ends.)
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(j)
+            .with_context(|| format!("--json-out {}: cannot write", j.display()))?;
+    }
     let sink = Arc::new(CaptureFileSink::create(&out)?);
     let receiver = Receiver::start(None, sink.clone() as Arc<dyn FrameSink>)?;
     for (k, v) in &args.tags {
@@ -320,7 +336,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
 
     // Processes CMD left behind (reparented to us: we are their subreaper) may still
     // hold connections or not have opened one yet; give them a bounded time.
-    let deadline = Instant::now() + Duration::from_secs_f64(args.drain_timeout.max(0.0));
+    let cmd_ended = Instant::now();
+    let deadline = cmd_ended + Duration::from_secs_f64(args.drain_timeout.max(0.0));
     let mut idle = false;
     let mut left_behind = reap_left_behind();
     while !INTERRUPTED.load(Ordering::SeqCst) {
@@ -330,7 +347,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             .min(Duration::from_millis(100));
         let connections_idle = receiver.wait_idle(slice);
         left_behind = reap_left_behind();
-        if connections_idle && left_behind == 0 {
+        if connections_idle && left_behind.is_empty() {
             idle = true;
             break;
         }
@@ -342,7 +359,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             break;
         }
     }
-    let still_open = receiver.open_connections().max(left_behind);
+    let still_open = receiver.open_connections().max(left_behind.len());
+    let waited = cmd_ended.elapsed().as_secs_f64();
     let stats = receiver.shutdown();
     // From here on CMD's status is what memwatch exits with: a capture that could not be
     // written is said loudly, never turned into another exit status.
@@ -357,10 +375,20 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         }
     };
     if !idle && still_open > 0 {
+        let pids = if left_behind.is_empty() {
+            String::new()
+        } else {
+            let shown: Vec<String> = left_behind.iter().take(10).map(i32::to_string).collect();
+            format!(
+                " (pid{} {}{})",
+                if left_behind.len() == 1 { "" } else { "s" },
+                shown.join(", "),
+                if left_behind.len() > 10 { ", …" } else { "" }
+            )
+        };
         eprintln!(
-            "memwatch: {still_open} process(es) still running {:.1} s after the command ended; \
-             their capture stops here",
-            args.drain_timeout
+            "memwatch: {still_open} process(es) still running {waited:.1} s after the command \
+             ended{pids}; their capture stops here"
         );
     }
 
@@ -420,9 +448,9 @@ fn become_subreaper() {
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
 }
 
-/// Reaps the left-behind processes that have exited; returns how many are still running
-/// (CMD itself is reaped by then).
-fn reap_left_behind() -> usize {
+/// Reaps the left-behind processes that have exited; returns the pids of those still
+/// running and of their descendants (CMD itself is reaped by then).
+fn reap_left_behind() -> Vec<i32> {
     loop {
         let mut status = 0;
         // SAFETY: waitpid with a valid status pointer.
@@ -431,21 +459,64 @@ fn reap_left_behind() -> usize {
             continue; // one exited: reaped; look for more
         }
         if r < 0 {
-            return 0; // ECHILD: nobody left
+            return Vec::new(); // ECHILD: nobody left
         }
         break;
     }
-    // Some child is still running: count them.
-    std::fs::read_dir("/proc/self/task")
-        .map(|tasks| {
-            tasks
-                .flatten()
-                .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-                .map(|c| c.split_whitespace().count())
-                .sum::<usize>()
+    live_descendants(std::process::id() as i32)
+}
+
+/// Every live (not zombie) descendant of `root`, from one pass over /proc.
+fn live_descendants(root: i32) -> Vec<i32> {
+    let mut procs: Vec<(i32, i32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // "pid (comm) S ppid ...": fields after the last ')'.
+            let Some(rest) = stat.rsplit_once(')').map(|x| x.1) else {
+                continue;
+            };
+            let mut f = rest.split_whitespace();
+            let state = f.next().unwrap_or("?");
+            let ppid = f.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+            if state != "Z" && state != "X" {
+                procs.push((pid, ppid));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(c, _) in procs.iter().filter(|(_, pp)| *pp == p) {
+            out.push(c);
+            frontier.push(c);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Whether two paths name one file (symlinks and `..` resolved; a path not there yet
+/// by its directory's real path).
+fn same_file(a: &Path, b: &Path) -> bool {
+    let real = |p: &Path| {
+        std::fs::canonicalize(p).ok().or_else(|| {
+            let dir = p
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            Some(std::fs::canonicalize(dir).ok()?.join(p.file_name()?))
         })
-        .unwrap_or(1)
-        .max(1)
+    };
+    match (real(a), real(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
 }
 
 /// `--json` / `--json-out`: the run's JSON document, on stdout or into the file.

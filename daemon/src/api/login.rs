@@ -55,7 +55,16 @@ pub fn wants_page(path: &str, headers: &HeaderMap) -> bool {
 /// Only a path on this server: `/runs/3`, never `//evil.example` or `https://…`.
 fn local_path(next: Option<&str>) -> &str {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n,
+        // Printable ASCII only: browsers drop tabs and newlines from URLs, so "/\t/evil"
+        // would become "//evil", another site; CR/LF cannot go into a header at all.
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && n.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            n
+        }
         _ => "/",
     }
 }
@@ -147,7 +156,16 @@ mod tests {
     #[test]
     fn only_local_paths_are_followed_and_cookies_are_found() {
         assert_eq!(local_path(Some("/runs/3?device=0")), "/runs/3?device=0");
-        for bad in ["//evil.example/x", "https://evil.example", "\\\\x", "runs"] {
+        for bad in [
+            "//evil.example/x",
+            "https://evil.example",
+            "\\\\x",
+            "runs",
+            "/\t/evil.example",
+            "/\r\nSet-Cookie: x=1",
+            "/ /evil",
+            "/caf\u{e9}",
+        ] {
             assert_eq!(local_path(Some(bad)), "/", "{bad}");
         }
         let mut h = HeaderMap::new();

@@ -42,6 +42,14 @@ pub enum StoreError {
     Corrupt(String),
     #[error("database {db}: not a SQLite database (no `SQLite format 3` header)")]
     NotSqlite { db: String },
+    #[error("database {db}: a SQLite database of something else (tables {tables}), not a memwatch store; give memwatch its own file")]
+    Foreign { db: String, tables: String },
+    #[error("database {db}: its directory {dir} is not writable ({why}): SQLite keeps its write-ahead log beside the database")]
+    ReadOnlyDir {
+        db: String,
+        dir: String,
+        why: String,
+    },
     #[error("database {db}: in use by {holder}, which stores into it; one process stores into a database at a time (send to its daemon with --daemon URL, or use another --db)")]
     InUse { db: String, holder: String },
     #[error("database {db}: {what}")]
@@ -132,6 +140,72 @@ pub fn check_sqlite_header(path: &std::path::Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A SQLite file's directory must be writable: SQLite creates `-wal` and `-shm` beside
+/// it, and without them the pool retries until its acquire timeout (30 s).
+fn check_writable_dir(path: &std::path::Path) -> Result<(), StoreError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return Ok(());
+    };
+    // SAFETY: access() on a NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return Ok(()); // sqlx says which directory is missing
+        }
+        return Err(StoreError::ReadOnlyDir {
+            db: path.display().to_string(),
+            dir: dir.display().to_string(),
+            why: e.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// A SQLite file with tables but without memwatch's migration table is someone else's
+/// database: memwatch does not add its tables to it.
+/// Looked at read-only, before the pool's settings (WAL mode persists in the file) touch
+/// it.
+async fn refuse_foreign_sqlite(path: &std::path::Path, db: &str) -> Result<(), StoreError> {
+    use sqlx::Row;
+    if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
+        return Ok(()); // new or empty: ours to create
+    }
+    let url = format!("sqlite://{}?mode=ro", path.display());
+    let mut conn = AnyConnection::connect(&url)
+        .await
+        .map_err(|source| StoreError::Connect {
+            url: db.to_string(),
+            source,
+        })?;
+    let rows = sqlx::query(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+         ORDER BY name",
+    )
+    .fetch_all(&mut conn)
+    .await;
+    let _ = conn.close().await;
+    let rows = rows?;
+    let names: Vec<String> = rows
+        .iter()
+        .filter_map(|r| r.try_get::<String, _>(0).ok())
+        .collect();
+    if names.is_empty() || names.iter().any(|n| n == "_sqlx_migrations") {
+        return Ok(());
+    }
+    let mut shown: Vec<&str> = names.iter().map(String::as_str).take(5).collect();
+    if names.len() > 5 {
+        shown.push("…");
+    }
+    Err(StoreError::Foreign {
+        db: db.to_string(),
+        tables: shown.join(", "),
+    })
+}
+
 impl Store {
     /// Connects (SQLite: creates the file, WAL mode, NORMAL sync) and migrates.
     /// A PostgreSQL server that refuses or does not answer fails within
@@ -139,11 +213,13 @@ impl Store {
     pub async fn open(db: &str) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let (url, backend) = database_url(db)?;
-        if let Some(path) = (backend == Backend::Sqlite)
+        let sqlite_file = (backend == Backend::Sqlite)
             .then(|| writer_lock::sqlite_path(db))
-            .flatten()
-        {
-            check_sqlite_header(&path)?;
+            .flatten();
+        if let Some(path) = &sqlite_file {
+            check_sqlite_header(path)?;
+            check_writable_dir(path)?;
+            refuse_foreign_sqlite(path, db).await?;
         }
         let mut opts =
             AnyPoolOptions::new().max_connections(if backend == Backend::Sqlite { 4 } else { 8 });

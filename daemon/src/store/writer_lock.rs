@@ -3,9 +3,11 @@
 //! into one database would each accept batches of the same run and corrupt it. Before a
 //! process ingests it takes a [`WriterLock`]:
 //!
-//! - SQLite: an exclusive `flock` on a sidecar file `<db>.memwatch-writer` holding the
+//! - SQLite: an exclusive `flock` on a sidecar file `<db>.memwatch-writer` beside the
+//!   database's real path (symlinks resolved; opened with O_NOFOLLOW) holding the
 //!   holder's pid (a sidecar, because closing any descriptor of the database file itself
-//!   would drop SQLite's own POSIX locks);
+//!   would drop SQLite's own POSIX locks). A hard link to the database under another
+//!   name is not recognised;
 //! - PostgreSQL: a session-level advisory lock held on a dedicated connection.
 //!
 //! The kernel (or the server) releases the lock when the holder dies, so a crashed daemon
@@ -79,16 +81,24 @@ impl WriterLock {
     }
 
     fn acquire_file(db: &Path) -> Result<Self, StoreError> {
-        let path = sidecar(db);
+        // Not a database: refused before any file is made beside it.
+        super::check_sqlite_header(db)?;
+        // One lock per file, whatever path names it: symlinks resolved (a hard link
+        // elsewhere is not seen: say so in the docs).
+        let real = canonical(db);
+        let path = sidecar(&real);
         let io = |source: std::io::Error| StoreError::Lock {
             db: db.display().to_string(),
             what: format!("cannot open lock file {}: {source}", path.display()),
         };
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NOFOLLOW: a symlink planted at the lock file's name is never written through.
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(io)?;
         match file.try_lock() {
@@ -154,6 +164,36 @@ impl WriterLock {
     }
 }
 
+/// The database file's real path: symlinks resolved; for a file not created yet, its
+/// directory's real path and its name.
+fn canonical(db: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(db) {
+        return p;
+    }
+    // A link to a database not created yet: follow it by hand (bounded, as the kernel).
+    let mut db = db.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&db) {
+            Ok(target) => {
+                db = match db.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let db = db.as_path();
+    let dir = match db.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(dir), db.file_name()) {
+        (Ok(d), Some(name)) => d.join(name),
+        _ => db.to_path_buf(),
+    }
+}
+
 fn holder_text(pid: &str) -> String {
     match pid.parse::<u32>() {
         Ok(p) => format!("memwatch pid {p}"),
@@ -178,6 +218,30 @@ mod tests {
             sidecar(Path::new("/d/m.db")),
             PathBuf::from("/d/m.db.memwatch-writer")
         );
+    }
+
+    /// A symlink to the database is the same database; a symlink planted at the lock
+    /// file's name is refused, never written through.
+    #[tokio::test]
+    async fn symlinks_neither_bypass_nor_redirect_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("m.db");
+        let link = dir.path().join("link.db");
+        std::os::unix::fs::symlink(&db, &link).unwrap();
+        let first = WriterLock::acquire(db.to_str().unwrap()).await.unwrap();
+        let err = WriterLock::acquire(link.to_str().unwrap())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("in use"), "{err}");
+        drop(first);
+
+        let victim = dir.path().join("victim.txt");
+        std::fs::write(&victim, "precious").unwrap();
+        let other = dir.path().join("o.db");
+        std::os::unix::fs::symlink(&victim, sidecar(&other)).unwrap();
+        assert!(WriterLock::acquire(other.to_str().unwrap()).await.is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
     }
 
     #[tokio::test]
