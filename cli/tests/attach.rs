@@ -811,3 +811,46 @@ fn attach_ends_when_its_target_exits_unreaped() {
     assert_eq!(j["targets"][0]["detached"], "process exited", "{j}");
     assert_eq!(t.finish().1, 3);
 }
+
+/// An attach that attaches to nothing leaves an existing --out file as it was (it was
+/// deleted before); one that captures replaces it.
+#[test]
+fn a_failed_attach_keeps_an_existing_out_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("old.mwcap");
+    std::fs::write(&out, "keep me").unwrap();
+    let not_a_shim = [
+        "/lib/x86_64-linux-gnu/libz.so.1",
+        "/usr/lib/x86_64-linux-gnu/libz.so.1",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists());
+    let Some(not_a_shim) = not_a_shim else {
+        eprintln!("NOTICE: no libz.so.1 to stand in for a wrong shim; test skipped");
+        return;
+    };
+    let t = Target::start(60, 10);
+    let res = memwatch()
+        .args([
+            "attach",
+            &t.pid().to_string(),
+            "--method",
+            "ptrace",
+            "--duration",
+            "200ms",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .args(["--shim", not_a_shim])
+        .output()
+        .unwrap();
+    assert_eq!(res.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&res.stderr).contains("could not attach"));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
+    let r = attach(t.pid(), "ptrace", &["--duration", "200ms"], &out);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(std::fs::read(&out)
+        .unwrap()
+        .starts_with(&memwatch_wire::MAGIC));
+    assert_eq!(t.finish().1, 3);
+}

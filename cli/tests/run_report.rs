@@ -245,6 +245,42 @@ fn command_not_found_is_exit_127_and_removes_only_what_it_created() {
         dir.path().join("link").symlink_metadata().is_ok(),
         "link kept"
     );
+    // ... and neither is its content: an existing file is replaced only once CMD ran.
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("target.txt")).unwrap(),
+        "x"
+    );
+    std::fs::write(dir.path().join("old.mwcap"), "keep me").unwrap();
+    let out = run_in(
+        dir.path(),
+        &["run", "--out", "old.mwcap", "--", "/no/such/cmd"],
+    );
+    assert_eq!(out.status.code(), Some(127));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("old.mwcap")).unwrap(),
+        "keep me"
+    );
+    // When CMD runs, the capture replaces the file (through the link, the link stays).
+    let out = run_in(
+        dir.path(),
+        &["run", "--quiet", "--out", "link", "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert!(dir
+        .path()
+        .join("link")
+        .symlink_metadata()
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let v = report_json(&dir.path().join("target.txt"));
+    assert_eq!(v["damage"].as_array().unwrap().len(), 0);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
     // A drain timeout that is not a finite number of seconds is refused before CMD runs.
     for bad in ["inf", "NaN", "-1", "1e30"] {
         let out = run_in(

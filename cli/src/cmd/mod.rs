@@ -31,6 +31,7 @@ pub mod import;
 pub mod import_log;
 pub mod import_xla;
 pub mod log;
+pub mod out_file;
 pub mod replay;
 pub mod replay_gpu;
 pub mod report;

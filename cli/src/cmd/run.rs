@@ -258,7 +258,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     // removed, whatever happens to CMD.
     let out_existed = out.symlink_metadata().is_ok();
     if let Some(j) = &args.json_out {
-        if same_file(j, &out) {
+        if super::out_file::same_file(j, &out) {
             bail!(
                 "--json-out {} is the capture file (--out): give the report its own file",
                 j.display()
@@ -272,7 +272,12 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             .open(j)
             .with_context(|| format!("--json-out {}: cannot write", j.display()))?;
     }
-    let sink = Arc::new(CaptureFileSink::create(&out)?);
+    // An existing regular file (also behind a symlink) is replaced only once CMD ran:
+    // the capture is written beside it and renamed over it at the end.
+    let staging = super::out_file::staging_path(&out);
+    let sink = Arc::new(CaptureFileSink::create(
+        staging.as_ref().map_or(&out, |s| &s.0),
+    )?);
     let receiver = Receiver::start(None, sink.clone() as Arc<dyn FrameSink>)?;
     for (k, v) in &args.tags {
         write_tag(&sink, k, v)?;
@@ -297,8 +302,14 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             // Nothing ran: leave no capture behind (but never remove what was there).
             receiver.shutdown();
             let _ = sink.finish();
-            if !out_existed {
-                let _ = std::fs::remove_file(&out);
+            match &staging {
+                Some((tmp, _)) => {
+                    let _ = std::fs::remove_file(tmp);
+                }
+                None if !out_existed => {
+                    let _ = std::fs::remove_file(&out);
+                }
+                None => {}
             }
             // The shell's codes: 127 not found, 126 found but not runnable.
             let code = match e.kind() {
@@ -374,6 +385,16 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             return Ok(Outcome::Code(end.status));
         }
     };
+    if let Some((tmp, target)) = &staging {
+        if let Err(e) = std::fs::rename(tmp, target) {
+            eprintln!(
+                "memwatch: error: cannot move the capture {} to {}: {e} (it is kept there)",
+                tmp.display(),
+                target.display()
+            );
+            return Ok(Outcome::Code(end.status));
+        }
+    }
     if !idle && still_open > 0 {
         let pids = if left_behind.is_empty() {
             String::new()
@@ -499,24 +520,6 @@ fn live_descendants(root: i32) -> Vec<i32> {
     }
     out.sort_unstable();
     out
-}
-
-/// Whether two paths name one file (symlinks and `..` resolved; a path not there yet
-/// by its directory's real path).
-fn same_file(a: &Path, b: &Path) -> bool {
-    let real = |p: &Path| {
-        std::fs::canonicalize(p).ok().or_else(|| {
-            let dir = p
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            Some(std::fs::canonicalize(dir).ok()?.join(p.file_name()?))
-        })
-    };
-    match (real(a), real(b)) {
-        (Some(x), Some(y)) => x == y,
-        _ => a == b,
-    }
 }
 
 /// `--json` / `--json-out`: the run's JSON document, on stdout or into the file.
