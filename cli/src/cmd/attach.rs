@@ -577,6 +577,33 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
             Err(e) => t.detached = Some(format!("could not stop the shim: {e}")),
         }
     }
+    // Children forked from a target while it was attached inherited its patches and
+    // stream: stop them too, or they go on recording into a session that has ended.
+    let forked: Vec<i32> = {
+        let live = tee.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.pids
+            .iter()
+            .map(|&p| p as i32)
+            .filter(|p| !targets.iter().any(|t| t.pid == *p) && alive(*p))
+            .collect()
+    };
+    for pid in forked {
+        let mut t = TargetJson::refused(pid, method.name(), &"");
+        t.error = None;
+        t.detached = Some(
+            match memwatch_attach::call_entry(pid, &shim, STOP_ENTRY, "detach", method) {
+                Ok(r) => {
+                    t.detach_pause_ns = Some(r.pause.as_nanos() as u64);
+                    match r.entry_result {
+                        0 => "stopped (forked from an attached process)".to_string(),
+                        n => format!("shim answered {n} (forked from an attached process)"),
+                    }
+                }
+                Err(e) => format!("could not stop the shim of this forked child: {e}"),
+            },
+        );
+        targets.push(t);
+    }
     // Let the shims' last frames arrive (each closes its stream after stopping).
     let drain_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < drain_until && !receiver.wait_idle(Duration::from_millis(100)) {}

@@ -42,6 +42,9 @@ pub struct LiveStats {
     pub baselines: Vec<String>,
     /// Per pid: the shim's `memwatch-attach start` marker (what it could hook).
     pub starts: BTreeMap<u32, String>,
+    /// Every process that streamed to this session: the targets, and children forked
+    /// from them while attached (they inherit the shim's patches and connection).
+    pub pids: std::collections::BTreeSet<u32>,
 }
 
 impl LiveStats {
@@ -80,6 +83,9 @@ impl LiveStats {
             }
             Record::Marker(m) if m.text.starts_with("memwatch-attach start") => {
                 self.starts.insert(m.pid, m.text.clone());
+            }
+            Record::ProcessStart(p) => {
+                self.pids.insert(p.pid);
             }
             _ => {}
         }
