@@ -245,10 +245,18 @@ impl Inner {
             self.data.notify_all();
         } else {
             self.stats.batches_refused.fetch_add(1, Ordering::Relaxed);
-            eprintln!(
-                "memwatch agent: spool full ({} bytes): refused a batch of {n} bytes (stream {} seq {})",
-                self.cfg.spool_max_bytes, rec.stream, rec.seq
-            );
+            if n > self.cfg.spool_max_bytes {
+                eprintln!(
+                    "memwatch agent: a batch of {n} bytes is larger than the whole spool ({} \
+                     bytes; raise --spool-max-mib): refused (stream {} seq {})",
+                    self.cfg.spool_max_bytes, rec.stream, rec.seq
+                );
+            } else {
+                eprintln!(
+                    "memwatch agent: spool full ({} bytes): refused a batch of {n} bytes (stream {} seq {})",
+                    self.cfg.spool_max_bytes, rec.stream, rec.seq
+                );
+            }
         }
         Ok(())
     }
@@ -446,7 +454,12 @@ fn sender(inner: &Inner) {
                     .write_all(&head)
                     .and_then(|_| out.write_all(&rec.frames))
                 {
-                    break 'conn format!("send failed: {e}");
+                    // A daemon that refuses us says why, then closes: its reason, not
+                    // our broken pipe, is the news.
+                    break 'conn match rx.recv_timeout(Duration::from_millis(200)) {
+                        Ok(FromDaemon::Closed(why)) => why,
+                        _ => format!("send failed: {e}"),
+                    };
                 }
                 inflight.push_back((rec.stream, rec.seq, after));
                 pos = after;

@@ -48,8 +48,9 @@ pub struct AgentArgs {
     /// Spool directory [default: $TMPDIR/memwatch-spool].
     #[arg(long, value_name = "DIR")]
     pub spool: Option<PathBuf>,
-    /// Largest spool size in MiB; beyond it batches are refused and counted.
-    #[arg(long, default_value_t = 1024)]
+    /// Largest spool size in MiB (1 to 16777216); beyond it batches are refused and
+    /// counted.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=(1 << 24)))]
     pub spool_max_mib: u64,
     /// Directory in which the private socket directory is created [default: $TMPDIR].
     #[arg(long, value_name = "DIR")]
@@ -98,7 +99,7 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
         .unwrap_or_else(|| std::env::temp_dir().join("memwatch-spool"));
     let mut cfg = ForwarderConfig::new(args.daemon.clone(), node.clone(), spool.clone());
     cfg.token = token;
-    cfg.spool_max_bytes = args.spool_max_mib.max(1) << 20;
+    cfg.spool_max_bytes = args.spool_max_mib << 20;
     let fwd = Arc::new(
         Forwarder::start(cfg).with_context(|| format!("cannot open spool {}", spool.display()))?,
     );
