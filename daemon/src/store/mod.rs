@@ -94,7 +94,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// One connection attempt to a PostgreSQL URL, bounded by `limit`; a clear error naming
 /// the URL (password hidden) and what went wrong. sqlx's pool would retry a refused
 /// connection for its whole acquire timeout (30 s) before giving up.
-async fn probe_postgres(url: &str, limit: Duration) -> Result<(), StoreError> {
+pub(crate) async fn probe_postgres(url: &str, limit: Duration) -> Result<(), StoreError> {
     match tokio::time::timeout(limit, AnyConnection::connect(url)).await {
         Ok(Ok(conn)) => {
             let _ = conn.close().await;

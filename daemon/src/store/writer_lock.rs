@@ -68,6 +68,7 @@ pub fn sidecar(path: &Path) -> PathBuf {
 impl WriterLock {
     /// Takes the database's writer lock, or fails at once naming the holder.
     pub async fn acquire(db: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
         let (url, backend) = database_url(db)?;
         match backend {
             Backend::Sqlite => match sqlite_path(db) {
@@ -125,6 +126,9 @@ impl WriterLock {
     }
 
     async fn acquire_postgres(url: &str) -> Result<Self, StoreError> {
+        // A server that refuses or does not answer fails within CONNECT_TIMEOUT, with
+        // the same message as Store::open.
+        super::probe_postgres(url, super::CONNECT_TIMEOUT).await?;
         let shown = redact(url);
         let mut conn = AnyConnection::connect(url)
             .await
