@@ -434,11 +434,8 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
 
     let out = args.out.clone().unwrap_or_else(|| default_out(args.pid));
     // An existing file at --out is replaced only once something was captured.
-    let out_existed = out.symlink_metadata().is_ok();
-    let staging = super::out_file::staging_path(&out);
-    let file = Arc::new(CaptureFileSink::create(
-        staging.as_ref().map_or(&out, |s| &s.0),
-    )?);
+    let capture_out = super::out_file::CaptureOut::new(&out);
+    let file = Arc::new(CaptureFileSink::create(capture_out.write_path())?);
     let tee = Arc::new(TeeSink {
         file: file.clone(),
         started,
@@ -510,15 +507,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
     if !targets.iter().any(|t| t.attached) {
         let _ = receiver.shutdown();
         let _ = file.finish();
-        match &staging {
-            Some((tmp, _)) => {
-                let _ = std::fs::remove_file(tmp);
-            }
-            None if !out_existed => {
-                let _ = std::fs::remove_file(&out);
-            }
-            None => {}
-        }
+        capture_out.discard();
         let why: Vec<String> = targets
             .iter()
             .filter_map(|t| t.error.as_ref().map(|e| format!("pid {}: {e}", t.pid)))
@@ -610,15 +599,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
     let _stats = receiver.shutdown();
     file.finish()
         .with_context(|| format!("capture {} is incomplete", out.display()))?;
-    if let Some((tmp, target)) = &staging {
-        std::fs::rename(tmp, target).with_context(|| {
-            format!(
-                "cannot move the capture {} to {} (it is kept there)",
-                tmp.display(),
-                target.display()
-            )
-        })?;
-    }
+    capture_out.commit().map_err(anyhow::Error::msg)?;
     drop(dirs);
 
     let first_event = *tee.first_event.lock().unwrap_or_else(|p| p.into_inner());

@@ -256,7 +256,6 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         .unwrap_or_else(|| default_out(&args.command[0]));
     // A path that was there before (a file, a link, a device such as /dev/null) is never
     // removed, whatever happens to CMD.
-    let out_existed = out.symlink_metadata().is_ok();
     if let Some(j) = &args.json_out {
         if super::out_file::same_file(j, &out) {
             bail!(
@@ -274,10 +273,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     }
     // An existing regular file (also behind a symlink) is replaced only once CMD ran:
     // the capture is written beside it and renamed over it at the end.
-    let staging = super::out_file::staging_path(&out);
-    let sink = Arc::new(CaptureFileSink::create(
-        staging.as_ref().map_or(&out, |s| &s.0),
-    )?);
+    let capture_out = super::out_file::CaptureOut::new(&out);
+    let sink = Arc::new(CaptureFileSink::create(capture_out.write_path())?);
     let receiver = Receiver::start(None, sink.clone() as Arc<dyn FrameSink>)?;
     for (k, v) in &args.tags {
         write_tag(&sink, k, v)?;
@@ -302,15 +299,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             // Nothing ran: leave no capture behind (but never remove what was there).
             receiver.shutdown();
             let _ = sink.finish();
-            match &staging {
-                Some((tmp, _)) => {
-                    let _ = std::fs::remove_file(tmp);
-                }
-                None if !out_existed => {
-                    let _ = std::fs::remove_file(&out);
-                }
-                None => {}
-            }
+            capture_out.discard();
             // The shell's codes: 127 not found, 126 found but not runnable.
             let code = match e.kind() {
                 std::io::ErrorKind::NotFound => 127,
@@ -385,15 +374,9 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             return Ok(Outcome::Code(end.status));
         }
     };
-    if let Some((tmp, target)) = &staging {
-        if let Err(e) = std::fs::rename(tmp, target) {
-            eprintln!(
-                "memwatch: error: cannot move the capture {} to {}: {e} (it is kept there)",
-                tmp.display(),
-                target.display()
-            );
-            return Ok(Outcome::Code(end.status));
-        }
+    if let Err(e) = capture_out.commit() {
+        eprintln!("memwatch: error: {e}");
+        return Ok(Outcome::Code(end.status));
     }
     if !idle && still_open > 0 {
         let pids = if left_behind.is_empty() {
