@@ -94,10 +94,11 @@ fn bytes_value(ctx: &Ctx<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64
             v.span().start,
             format!("`{key}` is negative ({n}); byte figures must be zero or more"),
         )),
-        Some(n) => u64::try_from(n).map_err(|_| {
+        // TOML integers are signed 64-bit: a larger figure could not be written back.
+        Some(n) => i64::try_from(n).map(|n| n as u64).map_err(|_| {
             ctx.err(
                 v.span().start,
-                format!("`{key}` = {n} does not fit in 64 bits"),
+                format!("`{key}` = {n} is above 2^63 - 1 bytes, the largest TOML integer"),
             )
         }),
         None => Err(ctx.err(
@@ -335,8 +336,16 @@ fn parse_entry(
                         format!("entry `{name}`: {err}; other keys allowed: note, max_increase, max_increase_bytes, ops"),
                     )
                 })?;
-                e.metrics
-                    .insert(metric, bytes_value(ctx, &format!("{name}.{other}"), v)?);
+                let value = bytes_value(ctx, &format!("{name}.{other}"), v)?;
+                if e.metrics.insert(metric, value).is_some() {
+                    return Err(ctx.err(
+                        k.span().start,
+                        format!(
+                            "entry `{name}`: `{other}` gives `{}` a second time (its two spellings are one metric)",
+                            metric.name()
+                        ),
+                    ));
+                }
             }
         }
     }
@@ -446,6 +455,11 @@ max_increase_bytes = 100
         assert!(err("version = 2\n").contains("unsupported baseline `version`"));
         assert!(err("version = 1\nfoo = 1\n").contains("unknown top-level key `foo`"));
         assert!(err("version = 1\n[entries.a]\ntemp = \"1MiB\"\n").contains("must be an integer"));
+        assert!(
+            err("version = 1\n[entries.a]\nhost-temp = 1\nhost_temp = 2\n")
+                .contains("a second time")
+        );
+        assert!(err("version = 1\n[entries.a]\ntemp = 0xffffffffffffffff\n").contains("2^63 - 1"));
         assert!(err("version = 1\n[entries.a]\nmax_increase = 2\n").contains("like \"2%\""));
         assert!(err("version = 1\nentries = 3\n").contains("must be a table"));
     }
