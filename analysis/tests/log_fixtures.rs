@@ -175,3 +175,32 @@ fn a_pool_that_could_not_grow_is_not_called_too_small() {
     let all = diagnose(&whole, &[], None)[0].findings.join("\n");
     assert!(all.contains("the pool is too small"), "{all}");
 }
+
+/// A chunk dump whose region line is missing is not called "0 of the 0-byte pool": replay
+/// refuses it saying which line is missing (the diagnosis still uses the by-size summary).
+#[test]
+fn a_chunk_dump_without_its_region_line_says_so() {
+    let text: String =
+        std::fs::read_to_string(repo("testdata/h200/bfc/h200-jax0.11.2/bfc_seed12.log"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.contains("Next region of size"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+    let mut r = LogReport::default();
+    log::parse_log(
+        BufReader::new(text.as_bytes()),
+        Path::new("s12g.log"),
+        &mut r,
+    )
+    .unwrap();
+    let all = diagnose(&r, &[], None)[0].findings.join("\n");
+    assert!(!all.contains("0-byte") && !all.contains("0 B pool"), "{all}");
+    let e = memwatch_analysis::alloc::trace::from_bfc_oom(&r.ooms[0])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Next region of size") && !e.contains("0-byte pool"),
+        "{e}"
+    );
+}

@@ -646,9 +646,15 @@ pub fn from_bfc_oom(oom: &crate::log::BfcOom) -> Result<Trace, TraceError> {
         return Err(TraceError::Field {
             line: oom.chunk_dump_end().line,
             field: "chunk dump",
-            msg: format!(
-                "cut off here: the chunks cover {covered} of the {pool}-byte pool, so the live set at the failure is unknown"
-            ),
+            msg: if oom.regions.is_empty() {
+                "its chunks follow no `Next region of size` line, so whether the dump is whole \
+                 (and the live set at the failure) is unknown"
+                    .to_string()
+            } else {
+                format!(
+                    "cut off here: the chunks cover {covered} of the {pool}-byte pool, so the live set at the failure is unknown"
+                )
+            },
         });
     }
     let mut b = Builder::default();

@@ -218,6 +218,11 @@ fn diagnose_one(
         )),
         Some(b) => findings.push(format!("Already in use when it failed: {}.", gib(b))),
         None => match oom.chunk_dump_gap() {
+            Some(_) if oom.regions.is_empty() => findings.push(format!(
+                "The allocator's chunk dump names no region (no `Next region of size` line before its chunks, up to {}:{}), so whether it is whole, and what else was live, is unknown; the figures below count the request alone.",
+                oom.chunk_dump_end().file,
+                oom.chunk_dump_end().line,
+            )),
             Some((covered, pool)) => findings.push(format!(
                 "The allocator's chunk dump is cut off (its chunks cover {} of the {} pool; lines are missing after {}:{}), so what else was live is unknown; the figures below count the request alone.",
                 gib(covered),
