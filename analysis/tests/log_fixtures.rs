@@ -195,7 +195,10 @@ fn a_chunk_dump_without_its_region_line_says_so() {
     )
     .unwrap();
     let all = diagnose(&r, &[], None)[0].findings.join("\n");
-    assert!(!all.contains("0-byte") && !all.contains("0 B pool"), "{all}");
+    assert!(
+        !all.contains("0-byte") && !all.contains("0 B pool"),
+        "{all}"
+    );
     let e = memwatch_analysis::alloc::trace::from_bfc_oom(&r.ooms[0])
         .unwrap_err()
         .to_string();
