@@ -328,7 +328,26 @@ fn select_device(
     if let Some((line, _)) = lines.iter().find(|(_, e)| e.device.is_none()) {
         return Err(TraceError::DeviceOnSomeLines { line: *line, named });
     }
-    let mut devices: Vec<i32> = lines.iter().filter_map(|(_, e)| e.device).collect();
+    let want = pick_device(
+        lines.iter().filter_map(|(_, e)| e.device),
+        device,
+        |devices| TraceError::SeveralTraceDevices { devices },
+    )?;
+    Ok(lines
+        .into_iter()
+        .filter(|(_, e)| e.device == Some(want))
+        .collect())
+}
+
+/// The device whose events to replay, among those `present`: the one asked for (which
+/// must be there, unless nothing is), else the only one; several without a choice are
+/// `several(list)`, none is [`TraceError::Empty`].
+fn pick_device(
+    present: impl Iterator<Item = i32>,
+    asked: Option<i32>,
+    several: impl FnOnce(String) -> TraceError,
+) -> Result<i32, TraceError> {
+    let mut devices: Vec<i32> = present.collect();
     devices.sort_unstable();
     devices.dedup();
     let list = || {
@@ -338,21 +357,17 @@ fn select_device(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let want = match (device, devices.as_slice()) {
-        (Some(d), _) if devices.contains(&d) => d,
-        (Some(d), _) => {
-            return Err(TraceError::NoSuchDevice {
-                device: d,
-                present: format!("device {}", list()),
-            })
-        }
-        (None, [only]) => *only,
-        (None, _) => return Err(TraceError::SeveralTraceDevices { devices: list() }),
-    };
-    Ok(lines
-        .into_iter()
-        .filter(|(_, e)| e.device == Some(want))
-        .collect())
+    match (asked, devices.as_slice()) {
+        (Some(d), []) => Ok(d),
+        (Some(d), _) if devices.contains(&d) => Ok(d),
+        (Some(d), _) => Err(TraceError::NoSuchDevice {
+            device: d,
+            present: format!("device {}", list()),
+        }),
+        (None, []) => Err(TraceError::Empty),
+        (None, [only]) => Ok(*only),
+        (None, _) => Err(several(list())),
+    }
 }
 
 /// Reads the JSON-lines interchange format (all of it, or the events of `device`). Blank
@@ -561,42 +576,11 @@ pub fn read_capture<R: Read>(src: R, device: Option<i32>) -> Result<Trace, Trace
             Some(EventKind::Alloc) | Some(EventKind::Free)
         ) && e.memory_kind().is_some_and(MemKind::occupies_device_memory)
     };
-    let mut devices: Vec<i32> = events
-        .iter()
-        .filter(|e| relevant(e))
-        .map(|e| e.device)
-        .collect();
-    devices.sort_unstable();
-    devices.dedup();
-    let device = match device {
-        Some(d) if devices.contains(&d) || devices.is_empty() => d,
-        Some(d) => {
-            return Err(TraceError::NoSuchDevice {
-                device: d,
-                present: format!(
-                    "device {}",
-                    devices
-                        .iter()
-                        .map(|d| d.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            })
-        }
-        None => match devices.as_slice() {
-            [] => return Err(TraceError::Empty),
-            [d] => *d,
-            many => {
-                return Err(TraceError::SeveralDevices {
-                    devices: many
-                        .iter()
-                        .map(|d| d.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                })
-            }
-        },
-    };
+    let device = pick_device(
+        events.iter().filter(|e| relevant(e)).map(|e| e.device),
+        device,
+        |devices| TraceError::SeveralDevices { devices },
+    )?;
     let mut b = Builder::default();
     // Key frees by (pid, ptr): pointers are per process.
     let mut ptr_ids: HashMap<(u32, u64), u64> = HashMap::new();
