@@ -208,11 +208,6 @@ impl Proc {
         })
     }
 
-    /// `pid` and all its descendants (walking every process's `PPid`), parents first.
-    pub fn with_descendants(&self, pid: i32) -> Result<Vec<i32>> {
-        Ok(self.descendants(pid, None)?.attachable)
-    }
-
     /// `pid` and its descendants, parents before children, split into those that can be
     /// attached and those left out: zombies (exited, not yet reaped: nothing left to
     /// watch) and `exclude` with its own descendants (memwatch itself, when the tree it
@@ -562,7 +557,7 @@ mod tests {
         let p = Proc::new(dir.path());
         assert_eq!(p.ptrace_scope(), Some(1));
         assert_eq!(
-            p.with_descendants(10).unwrap(),
+            p.descendants(10, None).unwrap().attachable,
             vec![10, 11, 12, 13, 15, 16]
         );
         let tree = p.descendants(10, Some(15)).unwrap();

@@ -273,8 +273,8 @@ struct TargetJson {
 }
 
 impl TargetJson {
-    /// A process of the tree that was left out before anything was touched.
-    fn refused(pid: i32, method: &str, why: &dyn std::fmt::Display) -> Self {
+    /// A process not (yet) touched.
+    fn new(pid: i32, method: &str) -> Self {
         TargetJson {
             pid,
             method: method.to_string(),
@@ -282,10 +282,47 @@ impl TargetJson {
             pause_ns: None,
             detach_pause_ns: None,
             at_syscall: None,
-            error: Some(format!("left out: {why}")),
+            error: None,
             detached: None,
             hooked: None,
         }
+    }
+
+    /// A process of the tree that was left out before anything was touched.
+    fn refused(pid: i32, method: &str, why: &dyn std::fmt::Display) -> Self {
+        TargetJson {
+            error: Some(format!("left out: {why}")),
+            ..TargetJson::new(pid, method)
+        }
+    }
+
+    /// Stops the shim in this process (a second injection) and records how that went.
+    /// `forked`: a child that inherited an attached parent's shim.
+    fn detach(&mut self, shim: &Path, method: memwatch_attach::Method, forked: bool) {
+        let (tail, failed) = if forked {
+            (
+                " (forked from an attached process)",
+                "could not stop the shim of this forked child",
+            )
+        } else {
+            ("", "could not stop the shim")
+        };
+        self.detached = Some(
+            match memwatch_attach::call_entry(self.pid, shim, STOP_ENTRY, "detach", method) {
+                Ok(r) => {
+                    self.detach_pause_ns = Some(r.pause.as_nanos() as u64);
+                    match r.entry_result {
+                        0 => format!("stopped{tail}"),
+                        n => format!("shim answered {n}{tail}"),
+                    }
+                }
+                Err(
+                    memwatch_attach::AttachError::NoSuchProcess { .. }
+                    | memwatch_attach::AttachError::Exited { .. },
+                ) if !forked => "process exited".into(),
+                Err(e) => format!("{failed}: {e}"),
+            },
+        );
     }
 }
 
@@ -457,17 +494,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
         std::os::unix::fs::symlink(receiver.socket_path(), &link)
             .with_context(|| format!("cannot create {}", link.display()))?;
         let sink = format!("unix:{}", link.display());
-        let mut t = TargetJson {
-            pid,
-            method: method.name().to_string(),
-            attached: false,
-            pause_ns: None,
-            detach_pause_ns: None,
-            at_syscall: None,
-            error: None,
-            detached: None,
-            hooked: None,
-        };
+        let mut t = TargetJson::new(pid, method.name());
         match memwatch_attach::call_entry(pid, &shim, START_ENTRY, &sink, method) {
             Ok(r) => {
                 t.pause_ns = Some(r.pause.as_nanos() as u64);
@@ -551,20 +578,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
             t.detached = Some("process exited".into());
             continue;
         }
-        match memwatch_attach::call_entry(t.pid, &shim, STOP_ENTRY, "detach", method) {
-            Ok(r) => {
-                t.detach_pause_ns = Some(r.pause.as_nanos() as u64);
-                t.detached = Some(match r.entry_result {
-                    0 => "stopped".to_string(),
-                    n => format!("shim answered {n}"),
-                });
-            }
-            Err(
-                memwatch_attach::AttachError::NoSuchProcess { .. }
-                | memwatch_attach::AttachError::Exited { .. },
-            ) => t.detached = Some("process exited".into()),
-            Err(e) => t.detached = Some(format!("could not stop the shim: {e}")),
-        }
+        t.detach(&shim, method, false);
     }
     // Children forked from a target while it was attached inherited its patches and
     // stream: stop them too, or they go on recording into a session that has ended.
@@ -577,20 +591,8 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
             .collect()
     };
     for pid in forked {
-        let mut t = TargetJson::refused(pid, method.name(), &"");
-        t.error = None;
-        t.detached = Some(
-            match memwatch_attach::call_entry(pid, &shim, STOP_ENTRY, "detach", method) {
-                Ok(r) => {
-                    t.detach_pause_ns = Some(r.pause.as_nanos() as u64);
-                    match r.entry_result {
-                        0 => "stopped (forked from an attached process)".to_string(),
-                        n => format!("shim answered {n} (forked from an attached process)"),
-                    }
-                }
-                Err(e) => format!("could not stop the shim of this forked child: {e}"),
-            },
-        );
+        let mut t = TargetJson::new(pid, method.name());
+        t.detach(&shim, method, true);
         targets.push(t);
     }
     // Let the shims' last frames arrive (each closes its stream after stopping).

@@ -470,37 +470,13 @@ fn reap_left_behind() -> Vec<i32> {
     live_descendants(std::process::id() as i32)
 }
 
-/// Every live (not zombie) descendant of `root`, from one pass over /proc.
+/// Every live (not zombie) descendant of `root` (attach's /proc walk, which leaves
+/// zombies out), sorted.
 fn live_descendants(root: i32) -> Vec<i32> {
-    let mut procs: Vec<(i32, i32)> = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // "pid (comm) S ppid ...": fields after the last ')'.
-            let Some(rest) = stat.rsplit_once(')').map(|x| x.1) else {
-                continue;
-            };
-            let mut f = rest.split_whitespace();
-            let state = f.next().unwrap_or("?");
-            let ppid = f.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-            if state != "Z" && state != "X" {
-                procs.push((pid, ppid));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for &(c, _) in procs.iter().filter(|(_, pp)| *pp == p) {
-            out.push(c);
-            frontier.push(c);
-        }
-    }
+    let Ok(tree) = memwatch_attach::procfs::Proc::default().descendants(root, None) else {
+        return Vec::new();
+    };
+    let mut out: Vec<i32> = tree.attachable.into_iter().filter(|&p| p != root).collect();
     out.sort_unstable();
     out
 }
