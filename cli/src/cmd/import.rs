@@ -231,8 +231,7 @@ fn weight(r: &Record) -> usize {
 enum Destination<'a> {
     Db {
         rt: tokio::runtime::Runtime,
-        store: Store,
-        /// Boxed: its run state makes it large.
+        /// Boxed: its run state makes it large. Its store is the destination's.
         ingestor: Box<Ingestor>,
         _lock: WriterLock,
         db: &'a str,
@@ -268,8 +267,7 @@ impl<'a> Destination<'a> {
                 })?;
                 Destination::Db {
                     rt,
-                    ingestor: Box::new(Ingestor::new(store.clone())),
-                    store,
+                    ingestor: Box::new(Ingestor::new(store)),
                     _lock: lock,
                     db,
                 }
@@ -285,8 +283,11 @@ impl<'a> Destination<'a> {
     /// and the run they went to.
     fn position(&self, node: &str, stream: u64, run_key: &str) -> Result<(u64, Option<i64>)> {
         match self {
-            Destination::Db { rt, store, db, .. } => rt
+            Destination::Db {
+                rt, ingestor, db, ..
+            } => rt
                 .block_on(async {
+                    let store = ingestor.store();
                     Ok::<_, memwatch_daemon::StoreError>((
                         store.stream_last_seq(node, stream).await?,
                         store.run_id_of(node, run_key).await?,
@@ -351,8 +352,11 @@ impl<'a> Destination<'a> {
     }
 
     fn close(self) -> Result<()> {
-        if let Destination::Db { rt, store, db, .. } = self {
-            rt.block_on(store.close())
+        if let Destination::Db {
+            rt, ingestor, db, ..
+        } = self
+        {
+            rt.block_on(ingestor.store().close())
                 .with_context(|| format!("closing {db}"))?;
         }
         Ok(())
