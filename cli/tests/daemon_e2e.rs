@@ -3,8 +3,9 @@
 //! is killed with SIGKILL mid-stream and restarted; afterwards the stored events equal
 //! the sent ones, event for event, with nothing duplicated.
 
+mod common;
+
 use std::io::Write;
-use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -15,13 +16,7 @@ use memwatch_agent::{FrameSink, Receiver};
 use memwatch_wire::frame::encode_preamble;
 use memwatch_wire::{encode_record, Event, ProcessEnd, ProcessStart, Record};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::free_port;
 
 /// A `memwatch serve` child that is killed when dropped, so a failing assertion does not
 /// leave it running (holding the test's output pipe open).

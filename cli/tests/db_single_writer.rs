@@ -5,7 +5,6 @@
 //! `.db` file, so the file alone holds the data. A file that is not a SQLite database is
 //! refused at once instead of after sqlx's 30 s acquire timeout.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,13 +13,7 @@ mod common;
 #[path = "support/synthetic_capture.rs"]
 mod synthetic_capture;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::free_port;
 
 /// A `memwatch serve` child, killed when dropped.
 struct Daemon(Child);
@@ -43,12 +36,7 @@ fn serve_cmd(db: &str, api: u16) -> Command {
     c
 }
 
-fn mw(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::run_memwatch as mw;
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

@@ -1,6 +1,8 @@
 //! `memwatch gate --capture`: device peaks of a capture file gate like module figures.
 
-use std::process::Command;
+mod common;
+
+use common::run_memwatch as mw;
 #[path = "support/synthetic_capture.rs"]
 mod synthetic_capture;
 use synthetic_capture::capture;
@@ -10,12 +12,6 @@ fn capture_peak_regression_fails_and_names_process_device() {
     let dir = tempfile::tempdir().unwrap();
     let cap = dir.path().join("train.mwcap");
     let base = dir.path().join("b.toml");
-    let mw = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_memwatch"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
     let (b, c) = (base.to_str().unwrap(), cap.to_str().unwrap());
     capture(&cap, 1 << 20);
     let out = mw(&["gate", "--baseline", b, "--capture", c, "--update"]);
@@ -59,12 +55,6 @@ fn a_gated_metric_that_was_not_measured_is_not_a_pass() {
     let dir = tempfile::tempdir().unwrap();
     let cap = dir.path().join("train.mwcap");
     let base = dir.path().join("b.toml");
-    let mw = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_memwatch"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
     let (b, c) = (base.to_str().unwrap(), cap.to_str().unwrap());
     capture(&cap, 1 << 20);
     let written = "version = 1\n\n[entries.\"train/device0\"]\npeak = 4194304\ntemp = 1000\n\n\
@@ -188,12 +178,6 @@ fn a_damaged_capture_is_not_judged_and_never_lowers_the_baseline() {
     bytes[mid] ^= 0xff;
     std::fs::write(&bad, &bytes).unwrap();
     let base = dir.path().join("b.toml");
-    let mw = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_memwatch"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
     let (b, g, d) = (
         base.to_str().unwrap(),
         good.to_str().unwrap(),

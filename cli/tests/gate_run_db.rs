@@ -4,17 +4,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 #[path = "support/synthetic_capture.rs"]
 mod synthetic_capture;
 use synthetic_capture::capture;
 
-fn mw(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::run_memwatch as mw;
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

@@ -3,19 +3,13 @@
 //! alone (events and device peak), directly into SQLite and through a daemon. Before,
 //! the overlap was stored twice and the peak inflated.
 
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
-fn mw(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::run_memwatch as mw;
 
 fn import(args: &[&str]) -> serde_json::Value {
     let mut a = vec!["import", "--json"];
@@ -118,14 +112,7 @@ fn the_same_through_a_daemon() {
     let cut = dir.path().join("job-copy.mwcap");
     std::fs::write(&cut, &whole[..whole.len() / 3]).unwrap();
     let db = dir.path().join("served.db");
-    let port = |_| {
-        TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (api, ingest) = (port(0), port(1));
+    let (api, ingest) = (common::free_port(), common::free_port());
     let mut serve = Command::new(env!("CARGO_BIN_EXE_memwatch"))
         .args(["serve", "--db", db.to_str().unwrap()])
         .args(["--listen", &format!("127.0.0.1:{api}")])

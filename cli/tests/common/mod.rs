@@ -38,6 +38,22 @@ pub fn repo(p: &str) -> PathBuf {
     workspace().join(p)
 }
 
+/// Runs `memwatch ARGS` to its end: its whole `Output`.
+pub fn run_memwatch(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .args(args)
+        .output()
+        .expect("run memwatch")
+}
+
+/// A loopback TCP port free right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a loopback port")
+        .port()
+}
+
 /// Runs `memwatch ARGS`: (exit code, stdout, stderr).
 pub fn mw(args: &[&str]) -> (i32, String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_memwatch"))
