@@ -3,7 +3,8 @@
 //! Owns the polling loop: drain, then sleep 1 ms while events flow (100 us when a pass
 //! drained more than a quarter of a thread's ring, so a thread making millions of calls
 //! a second does not fill its ring between passes), backing off to 20 ms when idle. It never records events itself (its reentrancy guard is always set) and
-//! stops when the process exits (the exit handler does the last drain). It never keeps
+//! stops when the process exits (the exit handler does the last drain, or this thread
+//! does it for a thread ending the process through abort / _exit: `abnormal_end`). It never keeps
 //! the process alive: when every other thread has ended (the main thread called
 //! pthread_exit last), it ends too, and with it the process.
 
@@ -12,10 +13,18 @@ use core::sync::atomic::Ordering;
 
 pub fn run() {
     rt::mark_internal_thread();
+    crate::abnormal_end::flusher_started();
     let mut idle_ns = 1_000_000u64;
     let mut idle_since_check_ns = 0u64;
     let busy = rt::config().buffer_events / 4;
     while !rt::EXITING.load(Ordering::Acquire) && rt::is_active() {
+        if let Some(code) = crate::abnormal_end::requested_code() {
+            // A thread is ending the process without exit() (abort, _exit): the last
+            // pass, as the exit handler would have written it.
+            rt::final_flush(code);
+            crate::abnormal_end::last_pass_written();
+            break;
+        }
         let n = sink::flush_locked(false, 0, 50_000_000);
         crate::pjrt::tick();
         idle_ns = if n > busy {

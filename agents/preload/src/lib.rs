@@ -10,7 +10,8 @@
 //! dlvsym, *GetProcAddress), `real` (finding real functions), `rt` (hot path, lifecycle,
 //! fork/exit), `tring` (per-thread rings), `ring` (shared fallback queue), `sink` (frames
 //! out), `flusher` (the background thread), `device` (device_info queries), `unload`
-//! (the dlclose hook), `backtrace` (sampled native stacks), `exec` (exec wrappers), `attach` and `got_patch` (late attach by `memwatch attach`: entry points,
+//! (the dlclose hook), `backtrace` (sampled native stacks), `exec` (exec wrappers),
+//! `abnormal_end` (abort / _exit / _Exit wrappers: the last flush when exit() is skipped), `attach` and `got_patch` (late attach by `memwatch attach`: entry points,
 //! GOT patching, baseline), `pjrt` (the PJRT C API table wrapping: executables, executes, buffers,
 //! allocator statistics), `wait` (bounded waits for another thread's one-time set-up).
 
@@ -19,6 +20,7 @@
 // dlsym), so the hook-only code is unused there.
 #![cfg_attr(test, allow(dead_code))]
 
+pub mod abnormal_end;
 pub mod attach;
 pub mod backtrace;
 pub mod clock;

@@ -167,6 +167,13 @@ pub fn wrap_allowed(f: Family) -> bool {
     STATE.load(Ordering::Relaxed) != OFF && config().family_enabled(f)
 }
 
+/// Whether the caller runs in the process the shim recorded as its own (false in a
+/// `vfork` child, which shares the parent's memory but not its pid).
+pub fn is_this_process() -> bool {
+    // SAFETY: plain system call.
+    PID.load(Ordering::Relaxed) == unsafe { libc::getpid() } as u32
+}
+
 /// Marks the calling thread as never recording (the flusher).
 pub fn mark_internal_thread() {
     ts().in_hook.set(true);
@@ -618,6 +625,7 @@ extern "C" fn fork_child() {
     DROPPED.store(0, Ordering::Relaxed);
     sink::reset_in_child();
     crate::pjrt::reset_in_child();
+    crate::abnormal_end::reset_in_child();
     FLUSHER_RUNNING.store(false, Ordering::Release);
     EXITING.store(false, Ordering::Relaxed);
 }

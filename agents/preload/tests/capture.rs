@@ -283,6 +283,63 @@ fn a_main_thread_that_calls_pthread_exit_ends_the_process() {
         .any(|r| matches!(r, Record::ProcessEnd(e) if e.exit_code == 0)));
 }
 
+/// A program that ends without exit() (abort after an OOM, os._exit) keeps what it
+/// recorded last: before, the allocation just before abort() sat in the ring and was
+/// lost with the process. Its end carries 134 (128 + SIGABRT) or the _exit status, and
+/// the program ends as it does without the shim.
+#[test]
+fn abort_and_underscore_exit_deliver_the_last_events() {
+    use std::os::unix::process::ExitStatusExt;
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    for (scenario, want_code) in [("abort", 134), ("_exit", 3)] {
+        let run = |cap: Option<&std::path::Path>| {
+            let mut c = std::process::Command::new(b.program("direct"));
+            c.args(["direct", scenario])
+                .env("MWTEST_LIBDIR", &b.dir)
+                .env_remove("LD_PRELOAD")
+                .env_remove("MEMWATCH_SINK");
+            if let Some(cap) = cap {
+                c.env("LD_PRELOAD", &b.shim)
+                    .env("MEMWATCH_SINK", format!("file:{}", cap.display()));
+            }
+            c.output().unwrap()
+        };
+        let cap = tmp.path().join(format!("{scenario}.mwcap"));
+        let plain = run(None);
+        let t0 = std::time::Instant::now();
+        let shimmed = run(Some(&cap));
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "{scenario}"
+        );
+        assert_eq!(
+            (shimmed.status.code(), shimmed.status.signal()),
+            (plain.status.code(), plain.status.signal()),
+            "{scenario}: the program ends as it does without the shim"
+        );
+        if scenario == "abort" {
+            assert_eq!(shimmed.status.signal(), Some(libc::SIGABRT));
+        } else {
+            assert_eq!(shimmed.status.code(), Some(3));
+        }
+        let recs = read_capture(&cap);
+        assert_eq!(
+            events(&recs).iter().map(|e| e.size).collect::<Vec<_>>(),
+            vec![7100],
+            "{scenario}: {recs:?}"
+        );
+        let codes: Vec<i32> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::ProcessEnd(e) => Some(e.exit_code),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(codes, vec![want_code], "{scenario}");
+    }
+}
+
 /// An exec that fails leaves the image running: the capture must keep one image for it
 /// (readers split a pid's frames at a new anchor; "released by exec" would hide what the
 /// first half still held), and the caller sees exec's own -1 and errno. The image's end

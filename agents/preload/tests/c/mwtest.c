@@ -575,6 +575,15 @@ int main(int argc, char **argv) {
         printf("T pid=%d\n", getpid());
         fflush(stdout);
         pthread_exit(NULL);
+    } else if (!strcmp(sc, "abort") || !strcmp(sc, "_exit")) {
+        /* Allocates, then ends without exit(): abort() as LOG(FATAL) after an OOM does,
+         * or _exit(3) as os._exit does. The allocation must still reach the capture. */
+        void *p = NULL; int r;
+        r = T.hipMalloc(&p, 7100); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 7100, 0, 0);
+        printf("A pid=%d\n", getpid());
+        fflush(stdout);
+        if (!strcmp(sc, "abort")) abort();
+        _exit(3);
     } else if (!strcmp(sc, "exec-child")) {
         void *p = NULL; int r;
         r = T.hipMalloc(&p, 5000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 5000, 0, 0);

@@ -1,0 +1,132 @@
+//! abort / _exit / _Exit: deliver what was recorded when a process ends without exit().
+//!
+//! Owns the three wrappers and the hand-off they use. `exit()` runs the shim's exit
+//! handler, which drains every ring and writes `process_end`; these three end the process
+//! without running it. An OOM that ends in `LOG(FATAL)` → `abort()`, a `std::terminate`,
+//! or Python's `os._exit()` used to lose the events queued since the flusher's last pass
+//! (up to 20 ms): often the very allocation whose failure ended the program.
+//!
+//! The wrapper never drains the rings itself: it may run inside a signal handler, or
+//! with a third-party allocator's lock held (tcmalloc aborts from inside its own
+//! locks), where the drain's buffer growth could deadlock. It asks the flusher thread
+//! for the last pass instead (`process_end` with 134 = 128 + SIGABRT for `abort`, the
+//! status for `_exit`), waits for it at most [`END_WAIT_NS`], and then calls the real
+//! function with the caller's arguments and errno. A flusher that is stuck or absent (a
+//! forked child has none until it records) costs at most that wait, never the end.
+//!
+//! After the hand-off recording is off for good, as after `exit()`: a program that
+//! catches SIGABRT and goes on runs unrecorded.
+
+use crate::real::real_dlsym;
+use crate::rt;
+use core::ffi::{c_int, c_void, CStr};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+
+/// Longest an ending thread waits for the flusher's last pass. A pass normally takes
+/// well under a millisecond; the flusher may be asleep for up to 20 ms first.
+pub const END_WAIT_NS: u64 = 250_000_000;
+
+/// No end requested.
+const NONE: i32 = i32::MIN;
+/// The exit code the flusher's last pass writes in `process_end`, or [`NONE`].
+static REQUESTED_CODE: AtomicI32 = AtomicI32::new(NONE);
+/// Set by the flusher once that last pass is written (or could not be).
+static DONE: AtomicBool = AtomicBool::new(false);
+/// The flusher's thread id (0: none yet), so that the flusher itself never waits for
+/// itself (a panic in the shim's own thread ends in `abort`).
+static FLUSHER_TID: AtomicU32 = AtomicU32::new(0);
+
+fn gettid() -> u32 {
+    // SAFETY: plain system call.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// Called by the flusher thread when it starts.
+pub(crate) fn flusher_started() {
+    FLUSHER_TID.store(gettid(), Ordering::Release);
+}
+
+/// The exit code an ending thread asked for, if any (polled by the flusher every pass).
+pub(crate) fn requested_code() -> Option<i32> {
+    let code = REQUESTED_CODE.load(Ordering::Acquire);
+    (code != NONE).then_some(code)
+}
+
+/// Called by the flusher after its last pass for a requested end.
+pub(crate) fn last_pass_written() {
+    DONE.store(true, Ordering::Release);
+}
+
+/// A forked child starts with no request of its parent's.
+pub(crate) fn reset_in_child() {
+    REQUESTED_CODE.store(NONE, Ordering::Release);
+    DONE.store(false, Ordering::Release);
+    FLUSHER_TID.store(0, Ordering::Release);
+}
+
+/// Asks the flusher for the last pass with `exit_code` and waits for it (bounded).
+/// Keeps the caller's errno (the wait does).
+fn hand_off_last_pass(exit_code: i32) {
+    if !rt::is_active()
+        || !rt::FLUSHER_RUNNING.load(Ordering::Acquire)
+        || FLUSHER_TID.load(Ordering::Acquire) == gettid()
+        || !rt::is_this_process()
+    {
+        return;
+    }
+    // The first request wins: two threads ending at once report the first one's code.
+    let _ = REQUESTED_CODE.compare_exchange(NONE, exit_code, Ordering::AcqRel, Ordering::Acquire);
+    crate::wait::wait_until(
+        || DONE.load(Ordering::Acquire) || !rt::FLUSHER_RUNNING.load(Ordering::Acquire),
+        END_WAIT_NS,
+    );
+}
+
+unsafe fn real(name: &CStr) -> *mut c_void {
+    real_dlsym()(libc::RTLD_NEXT, name.as_ptr())
+}
+
+/// Ends the process as `_exit` does, for a C library that could not be asked for its
+/// own function (never seen; the wrappers must not return either way).
+fn exit_group(status: c_int) -> ! {
+    loop {
+        // SAFETY: plain system call; it does not return.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}
+
+/// Wraps libc's `abort` (see the module docs).
+///
+/// # Safety
+/// Same contract as libc's function.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn abort() -> ! {
+    hand_off_last_pass(128 + libc::SIGABRT);
+    let f = real(c"abort");
+    if !f.is_null() {
+        core::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> !>(f)();
+    }
+    libc::raise(libc::SIGABRT);
+    exit_group(128 + libc::SIGABRT)
+}
+
+macro_rules! exit_hook {
+    ($name:ident, $cname:literal) => {
+        /// Wraps libc's function of the same name (see the module docs).
+        ///
+        /// # Safety
+        /// Same contract as libc's function.
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name(status: c_int) -> ! {
+            hand_off_last_pass(status & 0xff);
+            let f = real($cname);
+            if !f.is_null() {
+                core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> !>(f)(status);
+            }
+            exit_group(status)
+        }
+    };
+}
+
+exit_hook!(_exit, c"_exit");
+exit_hook!(_Exit, c"_Exit");
