@@ -305,6 +305,10 @@ fn command_not_found_is_exit_127_and_removes_only_what_it_created() {
 }
 
 fn sample_capture() -> Vec<u8> {
+    sample_capture_ending(1)
+}
+
+fn sample_capture_ending(exit_code: i32) -> Vec<u8> {
     let mut w = FrameWriter::new(Vec::new()).unwrap();
     w.write_record(&Record::ProcessStart(ProcessStart {
         pid: 42,
@@ -338,10 +342,30 @@ fn sample_capture() -> Vec<u8> {
     w.write_record(&Record::ProcessEnd(ProcessEnd {
         pid: 42,
         ts_ns: 2000,
-        exit_code: 1,
+        exit_code,
     }))
     .unwrap();
     w.into_inner().unwrap()
+}
+
+/// A process that called abort() ends with 134 in the capture; the report names it.
+#[test]
+fn report_names_the_signal_of_an_exit_above_128() {
+    let dir = tempfile::tempdir().unwrap();
+    for (code, want) in [
+        (134, "exit 134 (128 + SIGABRT: abort())"),
+        (137, "exit 137 (128 + SIGKILL)"),
+        (1, "exit 1,"),
+        (200, "exit 200,"),
+    ] {
+        let path = dir.path().join(format!("e{code}.mwcap"));
+        std::fs::write(&path, sample_capture_ending(code)).unwrap();
+        let out = memwatch().arg("report").arg(&path).output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(want), "{code}: {text}");
+        assert_eq!(report_json(&path)["processes"][0]["exit_code"], code);
+    }
 }
 
 #[test]

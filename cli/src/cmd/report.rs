@@ -299,7 +299,7 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
                 "replaced by exec (memory it held was released, not leaked)".to_string()
             }
             Some(-1) => "ended (exit status not known to the shim)".to_string(),
-            Some(c) => format!("exit {c}"),
+            Some(c) => exit_text(c),
             None => "no end recorded (killed, still running, or cut off)".into(),
         };
         let image = match p.image {
@@ -525,6 +525,26 @@ fn api_table(o: &mut String, stats: &[memwatch_analysis::capture::ApiStats]) {
             "    (-: calls not timed; run with MEMWATCH_ALLOC_DURATIONS=1 to time allocations)\n",
         );
     }
+}
+
+/// "exit N", naming the signal for the shell's 128 + N convention (the shim records 134
+/// for a process that called `abort()`).
+fn exit_text(code: i32) -> String {
+    let name = match code - 128 {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT: abort()",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => return format!("exit {code}"),
+    };
+    format!("exit {code} (128 + {name})")
 }
 
 #[cfg(test)]
