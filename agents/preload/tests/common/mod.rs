@@ -19,7 +19,7 @@ pub fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `libmemwatch_preload.so` next to the test binary's profile dir, built if missing.
+/// `libmemwatch_preload.so` next to the test binary's profile dir, built or brought up to date.
 fn shim_path() -> PathBuf {
     let exe = std::env::current_exe().expect("test exe path");
     let profile_dir = exe
@@ -27,7 +27,9 @@ fn shim_path() -> PathBuf {
         .and_then(Path::parent)
         .expect("target/<profile>");
     let so = profile_dir.join("libmemwatch_preload.so");
-    if !so.exists() {
+    // `cargo test -p memwatch-preload` builds the crate's rlib, not its cdylib: build the
+    // shim every time (a no-op when it is fresh), or an edited shim is tested stale.
+    {
         let mut args = vec!["build", "-p", "memwatch-preload"];
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             args.push("--release");
