@@ -6,20 +6,27 @@
 //! or Python's `os._exit()` used to lose the events queued since the flusher's last pass
 //! (up to 20 ms): often the very allocation whose failure ended the program.
 //!
-//! The wrapper never drains the rings itself: it may run inside a signal handler, or
-//! with a third-party allocator's lock held (tcmalloc aborts from inside its own
-//! locks), where the drain's buffer growth could deadlock. It asks the flusher thread
-//! for the last pass instead (`process_end` with 134 = 128 + SIGABRT for `abort`, the
-//! status for `_exit`), waits for it at most [`END_WAIT_NS`], and then calls the real
-//! function with the caller's arguments and errno. A flusher that is stuck or absent (a
-//! forked child has none until it records) costs at most that wait, never the end.
+//! The wrapper never drains the rings itself: it may run inside a signal handler that
+//! interrupted the program's own allocator, where the drain's buffers could not grow. It
+//! asks the flusher thread for the last pass instead (`process_end` with 134 = 128 +
+//! SIGABRT for `abort`, the status for `_exit`; the first of several ending threads
+//! names the code), waits for it at most [`END_WAIT_NS`], and then calls the real
+//! function (looked up when the shim was loaded, never here: `dlsym` would take the
+//! dynamic loader's lock) with the caller's arguments and errno. The flusher's buffers
+//! are sized when the sink opens, so its last pass allocates nothing in the usual case.
+//! A flusher that is stuck or absent (a forked child has none until it records) costs
+//! at most that wait, never the end.
 //!
-//! After the hand-off recording is off for good, as after `exit()`: a program that
-//! catches SIGABRT and goes on runs unrecorded.
+//! After a delivered last pass recording is off for good, as after `exit()`: a program
+//! that catches SIGABRT and jumps out of the handler goes on unrecorded, its capture
+//! ending with 134. A last pass not delivered in time is called off.
+//! Not covered: the C library's internal aborts (a failed `assert`, heap corruption)
+//! do not go through the wrapper, and under `memwatch attach` (the shim loaded late with
+//! `dlopen`) the program's calls were bound before the shim came.
 
-use crate::real::real_dlsym;
+use crate::real::{libc_fn, LibcFn};
 use crate::rt;
-use core::ffi::{c_int, c_void, CStr};
+use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 /// Longest an ending thread waits for the flusher's last pass. A pass normally takes
@@ -75,15 +82,19 @@ fn hand_off_last_pass(exit_code: i32) {
         return;
     }
     // The first request wins: two threads ending at once report the first one's code.
-    let _ = REQUESTED_CODE.compare_exchange(NONE, exit_code, Ordering::AcqRel, Ordering::Acquire);
-    crate::wait::wait_until(
+    let ours = REQUESTED_CODE
+        .compare_exchange(NONE, exit_code, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok();
+    let delivered = crate::wait::wait_until(
         || DONE.load(Ordering::Acquire) || !rt::FLUSHER_RUNNING.load(Ordering::Acquire),
         END_WAIT_NS,
     );
-}
-
-unsafe fn real(name: &CStr) -> *mut c_void {
-    real_dlsym()(libc::RTLD_NEXT, name.as_ptr())
+    if ours && !delivered {
+        // Not in time (a stuck sink): call it off, so that a program that survives its
+        // own end (SIGABRT caught, longjmp out) is not ended in the capture later on.
+        let _ =
+            REQUESTED_CODE.compare_exchange(exit_code, NONE, Ordering::AcqRel, Ordering::Acquire);
+    }
 }
 
 /// Ends the process as `_exit` does, for a C library that could not be asked for its
@@ -102,7 +113,7 @@ fn exit_group(status: c_int) -> ! {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn abort() -> ! {
     hand_off_last_pass(128 + libc::SIGABRT);
-    let f = real(c"abort");
+    let f = libc_fn(LibcFn::Abort);
     if !f.is_null() {
         core::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> !>(f)();
     }
@@ -111,7 +122,7 @@ pub unsafe extern "C" fn abort() -> ! {
 }
 
 macro_rules! exit_hook {
-    ($name:ident, $cname:literal) => {
+    ($name:ident, $real:expr) => {
         /// Wraps libc's function of the same name (see the module docs).
         ///
         /// # Safety
@@ -119,7 +130,7 @@ macro_rules! exit_hook {
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name(status: c_int) -> ! {
             hand_off_last_pass(status & 0xff);
-            let f = real($cname);
+            let f = libc_fn($real);
             if !f.is_null() {
                 core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> !>(f)(status);
             }
@@ -128,5 +139,5 @@ macro_rules! exit_hook {
     };
 }
 
-exit_hook!(_exit, c"_exit");
-exit_hook!(_Exit, c"_Exit");
+exit_hook!(_exit, LibcFn::Exit);
+exit_hook!(_Exit, LibcFn::ExitUpper);

@@ -7,15 +7,11 @@
 //! functions are not wrapped (Rust cannot define C variadics on stable): events queued
 //! in the last flush interval (≤ 20 ms) before an `execl*` are lost.
 
-use crate::real::real_dlsym;
+use crate::real::{libc_fn, LibcFn};
 use crate::rt;
-use core::ffi::{c_char, c_int, c_void, CStr};
+use core::ffi::{c_char, c_int, c_void};
 
 type Argv = *const *const c_char;
-
-unsafe fn real(name: &CStr) -> *mut c_void {
-    real_dlsym()(libc::RTLD_NEXT, name.as_ptr())
-}
 
 fn before() -> bool {
     if rt::is_active() {
@@ -37,7 +33,7 @@ fn after_failure(flushed: bool) {
 }
 
 macro_rules! exec_hook {
-    ($name:ident, $cname:literal, ($($a:ident: $t:ty),*)) => {
+    ($name:ident, $real:expr, ($($a:ident: $t:ty),*)) => {
         /// Wraps libc's function of the same name (see the module docs).
         ///
         /// # Safety
@@ -45,7 +41,7 @@ macro_rules! exec_hook {
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             type F = unsafe extern "C" fn($($t),*) -> c_int;
-            let f = real($cname);
+            let f = libc_fn($real);
             if f.is_null() {
                 *libc::__errno_location() = libc::ENOSYS;
                 return -1;
@@ -58,7 +54,7 @@ macro_rules! exec_hook {
     };
 }
 
-exec_hook!(execve, c"execve", (path: *const c_char, argv: Argv, envp: Argv));
-exec_hook!(execv, c"execv", (path: *const c_char, argv: Argv));
-exec_hook!(execvp, c"execvp", (file: *const c_char, argv: Argv));
-exec_hook!(execvpe, c"execvpe", (file: *const c_char, argv: Argv, envp: Argv));
+exec_hook!(execve, LibcFn::Execve, (path: *const c_char, argv: Argv, envp: Argv));
+exec_hook!(execv, LibcFn::Execv, (path: *const c_char, argv: Argv));
+exec_hook!(execvp, LibcFn::Execvp, (file: *const c_char, argv: Argv));
+exec_hook!(execvpe, LibcFn::Execvpe, (file: *const c_char, argv: Argv, envp: Argv));

@@ -14,6 +14,34 @@ use core::sync::atomic::Ordering;
 pub fn run() {
     rt::mark_internal_thread();
     crate::abnormal_end::flusher_started();
+    loop {
+        if poll_until_stopped() == Stop::ForGood {
+            rt::FLUSHER_RUNNING.store(false, Ordering::Release);
+            return;
+        }
+        rt::FLUSHER_RUNNING.store(false, Ordering::Release);
+        // Recording may have resumed while this loop was ending (an exec that failed
+        // right after its last pass): then this thread goes on, unless a new flusher was
+        // started meanwhile.
+        if rt::EXITING.load(Ordering::Acquire)
+            || !rt::is_active()
+            || rt::FLUSHER_RUNNING.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+    }
+}
+
+#[derive(PartialEq)]
+enum Stop {
+    /// Recording stopped (exit, exec, turned off).
+    Recording,
+    /// The process is ending (an abort / _exit hand-off, or its last thread is ours).
+    ForGood,
+}
+
+/// Drains and sleeps until recording stops or the process ends.
+fn poll_until_stopped() -> Stop {
     let mut idle_ns = 1_000_000u64;
     let mut idle_since_check_ns = 0u64;
     let busy = rt::config().buffer_events / 4;
@@ -23,7 +51,7 @@ pub fn run() {
             // pass, as the exit handler would have written it.
             rt::final_flush(code);
             crate::abnormal_end::last_pass_written();
-            break;
+            return Stop::ForGood;
         }
         let n = sink::flush_locked(false, 0, 50_000_000);
         crate::pjrt::tick();
@@ -43,13 +71,13 @@ pub fn run() {
                     // not outlive its threads, so neither may ours. Returning ends this
                     // thread, the last, which ends the process as exit(0) would (the
                     // exit handlers write the last frames).
-                    break;
+                    return Stop::ForGood;
                 }
             }
         }
         sink::sleep_ns(idle_ns);
     }
-    rt::FLUSHER_RUNNING.store(false, Ordering::Release);
+    Stop::Recording
 }
 
 /// How often (in idle time) the flusher looks whether it is the process's last thread.

@@ -5,7 +5,8 @@
 //! because our own exported `dlsym`/`dlvsym` interpose every such call — and (b) the
 //! table of real-function slots, one per hook, filled either by `dlsym(RTLD_NEXT, name)`
 //! (ordinary interposition) or by what the program's own `dlsym` / `*GetProcAddress`
-//! call returned (see `dl`). Nothing here allocates.
+//! call returned (see `dl`), and (c) the C library's process-end and exec functions,
+//! looked up once by the shim's ELF constructor. Nothing here allocates.
 
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicPtr, Ordering};
@@ -204,3 +205,54 @@ unsafe fn gnu_lookup(
         idx += 1;
     }
 }
+
+/// C library functions the shim wraps besides the GPU runtimes' (process end, exec).
+#[derive(Clone, Copy)]
+pub enum LibcFn {
+    Abort,
+    Exit,
+    ExitUpper,
+    Execve,
+    Execv,
+    Execvp,
+    Execvpe,
+}
+
+const LIBC_FN_NAMES: [&CStr; 7] = [
+    c"abort", c"_exit", c"_Exit", c"execve", c"execv", c"execvp", c"execvpe",
+];
+static LIBC_FNS: [AtomicPtr<c_void>; 7] = [const { AtomicPtr::new(core::ptr::null_mut()) }; 7];
+
+/// The real C library function `f` (null if the C library has none). Resolved when the
+/// shim is loaded ([`resolve_libc_fns`]): asking `dlsym` later would take the dynamic
+/// loader's lock, which another thread's `dlopen` holds while library constructors run
+/// (seconds, or for ever when a constructor waits for the thread that is ending the
+/// process), and would use stack in a signal handler that ends the process.
+pub fn libc_fn(f: LibcFn) -> *mut c_void {
+    let i = f as usize;
+    let p = LIBC_FNS[i].load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    // Only when called before the shim's own constructor ran (another library's
+    // constructor ending the process): look it up now.
+    // SAFETY: NUL-terminated name; RTLD_NEXT from the shim means "after the shim".
+    let p = unsafe { real_dlsym()(libc::RTLD_NEXT, LIBC_FN_NAMES[i].as_ptr()) };
+    LIBC_FNS[i].store(p, Ordering::Release);
+    p
+}
+
+/// Looks every [`LibcFn`] up once, from the shim's ELF constructor.
+extern "C" fn resolve_libc_fns() {
+    for (i, name) in LIBC_FN_NAMES.iter().enumerate() {
+        // SAFETY: NUL-terminated name; RTLD_NEXT from the shim means "after the shim".
+        let p = unsafe { real_dlsym()(libc::RTLD_NEXT, name.as_ptr()) };
+        LIBC_FNS[i].store(p, Ordering::Release);
+    }
+}
+
+/// Runs [`resolve_libc_fns`] when the shim is loaded (by LD_PRELOAD at start-up, or by
+/// `memwatch attach`'s dlopen), before any code can reach the wrappers through it.
+#[used]
+#[link_section = ".init_array"]
+static RESOLVE_LIBC_FNS_AT_LOAD: extern "C" fn() = resolve_libc_fns;

@@ -676,11 +676,16 @@ pub fn final_flush(exit_code: i32) {
     turn_off();
 }
 
-/// After a failed exec: resume recording (the flusher thread still runs).
+/// After a failed exec: resume recording, with the flusher thread that the exec's
+/// last pass stopped started again at once (a child whose exec failed often only calls
+/// `_exit(127)`, whose hand-off needs a running flusher: `abnormal_end`).
 pub fn resume_after_failed_exec() {
     EXITING.store(false, Ordering::Release);
     sink::restart_process();
     STATE.store(ACTIVE, Ordering::Release);
+    // Starts nothing while the old flusher runs: it goes on, even if it was leaving its
+    // loop (see `flusher::run`).
+    start_flusher();
 }
 
 /// Used by `attach` (late attach): fixes the configuration from the attach request

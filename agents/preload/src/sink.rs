@@ -322,11 +322,16 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
             st.started = true;
         }
     }
-    if st.events.capacity() < FRAME_EVENTS {
-        st.events.reserve(FRAME_EVENTS);
-    }
+    reserve_buffers(st);
+    // One pass drains at most what the rings can hold (everything queued when it began),
+    // so a thread allocating without pause cannot keep the lock, or a last pass, for
+    // ever; and a pass gives way at once to a last pass asked for by an ending thread.
+    let budget = crate::tring::capacity_total() + rt::RING.capacity();
     let mut total = 0usize;
     loop {
+        if total >= budget || (!final_ && crate::abnormal_end::requested_code().is_some()) {
+            break;
+        }
         st.events.clear();
         crate::tring::drain_all(
             &mut st.events,
@@ -385,8 +390,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
             ts_ns: rt::now_ns(),
             dropped_total: dropped,
         });
-        let mut out = Vec::new();
-        if encode_record(&rec, &mut out).is_ok() && write_all(st, &out) {
+        if encode_small(st, &rec) {
             st.last_dropped = dropped;
         }
     }
@@ -396,13 +400,17 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
             ts_ns: rt::now_ns(),
             exit_code,
         });
-        let mut out = Vec::new();
-        if encode_record(&rec, &mut out).is_ok() {
-            write_all(st, &out);
-        }
+        encode_small(st, &rec);
         st.started = false;
     }
     total
+}
+
+/// Encodes a small record on the stack (no allocation) and writes it; whether written.
+fn encode_small(st: &mut State, rec: &Record) -> bool {
+    let mut frame = [0u8; 64];
+    memwatch_wire::encode_small_record_into(rec, &mut frame)
+        .is_some_and(|n| write_all(st, &frame[..n]))
 }
 
 /// Writes this pass's backtraces (timestamps converted like the events'), preceded by a
@@ -549,7 +557,19 @@ fn open(st: &mut State) -> bool {
     st.ident = ident;
     st.sock = kind == SinkKind::Unix;
     st.started = false;
+    reserve_buffers(st);
     true
+}
+
+/// Sizes the pass's buffers for the largest frame once, when the sink opens, so that a
+/// pass allocates nothing afterwards: the last pass of a process ending in `abort` may
+/// run while the ending thread holds the C library's allocator lock (see
+/// `abnormal_end`).
+fn reserve_buffers(st: &mut State) {
+    st.events
+        .reserve(FRAME_EVENTS.saturating_sub(st.events.len()));
+    let frame = 9 + 4 + FRAME_EVENTS * memwatch_wire::EVENT_SIZE;
+    st.buf.reserve(frame.saturating_sub(st.buf.len()));
 }
 
 /// `%p` in the path becomes the pid.

@@ -307,12 +307,32 @@ pub fn dropped_total() -> u64 {
         })
 }
 
+/// Slots in all registered rings together.
+pub fn capacity_total() -> usize {
+    let n = NRINGS.load(Ordering::Acquire).min(MAX_RINGS);
+    RINGS
+        .iter()
+        .take(n)
+        // SAFETY: registered rings are never unmapped.
+        .filter_map(|slot| unsafe { slot.load(Ordering::Acquire).as_ref() })
+        .map(|r| r.mask + 1)
+        .sum()
+}
+
+/// The ring [`drain_all`] starts with next (consumer side, under the sink lock).
+static DRAIN_START: AtomicUsize = AtomicUsize::new(0);
+
 /// Drains every registered ring into `out` (at most `max` events in all), giving the
-/// events `pid`.
+/// events `pid`. Each call starts one ring further on, so a ring that always holds
+/// `max` events (a thread allocating without pause) cannot starve the others.
 pub fn drain_all(out: &mut Vec<Event>, max: usize, pid: u32) -> usize {
     let n = NRINGS.load(Ordering::Acquire).min(MAX_RINGS);
+    if n == 0 {
+        return 0;
+    }
+    let start = DRAIN_START.fetch_add(1, Ordering::Relaxed) % n;
     let mut total = 0;
-    for slot in RINGS.iter().take(n) {
+    for slot in RINGS[start..n].iter().chain(&RINGS[..start]) {
         if total >= max {
             break;
         }

@@ -283,6 +283,44 @@ fn a_main_thread_that_calls_pthread_exit_ends_the_process() {
         .any(|r| matches!(r, Record::ProcessEnd(e) if e.exit_code == 0)));
 }
 
+/// Runs the direct test program with `args`, with the shim and a file sink at `cap`
+/// when given; a run that takes over 10 s fails the test (a hang).
+fn run_direct(b: &Built, args: &[&str], cap: Option<&std::path::Path>) -> std::process::Output {
+    let mut c = std::process::Command::new(b.program("direct"));
+    c.arg("direct")
+        .args(args)
+        .env("MWTEST_LIBDIR", &b.dir)
+        .env_remove("LD_PRELOAD")
+        .env_remove("MEMWATCH_SINK")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(cap) = cap {
+        c.env("LD_PRELOAD", &b.shim)
+            .env("MEMWATCH_SINK", format!("file:{}", cap.display()));
+    }
+    let mut child = c.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} (shim: {}) hung", cap.is_some());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The `process_end` exit codes of `pid` (all pids when None), in capture order.
+fn end_codes(recs: &[Record], pid: Option<u32>) -> Vec<i32> {
+    recs.iter()
+        .filter_map(|r| match r {
+            Record::ProcessEnd(e) if pid.is_none_or(|p| p == e.pid) => Some(e.exit_code),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A program that ends without exit() (abort after an OOM, os._exit) keeps what it
 /// recorded last: before, the allocation just before abort() sat in the ring and was
 /// lost with the process. Its end carries 134 (128 + SIGABRT) or the _exit status, and
@@ -292,52 +330,100 @@ fn abort_and_underscore_exit_deliver_the_last_events() {
     use std::os::unix::process::ExitStatusExt;
     let b = built("capture");
     let tmp = tempfile::tempdir().unwrap();
-    for (scenario, want_code) in [("abort", 134), ("_exit", 3)] {
-        let run = |cap: Option<&std::path::Path>| {
-            let mut c = std::process::Command::new(b.program("direct"));
-            c.args(["direct", scenario])
-                .env("MWTEST_LIBDIR", &b.dir)
-                .env_remove("LD_PRELOAD")
-                .env_remove("MEMWATCH_SINK");
-            if let Some(cap) = cap {
-                c.env("LD_PRELOAD", &b.shim)
-                    .env("MEMWATCH_SINK", format!("file:{}", cap.display()));
-            }
-            c.output().unwrap()
-        };
+    // alarm-in-malloc: the last pass used to grow a buffer through the allocator that
+    // the ending thread held (no process_end). busy-abort: a thread allocating without
+    // pause kept the flusher's pass going for ever (no process_end, and the ending
+    // thread's own allocations missing).
+    for (scenario, want_code, want_sizes) in [
+        ("abort", 134, vec![7100]),
+        ("_exit", 3, vec![7100]),
+        ("alarm-in-malloc", 134, vec![7100]),
+        ("busy-abort", 134, vec![7100, 7200]),
+    ] {
         let cap = tmp.path().join(format!("{scenario}.mwcap"));
-        let plain = run(None);
-        let t0 = std::time::Instant::now();
-        let shimmed = run(Some(&cap));
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(5),
-            "{scenario}"
-        );
+        let plain = run_direct(b, &[scenario], None);
+        let shimmed = run_direct(b, &[scenario], Some(&cap));
         assert_eq!(
             (shimmed.status.code(), shimmed.status.signal()),
             (plain.status.code(), plain.status.signal()),
             "{scenario}: the program ends as it does without the shim"
         );
-        if scenario == "abort" {
-            assert_eq!(shimmed.status.signal(), Some(libc::SIGABRT));
+        if want_code == 134 {
+            assert_eq!(shimmed.status.signal(), Some(libc::SIGABRT), "{scenario}");
         } else {
-            assert_eq!(shimmed.status.code(), Some(3));
+            assert_eq!(shimmed.status.code(), Some(want_code), "{scenario}");
         }
         let recs = read_capture(&cap);
-        assert_eq!(
-            events(&recs).iter().map(|e| e.size).collect::<Vec<_>>(),
-            vec![7100],
-            "{scenario}: {recs:?}"
-        );
-        let codes: Vec<i32> = recs
+        // The busy thread's 64-byte allocations and their frees left out.
+        let sizes: Vec<u64> = events(&recs)
             .iter()
-            .filter_map(|r| match r {
-                Record::ProcessEnd(e) => Some(e.exit_code),
-                _ => None,
-            })
+            .filter(|e| e.kind == memwatch_wire::EventKind::Alloc as u8 && e.size != 64)
+            .map(|e| e.size)
             .collect();
-        assert_eq!(codes, vec![want_code], "{scenario}");
+        assert_eq!(sizes, want_sizes, "{scenario}");
+        assert_eq!(end_codes(&recs, None), vec![want_code], "{scenario}");
     }
+}
+
+/// Ending the process never waits for the dynamic loader: a library constructor (run
+/// inside dlopen, under the loader's lock) whose thread calls _exit(3) hung for ever
+/// under the shim, which looked the real _exit up with dlsym at that moment.
+#[test]
+fn underscore_exit_under_the_loader_lock_does_not_hang() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let lib = tmp.path().join("libctor_exit.so");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/ctor_exit.c");
+    cc(&[
+        "-O2",
+        "-Wall",
+        "-shared",
+        "-fPIC",
+        "-o",
+        lib.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-lpthread",
+    ]);
+    let args = ["dlopen-ctor-exit", lib.to_str().unwrap()];
+    let plain = run_direct(b, &args, None);
+    assert_eq!(plain.status.code(), Some(3));
+    let cap = tmp.path().join("ctor.mwcap");
+    let t0 = std::time::Instant::now();
+    let shimmed = run_direct(b, &args, Some(&cap));
+    assert_eq!(shimmed.status.code(), Some(3));
+    // At most the hand-off's bounded wait (250 ms) on top of the program's own time.
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+/// A forked child whose exec fails and that then calls _exit(127) is recorded with 127:
+/// the exec's last pass had stopped the flusher and nothing started it again, so the
+/// child's end stayed the -1 of the exec's pass.
+#[test]
+fn a_child_whose_exec_failed_records_its_underscore_exit() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("fork-exec-fail.mwcap");
+    let out = run_direct(b, &["fork-exec-fail"], Some(&cap));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("P child status=127"));
+    let recs = read_capture(&cap);
+    let parent = events(&recs)
+        .iter()
+        .find(|e| e.size == 7100)
+        .map(|e| e.pid)
+        .expect("the parent's allocation");
+    let child = recs
+        .iter()
+        .find_map(|r| match r {
+            Record::ProcessStart(s) if s.pid != parent => Some(s.pid),
+            _ => None,
+        })
+        .expect("the child announced (by its exec's last pass)");
+    assert_eq!(end_codes(&recs, Some(child)).last(), Some(&127), "{recs:?}");
 }
 
 /// An exec that fails leaves the image running: the capture must keep one image for it

@@ -384,6 +384,37 @@ pub fn encode_events_frame_into(events: &[Event], out: &mut [u8]) -> Option<usiz
     Some(pos + 4)
 }
 
+/// Writes a `dropped` or `process_end` frame into `out` without allocating (the shim's
+/// last pass may run while the program's allocator is locked). Returns the number of
+/// bytes written; `None` for any other record or when `out` is too small. Same bytes as
+/// [`encode_record`].
+pub fn encode_small_record_into(record: &Record, out: &mut [u8]) -> Option<usize> {
+    let mut payload = [0u8; 20];
+    let (ty, n) = match record {
+        Record::Dropped(d) => {
+            payload[0..4].copy_from_slice(&d.pid.to_le_bytes());
+            payload[4..12].copy_from_slice(&d.ts_ns.to_le_bytes());
+            payload[12..20].copy_from_slice(&d.dropped_total.to_le_bytes());
+            (frame_type::DROPPED, 20)
+        }
+        Record::ProcessEnd(e) => {
+            payload[0..4].copy_from_slice(&e.pid.to_le_bytes());
+            payload[4..12].copy_from_slice(&e.ts_ns.to_le_bytes());
+            payload[12..16].copy_from_slice(&e.exit_code.to_le_bytes());
+            (frame_type::PROCESS_END, 16)
+        }
+        _ => return None,
+    };
+    let total = FRAME_OVERHEAD + n;
+    let out = out.get_mut(..total)?;
+    out[0..4].copy_from_slice(&((n + 1) as u32).to_le_bytes());
+    out[4] = ty;
+    out[5..5 + n].copy_from_slice(&payload[..n]);
+    let crc = crc32fast::hash(&out[4..5 + n]);
+    out[5 + n..].copy_from_slice(&crc.to_le_bytes());
+    Some(total)
+}
+
 /// Growable payload builder used for the variable-length frames.
 #[derive(Default)]
 struct Payload(Vec<u8>);
@@ -891,6 +922,31 @@ mod tests {
         let mut b = [0u8; EVENT_SIZE];
         encode_event(&e, &mut b);
         assert_eq!(decode_event(&b), e);
+    }
+
+    #[test]
+    fn no_alloc_small_records_equal_record_encoding() {
+        for rec in [
+            Record::ProcessEnd(ProcessEnd {
+                pid: 7,
+                ts_ns: u64::MAX - 3,
+                exit_code: 134,
+            }),
+            Record::Dropped(Dropped {
+                pid: 9,
+                ts_ns: 12,
+                dropped_total: 1 << 40,
+            }),
+        ] {
+            let mut want = Vec::new();
+            encode_record(&rec, &mut want).unwrap();
+            let mut buf = [0u8; 64];
+            let n = encode_small_record_into(&rec, &mut buf).unwrap();
+            assert_eq!(&buf[..n], &want[..]);
+            assert_eq!(encode_small_record_into(&rec, &mut buf[..n - 1]), None);
+        }
+        let other = Record::Events(vec![]);
+        assert_eq!(encode_small_record_into(&other, &mut [0u8; 64]), None);
     }
 
     #[test]

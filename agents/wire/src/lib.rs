@@ -13,9 +13,10 @@ pub mod writer;
 
 pub use event::{Api, Event, EventKind, MemKind, Vendor};
 pub use frame::{
-    encode_events_frame_into, encode_record, Backtrace, CompiledMemoryStats, DeviceInfo,
-    DeviceSample, Dropped, Marker, Module, ModuleMap, PjrtExecutable, PjrtMemoryStats, ProcessEnd,
-    ProcessStart, Record, EVENT_SIZE, FORMAT_VERSION, MAGIC, PREAMBLE_LEN,
+    encode_events_frame_into, encode_record, encode_small_record_into, Backtrace,
+    CompiledMemoryStats, DeviceInfo, DeviceSample, Dropped, Marker, Module, ModuleMap,
+    PjrtExecutable, PjrtMemoryStats, ProcessEnd, ProcessStart, Record, EVENT_SIZE, FORMAT_VERSION,
+    MAGIC, PREAMBLE_LEN,
 };
 pub use reader::{Damage, DamageKind, FrameReader, ReadMode};
 pub use writer::FrameWriter;

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -461,6 +462,15 @@ static void reuse_race(void) {
 }
 #endif
 
+/* Ending scenarios (abnormal_end): a SIGALRM handler that ends the process while the
+ * main thread is inside malloc, and a thread allocating without pause. */
+static void end_by_abort(int s) { (void)s; abort(); }
+static void *alloc_forever(void *a) {
+    (void)a;
+    for (;;) { void *p; if (T.hipMalloc(&p, 64) == 0) T.hipFree(p); }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) { fprintf(stderr, "usage: mwtest direct|dlsym|proc basic|threads|fork|exec|bench\n"); return 2; }
@@ -584,6 +594,53 @@ int main(int argc, char **argv) {
         fflush(stdout);
         if (!strcmp(sc, "abort")) abort();
         _exit(3);
+    } else if (!strcmp(sc, "alarm-in-malloc")) {
+        /* Allocates, then abort()s from a SIGALRM handler that interrupts the program's
+         * own malloc/free loop: the shim's last pass must not need that allocator. */
+        void *p = NULL; int r;
+        r = T.hipMalloc(&p, 7100); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 7100, 0, 0);
+        fflush(stdout);
+        signal(SIGALRM, end_by_abort);
+        struct itimerval it = {{0, 0}, {0, 30000}};
+        setitimer(ITIMER_REAL, &it, NULL);
+        for (;;) {
+            void *v[64];
+            for (int i = 0; i < 64; i++) v[i] = malloc(16 + i * 1000);
+            for (int i = 0; i < 64; i++) free(v[i]);
+        }
+    } else if (!strcmp(sc, "busy-abort")) {
+        /* Another thread allocates without pause while this one allocates twice and
+         * aborts: the last pass must end, and include this thread's allocations. */
+        pthread_t th; pthread_create(&th, NULL, alloc_forever, NULL);
+        void *p = NULL; int r;
+        r = T.hipMalloc(&p, 7100); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 7100, 0, 0);
+        struct timespec pause = {0, 200000000};
+        nanosleep(&pause, NULL);
+        r = T.hipMalloc(&p, 7200); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 7200, 0, 0);
+        fflush(stdout);
+        abort();
+    } else if (!strcmp(sc, "fork-exec-fail")) {
+        /* A forked child whose exec fails ends with _exit(127), as shells do; it makes
+         * no hooked call of its own, so nothing but the exec starts its flusher. */
+        void *p = NULL; int r;
+        r = T.hipMalloc(&p, 7100); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 7100, 0, 0);
+        fflush(stdout);
+        pid_t c = fork();
+        if (c == 0) {
+            char *args[] = {"memwatch-no-such-program", NULL};
+            execv("/nonexistent/memwatch-no-such-program", args);
+            _exit(127);
+        }
+        int st; waitpid(c, &st, 0);
+        printf("P child status=%d\n", WEXITSTATUS(st));
+    } else if (!strcmp(sc, "dlopen-ctor-exit")) {
+        /* argv[3]: a library whose constructor starts a thread that calls _exit(3) and
+         * waits for it, holding the dynamic loader's lock all the while. */
+        void *p = NULL; int r;
+        r = T.hipMalloc(&p, 7100); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 7100, 0, 0);
+        fflush(stdout);
+        dlopen(argv[3], RTLD_NOW);
+        printf("dlopen returned\n");
     } else if (!strcmp(sc, "exec-child")) {
         void *p = NULL; int r;
         r = T.hipMalloc(&p, 5000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 5000, 0, 0);
