@@ -9,13 +9,16 @@
 //! The wrapper never drains the rings itself: it may run inside a signal handler that
 //! interrupted the program's own allocator, where the drain's buffers could not grow. It
 //! asks the flusher thread for the last pass instead (`process_end` with 134 = 128 +
-//! SIGABRT for `abort`, the status for `_exit`; the first of several ending threads
-//! names the code), waits for it at most [`END_WAIT_NS`], and then calls the real
+//! SIGABRT for `abort`, the status for `_exit`), waits for it at most [`END_WAIT_NS`],
+//! and then calls the real
 //! function (looked up when the shim was loaded, never here: `dlsym` would take the
 //! dynamic loader's lock) with the caller's arguments and errno. The flusher's buffers
 //! are sized when the sink opens, so its last pass allocates nothing in the usual case.
 //! A flusher that is stuck or absent (a forked child has none until it records) costs
-//! at most that wait, never the end.
+//! at most that wait, never the end. The first ending thread names the code; a thread
+//! ending the process later (another `abort` / `_exit`, or `exit()`, whose handler
+//! calls [`yield_to_pending_end`]) waits for it, bounded, so that it cannot overtake
+//! the first end during the hand-off and change the process's status.
 //!
 //! After a delivered last pass recording is off for good, as after `exit()`: a program
 //! that catches SIGABRT and jumps out of the handler goes on unrecorded, its capture
@@ -42,6 +45,8 @@ static DONE: AtomicBool = AtomicBool::new(false);
 /// The flusher's thread id (0: none yet), so that the flusher itself never waits for
 /// itself (a panic in the shim's own thread ends in `abort`).
 static FLUSHER_TID: AtomicU32 = AtomicU32::new(0);
+/// The thread whose request [`REQUESTED_CODE`] holds.
+static REQUESTER_TID: AtomicU32 = AtomicU32::new(0);
 
 fn gettid() -> u32 {
     // SAFETY: plain system call.
@@ -69,6 +74,23 @@ pub(crate) fn reset_in_child() {
     REQUESTED_CODE.store(NONE, Ordering::Release);
     DONE.store(false, Ordering::Release);
     FLUSHER_TID.store(0, Ordering::Release);
+    REQUESTER_TID.store(0, Ordering::Release);
+}
+
+/// Called where this thread is about to end the process another way (`exit()`'s
+/// handler, a later `abort` / `_exit`): while another thread's end is being handed off,
+/// wait for it (bounded). Without the shim that thread would have ended the process
+/// already, with its own status; the hand-off must not let a later end overtake it.
+pub(crate) fn yield_to_pending_end() {
+    if REQUESTED_CODE.load(Ordering::Acquire) == NONE
+        || REQUESTER_TID.load(Ordering::Acquire) == gettid()
+    {
+        return;
+    }
+    crate::wait::wait_until(
+        || REQUESTED_CODE.load(Ordering::Acquire) == NONE,
+        2 * END_WAIT_NS,
+    );
 }
 
 /// Asks the flusher for the last pass with `exit_code` and waits for it (bounded).
@@ -81,17 +103,24 @@ fn hand_off_last_pass(exit_code: i32) {
     {
         return;
     }
-    // The first request wins: two threads ending at once report the first one's code.
-    let ours = REQUESTED_CODE
+    // The first request wins. A thread ending later waits for the first one's end
+    // (which, without the shim, had come first).
+    if REQUESTED_CODE
         .compare_exchange(NONE, exit_code, Ordering::AcqRel, Ordering::Acquire)
-        .is_ok();
-    let delivered = crate::wait::wait_until(
+        .is_err()
+    {
+        yield_to_pending_end();
+        return;
+    }
+    REQUESTER_TID.store(gettid(), Ordering::Release);
+    crate::wait::wait_until(
         || DONE.load(Ordering::Acquire) || !rt::FLUSHER_RUNNING.load(Ordering::Acquire),
         END_WAIT_NS,
     );
-    if ours && !delivered {
-        // Not in time (a stuck sink): call it off, so that a program that survives its
-        // own end (SIGABRT caught, longjmp out) is not ended in the capture later on.
+    if !DONE.load(Ordering::Acquire) {
+        // Not written (a stuck sink, or the flusher stopped for an exec): call it off,
+        // so that a program that survives its own end (SIGABRT caught, longjmp out) is
+        // not ended in the capture later on, and no other end waits for it.
         let _ =
             REQUESTED_CODE.compare_exchange(exit_code, NONE, Ordering::AcqRel, Ordering::Acquire);
     }

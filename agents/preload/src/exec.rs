@@ -3,7 +3,8 @@
 //! Owns the `execve` / `execv` / `execvp` / `execvpe` wrappers. Before the real call the
 //! ring is drained and `process_end` (exit code -1) written; the new image, still
 //! preloaded, announces itself with a fresh `process_start` (same pid). If exec fails,
-//! recording resumes and the old image is announced again. The variadic `execl*`
+//! recording resumes and the old image is announced again. In a `vfork` child (the
+//! parent's memory, another pid) the wrappers only call the real function. The variadic `execl*`
 //! functions are not wrapped (Rust cannot define C variadics on stable): events queued
 //! in the last flush interval (≤ 20 ms) before an `execl*` are lost.
 
@@ -14,7 +15,10 @@ use core::ffi::{c_char, c_int, c_void};
 type Argv = *const *const c_char;
 
 fn before() -> bool {
-    if rt::is_active() {
+    // A vfork child shares the parent's memory (and so its rings, sink and flusher
+    // state) but not its pid: its exec is none of the shim's business. Python's
+    // subprocess tries one exec per PATH entry there.
+    if rt::is_active() && rt::is_this_process() {
         rt::final_flush(-1);
         true
     } else {

@@ -19,10 +19,12 @@ pub fn run() {
             rt::FLUSHER_RUNNING.store(false, Ordering::Release);
             return;
         }
-        rt::FLUSHER_RUNNING.store(false, Ordering::Release);
+        rt::FLUSHER_RUNNING.store(false, Ordering::SeqCst);
         // Recording may have resumed while this loop was ending (an exec that failed
         // right after its last pass): then this thread goes on, unless a new flusher was
-        // started meanwhile.
+        // started meanwhile. The fence pairs with `rt::resume_after_failed_exec`'s: one
+        // of the two sees the other's store, so a flusher always runs then.
+        core::sync::atomic::fence(Ordering::SeqCst);
         if rt::EXITING.load(Ordering::Acquire)
             || !rt::is_active()
             || rt::FLUSHER_RUNNING.swap(true, Ordering::AcqRel)

@@ -115,14 +115,30 @@ unsafe extern "C" fn phdr_cb(
     _size: usize,
     _data: *mut c_void,
 ) -> c_int {
-    let info = &*info;
-    if info.dlpi_name.is_null() {
+    let Some((base, strtab, symtab, gnu_hash)) = libc_tables(&*info) else {
         return 0;
+    };
+    for (want, slot) in [(&b"dlsym"[..], &REAL_DLSYM), (&b"dlvsym"[..], &REAL_DLVSYM)] {
+        if slot.load(Ordering::Relaxed).is_null() {
+            let p = gnu_lookup(base, strtab, symtab, gnu_hash, want);
+            if !p.is_null() {
+                slot.store(p, Ordering::Release);
+            }
+        }
+    }
+    0
+}
+
+/// For the C library (`libc.so*`, `libdl.so*`): its load base and the addresses of its
+/// string table, symbol table and GNU hash table; None for any other object.
+unsafe fn libc_tables(info: &libc::dl_phdr_info) -> Option<(usize, usize, usize, usize)> {
+    if info.dlpi_name.is_null() {
+        return None;
     }
     let name = CStr::from_ptr(info.dlpi_name).to_bytes();
     let base_name = name.rsplit(|b| *b == b'/').next().unwrap_or(name);
     if !(base_name.starts_with(b"libc.so") || base_name.starts_with(b"libdl.so")) {
-        return 0;
+        return None;
     }
     let base = info.dlpi_addr as usize;
     let mut dynamic: *const Elf64Dyn = core::ptr::null();
@@ -133,7 +149,7 @@ unsafe extern "C" fn phdr_cb(
         }
     }
     if dynamic.is_null() {
-        return 0;
+        return None;
     }
     let (mut strtab, mut symtab, mut gnu_hash) = (0usize, 0usize, 0usize);
     let mut d = dynamic;
@@ -150,17 +166,9 @@ unsafe extern "C" fn phdr_cb(
         d = d.add(1);
     }
     if strtab == 0 || symtab == 0 || gnu_hash == 0 {
-        return 0;
+        return None;
     }
-    for (want, slot) in [(&b"dlsym"[..], &REAL_DLSYM), (&b"dlvsym"[..], &REAL_DLVSYM)] {
-        if slot.load(Ordering::Relaxed).is_null() {
-            let p = gnu_lookup(base, strtab, symtab, gnu_hash, want);
-            if !p.is_null() {
-                slot.store(p, Ordering::Release);
-            }
-        }
-    }
-    0
+    Some((base, strtab, symtab, gnu_hash))
 }
 
 fn gnu_hash(name: &[u8]) -> u32 {
@@ -234,12 +242,53 @@ pub fn libc_fn(f: LibcFn) -> *mut c_void {
     if !p.is_null() {
         return p;
     }
-    // Only when called before the shim's own constructor ran (another library's
-    // constructor ending the process): look it up now.
-    // SAFETY: NUL-terminated name; RTLD_NEXT from the shim means "after the shim".
-    let p = unsafe { real_dlsym()(libc::RTLD_NEXT, LIBC_FN_NAMES[i].as_ptr()) };
-    LIBC_FNS[i].store(p, Ordering::Release);
+    // Only when called before the shim's own constructor ran (a preloaded library's
+    // constructor runs after those of the libraries it loads with: one of them may end
+    // the process, even from a thread of a library it dlopens, under the loader's lock).
+    // Read libc's own symbol table, as for dlsym: no lock taken.
+    let p = libc_symbol(LIBC_FN_NAMES[i].to_bytes());
+    if !p.is_null() {
+        LIBC_FNS[i].store(p, Ordering::Release);
+    }
     p
+}
+
+/// What [`libc_symbol`] looks for and finds.
+struct Wanted<'a> {
+    name: &'a [u8],
+    found: *mut c_void,
+}
+
+/// `name` in the C library's dynamic symbol table (NULL if absent), read through
+/// `dl_iterate_phdr` without the loader's lock.
+fn libc_symbol(name: &[u8]) -> *mut c_void {
+    let mut w = Wanted {
+        name,
+        found: core::ptr::null_mut(),
+    };
+    // SAFETY: the callback reads valid headers and writes only through `data` (w).
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(libc_symbol_cb),
+            (&mut w as *mut Wanted).cast::<c_void>(),
+        )
+    };
+    w.found
+}
+
+unsafe extern "C" fn libc_symbol_cb(
+    info: *mut libc::dl_phdr_info,
+    _size: usize,
+    data: *mut c_void,
+) -> c_int {
+    let w = &mut *data.cast::<Wanted>();
+    match libc_tables(&*info) {
+        Some((base, strtab, symtab, hash)) => {
+            w.found = gnu_lookup(base, strtab, symtab, hash, w.name);
+            i32::from(!w.found.is_null())
+        }
+        None => 0,
+    }
 }
 
 /// Looks every [`LibcFn`] up once, from the shim's ELF constructor.

@@ -628,14 +628,17 @@ extern "C" fn fork_child() {
     crate::abnormal_end::reset_in_child();
     FLUSHER_RUNNING.store(false, Ordering::Release);
     EXITING.store(false, Ordering::Relaxed);
+    FINAL_PASS_TAKEN.store(false, Ordering::Release);
 }
 
 extern "C" fn at_exit() {
+    crate::abnormal_end::yield_to_pending_end();
     final_flush(-1);
 }
 
 /// glibc's `on_exit` handler: gets the status given to `exit()` (or returned by `main`).
 extern "C" fn at_exit_with_status(status: libc::c_int, _arg: *mut libc::c_void) {
+    crate::abnormal_end::yield_to_pending_end();
     final_flush(status & 0xff);
 }
 
@@ -669,6 +672,11 @@ pub fn final_flush(exit_code: i32) {
     {
         return;
     }
+    // One last pass per image: an exit() and a handed-off abort racing each other
+    // both got past the check above.
+    if FINAL_PASS_TAKEN.swap(true, Ordering::AcqRel) {
+        return;
+    }
     EXITING.store(true, Ordering::Release);
     let was_internal = ts().in_hook.replace(true);
     sink::flush_locked(true, exit_code, 2_000_000_000);
@@ -676,15 +684,20 @@ pub fn final_flush(exit_code: i32) {
     turn_off();
 }
 
+/// Set by the [`final_flush`] that writes this image's `process_end`.
+static FINAL_PASS_TAKEN: AtomicBool = AtomicBool::new(false);
+
 /// After a failed exec: resume recording, with the flusher thread that the exec's
 /// last pass stopped started again at once (a child whose exec failed often only calls
 /// `_exit(127)`, whose hand-off needs a running flusher: `abnormal_end`).
 pub fn resume_after_failed_exec() {
     EXITING.store(false, Ordering::Release);
     sink::restart_process();
-    STATE.store(ACTIVE, Ordering::Release);
+    FINAL_PASS_TAKEN.store(false, Ordering::Release);
+    STATE.store(ACTIVE, Ordering::SeqCst);
     // Starts nothing while the old flusher runs: it goes on, even if it was leaving its
-    // loop (see `flusher::run`).
+    // loop (see `flusher::run`, whose store and loads pair with this store and swap).
+    core::sync::atomic::fence(Ordering::SeqCst);
     start_flusher();
 }
 
@@ -701,6 +714,7 @@ pub fn activate() -> bool {
         ACTIVE => true,
         OFF if RING.capacity() > 1 && config().sink != crate::config::SinkKind::None => {
             EXITING.store(false, Ordering::Release);
+            FINAL_PASS_TAKEN.store(false, Ordering::Release);
             STATE.store(ACTIVE, Ordering::Release);
             true
         }

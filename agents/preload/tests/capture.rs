@@ -399,6 +399,114 @@ fn underscore_exit_under_the_loader_lock_does_not_hang() {
     );
 }
 
+/// The same when the library that dlopens is one the program links against: its
+/// constructor runs before the preloaded shim's, which has then looked nothing up yet
+/// (the fallback lookup took the loader's lock and hung).
+#[test]
+fn underscore_exit_from_a_linked_librarys_constructor_does_not_hang() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let c_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let plugin = tmp.path().join("libctor_exit.so");
+    let lib = tmp.path().join("libnest_lib.so");
+    let prog = tmp.path().join("nest_main");
+    for (out, src, extra) in [
+        (&plugin, "ctor_exit.c", "-lpthread"),
+        (&lib, "nest_lib.c", "-ldl"),
+    ] {
+        let src = c_dir.join(src);
+        cc(&[
+            "-O2",
+            "-Wall",
+            "-shared",
+            "-fPIC",
+            "-o",
+            out.to_str().unwrap(),
+            src.to_str().unwrap(),
+            extra,
+        ]);
+    }
+    let main_src = c_dir.join("nest_main.c");
+    let ldir = format!("-L{}", tmp.path().display());
+    let rpath = format!("-Wl,-rpath,{}", tmp.path().display());
+    cc(&[
+        "-O2",
+        "-Wall",
+        "-o",
+        prog.to_str().unwrap(),
+        main_src.to_str().unwrap(),
+        &ldir,
+        // Linked though no symbol of it is used: its constructor is the point.
+        "-Wl,--no-as-needed",
+        "-lnest_lib",
+        &rpath,
+    ]);
+    for shim in [None, Some(&b.shim)] {
+        let mut c = std::process::Command::new(&prog);
+        c.env("NEST_PLUGIN", &plugin).env_remove("MEMWATCH_SINK");
+        match shim {
+            Some(s) => c.env("LD_PRELOAD", s),
+            None => c.env_remove("LD_PRELOAD"),
+        };
+        let mut child = c.spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("hung (shim: {})", shim.is_some());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert_eq!(status.code(), Some(3), "shim: {}", shim.is_some());
+    }
+}
+
+/// A thread that aborts is not overtaken by another thread's exit() during the
+/// hand-off: the process still dies of SIGABRT, as without the shim (the status was 3
+/// in most runs), and the capture has one end, 134.
+#[test]
+fn exit_in_another_thread_does_not_overtake_an_abort() {
+    use std::os::unix::process::ExitStatusExt;
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = run_direct(b, &["abort-then-exit"], None);
+    assert_eq!(plain.status.signal(), Some(libc::SIGABRT));
+    for i in 0..5 {
+        let cap = tmp.path().join(format!("race{i}.mwcap"));
+        let out = run_direct(b, &["abort-then-exit"], Some(&cap));
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "run {i}");
+        let recs = read_capture(&cap);
+        assert_eq!(end_codes(&recs, None), vec![134], "run {i}");
+        let mut sizes: Vec<u64> = events(&recs).iter().map(|e| e.size).collect();
+        sizes.sort_unstable();
+        assert_eq!(sizes, vec![7100, 8100], "run {i}");
+    }
+}
+
+/// A vfork child shares its parent's memory: its failed exec started a flusher thread
+/// inside it (taking the parent's flusher slot with no thread behind it), so the forked
+/// child that spawned it was missing from the capture and its end took 250 ms more.
+#[test]
+fn a_vfork_childs_failed_exec_leaves_the_recording_alone() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("vfork.mwcap");
+    let out = run_direct(b, &["fork-vfork-exec-fail"], Some(&cap));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("P child status=5"));
+    let recs = read_capture(&cap);
+    let child = events(&recs)
+        .iter()
+        .find(|e| e.size == 8100)
+        .map(|e| e.pid)
+        .expect("the forked child's allocation");
+    assert_eq!(end_codes(&recs, Some(child)), vec![5], "{recs:?}");
+}
+
 /// A forked child whose exec fails and that then calls _exit(127) is recorded with 127:
 /// the exec's last pass had stopped the flusher and nothing started it again, so the
 /// child's end stayed the -1 of the exec's pass.

@@ -465,6 +465,16 @@ static void reuse_race(void) {
 /* Ending scenarios (abnormal_end): a SIGALRM handler that ends the process while the
  * main thread is inside malloc, and a thread allocating without pause. */
 static void end_by_abort(int s) { (void)s; abort(); }
+static pthread_barrier_t end_barrier;
+static volatile int aborting;
+static void *alloc_then_abort(void *a) {
+    (void)a;
+    void *p; T.hipMalloc(&p, 8100);
+    pthread_barrier_wait(&end_barrier);
+    __atomic_store_n(&aborting, 1, __ATOMIC_SEQ_CST);
+    abort();
+    return NULL;
+}
 static void *alloc_forever(void *a) {
     (void)a;
     for (;;) { void *p; if (T.hipMalloc(&p, 64) == 0) T.hipFree(p); }
@@ -630,6 +640,50 @@ int main(int argc, char **argv) {
             char *args[] = {"memwatch-no-such-program", NULL};
             execv("/nonexistent/memwatch-no-such-program", args);
             _exit(127);
+        }
+        int st; waitpid(c, &st, 0);
+        printf("P child status=%d\n", WEXITSTATUS(st));
+    } else if (!strcmp(sc, "abort-then-exit")) {
+        /* One thread aborts; main calls exit(3) 3 ms after it entered abort(). Without
+         * the shim the abort ends the process first (SIGABRT); the hand-off must not let
+         * exit overtake it. */
+        void *p = NULL; int r;
+        r = T.hipMalloc(&p, 7100); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 7100, 0, 0);
+        fflush(stdout);
+        pthread_barrier_init(&end_barrier, NULL, 2);
+        pthread_t th; pthread_create(&th, NULL, alloc_then_abort, NULL);
+        /* Both threads set up and the flusher's first pass long done (it then sleeps
+         * up to 20 ms between passes, which the old hand-off waited out). */
+        struct timespec settle = {0, 100000000};
+        nanosleep(&settle, NULL);
+        pthread_barrier_wait(&end_barrier);
+        /* The 3 ms count from the moment the other thread enters abort(), however late
+         * it was woken. */
+        while (!__atomic_load_n(&aborting, __ATOMIC_SEQ_CST)) {}
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do clock_gettime(CLOCK_MONOTONIC, &t1);
+        while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 3000000L);
+        exit(3);
+    } else if (!strcmp(sc, "fork-vfork-exec-fail")) {
+        /* A forked child that has recorded nothing spawns a helper with vfork whose exec
+         * fails (_exit(127)), then allocates and ends with _exit(5). The vfork child
+         * shares the forked child's memory: the shim must leave its exec alone. */
+        void *p = NULL; int r;
+        r = T.hipMalloc(&p, 7100); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 7100, 0, 0);
+        fflush(stdout);
+        pid_t c = fork();
+        if (c == 0) {
+            pid_t g = vfork();
+            if (g == 0) {
+                char *args[] = {"memwatch-no-such-program", NULL};
+                execv("/nonexistent/memwatch-no-such-program", args);
+                _exit(127);
+            }
+            int gst; waitpid(g, &gst, 0);
+            r = T.hipMalloc(&p, 8100); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 8100, 0, 0);
+            fflush(stdout);
+            _exit(5);
         }
         int st; waitpid(c, &st, 0);
         printf("P child status=%d\n", WEXITSTATUS(st));
