@@ -10,10 +10,10 @@
 //! interrupted the program's own allocator, where the drain's buffers could not grow. It
 //! asks the flusher thread for the last pass instead (`process_end` with 134 = 128 +
 //! SIGABRT for `abort`, the status for `_exit`), waits for it at most [`END_WAIT_NS`],
-//! and then calls the real
-//! function (looked up when the shim was loaded, never here: `dlsym` would take the
-//! dynamic loader's lock) with the caller's arguments and errno. The flusher's buffers
-//! are sized when the sink opens, so its last pass allocates nothing in the usual case.
+//! and then calls the real function (looked up when the shim was loaded, never here:
+//! `dlsym` would take the dynamic loader's lock) with the caller's arguments and errno.
+//! The flusher's buffers are sized when the sink opens, so its last pass allocates
+//! nothing in the usual case.
 //! A flusher that is stuck or absent (a forked child has none until it records) costs
 //! at most that wait, never the end. The first ending thread names the code; a thread
 //! ending the process later (another `abort` / `_exit`, or `exit()`, whose handler

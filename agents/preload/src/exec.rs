@@ -4,9 +4,10 @@
 //! ring is drained and `process_end` (exit code -1) written; the new image, still
 //! preloaded, announces itself with a fresh `process_start` (same pid). If exec fails,
 //! recording resumes and the old image is announced again. In a `vfork` child (the
-//! parent's memory, another pid) the wrappers only call the real function. The variadic `execl*`
-//! functions are not wrapped (Rust cannot define C variadics on stable): events queued
-//! in the last flush interval (≤ 20 ms) before an `execl*` are lost.
+//! parent's memory, another pid) the wrappers only call the real function. The
+//! variadic `execl*` functions are not wrapped (Rust cannot define C variadics on
+//! stable): events queued in the last flush interval (≤ 20 ms) before an `execl*` are
+//! lost.
 
 use crate::real::{libc_fn, LibcFn};
 use crate::rt;

@@ -2,10 +2,11 @@
 //!
 //! Owns the polling loop: drain, then sleep 1 ms while events flow (100 us when a pass
 //! drained more than a quarter of a thread's ring, so a thread making millions of calls
-//! a second does not fill its ring between passes), backing off to 20 ms when idle. It never records events itself (its reentrancy guard is always set) and
-//! stops when the process exits (the exit handler does the last drain, or this thread
-//! does it for a thread ending the process through abort / _exit: `abnormal_end`). It never keeps
-//! the process alive: when every other thread has ended (the main thread called
+//! a second does not fill its ring between passes), backing off to 20 ms when idle. It
+//! never records events itself (its reentrancy guard is always set) and stops when the
+//! process exits (the exit handler does the last drain, or this thread does it for a
+//! thread ending the process through abort / _exit: `abnormal_end`). It never keeps the
+//! process alive: when every other thread has ended (the main thread called
 //! pthread_exit last), it ends too, and with it the process.
 
 use crate::{rt, sink};

@@ -94,8 +94,14 @@ pub extern "C" fn resolve_real_dlvsym() -> *mut c_void {
 }
 
 fn resolve_dl() {
-    // SAFETY: dl_iterate_phdr calls back with valid headers of loaded objects.
-    unsafe { libc::dl_iterate_phdr(Some(phdr_cb), core::ptr::null_mut()) };
+    for (want, slot) in [(&b"dlsym"[..], &REAL_DLSYM), (&b"dlvsym"[..], &REAL_DLVSYM)] {
+        if slot.load(Ordering::Relaxed).is_null() {
+            let p = libc_symbol(want);
+            if !p.is_null() {
+                slot.store(p, Ordering::Release);
+            }
+        }
+    }
 }
 
 /// ELF64 dynamic section entry (`Elf64_Dyn`).
@@ -109,25 +115,6 @@ const DT_NULL: i64 = 0;
 const DT_STRTAB: i64 = 5;
 const DT_SYMTAB: i64 = 6;
 const DT_GNU_HASH: i64 = 0x6fff_fef5;
-
-unsafe extern "C" fn phdr_cb(
-    info: *mut libc::dl_phdr_info,
-    _size: usize,
-    _data: *mut c_void,
-) -> c_int {
-    let Some((base, strtab, symtab, gnu_hash)) = libc_tables(&*info) else {
-        return 0;
-    };
-    for (want, slot) in [(&b"dlsym"[..], &REAL_DLSYM), (&b"dlvsym"[..], &REAL_DLVSYM)] {
-        if slot.load(Ordering::Relaxed).is_null() {
-            let p = gnu_lookup(base, strtab, symtab, gnu_hash, want);
-            if !p.is_null() {
-                slot.store(p, Ordering::Release);
-            }
-        }
-    }
-    0
-}
 
 /// For the C library (`libc.so*`, `libdl.so*`): its load base and the addresses of its
 /// string table, symbol table and GNU hash table; None for any other object.

@@ -666,10 +666,7 @@ fn register_exit_handler() {
 /// Drains everything, writes `process_end`, and turns recording off. Bounded wait for
 /// the sink lock (2 s). Used at exit and before exec.
 pub fn final_flush(exit_code: i32) {
-    // SAFETY: plain syscall.
-    if STATE.load(Ordering::Acquire) != ACTIVE
-        || PID.load(Ordering::Relaxed) != unsafe { libc::getpid() } as u32
-    {
+    if STATE.load(Ordering::Acquire) != ACTIVE || !is_this_process() {
         return;
     }
     // One last pass per image: an exit() and a handed-off abort racing each other

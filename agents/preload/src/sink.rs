@@ -322,7 +322,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
             st.started = true;
         }
     }
-    reserve_buffers(st);
+    // (The pass's buffers were sized when the sink opened: `reserve_buffers`.)
     // One pass drains at most what the rings can hold (everything queued when it began),
     // so a thread allocating without pause cannot keep the lock, or a last pass, for
     // ever; and a pass gives way at once to a last pass asked for by an ending thread.

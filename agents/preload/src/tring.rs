@@ -294,29 +294,26 @@ pub fn acquire(capacity: usize) -> Option<&'static ThreadRing> {
     Some(unsafe { &*ring })
 }
 
-/// Events refused by all per-thread rings so far (full rings).
-pub fn dropped_total() -> u64 {
+/// Every registered ring, in registration order.
+fn registered() -> impl Iterator<Item = &'static ThreadRing> {
     let n = NRINGS.load(Ordering::Acquire).min(MAX_RINGS);
     RINGS
         .iter()
         .take(n)
         // SAFETY: registered rings are never unmapped.
         .filter_map(|slot| unsafe { slot.load(Ordering::Acquire).as_ref() })
-        .fold(0u64, |s, r| {
-            s.wrapping_add(r.dropped.load(Ordering::Relaxed))
-        })
+}
+
+/// Events refused by all per-thread rings so far (full rings).
+pub fn dropped_total() -> u64 {
+    registered().fold(0u64, |s, r| {
+        s.wrapping_add(r.dropped.load(Ordering::Relaxed))
+    })
 }
 
 /// Slots in all registered rings together.
 pub fn capacity_total() -> usize {
-    let n = NRINGS.load(Ordering::Acquire).min(MAX_RINGS);
-    RINGS
-        .iter()
-        .take(n)
-        // SAFETY: registered rings are never unmapped.
-        .filter_map(|slot| unsafe { slot.load(Ordering::Acquire).as_ref() })
-        .map(|r| r.mask + 1)
-        .sum()
+    registered().map(|r| r.mask + 1).sum()
 }
 
 /// The ring [`drain_all`] starts with next (consumer side, under the sink lock).
