@@ -260,18 +260,11 @@ fn a_main_thread_that_calls_pthread_exit_ends_the_process() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the process did not end after its main thread's pthread_exit");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    // Hung: the process did not end after its main thread's pthread_exit.
+    let status = wait_bounded(
+        &mut child,
+        "thread-exit (main thread ended with pthread_exit)",
+    );
     assert_eq!(status.code(), Some(0));
     let recs = read_capture(&cap);
     assert_eq!(
@@ -299,15 +292,7 @@ fn run_direct(b: &Built, args: &[&str], cap: Option<&std::path::Path>) -> std::p
             .env("MEMWATCH_SINK", format!("file:{}", cap.display()));
     }
     let mut child = c.spawn().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{args:?} (shim: {}) hung", cap.is_some());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    wait_bounded(&mut child, &format!("{args:?} (shim: {})", cap.is_some()));
     child.wait_with_output().unwrap()
 }
 
@@ -373,17 +358,11 @@ fn underscore_exit_under_the_loader_lock_does_not_hang() {
     let b = built("capture");
     let tmp = tempfile::tempdir().unwrap();
     let lib = tmp.path().join("libctor_exit.so");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/ctor_exit.c");
-    cc(&[
-        "-O2",
-        "-Wall",
-        "-shared",
-        "-fPIC",
-        "-o",
-        lib.to_str().unwrap(),
-        src.to_str().unwrap(),
-        "-lpthread",
-    ]);
+    cc_shared(
+        &lib,
+        &crate_dir().join("tests/c/ctor_exit.c"),
+        &["-lpthread"],
+    );
     let args = ["dlopen-ctor-exit", lib.to_str().unwrap()];
     let plain = run_direct(b, &args, None);
     assert_eq!(plain.status.code(), Some(3));
@@ -406,26 +385,12 @@ fn underscore_exit_under_the_loader_lock_does_not_hang() {
 fn underscore_exit_from_a_linked_librarys_constructor_does_not_hang() {
     let b = built("capture");
     let tmp = tempfile::tempdir().unwrap();
-    let c_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let c_dir = crate_dir().join("tests/c");
     let plugin = tmp.path().join("libctor_exit.so");
     let lib = tmp.path().join("libnest_lib.so");
     let prog = tmp.path().join("nest_main");
-    for (out, src, extra) in [
-        (&plugin, "ctor_exit.c", "-lpthread"),
-        (&lib, "nest_lib.c", "-ldl"),
-    ] {
-        let src = c_dir.join(src);
-        cc(&[
-            "-O2",
-            "-Wall",
-            "-shared",
-            "-fPIC",
-            "-o",
-            out.to_str().unwrap(),
-            src.to_str().unwrap(),
-            extra,
-        ]);
-    }
+    cc_shared(&plugin, &c_dir.join("ctor_exit.c"), &["-lpthread"]);
+    cc_shared(&lib, &c_dir.join("nest_lib.c"), &["-ldl"]);
     let main_src = c_dir.join("nest_main.c");
     let ldir = format!("-L{}", tmp.path().display());
     let rpath = format!("-Wl,-rpath,{}", tmp.path().display());
@@ -449,18 +414,7 @@ fn underscore_exit_from_a_linked_librarys_constructor_does_not_hang() {
             None => c.env_remove("LD_PRELOAD"),
         };
         let mut child = c.spawn().unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let status = loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                break st;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("hung (shim: {})", shim.is_some());
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        };
+        let status = wait_bounded(&mut child, &format!("nest_main (shim: {})", shim.is_some()));
         assert_eq!(status.code(), Some(3), "shim: {}", shim.is_some());
     }
 }

@@ -5,7 +5,7 @@
 
 use memwatch_wire::{Event, FrameReader, ReadMode, Record};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::OnceLock;
 
 pub struct Built {
@@ -56,6 +56,38 @@ pub fn cc(args: &[&str]) {
     );
 }
 
+/// Builds the shared library `out` from the C file `src`, linked with `libs`.
+pub fn cc_shared(out: &Path, src: &Path, libs: &[&str]) {
+    let mut args = vec![
+        "-O2",
+        "-Wall",
+        "-shared",
+        "-fPIC",
+        "-o",
+        out.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ];
+    args.extend_from_slice(libs);
+    cc(&args);
+}
+
+/// Waits for `child`, polling; past 10 s it kills it and fails the test with
+/// "`what` hung" (a test of a hang must not hang itself).
+pub fn wait_bounded(child: &mut Child, what: &str) -> ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Builds everything once per test binary into CARGO_TARGET_TMPDIR/<tag>.
 pub fn built(tag: &str) -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
@@ -70,17 +102,7 @@ pub fn built(tag: &str) -> &'static Built {
             "-Wl,--version-script={}",
             src.join("runtime/memwatch_testrt.map").display()
         );
-        cc(&[
-            "-O2",
-            "-Wall",
-            "-shared",
-            "-fPIC",
-            "-o",
-            rt.to_str().unwrap(),
-            rt_c.to_str().unwrap(),
-            &map,
-            "-lpthread",
-        ]);
+        cc_shared(&rt, &rt_c, &[&map, "-lpthread"]);
         for n in ["libamdhip64.so", "libcuda.so", "libcudart.so"] {
             let l = dir.join(n);
             let _ = std::fs::remove_file(&l);
