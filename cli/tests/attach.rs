@@ -360,7 +360,7 @@ fn attach_via_gdb_captures_exactly_while_attached() {
 }
 
 #[test]
-fn lookups_after_attach_are_captured_cached_pointers_are_not() {
+fn lookups_after_attach_and_pointers_kept_in_static_data_are_captured_locals_are_not() {
     let dir = tempfile::tempdir().unwrap();
     // dlsym in every iteration: the program's dlsym GOT entry now leads to the shim's
     // dlsym, which hands out wrappers.
@@ -374,8 +374,37 @@ fn lookups_after_attach_are_captured_cached_pointers_are_not() {
     let (_, code) = t.finish();
     assert_eq!(code, 3);
 
-    // Pointers looked up once before attach (as XLA caches them) cannot be redirected:
-    // nothing is captured, but the attach says so through its baseline.
+    // Pointers looked up once before attach and kept in static data (XLA's driver stubs:
+    // a function-local static per function) are found and redirected, and put back at
+    // detach.
+    let t = Target::start_mode(200, 10, "stub");
+    let cap = dir.path().join("stub.mwcap");
+    let j = json(&attach(t.pid(), "ptrace", &["--duration", "500ms"], &cap));
+    assert_eq!(j["targets"][0]["attached"], true, "{j}");
+    let c = read_capture(&cap);
+    let (a, b) = check_exact(&c);
+    assert!(b > a + 5, "iterations {a}..{b} captured through the stubs");
+    assert!(
+        c.markers
+            .iter()
+            .any(|m| m.starts_with("memwatch-attach start")
+                && m.contains(" copied_pointers=2 copied_in=(main program) failed_copies=0 ")),
+        "{:?}",
+        c.markers
+    );
+    assert!(
+        c.markers
+            .iter()
+            .any(|m| m.starts_with("memwatch-attach stop") && m.contains(" restored_copies=2 ")),
+        "{:?}",
+        c.markers
+    );
+    let (output, code) = t.finish();
+    assert_eq!(code, 3);
+    assert_eq!(output, undisturbed(200), "output unchanged");
+
+    // Pointers kept in local variables (registers, the stack) cannot be found: nothing is
+    // captured, but the attach says so through its baseline.
     let t = Target::start_mode(100, 10, "cached");
     let cap = dir.path().join("cached.mwcap");
     let j = json(&attach(t.pid(), "ptrace", &["--duration", "300ms"], &cap));

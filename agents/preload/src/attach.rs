@@ -4,7 +4,8 @@
 //! `memwatch_attach_start(sink)`: fixes the sink (`unix:PATH` / `file:PATH`, the same
 //! syntax as `MEMWATCH_SINK`), finds the real definition of every hooked function among
 //! the loaded objects, redirects the loaded objects' GOT entries for the hooked names and
-//! for `dlsym` / `dlvsym` to the shim's wrappers (`got_patch`), turns recording on, and
+//! for `dlsym` / `dlvsym` to the shim's wrappers (`got_patch`) and the copies of the
+//! hooked functions' addresses in their static data (`pointer_scan`), turns recording on, and
 //! writes markers: `memwatch-attach start`, then one `pre-attach-baseline` per device
 //! whose used memory the runtime can report (HIP: `hipMemGetInfo` on every device, the
 //! thread's device restored after; CUDA: `cuMemGetInfo_v2` inside each device's primary
@@ -14,18 +15,19 @@
 //! sink fixed by an earlier attach (of this process, or of the parent it was forked
 //! from) is replaced by the new one.
 //!
-//! `memwatch_attach_stop(reason)`: restores the GOT entries, turns recording off, writes
+//! `memwatch_attach_stop(reason)`: restores the GOT entries and copies, turns recording off, writes
 //! a `memwatch-attach stop` marker, flushes and closes the stream without `process_end`
 //! (the process goes on). Returns 0 stopped, 1 was not attached.
 //!
 //! What cannot be seen after a late attach (say so to users): allocations made before
 //! attach (only the baseline totals are known), and calls through function pointers the
-//! program copied earlier (`dlsym`, `*GetProcAddress`, `&hipMalloc` kept in a table), as
-//! XLA and PyTorch do. New `dlsym` / `*GetProcAddress` lookups after attach are wrapped.
+//! program copied earlier (`dlsym`, `*GetProcAddress`, `&hipMalloc`) and keeps on the heap
+//! or the stack. New `dlsym` / `*GetProcAddress` lookups after attach are wrapped.
 
 use crate::config::{Config, SinkKind};
 use crate::got_patch::{self, Hook, Patch};
 use crate::hooks::HOOKS;
+use crate::pointer_scan::{self, Redirect, Target};
 use crate::real::real_dlsym;
 use crate::{rt, sink};
 use core::ffi::{c_char, c_int, c_void, CStr};
@@ -40,6 +42,8 @@ struct Attached {
     /// the patched GOT entries) with its parent's pid in it.
     pid: u32,
     patches: Vec<Patch>,
+    /// Copies of the real functions' addresses in static data, now the wrappers'.
+    copies: Vec<Redirect>,
     names: Vec<(Vec<u8>, usize)>,
 }
 
@@ -113,9 +117,12 @@ fn definition_outside_shim(name: &CStr, shim: usize) -> *mut c_void {
 }
 
 /// Fills the real-function slots of every hook whose function some loaded object
-/// defines; returns the (name, wrapper) pairs to patch.
-fn resolve_all(shim: usize) -> Vec<(Vec<u8>, usize)> {
+/// defines; returns the (name, wrapper) pairs to patch in GOTs and the (real, wrapper)
+/// pairs whose copies in static data are redirected (not `dlsym` / `dlvsym`: only the
+/// GPU runtimes' functions).
+fn resolve_all(shim: usize) -> (Vec<(Vec<u8>, usize)>, Vec<Target>) {
     let mut names = Vec::new();
+    let mut targets = Vec::new();
     for h in HOOKS.iter() {
         let Ok(cname) = CStr::from_bytes_with_nul(h.sym.as_bytes()) else {
             continue;
@@ -129,6 +136,10 @@ fn resolve_all(shim: usize) -> Vec<(Vec<u8>, usize)> {
         // The wrapper must be the shim's own definition (see build.rs).
         if !h.real().is_null() && object_base(h.wrapper()) == shim {
             names.push((h.name().as_bytes().to_vec(), h.wrapper() as usize));
+            targets.push(Target {
+                real: h.real() as usize,
+                wrapper: h.wrapper() as usize,
+            });
         }
     }
     // dlsym / dlvsym: the shim's exported trampolines, so lookups after attach are wrapped.
@@ -150,7 +161,7 @@ fn resolve_all(shim: usize) -> Vec<(Vec<u8>, usize)> {
             }
         }
     }
-    names
+    (names, targets)
 }
 
 fn marker(text: String, device: i32) -> Record {
@@ -314,9 +325,10 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
             a.pid = me;
             let text = format!(
                 "memwatch-attach start patched_slots={} objects=(inherited from the parent) \
-                 failed_slots=0 hooked_names={}",
+                 failed_slots=0 hooked_names={} copied_pointers={}",
                 a.patches.len(),
-                a.names.len()
+                a.names.len(),
+                a.copies.len()
             );
             sink::emit_record(&marker(text, -1), LOCK_NS);
         }
@@ -326,7 +338,7 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
         return 0;
     }
     let shim = shim_base();
-    let names = resolve_all(shim);
+    let (names, targets) = resolve_all(shim);
     if !rt::activate() {
         return -3;
     }
@@ -338,18 +350,29 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
         })
         .collect();
     let (patches, failures) = got_patch::patch_loaded(&hooks, shim);
-    let objects: std::collections::BTreeSet<&str> =
-        patches.iter().map(|p| p.object.as_str()).collect();
-    let text = format!(
-        "memwatch-attach start patched_slots={} objects={} failed_slots={} hooked_names={}",
-        patches.len(),
-        objects
-            .iter()
+    let scan_started = std::time::Instant::now();
+    let scanned = pointer_scan::redirect_copies(&targets, shim);
+    let scan_ms = scan_started.elapsed().as_secs_f64() * 1e3;
+    let copies = scanned.redirects;
+    let objects = |names: &mut dyn Iterator<Item = &str>| {
+        let set: std::collections::BTreeSet<&str> = names.collect();
+        set.iter()
             .map(|o| if o.is_empty() { "(main program)" } else { o })
             .collect::<Vec<_>>()
-            .join(","),
+            .join(",")
+    };
+    let text = format!(
+        "memwatch-attach start patched_slots={} objects={} failed_slots={} hooked_names={} \
+         copied_pointers={} copied_in={} failed_copies={} scanned_mib={:.1} scan_ms={:.1}",
+        patches.len(),
+        objects(&mut patches.iter().map(|p| p.object.as_str())),
         failures,
-        names.len()
+        names.len(),
+        copies.len(),
+        objects(&mut copies.iter().map(|c| c.object.as_str())),
+        scanned.failures,
+        scanned.bytes as f64 / (1 << 20) as f64,
+        scan_ms
     );
     sink::emit_record(&marker(text, -1), LOCK_NS);
     for rec in baseline(shim) {
@@ -358,6 +381,7 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
     *guard = Some(Attached {
         pid: me,
         patches,
+        copies,
         names,
     });
     0
@@ -384,13 +408,17 @@ pub unsafe extern "C" fn memwatch_attach_stop(reason: *const c_char) -> c_int {
         })
         .collect();
     let restored = got_patch::unpatch(&att.patches, &hooks);
+    let restored_copies = pointer_scan::restore(&att.copies);
     let why = if reason.is_null() {
         String::new()
     } else {
         CStr::from_ptr(reason).to_string_lossy().into_owned()
     };
     rt::turn_off();
-    let text = format!("memwatch-attach stop restored_slots={restored} reason={why}");
+    let text = format!(
+        "memwatch-attach stop restored_slots={restored} restored_copies={restored_copies} \
+         reason={why}"
+    );
     sink::emit_record(&marker(text, -1), LOCK_NS);
     sink::close_stream(LOCK_NS);
     0

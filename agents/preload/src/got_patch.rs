@@ -11,9 +11,10 @@
 //! Each patch remembers the slot's previous value so [`unpatch`] restores it exactly.
 //!
 //! Limits (documented for users): function pointers a program copied out earlier (from
-//! `dlsym`, `hipGetProcAddress`, `cuGetProcAddress`, or by taking `&hipMalloc`) live in
-//! the program's own memory and cannot be found or changed; calls through them stay
-//! invisible, which is why attach records a pre-attach baseline. Objects linked with
+//! `dlsym`, `hipGetProcAddress`, `cuGetProcAddress`, or by taking `&hipMalloc`) are not
+//! relocations; those kept in static data are the `pointer_scan` module's job, those on
+//! the heap or the stack cannot be found, which is why attach records a pre-attach
+//! baseline. Objects linked with
 //! `-Bsymbolic` or calling through protected symbols bypass their GOT, as they bypass
 //! LD_PRELOAD.
 //!
@@ -129,7 +130,8 @@ unsafe fn write_slot(slot: usize, value: usize) -> bool {
     true
 }
 
-fn page_size() -> usize {
+/// The system page size (4096 when sysconf cannot say).
+pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {
@@ -139,33 +141,69 @@ fn page_size() -> usize {
     }
 }
 
+/// One mapping of this process, from /proc/self/maps.
+#[derive(Debug, Clone, Copy)]
+pub struct Mapping {
+    pub start: usize,
+    pub end: usize,
+    /// `PROT_READ` / `PROT_WRITE` / `PROT_EXEC` as the mapping has them now.
+    pub prot: c_int,
+}
+
+/// This process's mappings, sorted by address (empty when /proc is not readable).
+pub fn mappings() -> Vec<Mapping> {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return Vec::new();
+    };
+    let mut out: Vec<Mapping> = maps.lines().filter_map(parse_mapping).collect();
+    out.sort_by_key(|m| m.start);
+    out
+}
+
+fn parse_mapping(line: &str) -> Option<Mapping> {
+    let mut it = line.split_whitespace();
+    let (range, perms) = (it.next()?, it.next()?);
+    let (s, e) = range.split_once('-')?;
+    let (start, end) = (
+        usize::from_str_radix(s, 16).ok()?,
+        usize::from_str_radix(e, 16).ok()?,
+    );
+    let b = perms.as_bytes();
+    let mut prot = 0;
+    if b.first() == Some(&b'r') {
+        prot |= libc::PROT_READ;
+    }
+    if b.get(1) == Some(&b'w') {
+        prot |= libc::PROT_WRITE;
+    }
+    if b.get(2) == Some(&b'x') {
+        prot |= libc::PROT_EXEC;
+    }
+    Some(Mapping { start, end, prot })
+}
+
 /// The current protection of the page holding `addr`, from /proc/self/maps.
 fn page_protection(addr: usize) -> Option<c_int> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    for line in maps.lines() {
-        let mut it = line.split_whitespace();
-        let (range, perms) = (it.next()?, it.next()?);
-        let (s, e) = range.split_once('-')?;
-        let (s, e) = (
-            usize::from_str_radix(s, 16).ok()?,
-            usize::from_str_radix(e, 16).ok()?,
-        );
-        if addr >= s && addr < e {
-            let b = perms.as_bytes();
-            let mut prot = 0;
-            if b.first() == Some(&b'r') {
-                prot |= libc::PROT_READ;
-            }
-            if b.get(1) == Some(&b'w') {
-                prot |= libc::PROT_WRITE;
-            }
-            if b.get(2) == Some(&b'x') {
-                prot |= libc::PROT_EXEC;
-            }
-            return Some(prot);
-        }
-    }
-    None
+    mappings()
+        .into_iter()
+        .find(|m| addr >= m.start && addr < m.end)
+        .map(|m| m.prot)
+}
+
+/// A loaded object's name as `dl_iterate_phdr` gives it (empty for the main program);
+/// `None` for the vDSO, which has nothing to patch.
+///
+/// # Safety
+/// `info` must come from `dl_iterate_phdr`.
+pub unsafe fn object_name(info: &libc::dl_phdr_info) -> Option<String> {
+    let name = if info.dlpi_name.is_null() {
+        String::new()
+    } else {
+        CStr::from_ptr(info.dlpi_name)
+            .to_string_lossy()
+            .into_owned()
+    };
+    (!name.contains("linux-vdso")).then_some(name)
 }
 
 unsafe extern "C" fn phdr_cb(
@@ -192,16 +230,9 @@ unsafe extern "C" fn phdr_cb(
     if dynamic.is_null() || contains_skip {
         return 0;
     }
-    let name = if info.dlpi_name.is_null() {
-        String::new()
-    } else {
-        CStr::from_ptr(info.dlpi_name)
-            .to_string_lossy()
-            .into_owned()
-    };
-    if name.contains("linux-vdso") {
+    let Some(name) = object_name(info) else {
         return 0;
-    }
+    };
     let (mut strtab, mut symtab) = (0usize, 0usize);
     let (mut jmprel, mut pltrelsz, mut rela, mut relasz) = (0usize, 0usize, 0usize, 0usize);
     let mut d = dynamic;

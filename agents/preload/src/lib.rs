@@ -11,8 +11,8 @@
 //! fork/exit), `tring` (per-thread rings), `ring` (shared fallback queue), `sink` (frames
 //! out), `flusher` (the background thread), `device` (device_info queries), `unload`
 //! (the dlclose hook), `backtrace` (sampled native stacks), `exec` (exec wrappers),
-//! `abnormal_end` (abort / _exit / _Exit wrappers: the last flush when exit() is skipped), `attach` and `got_patch` (late attach by `memwatch attach`: entry points,
-//! GOT patching, baseline), `pjrt` (the PJRT C API table wrapping: executables, executes, buffers,
+//! `abnormal_end` (abort / _exit / _Exit wrappers: the last flush when exit() is skipped), `attach`, `got_patch` and `pointer_scan` (late attach by
+//! `memwatch attach`: entry points, GOT patching, copied function pointers, baseline), `pjrt` (the PJRT C API table wrapping: executables, executes, buffers,
 //! allocator statistics), `wait` (bounded waits for another thread's one-time set-up).
 
 #![allow(non_snake_case)]
@@ -33,6 +33,7 @@ pub mod flusher;
 pub mod got_patch;
 pub mod hooks;
 pub mod pjrt;
+pub mod pointer_scan;
 pub mod real;
 pub mod ring;
 pub mod rt;

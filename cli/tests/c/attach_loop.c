@@ -4,7 +4,9 @@
  * iteration, so a capture shows exactly which iterations happened while attached.
  * argv[1]: iterations, argv[2]: ms per iteration, argv[3]: how hipMalloc/hipFree are
  * reached: "direct" (linked, through the GOT; default), "dlsym" (looked up with dlsym in
- * every iteration), "cached" (looked up with dlsym once before the loop, as XLA does),
+ * every iteration), "cached" (looked up with dlsym once before the loop and kept in local
+ * variables), "stub" (each call goes through a stub function that looks the real one up
+ * on first use and keeps it in a function-local static, as XLA's driver stubs do),
  * "fork" (direct; at iteration 30 forks a child that runs the remaining iterations with
  * sizes 65536+i, the parent going on with its own; the parent reaps it at the end),
  * "zombie" (direct; first forks a child that exits at once and is reaped only at the
@@ -23,6 +25,18 @@ int hipFree(void *p);
 typedef int (*malloc_fn)(void **, size_t);
 typedef int (*free_fn)(void *);
 
+/* XLA / TensorFlow driver-stub style: `static auto func_ptr = LoadSymbol(...)`. */
+__attribute__((noinline)) static int stub_malloc(void **p, size_t size) {
+    static malloc_fn fn;
+    if (!fn) fn = (malloc_fn)dlsym(RTLD_DEFAULT, "hipMalloc");
+    return fn ? fn(p, size) : 8;
+}
+__attribute__((noinline)) static int stub_free(void *p) {
+    static free_fn fn;
+    if (!fn) fn = (free_fn)dlsym(RTLD_DEFAULT, "hipFree");
+    return fn ? fn(p) : 8;
+}
+
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 100;
     int ms = argc > 2 ? atoi(argv[2]) : 10;
@@ -40,7 +54,11 @@ int main(int argc, char **argv) {
     }
     malloc_fn m = NULL;
     free_fn f = NULL;
-    if (!direct) {
+    if (strcmp(mode, "stub") == 0) {
+        m = stub_malloc;
+        f = stub_free;
+        (void)f(NULL); /* both stubs have looked their function up before anyone attaches */
+    } else if (!direct) {
         m = (malloc_fn)dlsym(RTLD_DEFAULT, "hipMalloc");
         f = (free_fn)dlsym(RTLD_DEFAULT, "hipFree");
         if (!m || !f) return 8;
