@@ -77,6 +77,78 @@ fn log_diagnoses_incident() {
     assert!(out.contains("XLA_CLIENT_MEM_FRACTION=0.04"), "{out}");
 }
 
+/// The OOM of `bfc_seed12.log` is fragmentation: 5.19 GiB needed of a 5.59 GiB pool.
+/// The advice is a pool that holds the request even with the same fragmentation (the
+/// current pool plus the request), never the fraction that just ran out.
+#[test]
+fn log_advice_for_fragmentation_is_a_larger_pool_than_the_one_that_failed() {
+    let log = repo("testdata/h200/bfc/h200-jax0.11.2/bfc_seed12.log");
+    let (code, out, err) = mw(&[
+        "log",
+        log.to_str().unwrap(),
+        "--mem-fraction",
+        "0.04",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let d = &v["diagnoses"][0];
+    let (pool, req) = (
+        d["pool_bytes"].as_u64().unwrap(),
+        d["requested_bytes"].as_u64().unwrap(),
+    );
+    let f = d["suggested_mem_fraction"].as_f64().unwrap();
+    assert!(f > 0.04, "suggested {f}, the run's own fraction was 0.04");
+    let device = d["device_memory_bytes"].as_u64().unwrap() as f64;
+    assert!(device * f >= (pool + req) as f64, "{d}");
+    let text = d["findings"].to_string();
+    assert!(text.contains("the pool is fragmented"), "{text}");
+    assert!(
+        text.contains("current 5.59 GiB pool plus the 1.26 GiB request"),
+        "{text}"
+    );
+    // Without the fraction: a pool size, above the one that failed.
+    let (_, out, _) = mw(&["log", log.to_str().unwrap()]);
+    assert!(out.contains("give the pool at least 6.85 GiB"), "{out}");
+}
+
+/// A log cut inside its chunk dump: what else was live is unknown, so no pool size is
+/// advised, and never one below the pool that failed.
+#[test]
+fn log_cut_in_its_chunk_dump_advises_no_pool_below_the_failed_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let full = std::fs::read_to_string(repo(
+        "testdata/h200/incidents/h200-jax0.11.2-oom-temp/run.log",
+    ))
+    .unwrap();
+    let cut = tmp.path().join("cut.log");
+    let head: Vec<&str> = full.lines().take(60).collect();
+    std::fs::write(&cut, head.join("\n") + "\n").unwrap();
+    let (code, out, err) = mw(&["log", cut.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("give the pool at least"), "{out}");
+    assert!(
+        out.contains("the pool needs more than the 3.50 GiB it failed with"),
+        "{out}"
+    );
+}
+
+/// Only a rematerialization warning logged before the OOM explains it (the seed log has
+/// warnings before, line 7, and after, lines 10-12, its OOM at lines 8-9).
+#[test]
+fn log_cites_the_remat_warning_before_the_oom_not_after() {
+    let (code, out, err) = mw(&[
+        "log",
+        repo("testdata/h200/seeds/xla-2025-log-lines.txt")
+            .to_str()
+            .unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["diagnoses"][0]["remat"]["at"]["line"], 7, "{v}");
+}
+
 fn expect_exit2(args: &[&str], needle: &str) {
     let (code, out, err) = mw(args);
     assert_eq!(code, 2, "stdout {out} stderr {err}");

@@ -155,12 +155,33 @@ fn diagnose_one(
         (Some(p), Some(f)) if f > 0.0 && f <= 1.0 => Some((p as f64 / f).round() as u64),
         _ => None,
     };
-    // A fraction sized for the request alone would be too small: only with the live set.
-    let suggested = device.filter(|_| in_use.is_some()).and_then(|d| {
-        let f = (needed as f64 * 1.05 / d as f64 * 100.0).ceil() / 100.0;
-        (f <= 0.95).then_some(f)
-    });
-    let remat = log.remat_warnings.last().cloned();
+    // The pool that would have held the request. Known only with the live set (sized for
+    // the request alone it would be too small). Too small a pool: in use + request.
+    // Fragmented (in use + request fit, the request did not): the current pool plus the
+    // request, so the request finds a free range even with the same fragmentation. Never
+    // the pool that just failed, nor less.
+    let fragmented = in_use.is_some() && pool.is_some() && shortfall.is_none();
+    let target_pool = match (in_use, pool) {
+        (None, _) => None,
+        (Some(_), Some(p)) if fragmented => Some(p.saturating_add(req)),
+        (Some(_), Some(p)) => Some(needed.max(p.saturating_add(1))),
+        (Some(_), None) => Some(needed),
+    };
+    let suggested = match (device, target_pool) {
+        (Some(d), Some(t)) if d > 0 => {
+            let f = (t as f64 * 1.05 / d as f64 * 100.0).ceil() / 100.0;
+            // A fraction no larger than the run's own gives the pool that failed.
+            let above_run = mem_fraction.is_none_or(|m| f > m);
+            (f <= 0.95 && above_run).then_some(f)
+        }
+        _ => None,
+    };
+    // Only warnings logged before this OOM explain it.
+    let remat = log
+        .remat_warnings
+        .iter()
+        .rfind(|w| w.at.file == oom.at.file && w.at.line < oom.at.line)
+        .cloned();
 
     let mut findings = Vec::new();
     let exe = executable
@@ -267,27 +288,54 @@ fn diagnose_one(
             gib(r.target_bytes), gib(r.achieved_bytes), gib(r.original_bytes)
         ));
     }
-    match (device, suggested) {
-        (Some(d), None) if in_use.is_none() => findings.push(format!(
-            "Next step: find what else was live (a whole chunk dump, TF_CPP_MIN_LOG_LEVEL=0); the request alone needs {} of the {} device, so no fitting XLA_CLIENT_MEM_FRACTION can be computed from this log.",
-            gib(needed),
-            gib(d)
+    let what_for = |t: u64| {
+        if fragmented {
+            format!(
+                "the current {} pool plus the {} request (so the request finds room even with the same fragmentation)",
+                gib(pool.unwrap_or_default()),
+                gib(req)
+            )
+        } else {
+            format!("the {} needed (in use + request)", gib(t))
+        }
+    };
+    match (device, target_pool, suggested) {
+        (_, _, _) if could_not_grow => findings.push(
+            "Next step: a larger fraction does not help (the pool's limit already covers the need); reserve the pool up front (XLA_PYTHON_CLIENT_PREALLOCATE=true) or free the device memory held outside it.".to_string(),
+        ),
+        (Some(d), None, _) => findings.push(format!(
+            "Next step: find what else was live (a whole chunk dump, TF_CPP_MIN_LOG_LEVEL=0); the request alone needs {} of the {} device, and the {} pool it failed in was not enough, so no fitting XLA_CLIENT_MEM_FRACTION can be computed from this log.",
+            gib(req),
+            gib(d),
+            pool.map(gib).unwrap_or_else(|| "unknown".into())
         )),
-        (Some(d), Some(f)) => findings.push(format!(
-            "Next step: run with XLA_CLIENT_MEM_FRACTION={f:.2} (device memory {} = pool / {:.3}); that gives a pool of {}, enough for the {} needed plus 5% headroom.",
+        (Some(d), Some(t), Some(f)) => findings.push(format!(
+            "Next step: run with XLA_CLIENT_MEM_FRACTION={f:.2} (device memory {} = pool / {:.3}); that gives a pool of {}, room for {} with 5% headroom.",
             gib(d),
             mem_fraction.unwrap_or(0.0),
             gib((d as f64 * f) as u64),
-            gib(needed)
+            what_for(t)
         )),
-        (Some(d), None) => findings.push(format!(
-            "No XLA_CLIENT_MEM_FRACTION fits: {} needed on a {} device. Reduce memory: smaller batch, jax.checkpoint, donate arguments, or shard.",
-            gib(needed), gib(d)
+        (Some(d), Some(t), None) => findings.push(format!(
+            "No XLA_CLIENT_MEM_FRACTION fits: a pool of {} ({}) plus headroom is more than 95% of the {} device. Reduce memory: smaller batch, jax.checkpoint, donate arguments, or shard.",
+            gib(t), what_for(t), gib(d)
         )),
-        _ => findings.push(format!(
-            "Next step: give the pool at least {} ({needed} bytes): XLA_CLIENT_MEM_FRACTION >= {needed} / device memory (pass --mem-fraction F with the run's fraction to get the number).",
-            gib(needed)
+        (None, Some(t), _) => findings.push(format!(
+            "Next step: give the pool at least {} ({t} bytes: {}): XLA_CLIENT_MEM_FRACTION >= {t} / device memory (pass --mem-fraction F with the run's fraction to get the number).",
+            gib(t),
+            what_for(t)
         )),
+        (None, None, _) => findings.push(match pool {
+            Some(p) => format!(
+                "Next step: the pool needs more than the {} it failed with, by an amount this log cannot tell (the request alone is {}); find what else was live (a whole chunk dump, TF_CPP_MIN_LOG_LEVEL=0).",
+                gib(p),
+                gib(req)
+            ),
+            None => format!(
+                "Next step: find what else was live and how big the pool was (a whole chunk dump, TF_CPP_MIN_LOG_LEVEL=0); the request alone is {}.",
+                gib(req)
+            ),
+        }),
     }
     if let Some(m) = module {
         if let Some(top) = m.top_temp_values.first() {
