@@ -159,8 +159,8 @@ fn a_gated_metric_that_was_not_measured_is_not_a_pass() {
 }
 
 /// A damaged capture is never judged: exit 2 naming the damage (before: "improved" with
-/// a peak 208 MiB too low, exit 0), `incomplete` with --allow-missing, and --ratchet does
-/// not write its figures into the baseline.
+/// a peak 208 MiB too low, exit 0), `incomplete` with --allow-missing, and neither
+/// --ratchet nor --update writes its figures into the baseline.
 #[test]
 fn a_damaged_capture_is_not_judged_and_never_lowers_the_baseline() {
     let dir = tempfile::tempdir().unwrap();
@@ -217,6 +217,27 @@ fn a_damaged_capture_is_not_judged_and_never_lowers_the_baseline() {
         "--capture",
         d,
         "--ratchet",
+        "--allow-missing",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&base).unwrap(), written);
+    // --update refuses the damaged figures (before: wrote a peak 74 MiB too low, exit 0);
+    // with --allow-missing it keeps the baseline's own figures for them.
+    let out = mw(&["gate", "--baseline", b, "--capture", d, "--update"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("not updated") && err.contains("damaged"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&base).unwrap(), written);
+    let out = mw(&[
+        "gate",
+        "--baseline",
+        b,
+        "--capture",
+        d,
+        "--update",
         "--allow-missing",
     ]);
     assert_eq!(out.status.code(), Some(0));

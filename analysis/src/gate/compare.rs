@@ -359,7 +359,9 @@ fn ops_of(e: &GateEntry) -> BTreeMap<String, u64> {
 
 /// The baseline after `--update` (mode `Accept`) or `--ratchet`. Notes and per-entry
 /// thresholds are kept. Entries no longer measured are kept when `keep_missing`
-/// (`--allow-missing`) or when ratcheting, dropped otherwise.
+/// (`--allow-missing`) or when ratcheting, dropped otherwise. Figures that could not be
+/// judged (`doubt`: a damaged capture, dropped events) never move the baseline in either
+/// mode: such an entry is treated as not measured.
 pub fn updated_baseline(
     old: &Baseline,
     current: &Measurements,
@@ -369,7 +371,7 @@ pub fn updated_baseline(
     let mut new = Baseline::default();
     for c in current.entries() {
         let prev = old.entries.get(&c.key);
-        if mode == UpdateMode::Ratchet && c.doubt.is_some() {
+        if c.doubt.is_some() {
             // Figures nobody can vouch for never move the baseline (kept below if there).
             continue;
         }

@@ -99,7 +99,9 @@ pub struct GateArgs {
     #[arg(long)]
     pub json: bool,
     /// Write the baseline from what was measured now (accepting regressions, dropping
-    /// entries no longer measured unless --allow-missing); exits 0.
+    /// entries no longer measured unless --allow-missing); exits 0. Figures that could
+    /// not be judged (a damaged capture, dropped events) are refused (exit 2, nothing
+    /// written) unless --allow-missing, which keeps their baseline figures.
     #[arg(long)]
     pub update: bool,
     /// Write the baseline keeping the lower of baseline and current figure per metric
@@ -297,6 +299,29 @@ fn refuse_unmeasured(baseline: &Path, report: &gate::GateReport) -> Result<()> {
     )
 }
 
+/// `--update` with figures that could not be judged (a damaged capture, dropped events):
+/// writing them would make the next healthy run look like a regression (or hide one), so
+/// nothing is written.
+fn refuse_doubted_update(baseline: &Path, report: &gate::GateReport) -> Result<()> {
+    let doubted: Vec<String> = report
+        .entries
+        .iter()
+        .filter_map(|e| e.doubt.as_ref().map(|d| format!("{} ({d})", e.key)))
+        .collect();
+    if doubted.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "{}: not updated: {} entr{} could not be judged: {}; pass --allow-missing to keep \
+         {} baseline figures and update the rest",
+        baseline.display(),
+        doubted.len(),
+        if doubted.len() == 1 { "y" } else { "ies" },
+        doubted.join("; "),
+        if doubted.len() == 1 { "its" } else { "their" }
+    )
+}
+
 pub fn run(args: GateArgs) -> Result<Outcome> {
     super::fmt::quiet_broken_pipe();
     let writing = args.update || args.ratchet;
@@ -316,6 +341,9 @@ pub fn run(args: GateArgs) -> Result<Outcome> {
     let report = gate::compare(&baseline, &measured, &opts);
     if !args.allow_missing && !args.update {
         refuse_unmeasured(&args.baseline, &report)?;
+    }
+    if args.update && !args.allow_missing {
+        refuse_doubted_update(&args.baseline, &report)?;
     }
     if let Some(db) = db {
         let n = db.record(&report)?;
@@ -347,14 +375,9 @@ pub fn run(args: GateArgs) -> Result<Outcome> {
     if writing {
         for e in report.entries.iter().filter(|e| e.doubt.is_some()) {
             eprintln!(
-                "memwatch gate: warning: {}: {}{}",
+                "memwatch gate: warning: {}: {}; the baseline keeps its figures",
                 e.key,
                 e.doubt.as_deref().unwrap_or_default(),
-                if args.update {
-                    "; recorded as measured all the same (--update)"
-                } else {
-                    "; the baseline keeps its figures"
-                }
             );
         }
         let mode = if args.update {
