@@ -401,6 +401,20 @@ fn report_human_json_trace() {
             r#"{"op":"alloc","id":2,"size":3145728,"ts_ns":20,"device":0,"stream":0}"#,
         ]
     );
+    // A device the capture does not have: an error naming the devices it has, not an
+    // empty trace with exit 0.
+    let out = memwatch()
+        .args(["report", "--trace", "--device", "5"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no event of device 5 (devices in the capture: 0)"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -438,4 +452,24 @@ fn report_of_a_foreign_file_is_exit_2_naming_it() {
         err.contains("notes.txt") && err.contains("wrong magic"),
         "{err}"
     );
+}
+
+/// Real devices come first in `processes[].devices` (`devices[0]` is device 0 of a
+/// one-GPU run); the row of calls that name no device (-1: VMM address reservations)
+/// comes last.
+#[test]
+fn report_json_lists_real_devices_before_the_no_device_row() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../testdata/h200-captures/jax0.11.2-platform-allocator.mwcap"
+    );
+    let v = report_json(std::path::Path::new(path));
+    let devices: Vec<i64> = v["processes"][0]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["device"].as_i64().unwrap())
+        .collect();
+    assert_eq!(devices, [0, -1]);
+    assert_eq!(v["processes"][0]["devices"][0]["peak_bytes"], 505596424u64);
 }

@@ -93,7 +93,8 @@ pub struct ProcessReport {
 /// memory is counted separately under `host_pinned`.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeviceReport {
-    /// Device ordinal as the process saw it (-1: unknown).
+    /// Device ordinal as the process saw it (-1: calls that name no device, such as
+    /// address reservations; listed after the real devices).
     pub device: i32,
     pub name: Option<String>,
     pub total_bytes: Option<u64>,
@@ -422,7 +423,9 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                 }
             })
             .collect();
-        devices.sort_by_key(|d| d.device);
+        // Real devices first, so `devices[0]` is device 0; the row of calls that name no
+        // device (-1: address reservations, host-side events) comes last.
+        devices.sort_by_key(|d| (d.device < 0, d.device));
         let p = procs.remove(pid).unwrap_or_default();
         if let Some(end) = meta.end_ts {
             last_ts = last_ts.max(end);

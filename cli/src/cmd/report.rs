@@ -7,7 +7,7 @@
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use memwatch_analysis::capture::{
     analyze, load_path, write_trace, CaptureReport, Loaded, ProcessReport, ReportOptions,
@@ -71,6 +71,23 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
     let loaded = load_with_progress(&args.capture)?;
     print_damage(&loaded);
     if args.trace {
+        if let Some(d) = args.device {
+            let mut devices: Vec<i32> = loaded.streams.iter().map(|s| s.1).collect();
+            devices.sort_unstable();
+            devices.dedup();
+            if !devices.contains(&d) {
+                let have: Vec<String> = devices.iter().map(i32::to_string).collect();
+                bail!(
+                    "{}: no event of device {d} (devices in the capture: {})",
+                    args.capture.display(),
+                    if have.is_empty() {
+                        "none".to_string()
+                    } else {
+                        have.join(", ")
+                    }
+                );
+            }
+        }
         let stdout = std::io::stdout().lock();
         let summary = write_trace(
             loaded,

@@ -44,10 +44,17 @@ pub fn run_name(run_key: &str, name: Option<&str>) -> String {
     run_key.to_string()
 }
 
-/// One entry per device, metric [`Metric::Peak`], ordered by device.
+/// One entry per device, metric [`Metric::Peak`], ordered by device. Calls that name no
+/// device (-1: address reservations, host-side events) have nothing of a device to gate,
+/// as in the capture adapter, so `--run` and `--capture` of the same run give the same keys.
 pub fn entries(run: &StoredRun, name: Option<&str>) -> Vec<GateEntry> {
     let prefix = run_name(&run.run_key, name);
-    let mut devs = run.device_peaks.clone();
+    let mut devs: Vec<(i64, u64)> = run
+        .device_peaks
+        .iter()
+        .copied()
+        .filter(|(device, _)| *device >= 0)
+        .collect();
     devs.sort_unstable();
     devs.into_iter()
         .map(|(device, peak)| GateEntry {
@@ -69,7 +76,7 @@ mod tests {
             db: "mw.db".into(),
             run_id: 7,
             run_key: key.into(),
-            device_peaks: vec![(1, 300), (0, 100)],
+            device_peaks: vec![(1, 300), (-1, 0), (0, 100)],
         }
     }
 
