@@ -207,6 +207,25 @@ fn a_file_that_is_not_sqlite_is_refused_at_once_by_every_command() {
         0,
         "gate wrote a schema"
     );
+    // A directory: named as one (was SQLite's "disk I/O error" three times), and no lock
+    // file made beside it.
+    let sub = dir.path().join("adir");
+    std::fs::create_dir(&sub).unwrap();
+    let o = mw(&[
+        "run",
+        "-q",
+        "--out",
+        dir.path().join("d.mwcap").to_str().unwrap(),
+        "--db",
+        sub.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("adir: is a directory"), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(!dir.path().join("adir.memwatch-writer").exists());
 }
 
 /// PostgreSQL: the same refusal through an advisory lock, on a fresh database, when

@@ -42,6 +42,8 @@ pub enum StoreError {
     Corrupt(String),
     #[error("database {db}: not a SQLite database (no `SQLite format 3` header)")]
     NotSqlite { db: String },
+    #[error("database {db}: is a directory; give a file path, e.g. {db}/memwatch.db")]
+    IsDirectory { db: String },
     #[error("database {db}: a SQLite database of something else (tables {tables}), not a memwatch store; give memwatch its own file")]
     Foreign { db: String, tables: String },
     #[error("database {db}: its directory {dir} is not writable ({why}): SQLite keeps its write-ahead log beside the database")]
@@ -119,6 +121,13 @@ pub(crate) async fn probe_postgres(url: &str, limit: Duration) -> Result<(), Sto
 /// acquire timeout (30 s) and then reports a timeout.
 pub fn check_sqlite_header(path: &std::path::Path) -> Result<(), StoreError> {
     use std::io::Read;
+    // A directory opens (and reads as an error) like no database at all; SQLite then
+    // says "disk I/O error", and the lock's sidecar would be made beside it.
+    if path.is_dir() {
+        return Err(StoreError::IsDirectory {
+            db: path.display().to_string(),
+        });
+    }
     let Ok(mut f) = std::fs::File::open(path) else {
         return Ok(()); // missing (created on open) or unreadable (sqlx says why)
     };
