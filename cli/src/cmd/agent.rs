@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use memwatch_agent::forwarder::{Forwarder, ForwarderConfig};
 use memwatch_agent::{sampler, FrameSink, Receiver};
@@ -34,7 +34,7 @@ written); what was lost is said on stderr.";
 #[command(after_help = AFTER_HELP)]
 pub struct AgentArgs {
     /// HOST:PORT of `memwatch serve --ingest`.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_host_port)]
     pub daemon: String,
     /// Token the daemon requires.
     #[arg(long, env = "MEMWATCH_TOKEN", hide_env_values = true)]
@@ -66,6 +66,24 @@ pub struct AgentArgs {
     pub drain_secs: f64,
 }
 
+/// `HOST:PORT` (`[v6]:PORT` for IPv6 literals) with a port 1..=65535; the host is
+/// resolved when connecting, so a name that does not resolve yet is accepted.
+fn parse_host_port(s: &str) -> Result<String, String> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`{s}` is not HOST:PORT (e.g. central:7374)"))?;
+    let host_ok = !host.is_empty()
+        && !host.contains('/')
+        && (!host.contains(':') || (host.starts_with('[') && host.ends_with(']')));
+    if !host_ok {
+        return Err(format!("`{s}`: `{host}` is not a host name or address"));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(s.to_string()),
+        _ => Err(format!("`{s}`: `{port}` is not a port (1 to 65535)")),
+    }
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -82,13 +100,22 @@ pub fn hostname() -> String {
 
 pub fn run(args: AgentArgs) -> Result<Outcome> {
     let token = match (&args.token, &args.token_file) {
-        (_, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("cannot read --token-file {}", f.display()))?
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_string(),
+        (_, Some(f)) => {
+            let t = std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read --token-file {}", f.display()))?
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string();
+            if t.is_empty() {
+                bail!(
+                    "--token-file {}: its first line is empty (the token goes there)",
+                    f.display()
+                );
+            }
+            t
+        }
         (Some(t), None) => t.clone(),
         (None, None) => String::new(),
     };
@@ -182,4 +209,28 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
     } else {
         Outcome::CheckFailed
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_host_port;
+
+    #[test]
+    fn daemon_addresses_are_host_and_port() {
+        for ok in ["central:7374", "127.0.0.1:7374", "[::1]:7374", "a.b.c:1"] {
+            assert_eq!(parse_host_port(ok).as_deref(), Ok(ok));
+        }
+        for (bad, why) in [
+            ("nothostport", "not HOST:PORT"),
+            ("central:", "not a port"),
+            ("central:0", "not a port"),
+            ("central:70000", "not a port"),
+            (":7374", "not a host"),
+            ("::1:7374", "not a host"),
+            ("http://central:7374", "not a host"),
+        ] {
+            let e = parse_host_port(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 }
