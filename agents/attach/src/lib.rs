@@ -55,7 +55,7 @@ impl Method {
 }
 
 /// The user's choice. `Auto` is the built-in injector on x86-64 Linux (it pauses one
-/// thread for ~10-50 ms; gdb stops every thread for ~0.7 s while it reads symbols), and
+/// thread for ~10-50 ms; gdb stops every thread for ~0.8 s while it reads symbols), and
 /// gdb on other architectures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MethodChoice {

@@ -47,7 +47,7 @@ Examples:
 
 How it works: the shim (libmemwatch_preload.so) is loaded into the running process with
 dlopen, by a built-in ptrace injector (x86-64; the default) or by gdb running the batch
-script agents/attach/gdb/inject.gdb (--method gdb; it stops all threads for ~0.7 s), and
+script agents/attach/gdb/inject.gdb (--method gdb; it stops all threads for ~0.8 s), and
 told where to send events. It then redirects the process's already-linked calls of HIP / CUDA
 allocation functions (their GOT entries) and of dlsym / *GetProcAddress to its wrappers,
 and the copies of those functions' addresses that loaded libraries keep in their static
