@@ -189,6 +189,15 @@ struct Capture {
     ended: bool,
 }
 
+impl Capture {
+    /// Whether a marker starts with `prefix` and contains `part`.
+    fn has_marker(&self, prefix: &str, part: &str) -> bool {
+        self.markers
+            .iter()
+            .any(|m| m.starts_with(prefix) && m.contains(part))
+    }
+}
+
 fn read_capture(path: &Path) -> Capture {
     let f = std::fs::File::open(path).unwrap();
     let mut r = FrameReader::new(std::io::BufReader::new(f), ReadMode::Strict).unwrap();
@@ -262,9 +271,7 @@ fn check_exact(c: &Capture) -> (u64, u64) {
         c.free_ptrs
     );
     assert!(
-        c.markers
-            .iter()
-            .any(|m| m.starts_with("memwatch-attach start") && m.contains("(main program)")),
+        c.has_marker("memwatch-attach start", "(main program)"),
         "{:?}",
         c.markers
     );
@@ -323,10 +330,7 @@ fn attach_roundtrip(method: &str) {
     let c1 = read_capture(&cap1);
     let (a1, b1) = check_exact(&c1);
     assert!(a1 > 0, "iteration 0 happened before attach");
-    assert!(c1
-        .markers
-        .iter()
-        .any(|m| m.starts_with("memwatch-attach stop")));
+    assert!(c1.has_marker("memwatch-attach stop", ""));
     // Re-attach after detach.
     let cap2 = dir.path().join("two.mwcap");
     let j2 = json(&attach(t.pid(), method, &["--duration", "400ms"], &cap2));
@@ -359,16 +363,22 @@ fn attach_via_gdb_captures_exactly_while_attached() {
     attach_roundtrip("gdb");
 }
 
+/// Starts `attach_loop` in `mode` (10 ms per iteration), attaches with ptrace for
+/// `duration`, and reads the capture; the target is left running to its end.
+fn attached_for(dir: &Path, mode: &str, iters: u32, duration: &str) -> (Target, Capture) {
+    let t = Target::start_mode(iters, 10, mode);
+    let cap = dir.join(format!("{mode}.mwcap"));
+    let j = json(&attach(t.pid(), "ptrace", &["--duration", duration], &cap));
+    assert_eq!(j["targets"][0]["attached"], true, "{j}");
+    (t, read_capture(&cap))
+}
+
 #[test]
 fn lookups_after_attach_and_pointers_kept_in_static_data_are_captured_locals_are_not() {
     let dir = tempfile::tempdir().unwrap();
     // dlsym in every iteration: the program's dlsym GOT entry now leads to the shim's
     // dlsym, which hands out wrappers.
-    let t = Target::start_mode(200, 10, "dlsym");
-    let cap = dir.path().join("dlsym.mwcap");
-    let j = json(&attach(t.pid(), "ptrace", &["--duration", "500ms"], &cap));
-    assert_eq!(j["targets"][0]["attached"], true, "{j}");
-    let c = read_capture(&cap);
+    let (t, c) = attached_for(dir.path(), "dlsym", 200, "500ms");
     let (a, b) = check_exact(&c);
     assert!(b > a + 5, "iterations {a}..{b} captured through dlsym");
     let (_, code) = t.finish();
@@ -377,25 +387,19 @@ fn lookups_after_attach_and_pointers_kept_in_static_data_are_captured_locals_are
     // Pointers looked up once before attach and kept in static data (XLA's driver stubs:
     // a function-local static per function) are found and redirected, and put back at
     // detach.
-    let t = Target::start_mode(200, 10, "stub");
-    let cap = dir.path().join("stub.mwcap");
-    let j = json(&attach(t.pid(), "ptrace", &["--duration", "500ms"], &cap));
-    assert_eq!(j["targets"][0]["attached"], true, "{j}");
-    let c = read_capture(&cap);
+    let (t, c) = attached_for(dir.path(), "stub", 200, "500ms");
     let (a, b) = check_exact(&c);
     assert!(b > a + 5, "iterations {a}..{b} captured through the stubs");
     assert!(
-        c.markers
-            .iter()
-            .any(|m| m.starts_with("memwatch-attach start")
-                && m.contains(" copied_pointers=2 copied_in=(main program) failed_copies=0 ")),
+        c.has_marker(
+            "memwatch-attach start",
+            " copied_pointers=2 copied_in=(main program) failed_copies=0 "
+        ),
         "{:?}",
         c.markers
     );
     assert!(
-        c.markers
-            .iter()
-            .any(|m| m.starts_with("memwatch-attach stop") && m.contains(" restored_copies=2 ")),
+        c.has_marker("memwatch-attach stop", " restored_copies=2 "),
         "{:?}",
         c.markers
     );
@@ -405,20 +409,13 @@ fn lookups_after_attach_and_pointers_kept_in_static_data_are_captured_locals_are
 
     // Pointers kept in local variables (registers, the stack) cannot be found: nothing is
     // captured, but the attach says so through its baseline.
-    let t = Target::start_mode(100, 10, "cached");
-    let cap = dir.path().join("cached.mwcap");
-    let j = json(&attach(t.pid(), "ptrace", &["--duration", "300ms"], &cap));
-    assert_eq!(j["targets"][0]["attached"], true, "{j}");
-    let c = read_capture(&cap);
+    let (t, c) = attached_for(dir.path(), "cached", 100, "300ms");
     assert!(
         c.iter_allocs.is_empty(),
         "cached pointers bypass the shim: {:?}",
         c.iter_allocs
     );
-    assert!(c
-        .markers
-        .iter()
-        .any(|m| m.starts_with("pre-attach-baseline device=0 ")));
+    assert!(c.has_marker("pre-attach-baseline device=0 ", ""));
     let (output, code) = t.finish();
     assert_eq!(code, 3);
     assert_eq!(output, undisturbed(100), "output unchanged");

@@ -164,6 +164,16 @@ fn resolve_all(shim: usize) -> (Vec<(Vec<u8>, usize)>, Vec<Target>) {
     (names, targets)
 }
 
+/// The distinct object names, sorted, comma-separated (the main program's empty name
+/// shown as `(main program)`), for the attach markers.
+fn object_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let set: std::collections::BTreeSet<&str> = names.collect();
+    set.iter()
+        .map(|o| if o.is_empty() { "(main program)" } else { o })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn marker(text: String, device: i32) -> Record {
     Record::Marker(Marker {
         pid: std::process::id(),
@@ -354,22 +364,15 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
     let scanned = pointer_scan::redirect_copies(&targets, shim);
     let scan_ms = scan_started.elapsed().as_secs_f64() * 1e3;
     let copies = scanned.redirects;
-    let objects = |names: &mut dyn Iterator<Item = &str>| {
-        let set: std::collections::BTreeSet<&str> = names.collect();
-        set.iter()
-            .map(|o| if o.is_empty() { "(main program)" } else { o })
-            .collect::<Vec<_>>()
-            .join(",")
-    };
     let text = format!(
         "memwatch-attach start patched_slots={} objects={} failed_slots={} hooked_names={} \
          copied_pointers={} copied_in={} failed_copies={} scanned_mib={:.1} scan_ms={:.1}",
         patches.len(),
-        objects(&mut patches.iter().map(|p| p.object.as_str())),
+        object_list(patches.iter().map(|p| p.object.as_str())),
         failures,
         names.len(),
         copies.len(),
-        objects(&mut copies.iter().map(|c| c.object.as_str())),
+        object_list(copies.iter().map(|c| c.object.as_str())),
         scanned.failures,
         scanned.bytes as f64 / (1 << 20) as f64,
         scan_ms

@@ -114,20 +114,37 @@ pub unsafe fn unpatch(patches: &[Patch], hooks: &[Hook<'_>]) -> usize {
 
 /// Stores `value` into a GOT slot, making its page writable first if needed.
 unsafe fn write_slot(slot: usize, value: usize) -> bool {
+    let prot = page_protection(slot).unwrap_or(libc::PROT_READ | libc::PROT_WRITE);
+    // An aligned word store: concurrent callers see either the old or the new target.
+    with_writable_word(slot, prot, |word| {
+        word.store(value, Ordering::Release);
+        true
+    })
+}
+
+/// Runs `write` on the aligned word at `slot`, whose page has protection `prot` now:
+/// a page without `PROT_WRITE` (RELRO) is made writable for it and given `prot` back
+/// after. False when the page cannot be made writable, else what `write` returns.
+///
+/// # Safety
+/// `slot` must be an aligned, mapped word.
+pub unsafe fn with_writable_word(
+    slot: usize,
+    prot: c_int,
+    write: impl FnOnce(&AtomicUsize) -> bool,
+) -> bool {
+    let word = &*(slot as *const AtomicUsize);
+    if prot & libc::PROT_WRITE != 0 {
+        return write(word);
+    }
     let page = page_size();
     let start = slot & !(page - 1);
-    let prot = page_protection(slot).unwrap_or(libc::PROT_READ | libc::PROT_WRITE);
-    if prot & libc::PROT_WRITE == 0
-        && libc::mprotect(start as *mut c_void, page, prot | libc::PROT_WRITE) != 0
-    {
+    if libc::mprotect(start as *mut c_void, page, prot | libc::PROT_WRITE) != 0 {
         return false;
     }
-    // An aligned word store: concurrent callers see either the old or the new target.
-    (*(slot as *const AtomicUsize)).store(value, Ordering::Release);
-    if prot & libc::PROT_WRITE == 0 {
-        libc::mprotect(start as *mut c_void, page, prot);
-    }
-    true
+    let done = write(word);
+    libc::mprotect(start as *mut c_void, page, prot);
+    done
 }
 
 /// The system page size (4096 when sysconf cannot say).

@@ -123,32 +123,15 @@ fn mapping_of(maps: &[Mapping], addr: usize) -> Option<Mapping> {
 }
 
 /// Compare-and-swap of one word, making its page writable for the store when it is not
-/// (the RELRO part) and read-only again after.
+/// (the RELRO part) and giving it its protection back after.
 unsafe fn swap_word(slot: usize, from: usize, to: usize, maps: &[Mapping]) -> bool {
     let Some(m) = mapping_of(maps, slot) else {
         return false;
     };
-    let word = &*(slot as *const AtomicUsize);
-    if m.prot & libc::PROT_WRITE != 0 {
-        return word
-            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-    }
-    let page = got_patch::page_size();
-    let start = slot & !(page - 1);
-    if libc::mprotect(
-        start as *mut c_void,
-        page,
-        libc::PROT_READ | libc::PROT_WRITE,
-    ) != 0
-    {
-        return false;
-    }
-    let ok = word
-        .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
-        .is_ok();
-    libc::mprotect(start as *mut c_void, page, libc::PROT_READ);
-    ok
+    got_patch::with_writable_word(slot, m.prot, |word| {
+        word.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    })
 }
 
 unsafe extern "C" fn phdr_cb(

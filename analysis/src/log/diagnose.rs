@@ -156,16 +156,15 @@ fn diagnose_one(
         _ => None,
     };
     // The pool that would have held the request. Known only with the live set (sized for
-    // the request alone it would be too small). Too small a pool: in use + request.
-    // Fragmented (in use + request fit, the request did not): the current pool plus the
-    // request, so the request finds a free range even with the same fragmentation. Never
-    // the pool that just failed, nor less.
+    // the request alone it would be too small). Too small a pool: in use + request (more
+    // than the pool, by `shortfall`). Fragmented (in use + request fit, the request did
+    // not): the current pool plus the request, so the request finds a free range even
+    // with the same fragmentation. Either way more than the pool that just failed.
     let fragmented = in_use.is_some() && pool.is_some() && shortfall.is_none();
     let target_pool = match (in_use, pool) {
         (None, _) => None,
         (Some(_), Some(p)) if fragmented => Some(p.saturating_add(req)),
-        (Some(_), Some(p)) => Some(needed.max(p.saturating_add(1))),
-        (Some(_), None) => Some(needed),
+        (Some(_), _) => Some(needed),
     };
     let suggested = match (device, target_pool) {
         (Some(d), Some(t)) if d > 0 => {

@@ -116,9 +116,10 @@ pub(crate) async fn probe_postgres(url: &str, limit: Duration) -> Result<(), Sto
     }
 }
 
-/// A SQLite file that exists and has bytes must start with SQLite's header. Checked
-/// before connecting because sqlx's pool retries a file that is not a database until its
-/// acquire timeout (30 s) and then reports a timeout.
+/// A SQLite path must not be a directory, and a file that exists and has bytes must
+/// start with SQLite's header. Checked before connecting because sqlx's pool retries a
+/// file that is not a database until its acquire timeout (30 s) and then reports a
+/// timeout.
 pub fn check_sqlite_header(path: &std::path::Path) -> Result<(), StoreError> {
     use std::io::Read;
     // A directory opens (and reads as an error) like no database at all; SQLite then
