@@ -130,3 +130,40 @@ fn a_daemon_that_refuses_every_session_is_not_hammered() {
     // 50 ms doubling to a 2 s cap: about 7 sessions in 3 s (60 at a fixed 50 ms).
     assert!((2..=10).contains(&n), "{n} sessions in {:?}", t.elapsed());
 }
+
+/// Bad arguments stop the agent at once with exit 2 and one line naming them (before: a
+/// daemon address that was not HOST:PORT was retried for ever, an empty token file was
+/// sent as an empty token).
+#[test]
+fn a_bad_daemon_address_or_an_empty_token_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("token");
+    std::fs::write(&empty, "\n").unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_memwatch"))
+            .arg("agent")
+            .args(args)
+            .arg("--spool")
+            .arg(dir.path().join("spool"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--daemon", "nothostport"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`nothostport` is not HOST:PORT"), "{err}");
+    let out = run(&[
+        "--daemon",
+        "127.0.0.1:1",
+        "--token-file",
+        empty.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("token") && err.contains("its first line is empty"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
