@@ -1042,6 +1042,66 @@ fn bench_ab_records_only_its_hooked_batches() {
 }
 
 #[test]
+fn bench_lat_records_only_its_hooked_calls() {
+    // `mwtest bench-lat` times each call alone, alternating pairs through the hooks with
+    // pairs under names the shim does not intercept: the hooked half must be captured
+    // whole and the direct half not at all, or its medians compare unlike things.
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("lat.mwcap");
+    let (threads, pairs) = (2usize, 500usize);
+    let out = b.run(
+        "direct",
+        &["bench-lat", &threads.to_string(), &pairs.to_string()],
+        Some(&cap),
+        &[("MEMWATCH_BUFFER_EVENTS", "65536")],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("L "))
+        .unwrap_or_else(|| panic!("no L line: {text}"));
+    for key in [
+        "shim_malloc_median_ns",
+        "shim_free_median_ns",
+        "direct_malloc_median_ns",
+        "direct_free_median_ns",
+    ] {
+        let v: f64 = field(line, key);
+        assert!(v > 0.0, "{key} in {line}");
+    }
+    let added: f64 = field(line, "added_per_call_ns");
+    let parts: f64 = field::<f64>(line, "added_malloc_ns") + field::<f64>(line, "added_free_ns");
+    assert!((added - parts / 2.0).abs() < 0.06, "{line}");
+    let recs = read_capture(&cap);
+    assert_eq!(dropped_total(&recs), 0, "events dropped");
+    let evs = events(&recs);
+    // Per thread: its set-device, one untimed warm-up pair, then `pairs` hooked pairs.
+    let pairs_hooked = threads * (1 + pairs);
+    assert_eq!(count_api(&evs, "hipMalloc"), pairs_hooked);
+    assert_eq!(count_api(&evs, "hipFree"), pairs_hooked);
+    assert_eq!(
+        evs.len(),
+        2 * pairs_hooked + threads,
+        "nothing else recorded"
+    );
+    for bad in [["0", "10"], ["65", "10"], ["2", "0"]] {
+        let out = std::process::Command::new(b.program("direct"))
+            .args(["direct", "bench-lat", bad[0], bad[1]])
+            .env("MWTEST_LIBDIR", &b.dir)
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "bench-lat {bad:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("bench-lat: 1-64 threads"),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
 fn cuda_driver_bench_records_only_its_dlsym_batches() {
     // bench/cuda_driver_overhead.sh's side-by-side figure compares calls through the
     // dlsym'd driver entry points (the shim's wrappers) with calls through the functions'

@@ -5,7 +5,7 @@
  * vary between runs). Lines starting with N are calls that must NOT be recorded.
  * Built twice: -DDIRECT (linked with -lmemwatch_testrt: symbol interposition) and
  * without (dlopen + dlsym, or *GetProcAddress, chosen by argv[1]).
- * Usage: mwtest direct|dlsym|proc basic|threads|fork|exec|exec-child|bench|bench-ab ARGS */
+ * Usage: mwtest direct|dlsym|proc basic|threads|fork|exec|exec-child|bench|bench-ab|bench-lat ARGS */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <signal.h>
@@ -430,6 +430,66 @@ static void bench_ab(int nthreads) {
     printf("AB threads=%d rounds=%ld direct_median_ns_per_call=%.1f shim_median_ns_per_call=%.1f added_median_ns_per_call=%.1f added_p10=%.1f added_p90=%.1f\n",
            nthreads, ab_rounds, md, ms, mdiff, diff[n / 10], diff[n * 9 / 10]);
 }
+
+/* bench-lat THREADS PAIRS: every call timed on its own (a CLOCK_MONOTONIC read before
+ * and after it), PAIRS hipMalloc+hipFree pairs per thread through the hooks and PAIRS
+ * straight into the runtime, alternating pair by pair (ABBA). Prints the median ns of
+ * each call kind in each mode. This is the latency a call gains, the form a program that
+ * does other work between its allocations sees; the batch benches above time back-to-back
+ * calls, where the runtime's cache misses of consecutive calls overlap unless something
+ * between them (the shim's timestamp) waits for them. The clock reads are in both modes
+ * alike and cancel in the difference. */
+static long lat_pairs;
+static uint32_t *lat_ns[64][4]; /* [thread][shim malloc, shim free, direct malloc, direct free] */
+static inline uint64_t mono_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec; }
+static void *lat_worker(void *arg) {
+    int t = (int)(intptr_t)arg;
+    T.hipSetDevice(t % 8);
+    void *p;
+    if (T.hipMalloc(&p, 256) == 0) T.hipFree(p); /* start-up not timed */
+    if (memwatchTestrtUnhookedMalloc(&p, 256) == 0) memwatchTestrtUnhookedFree(p);
+    long n[2] = {0, 0};
+    for (long i = 0; i < 2 * lat_pairs; i++) {
+        int shim = (int)(((i >> 1) ^ i) & 1);
+        int r;
+        uint64_t t0 = mono_ns(), t1, t2;
+        if (shim) {
+            r = T.hipMalloc(&p, 256);
+            t1 = mono_ns();
+            if (r == 0) T.hipFree(p);
+        } else {
+            r = memwatchTestrtUnhookedMalloc(&p, 256);
+            t1 = mono_ns();
+            if (r == 0) memwatchTestrtUnhookedFree(p);
+        }
+        t2 = mono_ns();
+        long k = n[shim]++;
+        lat_ns[t][shim ? 0 : 2][k] = (uint32_t)(t1 - t0);
+        lat_ns[t][shim ? 1 : 3][k] = (uint32_t)(t2 - t1);
+    }
+    return NULL;
+}
+static int cmpu(const void *a, const void *b) { uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b; return (x > y) - (x < y); }
+static void bench_lat(int nthreads) {
+    if (nthreads < 1 || nthreads > 64 || lat_pairs < 1 || lat_pairs > 10000000) { fprintf(stderr, "bench-lat: 1-64 threads, 1-10000000 pairs\n"); exit(2); }
+    pthread_t th[64];
+    for (int i = 0; i < nthreads; i++)
+        for (int k = 0; k < 4; k++)
+            if (!(lat_ns[i][k] = malloc(sizeof(uint32_t) * (size_t)lat_pairs))) { fprintf(stderr, "bench-lat: out of memory\n"); exit(2); }
+    for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, lat_worker, (void *)(intptr_t)i);
+    for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+    double med[4];
+    uint32_t *all = malloc(sizeof(uint32_t) * (size_t)lat_pairs * (size_t)nthreads);
+    if (!all) { fprintf(stderr, "bench-lat: out of memory\n"); exit(2); }
+    for (int k = 0; k < 4; k++) {
+        long m = 0;
+        for (int i = 0; i < nthreads; i++) for (long j = 0; j < lat_pairs; j++) all[m++] = lat_ns[i][k][j];
+        qsort(all, (size_t)m, sizeof all[0], cmpu);
+        med[k] = all[m / 2];
+    }
+    printf("L threads=%d pairs=%ld shim_malloc_median_ns=%.0f shim_free_median_ns=%.0f direct_malloc_median_ns=%.0f direct_free_median_ns=%.0f added_malloc_ns=%.0f added_free_ns=%.0f added_per_call_ns=%.1f\n",
+           nthreads, lat_pairs, med[0], med[1], med[2], med[3], med[0] - med[2], med[1] - med[3], ((med[0] - med[2]) + (med[1] - med[3])) / 2);
+}
 #endif
 
 #ifdef DIRECT
@@ -487,6 +547,12 @@ int main(int argc, char **argv) {
     const char *sc = argv[2];
 #ifdef DIRECT
     if (!strcmp(sc, "reuse-race")) { load(argv[1]); reuse_race(); return 0; }
+    if (!strcmp(sc, "bench-lat")) {
+        load(argv[1]);
+        lat_pairs = argc > 4 ? atol(argv[4]) : 25000;
+        bench_lat(argc > 3 ? atoi(argv[3]) : 1);
+        return 0;
+    }
     if (!strcmp(sc, "bench-ab")) {
         load(argv[1]);
         ab_rounds = argc > 4 ? atol(argv[4]) : 200;
