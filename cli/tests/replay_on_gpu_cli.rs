@@ -114,3 +114,56 @@ fn unsupported_combinations_are_refused_before_touching_a_gpu() {
     assert_eq!(rc, 2);
     assert!(err.contains("--max-used-share 1.5"), "{err}");
 }
+
+#[test]
+fn without_kernels_a_machine_without_a_cuda_device_says_so_first() {
+    // Asking for --kernels on a machine with no CUDA driver sent users to build kernels
+    // they could not run; the driver is checked first and its loader error is shown.
+    let (rc, out, err) = memwatch(&[
+        "replay",
+        SEED12,
+        "--on-gpu",
+        "--backend",
+        "cuda",
+        "--cuda-driver",
+        "/nonexistent/libcuda.so.1",
+    ]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("cannot load /nonexistent/libcuda.so.1: dlopen failed: ")
+            && err.contains("No such file or directory"),
+        "{err}"
+    );
+    assert!(!err.contains("--kernels"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn gpu_replay_flags_without_on_gpu_are_refused_not_ignored() {
+    // These only act on the GPU run; without --on-gpu they used to be dropped silently,
+    // and the model-only answer looked like the GPU's.
+    for flags in [
+        &["--touch"][..],
+        &["--emulate", "mi300x"],
+        &["--gpu-mode", "driver"],
+        &["--kernels", SEED12],
+        &["--strided-passes", "2"],
+        &["--bandwidth", "1048576"],
+        &["--force"],
+        &["--device-index", "1"],
+        &["--backend", "cuda"],
+        &["--max-used-share", "0.5"],
+        &["--cuda-driver", "libcuda.so"],
+    ] {
+        let mut args = vec!["replay", SEED12];
+        args.extend_from_slice(flags);
+        let (rc, out, err) = memwatch(&args);
+        assert_eq!(rc, 2, "{flags:?}: {err}");
+        assert!(out.is_empty(), "{flags:?}: {out}");
+        assert!(err.contains("--on-gpu"), "{flags:?}: {err}");
+    }
+    // Their defaults alone do not count as given.
+    let (rc, _, err) = memwatch(&["replay", SEED12]);
+    assert_eq!(rc, 0, "{err}");
+}

@@ -244,3 +244,39 @@ fn import_with_a_bad_xla_dump_exits_2_and_stores_nothing() {
     }
     assert!(!db.exists(), "nothing was stored");
 }
+
+#[test]
+fn a_damaged_capture_is_warned_about_on_stderr_and_stdout_stays_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("cut.mwcap");
+    capture(&cap);
+    // Corrupt the events frame (its checksum no longer matches): the records around it
+    // are still read.
+    let mut b = std::fs::read(&cap).unwrap();
+    let size = 71_303_168u64.to_le_bytes();
+    // The last copy of that size is the buffer event's (the first is the executable's
+    // argument statistics).
+    let at = b
+        .windows(8)
+        .rposition(|w| w == size)
+        .expect("the allocation's size is in the file");
+    b[at] ^= 0xff;
+    std::fs::write(&cap, &b).unwrap();
+    let (code, out, err) = mw(&["runtime", cap.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("warning"), "stdout: {out}");
+    // The executable and the memory statistics around the lost frame are still there.
+    assert!(
+        out.contains("jit_mlp") && out.contains("runtime peak 360.03 MiB"),
+        "{out}"
+    );
+    assert!(
+        err.contains("cut.mwcap: damaged capture") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let (code, out, err) = mw(&["runtime", cap.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is one JSON document");
+    assert!(v["damaged_regions"].as_u64().unwrap() >= 1, "{v}");
+    assert!(err.contains("damaged capture"), "{err}");
+}

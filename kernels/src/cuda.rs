@@ -67,6 +67,15 @@ struct Api {
     _lib: Library,
 }
 
+/// A libloading error with the loader's own words (`dlerror()`), which libloading keeps
+/// as the error's source: its Display alone says only "dlopen failed".
+fn load_error(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(why) => format!("{e}: {why}"),
+        None => e.to_string(),
+    }
+}
+
 macro_rules! sym {
     ($lib:expr, $path:expr, $name:literal) => {{
         // SAFETY: the symbol is a CUDA driver entry point whose C signature is the fn type
@@ -74,7 +83,7 @@ macro_rules! sym {
         let s =
             unsafe { $lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| GpuError::Load {
                 lib: $path.to_string(),
-                reason: format!("missing {}: {e}", $name),
+                reason: format!("missing {}: {}", $name, load_error(&e)),
             })?;
         *s
     }};
@@ -85,7 +94,7 @@ impl Api {
         // SAFETY: loading the CUDA driver runs its initialisers, which are sound to run.
         let lib = unsafe { Library::new(path) }.map_err(|e| GpuError::Load {
             lib: path.to_string(),
-            reason: e.to_string(),
+            reason: load_error(&e),
         })?;
         Ok(Api {
             init: sym!(lib, path, "cuInit"),
@@ -147,6 +156,25 @@ pub struct CudaBackend {
     f_strided: CuFunction,
     scratch: u64,
     events: [CuEvent; 2],
+}
+
+/// Loads the driver at `driver_path`, initialises it and names device `index`, without
+/// creating a context or loading code: tells "no usable CUDA device here" apart from "the
+/// device is there, the kernels are missing".
+pub fn probe_device(driver_path: &str, index: u32) -> Result<String, GpuError> {
+    let api = Api::load(driver_path)?;
+    // SAFETY: plain driver calls with valid out-pointers.
+    unsafe {
+        api.check("cuInit", (api.init)(0))?;
+        let mut dev: CuDevice = 0;
+        api.check("cuDeviceGet", (api.device_get)(&mut dev, index as c_int))?;
+        let mut buf = [0 as c_char; 256];
+        api.check(
+            "cuDeviceGetName",
+            (api.device_get_name)(buf.as_mut_ptr(), 256, dev),
+        )?;
+        Ok(CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned())
+    }
 }
 
 impl CudaBackend {

@@ -1,10 +1,12 @@
 //! memwatch-agent: the node side of memwatch.
 //!
 //! Owns the local receiver that LD_PRELOAD shims connect to (`receiver`), the interface
-//! through which received frames leave it (`sink::FrameSink`), and the sink that writes
-//! one `.mwcap` capture file (`capture_sink`). Later parts (device samplers, spooling,
-//! forwarding to `memwatch serve`) plug in as further [`sink::FrameSink`]s. It does not
-//! interpret events (that is `memwatch-analysis`) and never changes frame bytes.
+//! through which received frames leave it (`sink::FrameSink`) and its sinks: one `.mwcap`
+//! capture file (`capture_sink`, used by `memwatch run`) or forwarding to `memwatch serve`
+//! (`forwarder`, through the bounded on-disk `spool`, used by `memwatch agent`); and the
+//! device samplers (`sampler`: NVML, librocm_smi64, amdgpu sysfs) whose readings travel
+//! the same way. It does not interpret events (that is `memwatch-analysis`) and never
+//! changes frame bytes.
 
 pub mod capture_sink;
 pub mod forwarder;

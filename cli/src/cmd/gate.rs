@@ -66,7 +66,9 @@ pub struct GateArgs {
     #[arg(long = "memory-analysis", value_name = "FILE")]
     pub memory_analysis: Vec<PathBuf>,
     /// XLA dump directory (`XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text`), or one
-    /// module's dump file. Gives per-op figures for regressed modules. Repeatable.
+    /// module's dump file: one entry per module, with per-op figures that name the grown
+    /// ops of a regressed one. A module is measured by one source: the same module from
+    /// --memory-analysis and --xla-dump is refused (exit 2). Repeatable.
     #[arg(long = "xla-dump", value_name = "DIR")]
     pub xla_dump: Vec<PathBuf>,
     /// Capture file (`memwatch run --out FILE.mwcap`): one entry per process and device

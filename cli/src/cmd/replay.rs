@@ -46,7 +46,8 @@ pub struct ReplayArgs {
     /// Device capacity in bytes (units: K/M/G/T or KiB…EiB binary, KB…EB decimal).
     #[arg(long, allow_hyphen_values = true)]
     pub capacity: Option<String>,
-    /// Allocator model: bfc, platform, async, torch.
+    /// Allocator model: bfc (XLA's default, and this flag's), platform, async, torch; with
+    /// --on-gpu also driver. --find-min-capacity without it tries all four.
     #[arg(long)]
     pub allocator: Option<String>,
     /// Fraction of the capacity the pool may use (default 0.75 for bfc/async as in JAX,

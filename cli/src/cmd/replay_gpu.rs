@@ -44,41 +44,46 @@ pub enum BackendChoice {
 #[command(next_help_heading = "GPU replay (--on-gpu)")]
 pub struct GpuArgs {
     /// GPU ordinal.
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, default_value_t = 0, value_name = "N", requires = "on_gpu")]
     pub device_index: u32,
     /// Emulate another device: a profile name (h100, mi300x, strix-halo, ...) or bytes. A
     /// smaller one: a ballast allocation leaves exactly its capacity free. A larger one:
     /// every size and the capacity are divided by the same integer (reported).
-    #[arg(long, value_name = "NAME|BYTES")]
+    #[arg(long, value_name = "NAME|BYTES", requires = "on_gpu")]
     pub emulate: Option<String>,
     /// driver: real allocation per buffer; bfc: the BFC model inside one real region.
     /// Default: bfc when --allocator is bfc, else driver.
-    #[arg(long, value_enum, value_name = "MODE")]
+    #[arg(long, value_enum, value_name = "MODE", requires = "on_gpu")]
     pub gpu_mode: Option<GpuMode>,
     /// Write every byte of every allocation (backs lazily committed memory) and checksum
     /// each buffer before its free.
-    #[arg(long)]
+    #[arg(long, requires = "on_gpu")]
     pub touch: bool,
     /// Strided read/write passes over each allocation after the touch (bandwidth use).
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, default_value_t = 0, value_name = "N", requires = "on_gpu")]
     pub strided_passes: u32,
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, value_enum, default_value = "auto", requires = "on_gpu")]
     pub backend: BackendChoice,
     /// CUDA kernels (fatbin/cubin from kernels/build-cuda.sh).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "on_gpu")]
     pub kernels: Option<PathBuf>,
     /// The CUDA driver library to load.
-    #[arg(long, default_value = "libcuda.so.1", value_name = "LIB")]
+    #[arg(
+        long,
+        default_value = "libcuda.so.1",
+        value_name = "LIB",
+        requires = "on_gpu"
+    )]
     pub cuda_driver: String,
     /// Refuse to run when more than this share of the device is already in use.
-    #[arg(long, default_value_t = 0.10, value_name = "F")]
+    #[arg(long, default_value_t = 0.10, value_name = "F", requires = "on_gpu")]
     pub max_used_share: f64,
     /// Run even when the device looks busy.
-    #[arg(long)]
+    #[arg(long, requires = "on_gpu")]
     pub force: bool,
     /// Also measure the touch kernel's bandwidth against a device copy on two buffers of
     /// this many bytes.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", requires = "on_gpu")]
     pub bandwidth: Option<u64>,
 }
 
@@ -243,9 +248,17 @@ pub fn emulate_bytes(spec: &str) -> Result<u64> {
 
 fn open_backend(args: &GpuArgs) -> Result<Box<dyn GpuBackend>> {
     let cuda = || -> Result<Box<dyn GpuBackend>> {
-        let path = args.kernels.as_ref().context(
-            "--kernels FILE is required for CUDA: build it with kernels/build-cuda.sh (nvcc)",
-        )?;
+        let Some(path) = args.kernels.as_ref() else {
+            // Say first whether there is a CUDA device at all: asking a machine without
+            // one for kernels sends its user to build them for nothing.
+            let name = memwatch_kernels::cuda::probe_device(&args.cuda_driver, args.device_index)
+                .with_context(|| format!("CUDA device {}", args.device_index))?;
+            bail!(
+                "CUDA device {} ({name}): --kernels FILE is required: build it with \
+                 kernels/build-cuda.sh (nvcc)",
+                args.device_index
+            );
+        };
         let bytes =
             std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
         memwatch_kernels::code_object::inspect(&bytes)

@@ -37,6 +37,16 @@ pub fn run(a: RuntimeArgs) -> Result<Outcome> {
     super::fmt::quiet_broken_pipe();
     let cap = runtime::load_capture(&a.capture).context("reading capture")?;
     let mut report = runtime::analyse(&cap, a.timeline);
+    if report.damaged_regions > 0 {
+        // On stderr, like `memwatch report`'s (which reads the same capture and says it
+        // there): stdout stays the report, or one JSON document (`damaged_regions`).
+        eprintln!(
+            "memwatch runtime: warning: {}: damaged capture, {} damaged region(s) skipped; \
+             reporting what was readable",
+            a.capture.display(),
+            report.damaged_regions
+        );
+    }
     if let Some(d) = &a.xla_dump {
         let mods = super::xla::load(d)?;
         runtime::join_dump(&mut report, &mods, a.top);
@@ -76,9 +86,6 @@ fn opt(b: Option<u64>) -> String {
 pub fn print_human(r: &RuntimeReport, timeline: bool) -> anyhow::Result<()> {
     if r.processes.is_empty() {
         outln!("no PJRT records in this capture (was the program an XLA/PJRT framework, and MEMWATCH_PJRT not 0?)");
-    }
-    if r.damaged_regions > 0 {
-        outln!("warning: {} damaged region(s) skipped", r.damaged_regions);
     }
     for p in &r.processes {
         outln!("process {}", p.pid);

@@ -22,7 +22,9 @@ pub enum XlaCmd {
         /// Only modules with this normalised name (`jit_f`).
         #[arg(long)]
         module: Option<String>,
-        /// Rows per table.
+        /// Rows per table. With --json it cuts the long lists (peak_buffers,
+        /// top_temp_values, by_op_name); the groups (by_category, by_allocation_kind) stay
+        /// whole, so their shares add up.
         #[arg(long, default_value_t = 15)]
         top: usize,
         /// One JSON document on stdout.
