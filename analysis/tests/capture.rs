@@ -806,7 +806,10 @@ fn exec_images_are_split_by_time_not_file_order() {
             (new.image, new.command.clone()),
             (1, vec!["/bin/new".into()])
         );
-        assert_eq!(old.exit_code, Some(-1));
+        // The exec'd image's end carries the wire's -1 ("no status"): not a status, so
+        // null; its end time is kept.
+        assert_eq!(old.exit_code, None);
+        assert!(old.ended_by_exec && old.end_ns.is_some());
         assert_eq!(new.exit_code, None);
         let (od, nd) = (&old.devices[0], &new.devices[0]);
         assert_eq!(

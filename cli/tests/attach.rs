@@ -522,6 +522,14 @@ fn error_paths_are_specific() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no such process: pid 999999999"), "{err}");
+    // 0 is not a process id (it used to be looked up as /proc/0).
+    let out = memwatch().args(["attach", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid value '0' for '<PID>'") && !err.contains("/proc/0"),
+        "{err}"
+    );
 
     let mut st = Command::new(&built().target_static).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(100));

@@ -335,3 +335,43 @@ fn foreign_sqlite_files_are_left_alone_and_first_writers_race_cleanly() {
     }
     assert!(ok >= 1);
 }
+
+#[test]
+fn a_daemon_that_cannot_listen_leaves_no_database_and_logs_without_escape_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("new.db");
+    let dbs = db.to_str().unwrap();
+    // Its API port is taken: it exits 2 naming the address, and the database it would
+    // have created (and the lock file beside it) is not made.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = serve_cmd(dbs, port).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{}",
+        stderr(&out)
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    drop(taken);
+
+    // Its log, redirected (not a terminal), is plain text.
+    let api = free_port();
+    let mut c = serve_cmd(dbs, api);
+    c.env("MEMWATCH_LOG", "info");
+    let mut d = Daemon(c.spawn().unwrap());
+    wait_up(api);
+    unsafe { libc::kill(d.0.id() as i32, libc::SIGTERM) };
+    let mut log = String::new();
+    use std::io::Read;
+    d.0.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    assert!(log.contains("listening"), "{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "escape codes in a redirected log: {log:?}"
+    );
+}

@@ -366,6 +366,20 @@ fn report_names_the_signal_of_an_exit_above_128() {
         assert!(text.contains(want), "{code}: {text}");
         assert_eq!(report_json(&path)["processes"][0]["exit_code"], code);
     }
+    // An end recorded without a status (the wire's -1): JSON says null, as `attach`
+    // does for an unknown status, and keeps end_ns; the text says the process ended.
+    let path = dir.path().join("unknown.mwcap");
+    std::fs::write(&path, sample_capture_ending(-1)).unwrap();
+    let out = memwatch().arg("report").arg(&path).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ended (exit status not known to the shim)"),
+        "{text}"
+    );
+    let p = &report_json(&path)["processes"][0];
+    assert!(p["exit_code"].is_null(), "{p}");
+    assert!(p["end_ns"].is_u64(), "{p}");
 }
 
 #[test]

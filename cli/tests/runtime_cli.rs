@@ -280,3 +280,34 @@ fn a_damaged_capture_is_warned_about_on_stderr_and_stdout_stays_the_report() {
     assert!(v["damaged_regions"].as_u64().unwrap() >= 1, "{v}");
     assert!(err.contains("damaged capture"), "{err}");
 }
+
+#[test]
+fn a_capture_without_allocator_samples_says_so() {
+    // XLA's platform allocator keeps no statistics: executables are recorded but no
+    // PJRT_Device_MemoryStats sample, so there is no runtime peak, and the report says
+    // why instead of ending after the executables' table.
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("platform.mwcap");
+    let mut b = encode_preamble().to_vec();
+    for r in [
+        Record::ProcessStart(ProcessStart {
+            pid: 9,
+            mono_anchor_ns: 1_000,
+            ..ProcessStart::default()
+        }),
+        Record::PjrtExecutable(PjrtExecutable {
+            pid: 9,
+            handle: 0xb,
+            devices: vec![0],
+            name: "jit_mlp".into(),
+            ..PjrtExecutable::default()
+        }),
+    ] {
+        encode_record(&r, &mut b).unwrap();
+    }
+    std::fs::write(&cap, b).unwrap();
+    let (code, out, err) = mw(&["runtime", cap.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("jit_mlp"), "{out}");
+    assert!(out.contains("no allocator samples"), "{out}");
+}

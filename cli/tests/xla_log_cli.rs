@@ -222,4 +222,12 @@ fn malformed_inputs_exit_2_with_file_and_line() {
         "pad-spmd-sample.hlo.txt:1: not an XLA/JAX/TSL log",
     );
     expect_exit2(&["xla", "report", "/nonexistent/dir"], "/nonexistent/dir");
+    // The OS error is said once, not once per layer of the error.
+    let (_, _, err) = mw(&["xla", "report", "/nonexistent/dir"]);
+    assert_eq!(err.matches("no such file or directory").count(), 1, "{err}");
+    // A directory given to `log` (it reads log files, not dumps).
+    expect_exit2(
+        &["log", tmp.path().to_str().unwrap()],
+        "is a directory; give the log file(s) in it",
+    );
 }

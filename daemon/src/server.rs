@@ -107,12 +107,8 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
             return Err(ServeError::TokenRequired(addr));
         }
     }
-    // The lock first: a second daemon starting at the same moment is refused as such,
-    // not by a migration racing the first one's.
-    let writer_lock = WriterLock::acquire(&cfg.db).await?;
-    let store = Store::open(&cfg.db).await?;
-    let metrics = Arc::new(Metrics::default());
-    let (writer, _task) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 1024);
+    // The ports first: a daemon that cannot listen must not have created (or migrated)
+    // a database on its way out.
     let tcp = TcpListener::bind(cfg.ingest)
         .await
         .map_err(|source| ServeError::Bind {
@@ -125,6 +121,12 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
             addr: cfg.listen,
             source,
         })?;
+    // Then the lock: a second daemon starting at the same moment is refused as such, not
+    // by a migration racing the first one's.
+    let writer_lock = WriterLock::acquire(&cfg.db).await?;
+    let store = Store::open(&cfg.db).await?;
+    let metrics = Arc::new(Metrics::default());
+    let (writer, _task) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 1024);
     let api_addr = http.local_addr().map_err(ServeError::Http)?;
     let ingest_addr = tcp.local_addr().map_err(ServeError::Http)?;
     tokio::spawn(serve_ingest(

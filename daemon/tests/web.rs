@@ -627,3 +627,40 @@ async fn incident_xla_gate_pages_and_live_at_an_instant_on(url: &str) {
     assert_eq!(st, StatusCode::BAD_REQUEST);
     assert!(body.contains("align=marker:NAME"));
 }
+
+#[tokio::test]
+async fn an_end_without_a_known_status_is_stored_as_null_not_minus_one() {
+    // The shim writes -1 when it could not learn the status; the API says null, like
+    // `memwatch report --json`, and the process is ended, not running.
+    let dir = tempfile::tempdir().unwrap();
+    let (app, store) = app(&dir.path().join("x.db").display().to_string()).await;
+    let mut ing = Ingestor::new(store.clone());
+    let t0 = 7_000_000u64;
+    let out = ing
+        .commit(vec![Batch {
+            node: "n".into(),
+            stream: 1,
+            seq: 0,
+            run_key: "unknown-status".into(),
+            records: vec![
+                start(51, t0),
+                Record::Events(vec![ev(t0 + 5, EventKind::Alloc, 0x1000, 4096, 0)]),
+                Record::ProcessEnd(ProcessEnd {
+                    pid: 51,
+                    ts_ns: t0 + 10,
+                    exit_code: -1,
+                }),
+            ],
+        }])
+        .await
+        .unwrap();
+    let id = out[0].run_id.unwrap();
+    let (st, body, _) = get(&app, &format!("/api/runs/{id}")).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let p = &v["processes"][0];
+    assert!(p["exit_code"].is_null(), "{p}");
+    // Its end is still recorded: it is not listed among running processes.
+    let running = store.running_processes(600_000_000_000).await.unwrap();
+    assert!(running.iter().all(|r| r.2 != 51), "{running:?}");
+}

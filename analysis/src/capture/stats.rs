@@ -73,8 +73,9 @@ pub struct ProcessReport {
     pub hostname: String,
     pub start_ns: Option<u64>,
     pub end_ns: Option<u64>,
-    /// From the shim's `process_end` (`null`: the process ended without one, e.g. it
-    /// was killed, or the capture was cut off).
+    /// From the shim's `process_end`. `null` when not known: the process ended without
+    /// one (killed, or the capture was cut off; then `end_ns` is null too), or its end
+    /// was recorded without a status (the wire's -1; `end_ns` is set).
     pub exit_code: Option<i32>,
     pub devices: Vec<DeviceReport>,
     /// Events the shim had to drop (its buffers were full): figures below miss them.
@@ -452,7 +453,8 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
             hostname: meta.hostname.clone(),
             start_ns: meta.mono_anchor_ns.map(rel),
             end_ns: meta.end_ts.map(rel),
-            exit_code: meta.exit_code,
+            // -1 is the wire's "not known", never a status (those are 0-255).
+            exit_code: meta.exit_code.filter(|&c| c != -1),
             devices,
             dropped_events: meta.dropped_events,
             peak_bytes: p.peak,

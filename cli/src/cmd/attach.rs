@@ -80,7 +80,7 @@ pub enum MethodArg {
 #[command(after_help = AFTER_HELP)]
 pub struct AttachArgs {
     /// The process to attach to.
-    #[arg(value_name = "PID")]
+    #[arg(value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
     pub pid: i32,
     /// Capture file to write (default memwatch-attach-<pid>-<UTC time>.mwcap).
     #[arg(long, short, value_name = "FILE.mwcap")]
@@ -456,7 +456,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
             }
             Err(e) if pid != args.pid => {
                 if !args.json {
-                    eprintln!("memwatch: pid {pid}: left out: {e:#}");
+                    eprintln!("memwatch: pid {pid}: left out: {}", super::one_line(&e));
                 }
                 left_out.push(TargetJson::refused(pid, method_name(args.method), &e));
             }

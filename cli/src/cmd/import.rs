@@ -139,12 +139,18 @@ impl StoreArgs {
         };
         let s = import_capture(out, target, run_key, None)
             .with_context(|| format!("storing {} failed", out.display()))?;
-        eprintln!(
-            "memwatch: stored {} events as run {} (key {})",
-            s.events,
-            s.run_id.map_or("-".into(), |r| r.to_string()),
-            s.run_key
-        );
+        match s.run_id {
+            Some(id) => eprintln!(
+                "memwatch: stored {} events as run {id} (key {})",
+                s.events, s.run_key
+            ),
+            // No process reached the shim (the command made no hooked call before it
+            // ended): there is no run to make, and `run -` read like a failure.
+            None => eprintln!(
+                "memwatch: nothing to store: {} holds no process (no hooked call was made)",
+                out.display()
+            ),
+        }
         Ok(Some(s))
     }
 }

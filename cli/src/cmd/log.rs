@@ -41,6 +41,13 @@ pub fn run(a: LogArgs) -> Result<Outcome> {
     }
     let mut report = LogReport::default();
     for f in &a.files {
+        if f.is_dir() {
+            bail!(
+                "{}: is a directory; give the log file(s) in it (the program's stderr, or \
+                 TF_CPP_MIN_LOG_LEVEL=0 output)",
+                f.display()
+            );
+        }
         let file = File::open(f).with_context(|| format!("{}: cannot open log", f.display()))?;
         log::parse_log(BufReader::with_capacity(1 << 16, file), f, &mut report)?;
     }

@@ -87,9 +87,62 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
                 .downcast_ref::<StdoutError>()
                 .is_some_and(|s| s.0.kind() == std::io::ErrorKind::BrokenPipe);
             if !broken_pipe {
-                eprintln!("memwatch: error: {e:#}");
+                eprintln!("memwatch: error: {}", one_line(&e));
             }
             ExitCode::from(2)
         }
+    }
+}
+
+/// The error and its causes on one line, `: `-separated, each said once: several of the
+/// libraries' errors put their cause into their own message and also report it as their
+/// source, which `{:#}` would print twice ("x: no such file: no such file").
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+    use anyhow::Context;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{path}: {source}")]
+    struct Wrapped {
+        path: String,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory");
+        let e = Err::<(), _>(Wrapped {
+            path: "/x".into(),
+            source: io,
+        })
+        .context("reading XLA dump /x")
+        .unwrap_err();
+        assert_eq!(
+            one_line(&e),
+            "reading XLA dump /x: /x: no such file or directory"
+        );
+        assert_eq!(format!("{e:#}").matches("no such file").count(), 2);
+    }
+
+    #[test]
+    fn distinct_causes_are_all_kept_in_order() {
+        let e = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(one_line(&e), "outer: middle: inner");
     }
 }

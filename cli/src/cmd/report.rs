@@ -315,8 +315,8 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
             _ if p.ended_by_exec => {
                 "replaced by exec (memory it held was released, not leaked)".to_string()
             }
-            Some(-1) => "ended (exit status not known to the shim)".to_string(),
             Some(c) => exit_text(c),
+            None if p.end_ns.is_some() => "ended (exit status not known to the shim)".into(),
             None => "no end recorded (killed, still running, or cut off)".into(),
         };
         let image = match p.image {

@@ -400,7 +400,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         // /dev/null, a pipe, a device: nothing to read back for a report.
         if args.json || args.json_out.is_some() {
             if let Err(e) = emit_json(&args, &out, &end, &stats, None) {
-                eprintln!("memwatch: error: {e:#}");
+                eprintln!("memwatch: error: {}", super::one_line(&e));
             }
         } else if !args.quiet {
             eprintln!(
@@ -418,7 +418,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let loaded = match load_with_progress(&out) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("memwatch: error: {e:#}");
+            eprintln!("memwatch: error: {}", super::one_line(&e));
             return Ok(Outcome::Code(end.status));
         }
     };
@@ -426,7 +426,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let report = analyze(loaded, &ReportOptions { top: args.top });
     if args.json || args.json_out.is_some() {
         if let Err(e) = emit_json(&args, &out, &end, &stats, Some(report)) {
-            eprintln!("memwatch: error: {e:#}");
+            eprintln!("memwatch: error: {}", super::one_line(&e));
         }
     } else if !args.quiet {
         eprint!(
@@ -521,7 +521,7 @@ fn store_capture(args: &RunArgs, out: &Path) {
         .find(|(k, _)| k == "run")
         .map(|(_, v)| v.clone());
     if let Err(e) = args.store.store(out, run_key) {
-        eprintln!("memwatch: error: {e:#}");
+        eprintln!("memwatch: error: {}", super::one_line(&e));
     }
 }
 

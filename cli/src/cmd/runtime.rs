@@ -111,6 +111,14 @@ pub fn print_human(r: &RuntimeReport, timeline: bool) -> anyhow::Result<()> {
                 opt(x.generated_code_bytes)
             );
         }
+        if p.devices.is_empty() {
+            // Without samples there is no runtime peak to attribute; say why that can be.
+            outln!(
+                "  no allocator samples: the allocator reported no memory statistics \
+                 (XLA's platform allocator keeps none), or MEMWATCH_PJRT_SAMPLE_HZ=0 \
+                 and no execute completed"
+            );
+        }
         for d in &p.devices {
             outln!(
                 "  device {}: {} allocator samples, pool up to {}, limit {}",

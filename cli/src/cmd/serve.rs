@@ -51,9 +51,11 @@ pub struct ServeArgs {
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MEMWATCH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a terminal: a redirected log must not carry escape codes.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 
