@@ -487,3 +487,30 @@ fn report_json_lists_real_devices_before_the_no_device_row() {
     assert_eq!(devices, [0, -1]);
     assert_eq!(v["processes"][0]["devices"][0]["peak_bytes"], 505596424u64);
 }
+
+#[test]
+fn run_db_with_nothing_captured_says_nothing_was_stored() {
+    // A command that makes no hooked call leaves a capture without a process: there is
+    // no run to store, and the line used to read "stored 0 events as run -".
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mw.db");
+    let cap = dir.path().join("empty.mwcap");
+    let out = memwatch()
+        .args([
+            "run",
+            "--out",
+            cap.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+        ])
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nothing to store: ") && err.contains("empty.mwcap holds no process"),
+        "{err}"
+    );
+    assert!(!err.contains("as run -"), "{err}");
+}
