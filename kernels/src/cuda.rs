@@ -163,7 +163,13 @@ pub struct CudaBackend {
 /// device is there, the kernels are missing".
 pub fn probe_device(driver_path: &str, index: u32) -> Result<String, GpuError> {
     let api = Api::load(driver_path)?;
-    // SAFETY: plain driver calls with valid out-pointers.
+    init_device(&api, index).map(|(_, name)| name)
+}
+
+/// `cuInit`, then device `index` and its name.
+fn init_device(api: &Api, index: u32) -> Result<(CuDevice, String), GpuError> {
+    // SAFETY: plain driver calls with valid out-pointers; the name buffer is NUL-terminated
+    // by the driver within its 256 bytes.
     unsafe {
         api.check("cuInit", (api.init)(0))?;
         let mut dev: CuDevice = 0;
@@ -173,7 +179,10 @@ pub fn probe_device(driver_path: &str, index: u32) -> Result<String, GpuError> {
             "cuDeviceGetName",
             (api.device_get_name)(buf.as_mut_ptr(), 256, dev),
         )?;
-        Ok(CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned())
+        Ok((
+            dev,
+            CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned(),
+        ))
     }
 }
 
@@ -186,17 +195,9 @@ impl CudaBackend {
         code_object: &[u8],
     ) -> Result<CudaBackend, GpuError> {
         let api = Api::load(driver_path)?;
+        let (dev, name) = init_device(&api, index)?;
         // SAFETY: plain driver calls with valid out-pointers.
         unsafe {
-            api.check("cuInit", (api.init)(0))?;
-            let mut dev: CuDevice = 0;
-            api.check("cuDeviceGet", (api.device_get)(&mut dev, index as c_int))?;
-            let mut buf = [0 as c_char; 256];
-            api.check(
-                "cuDeviceGetName",
-                (api.device_get_name)(buf.as_mut_ptr(), 256, dev),
-            )?;
-            let name = CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned();
             let attr = |a| {
                 let mut v: c_int = 0;
                 api.check(
