@@ -20,7 +20,7 @@ fn before() -> bool {
     // state) but not its pid: its exec is none of the shim's business. Python's
     // subprocess tries one exec per PATH entry there.
     if rt::is_active() && rt::is_this_process() {
-        rt::final_flush(-1);
+        rt::final_flush(memwatch_wire::ProcessEnd::UNKNOWN_EXIT);
         true
     } else {
         false

@@ -633,7 +633,7 @@ extern "C" fn fork_child() {
 
 extern "C" fn at_exit() {
     crate::abnormal_end::yield_to_pending_end();
-    final_flush(-1);
+    final_flush(memwatch_wire::ProcessEnd::UNKNOWN_EXIT);
 }
 
 /// glibc's `on_exit` handler: gets the status given to `exit()` (or returned by `main`).

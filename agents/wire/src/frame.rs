@@ -256,7 +256,20 @@ pub struct Dropped {
 pub struct ProcessEnd {
     pub pid: u32,
     pub ts_ns: u64,
+    /// The exit status (0-255), or [`ProcessEnd::UNKNOWN_EXIT`].
     pub exit_code: i32,
+}
+
+impl ProcessEnd {
+    /// `exit_code` of an end whose status the shim could not learn (an image replaced by
+    /// exec, an exit handler that was not told the status). Never a status: those are
+    /// 0-255.
+    pub const UNKNOWN_EXIT: i32 = -1;
+
+    /// The exit status, or `None` when it was not known.
+    pub fn known_exit_code(&self) -> Option<i32> {
+        (self.exit_code != Self::UNKNOWN_EXIT).then_some(self.exit_code)
+    }
 }
 
 /// A device-level memory reading taken outside the process (rocm-smi, NVML, sysfs).

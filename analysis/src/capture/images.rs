@@ -175,7 +175,7 @@ pub(super) fn split(
                 wall_anchor_unix_ns: s.wall_anchor_unix_ns,
                 starts: 1,
                 end_ts: end.map(|e| e.ts_ns),
-                exit_code: end.map(|e| e.exit_code),
+                exit_code: end.and_then(|e| e.known_exit_code()),
                 dropped_events: r
                     .map(|r| {
                         r.drops

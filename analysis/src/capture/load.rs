@@ -112,6 +112,8 @@ pub struct ProcessMeta {
     /// Number of `process_start` frames for this image (1; 0 when it was lost).
     pub starts: u32,
     pub end_ts: Option<u64>,
+    /// The status of the last `process_end`; `None` without one, or when it carried no
+    /// known status (`end_ts` tells the two apart).
     pub exit_code: Option<i32>,
     /// Largest cumulative dropped-events counter the process reported.
     pub dropped_events: u64,
@@ -360,7 +362,7 @@ impl Builder {
                 self.records.entry(e.pid).or_default().ends.push(e);
                 let p = self.process(e.pid);
                 p.end_ts = Some(p.end_ts.map_or(e.ts_ns, |t| t.max(e.ts_ns)));
-                p.exit_code = Some(e.exit_code);
+                p.exit_code = e.known_exit_code();
             }
             Record::DeviceSample(_) => self.loaded.device_samples += 1,
             // PJRT executables and allocator statistics: read by `analysis::runtime`.

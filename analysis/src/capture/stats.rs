@@ -453,8 +453,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
             hostname: meta.hostname.clone(),
             start_ns: meta.mono_anchor_ns.map(rel),
             end_ns: meta.end_ts.map(rel),
-            // -1 is the wire's "not known", never a status (those are 0-255).
-            exit_code: meta.exit_code.filter(|&c| c != -1),
+            exit_code: meta.exit_code,
             devices,
             dropped_events: meta.dropped_events,
             peak_bytes: p.peak,

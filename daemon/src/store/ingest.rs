@@ -268,9 +268,9 @@ impl Ingestor {
                             "UPDATE processes SET exit_code = $1, end_ts_ns = $2 \
                              WHERE run_id = $3 AND pid = $4",
                         )
-                        // The wire's -1 ("status not known") is stored as NULL, as
-                        // `memwatch report --json` says it; end_ts_ns still marks the end.
-                        .bind((pe.exit_code != -1).then_some(pe.exit_code as i64))
+                        // An unknown status is stored as NULL, as `memwatch report
+                        // --json` says it; end_ts_ns still marks the end.
+                        .bind(pe.known_exit_code().map(i64::from))
                         .bind(pe.ts_ns as i64)
                         .bind(r)
                         .bind(pe.pid as i64)
