@@ -22,8 +22,22 @@ extern "C" fn wrapper(x: i32) -> i32 {
     x + 1000
 }
 
+/// The shim attaches and detaches one at a time (its attach guard); these tests call
+/// the patcher directly and must too. Each walk changes the protection of RELRO pages of
+/// every loaded object, the other tests' libraries included: a walk that read a page's
+/// protection while another test had it writable would store into it once it was
+/// read-only again (a SIGSEGV of this binary, seen in a full-suite run).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    // A failed test poisons the lock; the next one still runs alone.
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Builds the callee and a caller linked to it; `tag` keeps each test's objects apart
-/// (tests run at once in this process, and the scan reads every loaded object).
+/// (the scan reads every loaded object, the other tests' libraries included).
 fn build(dir: &Path, relro_now: bool, tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let callee = dir.join(format!("libmwcallee{tag}.so"));
@@ -62,6 +76,7 @@ unsafe fn sym<T>(h: *mut libc::c_void, name: &str) -> T {
 }
 
 fn check(relro_now: bool) {
+    let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let (_callee, caller) = build(dir.path(), relro_now, "");
     let path = CString::new(caller.to_str().unwrap()).unwrap();
@@ -109,6 +124,7 @@ fn patches_and_restores_full_relro() {
 }
 
 fn scan(relro_now: bool) {
+    let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let tag = if relro_now { "_scan_now" } else { "_scan_lazy" };
     let (callee, caller) = build(dir.path(), relro_now, tag);

@@ -112,9 +112,11 @@ pub unsafe fn unpatch(patches: &[Patch], hooks: &[Hook<'_>]) -> usize {
     n
 }
 
-/// Stores `value` into a GOT slot, making its page writable first if needed.
+/// Stores `value` into a GOT slot, making its page writable first if needed. The page's
+/// protection is read afresh for every slot: a snapshot taken before could call
+/// writable a RELRO page that has been protected since, and the store would fault.
 unsafe fn write_slot(slot: usize, value: usize) -> bool {
-    let prot = page_protection(slot).unwrap_or(libc::PROT_READ | libc::PROT_WRITE);
+    let prot = mapping_of(&mappings(), slot).map_or(libc::PROT_READ | libc::PROT_WRITE, |m| m.prot);
     // An aligned word store: concurrent callers see either the old or the new target.
     with_writable_word(slot, prot, |word| {
         word.store(value, Ordering::Release);
@@ -199,12 +201,11 @@ fn parse_mapping(line: &str) -> Option<Mapping> {
     Some(Mapping { start, end, prot })
 }
 
-/// The current protection of the page holding `addr`, from /proc/self/maps.
-fn page_protection(addr: usize) -> Option<c_int> {
-    mappings()
-        .into_iter()
-        .find(|m| addr >= m.start && addr < m.end)
-        .map(|m| m.prot)
+/// The mapping of `maps` (sorted) holding the word at `addr`, when all 8 bytes lie in it.
+pub fn mapping_of(maps: &[Mapping], addr: usize) -> Option<Mapping> {
+    let i = maps.partition_point(|m| m.start <= addr);
+    let m = maps.get(i.checked_sub(1)?)?;
+    (addr >= m.start && addr + 8 <= m.end).then_some(*m)
 }
 
 /// A loaded object's name as `dl_iterate_phdr` gives it (empty for the main program);

@@ -24,7 +24,7 @@
 //! Owns only the scan and the writes; runs once per attach/detach (never on the hook
 //! path), so it may allocate.
 
-use crate::got_patch::{self, Mapping};
+use crate::got_patch::{self, mapping_of, Mapping};
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -113,13 +113,6 @@ pub unsafe fn restore(redirects: &[Redirect]) -> usize {
         .iter()
         .filter(|r| swap_word(r.slot, r.wrapper, r.original, &maps))
         .count()
-}
-
-/// The mapping holding the word at `addr`, when all 8 bytes are readable.
-fn mapping_of(maps: &[Mapping], addr: usize) -> Option<Mapping> {
-    let i = maps.partition_point(|m| m.start <= addr);
-    let m = maps.get(i.checked_sub(1)?)?;
-    (addr >= m.start && addr + 8 <= m.end).then_some(*m)
 }
 
 /// Compare-and-swap of one word, making its page writable for the store when it is not
