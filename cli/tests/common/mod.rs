@@ -56,10 +56,7 @@ pub fn free_port() -> u16 {
 
 /// Runs `memwatch ARGS`: (exit code, stdout, stderr).
 pub fn mw(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_memwatch"))
-        .args(args)
-        .output()
-        .expect("run memwatch");
+    let o = run_memwatch(args);
     (
         o.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&o.stdout).into_owned(),

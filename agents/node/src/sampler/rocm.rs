@@ -24,7 +24,12 @@ impl RocmSampler {
         // SAFETY: loading a well-known system library; its initialisers are trusted.
         let lib = unsafe { Library::new("librocm_smi64.so.1") }
             .or_else(|_| unsafe { Library::new("librocm_smi64.so") })
-            .map_err(|e| format!("librocm_smi64 not available: {e}"))?;
+            // libloading's Display says only "dlopen failed"; the loader's reason is
+            // its source.
+            .map_err(|e| match std::error::Error::source(&e) {
+                Some(why) => format!("librocm_smi64 not available: {e}: {why}"),
+                None => format!("librocm_smi64 not available: {e}"),
+            })?;
         let mut count = 0u32;
         // SAFETY: symbols with the C signatures of rocm_smi.h.
         unsafe {
