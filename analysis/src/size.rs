@@ -1,9 +1,14 @@
-//! Byte sizes as people type them, one rule for every flag and spec that takes one
-//! (`--capacity`, `--max-increase-bytes`, `strix-halo:vram=…`): a number (fractions
-//! allowed) and an optional unit. `KiB`…`EiB` and the bare letters `K`…`E` are binary
-//! (as in `free -g`, XLA's logs and ROCm's tools); `KB`…`EB` are decimal; `B` is bytes.
-//! Case does not matter; a space may separate number and unit. Owns parsing only; which
-//! sizes make sense is the caller's business.
+//! Byte sizes as people type and read them: one rule for every flag and spec that takes
+//! one, and one format for every report that prints one.
+//!
+//! Parsing ([`parse_size`]: `--capacity`, `--max-increase-bytes`, `strix-halo:vram=…`): a
+//! number (fractions allowed) and an optional unit. `KiB`…`EiB` and the bare letters
+//! `K`…`E` are binary (as in `free -g`, XLA's logs and ROCm's tools); `KB`…`EB` are
+//! decimal; `B` is bytes. Case does not matter; a space may separate number and unit.
+//! Printing ([`format_bytes`], [`format_signed_bytes`]): binary units with two decimals
+//! (`3.25 GiB`, `576.00 MiB`), whole bytes below 1 KiB (`768 B`) — the form XLA's own
+//! messages use, so a figure can be compared with the log it came from. Which sizes make
+//! sense is the caller's business.
 
 /// Why a text is not a byte size.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,9 +81,61 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     Ok(bytes as u64)
 }
 
+/// Binary units for people: `3.25 GiB`, `576.00 MiB`, `8.00 KiB`, `768 B`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.2} {}", UNITS[unit])
+}
+
+/// A signed amount or difference: `+16.00 MiB`, `-4.00 KiB`, `0 B`.
+pub fn format_signed_bytes(delta: i128) -> String {
+    let magnitude = u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
+    match delta.signum() {
+        1 => format!("+{}", format_bytes(magnitude)),
+        -1 => format!("-{}", format_bytes(magnitude)),
+        _ => "0 B".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_binary_units_with_two_decimals() {
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(1023), "1023 B");
+        assert_eq!(format_bytes(1024), "1.00 KiB");
+        assert_eq!(format_bytes(1536), "1.50 KiB");
+        assert_eq!(format_bytes(576 << 20), "576.00 MiB");
+        assert_eq!(format_bytes(3_489_660_928), "3.25 GiB");
+        assert_eq!(format_bytes(6_006_243_328), "5.59 GiB");
+        assert_eq!(format_bytes(u64::MAX), "16.00 EiB");
+        assert_eq!(format_signed_bytes(-(4 << 10)), "-4.00 KiB");
+        assert_eq!(format_signed_bytes(16 << 20), "+16.00 MiB");
+        assert_eq!(format_signed_bytes(0), "0 B");
+        assert_eq!(format_signed_bytes(-(u64::MAX as i128) - 5), "-16.00 EiB");
+    }
+
+    #[test]
+    fn printed_sizes_parse_back_to_within_rounding() {
+        for b in [1u64, 1000, 4096, 123_456_789, 3 << 30, 80 << 30, 1 << 50] {
+            let back = parse_size(&format_bytes(b)).unwrap();
+            assert!(
+                back.abs_diff(b) as f64 <= b as f64 * 0.005 + 1.0,
+                "{b} -> {back}"
+            );
+        }
+    }
 
     #[test]
     fn binary_letters_decimal_b_units_and_fractions() {

@@ -109,7 +109,7 @@ fn scenario(source_flag: &str, input: &dyn Fn(&str) -> PathBuf) {
     assert!(
         text.contains("jit_train_step")
             && text.contains("REGRESSED")
-            && text.contains("Temp +1.0 MiB (+4.17%)"),
+            && text.contains("Temp +1.00 MiB (+4.17%)"),
         "{text}"
     );
 
@@ -189,7 +189,7 @@ fn xla_dump_markdown_names_grown_ops_and_junit_fails() {
         text.contains("| `jit_train_step` | ❌ regressed |"),
         "{text}"
     );
-    assert!(text.contains("**Temp +1.0 MiB (+4.17%)**"), "{text}");
+    assert!(text.contains("**Temp +1.00 MiB (+4.17%)**"), "{text}");
     assert!(
         text.contains("#### `jit_train_step`: ops whose peak bytes grew most"),
         "{text}"
@@ -202,7 +202,7 @@ fn xla_dump_markdown_names_grown_ops_and_junit_fails() {
     );
     assert!(
         xml.contains(
-            r#"<failure message="jit_train_step: Total +1.0 MiB (+3.10%); Temp +1.0 MiB (+4.17%)"#
+            r#"<failure message="jit_train_step: Total +1.00 MiB (+3.10%); Temp +1.00 MiB (+4.17%)"#
         ),
         "{xml}"
     );

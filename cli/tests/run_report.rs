@@ -398,7 +398,7 @@ fn report_human_json_trace() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("process 42"), "{text}");
-    assert!(text.contains("4.0 MiB"), "{text}");
+    assert!(text.contains("4.00 MiB"), "{text}");
     assert!(text.contains("hipErrorOutOfMemory"), "{text}");
 
     let out = memwatch()

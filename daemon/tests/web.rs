@@ -162,7 +162,7 @@ async fn every_page_renders_recorded_data() {
         body.contains(">VRAM<") && body.contains(">GTT<"),
         "VRAM and GTT separately"
     );
-    assert!(body.contains("20.0 GiB / 64.0 GiB") && body.contains("3.00 GiB / 32.0 GiB"));
+    assert!(body.contains("20.00 GiB / 64.00 GiB") && body.contains("3.00 GiB / 32.00 GiB"));
     assert!(body.contains("OOM"), "OOM badge");
     let runs = &body[body.find("id=\"runs-h\"").unwrap()..];
     let ti = runs.find(&format!("#{train} train")).unwrap();

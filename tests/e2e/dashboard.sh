@@ -83,7 +83,7 @@ check 03-run-zoomed "$B/runs/2?from=1000000&to=40000000" "showing 1.00 ms" "API 
   --screenshot="$SHOTS/03b-run-zoomed-full.png" "$B/runs/2?from=1000000&to=40000000" >/dev/null 2>&1 || true
 check 04-peak "$B/runs/2/peak?device=0" "What was live at the peak" "By size class" "By memory kind" "By thread" "By annotation" "<details>"
 check 05-compare "$B/compare?a=1&b=2" "Peak composition" "A: #1 baseline" "B: #2 train-oom"
-check 06-incidents "$B/incidents" "150 GiB" "cudaMalloc" "#2" "Diagnosis #1"
+check 06-incidents "$B/incidents" "150.00 GiB" "cudaMalloc" "#2" "Diagnosis #1"
 check 07-xla "$B/xla" "jit_mlp" "jit_padf" "jit_model"
 check 08-gates "$B/gates" "train/device0" "train/device1" "3 result(s), 1 failed" "limit (baseline + allowance)"
 check 10-incident "$B/incidents/logs/1" "GPU_0_bfc could not allocate 3.25 GiB while running jit_model" "preallocated temp buffer" "jit__normal" "Fragmentation picture" "failed request" "Suggested fixes" "bf16[16384,8192]"

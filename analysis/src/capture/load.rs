@@ -11,9 +11,11 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memwatch_wire::{
-    Api, Event, EventKind, FrameReader, MemKind, Module, ModuleMap, ProcessEnd, ProcessStart,
-    ReadMode, Record, WireError,
+    Api, Event, EventKind, FrameReader, Module, ModuleMap, ProcessEnd, ProcessStart, ReadMode,
+    Record, WireError,
 };
+
+pub use crate::live::{Family, ProcKey};
 
 use super::CaptureError;
 
@@ -55,16 +57,20 @@ impl Ev {
     pub fn end(&self) -> u64 {
         memwatch_wire::event::call_span(self.ts, self.dur, self.kind, self.api).1
     }
-}
 
-/// One process image: a pid and which of its `process_start`s this is. `exec` keeps
-/// the pid and starts a new image (image 1 after the first exec, ...); the old image's
-/// memory is released by the exec, so images are analysed as separate processes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-pub struct ProcKey {
-    pub pid: u32,
-    /// 0 for the image the pid started with, N after its N-th exec.
-    pub image: u32,
+    /// The event as [`crate::live::LiveSet`] reads it; `stream` is [`Loaded::streams`]'
+    /// entry for [`Ev::stream`].
+    pub fn mem_event(&self, (proc, device): (ProcKey, i32)) -> crate::live::MemEvent {
+        crate::live::MemEvent {
+            proc,
+            device,
+            kind: EventKind::from_u8(self.kind),
+            mem: memwatch_wire::MemKind::from_u8(self.mem),
+            api: Api::from_u16(self.api),
+            ptr: self.ptr,
+            size: self.size,
+        }
+    }
 }
 
 /// A failed call, kept in full.
@@ -455,75 +461,4 @@ pub fn load_path(path: &Path, progress: &mut dyn FnMut(u64)) -> Result<Loaded, C
         error,
     })?;
     load_reader(file, path, progress)
-}
-
-/// Which allocations a free can release: a free is matched to an allocation of the same
-/// process, pointer and family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Family {
-    /// Device, managed and stream-ordered pool memory (freed by hipFree, cuMemFree,
-    /// cudaFree, *FreeAsync).
-    Device,
-    /// Pinned host memory (hipHostFree, cuMemFreeHost, cudaFreeHost, host unregister).
-    Host,
-    /// VMM physical handles (cuMemCreate / cuMemRelease).
-    VmmHandle,
-}
-
-impl Family {
-    /// The family of an alloc or free, from its memory kind, or from its API when the
-    /// kind is `none`. `None`: the event does not allocate or release memory that is
-    /// counted (VMM map/unmap, address reservations, pool objects).
-    pub fn of(mem: u8, api: u16) -> Option<Self> {
-        match MemKind::from_u8(mem) {
-            Some(MemKind::Device | MemKind::Managed | MemKind::StreamPool) => Some(Self::Device),
-            Some(MemKind::HostPinned) => Some(Self::Host),
-            Some(MemKind::VmmPhysical) => Some(Self::VmmHandle),
-            // PJRT buffers live inside the framework's pool, which the driver-level
-            // events already count.
-            Some(
-                MemKind::VmmMap | MemKind::VmmReserve | MemKind::PoolObject | MemKind::PjrtBuffer,
-            ) => None,
-            Some(MemKind::None) | None => Self::of_api(Api::from_u16(api)),
-        }
-    }
-
-    fn of_api(api: Api) -> Option<Self> {
-        use Api::*;
-        Some(match api {
-            HipMalloc
-            | HipFree
-            | HipMallocManaged
-            | HipMallocAsync
-            | HipFreeAsync
-            | HipMallocFromPoolAsync
-            | HipExtMallocWithFlags
-            | HipMallocPitch
-            | CuMemAlloc
-            | CuMemFree
-            | CuMemAllocManaged
-            | CuMemAllocPitch
-            | CuMemAllocAsync
-            | CuMemFreeAsync
-            | CuMemAllocFromPoolAsync
-            | CuMemAllocV1
-            | CuMemFreeV1
-            | CudaMalloc
-            | CudaFree
-            | CudaMallocManaged
-            | CudaMallocAsync
-            | CudaFreeAsync => Self::Device,
-            HipHostMalloc | HipHostFree | HipHostRegister | HipHostUnregister | CuMemHostAlloc
-            | CuMemAllocHost | CuMemFreeHost | CudaMallocHost | CudaHostAlloc | CudaFreeHost => {
-                Self::Host
-            }
-            HipMemCreate | HipMemRelease | CuMemCreate | CuMemRelease => Self::VmmHandle,
-            _ => return None,
-        })
-    }
-
-    /// Whether this family's bytes count as device memory.
-    pub fn on_device(self) -> bool {
-        !matches!(self, Self::Host)
-    }
 }

@@ -9,12 +9,12 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use foldhash::HashMap as FastMap;
 use memwatch_wire::{Api, EventKind, MemKind};
 use serde::Serialize;
 
 use super::codes::result_name;
-use super::load::{DamageReport, Ev, Family, Loaded, ProcKey};
+use super::load::{DamageReport, Ev, Loaded, ProcKey};
+use crate::live::{Change, Family, Held, LiveSet};
 
 /// Knobs of [`analyze`].
 #[derive(Debug, Clone)]
@@ -209,12 +209,9 @@ struct Acc {
     unmatched_frees: u64,
     reused_without_free: u64,
     alloc_bytes: u64,
-    live: u64,
-    live_allocs: u64,
     peak: u64,
     peak_ts: u64,
     host: HostPinnedReport,
-    host_live: u64,
     vmm_and_pool_calls: u64,
     /// Min-heap of the `top` largest: (size, earlier first, index into events).
     largest: BinaryHeap<Reverse<(u64, Reverse<u64>, usize)>>,
@@ -227,11 +224,11 @@ struct ProcAcc {
     peak_ts: u64,
 }
 
-/// Live allocation: size and the stream (pid, device) it was made on.
-struct Live {
-    size: u64,
+/// What the report keeps with each live allocation: the stream (pid, device) it was
+/// made on and its index in the sorted event list.
+#[derive(Debug, Clone, Copy)]
+struct Origin {
     stream: u32,
-    /// Index of the allocation event in the sorted event list.
     idx: usize,
 }
 
@@ -246,34 +243,28 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
     let mut accs: Vec<Acc> = (0..loaded.streams.len()).map(|_| Acc::default()).collect();
     let mut api = ApiTable::new(events, &loaded.streams);
     let mut procs: HashMap<ProcKey, ProcAcc> = HashMap::new();
-    // Hashing pointers with foldhash: several times faster than SipHash here; the keys
-    // come from the capture, not from an adversary that could force collisions.
-    let mut live: FastMap<(ProcKey, Family, u64), Live> = FastMap::default();
+    let mut live: LiveSet<Origin> = LiveSet::new();
     let mut last_ts = 0u64;
 
     for (i, e) in events.iter().enumerate() {
         last_ts = last_ts.max(e.end());
-        let (pid, _) = loaded.streams[e.stream as usize];
+        let stream = loaded.streams[e.stream as usize];
+        let pid = stream.0;
         api.add(e);
-        let kind = EventKind::from_u8(e.kind);
-        let family = Family::of(e.mem, e.api);
-        match kind {
-            Some(EventKind::Alloc) => {
-                let Some(family) = family else {
-                    accs[e.stream as usize].vmm_and_pool_calls += 1;
-                    continue;
-                };
-                if let Some(old) = live.insert(
-                    (pid, family, e.ptr),
-                    Live {
-                        size: e.size,
-                        stream: e.stream,
-                        idx: i,
-                    },
-                ) {
+        let origin = Origin {
+            stream: e.stream,
+            idx: i,
+        };
+        match live.apply(&e.mem_event(stream), origin) {
+            Change::Alloc {
+                family,
+                replaced,
+                now,
+            } => {
+                if let Some(old) = replaced {
                     // The same pointer handed out again: its free was never seen.
                     accs[e.stream as usize].reused_without_free += 1;
-                    release(&mut accs, &mut procs, pid, family, &old);
+                    release(&mut procs, pid, family, &old);
                 }
                 let top = opts.top;
                 let a = &mut accs[e.stream as usize];
@@ -286,10 +277,8 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                 if family.on_device() {
                     a.alloc_count += 1;
                     a.alloc_bytes = a.alloc_bytes.saturating_add(e.size);
-                    a.live = a.live.saturating_add(e.size);
-                    a.live_allocs += 1;
-                    if a.live > a.peak {
-                        a.peak = a.live;
+                    if now.device_bytes > a.peak {
+                        a.peak = now.device_bytes;
                         a.peak_ts = e.ts;
                     }
                     let p = procs.entry(pid).or_default();
@@ -300,37 +289,29 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                     }
                 } else {
                     a.host.alloc_count += 1;
-                    a.host_live = a.host_live.saturating_add(e.size);
-                    if a.host_live > a.host.peak_bytes {
-                        a.host.peak_bytes = a.host_live;
+                    if now.host_bytes > a.host.peak_bytes {
+                        a.host.peak_bytes = now.host_bytes;
                         a.host.peak_ts_ns = e.ts;
                     }
                 }
             }
-            Some(EventKind::Free) => {
-                let Some(family) = family else {
-                    accs[e.stream as usize].vmm_and_pool_calls += 1;
-                    continue;
-                };
-                if e.ptr == 0 {
-                    continue; // free(NULL) is a no-op
+            Change::Free { family, freed, .. } => {
+                let a = &mut accs[freed.data.stream as usize];
+                if family.on_device() {
+                    a.free_count += 1;
+                } else {
+                    a.host.free_count += 1;
                 }
-                match live.remove(&(pid, family, e.ptr)) {
-                    Some(old) => {
-                        let a = &mut accs[old.stream as usize];
-                        if family.on_device() {
-                            a.free_count += 1;
-                        } else {
-                            a.host.free_count += 1;
-                        }
-                        release(&mut accs, &mut procs, pid, family, &old);
-                    }
-                    None => accs[e.stream as usize].unmatched_frees += 1,
-                }
+                release(&mut procs, pid, family, &freed);
             }
-            Some(EventKind::AllocFailed) => accs[e.stream as usize].failed_count += 1,
-            Some(EventKind::FreeFailed) => accs[e.stream as usize].free_failed_count += 1,
-            Some(EventKind::ApiSpan | EventKind::SetDevice) | None => {}
+            Change::UnmatchedFree { .. } => accs[e.stream as usize].unmatched_frees += 1,
+            Change::Untracked => accs[e.stream as usize].vmm_and_pool_calls += 1,
+            Change::NullFree => {}
+            Change::NotMemory => match EventKind::from_u8(e.kind) {
+                Some(EventKind::AllocFailed) => accs[e.stream as usize].failed_count += 1,
+                Some(EventKind::FreeFailed) => accs[e.stream as usize].free_failed_count += 1,
+                _ => {}
+            },
         }
     }
 
@@ -365,10 +346,10 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
         .collect();
     // Device allocations still live at the end, per stream: largest first, then earliest.
     let mut leaks_of: Vec<Vec<(u64, Reverse<usize>)>> = vec![Vec::new(); accs.len()];
-    for ((_, family, _), l) in &live {
-        if family.on_device() {
-            if let Some(v) = leaks_of.get_mut(l.stream as usize) {
-                v.push((l.size, Reverse(l.idx)));
+    for (key, held) in live.iter() {
+        if key.family.on_device() {
+            if let Some(v) = leaks_of.get_mut(held.data.stream as usize) {
+                v.push((held.size, Reverse(held.data.idx)));
             }
         }
     }
@@ -395,11 +376,12 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
             .filter(|(_, (p, _))| p == pid)
             .map(|(i, &(_, device))| {
                 let a = &accs[i];
+                let now = live.totals(*pid, device);
                 let info = meta.devices.get(&device);
                 let mut host = a.host.clone();
                 host.peak_ts_ns = rel(host.peak_ts_ns);
                 let exec = meta.ended_by_exec;
-                host.live_bytes_at_exit = if exec { 0 } else { a.host_live };
+                host.live_bytes_at_exit = if exec { 0 } else { now.host_bytes };
                 DeviceReport {
                     device,
                     name: info.map(|d| d.name.clone()),
@@ -413,10 +395,10 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                     alloc_bytes: a.alloc_bytes,
                     peak_bytes: a.peak,
                     peak_ts_ns: rel(a.peak_ts),
-                    live_bytes_at_exit: if exec { 0 } else { a.live },
-                    live_allocs_at_exit: if exec { 0 } else { a.live_allocs },
-                    live_bytes_at_exec: if exec { a.live } else { 0 },
-                    live_allocs_at_exec: if exec { a.live_allocs } else { 0 },
+                    live_bytes_at_exit: if exec { 0 } else { now.device_bytes },
+                    live_allocs_at_exit: if exec { 0 } else { now.device_allocs },
+                    live_bytes_at_exec: if exec { now.device_bytes } else { 0 },
+                    live_allocs_at_exec: if exec { now.device_allocs } else { 0 },
                     host_pinned: host,
                     vmm_and_pool_calls: a.vmm_and_pool_calls,
                     largest_allocations: largest[i].clone(),
@@ -489,21 +471,11 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
     }
 }
 
-fn release(
-    accs: &mut [Acc],
-    procs: &mut HashMap<ProcKey, ProcAcc>,
-    pid: ProcKey,
-    f: Family,
-    old: &Live,
-) {
-    let a = &mut accs[old.stream as usize];
+/// Takes a released allocation off its process's running total.
+fn release(procs: &mut HashMap<ProcKey, ProcAcc>, pid: ProcKey, f: Family, old: &Held<Origin>) {
     if f.on_device() {
-        a.live = a.live.saturating_sub(old.size);
-        a.live_allocs = a.live_allocs.saturating_sub(1);
         let p = procs.entry(pid).or_default();
         p.live = p.live.saturating_sub(old.size);
-    } else {
-        a.host_live = a.host_live.saturating_sub(old.size);
     }
 }
 

@@ -7,16 +7,16 @@
 //! (one stream per (process image, device), numbered 0.. in (pid, image, device)
 //! order). Only device memory is exported (the kinds that occupy device memory, VMM
 //! physical handles included); frees of pointers the capture never saw allocated are
-//! left out. A free carries the device and stream of its allocation. An image that
+//! left out. A free carries the device and stream of its allocation; an allocation at
+//! a pointer still live (its free was never seen) frees the old id first, as the report
+//! counts it (`crate::live`). An image that
 //! exec'd the next one (same pid) gets a free for each allocation it still held, at its
 //! `process_end` (the exec released them).
 
 use std::io::Write;
 
-use foldhash::HashMap as FastMap;
-use memwatch_wire::EventKind;
-
-use super::load::{Family, Loaded, ProcKey};
+use super::load::{Loaded, ProcKey};
+use crate::live::{Change, LiveSet};
 
 /// Which events to export.
 #[derive(Debug, Clone, Default)]
@@ -51,7 +51,8 @@ pub fn write_trace<W: Write>(
     let summary_streams = order.iter().map(|&i| loaded.streams[i as usize]).collect();
 
     let mut next_id = 1u64;
-    let mut live: FastMap<(ProcKey, Family, u64), (u64, u32)> = FastMap::default();
+    // Each live allocation keeps its trace id and the stream it was made on.
+    let mut live: LiveSet<(u64, u32)> = LiveSet::new();
     let mut summary = TraceSummary {
         streams: summary_streams,
         ..TraceSummary::default()
@@ -79,16 +80,16 @@ pub fn write_trace<W: Write>(
         Ok(false)
     };
     let release_image = |out: &mut W,
-                         live: &mut FastMap<(ProcKey, Family, u64), (u64, u32)>,
+                         live: &mut LiveSet<(u64, u32)>,
                          ts: u64,
                          key: ProcKey|
      -> std::io::Result<u64> {
         let mut held: Vec<(u64, u32)> = live
-            .iter()
-            .filter(|((k, _, _), _)| *k == key)
-            .map(|(_, v)| *v)
+            .release_process(key)
+            .into_iter()
+            .filter(|(k, _)| k.family.on_device())
+            .map(|(_, h)| h.data)
             .collect();
-        live.retain(|(k, _, _), _| *k != key);
         held.sort_unstable();
         let mut n = 0;
         for (id, stream) in held {
@@ -103,15 +104,19 @@ pub fn write_trace<W: Write>(
             summary.frees += release_image(&mut out, &mut live, end, key)?;
             next_exec += 1;
         }
-        let Some(family) = Family::of(e.mem, e.api).filter(|f| f.on_device()) else {
-            continue;
-        };
-        let (pid, device) = loaded.streams[e.stream as usize];
-        match EventKind::from_u8(e.kind) {
-            Some(EventKind::Alloc) => {
+        let (_, device) = loaded.streams[e.stream as usize];
+        let stream = loaded.streams[e.stream as usize];
+        match live.apply(&e.mem_event(stream), (next_id, e.stream)) {
+            Change::Alloc {
+                family, replaced, ..
+            } if family.on_device() => {
+                // The pointer was handed out again without a free: the old allocation is
+                // released here, as the report counts it.
+                if let Some(old) = replaced {
+                    summary.frees += u64::from(write_free(&mut out, old.data.0, e.ts, old.data.1)?);
+                }
                 let id = next_id;
                 next_id += 1;
-                live.insert((pid, family, e.ptr), (id, e.stream));
                 if opts.device.is_none_or(|d| d == device) {
                     writeln!(
                         out,
@@ -123,13 +128,8 @@ pub fn write_trace<W: Write>(
                     summary.allocs += 1;
                 }
             }
-            Some(EventKind::Free) => {
-                let Some((id, stream)) = live.remove(&(pid, family, e.ptr)) else {
-                    continue;
-                };
-                if write_free(&mut out, id, e.ts, stream)? {
-                    summary.frees += 1;
-                }
+            Change::Free { family, freed, .. } if family.on_device() => {
+                summary.frees += u64::from(write_free(&mut out, freed.data.0, e.ts, freed.data.1)?);
             }
             _ => {}
         }

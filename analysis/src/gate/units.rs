@@ -47,21 +47,6 @@ pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
     })
 }
 
-/// `1.5 GiB`, `64.0 MiB`, `512 B`: binary units for human reports.
-pub fn format_bytes(bytes: u64) -> String {
-    bytesize::ByteSize::b(bytes).display().iec().to_string()
-}
-
-/// `+1.5 GiB` / `-64.0 MiB` / `0 B`: a signed difference in binary units.
-pub fn format_delta(delta: i128) -> String {
-    let magnitude = u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
-    match delta.signum() {
-        1 => format!("+{}", format_bytes(magnitude)),
-        -1 => format!("-{}", format_bytes(magnitude)),
-        _ => "0 B".to_string(),
-    }
-}
-
 /// `+12.50%`, `-3.00%`, `new` (growth from zero), `0.00%`.
 pub fn format_percent(percent: Option<f64>) -> String {
     match percent {
@@ -104,9 +89,6 @@ mod tests {
 
     #[test]
     fn formatting() {
-        assert_eq!(format_bytes(64 << 20), "64.0 MiB");
-        assert_eq!(format_delta(-(1 << 30)), "-1.0 GiB");
-        assert_eq!(format_delta(0), "0 B");
         assert_eq!(format_percent(Some(12.5)), "+12.50%");
         assert_eq!(format_percent(None), "new");
     }

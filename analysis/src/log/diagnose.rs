@@ -71,20 +71,7 @@ pub struct Diagnosis {
     pub findings: Vec<String>,
 }
 
-/// Binary units for findings text (`3.25 GiB`, `576.00 MiB`, `256 B`).
-fn gib(b: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let (mut v, mut i) = (b as f64, 0);
-    while v >= 1024.0 && i < U.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", U[i])
-    }
-}
+use crate::size::format_bytes as gib;
 
 /// Diagnoses every OOM of `log`. `mem_fraction` is the run's XLA_CLIENT_MEM_FRACTION
 /// when known (it turns the pool size into device memory).

@@ -1,16 +1,18 @@
 //! The `memwatch attach --live` terminal view and the running figures it shows.
 //!
 //! Owns [`LiveStats`] (per process and device: live bytes, peak, allocation count and
-//! rate, failures, largest live allocations, updated from every received frame) and the
+//! rate, failures, largest live allocations, updated from every received frame through
+//! `memwatch_analysis::live::LiveSet`) and the
 //! ratatui screen that redraws them twice a second until `q`, Ctrl-C, `--duration` or the
 //! processes' exit. It does not write the capture (the file sink does).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use memwatch_wire::{EventKind, MemKind, Record};
+use memwatch_analysis::live::{Change, ImageClock, LiveSet, MemEvent};
+use memwatch_wire::{EventKind, Record};
 use ratatui::crossterm::event::{self, Event as TermEvent, KeyCode, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
@@ -22,13 +24,14 @@ use super::report::bytes;
 /// Figures of one (pid, device).
 #[derive(Debug, Default, Clone)]
 pub struct DeviceLive {
+    /// Device memory live now, of the allocations seen since attach.
     pub live_bytes: u64,
     pub peak_bytes: u64,
+    /// Device-memory allocations and frees seen since attach (a free of memory
+    /// allocated before attach counts here but releases nothing it knows of).
     pub allocs: u64,
     pub frees: u64,
     pub failures: u64,
-    /// Live allocations seen since attach: pointer -> size.
-    pub live: HashMap<u64, u64>,
     /// (time, allocs) samples for the rate.
     rate_mark: Option<(Instant, u64)>,
     pub rate_per_s: f64,
@@ -38,6 +41,11 @@ pub struct DeviceLive {
 #[derive(Debug, Default)]
 pub struct LiveStats {
     pub devices: BTreeMap<(u32, i32), DeviceLive>,
+    /// The allocations seen since attach that are still live (the one free-matching
+    /// rule of `memwatch_analysis::live`, as `memwatch report` applies it).
+    pub live: LiveSet,
+    /// Which exec image of each pid records belong to.
+    images: ImageClock,
     /// `pre-attach-baseline` marker texts.
     pub baselines: Vec<String>,
     /// Per pid: the shim's `memwatch-attach start` marker (what it could hook).
@@ -53,29 +61,7 @@ impl LiveStats {
         match rec {
             Record::Events(evs) => {
                 for e in evs {
-                    let counts =
-                        MemKind::from_u8(e.mem_kind).is_some_and(|k| k.occupies_device_memory());
-                    let d = self.devices.entry((e.pid, e.device)).or_default();
-                    match EventKind::from_u8(e.kind) {
-                        Some(EventKind::Alloc) => {
-                            d.allocs += 1;
-                            if counts {
-                                d.live.insert(e.ptr, e.size);
-                                d.live_bytes += e.size;
-                                d.peak_bytes = d.peak_bytes.max(d.live_bytes);
-                            }
-                        }
-                        Some(EventKind::Free) => {
-                            d.frees += 1;
-                            if let Some(sz) = d.live.remove(&e.ptr) {
-                                d.live_bytes = d.live_bytes.saturating_sub(sz);
-                            }
-                        }
-                        Some(EventKind::AllocFailed) | Some(EventKind::FreeFailed) => {
-                            d.failures += 1
-                        }
-                        _ => {}
-                    }
+                    self.event(e);
                 }
             }
             Record::Marker(m) if m.text.starts_with("pre-attach-baseline") => {
@@ -86,6 +72,59 @@ impl LiveStats {
             }
             Record::ProcessStart(p) => {
                 self.pids.insert(p.pid);
+                // An exec: the image before it gave its memory back.
+                if let Some(ended) = self.images.process_start(p.pid) {
+                    self.live.release_process(ended);
+                    for ((pid, _), d) in self
+                        .devices
+                        .range_mut((p.pid, i32::MIN)..=(p.pid, i32::MAX))
+                    {
+                        debug_assert_eq!(*pid, p.pid);
+                        d.live_bytes = 0;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn event(&mut self, e: &memwatch_wire::Event) {
+        let proc_ = self.images.key(e.pid);
+        match self.live.apply(&MemEvent::of_wire(proc_, e), ()) {
+            Change::Alloc {
+                family,
+                replaced,
+                now,
+            } if family.on_device() => {
+                if let Some(old) = replaced {
+                    let before = self.live.totals(proc_, old.device).device_bytes;
+                    self.devices
+                        .entry((e.pid, old.device))
+                        .or_default()
+                        .live_bytes = before;
+                }
+                let d = self.devices.entry((e.pid, e.device)).or_default();
+                d.allocs += 1;
+                d.live_bytes = now.device_bytes;
+                d.peak_bytes = d.peak_bytes.max(d.live_bytes);
+            }
+            Change::Free { family, freed, now } if family.on_device() => {
+                self.devices
+                    .entry((e.pid, freed.device))
+                    .or_default()
+                    .live_bytes = now.device_bytes;
+                self.devices.entry((e.pid, e.device)).or_default().frees += 1;
+            }
+            Change::UnmatchedFree { family } if family.on_device() => {
+                self.devices.entry((e.pid, e.device)).or_default().frees += 1;
+            }
+            Change::NotMemory
+                if matches!(
+                    e.event_kind(),
+                    Some(EventKind::AllocFailed | EventKind::FreeFailed)
+                ) =>
+            {
+                self.devices.entry((e.pid, e.device)).or_default().failures += 1;
             }
             _ => {}
         }
@@ -108,9 +147,10 @@ impl LiveStats {
     /// The `n` largest live allocations over all devices: (pid, device, ptr, size).
     pub fn largest(&self, n: usize) -> Vec<(u32, i32, u64, u64)> {
         let mut all: Vec<(u32, i32, u64, u64)> = self
-            .devices
+            .live
             .iter()
-            .flat_map(|((pid, dev), d)| d.live.iter().map(move |(p, s)| (*pid, *dev, *p, *s)))
+            .filter(|(k, _)| k.family.on_device())
+            .map(|(k, h)| (k.proc.pid, h.device, k.ptr, h.size))
             .collect();
         all.sort_by(|a, b| b.3.cmp(&a.3).then(a.2.cmp(&b.2)));
         all.truncate(n);
@@ -231,7 +271,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memwatch_wire::{Event, Marker};
+    use memwatch_wire::{Event, Marker, MemKind};
 
     fn ev(kind: EventKind, ptr: u64, size: u64) -> Event {
         Event {

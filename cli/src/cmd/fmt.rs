@@ -1,30 +1,11 @@
-//! Human-readable formatting shared by the xla and log commands: binary units and
-//! percentages (and the broken-pipe policy of report output). Output only; no logic.
+//! Human-readable formatting shared by the report commands: binary units (the one
+//! formatter, `memwatch_analysis::size`), percentages (and the broken-pipe policy of report output). Output only; no logic.
 
-/// `3.25 GiB`, `8.0 KiB`, `768 B`.
-pub fn bytes(b: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i < U.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", U[i])
-    }
-}
+pub use memwatch_analysis::size::format_bytes as bytes;
 
 /// Signed byte delta: `+16.00 MiB`, `-4.00 KiB`.
 pub fn delta(d: i64) -> String {
-    let s = bytes(d.unsigned_abs());
-    if d < 0 {
-        format!("-{s}")
-    } else {
-        format!("+{s}")
-    }
+    memwatch_analysis::size::format_signed_bytes(i128::from(d))
 }
 
 /// `12.3%` of a total (0 when the total is 0).

@@ -30,6 +30,8 @@ pub mod gate_db;
 pub mod import;
 pub mod import_log;
 pub mod import_xla;
+#[cfg(test)]
+mod live_agreement;
 pub mod log;
 pub mod out_file;
 pub mod replay;

@@ -297,21 +297,7 @@ fn run_json(run: &Run) -> Value {
     v
 }
 
-/// Binary units for humans.
-pub fn human(bytes: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i < U.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.2} {}", U[i])
-    }
-}
+pub use super::fmt::bytes as human;
 
 /// What the capture could not deliver, for JSON (`null` when nothing was lost).
 fn gaps_json(trace: &Trace) -> Value {
@@ -925,11 +911,5 @@ mod tests {
             "{e}"
         );
         assert!(split_device_list(&v(&[","])).is_err());
-    }
-
-    #[test]
-    fn human_units() {
-        assert_eq!(human(512), "512 B");
-        assert_eq!(human(6006243328), "5.59 GiB");
     }
 }

@@ -335,19 +335,7 @@ pub fn run(
     Ok(report)
 }
 
-fn gib(b: u64) -> String {
-    const K: f64 = 1024.0;
-    let b = b as f64;
-    if b >= K * K * K {
-        format!("{:.2} GiB", b / (K * K * K))
-    } else if b >= K * K {
-        format!("{:.1} MiB", b / (K * K))
-    } else if b >= K {
-        format!("{:.1} KiB", b / K)
-    } else {
-        format!("{b} B")
-    }
-}
+use super::fmt::bytes as gib;
 
 fn rate(r: f64) -> String {
     if r >= 1e6 {

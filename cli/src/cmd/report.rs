@@ -190,20 +190,7 @@ pub fn print_damage(loaded: &Loaded) {
     }
 }
 
-/// Binary units: `1.5 MiB`.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
-}
+pub use super::fmt::bytes;
 
 /// Durations: `850 ns`, `12.3 µs`, `4.56 ms`, `7.89 s`.
 pub fn duration(ns: u64) -> String {
@@ -570,10 +557,6 @@ mod tests {
 
     #[test]
     fn units() {
-        assert_eq!(bytes(0), "0 B");
-        assert_eq!(bytes(1023), "1023 B");
-        assert_eq!(bytes(1536), "1.5 KiB");
-        assert_eq!(bytes(3 << 30), "3.0 GiB");
         assert_eq!(duration(999), "999 ns");
         assert_eq!(duration(1500), "1.5 µs");
         assert_eq!(duration(2_500_000), "2.50 ms");

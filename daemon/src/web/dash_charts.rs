@@ -332,7 +332,7 @@ mod tests {
         let svg = chunk_map(900, 3 << 29, &chunks, 1 << 31, 1 << 29).unwrap();
         assert!(svg.contains("failed request"));
         assert!(svg.contains("in use: jit_normal (1.00 GiB)"));
-        assert!(svg.contains("free: 1 chunk(s), 512 MiB"));
+        assert!(svg.contains("free: 1 chunk(s), 512.00 MiB"));
     }
 
     #[test]

@@ -1,26 +1,12 @@
-//! Human formatting for the dashboard: binary byte units, durations, wall-clock times.
+//! Human formatting for the dashboard: binary byte units (the workspace's one format),
+//! durations, wall-clock times.
 //! Pure functions; no I/O.
 
-/// `1536` -> "1.5 KiB"; negative values keep their sign.
+/// `1536` -> "1.50 KiB"; negative values keep their sign (the workspace's one byte
+/// format, `memwatch_analysis::size`).
 pub fn bytes(v: i64) -> String {
-    let neg = v < 0;
-    let mut x = v.unsigned_abs() as f64;
-    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut u = 0;
-    while x >= 1024.0 && u + 1 < units.len() {
-        x /= 1024.0;
-        u += 1;
-    }
-    let s = if u == 0 {
-        format!("{} B", v.unsigned_abs())
-    } else if x >= 100.0 {
-        format!("{x:.0} {}", units[u])
-    } else if x >= 10.0 {
-        format!("{x:.1} {}", units[u])
-    } else {
-        format!("{x:.2} {}", units[u])
-    };
-    if neg {
+    let s = memwatch_analysis::size::format_bytes(v.unsigned_abs());
+    if v < 0 {
         format!("-{s}")
     } else {
         s
@@ -127,7 +113,7 @@ mod tests {
     fn units() {
         assert_eq!(bytes(0), "0 B");
         assert_eq!(bytes(1536), "1.50 KiB");
-        assert_eq!(bytes(80 << 30), "80.0 GiB");
+        assert_eq!(bytes(80 << 30), "80.00 GiB");
         assert_eq!(bytes(-(1 << 20)), "-1.00 MiB");
         assert_eq!(delta_bytes(1 << 20), "+1.00 MiB");
         assert_eq!(duration(1_500_000_000), "1.50 s");

@@ -4,7 +4,7 @@
 
 use super::{cell, deltas, incomplete_clause, rule_line, COLUMNS};
 use crate::gate::compare::{GateReport, Status};
-use crate::gate::units::{format_bytes, format_delta};
+use crate::size::{format_bytes, format_signed_bytes};
 
 /// Escapes text for a Markdown table cell.
 fn esc(s: &str) -> String {
@@ -79,7 +79,7 @@ pub fn render(r: &GateReport) -> String {
                 esc(&g.name),
                 format_bytes(g.baseline_bytes),
                 format_bytes(g.current_bytes),
-                format_delta(i128::from(g.delta_bytes))
+                format_signed_bytes(i128::from(g.delta_bytes))
             ));
         }
     }

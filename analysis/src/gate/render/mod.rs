@@ -8,7 +8,8 @@ pub mod text;
 
 use super::compare::{EntryReport, MetricDelta, Status, Summary};
 use super::metric::Metric;
-use super::units::{format_bytes, format_delta, format_percent};
+use super::units::format_percent;
+use crate::size::{format_bytes, format_signed_bytes};
 
 /// The figure columns every human report shows, in order.
 pub const COLUMNS: [Metric; 6] = [
@@ -64,7 +65,7 @@ pub fn describe_delta(d: &MetricDelta) -> Option<String> {
     Some(format!(
         "{} {} ({})",
         d.metric.title(),
-        format_delta(i128::from(delta)),
+        format_signed_bytes(i128::from(delta)),
         format_percent(d.delta_percent)
     ))
 }

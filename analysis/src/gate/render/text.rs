@@ -3,7 +3,7 @@
 
 use super::{cell, deltas, incomplete_clause, rule_line, COLUMNS};
 use crate::gate::compare::{GateReport, Status};
-use crate::gate::units::{format_bytes, format_delta};
+use crate::size::{format_bytes, format_signed_bytes};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
 pub fn render(r: &GateReport) -> String {
@@ -39,7 +39,7 @@ pub fn render(r: &GateReport) -> String {
                 g.name.clone(),
                 format_bytes(g.baseline_bytes),
                 format_bytes(g.current_bytes),
-                format_delta(i128::from(g.delta_bytes)),
+                format_signed_bytes(i128::from(g.delta_bytes)),
             ]);
         }
         out.push_str(&ops.to_string());

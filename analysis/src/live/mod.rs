@@ -1,0 +1,29 @@
+//! The domain core of live memory: which allocations are live at an instant and how a
+//! free releases one.
+//!
+//! - `family`: [`Family`] (device, pinned host, VMM handle) and [`Step`] (what an event
+//!   does), from the memory kind or, when that is `none`, the API;
+//! - `set`: [`LiveSet`], the one free-matching rule and the live totals per (process
+//!   image, device);
+//! - `images`: [`ImageClock`], which exec image of a pid a streamed record belongs to.
+//!
+//! Every reader of events uses these (report, trace export, `attach --live`, the
+//! daemon's ingest, the OOM doctor), so they agree on what was live.
+
+mod family;
+mod images;
+mod set;
+
+pub use family::{Family, Step};
+pub use images::ImageClock;
+pub use set::{Change, Held, LiveKey, LiveSet, MemEvent, Totals};
+
+/// One process image: a pid and which of its `process_start`s this is. `exec` keeps
+/// the pid and starts a new image (image 1 after the first exec, ...); the old image's
+/// memory is released by the exec, so images are analysed as separate processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct ProcKey {
+    pub pid: u32,
+    /// 0 for the image the pid started with, N after its N-th exec.
+    pub image: u32,
+}
