@@ -3,7 +3,7 @@
 //!
 //! Owns the one set of rules the replay's `strix-halo` profile and `memwatch report`'s
 //! APU section both use. The figures and where each rule comes from are in
-//! `analysis/README.md` ("Unified-memory APUs"); in short:
+//! `analysis/src/apu/README.md` ("Unified-memory limits"); in short:
 //! - the firmware's VRAM carve-out (BIOS "UMA frame buffer") is taken from the RAM before
 //!   the OS boots; the OS manages the rest;
 //! - GTT is the system RAM the GPU may map for user processes; TTM's default limit is half

@@ -1,5 +1,6 @@
 //! APU memory: on an integrated GPU (Strix Halo), what a capture's programs really hold,
-//! by allocation kind, next to what the driver's counters and HIP say.
+//! by allocation kind, next to what the driver's counters and HIP say (sources and
+//! rules: `README.md` in this directory).
 //!
 //! On an APU the GPU uses the system's RAM: the firmware's VRAM carve-out and the GTT
 //! pool are two views of it, HIP reports a figure that is neither, and public reports
