@@ -363,7 +363,11 @@ mod tests {
         let limits = |spec: &str| {
             let d = resolve(spec).unwrap();
             let u = d.unified.unwrap();
-            (d.capacity_bytes, u.hip_reported_bytes, u.os_allocatable_bytes)
+            (
+                d.capacity_bytes,
+                u.hip_reported_bytes,
+                u.os_allocatable_bytes,
+            )
         };
         // The 96 GiB carve-out: both limits are the carve-out.
         assert_eq!(limits("strix-halo"), (96 * GIB, 96 * GIB, 96 * GIB));
