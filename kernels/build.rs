@@ -1,7 +1,8 @@
-//! Compiles the HIP replay kernels for every AMD target the installed `hipcc` supports and
-//! embeds the code objects (loaded at run time with hipModuleLoadData). Targets the
-//! compiler does not know are recorded as skipped, with the compiler's reason; a real
-//! compile error fails the build. No `hipcc`: nothing is embedded and the reason says so.
+//! Compiles the HIP replay kernels for every AMD target (gfx90a, gfx942, gfx1151) with a
+//! clang whose AMDGPU back end knows them (Debian's clang-19) and embeds the code objects
+//! (loaded at run time with hipModuleLoadData). Targets the toolchain cannot build are
+//! recorded as skipped, with the compiler's reason (and a cargo warning); a real compile
+//! error fails the build. No compiler: nothing is embedded and the reason says so.
 //! CUDA code objects are built by `build-cuda.sh` with nvcc on a GPU machine instead.
 
 #[path = "src/hip_build.rs"]
@@ -15,7 +16,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/gpu/replay_kernels.cu");
     println!("cargo:rerun-if-changed=src/gpu/portability.h");
     println!("cargo:rerun-if-changed=src/hip_build.rs");
-    println!("cargo:rerun-if-env-changed=MEMWATCH_HIPCC");
+    println!("cargo:rerun-if-env-changed=MEMWATCH_HIP_CLANG");
     println!("cargo:rerun-if-env-changed=MEMWATCH_HIP_TARGETS");
     println!("cargo:rerun-if-env-changed=PATH");
 
@@ -32,20 +33,18 @@ fn main() {
 
     let mut objects = String::new();
     let mut skipped = String::new();
-    let compiler;
-    match hip_build::find_hipcc() {
+    let search = hip_build::find_hip_clang();
+    let compiler = match search.path() {
         None => {
-            compiler = "none".to_string();
+            let reason = search.reason();
+            println!("cargo:warning=memwatch-kernels: no HIP code objects: {reason}");
             for t in &targets {
-                let _ = write!(
-                    skipped,
-                    "({t:?}, \"hipcc not found (install hipcc, see scripts/install-deps.sh)\"),"
-                );
+                let _ = write!(skipped, "({t:?}, {reason:?}),");
             }
+            "none".to_string()
         }
-        Some(hipcc) => {
-            compiler = hipcc.display().to_string();
-            let outcomes = hip_build::compile_all(&hipcc, &targets, &out_dir)
+        Some(clang) => {
+            let outcomes = hip_build::compile_all(clang, &targets, &out_dir)
                 .unwrap_or_else(|e| panic!("memwatch-kernels: {e}"));
             for (t, o) in outcomes {
                 match o {
@@ -64,14 +63,15 @@ fn main() {
                     }
                 }
             }
+            clang.display().to_string()
         }
-    }
+    };
     let generated = format!(
-        "/// HIP code objects (clang offload bundles) embedded at build time: (target, bytes).\n\
+        "/// HIP code objects (AMDGPU ELF) embedded at build time: (target, bytes).\n\
          pub static HIP_CODE_OBJECTS: &[(&str, &[u8])] = &[{objects}];\n\
          /// Targets that were not built, with the reason.\n\
          pub static HIP_SKIPPED: &[(&str, &str)] = &[{skipped}];\n\
-         /// The hipcc used (\"none\" when there was none).\n\
+         /// The clang used (\"none\" when there was none).\n\
          pub static HIP_COMPILER: &str = {compiler:?};\n"
     );
     std::fs::write(out_dir.join("hip_code_objects.rs"), generated).expect("write OUT_DIR file");

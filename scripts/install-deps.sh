@@ -6,7 +6,8 @@ set -euo pipefail
 APT_PACKAGES=(
   build-essential pkg-config
   libamdhip64-dev librocm-smi-dev   # ROCm 5.2: the HIP path builds and runs over the real libamdhip64
-  hipcc                             # compiles the HIP replay kernels (kernels/build.rs, gfx90a on ROCm 5.2)
+  clang-19 lld-19                   # compile + link the HIP replay kernels for gfx90a, gfx942, gfx1151 (kernels/build.rs)
+  llvm-19                           # llvm-readobj-19: the kernel tests read the code objects back
   gdb                               # attach via gdb
   sqlite3
   curl                              # quickstart: talks to the API it serves

@@ -7,6 +7,7 @@
 //! without it; trace allocations handed out by `alloc` are freed by the caller's `Session`.
 
 use crate::backend::{DeviceDescription, DevicePtr, GpuBackend, GpuError, MemInfo};
+use crate::kernel_abi::{self, KernelArgs};
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::ptr;
@@ -264,9 +265,15 @@ impl CudaBackend {
                     GpuError::Kernels(format!("{e} (is the fatbin built for {}?)", self.arch))
                 })?;
             for (slot, name) in [
-                (&mut self.f_touch as *mut CuFunction, "mw_touch"),
-                (&mut self.f_checksum as *mut CuFunction, "mw_checksum"),
-                (&mut self.f_strided as *mut CuFunction, "mw_strided"),
+                (&mut self.f_touch as *mut CuFunction, kernel_abi::TOUCH.name),
+                (
+                    &mut self.f_checksum as *mut CuFunction,
+                    kernel_abi::CHECKSUM.name,
+                ),
+                (
+                    &mut self.f_strided as *mut CuFunction,
+                    kernel_abi::STRIDED.name,
+                ),
             ] {
                 let c = CString::new(name).unwrap_or_default();
                 self.api.check(
@@ -278,27 +285,18 @@ impl CudaBackend {
         Ok(())
     }
 
-    fn grid_for(&self, bytes: u64) -> u32 {
-        let vec = bytes.div_ceil(16).max(1);
-        let blocks = vec.div_ceil(256);
-        blocks.min(self.sm_count as u64 * 16).max(1) as u32
-    }
-
-    fn launch(
-        &self,
-        f: CuFunction,
-        bytes: u64,
-        params: &mut [*mut c_void],
-    ) -> Result<(), GpuError> {
-        let grid = self.grid_for(bytes);
-        // SAFETY: params point at live locals of the caller matching the kernel signature.
+    fn launch(&self, f: CuFunction, bytes: u64, mut args: KernelArgs) -> Result<(), GpuError> {
+        let grid = kernel_abi::grid_blocks(bytes, self.sm_count);
+        let mut params = args.param_pointers();
+        // SAFETY: params point into `args`, alive until the call returns, with the types
+        // of the kernel's signature (kernel_abi).
         let r = unsafe {
             (self.api.launch_kernel)(
                 f,
                 grid,
                 1,
                 1,
-                256,
+                kernel_abi::BLOCK_THREADS,
                 1,
                 1,
                 0,
@@ -354,13 +352,7 @@ impl GpuBackend for CudaBackend {
     }
 
     fn touch(&mut self, ptr: DevicePtr, bytes: u64, seed: u32) -> Result<(), GpuError> {
-        let (mut a, mut b, mut s) = (ptr, bytes, seed);
-        let mut params = [
-            (&mut a as *mut u64).cast(),
-            (&mut b as *mut u64).cast(),
-            (&mut s as *mut u32).cast(),
-        ];
-        self.launch(self.f_touch, bytes, &mut params)
+        self.launch(self.f_touch, bytes, KernelArgs::touch(ptr, bytes, seed))
     }
 
     fn checksum(&mut self, ptr: DevicePtr, bytes: u64, seed: u32) -> Result<u64, GpuError> {
@@ -372,14 +364,8 @@ impl GpuBackend for CudaBackend {
                 (self.api.memcpy_htod)(self.scratch, (&zero as *const u64).cast(), 8),
             )?;
         }
-        let (mut a, mut b, mut s, mut out) = (ptr, bytes, seed, self.scratch);
-        let mut params = [
-            (&mut a as *mut u64).cast(),
-            (&mut b as *mut u64).cast(),
-            (&mut s as *mut u32).cast(),
-            (&mut out as *mut u64).cast(),
-        ];
-        self.launch(self.f_checksum, bytes, &mut params)?;
+        let args = KernelArgs::checksum(ptr, bytes, seed, self.scratch);
+        self.launch(self.f_checksum, bytes, args)?;
         let mut result: u64 = 0;
         // SAFETY: as above; the copy waits for the kernel (same stream).
         unsafe {
@@ -398,14 +384,8 @@ impl GpuBackend for CudaBackend {
         stride_bytes: u64,
         passes: u32,
     ) -> Result<(), GpuError> {
-        let (mut a, mut b, mut st, mut p) = (ptr, bytes, (stride_bytes / 16).max(1), passes);
-        let mut params = [
-            (&mut a as *mut u64).cast(),
-            (&mut b as *mut u64).cast(),
-            (&mut st as *mut u64).cast(),
-            (&mut p as *mut u32).cast(),
-        ];
-        self.launch(self.f_strided, bytes, &mut params)
+        let args = KernelArgs::strided(ptr, bytes, stride_bytes, passes);
+        self.launch(self.f_strided, bytes, args)
     }
 
     fn copy(&mut self, dst: DevicePtr, src: DevicePtr, bytes: u64) -> Result<(), GpuError> {

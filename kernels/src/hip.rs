@@ -1,13 +1,14 @@
 //! HIP backend (AMD ROCm) through the `hip-sys` crate; compiled with the `rocm` feature.
 //!
 //! Owns: one device selected with hipSetDevice, the replay kernels' module (the embedded
-//! code object for the device's gfx architecture, or one given by the caller, loaded with
-//! hipModuleLoadData), launches, a checksum scratch word and two timing events — released
+//! code object for the device's `gcnArchName` — a device this build has none for is
+//! refused, naming it — or one given by the caller, loaded with hipModuleLoadData), launches, a checksum scratch word and two timing events — released
 //! in `Drop`. Trace allocations handed out by `alloc` are freed by the caller's `Session`.
 //! Built and linked here against Debian's ROCm 5.2 (libamdhip64); not yet run on an AMD GPU.
 
 use crate::backend::{DeviceDescription, DevicePtr, GpuBackend, GpuError, MemInfo};
-use crate::code_object::hip_code_object_for;
+use crate::code_object::select_hip_code_object;
+use crate::kernel_abi::{self, KernelArgs};
 use hip_sys::hiprt::{self, hipError_t};
 use std::ffi::{c_void, CStr, CString};
 use std::ptr;
@@ -73,16 +74,8 @@ impl HipBackend {
             let cu_count = (*prop).multiProcessorCount.max(1) as u32;
             let image = match code_object {
                 Some(c) => c,
-                None => hip_code_object_for(&arch).ok_or_else(|| {
-                    GpuError::Kernels(format!(
-                        "no embedded code object for {arch} (built: {:?}; skipped: {:?})",
-                        crate::code_object::HIP_CODE_OBJECTS
-                            .iter()
-                            .map(|(t, _)| *t)
-                            .collect::<Vec<_>>(),
-                        crate::code_object::HIP_SKIPPED
-                    ))
-                })?,
+                None => select_hip_code_object(&format!("device {index} {name}"), &arch)
+                    .map_err(|e| GpuError::Kernels(e.to_string()))?,
             };
             let mut me = HipBackend {
                 index,
@@ -101,12 +94,18 @@ impl HipBackend {
                 hiprt::hipModuleLoadData(&mut me.module, image.as_ptr().cast()),
             )?;
             for (slot, n) in [
-                (&mut me.f_touch as *mut hiprt::hipFunction_t, "mw_touch"),
+                (
+                    &mut me.f_touch as *mut hiprt::hipFunction_t,
+                    kernel_abi::TOUCH.name,
+                ),
                 (
                     &mut me.f_checksum as *mut hiprt::hipFunction_t,
-                    "mw_checksum",
+                    kernel_abi::CHECKSUM.name,
                 ),
-                (&mut me.f_strided as *mut hiprt::hipFunction_t, "mw_strided"),
+                (
+                    &mut me.f_strided as *mut hiprt::hipFunction_t,
+                    kernel_abi::STRIDED.name,
+                ),
             ] {
                 let c = CString::new(n).unwrap_or_default();
                 check(
@@ -126,18 +125,19 @@ impl HipBackend {
         &self,
         f: hiprt::hipFunction_t,
         bytes: u64,
-        params: &mut [*mut c_void],
+        mut args: KernelArgs,
     ) -> Result<(), GpuError> {
-        let blocks = bytes.div_ceil(16).max(1).div_ceil(256);
-        let grid = blocks.min(self.cu_count as u64 * 16).max(1) as u32;
-        // SAFETY: params point at the caller's live locals matching the kernel signature.
+        let grid = kernel_abi::grid_blocks(bytes, self.cu_count);
+        let mut params = args.param_pointers();
+        // SAFETY: params point into `args`, alive until the call returns, with the types
+        // of the kernel's signature (kernel_abi).
         check("hipModuleLaunchKernel", unsafe {
             hiprt::hipModuleLaunchKernel(
                 f,
                 grid,
                 1,
                 1,
-                256,
+                kernel_abi::BLOCK_THREADS,
                 1,
                 1,
                 0,
@@ -191,13 +191,7 @@ impl GpuBackend for HipBackend {
     }
 
     fn touch(&mut self, ptr: DevicePtr, bytes: u64, seed: u32) -> Result<(), GpuError> {
-        let (mut a, mut b, mut s) = (ptr, bytes, seed);
-        let mut params = [
-            (&mut a as *mut u64).cast(),
-            (&mut b as *mut u64).cast(),
-            (&mut s as *mut u32).cast(),
-        ];
-        self.launch(self.f_touch, bytes, &mut params)
+        self.launch(self.f_touch, bytes, KernelArgs::touch(ptr, bytes, seed))
     }
 
     fn checksum(&mut self, ptr: DevicePtr, bytes: u64, seed: u32) -> Result<u64, GpuError> {
@@ -209,14 +203,8 @@ impl GpuBackend for HipBackend {
                 hiprt::hipMemcpyHtoD(self.scratch, (&mut zero as *mut u64).cast(), 8),
             )?;
         }
-        let (mut a, mut b, mut s, mut out) = (ptr, bytes, seed, self.scratch as u64);
-        let mut params = [
-            (&mut a as *mut u64).cast(),
-            (&mut b as *mut u64).cast(),
-            (&mut s as *mut u32).cast(),
-            (&mut out as *mut u64).cast(),
-        ];
-        self.launch(self.f_checksum, bytes, &mut params)?;
+        let args = KernelArgs::checksum(ptr, bytes, seed, self.scratch as u64);
+        self.launch(self.f_checksum, bytes, args)?;
         let mut result: u64 = 0;
         // SAFETY: as above; the copy waits for the kernel on the null stream.
         unsafe {
@@ -235,14 +223,8 @@ impl GpuBackend for HipBackend {
         stride_bytes: u64,
         passes: u32,
     ) -> Result<(), GpuError> {
-        let (mut a, mut b, mut st, mut p) = (ptr, bytes, (stride_bytes / 16).max(1), passes);
-        let mut params = [
-            (&mut a as *mut u64).cast(),
-            (&mut b as *mut u64).cast(),
-            (&mut st as *mut u64).cast(),
-            (&mut p as *mut u32).cast(),
-        ];
-        self.launch(self.f_strided, bytes, &mut params)
+        let args = KernelArgs::strided(ptr, bytes, stride_bytes, passes);
+        self.launch(self.f_strided, bytes, args)
     }
 
     fn copy(&mut self, dst: DevicePtr, src: DevicePtr, bytes: u64) -> Result<(), GpuError> {

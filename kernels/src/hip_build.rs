@@ -1,10 +1,12 @@
 //! Compiling the HIP replay kernels into AMD code objects, one per GPU target.
 //!
-//! Owns: finding `hipcc`, compiling `gpu/replay_kernels.cu` for each requested target, and
-//! telling a target the compiler does not know (skipped, with the compiler's reason) from
-//! a real compile error. Used by `build.rs` (embedding the code objects) and by the tests
-//! (every supported target must compile). Depends on `std` only, because `build.rs`
-//! includes this file directly.
+//! Owns: finding a clang whose AMDGPU back end can build them (Debian's `clang-19`, or
+//! ROCm's own), compiling `gpu/replay_kernels.cu` for each requested target into a plain
+//! AMDGPU ELF code object (`-x hip -nogpuinc -nogpulib`: no HIP headers, no device
+//! libraries, so no ROCm install is needed to build), and telling a target or tool the
+//! toolchain lacks (skipped, with the compiler's reason) from a real compile error. Used
+//! by `build.rs` (embedding the code objects) and by the tests. Depends on `std` only,
+//! because `build.rs` includes this file directly.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -14,16 +16,36 @@ use std::process::Command;
 /// Strix Halo (gfx1151).
 pub const DEFAULT_HIP_TARGETS: &[&str] = &["gfx90a", "gfx942", "gfx1151"];
 
+/// The code object version the kernels are built as. Version 4 is loaded by every ROCm
+/// since 4.1 (Debian's ROCm 5.2, which the HIP backend links against, included) and by
+/// current ones; clang 19 would default to 5, which ROCm 5.2 cannot load.
+pub const CODE_OBJECT_VERSION: u32 = 4;
+
+/// The clang the build uses, most preferred first, when `$MEMWATCH_HIP_CLANG` is not
+/// set: Debian's versioned clang (19 is what `scripts/install-deps.sh` installs; gfx942
+/// and gfx1151 need LLVM 17 or later), then ROCm's own clang.
+pub const CLANG_CANDIDATES: &[&str] = &[
+    "clang-19",
+    "clang-20",
+    "clang-21",
+    "clang-22",
+    "clang-18",
+    "clang-17",
+    "/usr/lib/llvm-19/bin/clang",
+    "/opt/rocm/llvm/bin/clang",
+];
+
 /// What happened to one target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetOutcome {
     /// The code object was written to this path.
     Built(PathBuf),
-    /// The compiler does not support this target; the reason quotes it.
+    /// The toolchain cannot build this target (unknown processor, or a tool such as the
+    /// AMDGPU linker is missing); the reason quotes the compiler.
     Skipped(String),
 }
 
-/// A compile that failed for a reason other than an unknown target.
+/// A compile that failed for a reason other than a target or tool the toolchain lacks.
 #[derive(Debug)]
 pub struct HipBuildError {
     /// The target being compiled.
@@ -34,24 +56,74 @@ pub struct HipBuildError {
 
 impl fmt::Display for HipBuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "hipcc failed for {}: {}", self.target, self.message)
+        write!(
+            f,
+            "compiling the HIP kernels for {} failed: {}",
+            self.target, self.message
+        )
     }
 }
 
 impl std::error::Error for HipBuildError {}
 
-/// `hipcc` from `$MEMWATCH_HIPCC`, else the first `hipcc` on `PATH`, else ROCm's
-/// default location.
-pub fn find_hipcc() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("MEMWATCH_HIPCC") {
+/// Where the compiler came from, for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClangSearch {
+    /// Found (from `$MEMWATCH_HIP_CLANG` or the candidates).
+    Found(PathBuf),
+    /// `$MEMWATCH_HIP_CLANG` names something that is not a file.
+    BadOverride(PathBuf),
+    /// No candidate exists.
+    NotFound,
+}
+
+impl ClangSearch {
+    /// The compiler, when one was found.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Self::Found(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Why no compiler is used (empty when one was found).
+    pub fn reason(&self) -> String {
+        match self {
+            Self::Found(_) => String::new(),
+            Self::BadOverride(p) => format!("MEMWATCH_HIP_CLANG={} is not a file", p.display()),
+            Self::NotFound => format!(
+                "no clang with an AMDGPU back end found (tried {}; install clang-19 and lld-19, \
+                 see scripts/install-deps.sh, or set MEMWATCH_HIP_CLANG)",
+                CLANG_CANDIDATES.join(", ")
+            ),
+        }
+    }
+}
+
+/// The compiler: `$MEMWATCH_HIP_CLANG`, else the first of [`CLANG_CANDIDATES`] on `PATH`
+/// (or at its absolute path).
+pub fn find_hip_clang() -> ClangSearch {
+    if let Some(p) = std::env::var_os("MEMWATCH_HIP_CLANG") {
         let p = PathBuf::from(p);
-        return p.is_file().then_some(p);
+        return if p.is_file() {
+            ClangSearch::Found(p)
+        } else {
+            ClangSearch::BadOverride(p)
+        };
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("hipcc"))
-        .chain([PathBuf::from("/opt/rocm/bin/hipcc")])
-        .find(|p| p.is_file())
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    for c in CLANG_CANDIDATES {
+        let found = if c.starts_with('/') {
+            Some(PathBuf::from(c)).filter(|p| p.is_file())
+        } else {
+            dirs.iter().map(|d| d.join(c)).find(|p| p.is_file())
+        };
+        if let Some(p) = found {
+            return ClangSearch::Found(p);
+        }
+    }
+    ClangSearch::NotFound
 }
 
 /// The kernel source directory of this crate (`src/gpu`).
@@ -61,31 +133,43 @@ pub fn gpu_source_dir() -> PathBuf {
         .join("gpu")
 }
 
-/// Messages with which clang/hipcc reject a target it does not know.
+/// Messages with which clang rejects a processor it does not know.
 fn is_unknown_target(stderr: &str) -> bool {
     let s = stderr.to_ascii_lowercase();
     s.contains("invalid target id")
         || s.contains("unknown target cpu")
-        || s.contains("unsupported cuda gpu architecture")
         || s.contains("invalid offload arch")
         || s.contains("unsupported hip gpu architecture")
 }
 
-/// Compiles `source` for one `target` into `out` (a clang offload bundle that
+/// Messages with which the clang driver says a tool of the toolchain (the AMDGPU linker
+/// `ld.lld`, shipped apart as lld-N) is missing.
+fn is_missing_tool(stderr: &str) -> bool {
+    stderr.contains("unable to execute command") || stderr.contains("doesn't exist")
+}
+
+/// The compile command for one target.
+pub fn compile_command(clang: &Path, source: &Path, target: &str, out: &Path) -> Command {
+    let mut cmd = Command::new(clang);
+    cmd.args(["-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output"])
+        .args(["-nogpuinc", "-nogpulib", "-O3"])
+        .arg(format!("--offload-arch={target}"))
+        .arg(format!("-mcode-object-version={CODE_OBJECT_VERSION}"))
+        .arg(source)
+        .arg("-o")
+        .arg(out);
+    cmd
+}
+
+/// Compiles `source` for one `target` into `out` (an AMDGPU ELF code object that
 /// `hipModuleLoadData` accepts).
 pub fn compile_hip_target(
-    hipcc: &Path,
+    clang: &Path,
     source: &Path,
     target: &str,
     out: &Path,
 ) -> Result<TargetOutcome, HipBuildError> {
-    let mut cmd = Command::new(hipcc);
-    cmd.arg("--genco")
-        .arg(format!("--offload-arch={target}"))
-        .args(["-O3", "-x", "hip"])
-        .arg(source)
-        .arg("-o")
-        .arg(out);
+    let mut cmd = compile_command(clang, source, target, out);
     let shown = format!("{cmd:?}");
     let output = cmd.output().map_err(|e| HipBuildError {
         target: target.to_string(),
@@ -103,7 +187,15 @@ pub fn compile_hip_target(
         .to_string();
     if is_unknown_target(&stderr) {
         return Ok(TargetOutcome::Skipped(format!(
-            "this hipcc does not support {target} ({first_error})"
+            "{} does not support {target} ({first_error})",
+            clang.display()
+        )));
+    }
+    if is_missing_tool(&stderr) {
+        return Ok(TargetOutcome::Skipped(format!(
+            "the toolchain of {} cannot link AMDGPU code for {target} ({first_error}; \
+             install the matching lld, e.g. lld-19)",
+            clang.display()
         )));
     }
     Err(HipBuildError {
@@ -112,9 +204,9 @@ pub fn compile_hip_target(
     })
 }
 
-/// Compiles the replay kernels for every target into `out_dir/replay_kernels-<target>.hsaco`.
+/// Compiles the replay kernels for every target into `out_dir/replay_kernels-<target>.co`.
 pub fn compile_all(
-    hipcc: &Path,
+    clang: &Path,
     targets: &[&str],
     out_dir: &Path,
 ) -> Result<Vec<(String, TargetOutcome)>, HipBuildError> {
@@ -122,8 +214,8 @@ pub fn compile_all(
     targets
         .iter()
         .map(|t| {
-            let out = out_dir.join(format!("replay_kernels-{t}.hsaco"));
-            compile_hip_target(hipcc, &source, t, &out).map(|o| (t.to_string(), o))
+            let file = format!("replay_kernels-{}.co", t.replace(':', "_"));
+            compile_hip_target(clang, &source, t, &out_dir.join(file)).map(|o| (t.to_string(), o))
         })
         .collect()
 }

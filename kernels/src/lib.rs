@@ -2,8 +2,9 @@
 //! runner that proves an allocator model's prediction on a real device.
 //!
 //! Modules: `hip_build` (compiling the HIP kernels per target), `code_object` (embedded
-//! and loaded kernel images), `backend` (the vendor-neutral device trait), `cuda` (driver
-//! API via libloading), `hip` (hip-sys, feature `rocm`), `sim` (a simulated device for the
+//! and loaded kernel images, chosen by the device's architecture), `kernel_abi` (each
+//! kernel's parameters and the launch arguments both backends pass), `backend` (the
+//! vendor-neutral device trait), `cuda` (driver API via libloading), `hip` (hip-sys, feature `rocm`), `sim` (a simulated device for the
 //! runner's logic tests), `session` (ownership and cleanup of device memory), `plan`
 //! (capacity emulation), `trace` (the events the runner consumes), `runner` (the replay),
 //! `interrupt` (Ctrl-C).
@@ -15,6 +16,7 @@ pub mod cuda;
 pub mod hip;
 pub mod hip_build;
 pub mod interrupt;
+pub mod kernel_abi;
 pub mod plan;
 pub mod runner;
 pub mod session;

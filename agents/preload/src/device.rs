@@ -1,4 +1,5 @@
-//! Describing devices: name and total memory, asked of the real runtime.
+//! Describing devices: name and total memory, asked of the real runtime; for HIP devices
+//! also whether the GPU is integrated (an APU) and the OS's physical memory.
 //!
 //! Owns the `device_info` queries. Runs only on the flusher thread (never on the hook
 //! path, never at exit when runtimes may be torn down). The runtime library is found
@@ -8,7 +9,7 @@
 use crate::hooks::HOOKS;
 use crate::real::real_dlsym;
 use core::ffi::{c_char, c_int, c_void, CStr};
-use memwatch_wire::{DeviceInfo, Vendor};
+use memwatch_wire::{DeviceInfo, DeviceProps, Vendor};
 
 /// 0 HIP, 1 CUDA driver, 2 CUDA runtime, 3 PJRT (from the API number ranges).
 pub fn family_index(api: u16) -> usize {
@@ -24,6 +25,11 @@ pub fn family_index(api: u16) -> usize {
 type NameFn = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
 type HipTotalFn = unsafe extern "C" fn(*mut usize, c_int) -> c_int;
 type CuDeviceGetFn = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
+type HipAttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
+
+/// `hipDeviceAttributeIntegrated` in `hipDeviceAttribute_t` (ROCm 5.0 and later: the
+/// CUDA-compatible attributes in their fixed order; 16 in ROCm 5.2's header).
+const HIP_DEVICE_ATTRIBUTE_INTEGRATED: c_int = 16;
 
 /// A `dlopen` handle of the library that provides family `fam`'s functions.
 fn library_handle(fam: usize) -> *mut c_void {
@@ -129,4 +135,37 @@ pub fn query(fam: usize, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
             name,
         })
     }
+}
+
+/// Properties of HIP device `ordinal` beyond [`query`]: `integrated` from
+/// `hipDeviceGetAttribute` (left unknown when the runtime lacks it or fails) and the
+/// physical memory the OS manages. `None` when neither is known.
+pub fn hip_props(ordinal: i32) -> Option<DeviceProps> {
+    let lib = Handle(library_handle(0));
+    // SAFETY: the symbol comes from the HIP runtime with the documented signature
+    // `hipError_t hipDeviceGetAttribute(int*, hipDeviceAttribute_t, int)`.
+    let integrated = unsafe {
+        let f = sym(lib.0, c"hipDeviceGetAttribute");
+        if f.is_null() {
+            None
+        } else {
+            let f: HipAttributeFn = core::mem::transmute::<*mut c_void, HipAttributeFn>(f);
+            let mut v: c_int = -1;
+            (f(&mut v, HIP_DEVICE_ATTRIBUTE_INTEGRATED, ordinal) == 0 && (v == 0 || v == 1))
+                .then_some(v == 1)
+        }
+    };
+    // SAFETY: plain sysconf queries.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let host_memory_bytes = (pages > 0 && page > 0).then(|| pages as u64 * page as u64);
+    (integrated.is_some() || host_memory_bytes.is_some()).then_some(DeviceProps {
+        device: ordinal,
+        integrated,
+        host_memory_bytes,
+    })
 }

@@ -475,7 +475,15 @@ fn describe_new_devices(st: &mut State) {
                     *seen |= bit;
                 }
                 let mut out = Vec::new();
-                if encode_record(&Record::DeviceInfo(info), &mut out).is_ok() {
+                let _ = encode_record(&Record::DeviceInfo(info), &mut out);
+                // HIP devices: whether it is an APU (memwatch_wire::device_props).
+                if fam == 0 {
+                    if let Some(props) = crate::device::hip_props(e.device) {
+                        let m = props.to_marker(e.pid, e.tid, e.ts_ns);
+                        let _ = encode_record(&Record::Marker(m), &mut out);
+                    }
+                }
+                if !out.is_empty() {
                     write_all(st, &out);
                 }
             }

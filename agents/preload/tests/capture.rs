@@ -228,6 +228,8 @@ fn exec_flushes_and_new_image_is_announced() {
             Record::Events(_) => "events",
             Record::ProcessEnd(_) => "end",
             Record::DeviceInfo(_) => "device",
+            // The HIP device's properties (memwatch_wire::device_props) follow its info.
+            Record::Marker(m) if m.text.starts_with(memwatch_wire::DEVICE_PROPS_PREFIX) => "device",
             _ => "other",
         })
         .filter(|k| *k != "device")

@@ -5,12 +5,14 @@
 //! writing (`writer`). It must stay dependency-light: the LD_PRELOAD shim links it, so
 //! nothing here may start threads, use async, or allocate on the per-event encode path.
 
+pub mod device_props;
 pub mod event;
 pub mod frame;
 pub mod ingest;
 pub mod reader;
 pub mod writer;
 
+pub use device_props::{DeviceProps, DEVICE_PROPS_PREFIX};
 pub use event::{Api, Event, EventKind, MemKind, Vendor};
 pub use frame::{
     encode_events_frame_into, encode_record, encode_small_record_into, Backtrace,

@@ -3,8 +3,12 @@
 //! Owns the built-in table (MI300X, MI325X, MI355X, Strix Halo, H100, H200), each with
 //! the capacity the runtime reports (the base of JAX's memory fraction), its source, the
 //! driver's allocation granularity and what the framework reserves; plus parsing of
-//! `NAME[:key=value,...]` specs (Strix Halo's carve-out and GTT limit). It does not run
+//! `NAME[:key=value,...]` specs (Strix Halo's carve-out, GTT limit, RAM, API and what HIP
+//! reports). Strix Halo's figures follow the unified-memory rules of
+//! `crate::apu::limits` (what HIP reports vs what the OS can give). It does not run
 //! anything.
+
+use crate::apu::limits::{HipReporting, UnifiedMemory};
 
 /// GiB.
 pub const GIB: u64 = 1 << 30;
@@ -22,6 +26,21 @@ pub enum ApuAccounting {
     /// `hipMallocManaged` / host-coherent memory: system pages in the GTT domain, bounded
     /// by the GTT limit (TTM's page limit).
     Managed,
+}
+
+/// The two limits of a unified-memory APU profile (`crate::apu::limits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct UnifiedLimits {
+    /// RAM, carve-out and GTT limit of the configuration.
+    pub memory: UnifiedMemory,
+    /// Which figure HIP reports.
+    pub hip_reporting: HipReporting,
+    /// What HIP reports as the device's total (`hipMemGetInfo`): the base frameworks
+    /// size their pools from.
+    pub hip_reported_bytes: u64,
+    /// What the OS lets the replayed API map in all (`hipMalloc`: GTT where it is the
+    /// larger pool, else the carve-out; managed: GTT).
+    pub os_allocatable_bytes: u64,
 }
 
 /// A resolved device.
@@ -43,6 +62,9 @@ pub struct DeviceProfile {
     pub framework_reserve: &'static str,
     /// Whether `capacity_bytes` was measured on a real device (else datasheet).
     pub measured: bool,
+    /// For a unified-memory APU: what HIP reports and what the OS can give
+    /// (`capacity_bytes` is the smaller for `hipMalloc`, the OS's for managed memory).
+    pub unified: Option<UnifiedLimits>,
 }
 
 /// Why a device spec was rejected.
@@ -57,6 +79,15 @@ pub enum DeviceError {
         msg: String,
     },
 }
+
+const STRIX_HALO_SOURCE: &str = "AMD Ryzen AI Max+ 395: up to 128 GB LPDDR5X-8000 unified memory. \
+Two limits (analysis/src/apu/README.md, Unified-memory limits): what HIP reports, the base of the frameworks' \
+pools: the BIOS UMA carve-out (~15.5 GiB reported next to 96 GiB of GTT on a 128 GiB machine, \
+ROCm/hip#3892), or carve-out + GTT since ROCm/rocm-systems#5596 (hip=unified); and what the OS \
+lets the program map: hipMalloc gets the carve-out, or GTT when GTT is the larger pool (amdkfd: VRAM \
+allocations go to GTT on small-carve-out APUs), managed memory gets GTT; GTT = amdgpu.gttsize / \
+ttm.pages_limit, default half of the OS-visible RAM, at most that RAM. Capacity = the smaller of the \
+two for hipMalloc, the OS's for managed memory";
 
 const JAX_RESERVE: &str = "JAX/XLA BFC pool = capacity x XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75, \
 floor of the product); preallocated at the first allocation unless XLA_PYTHON_CLIENT_PREALLOCATE=false; \
@@ -139,20 +170,45 @@ pub struct StrixHalo {
     pub system_bytes: u64,
     /// BIOS UMA frame buffer (VRAM carve-out).
     pub vram_carveout: u64,
-    /// GTT limit; `None`: the kernel default, half of the RAM the OS sees.
+    /// GTT limit; `None`: TTM's default, half of the RAM the OS sees.
     pub gtt_limit: Option<u64>,
     pub accounting: ApuAccounting,
+    /// What HIP reports as the total.
+    pub hip: HipReporting,
 }
 
 impl StrixHalo {
-    /// Bytes the replayed program can allocate.
+    /// The memory configuration.
+    pub fn memory(&self) -> UnifiedMemory {
+        UnifiedMemory {
+            installed_bytes: self.system_bytes,
+            carveout_bytes: self.vram_carveout,
+            gtt_limit_bytes: self.gtt_limit,
+        }
+    }
+
+    /// Both limits of this configuration.
+    pub fn limits(&self) -> UnifiedLimits {
+        let memory = self.memory();
+        UnifiedLimits {
+            memory,
+            hip_reporting: self.hip,
+            hip_reported_bytes: memory.hip_reported_bytes(self.hip),
+            os_allocatable_bytes: match self.accounting {
+                ApuAccounting::DeviceMalloc => memory.hip_malloc_bytes(),
+                ApuAccounting::Managed => memory.managed_bytes(),
+            },
+        }
+    }
+
+    /// Bytes the replayed program can allocate: for `hipMalloc` the smaller of what HIP
+    /// reports (frameworks size their pools from it) and what the OS lets it map; for
+    /// managed memory what the OS lets it map (HIP's figure does not bound it).
     pub fn capacity(&self) -> u64 {
+        let l = self.limits();
         match self.accounting {
-            ApuAccounting::DeviceMalloc => self.vram_carveout,
-            ApuAccounting::Managed => {
-                let os_ram = self.system_bytes - self.vram_carveout;
-                self.gtt_limit.unwrap_or(os_ram / 2).min(os_ram)
-            }
+            ApuAccounting::DeviceMalloc => l.hip_reported_bytes.min(l.os_allocatable_bytes),
+            ApuAccounting::Managed => l.os_allocatable_bytes,
         }
     }
 }
@@ -172,9 +228,11 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 
 /// Resolves `NAME[:key=value,...]`. Strix Halo keys: `vram=` (carve-out, default 96G,
 /// the largest the firmware offers and the usual setting for ML work; 512M is the
-/// factory minimum),
-/// `gtt=` (GTT limit, default half the OS-visible RAM), `mem=hipmalloc|managed` (default
-/// `hipmalloc`), `ram=` (default 128G).
+/// factory minimum), `gtt=` (GTT limit, default half the OS-visible RAM),
+/// `mem=hipmalloc|managed` (default `hipmalloc`), `ram=` (default 128G),
+/// `hip=aperture|unified|SIZE` (what HIP reports: the carve-out, as ROCm did before
+/// rocm-systems#5596 (default); carve-out + GTT when GTT is larger, as it does after; or
+/// a figure measured with `hipMemGetInfo`).
 pub fn resolve(spec: &str) -> Result<DeviceProfile, DeviceError> {
     let (name, params) = match spec.split_once(':') {
         Some((n, p)) => (n, p),
@@ -195,6 +253,7 @@ pub fn resolve(spec: &str) -> Result<DeviceProfile, DeviceError> {
             vram_carveout: 96 * GIB,
             gtt_limit: None,
             accounting: ApuAccounting::DeviceMalloc,
+            hip: HipReporting::Aperture,
         };
         let mut seen: Vec<&str> = Vec::new();
         for p in params.split(',').filter(|p| !p.trim().is_empty()) {
@@ -216,7 +275,16 @@ pub fn resolve(spec: &str) -> Result<DeviceProfile, DeviceError> {
                         _ => return Err(bad(p, "expected hipmalloc or managed")),
                     }
                 }
-                _ => return Err(bad(p, "unknown key (vram, gtt, ram, mem)")),
+                "hip" => {
+                    sh.hip = match v.trim() {
+                        "aperture" | "vram" => HipReporting::Aperture,
+                        "unified" => HipReporting::Unified,
+                        size => HipReporting::Measured(parse_bytes(size).map_err(|e| {
+                            bad(p, &format!("expected aperture, unified or a size: {e}"))
+                        })?),
+                    }
+                }
+                _ => return Err(bad(p, "unknown key (vram, gtt, ram, mem, hip)")),
             }
         }
         if sh.vram_carveout == 0 || sh.vram_carveout >= sh.system_bytes {
@@ -231,11 +299,10 @@ pub fn resolve(spec: &str) -> Result<DeviceProfile, DeviceError> {
             capacity_bytes: sh.capacity(),
             physical_bytes: sh.system_bytes,
             granularity: DEFAULT_GRANULARITY,
-            source: "AMD Ryzen AI Max+ 395: up to 128 GB LPDDR5X-8000 unified memory; the BIOS UMA carve-out is \
-the VRAM domain (hipMalloc), the rest is system RAM reachable through GTT (managed/host memory), bounded by \
-amdgpu.gttsize / ttm.pages_limit (kernel default: half of the OS-visible RAM)",
+            source: STRIX_HALO_SOURCE,
             framework_reserve: JAX_RESERVE,
             measured: false,
+            unified: Some(sh.limits()),
         });
     }
     if !params.is_empty() {
@@ -254,6 +321,7 @@ amdgpu.gttsize / ttm.pages_limit (kernel default: half of the OS-visible RAM)",
         source: e.source,
         framework_reserve: JAX_RESERVE,
         measured: e.measured,
+        unified: None,
     })
 }
 
@@ -284,8 +352,50 @@ mod tests {
         let d = resolve("strix-halo:vram=512M,mem=managed,gtt=100G").unwrap();
         assert_eq!(d.capacity_bytes, 100 * GIB);
         assert!(resolve("strix-halo:vram=200G").is_err());
+        assert!(resolve("mi300x").unwrap().unified.is_none());
         assert!(resolve("strix-halo:foo=1").is_err());
         assert!(matches!(resolve("mi999"), Err(DeviceError::Unknown(_))));
         assert!(resolve("MI300X").is_ok());
+    }
+
+    #[test]
+    fn strix_halo_unified_limits_what_hip_reports_vs_what_the_os_gives() {
+        let limits = |spec: &str| {
+            let d = resolve(spec).unwrap();
+            let u = d.unified.unwrap();
+            (
+                d.capacity_bytes,
+                u.hip_reported_bytes,
+                u.os_allocatable_bytes,
+            )
+        };
+        // The 96 GiB carve-out: both limits are the carve-out.
+        assert_eq!(limits("strix-halo"), (96 * GIB, 96 * GIB, 96 * GIB));
+        // The 512 MiB minimum: hipMalloc could map GTT (half of 127.5 GiB), but HIP
+        // reports the aperture, which frameworks size their pools from.
+        let gtt = (128 * GIB - 512 * MIB) / 2;
+        assert_eq!(limits("strix-halo:vram=512M"), (512 * MIB, 512 * MIB, gtt));
+        // A ROCm that reports carve-out + GTT: the OS's limit binds.
+        assert_eq!(
+            limits("strix-halo:vram=512M,hip=unified"),
+            (gtt, 512 * MIB + gtt, gtt)
+        );
+        assert_eq!(
+            limits("strix-halo:vram=512M,gtt=120G,hip=unified"),
+            (120 * GIB, 120 * GIB + 512 * MIB, 120 * GIB)
+        );
+        // ROCm/hip#3892's machine: HIP measured at 15.49 GiB next to 96 GiB of GTT.
+        assert_eq!(
+            limits("strix-halo:vram=16G,gtt=96G,hip=16636528640"),
+            (16_636_528_640, 16_636_528_640, 96 * GIB)
+        );
+        // Managed memory is bounded by GTT, whatever HIP reports.
+        assert_eq!(
+            limits("strix-halo:vram=16G,gtt=96G,mem=managed"),
+            (96 * GIB, 16 * GIB, 96 * GIB)
+        );
+        let e = resolve("strix-halo:hip=lots").unwrap_err().to_string();
+        assert!(e.contains("expected aperture, unified or a size"), "{e}");
+        assert!(resolve("strix-halo:hip=unified,hip=aperture").is_err());
     }
 }

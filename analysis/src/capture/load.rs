@@ -11,8 +11,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memwatch_wire::{
-    Api, Event, EventKind, FrameReader, Module, ModuleMap, ProcessEnd, ProcessStart, ReadMode,
-    Record, WireError,
+    Api, DeviceProps, Event, EventKind, FrameReader, Module, ModuleMap, ProcessEnd, ProcessStart,
+    ReadMode, Record, WireError,
 };
 
 pub use crate::live::{Family, ProcKey};
@@ -88,12 +88,17 @@ pub struct FailedCall {
     pub result: i32,
 }
 
-/// A device a process reported (`device_info` frame).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A device a process reported (`device_info` frame, and the `memwatch.device_props`
+/// marker that follows it for HIP devices).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DeviceMeta {
     pub name: String,
     pub vendor: u8,
     pub total_bytes: u64,
+    /// The runtime says the GPU is integrated (an APU); `None`: not asked or no answer.
+    pub integrated: Option<bool>,
+    /// Physical memory the OS of the process managed.
+    pub host_memory_bytes: Option<u64>,
 }
 
 /// What the capture says about one process image (see [`ProcKey`]). A pid with several
@@ -152,7 +157,9 @@ pub struct Loaded {
     pub unknown_events: u64,
     pub frames: u64,
     pub unknown_frames: u64,
-    pub device_samples: u64,
+    /// Device-level readings taken outside the processes (`device_sample` frames: amdgpu
+    /// sysfs VRAM/GTT, ROCm SMI, NVML), in file order.
+    pub device_samples: Vec<memwatch_wire::DeviceSample>,
     pub damage: Vec<DamageReport>,
     pub file_bytes: u64,
     /// Capture-level tags (see [`TAG_PREFIX`]).
@@ -332,21 +339,20 @@ impl Builder {
             }
             Record::DeviceInfo(d) => {
                 self.stream(d.pid, d.device);
-                self.process(d.pid).devices.insert(
-                    d.device,
-                    DeviceMeta {
-                        name: d.name,
-                        vendor: d.vendor,
-                        total_bytes: d.total_bytes,
-                    },
-                );
+                let meta = self.process(d.pid).devices.entry(d.device).or_default();
+                meta.name = d.name;
+                meta.vendor = d.vendor;
+                meta.total_bytes = d.total_bytes;
             }
-            Record::Marker(m) => match m.text.strip_prefix(TAG_PREFIX) {
-                Some(tag) => {
+            Record::Marker(m) => {
+                if let Some(tag) = m.text.strip_prefix(TAG_PREFIX) {
                     let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
                     self.loaded.tags.insert(k.to_string(), v.to_string());
-                }
-                None => {
+                } else if let Some(Ok(props)) = DeviceProps::from_marker(&m) {
+                    let meta = self.process(m.pid).devices.entry(m.device).or_default();
+                    meta.integrated = props.integrated.or(meta.integrated);
+                    meta.host_memory_bytes = props.host_memory_bytes.or(meta.host_memory_bytes);
+                } else {
                     self.records
                         .entry(m.pid)
                         .or_default()
@@ -354,7 +360,7 @@ impl Builder {
                         .push(m.ts_ns);
                     self.process(m.pid).markers += 1
                 }
-            },
+            }
             Record::Dropped(d) => {
                 self.records
                     .entry(d.pid)
@@ -370,7 +376,7 @@ impl Builder {
                 p.end_ts = Some(p.end_ts.map_or(e.ts_ns, |t| t.max(e.ts_ns)));
                 p.exit_code = e.known_exit_code();
             }
-            Record::DeviceSample(_) => self.loaded.device_samples += 1,
+            Record::DeviceSample(d) => self.loaded.device_samples.push(d),
             // PJRT executables and allocator statistics: read by `analysis::runtime`.
             Record::PjrtExecutable(_) | Record::PjrtMemoryStats(_) => {}
             Record::Backtrace(b) => {

@@ -36,7 +36,9 @@ Examples:
 
 TRACE is JSON lines ({\"op\":\"alloc\",\"id\":7,\"size\":1048576,\"tag\":\"w\"} / {\"op\":\"free\",\"id\":7}),
 a bfc_validate.py document, or a memwatch capture (.mwcap). Devices: mi300x, mi325x, mi355x,
-h100, h200, strix-halo[:vram=SIZE,gtt=SIZE,mem=hipmalloc|managed,ram=SIZE].")]
+h100, h200, strix-halo[:vram=SIZE,gtt=SIZE,mem=hipmalloc|managed,ram=SIZE,hip=aperture|unified|SIZE]
+(Strix Halo: capacity = the smaller of what HIP reports and what the OS lets hipMalloc map;
+managed memory: the GTT limit).")]
 pub struct ReplayArgs {
     /// Trace file: JSON lines, a bfc_validate.py document, or a .mwcap capture.
     pub trace: PathBuf,

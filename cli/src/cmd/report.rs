@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use memwatch_analysis::apu::{Agreement, ApuReport};
 use memwatch_analysis::capture::{
     analyze, load_path, write_trace, CaptureReport, Loaded, ProcessReport, ReportOptions,
     TraceOptions,
@@ -33,7 +34,16 @@ what the old image still held was released by the exec, not leaked. Sampled stac
 ELF symbol tables of the files on this machine. Allocation calls are timed only with
 MEMWATCH_ALLOC_DURATIONS=1 (else -). A damaged capture (cut off by a crash) is
 reported up to the damage, and the damage is listed on stderr. A file that is not a
-capture exits with status 2.";
+capture exits with status 2.
+
+On an APU (an integrated AMD GPU such as Strix Halo: HIP says so, or the amdgpu sysfs
+counters show a small VRAM carve-out) the report adds a section per APU device (JSON
+`apu`, present only then): the shim's own accounting of hipMalloc, hipHostMalloc,
+hipMallocManaged and hipHostRegister by kind, next to what HIP reports and the amdgpu
+sysfs VRAM/GTT counters `memwatch run` read during the run (MEMWATCH_SYSFS_ROOT
+overrides /sys), whether the counters agree with the shim (on Strix Halo GTT usage is
+known not to follow hipMalloc), and any failed request larger than the device could
+give: what it asked, what the device could give, the shortfall.";
 
 /// Arguments of `memwatch report`.
 #[derive(Args, Debug)]
@@ -118,6 +128,7 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
         );
         return Ok(Outcome::Success);
     }
+    let apu = memwatch_analysis::apu::analyze(&loaded);
     let report = analyze(loaded, &ReportOptions { top: args.top });
     let runtime = super::runtime::for_report(&args.capture, args.xla_dump.as_deref(), args.top)?;
     if args.json {
@@ -129,10 +140,19 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
                 serde_json::to_value(r).context("cannot encode the runtime report")?,
             );
         }
+        if let (Some(a), Some(obj)) = (&apu, v.as_object_mut()) {
+            obj.insert(
+                "apu".into(),
+                serde_json::to_value(a).context("cannot encode the APU report")?,
+            );
+        }
         serde_json::to_writer(&mut out, &v).context("cannot write JSON to stdout")?;
         writeln!(out).context("cannot write JSON to stdout")?;
     } else {
         out!("{}", render(&report, args.top));
+        if let Some(a) = &apu {
+            out!("{}", render_apu(a));
+        }
         if let Some(r) = &runtime {
             outln!("\nPJRT runtime (allocator statistics, executables; see `memwatch runtime`)");
             super::runtime::print_human(r, false)?;
@@ -268,6 +288,91 @@ fn command_line(p: &ProcessReport) -> String {
     } else {
         s
     }
+}
+
+/// The APU section: the shim's accounting by kind, next to what HIP and the driver's
+/// counters said, and requests larger than the device could give.
+pub fn render_apu(r: &ApuReport) -> String {
+    let mut o = String::new();
+    for d in &r.devices {
+        o.push_str(&format!(
+            "\nAPU device {} ({}): unified memory; {}. The shim's accounting is the \
+             reference here.\n",
+            d.device,
+            d.name.as_deref().unwrap_or("name unknown"),
+            d.evidence.describe()
+        ));
+        let opt = |b: Option<u64>| b.map_or_else(|| "-".to_string(), bytes);
+        o.push_str(&format!(
+            "  HIP reports {}; the OS managed {}",
+            opt(d.hip_total_bytes),
+            opt(d.host_memory_bytes)
+        ));
+        match &d.sysfs {
+            Some(s) => o.push_str(&format!(
+                "; amdgpu sysfs: VRAM carve-out {}, GTT limit {} (hipMalloc can map up to {}), \
+                 {} readings\n",
+                bytes(s.vram_total_bytes),
+                bytes(s.gtt_total_bytes),
+                bytes(s.hip_malloc_limit_bytes),
+                s.readings
+            )),
+            None => o.push_str("; no amdgpu sysfs readings\n"),
+        }
+        let mut rows = vec![vec![
+            "kind".to_string(),
+            "allocs".into(),
+            "peak".into(),
+            "live at end".into(),
+        ]];
+        for k in &d.kinds {
+            rows.push(vec![
+                k.kind.label().to_string(),
+                k.allocs.to_string(),
+                bytes(k.peak_bytes),
+                bytes(k.live_bytes_at_end),
+            ]);
+        }
+        rows.push(vec![
+            format!("all kinds at once (at {})", duration(d.shim_peak_ns)),
+            String::new(),
+            bytes(d.shim_peak_bytes),
+            String::new(),
+        ]);
+        table(&mut o, "  ", &rows);
+        let c = &d.comparison;
+        match (c.status, c.at_ns) {
+            (Agreement::NotCompared, _) | (_, None) => {
+                o.push_str(&format!("  sysfs vs shim: not compared: {}\n", c.message))
+            }
+            (status, Some(at)) => {
+                let verdict = match status {
+                    Agreement::SysfsUnder => "DISAGREE (sysfs under-reports)",
+                    Agreement::SysfsOver => "DISAGREE (sysfs shows more)",
+                    _ => "agree",
+                };
+                o.push_str(&format!(
+                    "  sysfs vs shim at {}: {verdict}: shim {} (+{}), sysfs VRAM {} + GTT {} \
+                     ({}): {}\n",
+                    duration(at),
+                    bytes(c.shim_mapped_bytes),
+                    bytes(c.shim_growth_bytes),
+                    bytes(c.sysfs_vram_used_bytes),
+                    bytes(c.sysfs_gtt_used_bytes),
+                    super::fmt::delta(c.sysfs_growth_bytes),
+                    c.message
+                ));
+            }
+        }
+        for q in &d.oversized_requests {
+            o.push_str(&format!(
+                "  OVERSIZED REQUEST at {}: {}\n",
+                duration(q.ts_ns),
+                q.describe()
+            ));
+        }
+    }
+    o
 }
 
 /// The full human report.

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use memwatch_agent::sampler::capture::{self as capture_sampling, CaptureSampling};
 use memwatch_agent::{CaptureFileSink, ConnId, FrameSink, Receiver, ReceiverStats};
 use memwatch_analysis::capture::{analyze, ReportOptions};
 use memwatch_wire::{encode_record, Marker, Record};
@@ -41,7 +42,10 @@ The default file is memwatch-<cmd>-<UTC time>.mwcap in the current directory. me
 exits with CMD's exit status (128+N if signal N killed it; 127 if CMD was not found, 126
 if it could not be run) and prints a short report on stderr; `memwatch report FILE` shows everything. The shim is found via $MEMWATCH_PRELOAD,
 next to the memwatch executable, or in ../lib/memwatch/ relative to it.
-Tags are recorded in the capture as `memwatch.tag K=V` markers.";
+Tags are recorded in the capture as `memwatch.tag K=V` markers. On a machine with an
+amdgpu card the driver's VRAM/GTT counters (/sys/class/drm/card*/device/mem_info_*,
+$MEMWATCH_SYSFS_ROOT instead of /sys) are read into the capture at the start, once a
+second and at the end, for the report's APU section.";
 
 /// Arguments of `memwatch run`.
 #[derive(Args, Debug)]
@@ -279,6 +283,12 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     for (k, v) in &args.tags {
         write_tag(&sink, k, v)?;
     }
+    // amdgpu VRAM/GTT readings next to the shims' events (APU accounting in the report).
+    let sampling = CaptureSampling::start(
+        &capture_sampling::sysfs_root(),
+        sink.clone() as Arc<dyn FrameSink>,
+        Duration::from_secs(1),
+    );
 
     let mut ld_preload = preload.clone().into_os_string();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
@@ -297,6 +307,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         Ok(c) => c,
         Err(e) => {
             // Nothing ran: leave no capture behind (but never remove what was there).
+            drop(sampling);
             receiver.shutdown();
             let _ = sink.finish();
             capture_out.discard();
@@ -362,6 +373,9 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let still_open = receiver.open_connections().max(left_behind.len());
     let waited = cmd_ended.elapsed().as_secs_f64();
     let stats = receiver.shutdown();
+    if let Some(s) = sampling {
+        s.stop();
+    }
     // From here on CMD's status is what memwatch exits with: a capture that could not be
     // written is said loudly, never turned into another exit status.
     let written = match sink.finish() {

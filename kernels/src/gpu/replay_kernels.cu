@@ -26,12 +26,12 @@ MW_DEVICE mw_u32 mw_pattern(mw_u64 i, mw_u32 seed) {
 }
 
 MW_KERNEL void mw_touch(mw_u64 base, mw_u64 nbytes, mw_u32 seed) {
-  uint4* p = (uint4*)base;
+  mw_u32x4* p = (mw_u32x4*)base;
   const mw_u64 nvec = nbytes / 16;
   const mw_u64 step = mw_grid_stride();
   for (mw_u64 v = mw_global_id(); v < nvec; v += step) {
     const mw_u64 w = v * 4;
-    uint4 val;
+    mw_u32x4 val;
     val.x = mw_pattern(w, seed);
     val.y = mw_pattern(w + 1, seed);
     val.z = mw_pattern(w + 2, seed);
@@ -45,14 +45,14 @@ MW_KERNEL void mw_touch(mw_u64 base, mw_u64 nbytes, mw_u32 seed) {
 }
 
 MW_KERNEL void mw_checksum(mw_u64 base, mw_u64 nbytes, mw_u32 seed, mw_u64 mismatches_out) {
-  const uint4* p = (const uint4*)base;
+  const mw_u32x4* p = (const mw_u32x4*)base;
   mw_u64* out = (mw_u64*)mismatches_out;
   const mw_u64 nvec = nbytes / 16;
   const mw_u64 step = mw_grid_stride();
   mw_u64 bad = 0;
   for (mw_u64 v = mw_global_id(); v < nvec; v += step) {
     const mw_u64 w = v * 4;
-    const uint4 val = p[v];
+    const mw_u32x4 val = p[v];
     bad += (val.x != mw_pattern(w, seed)) | (val.y != mw_pattern(w + 1, seed)) |
            (val.z != mw_pattern(w + 2, seed)) | (val.w != mw_pattern(w + 3, seed));
   }
@@ -65,14 +65,14 @@ MW_KERNEL void mw_checksum(mw_u64 base, mw_u64 nbytes, mw_u32 seed, mw_u64 misma
 }
 
 MW_KERNEL void mw_strided(mw_u64 base, mw_u64 nbytes, mw_u64 stride_vec, mw_u32 passes) {
-  uint4* p = (uint4*)base;
+  mw_u32x4* p = (mw_u32x4*)base;
   const mw_u64 nvec = nbytes / 16;
   if (nvec == 0) return;
   const mw_u64 step = mw_grid_stride();
   for (mw_u32 pass = 0; pass < passes; ++pass) {
     for (mw_u64 v = mw_global_id(); v < nvec; v += step) {
       const mw_u64 j = (v * stride_vec) % nvec;
-      uint4 val = p[j];
+      mw_u32x4 val = p[j];
       val.x = ~val.x;
       val.y = ~val.y;
       val.z = ~val.z;

@@ -7,8 +7,10 @@
 //! through `librocm_smi64` (cargo feature `rocm`, loaded at run time) and amdgpu sysfs
 //! (`mem_info_vram_used` / `mem_info_gtt_used`, no dependency). VRAM (dedicated or the
 //! Strix Halo carve-out) and GTT are reported as separate samples (`memory` 0 and 1) and
-//! are never added together.
+//! are never added together. `capture` writes the amdgpu readings into a `memwatch run`
+//! capture.
 
+pub mod capture;
 pub mod nvml;
 #[cfg(feature = "rocm")]
 pub mod rocm;

@@ -1,7 +1,11 @@
 //! amdgpu sysfs sampling: `/sys/class/drm/cardN/device/mem_info_{vram,gtt}_{used,total}`.
 //!
-//! Dependency-free AMD fallback. On an APU such as Strix Halo `vram` is the BIOS
-//! carve-out and `gtt` the system memory the GPU maps; they are separate samples.
+//! Dependency-free AMD fallback, and what `memwatch run` records for the report's APU
+//! section. On an APU such as Strix Halo `vram` is the BIOS carve-out and `gtt` the
+//! system memory the GPU maps; they are separate samples. Cards are numbered 0.. in
+//! `cardN` order, skipping entries without the counters (connectors, render nodes, a
+//! BMC's VGA card): with one AMD GPU that is HIP's device 0; with several it assumes
+//! HIP enumerates them in the same order.
 
 use std::path::{Path, PathBuf};
 
@@ -96,6 +100,42 @@ impl DeviceSampler for SysfsSampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/amdgpu-sysfs")
+            .join(name)
+    }
+
+    #[test]
+    fn the_fixture_trees_read_as_the_driver_documents_them() {
+        // Strix Halo with a 512 MiB carve-out: card1 only (connector, render node skipped).
+        let mut s = SysfsSampler::new(&fixture("strix-halo-uma512m-gtt120g"));
+        assert_eq!(s.card_count(), 1);
+        let d = s.devices();
+        assert_eq!((d[0].device, d[0].total_bytes), (0, 536_870_912));
+        assert_eq!(d[0].name, "amdgpu");
+        let v = s.sample(9);
+        assert_eq!(v.len(), 2);
+        assert_eq!(
+            (v[0].memory, v[0].used_bytes, v[0].total_bytes),
+            (0, 507_244_544, 536_870_912)
+        );
+        assert_eq!((v[1].memory, v[1].total_bytes), (1, 128_849_018_880));
+        // Two MI300X behind a BMC's VGA card0: devices 0 and 1 are card1 and card2.
+        let mut s = SysfsSampler::new(&fixture("mi300x-x2-bmc"));
+        assert_eq!(s.card_count(), 2);
+        let v = s.sample(1);
+        assert_eq!(v.len(), 4);
+        assert_eq!(
+            v.iter().map(|x| (x.device, x.memory)).collect::<Vec<_>>(),
+            [(0, 0), (0, 1), (1, 0), (1, 1)]
+        );
+        assert!(v
+            .iter()
+            .filter(|x| x.memory == 0)
+            .all(|x| x.total_bytes == 205_822_885_888));
+    }
 
     #[test]
     fn strix_halo_like_card_reports_vram_and_gtt_apart() {

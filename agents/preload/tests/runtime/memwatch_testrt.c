@@ -1,7 +1,8 @@
 /* memwatch_testrt.c - a simulated HIP + CUDA (driver and runtime) library for the
  * memwatch shim tests. Exports the entry points memwatch intercepts over a simulated
  * heap: 8 devices, capacity per device from MEMWATCH_TESTRT_CAPACITY (bytes, default
- * 1 GiB). Device pointers are unmapped addresses ((device+1) << 40 + offset); host
+ * 1 GiB); MEMWATCH_TESTRT_INTEGRATED=1 makes them report hipDeviceAttributeIntegrated = 1
+ * (an APU such as Strix Halo; with an APU-sized capacity, e.g. 128 GiB). Device pointers are unmapped addresses ((device+1) << 40 + offset); host
  * (pinned) memory is real malloc memory. Errors use the real codes: out of memory 2
  * (hipErrorOutOfMemory, CUDA_ERROR_OUT_OF_MEMORY, cudaErrorMemoryAllocation), invalid
  * value 1, invalid device 101, invalid context 201, file not found 301, invalid handle
@@ -41,11 +42,14 @@ typedef struct { pthread_mutex_t mu; uint64_t used, next; Entry t[TABLE]; } __at
 static Heap heaps[NDEV + 1];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static uint64_t cap_bytes = 1ull << 30;
+static int integrated = 0;
 static __thread int cur_dev = 0;
 
 static void init_heaps(void) {
     const char *c = getenv("MEMWATCH_TESTRT_CAPACITY");
     if (c && *c) cap_bytes = strtoull(c, NULL, 0);
+    const char *i = getenv("MEMWATCH_TESTRT_INTEGRATED");
+    integrated = i && !strcmp(i, "1");
     for (int i = 0; i <= NDEV; i++) pthread_mutex_init(&heaps[i].mu, NULL);
 }
 static int ret(int r) { errno = r == 0 ? OK_ERRNO : (r == 2 ? ENOMEM : EINVAL); return r; }
@@ -282,6 +286,16 @@ int hipGetDevice(int *d) { if (!d) return ret(1); *d = cur_dev; return ret(0); }
 int hipGetDeviceCount(int *n) { if (!n) return ret(1); *n = NDEV; return ret(0); }
 int hipDeviceGetName(char *name, int len, int d) { if (d < 0 || d >= NDEV) return ret(101); snprintf(name, len, "memwatch simulated GPU %d", d); return ret(0); }
 int hipDeviceTotalMem(size_t *b, int d) { pthread_once(&once, init_heaps); if (d < 0 || d >= NDEV) return ret(101); *b = cap_bytes; return ret(0); }
+/* hipDeviceAttributeIntegrated (16 in ROCm's hipDeviceAttribute_t); other attributes
+ * are not simulated: hipErrorInvalidValue. */
+int hipDeviceGetAttribute(int *v, int attr, int d) {
+    pthread_once(&once, init_heaps);
+    if (!v) return ret(1);
+    if (d < 0 || d >= NDEV) return ret(101);
+    if (attr != 16) return ret(1);
+    *v = integrated;
+    return ret(0);
+}
 
 /* --------------------------- CUDA driver --------------------------- */
 typedef uint64_t CUdeviceptr;
