@@ -120,7 +120,7 @@ fi
 
 # -- 2. The binaries of this work tree --
 echo "== memwatch + shim, $profile build"
-cargo_args=(build --locked -p memwatch --bin memwatch -p memwatch-preload
+cargo_args=(build --locked -p memwatch -p memwatch-preload
   --features memwatch-agent/rocm)
 [[ $profile == release ]] && cargo_args+=(--release)
 # (memwatch-kernels' notes about HIP targets this hipcc lacks are left out.)

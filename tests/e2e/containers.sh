@@ -258,7 +258,8 @@ code=$(docker inspect -f '{{.State.ExitCode}}' "$DAEMON")
 say "agent and daemon stopped with exit status 0, everything acknowledged"
 
 if ((${#FAILED[@]})); then
-  step "FAILED (${#FAILED[@]}): $(IFS=';'; echo "${FAILED[*]}")"
+  step "FAILED (${#FAILED[@]} checks)"
+  printf '   - %s\n' "${FAILED[@]}"
   exit 1
 fi
 step "passed"
