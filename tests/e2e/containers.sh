@@ -12,7 +12,8 @@
 #      back through its API and compared with what the programs did, event for event
 #      (tests/e2e/containers_check.py);
 #   5. the daemon container is killed (kill -9 of its process) while a workload streams,
-#      restarts by its restart policy, and nothing stored or acknowledged is lost;
+#      and again as the agent reconnects to replay its spool; it restarts by its restart
+#      policy each time, and nothing stored or acknowledged is lost;
 #   6. /metrics and dashboard pages answer on the loopback port, and only with the token;
 #   7. docker stop ends agent and daemon cleanly (exit 0, the agent's data acknowledged);
 #      everything is torn down: no container, network or volume of the test is left.
@@ -203,7 +204,7 @@ wait_stored "$total1" "container c1"
 check verify "$WORK/expect" || failed "what the daemon stored differs from what the programs did"
 
 # -- 5. kill -9 of the daemon while a workload streams --
-step "daemon killed (kill -9) while a workload streams"
+step "daemon killed (kill -9) while a workload streams, then again as the agent replays"
 # Container c2 (another image, so other pids and paths): N programs one after another,
 # every third through cuGetProcAddress, some with 8 threads; the kill lands while the
 # first quarter is stored and the rest still runs.
@@ -223,17 +224,40 @@ for ((i = 0; i < 600; i++)); do
   sleep 0.05
 done
 check snapshot "$WORK/before-kill.json" >"$WORK/snapshot.count"
-pid=$(docker inspect -f '{{.State.Pid}}' "$DAEMON")
-kill -9 "$pid"
+kill_daemon() {
+  local pid
+  pid=$(docker inspect -f '{{.State.Pid}}' "$DAEMON")
+  ((pid > 0)) || fail "the daemon container has no running process to kill"
+  kill -9 "$pid"
+  echo "$pid"
+}
+# Restarts of the daemon so far (a restart policy's count), and the agent's connections.
+restarts() { docker inspect -f '{{.RestartCount}}' "$DAEMON"; }
+connections() { docker logs "$DAEMON" 2>&1 | grep -c 'agent connected' || true; }
+wait_restarted() {
+  local n=$1 i
+  for ((i = 0; i < 120; i++)); do
+    (($(restarts) >= n)) && return 0
+    sleep 0.5
+  done
+  fail "the daemon was not restarted by its restart policy (restarts: $(restarts), want $n)"
+}
+pid=$(kill_daemon)
 done_at_kill=$(find "$WORK/expect" -name 'c2-*' | wc -l)
 say "killed the daemon (pid $pid) with $(cat "$WORK/snapshot.count") events stored and $done_at_kill of $N programs of c2 done"
 ((done_at_kill < N)) || fail "the workload ended before the kill: nothing was streaming"
-for ((i = 0; i < 120; i++)); do
-  [[ $(docker inspect -f '{{.RestartCount}}' "$DAEMON") -ge 1 ]] && break
-  sleep 0.5
+# Second kill: the moment the agent is back, while it replays what it spooled meanwhile.
+before=$(connections)
+wait_restarted 1
+for ((i = 0; i < 400; i++)); do
+  (($(connections) > before)) && break
+  sleep 0.05
 done
-[[ $(docker inspect -f '{{.RestartCount}}' "$DAEMON") -ge 1 ]] || fail "the daemon was not restarted by its restart policy"
-wait_healthy "$DAEMON" "daemon after the kill"
+(($(connections) > before)) || fail "the agent did not reconnect to the restarted daemon within 20 s"
+pid=$(kill_daemon)
+say "killed the daemon again (pid $pid) as the agent reconnected to replay its spool"
+wait_restarted 2
+wait_healthy "$DAEMON" "daemon after the kills"
 status=$(docker wait "$PROJECT-c2")
 [[ $status == 0 ]] || fail "the workload container c2 exited with $status: $(docker logs "$PROJECT-c2" 2>&1 | tail -n 5)"
 total2=$(check total "$WORK/expect")
