@@ -3,6 +3,7 @@
 # to reach a Docker engine on Debian 12 without any image registry.
 #
 #   mw_engine_packages   installs Debian's docker.io, docker-compose and mmdebstrap if missing
+#   mw_packages PKG...   installs those of the Debian packages PKG that are missing
 #   mw_engine_up         makes sure an engine answers; when none does and we are root, starts
 #                        Debian's dockerd in the background (sets MW_ENGINE_STARTED=1)
 #   mw_engine_down       stops the dockerd that mw_engine_up started (and only that one)
@@ -21,8 +22,13 @@ mw_sudo() {
 }
 
 mw_engine_packages() {
+  mw_packages "${MW_ENGINE_PACKAGES[@]}"
+}
+
+# mw_packages PKG...: installs the Debian packages among PKG that are missing.
+mw_packages() {
   local missing=() p
-  for p in "${MW_ENGINE_PACKAGES[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   ((${#missing[@]})) || return 0

@@ -49,7 +49,10 @@ failed() {
 
 # -- 1. The systemd unit of the agent --
 step "systemd-analyze verify docker/memwatch-agent.service"
-command -v systemd-analyze >/dev/null || fail "systemd-analyze is missing (Debian package systemd)"
+# shellcheck source=docker/engine.sh
+source docker/engine.sh
+command -v systemd-analyze >/dev/null || mw_packages systemd ||
+  fail "systemd-analyze is missing and cannot be installed: $MW_ENGINE_WHY"
 [[ -x $TARGET/debug/memwatch ]] || cargo build -q --locked -p memwatch --bin memwatch
 unit_root=$(mktemp -d)
 mkdir -p "$unit_root/usr/local/bin" "$unit_root/etc/systemd/system" "$unit_root/usr/lib/systemd"
@@ -67,8 +70,6 @@ say "unit verified (systemd $(systemd-analyze --version | awk 'NR==1{print $2}')
 
 # -- 2. The engine --
 step "Docker engine"
-# shellcheck source=docker/engine.sh
-source docker/engine.sh
 mw_engine_packages || skip "$MW_ENGINE_WHY"
 mw_engine_up || skip "no Docker engine can run here: $MW_ENGINE_WHY"
 say "engine $(docker version -f '{{.Server.Version}}'), storage driver $(docker info -f '{{.Driver}}'), started by this test: $MW_ENGINE_STARTED"
