@@ -2,8 +2,9 @@
 # The test suite. CI runs exactly this (.ci/run); so can anyone on a fresh Debian 12:
 #   formatting and lints, every Rust test (SQLite and PostgreSQL), the dashboard in a real
 #   headless Chromium, the daemon's API against its OpenAPI document (schemathesis), the
-#   XLA dumps re-generated with jax[cpu]==0.10.2 and the CI gate on them, and a short
-#   fuzzing run of every parser. GPU tests live in tests/gpu/ (see README).
+#   XLA dumps re-generated with jax[cpu]==0.10.2 and the CI gate on them, a short
+#   fuzzing run of every parser, and the container images built, started and tested
+#   (skipped, saying why, where no Docker engine can run). GPU tests: tests/gpu/ (README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -26,6 +27,7 @@ echo "== daemon API against its OpenAPI document (schemathesis)"; bash tests/e2e
 echo "== CPU XLA dumps re-generated with jax[cpu]==0.10.2"; bash tests/python/check_cpu_dumps.sh
 echo "== memwatch gate on a real JAX model"; bash scripts/gate-jax-test.sh
 echo "== fuzzing every parser briefly"; bash scripts/fuzz-smoke.sh 5
+echo "== container images: built, started, tested (docker/)"; bash tests/e2e/containers.sh
 
 # The closing line CI reads: every Rust test (the four suites above exit non-zero on any
 # failure, so they never reach this line when they fail).
