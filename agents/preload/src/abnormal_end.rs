@@ -28,7 +28,7 @@
 //! `dlopen`) the program's calls were bound before the shim came.
 
 use crate::real::{libc_fn, LibcFn};
-use crate::rt;
+use crate::record::state;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
@@ -96,10 +96,10 @@ pub(crate) fn yield_to_pending_end() {
 /// Asks the flusher for the last pass with `exit_code` and waits for it (bounded).
 /// Keeps the caller's errno (the wait does).
 fn hand_off_last_pass(exit_code: i32) {
-    if !rt::is_active()
-        || !rt::FLUSHER_RUNNING.load(Ordering::Acquire)
+    if !state::is_active()
+        || !state::FLUSHER_RUNNING.load(Ordering::Acquire)
         || FLUSHER_TID.load(Ordering::Acquire) == gettid()
-        || !rt::is_this_process()
+        || !state::is_this_process()
     {
         return;
     }
@@ -114,7 +114,7 @@ fn hand_off_last_pass(exit_code: i32) {
     }
     REQUESTER_TID.store(gettid(), Ordering::Release);
     crate::wait::wait_until(
-        || DONE.load(Ordering::Acquire) || !rt::FLUSHER_RUNNING.load(Ordering::Acquire),
+        || DONE.load(Ordering::Acquire) || !state::FLUSHER_RUNNING.load(Ordering::Acquire),
         END_WAIT_NS,
     );
     if !DONE.load(Ordering::Acquire) {

@@ -29,7 +29,8 @@ use crate::got_patch::{self, Hook, Patch};
 use crate::hooks::HOOKS;
 use crate::pointer_scan::{self, Redirect, Target};
 use crate::real::real_dlsym;
-use crate::{rt, sink};
+use crate::record::state;
+use crate::sink;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use memwatch_wire::{Marker, Record};
 use std::sync::Mutex;
@@ -179,7 +180,7 @@ fn marker(text: String, device: i32) -> Record {
         pid: std::process::id(),
         // SAFETY: plain syscall.
         tid: unsafe { libc::syscall(libc::SYS_gettid) } as u32,
-        ts_ns: rt::now_ns(),
+        ts_ns: crate::clock::monotonic_ns(),
         device,
         text,
     })
@@ -306,7 +307,7 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
         None => false,
     };
     let env_sink = libc::getenv(c"MEMWATCH_SINK".as_ptr());
-    if rt::is_active() && !env_sink.is_null() {
+    if state::is_active() && !env_sink.is_null() {
         return 1; // started under `memwatch run` / MEMWATCH_SINK
     }
     let sink_bytes = CStr::from_ptr(sink_arg).to_bytes();
@@ -314,8 +315,8 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
     if cfg.sink == SinkKind::None {
         return -1;
     }
-    if !rt::set_config(cfg) {
-        let cur = rt::config();
+    if !crate::lifecycle::set_config(cfg) {
+        let cur = crate::config::get();
         if cur.sink != cfg.sink || cur.path_bytes() != cfg.path_bytes() {
             if !env_sink.is_null() {
                 return -2; // configured by MEMWATCH_SINK at start-up
@@ -328,7 +329,7 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
         }
     }
     if inherited {
-        if !rt::activate() {
+        if !crate::lifecycle::activate() {
             return -3;
         }
         if let Some(a) = guard.as_mut() {
@@ -349,7 +350,7 @@ pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int
     }
     let shim = shim_base();
     let (names, targets) = resolve_all(shim);
-    if !rt::activate() {
+    if !crate::lifecycle::activate() {
         return -3;
     }
     let hooks: Vec<Hook> = names
@@ -417,7 +418,7 @@ pub unsafe extern "C" fn memwatch_attach_stop(reason: *const c_char) -> c_int {
     } else {
         CStr::from_ptr(reason).to_string_lossy().into_owned()
     };
-    rt::turn_off();
+    state::turn_off();
     let text = format!(
         "memwatch-attach stop restored_slots={restored} restored_copies={restored_copies} \
          reason={why}"

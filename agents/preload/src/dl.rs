@@ -13,7 +13,7 @@
 
 use crate::hooks::{resolve, HookInfo, HOOKS};
 use crate::real::{real_dlsym, real_dlvsym};
-use crate::rt;
+use crate::record::state;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
@@ -42,7 +42,7 @@ fn wrap_result(h: &HookInfo, p: *mut c_void) -> *mut c_void {
             p
         };
     }
-    if !rt::wrap_allowed(h.family) {
+    if !state::wrap_allowed(h.family) {
         return p;
     }
     if h.offer_real(p) {
@@ -264,7 +264,7 @@ pub unsafe fn wrap_proc(
     ver: c_int,
     flags: u64,
 ) {
-    if sym.is_null() || pfn.is_null() || (*pfn).is_null() || !rt::wrap_allowed(fam) {
+    if sym.is_null() || pfn.is_null() || (*pfn).is_null() || !state::wrap_allowed(fam) {
         return;
     }
     let saved_errno = *libc::__errno_location();

@@ -10,7 +10,7 @@
 //! lost.
 
 use crate::real::{libc_fn, LibcFn};
-use crate::rt;
+use crate::record::state;
 use core::ffi::{c_char, c_int, c_void};
 
 type Argv = *const *const c_char;
@@ -19,8 +19,8 @@ fn before() -> bool {
     // A vfork child shares the parent's memory (and so its rings, sink and flusher
     // state) but not its pid: its exec is none of the shim's business. Python's
     // subprocess tries one exec per PATH entry there.
-    if rt::is_active() && rt::is_this_process() {
-        rt::final_flush(memwatch_wire::ProcessEnd::UNKNOWN_EXIT);
+    if state::is_active() && state::is_this_process() {
+        crate::process_end::final_flush(memwatch_wire::ProcessEnd::UNKNOWN_EXIT);
         true
     } else {
         false
@@ -31,7 +31,7 @@ fn after_failure(flushed: bool) {
     if flushed {
         // SAFETY: errno location of this thread.
         let e = unsafe { *libc::__errno_location() };
-        rt::resume_after_failed_exec();
+        crate::lifecycle::resume_after_failed_exec();
         // SAFETY: as above.
         unsafe { *libc::__errno_location() = e };
     }

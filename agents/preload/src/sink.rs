@@ -2,12 +2,12 @@
 //!
 //! Owns the one sink per process behind a try-lock (never taken on the hook path), the
 //! stream preamble / `process_start` / `device_info` / `dropped` / `process_end` frames,
-//! and draining the ring into `events` frames. Runs on the flusher thread, at exit and
+//! and draining the per-thread rings and the shared queue into `events` frames. Runs on the flusher thread, at exit and
 //! before exec; it may allocate. One `write()` per whole frame, so processes appending
 //! to one file (`O_APPEND`) never interleave inside a frame.
 
 use crate::config::SinkKind;
-use crate::rt;
+use crate::record::state;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 use memwatch_wire::frame::encode_preamble;
@@ -99,7 +99,7 @@ static SINK: Locked = Locked {
 
 /// Takes the lock, waiting at most `timeout_ns`. Returns whether it was taken.
 pub fn lock_raw(timeout_ns: u64) -> bool {
-    let start = rt::now_ns();
+    let start = crate::clock::monotonic_ns();
     loop {
         if SINK
             .busy
@@ -108,7 +108,7 @@ pub fn lock_raw(timeout_ns: u64) -> bool {
         {
             return true;
         }
-        if rt::now_ns().saturating_sub(start) > timeout_ns {
+        if crate::clock::monotonic_ns().saturating_sub(start) > timeout_ns {
             return false;
         }
         sleep_ns(200_000);
@@ -169,7 +169,7 @@ pub fn restart_process() {
     }
 }
 
-/// Drains the ring under the lock. `final_` also writes `process_end(exit_code)`.
+/// Drains the rings under the lock. `final_` also writes `process_end(exit_code)`.
 /// Returns the number of events written (0 when the lock was busy).
 pub fn flush_locked(final_: bool, exit_code: i32, timeout_ns: u64) -> usize {
     if !lock_raw(timeout_ns) {
@@ -294,20 +294,17 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         let mut lost = 0u64;
         loop {
             st.events.clear();
-            let n = crate::tring::drain_all(
-                &mut st.events,
-                FRAME_EVENTS,
-                rt::PID.load(Ordering::Relaxed),
-            );
+            let n =
+                crate::record::thread_ring::drain_all(&mut st.events, FRAME_EVENTS, state::pid());
             lost += n as u64;
             if n == 0 {
                 break;
             }
         }
-        while rt::RING.pop().is_some() {
+        while state::SHARED_QUEUE.pop().is_some() {
             lost += 1;
         }
-        rt::DROPPED.fetch_add(lost, Ordering::Relaxed);
+        state::count_dropped(lost);
         return 0;
     }
     if !st.started {
@@ -326,20 +323,16 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     // One pass drains at most what the rings can hold (everything queued when it began),
     // so a thread allocating without pause cannot keep the lock, or a last pass, for
     // ever; and a pass gives way at once to a last pass asked for by an ending thread.
-    let budget = crate::tring::capacity_total() + rt::RING.capacity();
+    let budget = crate::record::thread_ring::capacity_total() + state::SHARED_QUEUE.capacity();
     let mut total = 0usize;
     loop {
         if total >= budget || (!final_ && crate::abnormal_end::requested_code().is_some()) {
             break;
         }
         st.events.clear();
-        crate::tring::drain_all(
-            &mut st.events,
-            FRAME_EVENTS,
-            rt::PID.load(Ordering::Relaxed),
-        );
+        crate::record::thread_ring::drain_all(&mut st.events, FRAME_EVENTS, state::pid());
         while st.events.len() < FRAME_EVENTS {
-            match rt::RING.pop() {
+            match state::SHARED_QUEUE.pop() {
                 Some(e) => st.events.push(e),
                 None => break,
             }
@@ -349,7 +342,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         }
         // Backtrace slots leave the event list (they are written as their own frames).
         st.backtraces.clear();
-        crate::backtrace::split(&mut st.events, &mut st.backtraces);
+        crate::backtrace_frames::split(&mut st.events, &mut st.backtraces);
         // Raw hot-path clock -> CLOCK_MONOTONIC ns (after popping: all are older).
         let conv = crate::clock::Converter::sample();
         if !st.backtraces.is_empty() {
@@ -376,18 +369,18 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         let ok = frame.get(..len).is_some_and(|f| write_all(st, f));
         st.buf = frame;
         if !ok {
-            rt::DROPPED.fetch_add(st.events.len() as u64, Ordering::Relaxed);
+            state::count_dropped(st.events.len() as u64);
         }
     }
     if st.started {
         crate::pjrt::pending_frames(|b| write_all(st, b));
     }
-    let dropped = rt::dropped_total();
-    let pid = rt::PID.load(Ordering::Relaxed);
+    let dropped = state::dropped_total();
+    let pid = state::pid();
     if dropped != st.last_dropped {
         let rec = Record::Dropped(memwatch_wire::Dropped {
             pid,
-            ts_ns: rt::now_ns(),
+            ts_ns: crate::clock::monotonic_ns(),
             dropped_total: dropped,
         });
         if encode_small(st, &rec) {
@@ -397,7 +390,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     if final_ {
         let rec = Record::ProcessEnd(ProcessEnd {
             pid,
-            ts_ns: rt::now_ns(),
+            ts_ns: crate::clock::monotonic_ns(),
             exit_code,
         });
         encode_small(st, &rec);
@@ -416,9 +409,9 @@ fn encode_small(st: &mut State, rec: &Record) -> bool {
 /// Writes this pass's backtraces (timestamps converted like the events'), preceded by a
 /// `module_map` when none was written yet or objects were loaded / unloaded since.
 fn write_backtraces(st: &mut State, conv: &crate::clock::Converter) {
-    let pid = rt::PID.load(Ordering::Relaxed);
+    let pid = state::pid();
     let mut out = Vec::new();
-    let (map, generation) = crate::backtrace::module_map(pid, rt::now_ns());
+    let (map, generation) = crate::backtrace_frames::module_map(pid, crate::clock::monotonic_ns());
     if generation != st.module_generation {
         if encode_record(&Record::ModuleMap(map), &mut out).is_ok() && write_all(st, &out) {
             st.module_generation = generation;
@@ -498,7 +491,7 @@ fn process_start(anchor: &mut Option<(u64, u64)>) -> ProcessStart {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
-        (rt::now_ns(), wall)
+        (crate::clock::monotonic_ns(), wall)
     });
     let mut host = [0u8; 256];
     // SAFETY: buffer and length match.
@@ -513,7 +506,7 @@ fn process_start(anchor: &mut Option<(u64, u64)>) -> ProcessStart {
         })
         .unwrap_or_default();
     ProcessStart {
-        pid: rt::PID.load(Ordering::Relaxed),
+        pid: state::pid(),
         // SAFETY: plain syscall.
         ppid: unsafe { libc::getppid() } as u32,
         mono_anchor_ns: mono,
@@ -527,13 +520,13 @@ fn process_start(anchor: &mut Option<(u64, u64)>) -> ProcessStart {
 /// Opens the sink; on failure counts the attempt and turns the shim off after
 /// [`MAX_OPEN_ATTEMPTS`] (retrying at most once a second).
 fn open(st: &mut State) -> bool {
-    let now = rt::now_ns();
+    let now = crate::clock::monotonic_ns();
     if st.attempts > 0 && now.saturating_sub(st.last_attempt_ns) < 1_000_000_000 {
         return false;
     }
     st.attempts += 1;
     st.last_attempt_ns = now;
-    let c = rt::config();
+    let c = crate::config::get();
     let (kind, path) = match &st.retarget {
         Some((k, p)) => (*k, p.as_slice()),
         None => (c.sink, c.path_bytes()),
@@ -545,7 +538,7 @@ fn open(st: &mut State) -> bool {
     };
     if fd < 0 {
         if st.attempts >= MAX_OPEN_ATTEMPTS {
-            rt::turn_off();
+            state::turn_off();
         }
         return false;
     }
@@ -574,7 +567,7 @@ fn reserve_buffers(st: &mut State) {
 
 /// `%p` in the path becomes the pid.
 fn expand_path(path: &[u8]) -> Option<CString> {
-    let pid = rt::PID.load(Ordering::Relaxed).to_string();
+    let pid = state::pid().to_string();
     let mut out = Vec::with_capacity(path.len() + 8);
     let mut i = 0;
     while i < path.len() {
@@ -604,7 +597,7 @@ fn open_file(path: &[u8]) -> i32 {
             return fd;
         }
         let mut tmp = p.as_bytes().to_vec();
-        tmp.extend_from_slice(format!(".{}.tmp", rt::PID.load(Ordering::Relaxed)).as_bytes());
+        tmp.extend_from_slice(format!(".{}.tmp", state::pid()).as_bytes());
         let Ok(tmp) = CString::new(tmp) else {
             return -1;
         };

@@ -12,7 +12,7 @@
 
 use crate::hooks::HOOKS;
 use crate::real::real_dlclose;
-use crate::rt;
+use crate::record::{state, thread_state};
 use core::ffi::{c_char, c_int, c_void, CStr};
 
 /// Longest library path compared (longer names are not matched: the handle passes
@@ -88,7 +88,11 @@ unsafe fn handle_name(handle: *mut c_void, buf: &mut [u8; MAX_NAME]) -> Option<u
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     let real = real_dlclose();
-    if handle.is_null() || !rt::is_active() || rt::guard_is_set() || rt::set_in_dlclose(true) {
+    if handle.is_null()
+        || !state::is_active()
+        || thread_state::guard_is_set()
+        || thread_state::set_in_dlclose(true)
+    {
         return real(handle);
     }
     let saved_errno = *libc::__errno_location();
@@ -101,16 +105,16 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
         None => ([0, 0], 0),
     };
     if matched.0 == [0, 0] {
-        rt::set_in_dlclose(false);
+        thread_state::set_in_dlclose(false);
         *libc::__errno_location() = saved_errno;
         return real(handle);
     }
     // Flush (describing devices) with this thread's calls unrecorded, and hold the sink
     // lock across the real dlclose so the flusher cannot be asking the runtime (holding
     // a reference to it) at that moment.
-    let was = rt::set_guard(true);
+    let was = thread_state::set_guard(true);
     let locked = crate::sink::flush_keep_lock(500_000_000);
-    rt::set_guard(was);
+    thread_state::set_guard(was);
     *libc::__errno_location() = saved_errno;
     let r = real(handle);
     let after_errno = *libc::__errno_location();
@@ -127,7 +131,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     if locked {
         crate::sink::unlock_raw();
     }
-    rt::set_in_dlclose(false);
+    thread_state::set_in_dlclose(false);
     *libc::__errno_location() = after_errno;
     r
 }

@@ -94,13 +94,13 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 
 /// Whether the table should be wrapped at all.
 pub fn enabled() -> bool {
-    switches() & S_OFF == 0 && crate::rt::wrap_allowed(crate::config::Family::Pjrt)
+    switches() & S_OFF == 0 && crate::record::state::wrap_allowed(crate::config::Family::Pjrt)
 }
 
 /// Whether wrappers should record (cheap; the shim may have turned off since).
 #[inline]
 pub fn recording() -> bool {
-    crate::rt::wrap_allowed(crate::config::Family::Pjrt)
+    crate::record::state::wrap_allowed(crate::config::Family::Pjrt)
 }
 
 pub fn buffers_on() -> bool {
@@ -206,10 +206,11 @@ pub fn requested_bytes(msg: &[u8]) -> u64 {
 /// Flusher-thread work: samples every known device's memory statistics when due (the
 /// configured rate, or soon after an execute) and writes the frames.
 pub fn tick() {
-    if !SAMPLING_ON.load(Ordering::Acquire) || crate::rt::EXITING.load(Ordering::Acquire) {
+    if !SAMPLING_ON.load(Ordering::Acquire) || crate::record::state::EXITING.load(Ordering::Acquire)
+    {
         return;
     }
-    let now = crate::rt::now_ns();
+    let now = crate::clock::monotonic_ns();
     let last = LAST_SAMPLE_NS.load(Ordering::Relaxed);
     let period = SAMPLE_PERIOD_NS.load(Ordering::Relaxed);
     let requested =
@@ -224,12 +225,12 @@ pub fn tick() {
         SAMPLING_NOW.store(false, Ordering::Release);
         return;
     }
-    let pid = crate::rt::PID.load(Ordering::Relaxed);
+    let pid = crate::record::state::pid();
     let mut out = Vec::new();
     registry::for_each_device(|dev, id| {
         // SAFETY: a device pointer the plugin gave the framework; the client is alive
         // (client_destroy waits for SAMPLING_NOW to clear).
-        match unsafe { wrap::memory_stats(dev, id, pid, crate::rt::now_ns()) } {
+        match unsafe { wrap::memory_stats(dev, id, pid, crate::clock::monotonic_ns()) } {
             Some(s) => {
                 let _ = encode_record(&Record::PjrtMemoryStats(s), &mut out);
             }
@@ -246,7 +247,7 @@ pub fn tick() {
 /// lock). `write` returns whether the bytes were delivered.
 pub fn pending_frames(mut write: impl FnMut(&[u8]) -> bool) {
     let conv = crate::clock::Converter::sample();
-    let pid = crate::rt::PID.load(Ordering::Relaxed);
+    let pid = crate::record::state::pid();
     registry::drain_new_execs(|handle, i| {
         let x = PjrtExecutable {
             pid,

@@ -91,7 +91,9 @@ unsafe fn error_info(err: *mut Error) -> (c_int, u64) {
 /// them, so no clock is read here).
 #[inline]
 fn push(api: Api, f: impl FnOnce(&mut Event)) {
-    let Some(mut p) = crate::rt::begin_at(crate::config::Family::Pjrt, api, 0) else {
+    let Some(mut p) =
+        crate::record::begin_at::<crate::lifecycle::Lifecycle>(crate::config::Family::Pjrt, api, 0)
+    else {
         return;
     };
     f(&mut p.ev);
