@@ -27,6 +27,7 @@
 //! do not go through the wrapper, and under `memwatch attach` (the shim loaded late with
 //! `dlopen`) the program's calls were bound before the shim came.
 
+use crate::panic_guard;
 use crate::real::{libc_fn, LibcFn};
 use crate::record::state;
 use core::ffi::{c_int, c_void};
@@ -141,12 +142,18 @@ fn exit_group(status: c_int) -> ! {
 /// Same contract as libc's function.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn abort() -> ! {
-    hand_off_last_pass(128 + libc::SIGABRT);
+    // SAFETY: this thread's errno location.
+    let saved = unsafe { *libc::__errno_location() };
+    panic_guard::catch(|| hand_off_last_pass(128 + libc::SIGABRT));
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved };
     let f = libc_fn(LibcFn::Abort);
     if !f.is_null() {
-        core::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> !>(f)();
+        // SAFETY: libc's `abort`.
+        unsafe { core::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> !>(f)() };
     }
-    libc::raise(libc::SIGABRT);
+    // SAFETY: plain libc call.
+    unsafe { libc::raise(libc::SIGABRT) };
     exit_group(128 + libc::SIGABRT)
 }
 
@@ -158,10 +165,13 @@ macro_rules! exit_hook {
         /// Same contract as libc's function.
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name(status: c_int) -> ! {
-            hand_off_last_pass(status & 0xff);
+            panic_guard::catch(|| hand_off_last_pass(status & 0xff));
             let f = libc_fn($real);
             if !f.is_null() {
-                core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> !>(f)(status);
+                // SAFETY: libc's function of this name; the caller's status.
+                unsafe {
+                    core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> !>(f)(status)
+                };
             }
             exit_group(status)
         }

@@ -44,6 +44,8 @@ pub fn module_map(pid: u32, ts_ns: u64) -> (ModuleMap, u64) {
         modules: Vec<Module>,
         generation: u64,
     }
+    /// # Safety
+    /// Called by `dl_iterate_phdr` with its header and our accumulator.
     unsafe extern "C" fn cb(
         info: *mut libc::dl_phdr_info,
         _size: usize,
@@ -51,6 +53,13 @@ pub fn module_map(pid: u32, ts_ns: u64) -> (ModuleMap, u64) {
     ) -> core::ffi::c_int {
         // SAFETY: dl_iterate_phdr passes valid headers and our accumulator.
         let (info, acc) = unsafe { (&*info, &mut *(data as *mut Acc)) };
+        // A panic must not unwind into the C library: caught, the object is skipped.
+        // SAFETY: the loader's header of a loaded object.
+        crate::panic_guard::catch(|| unsafe { visit(info, acc) }).unwrap_or(0)
+    }
+    /// # Safety
+    /// `info` is a header `dl_iterate_phdr` passed (its pointers valid during the call).
+    unsafe fn visit(info: &libc::dl_phdr_info, acc: &mut Acc) -> core::ffi::c_int {
         acc.generation = info.dlpi_adds.wrapping_add(info.dlpi_subs);
         let bias = info.dlpi_addr;
         let (mut lo, mut hi) = (u64::MAX, 0u64);
@@ -65,10 +74,10 @@ pub fn module_map(pid: u32, ts_ns: u64) -> (ModuleMap, u64) {
         if lo >= hi {
             return 0;
         }
-        // SAFETY: dlpi_name is NUL-terminated when not NULL.
         let name = if info.dlpi_name.is_null() {
             String::new()
         } else {
+            // SAFETY: dlpi_name is NUL-terminated when not NULL.
             unsafe { core::ffi::CStr::from_ptr(info.dlpi_name) }
                 .to_string_lossy()
                 .into_owned()
@@ -126,9 +135,12 @@ mod tests {
             ..Event::default()
         };
         let alloc = Event {
-            kind: 1,
             size: 64,
-            ..Event::default()
+            ..Event::new(
+                memwatch_wire::EventKind::Alloc,
+                memwatch_wire::MemKind::Device,
+                memwatch_wire::Api::HipMalloc,
+            )
         };
         let mut evs = vec![
             slot(5, 10, 0, &[1, 2, 3, 4], 6),

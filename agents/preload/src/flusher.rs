@@ -13,8 +13,18 @@ use crate::record::{state, thread_state};
 use crate::sink;
 use core::sync::atomic::Ordering;
 
+/// The flusher thread's body. A panic in a pass (a bug in memwatch) ends recording for
+/// the rest of the process: the sink lock is released on the way out (`SinkLock`),
+/// queued events are lost, and a thread waiting for a last pass stops waiting.
 pub fn run() {
     thread_state::mark_internal_thread();
+    if crate::panic_guard::catch(drain_until_done).is_none() {
+        state::turn_off();
+        state::FLUSHER_RUNNING.store(false, Ordering::Release);
+    }
+}
+
+fn drain_until_done() {
     crate::abnormal_end::flusher_started();
     loop {
         if poll_until_stopped() == Stop::ForGood {

@@ -16,6 +16,9 @@ use memwatch_wire::{
 };
 use std::ffi::CString;
 
+/// Runtimes whose devices are described (`device::RUNTIMES`).
+const RUNTIMES: usize = crate::device::RUNTIMES.len();
+
 /// Events per `events` frame.
 const FRAME_EVENTS: usize = 4096;
 /// Give up on an unreachable sink after this many attempts (then the shim turns off).
@@ -36,10 +39,10 @@ struct State {
     last_attempt_ns: u64,
     last_dropped: u64,
     /// Devices already described, per family (bit = ordinal 0..63).
-    devices_seen: [u64; 3],
+    devices_seen: [u64; RUNTIMES],
     /// Failed `device_info` queries per family and device (retried up to
     /// `DEVICE_QUERY_ATTEMPTS` times, once per flush: a runtime may not answer yet).
-    device_query_failures: [[u8; 64]; 3],
+    device_query_failures: [[u8; 64]; RUNTIMES],
     events: Vec<Event>,
     buf: Vec<u8>,
     /// Backtraces taken out of `events` in this pass.
@@ -65,8 +68,8 @@ impl State {
             attempts: 0,
             last_attempt_ns: 0,
             last_dropped: 0,
-            devices_seen: [0; 3],
-            device_query_failures: [[0; 64]; 3],
+            devices_seen: [0; RUNTIMES],
+            device_query_failures: [[0; 64]; RUNTIMES],
             events: Vec::new(),
             buf: Vec::new(),
             backtraces: Vec::new(),
@@ -97,7 +100,9 @@ static SINK: Locked = Locked {
     st: UnsafeCell::new(State::new()),
 };
 
-/// Takes the lock, waiting at most `timeout_ns`. Returns whether it was taken.
+/// Takes the lock, waiting at most `timeout_ns`. Returns whether it was taken. Only
+/// the fork handlers hold it without a [`SinkLock`] (across `fork`, released with
+/// [`unlock_raw`] in the parent; the child resets it).
 pub fn lock_raw(timeout_ns: u64) -> bool {
     let start = crate::clock::monotonic_ns();
     loop {
@@ -115,8 +120,32 @@ pub fn lock_raw(timeout_ns: u64) -> bool {
     }
 }
 
+/// Releases a lock taken with [`lock_raw`].
 pub fn unlock_raw() {
     SINK.busy.store(false, Ordering::Release);
+}
+
+/// The sink lock, held; released when dropped (also while a panic unwinds, so a bug
+/// in a pass never leaves the sink locked for the exit handler to wait on).
+pub struct SinkLock(());
+
+impl SinkLock {
+    /// Takes the lock, waiting at most `timeout_ns`; `None` when it stayed busy.
+    pub fn take(timeout_ns: u64) -> Option<SinkLock> {
+        lock_raw(timeout_ns).then_some(SinkLock(()))
+    }
+
+    fn state(&mut self) -> &mut State {
+        // SAFETY: the lock is held (this value exists only while it is), so nobody else
+        // touches the state; the borrow ends before the lock is released.
+        unsafe { &mut *SINK.st.get() }
+    }
+}
+
+impl Drop for SinkLock {
+    fn drop(&mut self) {
+        unlock_raw();
+    }
 }
 
 pub fn sleep_ns(ns: u64) {
@@ -131,14 +160,14 @@ pub fn sleep_ns(ns: u64) {
 /// Writes already-encoded frames (PJRT memory statistics) when the sink is open and
 /// the process announced; waits at most 50 ms for the lock. Returns whether written.
 pub fn write_frames(bytes: &[u8]) -> bool {
-    if bytes.is_empty() || !lock_raw(50_000_000) {
+    if bytes.is_empty() {
         return false;
     }
-    // SAFETY: lock held.
-    let st = unsafe { &mut *SINK.st.get() };
-    let ok = st.fd >= 0 && st.started && write_all(st, bytes);
-    unlock_raw();
-    ok
+    let Some(mut lock) = SinkLock::take(50_000_000) else {
+        return false;
+    };
+    let st = lock.state();
+    st.fd >= 0 && st.started && write_all(st, bytes)
 }
 
 /// In a forked child: forget the parent's connection (close our copy of its fd) so the
@@ -152,71 +181,57 @@ pub fn reset_in_child() {
     st.attempts = 0;
     st.last_attempt_ns = 0;
     st.last_dropped = 0;
-    st.devices_seen = [0; 3];
-    st.device_query_failures = [[0; 64]; 3];
+    st.devices_seen = [0; RUNTIMES];
+    st.device_query_failures = [[0; 64]; RUNTIMES];
     st.module_generation = 0;
     SINK.busy.store(false, Ordering::Release);
 }
 
 /// After a failed exec the old image goes on: announce it again.
 pub fn restart_process() {
-    if lock_raw(2_000_000_000) {
-        // SAFETY: lock held.
-        let st = unsafe { &mut *SINK.st.get() };
+    if let Some(mut lock) = SinkLock::take(2_000_000_000) {
+        let st = lock.state();
         st.started = false;
         st.module_generation = 0;
-        unlock_raw();
     }
 }
 
 /// Drains the rings under the lock. `final_` also writes `process_end(exit_code)`.
 /// Returns the number of events written (0 when the lock was busy).
 pub fn flush_locked(final_: bool, exit_code: i32, timeout_ns: u64) -> usize {
-    if !lock_raw(timeout_ns) {
-        return 0;
+    match SinkLock::take(timeout_ns) {
+        Some(mut lock) => flush(lock.state(), final_, exit_code),
+        None => 0,
     }
-    // SAFETY: lock held.
-    let st = unsafe { &mut *SINK.st.get() };
-    let n = flush(st, final_, exit_code);
-    unlock_raw();
-    n
 }
 
 /// Used by the `dlclose` hook: takes the lock, drains and writes everything queued
-/// (describing the devices seen while the runtime is still loaded) and keeps the lock
-/// (release it with [`unlock_raw`]). False when the lock could not be had.
-pub fn flush_keep_lock(timeout_ns: u64) -> bool {
-    if !lock_raw(timeout_ns) {
-        return false;
-    }
-    // SAFETY: lock held.
-    let st = unsafe { &mut *SINK.st.get() };
-    flush(st, false, 0);
-    true
+/// (describing the devices seen while the runtime is still loaded) and hands the lock
+/// back held. `None` when the lock could not be had.
+pub fn flush_keep_lock(timeout_ns: u64) -> Option<SinkLock> {
+    let mut lock = SinkLock::take(timeout_ns)?;
+    flush(lock.state(), false, 0);
+    Some(lock)
 }
 
 /// Used by `attach`: drains what is queued, then writes `rec` (opening the sink and
 /// announcing the process first when needed). False when the sink is unavailable.
 pub fn emit_record(rec: &Record, timeout_ns: u64) -> bool {
-    if !lock_raw(timeout_ns) {
+    let Some(mut lock) = SinkLock::take(timeout_ns) else {
         return false;
-    }
-    // SAFETY: lock held.
-    let st = unsafe { &mut *SINK.st.get() };
+    };
+    let st = lock.state();
     flush(st, false, 0);
     let mut out = Vec::new();
-    let ok =
-        st.fd >= 0 && st.started && encode_record(rec, &mut out).is_ok() && write_all(st, &out);
-    unlock_raw();
-    ok
+    st.fd >= 0 && st.started && encode_record(rec, &mut out).is_ok() && write_all(st, &out)
 }
 
 /// Used by `attach` on detach: drains what is queued and closes the connection without
 /// a `process_end` (the process goes on); a later attach opens a new stream.
 pub fn close_stream(timeout_ns: u64) -> bool {
     end_stream(timeout_ns, |st| {
-        st.devices_seen = [0; 3];
-        st.device_query_failures = [[0; 64]; 3];
+        st.devices_seen = [0; RUNTIMES];
+        st.device_query_failures = [[0; 64]; RUNTIMES];
     })
 }
 
@@ -224,11 +239,10 @@ pub fn close_stream(timeout_ns: u64) -> bool {
 /// next flush opens a new one, announced afresh), then applies `also`, all under the
 /// lock. False when the lock could not be had.
 fn end_stream(timeout_ns: u64, also: impl FnOnce(&mut State)) -> bool {
-    if !lock_raw(timeout_ns) {
+    let Some(mut lock) = SinkLock::take(timeout_ns) else {
         return false;
-    }
-    // SAFETY: lock held.
-    let st = unsafe { &mut *SINK.st.get() };
+    };
+    let st = lock.state();
     if st.fd >= 0 {
         flush(st, false, 0);
     }
@@ -238,7 +252,6 @@ fn end_stream(timeout_ns: u64, also: impl FnOnce(&mut State)) -> bool {
     st.attempts = 0;
     st.last_attempt_ns = 0;
     also(st);
-    unlock_raw();
     true
 }
 
@@ -352,7 +365,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
             let ts = conv.ts(e.ts_ns);
             e.ts_ns = st.exec_starts.start_of(e, ts);
             e.duration_ns = conv.dur(e.duration_ns);
-            if e.kind == memwatch_wire::EventKind::ApiSpan as u8 {
+            if e.is(memwatch_wire::EventKind::ApiSpan) {
                 e.aux = e.duration_ns;
             }
         }
@@ -435,12 +448,17 @@ const DEVICE_QUERY_ATTEMPTS: u8 = 8;
 
 fn describe_new_devices(st: &mut State) {
     // Devices tried in this flush: one query per device per flush at most.
-    let mut tried = [0u64; 3];
+    let mut tried = [0u64; RUNTIMES];
     for i in 0..st.events.len() {
         let Some(e) = st.events.get(i).copied() else {
             break;
         };
-        let fam = crate::device::family_index(e.api);
+        let Some(family) = e.api().family() else {
+            continue;
+        };
+        let Some(fam) = crate::device::runtime_index(family) else {
+            continue;
+        };
         if e.device < 0 || e.device > 63 {
             continue;
         }
@@ -462,7 +480,7 @@ fn describe_new_devices(st: &mut State) {
         if failures >= DEVICE_QUERY_ATTEMPTS {
             continue;
         }
-        match crate::device::query(fam, e.device, e.pid) {
+        match crate::device::query(family, e.device, e.pid) {
             Some(info) => {
                 if let Some(seen) = st.devices_seen.get_mut(fam) {
                     *seen |= bit;

@@ -138,6 +138,11 @@ pub enum Vendor {
 }
 
 impl Vendor {
+    /// The number stored in `device_info`.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
     pub fn from_u8(v: u8) -> Self {
         match v {
             1 => Self::Amd,

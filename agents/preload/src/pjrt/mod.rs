@@ -132,7 +132,7 @@ pub fn version() -> Option<(i32, i32, u64)> {
 static AT_EXIT_SET: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn stop_sampling_at_exit() {
-    stop_sampling();
+    crate::panic_guard::catch(stop_sampling);
 }
 
 fn start_sampling() {

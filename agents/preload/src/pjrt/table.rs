@@ -106,20 +106,37 @@ pub fn callable(s: usize) -> Option<abi::ApiFn> {
     }
 }
 
-/// `GetPjrtApi` as the program sees it.
+/// `GetPjrtApi` as the program sees it: the plugin's table, or the shim's copy of it
+/// once built. A panic while building is caught and leaves the plugin's table in use.
+///
+/// # Safety
+/// Called as the plugin's `GetPjrtApi` (no arguments).
 unsafe extern "C" fn get_pjrt_api_wrapper() -> *const c_void {
     let real_get = REAL_GET.load(Ordering::Acquire);
     if real_get.is_null() {
         return core::ptr::null();
     }
-    let get: GetApiFn = core::mem::transmute::<*mut c_void, GetApiFn>(real_get);
-    let api = get();
+    // SAFETY: the plugin's own `GetPjrtApi`, handed to us by the dlsym hook.
+    let api = unsafe { core::mem::transmute::<*mut c_void, GetApiFn>(real_get)() };
     if api.is_null() {
         return api;
     }
+    // SAFETY: `api` is the plugin's table, which lives as long as the plugin.
+    crate::panic_guard::catch(|| unsafe { table_for(api) }).unwrap_or(api)
+}
+
+/// The table to hand out for the plugin's `api`: the copy once built (by this call or an
+/// earlier one), `api` itself when it cannot be wrapped or another thread's build takes
+/// too long.
+///
+/// # Safety
+/// `api` is the plugin's live `PJRT_Api`.
+unsafe fn table_for(api: *const c_void) -> *const c_void {
     match BUILD.compare_exchange(NONE, BUILDING, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => {
-            let ok = build(api);
+            // SAFETY: the plugin's table (contract above). A panic inside leaves
+            // PASSTHROUGH, so no caller waits for a build that ended.
+            let ok = crate::panic_guard::catch(|| unsafe { build(api) }).unwrap_or(false);
             BUILD.store(if ok { WRAPPED } else { PASSTHROUGH }, Ordering::Release);
         }
         Err(_) => {
@@ -141,8 +158,12 @@ unsafe extern "C" fn get_pjrt_api_wrapper() -> *const c_void {
 }
 
 /// Copies the table and installs the wrappers. Returns false to pass through.
+///
+/// # Safety
+/// `api` is the plugin's live `PJRT_Api`, at least as large as its `struct_size` says.
 unsafe fn build(api: *const c_void) -> bool {
-    let head = &*(api as *const ApiHead);
+    // SAFETY: every `PJRT_Api` starts with this head.
+    let head = unsafe { &*(api as *const ApiHead) };
     let size = head.struct_size;
     if !(abi::slot_offset(1)..=COPY_BYTES).contains(&size) || head.major != 0 {
         return false;
@@ -153,25 +174,34 @@ unsafe fn build(api: *const c_void) -> bool {
             && (s < abi::LATE_SLOT || minor >= abi::MIN_MINOR_LATE_SLOTS)
     };
     let dst = COPY.0.get() as *mut u8;
-    core::ptr::copy_nonoverlapping(api as *const u8, dst, size);
-    for (s, cell) in CALL.iter().enumerate() {
-        if in_table(s) {
-            let p = *(api as *const u8)
-                .add(abi::slot_offset(s))
-                .cast::<*mut c_void>();
-            cell.store(p, Ordering::Relaxed);
+    // SAFETY: `size` bytes of the plugin's table (contract above) into our buffer of
+    // COPY_BYTES >= size, written only here, by the one thread that won BUILD; slots
+    // read and written lie inside `size` (`in_table`).
+    unsafe {
+        core::ptr::copy_nonoverlapping(api as *const u8, dst, size);
+        for (s, cell) in CALL.iter().enumerate() {
+            if in_table(s) {
+                let p = *(api as *const u8)
+                    .add(abi::slot_offset(s))
+                    .cast::<*mut c_void>();
+                cell.store(p, Ordering::Relaxed);
+            }
         }
-    }
-    for (s, w) in WRAPPED_SLOTS {
-        if !in_table(*s) {
-            continue;
+        for (s, w) in WRAPPED_SLOTS {
+            if !in_table(*s) {
+                continue;
+            }
+            let Some(p) = CALL.get(*s).map(|c| c.load(Ordering::Relaxed)) else {
+                continue;
+            };
+            if p.is_null() {
+                continue;
+            }
+            if let Some(r) = REAL.get(*s) {
+                r.store(p, Ordering::Relaxed);
+            }
+            *dst.add(abi::slot_offset(*s)).cast::<*const ()>() = *w as *const ();
         }
-        let p = CALL[*s].load(Ordering::Relaxed);
-        if p.is_null() {
-            continue;
-        }
-        REAL[*s].store(p, Ordering::Relaxed);
-        *dst.add(abi::slot_offset(*s)).cast::<*const ()>() = *w as *const ();
     }
     REAL_API.store(api as *mut c_void, Ordering::Release);
     super::set_version(head.major, minor, size);
