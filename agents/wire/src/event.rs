@@ -27,6 +27,11 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// The byte stored on the wire.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
     /// Decodes the stored byte; `None` for a value this version does not know.
     pub fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
@@ -82,6 +87,11 @@ pub enum MemKind {
 }
 
 impl MemKind {
+    /// The byte stored on the wire.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
     /// Decodes the stored byte; `None` for a value this version does not know.
     pub fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
