@@ -156,6 +156,7 @@ extern "C" fn fork_child() {
         state::DROPPED.store(0, Ordering::Relaxed);
         sink::reset_in_child();
         crate::pjrt::registry::mark_all_new();
+        state::stamp_image_start();
         crate::abnormal_end::reset_in_child();
         FLUSHER_RUNNING.store(false, Ordering::Release);
         EXITING.store(false, Ordering::Relaxed);
@@ -228,6 +229,8 @@ pub fn activate() -> bool {
         phase::OFF
             if state::SHARED_QUEUE.capacity() > 1 && config::get().sink != SinkKind::None =>
         {
+            // A new attach: its stream starts now (the last one was closed at detach).
+            state::stamp_image_start();
             EXITING.store(false, Ordering::Release);
             crate::process_end::reset_last_pass();
             state::set_phase(phase::ACTIVE);
@@ -237,3 +240,15 @@ pub fn activate() -> bool {
         _ => init(),
     }
 }
+
+/// Takes the image's start stamp when the shim is loaded (by LD_PRELOAD at start-up,
+/// or by `memwatch attach`'s dlopen): before any event of the image, whatever records
+/// first (a hooked call, a PJRT entry whose start time is read before the record is
+/// begun). Two clock reads; nothing else starts here.
+extern "C" fn stamp_at_load() {
+    crate::panic_guard::catch(state::stamp_image_start);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static STAMP_IMAGE_START_AT_LOAD: extern "C" fn() = stamp_at_load;

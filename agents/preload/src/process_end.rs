@@ -9,9 +9,12 @@ use core::sync::atomic::{AtomicBool, Ordering};
 /// Set by the [`final_flush`] that writes this image's `process_end`.
 static FINAL_PASS_TAKEN: AtomicBool = AtomicBool::new(false);
 
-/// Drains everything, writes `process_end(exit_code)`, and turns recording off.
-/// Bounded wait for the sink lock (2 s). Used at exit, before exec and for an abnormal
-/// end.
+/// How long the last pass may take in all: waiting for the sink lock, opening the
+/// sink and writing. Nothing extends it (see `sink::last_pass`).
+pub const LAST_PASS_NS: u64 = 2_000_000_000;
+
+/// Drains everything, writes `process_end(exit_code)`, and turns recording off, within
+/// [`LAST_PASS_NS`]. Used at exit, before exec and for an abnormal end.
 pub fn final_flush(exit_code: i32) {
     if state::phase() != phase::ACTIVE || !state::is_this_process() {
         return;
@@ -23,7 +26,7 @@ pub fn final_flush(exit_code: i32) {
     }
     EXITING.store(true, Ordering::Release);
     let was_internal = thread_state::set_guard(true);
-    crate::sink::flush_locked(true, exit_code, 2_000_000_000);
+    crate::sink::last_pass(exit_code, LAST_PASS_NS);
     thread_state::set_guard(was_internal);
     state::turn_off();
 }

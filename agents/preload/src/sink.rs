@@ -56,6 +56,9 @@ struct State {
     retarget: Option<(SinkKind, Vec<u8>)>,
     /// Whether the open descriptor is a socket (send with MSG_NOSIGNAL).
     sock: bool,
+    /// CLOCK_MONOTONIC ns by which the current pass must end (the last pass of an
+    /// image: [`last_pass`]); 0: no limit.
+    deadline_ns: u64,
 }
 
 impl State {
@@ -77,6 +80,7 @@ impl State {
             exec_starts: crate::pjrt::exec_start::ExecStarts::new(),
             retarget: None,
             sock: false,
+            deadline_ns: 0,
         }
     }
 }
@@ -203,6 +207,23 @@ pub fn flush_locked(final_: bool, exit_code: i32, timeout_ns: u64) -> usize {
         Some(mut lock) => flush(lock.state(), final_, exit_code),
         None => 0,
     }
+}
+
+/// The last pass of an image: drains everything and writes `process_end(exit_code)`,
+/// all within `budget_ns` from now — waiting for the lock, opening the sink and every
+/// write count against it, and nothing extends it (a sink that stops taking bytes,
+/// a FIFO without a reader, a stalled receiver). What does not fit is lost, the stream
+/// then ends inside a frame (readers report a cut-off tail). Returns the events written.
+pub fn last_pass(exit_code: i32, budget_ns: u64) -> usize {
+    let deadline = crate::clock::monotonic_ns().saturating_add(budget_ns);
+    let Some(mut lock) = SinkLock::take(budget_ns) else {
+        return 0;
+    };
+    let st = lock.state();
+    st.deadline_ns = deadline;
+    let n = flush(st, true, exit_code);
+    st.deadline_ns = 0;
+    n
 }
 
 /// Used by the `dlclose` hook: takes the lock, drains and writes everything queued
@@ -339,7 +360,10 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     let budget = crate::record::thread_ring::capacity_total() + state::SHARED_QUEUE.capacity();
     let mut total = 0usize;
     loop {
-        if total >= budget || (!final_ && crate::abnormal_end::requested_code().is_some()) {
+        if total >= budget
+            || (!final_ && crate::abnormal_end::requested_code().is_some())
+            || past_deadline(st)
+        {
             break;
         }
         st.events.clear();
@@ -503,14 +527,11 @@ fn describe_new_devices(st: &mut State) {
     }
 }
 
+/// The `process_start` record. Its clock anchors are the image's start stamp, taken
+/// before any event of the image (`record::state::image_start`), and are repeated when
+/// the sink is reopened (`anchor`).
 fn process_start(anchor: &mut Option<(u64, u64)>) -> ProcessStart {
-    let (mono, wall) = *anchor.get_or_insert_with(|| {
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        (crate::clock::monotonic_ns(), wall)
-    });
+    let (mono, wall) = *anchor.get_or_insert_with(state::image_start);
     let mut host = [0u8; 256];
     // SAFETY: buffer and length match.
     unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len() - 1) };
@@ -602,12 +623,15 @@ fn expand_path(path: &[u8]) -> Option<CString> {
 
 /// Opens `path` for appending; a new file is created with its preamble atomically
 /// (written to a temporary file, then `link`ed into place), so a concurrent appender
-/// can never put a frame before the preamble.
+/// can never put a frame before the preamble. Never blocks: `O_NONBLOCK` makes the open
+/// of a FIFO without a reader fail (ENXIO: tried again later, like any unavailable
+/// sink) instead of waiting for one; the descriptor stays non-blocking, and writes wait
+/// for room in [`write_all`], bounded by the pass's deadline.
 fn open_file(path: &[u8]) -> i32 {
     let Some(p) = expand_path(path) else {
         return -1;
     };
-    let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC;
+    let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC | libc::O_NONBLOCK;
     // SAFETY: NUL-terminated paths; descriptors checked.
     unsafe {
         let fd = libc::open(p.as_ptr(), flags);
@@ -653,7 +677,13 @@ fn open_unix(path: &[u8]) -> i32 {
         for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
             *d = *s as libc::c_char;
         }
-        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        // Non-blocking (a receiver whose backlog is full refuses at once: tried again
+        // later); writes wait for room in `write_all`.
+        let fd = libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        );
         if fd < 0 {
             return -1;
         }
@@ -672,7 +702,10 @@ fn open_unix(path: &[u8]) -> i32 {
     }
 }
 
-/// Writes one whole frame; on a broken sink closes it (next flush reconnects).
+/// Writes one whole frame; on a broken sink closes it (next flush reconnects). The
+/// descriptor is non-blocking: when the sink has no room (a pipe or socket whose reader
+/// is slow) it waits for room, until the pass's deadline when it has one (the last
+/// pass), after which the rest is given up (false).
 fn write_all(st: &mut State, mut b: &[u8]) -> bool {
     let sock = st.sock;
     while !b.is_empty() {
@@ -685,9 +718,12 @@ fn write_all(st: &mut State, mut b: &[u8]) -> bool {
             }
         };
         if n < 0 {
-            // SAFETY: errno location.
-            if unsafe { *libc::__errno_location() } == libc::EINTR {
-                continue;
+            // SAFETY: this thread's errno location.
+            match unsafe { *libc::__errno_location() } {
+                libc::EINTR => continue,
+                libc::EAGAIN if wait_for_room(st.fd, st.deadline_ns) => continue,
+                libc::EAGAIN => return false,
+                _ => {}
             }
             release(st);
             st.started = false;
@@ -696,4 +732,37 @@ fn write_all(st: &mut State, mut b: &[u8]) -> bool {
         b = b.get(n as usize..).unwrap_or(&[]);
     }
     true
+}
+
+/// Whether the pass has a deadline and it has passed.
+fn past_deadline(st: &State) -> bool {
+    st.deadline_ns != 0 && crate::clock::monotonic_ns() >= st.deadline_ns
+}
+
+/// Waits until `fd` can take bytes; false when `deadline_ns` (0: none) passed first.
+fn wait_for_room(fd: i32, deadline_ns: u64) -> bool {
+    loop {
+        let timeout_ms = if deadline_ns == 0 {
+            -1
+        } else {
+            let left = deadline_ns.saturating_sub(crate::clock::monotonic_ns());
+            if left == 0 {
+                return false;
+            }
+            left.div_ceil(1_000_000).min(i32::MAX as u64) as i32
+        };
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        match unsafe { libc::poll(&mut p, 1, timeout_ms) } {
+            n if n > 0 => return true,
+            0 => return false,
+            // SAFETY: this thread's errno location.
+            _ if unsafe { *libc::__errno_location() } == libc::EINTR => continue,
+            _ => return false,
+        }
+    }
 }

@@ -69,6 +69,14 @@ fn check_basic(mode: &str) {
         evs.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns),
         "timestamps monotonic"
     );
+    // The process's start stamp comes before its first event (readers take it as the
+    // run's start and must not find events before it).
+    assert!(
+        evs.iter().all(|e| e.ts_ns >= starts[0].mono_anchor_ns),
+        "{mode}: first event at {} before the process start stamp {}",
+        evs.iter().map(|e| e.ts_ns).min().unwrap_or(0),
+        starts[0].mono_anchor_ns
+    );
     assert!(
         !recs.iter().any(|r| matches!(r, Record::Dropped(_))),
         "no drops"
@@ -629,6 +637,98 @@ fn a_panic_in_memwatchs_bookkeeping_never_reaches_the_program() {
             assert_eq!(normalized(&plain.stdout), normalized(&told.stdout));
         }
     }
+}
+
+/// Runs `mwtest direct ARGS` under the shim with `MEMWATCH_SINK=file:SINK`, bounded
+/// (10 s: a hang fails the test); returns its output and how long it ran.
+fn run_with_sink(
+    b: &Built,
+    args: &[&str],
+    sink: &std::path::Path,
+) -> (std::process::Output, std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    let mut child = std::process::Command::new(&b.direct)
+        .arg("direct")
+        .args(args)
+        .env("MWTEST_LIBDIR", &b.dir)
+        .env("LD_PRELOAD", &b.shim)
+        .env("MEMWATCH_SINK", format!("file:{}", sink.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read the pipes while waiting, so a chatty program cannot block on them.
+    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut so, &mut v).map(|_| v)
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut se, &mut v).map(|_| v)
+    });
+    let status = wait_bounded(&mut child, &format!("mwtest {args:?} with a FIFO sink"));
+    let took = t0.elapsed();
+    let out = std::process::Output {
+        status,
+        stdout: out_t.join().unwrap().unwrap(),
+        stderr: err_t.join().unwrap().unwrap(),
+    };
+    (out, took)
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+/// `MEMWATCH_SINK=file:FIFO` never holds the program: with no reader the open fails at
+/// once instead of waiting for one (the program used to hang in `open` at exit), and
+/// with a reader that never reads, the last pass gives up at its deadline (2 s) instead
+/// of waiting in `write` for room. Output and exit status are the program's own.
+#[test]
+fn a_fifo_sink_never_holds_the_program() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = b.run("direct", &["basic"], None, &[]);
+    let fifo = tmp.path().join("no-reader.fifo");
+    mkfifo(&fifo);
+    let (out, took) = run_with_sink(b, &["basic"], &fifo);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(normalized(&plain.stdout), normalized(&out.stdout));
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "no reader: took {took:?}"
+    );
+    println!("FIFO without a reader: the program ended after {took:?}");
+
+    // A reader that opens the FIFO and never reads: 600,000 calls are ~43 MB of frames,
+    // far more than a pipe holds.
+    let stalled = tmp.path().join("stalled.fifo");
+    mkfifo(&stalled);
+    let c = std::ffi::CString::new(stalled.to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated path; the descriptor is closed below.
+    let reader = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK) };
+    assert!(reader >= 0, "open the FIFO for reading");
+    let args = ["bench", "1", "300", "1000"];
+    let t0 = std::time::Instant::now();
+    let plain = b.run("direct", &args, None, &[]);
+    let plain_took = t0.elapsed();
+    let (out, took) = run_with_sink(b, &args, &stalled);
+    // SAFETY: our descriptor.
+    unsafe { libc::close(reader) };
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout).lines().count(),
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    );
+    let extra = took.saturating_sub(plain_took);
+    assert!(
+        extra < std::time::Duration::from_secs(3),
+        "stalled reader: {took:?} against {plain_took:?} without the shim"
+    );
+    println!("FIFO with a stalled reader: {took:?} against {plain_took:?} without the shim");
 }
 
 #[test]

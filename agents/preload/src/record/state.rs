@@ -163,6 +163,34 @@ pub fn dropped_total() -> u64 {
         .wrapping_add(super::thread_ring::dropped_total())
 }
 
+/// The image's start stamp (CLOCK_MONOTONIC ns, wall-clock ns since the epoch), taken
+/// before any of its events: when the shim is loaded (an ELF constructor, `lifecycle`),
+/// again in a forked child and when `memwatch attach` turns recording on anew. 0: not
+/// taken.
+static START_MONO: AtomicU64 = AtomicU64::new(0);
+static START_WALL: AtomicU64 = AtomicU64::new(0);
+
+/// Takes the image's start stamp now.
+pub fn stamp_image_start() {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    START_WALL.store(wall, Ordering::Relaxed);
+    START_MONO.store(crate::clock::monotonic_ns(), Ordering::Release);
+}
+
+/// The image's start stamp as (monotonic, wall) ns; taken now when it never was.
+pub fn image_start() -> (u64, u64) {
+    if START_MONO.load(Ordering::Acquire) == 0 {
+        stamp_image_start();
+    }
+    (
+        START_MONO.load(Ordering::Acquire),
+        START_WALL.load(Ordering::Relaxed),
+    )
+}
+
 /// Set while a flusher thread runs (or is being started).
 pub static FLUSHER_RUNNING: AtomicBool = AtomicBool::new(false);
 /// Set by the last pass of an image (exit, exec, abnormal end): the flusher stops.
