@@ -383,9 +383,11 @@ unsafe fn attach_start(sink_arg: *const c_char) -> c_int {
         let scanned = pointer_scan::redirect_copies(&targets, shim);
         let scan_ms = scan_started.elapsed().as_secs_f64() * 1e3;
         let copies = scanned.redirects;
+        let pjrt = crate::pjrt::attach_live(definition_outside_shim(c"GetPjrtApi", shim));
         let text = format!(
             "memwatch-attach start patched_slots={} objects={} failed_slots={} hooked_names={} \
-             copied_pointers={} copied_in={} failed_copies={} scanned_mib={:.1} scan_ms={:.1}",
+             copied_pointers={} copied_in={} failed_copies={} scanned_mib={:.1} scan_ms={:.1} \
+             {pjrt}",
             patches.len(),
             object_list(patches.iter().map(|p| p.object.as_str())),
             failures,
@@ -443,6 +445,7 @@ unsafe fn attach_stop(reason: *const c_char) -> c_int {
             })
             .collect();
         let restored = got_patch::unpatch(&att.patches, &hooks);
+        let pjrt = crate::pjrt::detach_live();
         let restored_copies = pointer_scan::restore(&att.copies);
         let why = if reason.is_null() {
             String::new()
@@ -452,7 +455,7 @@ unsafe fn attach_stop(reason: *const c_char) -> c_int {
         state::turn_off();
         let text = format!(
             "memwatch-attach stop restored_slots={restored} restored_copies={restored_copies} \
-             reason={why}"
+             {pjrt} reason={why}"
         );
         sink::emit_record(&marker(text, -1), LOCK_NS);
         sink::close_stream(LOCK_NS);

@@ -298,6 +298,9 @@ apis! {
     PjrtBufferCopyToMemory = 3009 => "PJRT_Buffer_CopyToMemory",
     PjrtBufferDestroy = 3010 => "PJRT_Buffer_Destroy",
     PjrtBufferDelete = 3011 => "PJRT_Buffer_Delete",
+    // A buffer that lived before a late attach (`memwatch attach`): an allocation
+    // stamped with the attach time, found as an execute's argument.
+    PjrtBufferPreAttach = 3012 => "PJRT_Buffer:pre-attach",
 }
 
 /// Which runtime interface an [`Api`] belongs to (its number range: 1..=999 HIP,

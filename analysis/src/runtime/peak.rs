@@ -194,6 +194,7 @@ fn producer_name(api: Api, aux: u64, names: &HashMap<u64, String>) -> String {
             .cloned()
             .unwrap_or_else(|| format!("executable {aux:#x}")),
         Api::PjrtBufferFromHostBuffer => "host transfer".into(),
+        Api::PjrtBufferPreAttach => "before attach".into(),
         _ => "device copy".into(),
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod abi;
 pub mod exec_start;
+pub mod pre_attach;
 pub mod ready;
 pub mod registry;
 pub mod table;
@@ -203,6 +204,38 @@ pub fn requested_bytes(msg: &[u8]) -> u64 {
     (value * unit) as u64
 }
 
+/// Late attach (`memwatch attach`): wraps the live table of the plugin whose
+/// `GetPjrtApi` is `get` (NULL: no PJRT plugin is loaded) and starts the pre-attach
+/// baseline (`pre_attach`). Returns the start marker's words about it:
+/// `pjrt_table=wrapped pjrt_slots=N`, or `pjrt_table=none` with the reason.
+///
+/// # Safety
+/// `get` is NULL or a loaded plugin's `GetPjrtApi`.
+pub unsafe fn attach_live(get: *mut core::ffi::c_void) -> String {
+    if get.is_null() {
+        return "pjrt_table=none(no-plugin-loaded)".to_string();
+    }
+    // SAFETY: contract above.
+    match unsafe { table::wrap_live(get) } {
+        Ok(n) if n > 0 => {
+            pre_attach::begin();
+            format!("pjrt_table=wrapped pjrt_slots={n}")
+        }
+        Ok(_) => "pjrt_table=none(no-slot-could-be-written)".to_string(),
+        Err(why) => format!("pjrt_table=none({})", why.replace(' ', "-")),
+    }
+}
+
+/// Detach: the plugin's entries go back, sampling stops and the devices are forgotten
+/// (the client may be gone before the next attach). Returns the stop marker's words.
+pub fn detach_live() -> String {
+    let restored = table::unwrap_live();
+    pre_attach::end();
+    stop_sampling();
+    registry::clear_devices();
+    format!("restored_pjrt_slots={restored}")
+}
+
 /// Flusher-thread work: samples every known device's memory statistics when due (the
 /// configured rate, or soon after an execute) and writes the frames.
 pub fn tick() {
@@ -227,11 +260,15 @@ pub fn tick() {
     }
     let pid = crate::record::state::pid();
     let mut out = Vec::new();
+    let first_after_attach = pre_attach::active() && pre_attach::take_sample_marker();
     registry::for_each_device(|dev, id| {
         // SAFETY: a device pointer the plugin gave the framework; the client is alive
         // (client_destroy waits for SAMPLING_NOW to clear).
         match unsafe { wrap::memory_stats(dev, id, pid, crate::clock::monotonic_ns()) } {
             Some(s) => {
+                if first_after_attach {
+                    let _ = encode_record(&baseline_sample_marker(&s), &mut out);
+                }
                 let _ = encode_record(&Record::PjrtMemoryStats(s), &mut out);
             }
             None => {
@@ -240,7 +277,42 @@ pub fn tick() {
         }
     });
     SAMPLING_NOW.store(false, Ordering::Release);
+    if let Some(text) = pre_attach::take_buffers_marker() {
+        let _ = encode_record(&marker(pid, -1, text), &mut out);
+    }
     crate::sink::write_frames(&out);
+}
+
+fn marker(pid: u32, device: i32, text: String) -> Record {
+    Record::Marker(memwatch_wire::Marker {
+        pid,
+        // SAFETY: plain system call.
+        tid: unsafe { libc::syscall(libc::SYS_gettid) } as u32,
+        ts_ns: crate::clock::monotonic_ns(),
+        device,
+        text,
+    })
+}
+
+/// The `pre-attach-pjrt-sample` marker: the framework allocator's state as the first
+/// sample after a late attach found it (what its pool held before).
+fn baseline_sample_marker(s: &memwatch_wire::PjrtMemoryStats) -> Record {
+    use memwatch_wire::PjrtMemoryStats as S;
+    let v = |flag, x| s.get(flag, x).map_or("-".to_string(), |n| n.to_string());
+    marker(
+        s.pid,
+        s.device,
+        format!(
+            "pre-attach-pjrt-sample device={} bytes_in_use={} peak_bytes_in_use={} \
+             pool_bytes={} bytes_limit={} num_allocs={} source=PJRT_Device_MemoryStats",
+            s.device,
+            v(S::BYTES_IN_USE, s.bytes_in_use),
+            v(S::PEAK_BYTES_IN_USE, s.peak_bytes_in_use),
+            v(S::POOL_BYTES, s.pool_bytes),
+            v(S::BYTES_LIMIT, s.bytes_limit),
+            v(S::NUM_ALLOCS, s.num_allocs),
+        ),
+    )
 }
 
 /// Encodes `pjrt_executable` frames for executables not yet written (sink, under its

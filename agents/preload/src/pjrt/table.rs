@@ -40,6 +40,8 @@ const NONE: u8 = 0;
 const BUILDING: u8 = 1;
 const WRAPPED: u8 = 2;
 const PASSTHROUGH: u8 = 3;
+/// The plugin's own table wrapped in place by a late attach ([`wrap_live`]).
+const IN_PLACE: u8 = 4;
 static BUILD: AtomicU8 = AtomicU8::new(NONE);
 
 /// The entries we replace and their wrappers.
@@ -71,7 +73,8 @@ const WRAPPED_SLOTS: &[(usize, abi::ApiFn)] = &[
 /// Called by the `dlsym` hook when the program looked up `GetPjrtApi` and got `p`.
 /// Returns what the program should get.
 pub fn on_lookup(p: *mut c_void) -> *mut c_void {
-    if p.is_null() || !super::enabled() {
+    if p.is_null() || !super::enabled() || BUILD.load(Ordering::Acquire) == IN_PLACE {
+        // (In place: the plugin's own table, which its GetPjrtApi returns, is wrapped.)
         return p;
     }
     match REAL_GET.compare_exchange(
@@ -206,4 +209,158 @@ unsafe fn build(api: *const c_void) -> bool {
     REAL_API.store(api as *mut c_void, Ordering::Release);
     super::set_version(head.major, minor, size);
     true
+}
+
+/// One entry of the plugin's live table redirected by [`wrap_live`].
+struct LivePatch {
+    /// Address of the slot in the plugin's table.
+    slot: usize,
+    /// The plugin's entry.
+    original: usize,
+    /// Our wrapper.
+    wrapper: usize,
+}
+
+/// The slots [`wrap_live`] redirected (restored by [`unwrap_live`]).
+static LIVE_PATCHES: std::sync::Mutex<Vec<LivePatch>> = std::sync::Mutex::new(Vec::new());
+
+/// Late attach (`memwatch attach`): the framework got its `PJRT_Api` long ago and calls
+/// through it, so instead of handing out a copy, the entries of the plugin's own table
+/// are redirected to the wrappers (the table is data inside the plugin; a read-only
+/// page is made writable for each store and given its protection back). `get` is the
+/// plugin's `GetPjrtApi`, which returns that table. The same checks as for a copy
+/// decide which slots are wrapped. Returns the number of slots redirected, or why
+/// nothing was: PJRT off, a table of another major version or size, or a table the
+/// shim already wraps.
+///
+/// # Safety
+/// `get` is a loaded plugin's `GetPjrtApi`.
+pub unsafe fn wrap_live(get: *mut c_void) -> Result<usize, &'static str> {
+    if get.is_null() {
+        return Err("no GetPjrtApi");
+    }
+    if !super::enabled() {
+        return Err("PJRT recording is off");
+    }
+    if BUILD
+        .compare_exchange(NONE, BUILDING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return Err("already wrapped");
+    }
+    // SAFETY: the plugin's own `GetPjrtApi` (contract above).
+    let api = unsafe { core::mem::transmute::<*mut c_void, GetApiFn>(get)() };
+    // SAFETY: the plugin's live table.
+    let done = unsafe { patch_live(api) };
+    BUILD.store(
+        if done.as_ref().is_ok_and(|n| *n > 0) {
+            IN_PLACE
+        } else {
+            NONE
+        },
+        Ordering::Release,
+    );
+    done
+}
+
+/// [`wrap_live`]'s work on the plugin's table `api`.
+///
+/// # Safety
+/// `api` is NULL or the plugin's live `PJRT_Api`.
+unsafe fn patch_live(api: *const c_void) -> Result<usize, &'static str> {
+    if api.is_null() {
+        return Err("GetPjrtApi returned NULL");
+    }
+    // SAFETY: every `PJRT_Api` starts with this head.
+    let head = unsafe { &*(api as *const ApiHead) };
+    let size = head.struct_size;
+    if !(abi::slot_offset(1)..=COPY_BYTES).contains(&size) || head.major != 0 {
+        return Err("unsupported PJRT_Api version or size");
+    }
+    let minor = head.minor;
+    let in_table = |s: usize| {
+        abi::slot_offset(s) + 8 <= size
+            && (s < abi::LATE_SLOT || minor >= abi::MIN_MINOR_LATE_SLOTS)
+    };
+    let maps = crate::got_patch::mappings();
+    let mut patches = Vec::new();
+    for (s, cell) in CALL.iter().enumerate() {
+        if in_table(s) {
+            // SAFETY: a slot inside the table's `struct_size`.
+            let p = unsafe {
+                *(api as *const u8)
+                    .add(abi::slot_offset(s))
+                    .cast::<*mut c_void>()
+            };
+            cell.store(p, Ordering::Relaxed);
+        }
+    }
+    for (s, w) in WRAPPED_SLOTS {
+        let Some(p) = CALL.get(*s).map(|c| c.load(Ordering::Relaxed)) else {
+            continue;
+        };
+        if !in_table(*s) || p.is_null() {
+            continue;
+        }
+        if let Some(r) = REAL.get(*s) {
+            r.store(p, Ordering::Relaxed);
+        }
+        let slot = api as usize + abi::slot_offset(*s);
+        let (original, wrapper) = (p as usize, *w as usize);
+        let Some(m) = crate::got_patch::mapping_of(&maps, slot) else {
+            continue;
+        };
+        // SAFETY: an aligned word of the plugin's table in a mapping of this process;
+        // swapped only while it still holds the plugin's entry.
+        let swapped = unsafe {
+            crate::got_patch::with_writable_word(slot, m.prot, |word| {
+                word.compare_exchange(original, wrapper, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            })
+        };
+        if swapped {
+            patches.push(LivePatch {
+                slot,
+                original,
+                wrapper,
+            });
+        }
+    }
+    REAL_API.store(api as *mut c_void, Ordering::Release);
+    super::set_version(head.major, minor, size);
+    let n = patches.len();
+    if let Ok(mut live) = LIVE_PATCHES.lock() {
+        *live = patches;
+    }
+    Ok(n)
+}
+
+/// Detach: puts the plugin's entries back where a slot still holds our wrapper (a
+/// slot changed meanwhile is left alone). Returns how many were restored. Calls already
+/// inside a wrapper finish normally (the real entries stay known).
+pub fn unwrap_live() -> usize {
+    if BUILD.load(Ordering::Acquire) != IN_PLACE {
+        return 0;
+    }
+    let patches = LIVE_PATCHES
+        .lock()
+        .map(|mut p| std::mem::take(&mut *p))
+        .unwrap_or_default();
+    let maps = crate::got_patch::mappings();
+    let mut n = 0;
+    for p in &patches {
+        let Some(m) = crate::got_patch::mapping_of(&maps, p.slot) else {
+            continue;
+        };
+        // SAFETY: the slot `wrap_live` wrote, in the still-loaded plugin's table.
+        let back = unsafe {
+            crate::got_patch::with_writable_word(p.slot, m.prot, |word| {
+                word.compare_exchange(p.wrapper, p.original, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            })
+        };
+        n += usize::from(back);
+    }
+    BUILD.store(NONE, Ordering::Release);
+    n
 }

@@ -226,6 +226,7 @@ unsafe fn buffer_device(buf: *mut c_void) -> i32 {
 }
 
 fn new_buffer(api: Api, buf: *mut c_void, device: i32, size: u64, producer: u64, t0: u64, t1: u64) {
+    super::pre_attach::created(buf as u64);
     push(api, |e| {
         e.set_kind(EventKind::Alloc);
         e.set_mem_kind(MemKind::PjrtBuffer);
@@ -591,6 +592,11 @@ unsafe fn after_execute(a: *mut ExecuteArgs, err: *mut Error, t0: u64, t1: u64) 
         let a = &*a;
         let handle = a.executable as u64;
         let (code, requested) = error_info(err);
+        if super::pre_attach::active() && registry::exec_layout(handle).is_none() {
+            // Compiled before a late attach: described now, at its first execute since.
+            describe(a.executable, 0, t0);
+            super::start_sampling();
+        }
         let layout = registry::exec_layout(handle);
         let single = if field_ok!(a as *const ExecuteArgs, ExecuteArgs, execute_device)
             && !a.execute_device.is_null()
@@ -620,6 +626,20 @@ unsafe fn after_execute(a: *mut ExecuteArgs, err: *mut Error, t0: u64, t1: u64) 
                 e.ts_ns = t0;
                 e.duration_ns = t1.wrapping_sub(t0);
             });
+        }
+        if super::pre_attach::active() && !a.argument_lists.is_null() {
+            for d in 0..ndev {
+                let list = *a.argument_lists.add(d);
+                if list.is_null() {
+                    continue;
+                }
+                for i in 0..a.num_args {
+                    let b = *list.add(i);
+                    if !b.is_null() && super::pre_attach::first_sight(b as u64) {
+                        pre_attach_buffer(b, dev_at(d));
+                    }
+                }
+            }
         }
         if err.is_null() {
             if let (Some((nout, _, _)), false) = (layout, a.output_lists.is_null()) {
@@ -680,6 +700,26 @@ unsafe fn after_execute(a: *mut ExecuteArgs, err: *mut Error, t0: u64, t1: u64) 
         }
     }
     super::request_sample();
+}
+
+/// Records a buffer that lived before a late attach (an execute's argument not created
+/// since): an allocation stamped with the attach time (`pre_attach`).
+///
+/// # Safety
+/// `b` is a live buffer (an argument of an execute in progress or just finished).
+unsafe fn pre_attach_buffer(b: *mut c_void, device: i32) {
+    // SAFETY: contract above.
+    let size = unsafe { buffer_size(b) };
+    super::pre_attach::found(size);
+    let at = super::pre_attach::attach_raw();
+    push(Api::PjrtBufferPreAttach, |e| {
+        e.set_kind(EventKind::Alloc);
+        e.set_mem_kind(MemKind::PjrtBuffer);
+        e.ptr = b as u64;
+        e.size = size;
+        e.device = device;
+        e.ts_ns = at;
+    });
 }
 
 // ------------------------------------------------------------ buffers
@@ -807,6 +847,9 @@ unsafe fn release(s: usize, api: Api, args: *mut c_void) -> *mut Error {
     if let Some((buf, t0)) = buf {
         let t1 = crate::clock::raw();
         after(|| {
+            if !buf.is_null() && err.is_null() {
+                super::pre_attach::released(buf as u64);
+            }
             if !buf.is_null() && super::recording() {
                 push(api, |e| {
                     e.set_kind(if err.is_null() {
