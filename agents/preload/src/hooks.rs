@@ -272,9 +272,10 @@ macro_rules! hooks {
             }
         )*
 
-        /// The wrapper bodies (reached through the exports above). Memwatch's part runs
-        /// in two caught pieces, before and after the real call, which runs once, with
-        /// the caller's arguments, outside both (`panic_guard`).
+        /// The wrapper bodies (reached through the exports above). Memwatch's part and
+        /// the real call run in one caught block; `returned` says whether the real call
+        /// was made: when memwatch's part panicked before it, it is made after the
+        /// catch, once, with the caller's arguments (`panic_guard`).
         mod wrappers {
             use super::*;
             $(
@@ -289,23 +290,27 @@ macro_rules! hooks {
                     }
                     // SAFETY: the real function of this hook has this C signature.
                     let real = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
-                    let pending = panic_guard::catch(|| {
-                        record::begin::<Lifecycle>(Family::$fam, Api::$api)
-                    });
-                    let Some(Some(mut $p)) = pending else {
-                        // SAFETY: the caller's arguments, passed on unchanged.
-                        return unsafe { real($($a),*) };
-                    };
-                    // SAFETY: as above.
-                    let $r = unsafe { real($($a),*) };
-                    panic_guard::catch(move || {
+                    let mut returned: Option<c_int> = None;
+                    panic_guard::catch(|| {
+                        let Some(mut $p) = record::begin::<Lifecycle>(Family::$fam, Api::$api) else {
+                            // SAFETY: the caller's arguments, passed on unchanged.
+                            returned = Some(unsafe { real($($a),*) });
+                            return;
+                        };
+                        // SAFETY: as above.
+                        let $r = unsafe { real($($a),*) };
+                        returned = Some($r);
                         $p.finished($r);
                         // SAFETY: the body reads out-pointers only through `optr` and
                         // friends, after the real call succeeded and when non-null.
                         unsafe { $body }
                         $p.commit();
                     });
-                    $r
+                    match returned {
+                        Some(r) => r,
+                        // SAFETY: memwatch's part panicked before the real call.
+                        None => unsafe { real($($a),*) },
+                    }
                 }
             )*
         }

@@ -136,25 +136,20 @@ impl ThreadState {
         v
     }
 
-    /// The thread's errno, through the location cached by [`ThreadState::tid`] (which
-    /// every caller has run first).
+    /// The thread's errno, through the location cached by [`ThreadState::tid`], which
+    /// `record::begin` runs before anything that uses it.
     #[inline]
     pub(super) fn errno(&self) -> c_int {
-        let p = self.errno.get();
-        if p.is_null() {
-            return 0;
-        }
-        // SAFETY: non-null: this thread's own errno location, cached by `tid`.
-        unsafe { *p }
+        // SAFETY: this thread's own errno location, cached by `tid` (run first: see
+        // above), valid for the thread's life.
+        unsafe { *self.errno.get() }
     }
 
+    /// Sets the thread's errno (as [`ThreadState::errno`]).
     #[inline]
     pub(super) fn set_errno(&self, v: c_int) {
-        let p = self.errno.get();
-        if !p.is_null() {
-            // SAFETY: as in `errno`.
-            unsafe { *p = v };
-        }
+        // SAFETY: as in `errno`.
+        unsafe { *self.errno.get() = v };
     }
 
     /// In a forked child: the thread's id is the child's own, asked again at its next call.
