@@ -59,39 +59,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         device: t as i32,
                         ..Event::default()
                     };
+                    let of = |kind, mem, api| {
+                        let mut e = base;
+                        e.set_kind(kind);
+                        e.set_mem_kind(mem);
+                        e.set_api(api);
+                        e
+                    };
                     let e = match i % 128 {
                         127 => Event {
-                            kind: EventKind::ApiSpan as u8,
-                            api: Api::HipModuleLoadData as u16,
                             duration_ns: 50_000,
-                            ..base
+                            ..of(EventKind::ApiSpan, MemKind::None, Api::HipModuleLoadData)
                         },
                         126 => Event {
-                            kind: EventKind::AllocFailed as u8,
-                            mem_kind: MemKind::Device as u8,
-                            api: Api::HipMalloc as u16,
                             size: 1 << 40,
                             result: 2,
-                            ..base
+                            ..of(EventKind::AllocFailed, MemKind::Device, Api::HipMalloc)
                         },
                         k if k % 2 == 0 => Event {
-                            kind: EventKind::Alloc as u8,
-                            mem_kind: if k % 8 == 0 {
-                                MemKind::StreamPool
-                            } else {
-                                MemKind::Device
-                            } as u8,
-                            api: Api::HipMalloc as u16,
                             ptr: ptr(i / 2),
                             size: 256 + (i % 1000) * 4096,
-                            ..base
+                            ..of(
+                                EventKind::Alloc,
+                                if k % 8 == 0 {
+                                    MemKind::StreamPool
+                                } else {
+                                    MemKind::Device
+                                },
+                                Api::HipMalloc,
+                            )
                         },
                         _ => Event {
-                            kind: EventKind::Free as u8,
-                            mem_kind: MemKind::Device as u8,
-                            api: Api::HipFree as u16,
                             ptr: ptr((i / 2).wrapping_sub(32)),
-                            ..base
+                            ..of(EventKind::Free, MemKind::Device, Api::HipFree)
                         },
                     };
                     frame.push(e);

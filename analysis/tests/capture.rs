@@ -31,10 +31,7 @@ fn ev(pid: u32, e: Ev0) -> Event {
         tid: e.tid,
         device: e.device,
         result: e.result,
-        kind: e.kind as u8,
-        mem_kind: e.mem as u8,
-        api: e.api as u16,
-        ..Event::default()
+        ..Event::new(e.kind, e.mem, e.api)
     }
 }
 
@@ -289,7 +286,7 @@ fn scenario() -> Vec<Record> {
         Record::DeviceInfo(DeviceInfo {
             pid: a,
             device: 0,
-            vendor: Vendor::Simulated as u8,
+            vendor: Vendor::Simulated.code(),
             total_bytes: 1 << 30,
             name: "sim0".into(),
         }),

@@ -3,7 +3,7 @@
 use memwatch_analysis::alloc::replay::{replay, ReplayOptions};
 use memwatch_analysis::alloc::trace::{read_any, TraceError, TraceOp};
 use memwatch_analysis::alloc::{build, AllocatorKind, ModelSpec};
-use memwatch_wire::{DeviceInfo, Event, EventKind, FrameWriter, MemKind, Record};
+use memwatch_wire::{Api, DeviceInfo, Event, EventKind, FrameWriter, MemKind, Record, Vendor};
 
 fn ev(kind: EventKind, mem: MemKind, ptr: u64, size: u64, device: i32) -> Event {
     Event {
@@ -11,9 +11,7 @@ fn ev(kind: EventKind, mem: MemKind, ptr: u64, size: u64, device: i32) -> Event 
         size,
         pid: 42,
         device,
-        kind: kind as u8,
-        mem_kind: mem as u8,
-        ..Default::default()
+        ..Event::new(kind, mem, Api::Unknown)
     }
 }
 
@@ -22,7 +20,7 @@ fn capture(events: Vec<Event>) -> Vec<u8> {
     w.write_record(&Record::DeviceInfo(DeviceInfo {
         pid: 42,
         device: 0,
-        vendor: 2,
+        vendor: Vendor::Nvidia.code(),
         total_bytes: 150_156_083_200,
         name: "NVIDIA H200".into(),
     }))

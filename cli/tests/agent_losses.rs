@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use memwatch_agent::forwarder::{Forwarder, ForwarderConfig};
 use memwatch_wire::frame::encode_preamble;
-use memwatch_wire::{encode_record, Event, ProcessStart, Record};
+use memwatch_wire::{encode_record, Api, Event, EventKind, MemKind, ProcessStart, Record};
 
 fn frames(events: usize) -> Vec<u8> {
     let mut buf = encode_preamble().to_vec();
@@ -38,10 +38,7 @@ fn frames(events: usize) -> Vec<u8> {
             size: 4096,
             pid: 4242,
             tid: 1,
-            kind: 1,
-            mem_kind: 1,
-            api: 1,
-            ..Event::default()
+            ..Event::new(EventKind::Alloc, MemKind::Device, Api::HipMalloc)
         })
         .collect();
     for chunk in evs.chunks(1000) {

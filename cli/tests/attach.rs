@@ -212,7 +212,7 @@ fn read_capture(path: &Path) -> Capture {
         match rec {
             Record::Events(evs) => {
                 for e in evs {
-                    match (e.event_kind(), e.api_name()) {
+                    match (e.kind(), e.api()) {
                         (Some(EventKind::Alloc), Api::HipMalloc) if e.size != 1 << 20 => {
                             c.iter_allocs.push(e.size);
                             c.iter_ptrs.push(e.ptr);

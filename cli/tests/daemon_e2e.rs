@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use memwatch_agent::forwarder::{Forwarder, ForwarderConfig};
 use memwatch_agent::{FrameSink, Receiver};
 use memwatch_wire::frame::encode_preamble;
-use memwatch_wire::{encode_record, Event, ProcessEnd, ProcessStart, Record};
+use memwatch_wire::{
+    encode_record, Api, Event, EventKind, MemKind, ProcessEnd, ProcessStart, Record,
+};
 
 use common::free_port;
 
@@ -85,10 +87,7 @@ fn events(n: usize) -> Vec<Event> {
                     pid: 4242,
                     tid: 1,
                     device,
-                    kind: 2,
-                    mem_kind: 1,
-                    api: 2,
-                    ..Event::default()
+                    ..Event::new(EventKind::Free, MemKind::Device, Api::HipFree)
                 }
             } else {
                 let ptr = 0x10_0000 + i as u64 * 0x1000;
@@ -100,10 +99,7 @@ fn events(n: usize) -> Vec<Event> {
                     pid: 4242,
                     tid: 1,
                     device,
-                    kind: 1,
-                    mem_kind: 1,
-                    api: 1,
-                    ..Event::default()
+                    ..Event::new(EventKind::Alloc, MemKind::Device, Api::HipMalloc)
                 }
             }
         })
@@ -209,7 +205,7 @@ fn agent_to_daemon_survives_kill_9_exactly_once() {
         let want: Vec<(u64, u64, u64, u8)> = all
             .iter()
             .filter(|e| e.device == device)
-            .map(|e| (e.ts_ns, e.ptr, e.size, (e.kind == 1) as u8))
+            .map(|e| (e.ts_ns, e.ptr, e.size, u8::from(e.is(EventKind::Alloc))))
             .collect();
         assert_eq!(got.len(), want.len(), "device {device}");
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {

@@ -328,10 +328,7 @@ fn sample_capture_ending(exit_code: i32) -> Vec<u8> {
         tid: 42,
         result,
         device: 0,
-        kind: kind as u8,
-        mem_kind: MemKind::Device as u8,
-        api: Api::HipMalloc as u16,
-        ..Event::default()
+        ..Event::new(kind, MemKind::Device, Api::HipMalloc)
     };
     w.write_record(&Record::Events(vec![
         mk(10, EventKind::Alloc, 0x100, 1 << 20, 0),

@@ -40,19 +40,18 @@ fn records() -> Vec<Record> {
                 pid: 9,
                 ptr: 0x100,
                 size: 71_303_168,
-                api: Api::PjrtBufferFromHostBuffer as u16,
-                kind: EventKind::Alloc as u8,
-                mem_kind: MemKind::PjrtBuffer as u8,
-                ..Event::default()
+                ..Event::new(
+                    EventKind::Alloc,
+                    MemKind::PjrtBuffer,
+                    Api::PjrtBufferFromHostBuffer,
+                )
             },
             Event {
                 ts_ns: 3_000,
                 duration_ns: 500,
                 pid: 9,
                 ptr: 0xb,
-                api: Api::PjrtExecute as u16,
-                kind: EventKind::ApiSpan as u8,
-                ..Event::default()
+                ..Event::new(EventKind::ApiSpan, MemKind::None, Api::PjrtExecute)
             },
         ]),
         Record::PjrtMemoryStats(PjrtMemoryStats {

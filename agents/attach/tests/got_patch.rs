@@ -10,6 +10,13 @@ mod got_patch;
 #[path = "../../preload/src/pointer_scan.rs"]
 #[allow(dead_code)]
 mod pointer_scan;
+// What those two use of the shim: catching panics in their loader callbacks.
+#[path = "../../preload/src/debug.rs"]
+#[allow(dead_code)]
+mod debug;
+#[path = "../../preload/src/panic_guard.rs"]
+#[allow(dead_code)]
+mod panic_guard;
 
 use std::ffi::CString;
 use std::path::Path;

@@ -42,11 +42,16 @@ fn client(path: std::path::PathBuf, pid: u32, events: usize) {
                 size: 256,
                 pid,
                 tid: pid,
-                kind: if k.is_multiple_of(2) { 1 } else { 2 },
-                mem_kind: 1,
-                api: 1,
                 duration_ns: 100,
-                ..Event::default()
+                ..Event::new(
+                    if k.is_multiple_of(2) {
+                        EventKind::Alloc
+                    } else {
+                        EventKind::Free
+                    },
+                    MemKind::Device,
+                    Api::HipMalloc,
+                )
             };
         }
         let len = encode_events_frame_into(&batch[..n], &mut frame).expect("frame");

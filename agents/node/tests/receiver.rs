@@ -37,10 +37,7 @@ fn process_records(pid: u32, frames: usize, per_frame: usize) -> Vec<Record> {
                 size: 64,
                 pid,
                 tid: pid + 1,
-                kind: EventKind::Alloc as u8,
-                mem_kind: MemKind::Device as u8,
-                api: Api::HipMalloc as u16,
-                ..Event::default()
+                ..Event::new(EventKind::Alloc, MemKind::Device, Api::HipMalloc)
             })
             .collect();
         out.push(Record::Events(events));

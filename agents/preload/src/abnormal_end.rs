@@ -27,8 +27,9 @@
 //! do not go through the wrapper, and under `memwatch attach` (the shim loaded late with
 //! `dlopen`) the program's calls were bound before the shim came.
 
+use crate::panic_guard;
 use crate::real::{libc_fn, LibcFn};
-use crate::rt;
+use crate::record::state;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
@@ -96,10 +97,10 @@ pub(crate) fn yield_to_pending_end() {
 /// Asks the flusher for the last pass with `exit_code` and waits for it (bounded).
 /// Keeps the caller's errno (the wait does).
 fn hand_off_last_pass(exit_code: i32) {
-    if !rt::is_active()
-        || !rt::FLUSHER_RUNNING.load(Ordering::Acquire)
+    if !state::is_active()
+        || !state::FLUSHER_RUNNING.load(Ordering::Acquire)
         || FLUSHER_TID.load(Ordering::Acquire) == gettid()
-        || !rt::is_this_process()
+        || !state::is_this_process()
     {
         return;
     }
@@ -114,7 +115,7 @@ fn hand_off_last_pass(exit_code: i32) {
     }
     REQUESTER_TID.store(gettid(), Ordering::Release);
     crate::wait::wait_until(
-        || DONE.load(Ordering::Acquire) || !rt::FLUSHER_RUNNING.load(Ordering::Acquire),
+        || DONE.load(Ordering::Acquire) || !state::FLUSHER_RUNNING.load(Ordering::Acquire),
         END_WAIT_NS,
     );
     if !DONE.load(Ordering::Acquire) {
@@ -141,12 +142,18 @@ fn exit_group(status: c_int) -> ! {
 /// Same contract as libc's function.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn abort() -> ! {
-    hand_off_last_pass(128 + libc::SIGABRT);
+    // SAFETY: this thread's errno location.
+    let saved = unsafe { *libc::__errno_location() };
+    panic_guard::catch(|| hand_off_last_pass(128 + libc::SIGABRT));
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved };
     let f = libc_fn(LibcFn::Abort);
     if !f.is_null() {
-        core::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> !>(f)();
+        // SAFETY: libc's `abort`.
+        unsafe { core::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> !>(f)() };
     }
-    libc::raise(libc::SIGABRT);
+    // SAFETY: plain libc call.
+    unsafe { libc::raise(libc::SIGABRT) };
     exit_group(128 + libc::SIGABRT)
 }
 
@@ -158,10 +165,13 @@ macro_rules! exit_hook {
         /// Same contract as libc's function.
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name(status: c_int) -> ! {
-            hand_off_last_pass(status & 0xff);
+            panic_guard::catch(|| hand_off_last_pass(status & 0xff));
             let f = libc_fn($real);
             if !f.is_null() {
-                core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> !>(f)(status);
+                // SAFETY: libc's function of this name; the caller's status.
+                unsafe {
+                    core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> !>(f)(status)
+                };
             }
             exit_group(status)
         }

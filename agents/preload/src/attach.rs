@@ -29,7 +29,8 @@ use crate::got_patch::{self, Hook, Patch};
 use crate::hooks::HOOKS;
 use crate::pointer_scan::{self, Redirect, Target};
 use crate::real::real_dlsym;
-use crate::{rt, sink};
+use crate::record::state;
+use crate::sink;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use memwatch_wire::{Marker, Record};
 use std::sync::Mutex;
@@ -73,16 +74,22 @@ fn object_base(p: *mut c_void) -> usize {
 
 /// Names of the loaded objects (the main program as NULL).
 fn loaded_objects() -> Vec<Option<std::ffi::CString>> {
+    /// # Safety
+    /// Called by `dl_iterate_phdr` with its header and our list.
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
-        let out = &mut *(data as *mut Vec<Option<std::ffi::CString>>);
-        let info = &*info;
-        if info.dlpi_name.is_null() || *info.dlpi_name == 0 {
-            if out.is_empty() {
-                out.push(None);
+        // SAFETY: the loader's header (its name NULL or NUL-terminated) and our list; a
+        // panic is caught (it must not unwind into the C library).
+        crate::panic_guard::catch(|| unsafe {
+            let out = &mut *(data as *mut Vec<Option<std::ffi::CString>>);
+            let info = &*info;
+            if info.dlpi_name.is_null() || *info.dlpi_name == 0 {
+                if out.is_empty() {
+                    out.push(None);
+                }
+            } else {
+                out.push(Some(CStr::from_ptr(info.dlpi_name).to_owned()));
             }
-        } else {
-            out.push(Some(CStr::from_ptr(info.dlpi_name).to_owned()));
-        }
+        });
         0
     }
     let mut out: Vec<Option<std::ffi::CString>> = Vec::new();
@@ -179,7 +186,7 @@ fn marker(text: String, device: i32) -> Record {
         pid: std::process::id(),
         // SAFETY: plain syscall.
         tid: unsafe { libc::syscall(libc::SYS_gettid) } as u32,
-        ts_ns: rt::now_ns(),
+        ts_ns: crate::clock::monotonic_ns(),
         device,
         text,
     })
@@ -287,142 +294,171 @@ fn baseline(shim: usize) -> Vec<Record> {
 }
 
 /// Starts capturing in a process the shim was just loaded into. See the module docs.
+/// A panic in here is caught and answered -3 (the process goes on).
 ///
 /// # Safety
 /// `sink` must be NULL or a NUL-terminated string.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn memwatch_attach_start(sink_arg: *const c_char) -> c_int {
-    if sink_arg.is_null() {
-        return -1;
-    }
-    let Ok(mut guard) = STATE.lock() else {
-        return -3;
-    };
-    // SAFETY: plain syscall.
-    let me = libc::getpid() as u32;
-    let inherited = match guard.as_ref() {
-        Some(a) if a.pid == me => return 1,
-        Some(_) => true, // forked from an attached parent: its patches are ours too
-        None => false,
-    };
-    let env_sink = libc::getenv(c"MEMWATCH_SINK".as_ptr());
-    if rt::is_active() && !env_sink.is_null() {
-        return 1; // started under `memwatch run` / MEMWATCH_SINK
-    }
-    let sink_bytes = CStr::from_ptr(sink_arg).to_bytes();
-    let cfg = Config::parse(Some(sink_bytes), None, None);
-    if cfg.sink == SinkKind::None {
-        return -1;
-    }
-    if !rt::set_config(cfg) {
-        let cur = rt::config();
-        if cur.sink != cfg.sink || cur.path_bytes() != cfg.path_bytes() {
-            if !env_sink.is_null() {
-                return -2; // configured by MEMWATCH_SINK at start-up
-            }
-            // Configured by an earlier attach (of this process, or of the parent it was
-            // forked from): this attach's sink replaces it.
-            if !sink::retarget(cfg.sink, cfg.path_bytes(), LOCK_NS) {
-                return -3;
-            }
-        }
-    }
-    if inherited {
-        if !rt::activate() {
-            return -3;
-        }
-        if let Some(a) = guard.as_mut() {
-            a.pid = me;
-            let text = format!(
-                "memwatch-attach start patched_slots={} objects=(inherited from the parent) \
-                 failed_slots=0 hooked_names={} copied_pointers={}",
-                a.patches.len(),
-                a.names.len(),
-                a.copies.len()
-            );
-            sink::emit_record(&marker(text, -1), LOCK_NS);
-        }
-        for rec in baseline(shim_base()) {
-            sink::emit_record(&rec, LOCK_NS);
-        }
-        return 0;
-    }
-    let shim = shim_base();
-    let (names, targets) = resolve_all(shim);
-    if !rt::activate() {
-        return -3;
-    }
-    let hooks: Vec<Hook> = names
-        .iter()
-        .map(|(n, w)| Hook {
-            name: n,
-            wrapper: *w,
-        })
-        .collect();
-    let (patches, failures) = got_patch::patch_loaded(&hooks, shim);
-    let scan_started = std::time::Instant::now();
-    let scanned = pointer_scan::redirect_copies(&targets, shim);
-    let scan_ms = scan_started.elapsed().as_secs_f64() * 1e3;
-    let copies = scanned.redirects;
-    let text = format!(
-        "memwatch-attach start patched_slots={} objects={} failed_slots={} hooked_names={} \
-         copied_pointers={} copied_in={} failed_copies={} scanned_mib={:.1} scan_ms={:.1}",
-        patches.len(),
-        object_list(patches.iter().map(|p| p.object.as_str())),
-        failures,
-        names.len(),
-        copies.len(),
-        object_list(copies.iter().map(|c| c.object.as_str())),
-        scanned.failures,
-        scanned.bytes as f64 / (1 << 20) as f64,
-        scan_ms
-    );
-    sink::emit_record(&marker(text, -1), LOCK_NS);
-    for rec in baseline(shim) {
-        sink::emit_record(&rec, LOCK_NS);
-    }
-    *guard = Some(Attached {
-        pid: me,
-        patches,
-        copies,
-        names,
-    });
-    0
+    // SAFETY: the caller's string (contract above).
+    crate::panic_guard::catch(|| unsafe { attach_start(sink_arg) }).unwrap_or(-3)
 }
 
-/// Stops capturing and restores the GOT entries. See the module docs.
+/// [`memwatch_attach_start`]'s work.
+///
+/// # Safety
+/// As for [`memwatch_attach_start`].
+unsafe fn attach_start(sink_arg: *const c_char) -> c_int {
+    // SAFETY: the caller's NUL-terminated string (contract above); plain libc calls; GOT and static-data words written through `got_patch` and `pointer_scan`, which check their mappings.
+    unsafe {
+        if sink_arg.is_null() {
+            return -1;
+        }
+        let Ok(mut guard) = STATE.lock() else {
+            return -3;
+        };
+        // SAFETY: plain syscall.
+        let me = libc::getpid() as u32;
+        let inherited = match guard.as_ref() {
+            Some(a) if a.pid == me => return 1,
+            Some(_) => true, // forked from an attached parent: its patches are ours too
+            None => false,
+        };
+        let env_sink = libc::getenv(c"MEMWATCH_SINK".as_ptr());
+        if state::is_active() && !env_sink.is_null() {
+            return 1; // started under `memwatch run` / MEMWATCH_SINK
+        }
+        let sink_bytes = CStr::from_ptr(sink_arg).to_bytes();
+        let cfg = Config::parse(Some(sink_bytes), None, None);
+        if cfg.sink == SinkKind::None {
+            return -1;
+        }
+        if !crate::lifecycle::set_config(cfg) {
+            let cur = crate::config::get();
+            if cur.sink != cfg.sink || cur.path_bytes() != cfg.path_bytes() {
+                if !env_sink.is_null() {
+                    return -2; // configured by MEMWATCH_SINK at start-up
+                }
+                // Configured by an earlier attach (of this process, or of the parent it was
+                // forked from): this attach's sink replaces it.
+                if !sink::retarget(cfg.sink, cfg.path_bytes(), LOCK_NS) {
+                    return -3;
+                }
+            }
+        }
+        if inherited {
+            if !crate::lifecycle::activate() {
+                return -3;
+            }
+            if let Some(a) = guard.as_mut() {
+                a.pid = me;
+                let text = format!(
+                    "memwatch-attach start patched_slots={} objects=(inherited from the parent) \
+                     failed_slots=0 hooked_names={} copied_pointers={}",
+                    a.patches.len(),
+                    a.names.len(),
+                    a.copies.len()
+                );
+                sink::emit_record(&marker(text, -1), LOCK_NS);
+            }
+            for rec in baseline(shim_base()) {
+                sink::emit_record(&rec, LOCK_NS);
+            }
+            return 0;
+        }
+        let shim = shim_base();
+        let (names, targets) = resolve_all(shim);
+        if !crate::lifecycle::activate() {
+            return -3;
+        }
+        let hooks: Vec<Hook> = names
+            .iter()
+            .map(|(n, w)| Hook {
+                name: n,
+                wrapper: *w,
+            })
+            .collect();
+        let (patches, failures) = got_patch::patch_loaded(&hooks, shim);
+        let scan_started = std::time::Instant::now();
+        let scanned = pointer_scan::redirect_copies(&targets, shim);
+        let scan_ms = scan_started.elapsed().as_secs_f64() * 1e3;
+        let copies = scanned.redirects;
+        let pjrt = crate::pjrt::attach_live(definition_outside_shim(c"GetPjrtApi", shim));
+        let text = format!(
+            "memwatch-attach start patched_slots={} objects={} failed_slots={} hooked_names={} \
+             copied_pointers={} copied_in={} failed_copies={} scanned_mib={:.1} scan_ms={:.1} \
+             {pjrt}",
+            patches.len(),
+            object_list(patches.iter().map(|p| p.object.as_str())),
+            failures,
+            names.len(),
+            copies.len(),
+            object_list(copies.iter().map(|c| c.object.as_str())),
+            scanned.failures,
+            scanned.bytes as f64 / (1 << 20) as f64,
+            scan_ms
+        );
+        sink::emit_record(&marker(text, -1), LOCK_NS);
+        for rec in baseline(shim) {
+            sink::emit_record(&rec, LOCK_NS);
+        }
+        *guard = Some(Attached {
+            pid: me,
+            patches,
+            copies,
+            names,
+        });
+        0
+    }
+}
+
+/// Stops capturing and restores the GOT entries. See the module docs. A panic in here
+/// is caught and answered -3.
 ///
 /// # Safety
 /// `reason` must be NULL or a NUL-terminated string.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn memwatch_attach_stop(reason: *const c_char) -> c_int {
-    let Ok(mut guard) = STATE.lock() else {
-        return -3;
-    };
-    let Some(att) = guard.take() else {
-        return 1;
-    };
-    let hooks: Vec<Hook> = att
-        .names
-        .iter()
-        .map(|(n, w)| Hook {
-            name: n,
-            wrapper: *w,
-        })
-        .collect();
-    let restored = got_patch::unpatch(&att.patches, &hooks);
-    let restored_copies = pointer_scan::restore(&att.copies);
-    let why = if reason.is_null() {
-        String::new()
-    } else {
-        CStr::from_ptr(reason).to_string_lossy().into_owned()
-    };
-    rt::turn_off();
-    let text = format!(
-        "memwatch-attach stop restored_slots={restored} restored_copies={restored_copies} \
-         reason={why}"
-    );
-    sink::emit_record(&marker(text, -1), LOCK_NS);
-    sink::close_stream(LOCK_NS);
-    0
+    // SAFETY: the caller's string (contract above).
+    crate::panic_guard::catch(|| unsafe { attach_stop(reason) }).unwrap_or(-3)
+}
+
+/// [`memwatch_attach_stop`]'s work.
+///
+/// # Safety
+/// As for [`memwatch_attach_stop`].
+unsafe fn attach_stop(reason: *const c_char) -> c_int {
+    // SAFETY: the caller's string or NULL (contract above); the patches were made by `attach_start` in objects still loaded.
+    unsafe {
+        let Ok(mut guard) = STATE.lock() else {
+            return -3;
+        };
+        let Some(att) = guard.take() else {
+            return 1;
+        };
+        let hooks: Vec<Hook> = att
+            .names
+            .iter()
+            .map(|(n, w)| Hook {
+                name: n,
+                wrapper: *w,
+            })
+            .collect();
+        let restored = got_patch::unpatch(&att.patches, &hooks);
+        let pjrt = crate::pjrt::detach_live();
+        let restored_copies = pointer_scan::restore(&att.copies);
+        let why = if reason.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(reason).to_string_lossy().into_owned()
+        };
+        state::turn_off();
+        let text = format!(
+            "memwatch-attach stop restored_slots={restored} restored_copies={restored_copies} \
+             {pjrt} reason={why}"
+        );
+        sink::emit_record(&marker(text, -1), LOCK_NS);
+        sink::close_stream(LOCK_NS);
+        0
+    }
 }

@@ -1,11 +1,31 @@
 //! Configuration read from the environment, once, without allocating.
 //!
 //! Owns parsing of `MEMWATCH_SINK`, `MEMWATCH_BUFFER_EVENTS`, `MEMWATCH_HOOK`,
-//! `MEMWATCH_ALLOC_DURATIONS` and `MEMWATCH_BACKTRACE_EVERY_BYTES` into a
-//! fixed-size [`Config`]. It must not allocate (it runs on the first hooked call and inside
-//! `dlsym`), must not panic, and does not open anything.
+//! `MEMWATCH_ALLOC_DURATIONS`, `MEMWATCH_BACKTRACE_EVERY_BYTES` and `MEMWATCH_FAULT`
+//! into a fixed-size [`Config`], and the one configuration of the process ([`get`],
+//! fixed by `memwatch attach` with [`set`] before anything read the environment). It
+//! must not allocate (it runs on the first hooked call and inside `dlsym`), must not
+//! panic, and does not open anything.
 
 use core::ffi::CStr;
+use std::sync::OnceLock;
+
+/// The API families `MEMWATCH_HOOK` switches on and off (`hip`, `cuda`, `cudart`,
+/// `pjrt`): the wire's [`memwatch_wire::ApiFamily`].
+pub use memwatch_wire::ApiFamily as Family;
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The process's configuration (read from the environment the first time).
+pub fn get() -> &'static Config {
+    CONFIG.get_or_init(Config::from_env)
+}
+
+/// Fixes the configuration before anything read the environment (late attach). False
+/// when it was already fixed.
+pub fn set(c: Config) -> bool {
+    CONFIG.set(c).is_ok()
+}
 
 /// Largest sink path accepted (longer paths disable the shim).
 pub const MAX_PATH: usize = 1024;
@@ -23,15 +43,34 @@ pub enum SinkKind {
     File,
 }
 
-/// API families that can be switched on and off with `MEMWATCH_HOOK`.
+/// The fault switch (`MEMWATCH_FAULT`, see `record::fault`): a testing aid that makes
+/// memwatch's own bookkeeping panic, before or after the real call.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u8)]
-pub enum Family {
-    Hip = 1,
-    Cuda = 2,
-    Cudart = 4,
-    /// The PJRT C API (`GetPjrtApi` table wrapping).
-    Pjrt = 8,
+pub enum Fault {
+    None = 0,
+    /// `panic-before-call`.
+    PanicBeforeCall = 1,
+    /// `panic-after-call`.
+    PanicAfterCall = 2,
+}
+
+impl Fault {
+    pub fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::PanicBeforeCall,
+            2 => Self::PanicAfterCall,
+            _ => Self::None,
+        }
+    }
+
+    fn parse(v: Option<&[u8]>) -> Self {
+        match v {
+            Some(b"panic-before-call") => Self::PanicBeforeCall,
+            Some(b"panic-after-call") => Self::PanicAfterCall,
+            _ => Self::None,
+        }
+    }
 }
 
 /// The parsed environment.
@@ -42,7 +81,7 @@ pub struct Config {
     pub path_len: usize,
     /// Ring capacity per thread, a power of two.
     pub buffer_events: usize,
-    /// Bit set of [`Family`] values.
+    /// Bit set of [`Family::bit`] values.
     pub families: u8,
     /// `MEMWATCH_ALLOC_DURATIONS=1`: time allocation and release calls too (a second
     /// clock read per call); by default only API spans carry a duration.
@@ -50,6 +89,8 @@ pub struct Config {
     /// `MEMWATCH_BACKTRACE_EVERY_BYTES=N`: sample the native stack about every N bytes a
     /// thread allocates (0: off).
     pub backtrace_every_bytes: u64,
+    /// `MEMWATCH_FAULT` (testing aid; see [`Fault`]).
+    pub fault: Fault,
 }
 
 impl Config {
@@ -62,6 +103,7 @@ impl Config {
             families: 0,
             alloc_durations: false,
             backtrace_every_bytes: 0,
+            fault: Fault::None,
         }
     }
 
@@ -70,7 +112,7 @@ impl Config {
     }
 
     pub fn family_enabled(&self, f: Family) -> bool {
-        self.sink != SinkKind::None && self.families & (f as u8) != 0
+        self.sink != SinkKind::None && self.families & f.bit() != 0
     }
 
     /// Parses the three values (each `None` when the variable is unset).
@@ -98,18 +140,15 @@ impl Config {
             .clamp(1024, 1 << 24)
             .next_power_of_two();
         c.families = match hook {
-            None => {
-                Family::Hip as u8 | Family::Cuda as u8 | Family::Cudart as u8 | Family::Pjrt as u8
-            }
+            None => ALL_FAMILIES,
             Some(list) => list
                 .split(|b| *b == b',')
                 .map(|w| match w {
-                    b"hip" => Family::Hip as u8,
-                    b"cuda" => Family::Cuda as u8,
-                    b"cudart" => Family::Cudart as u8,
-                    b"pjrt" => Family::Pjrt as u8,
-                    b"all" => 15,
-                    _ => 0,
+                    b"all" => ALL_FAMILIES,
+                    _ => Family::ALL
+                        .iter()
+                        .find(|f| f.name().as_bytes() == w)
+                        .map_or(0, |f| f.bit()),
                 })
                 .fold(0, |a, b| a | b),
         };
@@ -129,17 +168,35 @@ impl Config {
             c.backtrace_every_bytes = getenv(c"MEMWATCH_BACKTRACE_EVERY_BYTES")
                 .and_then(parse_usize)
                 .unwrap_or(0) as u64;
+            c.fault = Fault::parse(getenv(c"MEMWATCH_FAULT"));
             c
         }
     }
 }
 
+/// Every family's bit.
+const ALL_FAMILIES: u8 = {
+    let mut bits = 0;
+    let mut i = 0;
+    while i < Family::ALL.len() {
+        bits |= Family::ALL[i].bit();
+        i += 1;
+    }
+    bits
+};
+
+/// The variable `name`, when set.
+///
+/// # Safety
+/// No other thread may change the environment meanwhile (as for `libc::getenv`).
 unsafe fn getenv(name: &CStr) -> Option<&'static [u8]> {
-    let p = libc::getenv(name.as_ptr());
+    // SAFETY: NUL-terminated name; the caller keeps the environment unchanged.
+    let p = unsafe { libc::getenv(name.as_ptr()) };
     if p.is_null() {
         None
     } else {
-        Some(CStr::from_ptr(p).to_bytes())
+        // SAFETY: getenv returns a NUL-terminated string owned by the environment.
+        Some(unsafe { CStr::from_ptr(p) }.to_bytes())
     }
 }
 
@@ -186,11 +243,30 @@ mod tests {
         assert_eq!(c.path_bytes(), b"/tmp/a%p.mwcap");
         assert_eq!(c.buffer_events, 8192);
         assert!(c.family_enabled(Family::Hip));
-        assert!(!c.family_enabled(Family::Cuda));
-        assert!(c.family_enabled(Family::Cudart));
+        assert!(!c.family_enabled(Family::CudaDriver));
+        assert!(c.family_enabled(Family::CudaRuntime));
         let d = Config::parse(Some(b"unix:/s"), Some(b"junk"), None);
         assert_eq!(d.sink, SinkKind::Unix);
         assert_eq!(d.buffer_events, DEFAULT_BUFFER_EVENTS);
         assert_eq!(d.families, 15);
+        let pjrt_only = Config::parse(Some(b"unix:/s"), None, Some(b"pjrt,bogus"));
+        assert_eq!(pjrt_only.families, Family::Pjrt.bit());
+    }
+
+    #[test]
+    fn the_fault_switch_takes_two_exact_values() {
+        assert_eq!(
+            Fault::parse(Some(b"panic-before-call")),
+            Fault::PanicBeforeCall
+        );
+        assert_eq!(
+            Fault::parse(Some(b"panic-after-call")),
+            Fault::PanicAfterCall
+        );
+        assert_eq!(Fault::parse(Some(b"panic")), Fault::None);
+        assert_eq!(Fault::parse(None), Fault::None);
+        for f in [Fault::None, Fault::PanicBeforeCall, Fault::PanicAfterCall] {
+            assert_eq!(Fault::from_u8(f as u8), f);
+        }
     }
 }

@@ -6,20 +6,18 @@
 //! from a real function we already resolved (`dladdr` -> `dlopen(RTLD_NOLOAD)`), so it
 //! works for libraries loaded privately with `dlopen` as XLA does.
 
+use crate::config::Family;
 use crate::hooks::HOOKS;
 use crate::real::real_dlsym;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use memwatch_wire::{DeviceInfo, DeviceProps, Vendor};
 
-/// 0 HIP, 1 CUDA driver, 2 CUDA runtime, 3 PJRT (from the API number ranges).
-pub fn family_index(api: u16) -> usize {
-    match api {
-        0..=999 => 0,
-        1000..=1999 => 1,
-        2000..=2999 => 2,
-        // PJRT (3000..): no runtime to describe devices with.
-        _ => 3,
-    }
+/// The families whose runtime can describe its devices, in [`runtime_index`] order.
+pub const RUNTIMES: [Family; 3] = [Family::Hip, Family::CudaDriver, Family::CudaRuntime];
+
+/// `f`'s index in [`RUNTIMES`]; `None` for PJRT (no runtime to describe devices with).
+pub fn runtime_index(f: Family) -> Option<usize> {
+    RUNTIMES.iter().position(|r| *r == f)
 }
 
 type NameFn = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
@@ -32,9 +30,9 @@ type HipAttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
 const HIP_DEVICE_ATTRIBUTE_INTEGRATED: c_int = 16;
 
 /// A `dlopen` handle of the library that provides family `fam`'s functions.
-fn library_handle(fam: usize) -> *mut c_void {
+fn library_handle(fam: Family) -> *mut c_void {
     for h in HOOKS.iter() {
-        if h.family as u8 != [1u8, 2, 4].get(fam).copied().unwrap_or(0) {
+        if h.family != fam {
             continue;
         }
         let p = h.real();
@@ -68,16 +66,21 @@ impl Drop for Handle {
     }
 }
 
+/// `name` in the library behind `handle` (NULL when `handle` is).
+///
+/// # Safety
+/// `handle` is NULL or a live `dlopen` handle.
 unsafe fn sym(handle: *mut c_void, name: &CStr) -> *mut c_void {
     if handle.is_null() {
         return core::ptr::null_mut();
     }
-    real_dlsym()(handle, name.as_ptr())
+    // SAFETY: a live handle (caller's contract) and a NUL-terminated name.
+    unsafe { real_dlsym()(handle, name.as_ptr()) }
 }
 
 /// Name and total bytes of device `ordinal` of family `fam`; `None` when the runtime
 /// cannot say (e.g. no such device).
-pub fn query(fam: usize, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
+pub fn query(fam: Family, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
     let lib = Handle(library_handle(fam));
     let handle = lib.0;
     let mut _extra = Handle(core::ptr::null_mut());
@@ -85,7 +88,7 @@ pub fn query(fam: usize, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
     // signatures; buffers are sized as passed.
     unsafe {
         let mut cuda = handle;
-        if fam == 2 && sym(cuda, c"cuDeviceGetName").is_null() {
+        if fam == Family::CudaRuntime && sym(cuda, c"cuDeviceGetName").is_null() {
             cuda = libc::dlopen(
                 c"libcuda.so.1".as_ptr(),
                 libc::RTLD_LAZY | libc::RTLD_NOLOAD,
@@ -95,7 +98,7 @@ pub fn query(fam: usize, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
         let simulated = !sym(handle, c"memwatchSimulatedRuntime").is_null();
         let mut name = [0 as c_char; 256];
         let mut total: usize = 0;
-        let vendor = if fam == 0 {
+        let vendor = if fam == Family::Hip {
             let n = sym(handle, c"hipDeviceGetName");
             let t = sym(handle, c"hipDeviceTotalMem");
             if n.is_null() || t.is_null() {
@@ -130,7 +133,7 @@ pub fn query(fam: usize, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
         Some(DeviceInfo {
             pid,
             device: ordinal,
-            vendor: if simulated { Vendor::Simulated } else { vendor } as u8,
+            vendor: if simulated { Vendor::Simulated } else { vendor }.code(),
             total_bytes: total as u64,
             name,
         })

@@ -12,8 +12,9 @@
 //! "next" keeps its meaning for the caller.
 
 use crate::hooks::{resolve, HookInfo, HOOKS};
+use crate::panic_guard;
 use crate::real::{real_dlsym, real_dlvsym};
-use crate::rt;
+use crate::record::state;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
@@ -42,7 +43,7 @@ fn wrap_result(h: &HookInfo, p: *mut c_void) -> *mut c_void {
             p
         };
     }
-    if !rt::wrap_allowed(h.family) {
+    if !state::wrap_allowed(h.family) {
         return p;
     }
     if h.offer_real(p) {
@@ -112,33 +113,45 @@ fn remember_library(handle: *mut c_void, p: *mut c_void) {
 /// # Safety
 /// `name` must be NUL-terminated.
 pub unsafe fn lookup_in_known_handles(name: *const c_char, not: *mut c_void) -> *mut c_void {
-    for slot in ANCHORS.iter() {
-        let a = slot.load(Ordering::Acquire);
-        if a.is_null() {
-            break;
+    // SAFETY: `dladdr` / `dlopen(RTLD_NOLOAD)` / `dlsym` on addresses we remembered and a NUL-terminated name (contract above); the handle is closed again.
+    unsafe {
+        for slot in ANCHORS.iter() {
+            let a = slot.load(Ordering::Acquire);
+            if a.is_null() {
+                break;
+            }
+            let mut info: libc::Dl_info = core::mem::zeroed();
+            if libc::dladdr(a, &mut info) == 0 || info.dli_fname.is_null() {
+                continue;
+            }
+            let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+            if h.is_null() {
+                continue;
+            }
+            let p = real_dlsym()(h, name);
+            crate::real::real_dlclose()(h);
+            if !p.is_null() && p != not {
+                return p;
+            }
         }
-        let mut info: libc::Dl_info = core::mem::zeroed();
-        if libc::dladdr(a, &mut info) == 0 || info.dli_fname.is_null() {
-            continue;
-        }
-        let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
-        if h.is_null() {
-            continue;
-        }
-        let p = real_dlsym()(h, name);
-        crate::real::real_dlclose()(h);
-        if !p.is_null() && p != not {
-            return p;
-        }
+        core::ptr::null_mut()
     }
-    core::ptr::null_mut()
 }
 
+/// What the program gets for `name` when the library gave `p`: the wrapper for a
+/// hooked name (remembering `p` as its real function), `p` otherwise.
+///
+/// # Safety
+/// `name` is NULL or NUL-terminated.
 unsafe fn after_lookup(handle: *mut c_void, name: *const c_char, p: *mut c_void) -> *mut c_void {
     if p.is_null() || name.is_null() {
         return p;
     }
-    let bytes = CStr::from_ptr(name).to_bytes();
+    // SAFETY: NUL-terminated (caller's contract).
+    let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
+    if bytes.first().is_some_and(|c| matches!(c, b'h' | b'c')) {
+        crate::record::fault::check_before_call();
+    }
     if bytes == b"GetPjrtApi" {
         let r = crate::pjrt::on_lookup(p);
         crate::debug::lookup("dlsym", bytes, if r == p { "real" } else { "wrapped" });
@@ -159,20 +172,31 @@ unsafe fn after_lookup(handle: *mut c_void, name: *const c_char, p: *mut c_void)
     }
 }
 
-/// `dlsym` for every handle but `RTLD_NEXT`.
+/// `dlsym` for every handle but `RTLD_NEXT`: libc's answer, wrapped for a hooked name
+/// (memwatch's part caught: on a panic the program gets libc's answer as it is).
+///
+/// # Safety
+/// Same contract as libc's `dlsym`.
 unsafe extern "C" fn dlsym_hook(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    let p = real_dlsym()(handle, name);
-    after_lookup(handle, name, p)
+    // SAFETY: the caller's arguments, under libc's contract.
+    let p = unsafe { real_dlsym()(handle, name) };
+    // SAFETY: `name` is the caller's NUL-terminated name (or NULL).
+    panic_guard::catch(|| unsafe { after_lookup(handle, name, p) }).unwrap_or(p)
 }
 
-/// `dlvsym` for every handle but `RTLD_NEXT`.
+/// `dlvsym` for every handle but `RTLD_NEXT` (see [`dlsym_hook`]).
+///
+/// # Safety
+/// Same contract as libc's `dlvsym`.
 unsafe extern "C" fn dlvsym_hook(
     handle: *mut c_void,
     name: *const c_char,
     ver: *const c_char,
 ) -> *mut c_void {
-    let p = real_dlvsym()(handle, name, ver);
-    after_lookup(handle, name, p)
+    // SAFETY: the caller's arguments, under libc's contract.
+    let p = unsafe { real_dlvsym()(handle, name, ver) };
+    // SAFETY: as in `dlsym_hook`.
+    panic_guard::catch(|| unsafe { after_lookup(handle, name, p) }).unwrap_or(p)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -264,53 +288,56 @@ pub unsafe fn wrap_proc(
     ver: c_int,
     flags: u64,
 ) {
-    if sym.is_null() || pfn.is_null() || (*pfn).is_null() || !rt::wrap_allowed(fam) {
-        return;
-    }
-    let saved_errno = *libc::__errno_location();
-    let name = CStr::from_ptr(sym).to_bytes();
-    let p = *pfn;
-    let is_candidate = |h: &&HookInfo| h.family == fam && h.base.as_bytes() == name;
-    if !HOOKS.iter().any(|h| is_candidate(&h)) {
-        if crate::debug::enabled() && name.windows(3).any(|w| w == b"Mem") {
-            crate::debug::lookup("getprocaddress", name, "not-hooked");
+    // SAFETY: `sym` NUL-terminated or NULL, `pfn` valid or NULL (contract above), read and written only after the checks below.
+    unsafe {
+        if sym.is_null() || pfn.is_null() || (*pfn).is_null() || !state::wrap_allowed(fam) {
+            return;
         }
-        return;
-    }
-    let mut chosen: Option<&HookInfo> = None;
-    let mut info: libc::Dl_info = core::mem::zeroed();
-    if libc::dladdr(p, &mut info) != 0 && info.dli_saddr == p && !info.dli_sname.is_null() {
-        let exact = CStr::from_ptr(info.dli_sname).to_bytes();
-        chosen = HOOKS
-            .iter()
-            .filter(is_candidate)
-            .find(|h| h.name().as_bytes() == exact);
-    }
-    if chosen.is_none() {
-        let want_ptsz = flags & PER_THREAD_DEFAULT_STREAM != 0;
-        let ver = ver.max(0) as u32;
-        let pick = |ptsz: bool| {
-            HOOKS
+        let saved_errno = *libc::__errno_location();
+        let name = CStr::from_ptr(sym).to_bytes();
+        let p = *pfn;
+        let is_candidate = |h: &&HookInfo| h.family == fam && h.base.as_bytes() == name;
+        if !HOOKS.iter().any(|h| is_candidate(&h)) {
+            if crate::debug::enabled() && name.windows(3).any(|w| w == b"Mem") {
+                crate::debug::lookup("getprocaddress", name, "not-hooked");
+            }
+            return;
+        }
+        let mut chosen: Option<&HookInfo> = None;
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        if libc::dladdr(p, &mut info) != 0 && info.dli_saddr == p && !info.dli_sname.is_null() {
+            let exact = CStr::from_ptr(info.dli_sname).to_bytes();
+            chosen = HOOKS
                 .iter()
                 .filter(is_candidate)
-                .filter(|h| h.is_ptsz() == ptsz && h.min_ver <= ver.max(h.min_ver.min(1)))
-                .filter(|h| h.min_ver <= ver || ver == 0)
-                .max_by_key(|h| h.min_ver)
-        };
-        chosen = if want_ptsz {
-            pick(true).or_else(|| pick(false))
-        } else {
-            pick(false)
-        };
+                .find(|h| h.name().as_bytes() == exact);
+        }
+        if chosen.is_none() {
+            let want_ptsz = flags & PER_THREAD_DEFAULT_STREAM != 0;
+            let ver = ver.max(0) as u32;
+            let pick = |ptsz: bool| {
+                HOOKS
+                    .iter()
+                    .filter(is_candidate)
+                    .filter(|h| h.is_ptsz() == ptsz && h.min_ver <= ver.max(h.min_ver.min(1)))
+                    .filter(|h| h.min_ver <= ver || ver == 0)
+                    .max_by_key(|h| h.min_ver)
+            };
+            chosen = if want_ptsz {
+                pick(true).or_else(|| pick(false))
+            } else {
+                pick(false)
+            };
+        }
+        if let Some(h) = chosen {
+            *pfn = wrap_result(h, p);
+            let what = if *pfn == h.wrapper() {
+                h.name()
+            } else {
+                "real"
+            };
+            crate::debug::lookup("getprocaddress", name, what);
+        }
+        *libc::__errno_location() = saved_errno;
     }
-    if let Some(h) = chosen {
-        *pfn = wrap_result(h, p);
-        let what = if *pfn == h.wrapper() {
-            h.name()
-        } else {
-            "real"
-        };
-        crate::debug::lookup("getprocaddress", name, what);
-    }
-    *libc::__errno_location() = saved_errno;
 }

@@ -9,32 +9,29 @@
 //! stable): events queued in the last flush interval (≤ 20 ms) before an `execl*` are
 //! lost.
 
+use crate::panic_guard;
 use crate::real::{libc_fn, LibcFn};
-use crate::rt;
+use crate::record::state;
 use core::ffi::{c_char, c_int, c_void};
 
 type Argv = *const *const c_char;
 
+/// Before the real exec: the last pass of this image. True when it was written.
 fn before() -> bool {
     // A vfork child shares the parent's memory (and so its rings, sink and flusher
     // state) but not its pid: its exec is none of the shim's business. Python's
     // subprocess tries one exec per PATH entry there.
-    if rt::is_active() && rt::is_this_process() {
-        rt::final_flush(memwatch_wire::ProcessEnd::UNKNOWN_EXIT);
+    if state::is_active() && state::is_this_process() {
+        crate::process_end::final_flush(memwatch_wire::ProcessEnd::UNKNOWN_EXIT);
         true
     } else {
         false
     }
 }
 
-fn after_failure(flushed: bool) {
-    if flushed {
-        // SAFETY: errno location of this thread.
-        let e = unsafe { *libc::__errno_location() };
-        rt::resume_after_failed_exec();
-        // SAFETY: as above.
-        unsafe { *libc::__errno_location() = e };
-    }
+/// The exec failed (it returned): recording resumes under the old image's anchors.
+fn after_failure() {
+    crate::lifecycle::resume_after_failed_exec();
 }
 
 macro_rules! exec_hook {
@@ -46,14 +43,23 @@ macro_rules! exec_hook {
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             type F = unsafe extern "C" fn($($t),*) -> c_int;
+            // SAFETY: this thread's errno location.
+            let errno = || unsafe { &mut *libc::__errno_location() };
             let f = libc_fn($real);
             if f.is_null() {
-                *libc::__errno_location() = libc::ENOSYS;
+                *errno() = libc::ENOSYS;
                 return -1;
             }
-            let flushed = before();
-            let r = core::mem::transmute::<*mut c_void, F>(f)($($a),*);
-            after_failure(flushed);
+            let saved = *errno();
+            let flushed = panic_guard::catch(before).unwrap_or(false);
+            *errno() = saved;
+            // SAFETY: libc's function of this name and signature; the caller's arguments.
+            let r = unsafe { core::mem::transmute::<*mut c_void, F>(f)($($a),*) };
+            if flushed {
+                let e = *errno();
+                panic_guard::catch(after_failure);
+                *errno() = e;
+            }
             r
         }
     };

@@ -1,4 +1,4 @@
-//! The one background thread per process that drains the ring into the sink.
+//! The one background thread per process that drains the rings into the sink.
 //!
 //! Owns the polling loop: drain, then sleep 1 ms while events flow (100 us when a pass
 //! drained more than a quarter of a thread's ring, so a thread making millions of calls
@@ -9,26 +9,37 @@
 //! process alive: when every other thread has ended (the main thread called
 //! pthread_exit last), it ends too, and with it the process.
 
-use crate::{rt, sink};
+use crate::record::{state, thread_state};
+use crate::sink;
 use core::sync::atomic::Ordering;
 
+/// The flusher thread's body. A panic in a pass (a bug in memwatch) ends recording for
+/// the rest of the process: the sink lock is released on the way out (`SinkLock`),
+/// queued events are lost, and a thread waiting for a last pass stops waiting.
 pub fn run() {
-    rt::mark_internal_thread();
+    thread_state::mark_internal_thread();
+    if crate::panic_guard::catch(drain_until_done).is_none() {
+        state::turn_off();
+        state::FLUSHER_RUNNING.store(false, Ordering::Release);
+    }
+}
+
+fn drain_until_done() {
     crate::abnormal_end::flusher_started();
     loop {
         if poll_until_stopped() == Stop::ForGood {
-            rt::FLUSHER_RUNNING.store(false, Ordering::Release);
+            state::FLUSHER_RUNNING.store(false, Ordering::Release);
             return;
         }
-        rt::FLUSHER_RUNNING.store(false, Ordering::SeqCst);
+        state::FLUSHER_RUNNING.store(false, Ordering::SeqCst);
         // Recording may have resumed while this loop was ending (an exec that failed
         // right after its last pass): then this thread goes on, unless a new flusher was
-        // started meanwhile. The fence pairs with `rt::resume_after_failed_exec`'s: one
+        // started meanwhile. The fence pairs with `crate::lifecycle::resume_after_failed_exec`'s: one
         // of the two sees the other's store, so a flusher always runs then.
         core::sync::atomic::fence(Ordering::SeqCst);
-        if rt::EXITING.load(Ordering::Acquire)
-            || !rt::is_active()
-            || rt::FLUSHER_RUNNING.swap(true, Ordering::AcqRel)
+        if state::EXITING.load(Ordering::Acquire)
+            || !state::is_active()
+            || state::FLUSHER_RUNNING.swap(true, Ordering::AcqRel)
         {
             return;
         }
@@ -47,12 +58,12 @@ enum Stop {
 fn poll_until_stopped() -> Stop {
     let mut idle_ns = 1_000_000u64;
     let mut idle_since_check_ns = 0u64;
-    let busy = rt::config().buffer_events / 4;
-    while !rt::EXITING.load(Ordering::Acquire) && rt::is_active() {
+    let busy = crate::config::get().buffer_events / 4;
+    while !state::EXITING.load(Ordering::Acquire) && state::is_active() {
         if let Some(code) = crate::abnormal_end::requested_code() {
             // A thread is ending the process without exit() (abort, _exit): the last
             // pass, as the exit handler would have written it.
-            rt::final_flush(code);
+            crate::process_end::final_flush(code);
             crate::abnormal_end::last_pass_written();
             return Stop::ForGood;
         }
@@ -89,7 +100,7 @@ const LAST_THREAD_CHECK_NS: u64 = 100_000_000;
 /// Whether every thread but this one has ended. Cheap in the usual case: one small read
 /// of the main thread's state, which is `Z` only once it called pthread_exit.
 fn only_thread_left() -> bool {
-    let pid = rt::PID.load(Ordering::Relaxed);
+    let pid = state::pid();
     if thread_state(pid, pid) != Some(b'Z') {
         return false;
     }

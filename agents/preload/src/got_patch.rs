@@ -83,14 +83,17 @@ struct Walk<'a, 'b> {
 /// Writes into other objects' GOTs; the wrappers must be ABI-compatible with the
 /// functions they replace.
 pub unsafe fn patch_loaded(hooks: &[Hook<'_>], skip_addr: usize) -> (Vec<Patch>, usize) {
-    let mut walk = Walk {
-        hooks,
-        skip_addr,
-        patches: Vec::new(),
-        failures: 0,
-    };
-    libc::dl_iterate_phdr(Some(phdr_cb), &mut walk as *mut Walk as *mut c_void);
-    (walk.patches, walk.failures)
+    // SAFETY: the callback only reads the loader's headers and writes our `walk`.
+    unsafe {
+        let mut walk = Walk {
+            hooks,
+            skip_addr,
+            patches: Vec::new(),
+            failures: 0,
+        };
+        libc::dl_iterate_phdr(Some(phdr_cb), &mut walk as *mut Walk as *mut c_void);
+        (walk.patches, walk.failures)
+    }
 }
 
 /// Restores every slot to the value it had before patching (only where the slot still
@@ -101,27 +104,36 @@ pub unsafe fn patch_loaded(hooks: &[Hook<'_>], skip_addr: usize) -> (Vec<Patch>,
 /// `patches` must come from [`patch_loaded`] with the same hooks, and the objects must
 /// still be loaded.
 pub unsafe fn unpatch(patches: &[Patch], hooks: &[Hook<'_>]) -> usize {
-    let mut n = 0;
-    for p in patches {
-        let Some(h) = hooks.get(p.hook) else { continue };
-        let slot = &*(p.slot as *const AtomicUsize);
-        if slot.load(Ordering::Acquire) == h.wrapper && write_slot(p.slot, p.original) {
-            n += 1;
+    // SAFETY: each slot is a GOT word `patch_loaded` wrote, in an object still loaded (contract above).
+    unsafe {
+        let mut n = 0;
+        for p in patches {
+            let Some(h) = hooks.get(p.hook) else { continue };
+            let slot = &*(p.slot as *const AtomicUsize);
+            if slot.load(Ordering::Acquire) == h.wrapper && write_slot(p.slot, p.original) {
+                n += 1;
+            }
         }
+        n
     }
-    n
 }
 
 /// Stores `value` into a GOT slot, making its page writable first if needed. The page's
 /// protection is read afresh for every slot: a snapshot taken before could call
 /// writable a RELRO page that has been protected since, and the store would fault.
+/// # Safety
+/// `slot` is an aligned word of a loaded object's GOT.
 unsafe fn write_slot(slot: usize, value: usize) -> bool {
-    let prot = mapping_of(&mappings(), slot).map_or(libc::PROT_READ | libc::PROT_WRITE, |m| m.prot);
-    // An aligned word store: concurrent callers see either the old or the new target.
-    with_writable_word(slot, prot, |word| {
-        word.store(value, Ordering::Release);
-        true
-    })
+    // SAFETY: `slot` is an aligned GOT word of a loaded object (contract above).
+    unsafe {
+        let prot =
+            mapping_of(&mappings(), slot).map_or(libc::PROT_READ | libc::PROT_WRITE, |m| m.prot);
+        // An aligned word store: concurrent callers see either the old or the new target.
+        with_writable_word(slot, prot, |word| {
+            word.store(value, Ordering::Release);
+            true
+        })
+    }
 }
 
 /// Runs `write` on the aligned word at `slot`, whose page has protection `prot` now:
@@ -135,18 +147,21 @@ pub unsafe fn with_writable_word(
     prot: c_int,
     write: impl FnOnce(&AtomicUsize) -> bool,
 ) -> bool {
-    let word = &*(slot as *const AtomicUsize);
-    if prot & libc::PROT_WRITE != 0 {
-        return write(word);
+    // SAFETY: `slot` is an aligned, mapped word (contract above); its page is made writable only for `write` and given its protection back.
+    unsafe {
+        let word = &*(slot as *const AtomicUsize);
+        if prot & libc::PROT_WRITE != 0 {
+            return write(word);
+        }
+        let page = page_size();
+        let start = slot & !(page - 1);
+        if libc::mprotect(start as *mut c_void, page, prot | libc::PROT_WRITE) != 0 {
+            return false;
+        }
+        let done = write(word);
+        libc::mprotect(start as *mut c_void, page, prot);
+        done
     }
-    let page = page_size();
-    let start = slot & !(page - 1);
-    if libc::mprotect(start as *mut c_void, page, prot | libc::PROT_WRITE) != 0 {
-        return false;
-    }
-    let done = write(word);
-    libc::mprotect(start as *mut c_void, page, prot);
-    done
 }
 
 /// The system page size (4096 when sysconf cannot say).
@@ -214,101 +229,121 @@ pub fn mapping_of(maps: &[Mapping], addr: usize) -> Option<Mapping> {
 /// # Safety
 /// `info` must come from `dl_iterate_phdr`.
 pub unsafe fn object_name(info: &libc::dl_phdr_info) -> Option<String> {
-    let name = if info.dlpi_name.is_null() {
-        String::new()
-    } else {
-        CStr::from_ptr(info.dlpi_name)
-            .to_string_lossy()
-            .into_owned()
-    };
-    (!name.contains("linux-vdso")).then_some(name)
+    // SAFETY: `dlpi_name` of a header from `dl_iterate_phdr` is NULL or NUL-terminated.
+    unsafe {
+        let name = if info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(info.dlpi_name)
+                .to_string_lossy()
+                .into_owned()
+        };
+        (!name.contains("linux-vdso")).then_some(name)
+    }
 }
 
+/// `dl_iterate_phdr` callback around [`phdr_cb_visit`]; a panic in it is caught (an
+/// unwind must not cross the C library), answering 0 (go on).
+///
+/// # Safety
+/// Called by `dl_iterate_phdr` with its header and our `data`.
 unsafe extern "C" fn phdr_cb(
     info: *mut libc::dl_phdr_info,
-    _size: usize,
+    size: usize,
     data: *mut c_void,
 ) -> c_int {
-    let walk = &mut *(data as *mut Walk);
-    let info = &*info;
-    let base = info.dlpi_addr as usize;
-    let mut dynamic: *const Elf64Dyn = core::ptr::null();
-    let mut contains_skip = false;
-    for i in 0..info.dlpi_phnum as usize {
-        let ph = &*info.dlpi_phdr.add(i);
-        let lo = base + ph.p_vaddr as usize;
-        let hi = lo + ph.p_memsz as usize;
-        if ph.p_type == libc::PT_DYNAMIC {
-            dynamic = lo as *const Elf64Dyn;
+    // SAFETY: the arguments `dl_iterate_phdr` passes (contract above).
+    crate::panic_guard::catch(|| unsafe { phdr_cb_visit(info, size, data) }).unwrap_or(0)
+}
+
+/// [`phdr_cb`]'s work for one loaded object.
+///
+/// # Safety
+/// As for [`phdr_cb`].
+unsafe fn phdr_cb_visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+    // SAFETY: `info` is the loader's header of a loaded object and `data` our `Walk` (contract above); its dynamic section, symbol, string and relocation tables are read within the sizes it states, and GOT slots are written only through `write_slot`.
+    unsafe {
+        let walk = &mut *(data as *mut Walk);
+        let info = &*info;
+        let base = info.dlpi_addr as usize;
+        let mut dynamic: *const Elf64Dyn = core::ptr::null();
+        let mut contains_skip = false;
+        for i in 0..info.dlpi_phnum as usize {
+            let ph = &*info.dlpi_phdr.add(i);
+            let lo = base + ph.p_vaddr as usize;
+            let hi = lo + ph.p_memsz as usize;
+            if ph.p_type == libc::PT_DYNAMIC {
+                dynamic = lo as *const Elf64Dyn;
+            }
+            if ph.p_type == libc::PT_LOAD && walk.skip_addr >= lo && walk.skip_addr < hi {
+                contains_skip = true;
+            }
         }
-        if ph.p_type == libc::PT_LOAD && walk.skip_addr >= lo && walk.skip_addr < hi {
-            contains_skip = true;
+        if dynamic.is_null() || contains_skip {
+            return 0;
         }
-    }
-    if dynamic.is_null() || contains_skip {
-        return 0;
-    }
-    let Some(name) = object_name(info) else {
-        return 0;
-    };
-    let (mut strtab, mut symtab) = (0usize, 0usize);
-    let (mut jmprel, mut pltrelsz, mut rela, mut relasz) = (0usize, 0usize, 0usize, 0usize);
-    let mut d = dynamic;
-    while (*d).d_tag != DT_NULL {
-        let raw = (*d).d_un as usize;
-        // glibc relocates address entries in place; musl and the vdso do not.
-        let addr = if raw < base { raw + base } else { raw };
-        match (*d).d_tag {
-            DT_STRTAB => strtab = addr,
-            DT_SYMTAB => symtab = addr,
-            DT_JMPREL => jmprel = addr,
-            DT_PLTRELSZ => pltrelsz = raw,
-            DT_RELA => rela = addr,
-            DT_RELASZ => relasz = raw,
-            _ => {}
+        let Some(name) = object_name(info) else {
+            return 0;
+        };
+        let (mut strtab, mut symtab) = (0usize, 0usize);
+        let (mut jmprel, mut pltrelsz, mut rela, mut relasz) = (0usize, 0usize, 0usize, 0usize);
+        let mut d = dynamic;
+        while (*d).d_tag != DT_NULL {
+            let raw = (*d).d_un as usize;
+            // glibc relocates address entries in place; musl and the vdso do not.
+            let addr = if raw < base { raw + base } else { raw };
+            match (*d).d_tag {
+                DT_STRTAB => strtab = addr,
+                DT_SYMTAB => symtab = addr,
+                DT_JMPREL => jmprel = addr,
+                DT_PLTRELSZ => pltrelsz = raw,
+                DT_RELA => rela = addr,
+                DT_RELASZ => relasz = raw,
+                _ => {}
+            }
+            d = d.add(1);
         }
-        d = d.add(1);
-    }
-    if strtab == 0 || symtab == 0 {
-        return 0;
-    }
-    for (table, size) in [(jmprel, pltrelsz), (rela, relasz)] {
-        if table == 0 {
-            continue;
+        if strtab == 0 || symtab == 0 {
+            return 0;
         }
-        let count = size / core::mem::size_of::<libc::Elf64_Rela>();
-        for i in 0..count {
-            let r = &*(table as *const libc::Elf64_Rela).add(i);
-            let rtype = (r.r_info & 0xffff_ffff) as u32;
-            if !GOT_RELOCS.contains(&rtype) {
+        for (table, size) in [(jmprel, pltrelsz), (rela, relasz)] {
+            if table == 0 {
                 continue;
             }
-            let sym_idx = (r.r_info >> 32) as usize;
-            if sym_idx == 0 {
-                continue;
-            }
-            let sym = &*(symtab as *const libc::Elf64_Sym).add(sym_idx);
-            let sym_name =
-                CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char).to_bytes();
-            let Some(hook) = walk.hooks.iter().position(|h| h.name == sym_name) else {
-                continue;
-            };
-            let slot = base + r.r_offset as usize;
-            let original = (*(slot as *const AtomicUsize)).load(Ordering::Acquire);
-            if original == walk.hooks[hook].wrapper {
-                continue; // already ours (attached twice without detach)
-            }
-            if write_slot(slot, walk.hooks[hook].wrapper) {
-                walk.patches.push(Patch {
-                    slot,
-                    original,
-                    hook,
-                    object: name.clone(),
-                });
-            } else {
-                walk.failures += 1;
+            let count = size / core::mem::size_of::<libc::Elf64_Rela>();
+            for i in 0..count {
+                let r = &*(table as *const libc::Elf64_Rela).add(i);
+                let rtype = (r.r_info & 0xffff_ffff) as u32;
+                if !GOT_RELOCS.contains(&rtype) {
+                    continue;
+                }
+                let sym_idx = (r.r_info >> 32) as usize;
+                if sym_idx == 0 {
+                    continue;
+                }
+                let sym = &*(symtab as *const libc::Elf64_Sym).add(sym_idx);
+                let sym_name =
+                    CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char).to_bytes();
+                let Some(hook) = walk.hooks.iter().position(|h| h.name == sym_name) else {
+                    continue;
+                };
+                let slot = base + r.r_offset as usize;
+                let original = (*(slot as *const AtomicUsize)).load(Ordering::Acquire);
+                if original == walk.hooks[hook].wrapper {
+                    continue; // already ours (attached twice without detach)
+                }
+                if write_slot(slot, walk.hooks[hook].wrapper) {
+                    walk.patches.push(Patch {
+                        slot,
+                        original,
+                        hook,
+                        object: name.clone(),
+                    });
+                } else {
+                    walk.failures += 1;
+                }
             }
         }
+        0
     }
-    0
 }

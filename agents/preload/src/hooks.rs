@@ -7,11 +7,13 @@
 //! successful call; errno is restored to what the real call left.
 
 use crate::config::Family;
+use crate::lifecycle::Lifecycle;
+use crate::panic_guard;
 use crate::real::real_dlsym;
-use crate::rt::{self, Pending};
+use crate::record::{self, thread_state, Pending};
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
-use memwatch_wire::{Api, EventKind, MemKind};
+use memwatch_wire::{Api, MemKind};
 
 /// Returned when the real function cannot be found (hipErrorNotInitialized,
 /// CUDA_ERROR_NOT_INITIALIZED and cudaErrorInitializationError are all 3).
@@ -112,6 +114,7 @@ fn resolve_slow(idx: usize) -> *mut c_void {
     if p.is_null() || p == h.wrapper() {
         // Not in the global scope: a library opened with RTLD_LOCAL whose own internal
         // references bound to our export. Ask the handles the program looked names up in.
+        // SAFETY: NUL-terminated name.
         p = unsafe { crate::dl::lookup_in_known_handles(h.sym.as_ptr().cast(), h.wrapper()) };
     }
     if p.is_null() {
@@ -121,50 +124,80 @@ fn resolve_slow(idx: usize) -> *mut c_void {
     h.real()
 }
 
+/// `*p` as a number after a successful call (`r == 0`), else 0.
+///
+/// # Safety
+/// `p` is NULL or valid for reads once the call succeeded (the runtime wrote it).
 #[inline]
 unsafe fn optr(p: *mut *mut c_void, r: c_int) -> u64 {
     if r == 0 && !p.is_null() {
-        *p as u64
+        // SAFETY: non-null out-pointer the runtime filled (caller's contract).
+        unsafe { *p as u64 }
     } else {
         0
     }
 }
+
+/// [`optr`] for a `u64` out-pointer.
+///
+/// # Safety
+/// As for [`optr`].
 #[inline]
 unsafe fn ou64(p: *mut u64, r: c_int) -> u64 {
     if r == 0 && !p.is_null() {
-        *p
+        // SAFETY: as in `optr`.
+        unsafe { *p }
     } else {
         0
     }
 }
+
+/// [`optr`] for a `u32` out-pointer.
+///
+/// # Safety
+/// As for [`optr`].
 #[inline]
 unsafe fn ou32(p: *mut u32, r: c_int) -> u64 {
     if r == 0 && !p.is_null() {
-        *p as u64
+        // SAFETY: as in `optr`.
+        unsafe { *p as u64 }
     } else {
         0
     }
 }
+
+/// [`optr`] for a `usize` out-pointer.
+///
+/// # Safety
+/// As for [`optr`].
 #[inline]
 unsafe fn ousize(p: *mut usize, r: c_int) -> u64 {
     if r == 0 && !p.is_null() {
-        *p as u64
+        // SAFETY: as in `optr`.
+        unsafe { *p as u64 }
     } else {
         0
     }
 }
+
 /// Device ordinal from a `hipMemAllocationProp` / `CUmemAllocationProp`
 /// (`location.type` at byte 8, `location.id` at byte 12; type 1 = device).
+///
+/// # Safety
+/// `prop` is NULL or points to an allocation property struct (at least 16 bytes).
 #[inline]
 unsafe fn prop_device(prop: *const c_void, fallback: i32) -> i32 {
     if prop.is_null() {
         return fallback;
     }
     let w = prop as *const i32;
-    if *w.add(2) == 1 {
-        *w.add(3)
-    } else {
-        fallback
+    // SAFETY: bytes 8..16 of the caller's property struct.
+    unsafe {
+        if *w.add(2) == 1 {
+            *w.add(3)
+        } else {
+            fallback
+        }
     }
 }
 
@@ -196,12 +229,17 @@ macro_rules! hooks {
         // x86-64 Linux: each export is an entry trampoline that saves the program's
         // frame pointer, return address and stack pointer in the thread block (unless a
         // hooked call is already in progress on this thread) and jumps to the wrapper;
-        // `backtrace` walks the program's stack from there. Five instructions.
+        // `record::stack_sample` walks the program's stack from there. Five
+        // instructions.
         $(
+            /// Interposes the runtime function of the same name (see the module docs).
+            ///
+            /// # Safety
+            /// Same contract as the runtime's function.
             #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
             #[unsafe(naked)]
             #[cfg_attr(not(test), no_mangle)]
-            #[allow(unused_variables, clippy::missing_safety_doc)]
+            #[allow(unused_variables)]
             pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
                 core::arch::naked_asm!(
                     "mov r11, qword ptr [rip + memwatch_thread_state@GOTTPOFF]",
@@ -214,46 +252,93 @@ macro_rules! hooks {
                     "mov qword ptr fs:[r11 + {sp}], r10",
                     "2:",
                     "jmp {inner}",
-                    guard = const crate::rt::OFF_IN_HOOK,
-                    fp = const crate::rt::OFF_CALLER_FP,
-                    ret = const crate::rt::OFF_CALLER_RET,
-                    sp = const crate::rt::OFF_CALLER_SP,
+                    guard = const thread_state::OFF_IN_HOOK,
+                    fp = const thread_state::OFF_CALLER_FP,
+                    ret = const thread_state::OFF_CALLER_RET,
+                    sp = const thread_state::OFF_CALLER_SP,
                     inner = sym wrappers::$name,
                 )
             }
 
+            /// Interposes the runtime function of the same name (see the module docs).
+            ///
+            /// # Safety
+            /// Same contract as the runtime's function.
             #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
             #[cfg_attr(not(test), no_mangle)]
-            #[allow(clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-                wrappers::$name($($a),*)
+                // SAFETY: the caller's arguments, under the runtime function's contract.
+                unsafe { wrappers::$name($($a),*) }
             }
         )*
 
-        /// The wrapper bodies (reached through the exports above).
+        /// The wrapper bodies (reached through the exports above). Memwatch's part and
+        /// the real call run in one caught block; `returned` says whether the real call
+        /// was made: when memwatch's part panicked before it, it is made after the
+        /// catch, once, with the caller's arguments (`panic_guard`).
         mod wrappers {
             use super::*;
             $(
-                #[allow(unused_variables, clippy::missing_safety_doc)]
+                /// # Safety
+                /// Same contract as the runtime's function of the same name.
+                #[allow(unused_variables, unused_unsafe)]
                 pub(super) unsafe extern "C" fn $name($($a: $t),*) -> c_int {
                     type F = unsafe extern "C" fn($($t),*) -> c_int;
-                    let real = resolve(H::$name as usize);
+                    let real = resolve_guarded(H::$name as usize);
                     if real.is_null() {
                         return NOT_INITIALIZED;
                     }
-                    let real = core::mem::transmute::<*mut c_void, F>(real);
-                    let Some(mut $p) = rt::begin(Family::$fam, Api::$api) else {
-                        return real($($a),*);
-                    };
-                    let $r = real($($a),*);
-                    $p.finished($r);
-                    $body
-                    $p.commit();
-                    $r
+                    // SAFETY: the real function of this hook has this C signature.
+                    let real = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
+                    let mut returned: Option<c_int> = None;
+                    panic_guard::catch(|| {
+                        let Some(mut $p) = record::begin::<Lifecycle>(Family::$fam, Api::$api) else {
+                            // SAFETY: the caller's arguments, passed on unchanged.
+                            returned = Some(unsafe { real($($a),*) });
+                            return;
+                        };
+                        // SAFETY: as above.
+                        let $r = unsafe { real($($a),*) };
+                        returned = Some($r);
+                        $p.finished($r);
+                        // SAFETY: the body reads out-pointers only through `optr` and
+                        // friends, after the real call succeeded and when non-null.
+                        unsafe { $body }
+                        $p.commit();
+                    });
+                    match returned {
+                        Some(r) => r,
+                        // SAFETY: memwatch's part panicked before the real call.
+                        None => unsafe { real($($a),*) },
+                    }
                 }
             )*
         }
     };
+}
+
+/// [`resolve`], or when memwatch's lookup itself panicked, the next definition of the
+/// hook's name as the dynamic loader gives it (NULL when none).
+#[inline(always)]
+fn resolve_guarded(idx: usize) -> *mut c_void {
+    match panic_guard::catch(|| resolve(idx)) {
+        Some(p) => p,
+        None => resolve_plain(idx),
+    }
+}
+
+#[cold]
+fn resolve_plain(idx: usize) -> *mut c_void {
+    let Some(h) = HOOKS.get(idx) else {
+        return core::ptr::null_mut();
+    };
+    // SAFETY: NUL-terminated name; RTLD_NEXT from our own code means "after this shim".
+    let p = unsafe { real_dlsym()(libc::RTLD_NEXT, h.sym.as_ptr().cast()) };
+    if p == h.wrapper() {
+        core::ptr::null_mut()
+    } else {
+        p
+    }
 }
 
 use MemKind::{
@@ -311,80 +396,84 @@ record {
     Hip HipModuleUnload "hipModuleUnload" 0 fn hipModuleUnload(m: Ptr) |p, r| { p.span(m as u64) }
 
     // ---- CUDA driver ----
-    Cuda CuMemAlloc "cuMemAlloc" 3020 fn cuMemAlloc_v2(dptr: *mut u64, size: usize) |p, r| { p.alloc(Device, ou64(dptr, r), size as u64) }
-    Cuda CuMemAllocV1 "cuMemAlloc" 0 fn cuMemAlloc(dptr: *mut u32, size: u32) |p, r| { p.alloc(Device, ou32(dptr, r), size as u64) }
-    Cuda CuMemFree "cuMemFree" 3020 fn cuMemFree_v2(dptr: u64) |p, r| { p.free(Device, dptr, 0) }
-    Cuda CuMemFreeV1 "cuMemFree" 0 fn cuMemFree(dptr: u32) |p, r| { p.free(Device, dptr as u64, 0) }
-    Cuda CuMemAllocManaged "cuMemAllocManaged" 0 fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: u32) |p, r| {
+    CudaDriver CuMemAlloc "cuMemAlloc" 3020 fn cuMemAlloc_v2(dptr: *mut u64, size: usize) |p, r| { p.alloc(Device, ou64(dptr, r), size as u64) }
+    CudaDriver CuMemAllocV1 "cuMemAlloc" 0 fn cuMemAlloc(dptr: *mut u32, size: u32) |p, r| { p.alloc(Device, ou32(dptr, r), size as u64) }
+    CudaDriver CuMemFree "cuMemFree" 3020 fn cuMemFree_v2(dptr: u64) |p, r| { p.free(Device, dptr, 0) }
+    CudaDriver CuMemFreeV1 "cuMemFree" 0 fn cuMemFree(dptr: u32) |p, r| { p.free(Device, dptr as u64, 0) }
+    CudaDriver CuMemAllocManaged "cuMemAllocManaged" 0 fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: u32) |p, r| {
         p.alloc(Managed, ou64(dptr, r), size as u64); p.ev.aux = flags as u64 }
-    Cuda CuMemAllocPitch "cuMemAllocPitch" 3020 fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32) |p, r| {
+    CudaDriver CuMemAllocPitch "cuMemAllocPitch" 3020 fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32) |p, r| {
         let pt = ousize(pitch, r);
         let bytes = if r == 0 { pt.saturating_mul(height as u64) } else { (width as u64).saturating_mul(height as u64) };
         p.alloc(Device, ou64(dptr, r), bytes); p.ev.aux = pt }
-    Cuda CuMemHostAlloc "cuMemHostAlloc" 0 fn cuMemHostAlloc(pp: PPtr, size: usize, flags: u32) |p, r| {
+    CudaDriver CuMemHostAlloc "cuMemHostAlloc" 0 fn cuMemHostAlloc(pp: PPtr, size: usize, flags: u32) |p, r| {
         p.alloc(HostPinned, optr(pp, r), size as u64); p.ev.aux = flags as u64 }
-    Cuda CuMemAllocHost "cuMemAllocHost" 3020 fn cuMemAllocHost_v2(pp: PPtr, size: usize) |p, r| { p.alloc(HostPinned, optr(pp, r), size as u64) }
-    Cuda CuMemFreeHost "cuMemFreeHost" 0 fn cuMemFreeHost(ptr: Ptr) |p, r| { p.free(HostPinned, ptr as u64, 0) }
-    Cuda CuMemAllocAsync "cuMemAllocAsync" 11020 fn cuMemAllocAsync(dptr: *mut u64, size: usize, s: Ptr) |p, r| {
+    CudaDriver CuMemAllocHost "cuMemAllocHost" 3020 fn cuMemAllocHost_v2(pp: PPtr, size: usize) |p, r| { p.alloc(HostPinned, optr(pp, r), size as u64) }
+    CudaDriver CuMemFreeHost "cuMemFreeHost" 0 fn cuMemFreeHost(ptr: Ptr) |p, r| { p.free(HostPinned, ptr as u64, 0) }
+    CudaDriver CuMemAllocAsync "cuMemAllocAsync" 11020 fn cuMemAllocAsync(dptr: *mut u64, size: usize, s: Ptr) |p, r| {
         p.alloc(StreamPool, ou64(dptr, r), size as u64); p.ev.stream = s as u64 }
-    Cuda CuMemAllocAsync "cuMemAllocAsync" 11020 fn cuMemAllocAsync_ptsz(dptr: *mut u64, size: usize, s: Ptr) |p, r| {
+    CudaDriver CuMemAllocAsync "cuMemAllocAsync" 11020 fn cuMemAllocAsync_ptsz(dptr: *mut u64, size: usize, s: Ptr) |p, r| {
         p.alloc(StreamPool, ou64(dptr, r), size as u64); p.ev.stream = s as u64 }
-    Cuda CuMemFreeAsync "cuMemFreeAsync" 11020 fn cuMemFreeAsync(dptr: u64, s: Ptr) |p, r| { p.free(StreamPool, dptr, 0); p.ev.stream = s as u64 }
-    Cuda CuMemFreeAsync "cuMemFreeAsync" 11020 fn cuMemFreeAsync_ptsz(dptr: u64, s: Ptr) |p, r| { p.free(StreamPool, dptr, 0); p.ev.stream = s as u64 }
-    Cuda CuMemAllocFromPoolAsync "cuMemAllocFromPoolAsync" 11020 fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: Ptr, s: Ptr) |p, r| {
+    CudaDriver CuMemFreeAsync "cuMemFreeAsync" 11020 fn cuMemFreeAsync(dptr: u64, s: Ptr) |p, r| { p.free(StreamPool, dptr, 0); p.ev.stream = s as u64 }
+    CudaDriver CuMemFreeAsync "cuMemFreeAsync" 11020 fn cuMemFreeAsync_ptsz(dptr: u64, s: Ptr) |p, r| { p.free(StreamPool, dptr, 0); p.ev.stream = s as u64 }
+    CudaDriver CuMemAllocFromPoolAsync "cuMemAllocFromPoolAsync" 11020 fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: Ptr, s: Ptr) |p, r| {
         p.alloc(StreamPool, ou64(dptr, r), size as u64); p.ev.aux = pool as u64; p.ev.stream = s as u64 }
-    Cuda CuMemAllocFromPoolAsync "cuMemAllocFromPoolAsync" 11020 fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut u64, size: usize, pool: Ptr, s: Ptr) |p, r| {
+    CudaDriver CuMemAllocFromPoolAsync "cuMemAllocFromPoolAsync" 11020 fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut u64, size: usize, pool: Ptr, s: Ptr) |p, r| {
         p.alloc(StreamPool, ou64(dptr, r), size as u64); p.ev.aux = pool as u64; p.ev.stream = s as u64 }
-    Cuda CuMemCreate "cuMemCreate" 0 fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) |p, r| {
+    CudaDriver CuMemCreate "cuMemCreate" 0 fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) |p, r| {
         p.alloc(VmmPhysical, ou64(handle, r), size as u64); p.ev.device = prop_device(prop, p.ev.device); p.ev.aux = flags }
-    Cuda CuMemRelease "cuMemRelease" 0 fn cuMemRelease(handle: u64) |p, r| { p.free(VmmPhysical, handle, 0) }
-    Cuda CuMemMap "cuMemMap" 0 fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) |p, r| {
+    CudaDriver CuMemRelease "cuMemRelease" 0 fn cuMemRelease(handle: u64) |p, r| { p.free(VmmPhysical, handle, 0) }
+    CudaDriver CuMemMap "cuMemMap" 0 fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) |p, r| {
         p.alloc(VmmMap, ptr, size as u64); p.ev.aux = handle }
-    Cuda CuMemUnmap "cuMemUnmap" 0 fn cuMemUnmap(ptr: u64, size: usize) |p, r| { p.free(VmmMap, ptr, size as u64) }
-    Cuda CuMemAddressReserve "cuMemAddressReserve" 0 fn cuMemAddressReserve(ptr: *mut u64, size: usize, align: usize, addr: u64, flags: u64) |p, r| {
+    CudaDriver CuMemUnmap "cuMemUnmap" 0 fn cuMemUnmap(ptr: u64, size: usize) |p, r| { p.free(VmmMap, ptr, size as u64) }
+    CudaDriver CuMemAddressReserve "cuMemAddressReserve" 0 fn cuMemAddressReserve(ptr: *mut u64, size: usize, align: usize, addr: u64, flags: u64) |p, r| {
         p.alloc(VmmReserve, ou64(ptr, r), size as u64); p.ev.aux = align as u64 }
-    Cuda CuMemAddressFree "cuMemAddressFree" 0 fn cuMemAddressFree(ptr: u64, size: usize) |p, r| { p.free(VmmReserve, ptr, size as u64) }
-    Cuda CuMemPoolCreate "cuMemPoolCreate" 0 fn cuMemPoolCreate(pool: PPtr, props: *const c_void) |p, r| { p.alloc(PoolObject, optr(pool, r), 0) }
-    Cuda CuMemPoolDestroy "cuMemPoolDestroy" 0 fn cuMemPoolDestroy(pool: Ptr) |p, r| { p.free(PoolObject, pool as u64, 0) }
-    Cuda CuStreamCreate "cuStreamCreate" 0 fn cuStreamCreate(s: PPtr, flags: u32) |p, r| { let h = optr(s, r); p.span(h); p.ev.stream = h }
-    Cuda CuStreamCreateWithPriority "cuStreamCreateWithPriority" 0 fn cuStreamCreateWithPriority(s: PPtr, flags: u32, prio: c_int) |p, r| {
+    CudaDriver CuMemAddressFree "cuMemAddressFree" 0 fn cuMemAddressFree(ptr: u64, size: usize) |p, r| { p.free(VmmReserve, ptr, size as u64) }
+    CudaDriver CuMemPoolCreate "cuMemPoolCreate" 0 fn cuMemPoolCreate(pool: PPtr, props: *const c_void) |p, r| { p.alloc(PoolObject, optr(pool, r), 0) }
+    CudaDriver CuMemPoolDestroy "cuMemPoolDestroy" 0 fn cuMemPoolDestroy(pool: Ptr) |p, r| { p.free(PoolObject, pool as u64, 0) }
+    CudaDriver CuStreamCreate "cuStreamCreate" 0 fn cuStreamCreate(s: PPtr, flags: u32) |p, r| { let h = optr(s, r); p.span(h); p.ev.stream = h }
+    CudaDriver CuStreamCreateWithPriority "cuStreamCreateWithPriority" 0 fn cuStreamCreateWithPriority(s: PPtr, flags: u32, prio: c_int) |p, r| {
         let h = optr(s, r); p.span(h); p.ev.stream = h }
-    Cuda CuStreamDestroy "cuStreamDestroy" 4000 fn cuStreamDestroy_v2(s: Ptr) |p, r| { p.span(s as u64); p.ev.stream = s as u64 }
-    Cuda CuModuleLoad "cuModuleLoad" 0 fn cuModuleLoad(m: PPtr, fname: *const c_char) |p, r| { p.span(optr(m, r)) }
-    Cuda CuModuleLoadData "cuModuleLoadData" 0 fn cuModuleLoadData(m: PPtr, image: *const c_void) |p, r| { p.span(optr(m, r)) }
-    Cuda CuModuleLoadDataEx "cuModuleLoadDataEx" 0 fn cuModuleLoadDataEx(m: PPtr, image: *const c_void, n: u32, opts: Ptr, vals: PPtr) |p, r| {
+    CudaDriver CuStreamDestroy "cuStreamDestroy" 4000 fn cuStreamDestroy_v2(s: Ptr) |p, r| { p.span(s as u64); p.ev.stream = s as u64 }
+    CudaDriver CuModuleLoad "cuModuleLoad" 0 fn cuModuleLoad(m: PPtr, fname: *const c_char) |p, r| { p.span(optr(m, r)) }
+    CudaDriver CuModuleLoadData "cuModuleLoadData" 0 fn cuModuleLoadData(m: PPtr, image: *const c_void) |p, r| { p.span(optr(m, r)) }
+    CudaDriver CuModuleLoadDataEx "cuModuleLoadDataEx" 0 fn cuModuleLoadDataEx(m: PPtr, image: *const c_void, n: u32, opts: Ptr, vals: PPtr) |p, r| {
         p.span(optr(m, r)) }
-    Cuda CuModuleUnload "cuModuleUnload" 0 fn cuModuleUnload(m: Ptr) |p, r| { p.span(m as u64) }
+    CudaDriver CuModuleUnload "cuModuleUnload" 0 fn cuModuleUnload(m: Ptr) |p, r| { p.span(m as u64) }
 
     // ---- CUDA runtime ----
-    Cudart CudaMalloc "cudaMalloc" 0 fn cudaMalloc(ptr: PPtr, size: usize) |p, r| { p.alloc(Device, optr(ptr, r), size as u64) }
-    Cudart CudaFree "cudaFree" 0 fn cudaFree(ptr: Ptr) |p, r| { p.free(Device, ptr as u64, 0) }
-    Cudart CudaMallocManaged "cudaMallocManaged" 0 fn cudaMallocManaged(ptr: PPtr, size: usize, flags: u32) |p, r| {
+    CudaRuntime CudaMalloc "cudaMalloc" 0 fn cudaMalloc(ptr: PPtr, size: usize) |p, r| { p.alloc(Device, optr(ptr, r), size as u64) }
+    CudaRuntime CudaFree "cudaFree" 0 fn cudaFree(ptr: Ptr) |p, r| { p.free(Device, ptr as u64, 0) }
+    CudaRuntime CudaMallocManaged "cudaMallocManaged" 0 fn cudaMallocManaged(ptr: PPtr, size: usize, flags: u32) |p, r| {
         p.alloc(Managed, optr(ptr, r), size as u64); p.ev.aux = flags as u64 }
-    Cudart CudaMallocAsync "cudaMallocAsync" 0 fn cudaMallocAsync(ptr: PPtr, size: usize, s: Ptr) |p, r| {
+    CudaRuntime CudaMallocAsync "cudaMallocAsync" 0 fn cudaMallocAsync(ptr: PPtr, size: usize, s: Ptr) |p, r| {
         p.alloc(StreamPool, optr(ptr, r), size as u64); p.ev.stream = s as u64 }
-    Cudart CudaMallocAsync "cudaMallocAsync" 0 fn cudaMallocAsync_ptsz(ptr: PPtr, size: usize, s: Ptr) |p, r| {
+    CudaRuntime CudaMallocAsync "cudaMallocAsync" 0 fn cudaMallocAsync_ptsz(ptr: PPtr, size: usize, s: Ptr) |p, r| {
         p.alloc(StreamPool, optr(ptr, r), size as u64); p.ev.stream = s as u64 }
-    Cudart CudaFreeAsync "cudaFreeAsync" 0 fn cudaFreeAsync(ptr: Ptr, s: Ptr) |p, r| { p.free(StreamPool, ptr as u64, 0); p.ev.stream = s as u64 }
-    Cudart CudaFreeAsync "cudaFreeAsync" 0 fn cudaFreeAsync_ptsz(ptr: Ptr, s: Ptr) |p, r| { p.free(StreamPool, ptr as u64, 0); p.ev.stream = s as u64 }
-    Cudart CudaMallocHost "cudaMallocHost" 0 fn cudaMallocHost(ptr: PPtr, size: usize) |p, r| { p.alloc(HostPinned, optr(ptr, r), size as u64) }
-    Cudart CudaHostAlloc "cudaHostAlloc" 0 fn cudaHostAlloc(ptr: PPtr, size: usize, flags: u32) |p, r| {
+    CudaRuntime CudaFreeAsync "cudaFreeAsync" 0 fn cudaFreeAsync(ptr: Ptr, s: Ptr) |p, r| { p.free(StreamPool, ptr as u64, 0); p.ev.stream = s as u64 }
+    CudaRuntime CudaFreeAsync "cudaFreeAsync" 0 fn cudaFreeAsync_ptsz(ptr: Ptr, s: Ptr) |p, r| { p.free(StreamPool, ptr as u64, 0); p.ev.stream = s as u64 }
+    CudaRuntime CudaMallocHost "cudaMallocHost" 0 fn cudaMallocHost(ptr: PPtr, size: usize) |p, r| { p.alloc(HostPinned, optr(ptr, r), size as u64) }
+    CudaRuntime CudaHostAlloc "cudaHostAlloc" 0 fn cudaHostAlloc(ptr: PPtr, size: usize, flags: u32) |p, r| {
         p.alloc(HostPinned, optr(ptr, r), size as u64); p.ev.aux = flags as u64 }
-    Cudart CudaFreeHost "cudaFreeHost" 0 fn cudaFreeHost(ptr: Ptr) |p, r| { p.free(HostPinned, ptr as u64, 0) }
+    CudaRuntime CudaFreeHost "cudaFreeHost" 0 fn cudaFreeHost(ptr: Ptr) |p, r| { p.free(HostPinned, ptr as u64, 0) }
 }
 custom {
     Hip HipSetDevice "hipSetDevice" 0 fn hipSetDevice;
-    Cudart CudaSetDevice "cudaSetDevice" 0 fn cudaSetDevice;
-    Cuda CuCtxSetCurrent "cuCtxSetCurrent" 0 fn cuCtxSetCurrent;
+    CudaRuntime CudaSetDevice "cudaSetDevice" 0 fn cudaSetDevice;
+    CudaDriver CuCtxSetCurrent "cuCtxSetCurrent" 0 fn cuCtxSetCurrent;
     Hip Unknown "hipGetProcAddress" 0 fn hipGetProcAddress;
-    Cuda Unknown "cuGetProcAddress" 11030 fn cuGetProcAddress;
-    Cuda Unknown "cuGetProcAddress" 12000 fn cuGetProcAddress_v2;
+    CudaDriver Unknown "cuGetProcAddress" 11030 fn cuGetProcAddress;
+    CudaDriver Unknown "cuGetProcAddress" 12000 fn cuGetProcAddress_v2;
 }
 }
 
 /// Shared body of the set-device hooks: the thread's device is updated even when the
 /// call is nested (e.g. cudaSetDevice -> cuCtxSetCurrent); an event is recorded only
 /// for a change (kind `set_device`) or a failure (kind `api_span` with the result).
+///
+/// # Safety
+/// `call` calls the real function with the caller's arguments; `new_device` may call
+/// into the runtime after a successful call.
 unsafe fn set_device_common(
     idx: H,
     fam: Family,
@@ -393,62 +482,75 @@ unsafe fn set_device_common(
     call: impl FnOnce(*mut c_void) -> c_int,
     new_device: impl FnOnce() -> i32,
 ) -> c_int {
-    let real = resolve(idx as usize);
+    let real = resolve_guarded(idx as usize);
     if real.is_null() {
         return NOT_INITIALIZED;
     }
-    let rec: Option<Pending> = rt::begin(fam, api);
+    let rec: Option<Pending> =
+        panic_guard::catch(|| record::begin::<Lifecycle>(fam, api)).flatten();
     let r = call(real);
-    let Some(mut p) = rec else {
+    panic_guard::catch(move || {
+        let Some(mut p) = rec else {
+            if r == 0 {
+                thread_state::swap_device(new_device());
+            }
+            return;
+        };
+        p.finished(r);
         if r == 0 {
-            rt::swap_device(new_device());
+            let d = new_device();
+            let prev = thread_state::swap_device(d);
+            if prev == d {
+                p.discard();
+                return;
+            }
+            p.set_device(d, handle);
+        } else {
+            p.span(handle);
         }
-        return r;
-    };
-    p.finished(r);
-    if r == 0 {
-        let d = new_device();
-        let prev = rt::swap_device(d);
-        if prev == d {
-            p.discard();
-            return r;
-        }
-        p.ev.kind = EventKind::SetDevice as u8;
-        p.ev.device = d;
-        p.ev.ptr = handle;
-    } else {
-        p.span(handle);
-    }
-    p.commit();
+        p.commit();
+    });
     r
 }
 
+/// Interposes `hipSetDevice` (see [`set_device_common`]).
+///
+/// # Safety
+/// Same contract as the runtime's function.
 #[cfg_attr(not(test), no_mangle)]
-#[allow(clippy::missing_safety_doc)]
 pub unsafe extern "C" fn hipSetDevice(dev: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_int) -> c_int;
-    set_device_common(
-        H::hipSetDevice,
-        Family::Hip,
-        Api::HipSetDevice,
-        dev as u64,
-        |f| core::mem::transmute::<*mut c_void, F>(f)(dev),
-        || dev,
-    )
+    // SAFETY: the real function has this signature; the caller's argument.
+    unsafe {
+        set_device_common(
+            H::hipSetDevice,
+            Family::Hip,
+            Api::HipSetDevice,
+            dev as u64,
+            |f| core::mem::transmute::<*mut c_void, F>(f)(dev),
+            || dev,
+        )
+    }
 }
 
+/// Interposes `cudaSetDevice` (see [`set_device_common`]).
+///
+/// # Safety
+/// Same contract as the runtime's function.
 #[cfg_attr(not(test), no_mangle)]
-#[allow(clippy::missing_safety_doc)]
 pub unsafe extern "C" fn cudaSetDevice(dev: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_int) -> c_int;
-    set_device_common(
-        H::cudaSetDevice,
-        Family::Cudart,
-        Api::CudaSetDevice,
-        dev as u64,
-        |f| core::mem::transmute::<*mut c_void, F>(f)(dev),
-        || dev,
-    )
+    // SAFETY: the real function has this signature; the caller's argument.
+    unsafe {
+        set_device_common(
+            H::cudaSetDevice,
+            Family::CudaRuntime,
+            Api::CudaSetDevice,
+            dev as u64,
+            |f| core::mem::transmute::<*mut c_void, F>(f)(dev),
+            || dev,
+        )
+    }
 }
 
 static CU_CTX_GET_DEVICE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
@@ -457,20 +559,24 @@ static CU_CTX_KEY: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The device of the current context, asked of the same library as cuCtxSetCurrent
 /// (looked up again when that function changed; no reference to the library is kept).
-unsafe fn ctx_device() -> i32 {
+fn ctx_device() -> i32 {
     type F = unsafe extern "C" fn(*mut c_int) -> c_int;
     let real = resolve(H::cuCtxSetCurrent as usize);
     let mut f = CU_CTX_GET_DEVICE.load(Ordering::Acquire);
     if f.is_null() || CU_CTX_KEY.load(Ordering::Acquire) != real {
         f = core::ptr::null_mut();
-        let mut info: libc::Dl_info = core::mem::zeroed();
-        if !real.is_null() && libc::dladdr(real, &mut info) != 0 && !info.dli_fname.is_null() {
-            let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
-            if !h.is_null() {
-                f = real_dlsym()(h, c"cuCtxGetDevice".as_ptr());
-                crate::real::real_dlclose()(h);
-                CU_CTX_GET_DEVICE.store(f, Ordering::Release);
-                CU_CTX_KEY.store(real, Ordering::Release);
+        // SAFETY: dladdr fills `info` for an address; the RTLD_NOLOAD handle is closed
+        // again and only used to look one name up.
+        unsafe {
+            let mut info: libc::Dl_info = core::mem::zeroed();
+            if !real.is_null() && libc::dladdr(real, &mut info) != 0 && !info.dli_fname.is_null() {
+                let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+                if !h.is_null() {
+                    f = real_dlsym()(h, c"cuCtxGetDevice".as_ptr());
+                    crate::real::real_dlclose()(h);
+                    CU_CTX_GET_DEVICE.store(f, Ordering::Release);
+                    CU_CTX_KEY.store(real, Ordering::Release);
+                }
             }
         }
     }
@@ -478,28 +584,39 @@ unsafe fn ctx_device() -> i32 {
         return -1;
     }
     let mut d: c_int = -1;
-    if core::mem::transmute::<*mut c_void, F>(f)(&mut d) != 0 {
+    // SAFETY: the driver's cuCtxGetDevice, with a valid out-pointer.
+    if unsafe { core::mem::transmute::<*mut c_void, F>(f)(&mut d) } != 0 {
         return -1;
     }
     d
 }
 
+/// Interposes `cuCtxSetCurrent` (see [`set_device_common`]).
+///
+/// # Safety
+/// Same contract as the driver's function.
 #[cfg_attr(not(test), no_mangle)]
-#[allow(clippy::missing_safety_doc)]
 pub unsafe extern "C" fn cuCtxSetCurrent(ctx: Ptr) -> c_int {
     type F = unsafe extern "C" fn(Ptr) -> c_int;
-    set_device_common(
-        H::cuCtxSetCurrent,
-        Family::Cuda,
-        Api::CuCtxSetCurrent,
-        ctx as u64,
-        |f| core::mem::transmute::<*mut c_void, F>(f)(ctx),
-        || if ctx.is_null() { -1 } else { ctx_device() },
-    )
+    // SAFETY: the real function has this signature; the caller's argument.
+    unsafe {
+        set_device_common(
+            H::cuCtxSetCurrent,
+            Family::CudaDriver,
+            Api::CuCtxSetCurrent,
+            ctx as u64,
+            |f| core::mem::transmute::<*mut c_void, F>(f)(ctx),
+            || if ctx.is_null() { -1 } else { ctx_device() },
+        )
+    }
 }
 
+/// Interposes `hipGetProcAddress`: a hooked name's pointer is replaced by its wrapper
+/// after a successful lookup (`dl::wrap_proc`).
+///
+/// # Safety
+/// Same contract as the runtime's function.
 #[cfg_attr(not(test), no_mangle)]
-#[allow(clippy::missing_safety_doc)]
 pub unsafe extern "C" fn hipGetProcAddress(
     sym: *const c_char,
     pfn: PPtr,
@@ -508,19 +625,24 @@ pub unsafe extern "C" fn hipGetProcAddress(
     status: Ptr,
 ) -> c_int {
     type F = unsafe extern "C" fn(*const c_char, PPtr, c_int, u64, Ptr) -> c_int;
-    let real = resolve(H::hipGetProcAddress as usize);
+    let real = resolve_guarded(H::hipGetProcAddress as usize);
     if real.is_null() {
         return NOT_INITIALIZED;
     }
-    let r = core::mem::transmute::<*mut c_void, F>(real)(sym, pfn, ver, flags, status);
+    // SAFETY: the real function has this signature; the caller's arguments.
+    let r = unsafe { core::mem::transmute::<*mut c_void, F>(real)(sym, pfn, ver, flags, status) };
     if r == 0 {
-        crate::dl::wrap_proc(Family::Hip, sym, pfn, ver, flags);
+        // SAFETY: the caller's arguments, valid after the successful real call.
+        panic_guard::catch(|| unsafe { crate::dl::wrap_proc(Family::Hip, sym, pfn, ver, flags) });
     }
     r
 }
 
+/// Interposes `cuGetProcAddress` (see [`hipGetProcAddress`]).
+///
+/// # Safety
+/// Same contract as the driver's function.
 #[cfg_attr(not(test), no_mangle)]
-#[allow(clippy::missing_safety_doc)]
 pub unsafe extern "C" fn cuGetProcAddress(
     sym: *const c_char,
     pfn: PPtr,
@@ -528,19 +650,26 @@ pub unsafe extern "C" fn cuGetProcAddress(
     flags: u64,
 ) -> c_int {
     type F = unsafe extern "C" fn(*const c_char, PPtr, c_int, u64) -> c_int;
-    let real = resolve(H::cuGetProcAddress as usize);
+    let real = resolve_guarded(H::cuGetProcAddress as usize);
     if real.is_null() {
         return NOT_INITIALIZED;
     }
-    let r = core::mem::transmute::<*mut c_void, F>(real)(sym, pfn, ver, flags);
+    // SAFETY: the real function has this signature; the caller's arguments.
+    let r = unsafe { core::mem::transmute::<*mut c_void, F>(real)(sym, pfn, ver, flags) };
     if r == 0 {
-        crate::dl::wrap_proc(Family::Cuda, sym, pfn, ver, flags);
+        // SAFETY: the caller's arguments, valid after the successful real call.
+        panic_guard::catch(|| unsafe {
+            crate::dl::wrap_proc(Family::CudaDriver, sym, pfn, ver, flags)
+        });
     }
     r
 }
 
+/// Interposes `cuGetProcAddress_v2` (see [`hipGetProcAddress`]).
+///
+/// # Safety
+/// Same contract as the driver's function.
 #[cfg_attr(not(test), no_mangle)]
-#[allow(clippy::missing_safety_doc)]
 pub unsafe extern "C" fn cuGetProcAddress_v2(
     sym: *const c_char,
     pfn: PPtr,
@@ -549,13 +678,17 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     status: Ptr,
 ) -> c_int {
     type F = unsafe extern "C" fn(*const c_char, PPtr, c_int, u64, Ptr) -> c_int;
-    let real = resolve(H::cuGetProcAddress_v2 as usize);
+    let real = resolve_guarded(H::cuGetProcAddress_v2 as usize);
     if real.is_null() {
         return NOT_INITIALIZED;
     }
-    let r = core::mem::transmute::<*mut c_void, F>(real)(sym, pfn, ver, flags, status);
+    // SAFETY: the real function has this signature; the caller's arguments.
+    let r = unsafe { core::mem::transmute::<*mut c_void, F>(real)(sym, pfn, ver, flags, status) };
     if r == 0 {
-        crate::dl::wrap_proc(Family::Cuda, sym, pfn, ver, flags);
+        // SAFETY: the caller's arguments, valid after the successful real call.
+        panic_guard::catch(|| unsafe {
+            crate::dl::wrap_proc(Family::CudaDriver, sym, pfn, ver, flags)
+        });
     }
     r
 }

@@ -6,14 +6,22 @@
 //! `memwatch run` receiver. It never changes what the program sees: same results, same
 //! errno, same out-pointers. See `README.md` for the mechanism and guarantees.
 //!
-//! Modules: `config` (environment), `hooks` (the wrappers and hook table), `dl` (dlsym,
-//! dlvsym, *GetProcAddress), `real` (finding real functions), `rt` (hot path, lifecycle,
-//! fork/exit), `tring` (per-thread rings), `ring` (shared fallback queue), `sink` (frames
-//! out), `flusher` (the background thread), `device` (device_info queries), `unload`
-//! (the dlclose hook), `backtrace` (sampled native stacks), `exec` (exec wrappers),
-//! `abnormal_end` (abort / _exit / _Exit wrappers: the last flush when exit() is skipped), `attach`, `got_patch` and `pointer_scan` (late attach by
-//! `memwatch attach`: entry points, GOT patching, copied function pointers, baseline), `pjrt` (the PJRT C API table wrapping: executables, executes, buffers,
-//! allocator statistics), `wait` (bounded waits for another thread's one-time set-up).
+//! Layers, each importing only those below it:
+//! - leaves: `config` (environment), `clock`, `wait` (bounded waits for another
+//!   thread's one-time set-up), `debug`, `real` (finding real functions),
+//!   `panic_guard` (no panic reaches the program);
+//! - `record`: the hot path (begin / commit / ring push, per-thread rings, the shared
+//!   queue, sampled stacks, the fault switch);
+//! - delivery: `sink` (frames out), `backtrace_frames`, `device` (device_info
+//!   queries), `process_end` (the last pass), `flusher` (the background thread);
+//! - `lifecycle`: start-up, flusher start, fork and exit handlers;
+//! - the exported entry points: `hooks` (the wrappers and hook table), `dl` (dlsym,
+//!   dlvsym, *GetProcAddress), `unload` (dlclose), `exec`, `abnormal_end` (abort /
+//!   _exit / _Exit), `pjrt` (the PJRT C API table wrapping), `attach`, `got_patch` and
+//!   `pointer_scan` (late attach by `memwatch attach`).
+//!
+//! `hooks` and `dl` use each other (the hook table names the GetProcAddress wrappers),
+//! as do `sink` and `pjrt` (executable frames out, samples written).
 
 #![allow(non_snake_case)]
 // Unit-test builds do not export the hooks (the test binary must not interpose its own
@@ -22,7 +30,7 @@
 
 pub mod abnormal_end;
 pub mod attach;
-pub mod backtrace;
+pub mod backtrace_frames;
 pub mod clock;
 pub mod config;
 pub mod debug;
@@ -32,12 +40,13 @@ pub mod exec;
 pub mod flusher;
 pub mod got_patch;
 pub mod hooks;
+pub mod lifecycle;
+pub mod panic_guard;
 pub mod pjrt;
 pub mod pointer_scan;
+pub mod process_end;
 pub mod real;
-pub mod ring;
-pub mod rt;
+pub mod record;
 pub mod sink;
-pub mod tring;
 pub mod unload;
 pub mod wait;

@@ -82,24 +82,27 @@ struct Scan<'a> {
 /// Writes into other objects' data; each wrapper must be ABI-compatible with the real
 /// function it stands for.
 pub unsafe fn redirect_copies(targets: &[Target], skip_addr: usize) -> Scanned {
-    let mut sorted: Vec<Target> = targets
-        .iter()
-        .copied()
-        .filter(|t| t.real != 0 && t.wrapper != 0 && t.real != t.wrapper)
-        .collect();
-    sorted.sort_by_key(|t| t.real);
-    sorted.dedup_by_key(|t| t.real);
-    if sorted.is_empty() {
-        return Scanned::default();
+    // SAFETY: the callback reads the loader's headers and writes only through `swap_word` (contract above).
+    unsafe {
+        let mut sorted: Vec<Target> = targets
+            .iter()
+            .copied()
+            .filter(|t| t.real != 0 && t.wrapper != 0 && t.real != t.wrapper)
+            .collect();
+        sorted.sort_by_key(|t| t.real);
+        sorted.dedup_by_key(|t| t.real);
+        if sorted.is_empty() {
+            return Scanned::default();
+        }
+        let mut scan = Scan {
+            targets: &sorted,
+            skip_addr,
+            maps: readable_mappings(),
+            out: Scanned::default(),
+        };
+        libc::dl_iterate_phdr(Some(phdr_cb), &mut scan as *mut Scan as *mut c_void);
+        scan.out
     }
-    let mut scan = Scan {
-        targets: &sorted,
-        skip_addr,
-        maps: readable_mappings(),
-        out: Scanned::default(),
-    };
-    libc::dl_iterate_phdr(Some(phdr_cb), &mut scan as *mut Scan as *mut c_void);
-    scan.out
 }
 
 /// Puts the real address back in every word that still holds the wrapper (a word the
@@ -108,75 +111,100 @@ pub unsafe fn redirect_copies(targets: &[Target], skip_addr: usize) -> Scanned {
 /// # Safety
 /// `redirects` must come from [`redirect_copies`] and their objects must still be loaded.
 pub unsafe fn restore(redirects: &[Redirect]) -> usize {
-    let maps = readable_mappings();
-    redirects
-        .iter()
-        .filter(|r| swap_word(r.slot, r.wrapper, r.original, &maps))
-        .count()
+    // SAFETY: each slot is a word `redirect_copies` wrote, in an object still loaded (contract above).
+    unsafe {
+        let maps = readable_mappings();
+        redirects
+            .iter()
+            .filter(|r| swap_word(r.slot, r.wrapper, r.original, &maps))
+            .count()
+    }
 }
 
 /// Compare-and-swap of one word, making its page writable for the store when it is not
 /// (the RELRO part) and giving it its protection back after.
+/// # Safety
+/// `slot` is an aligned word of a loaded object's static data.
 unsafe fn swap_word(slot: usize, from: usize, to: usize, maps: &[Mapping]) -> bool {
-    let Some(m) = mapping_of(maps, slot) else {
-        return false;
-    };
-    got_patch::with_writable_word(slot, m.prot, |word| {
-        word.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    })
+    // SAFETY: `slot` lies in the mapping `maps` names for it, aligned; see `with_writable_word`.
+    unsafe {
+        let Some(m) = mapping_of(maps, slot) else {
+            return false;
+        };
+        got_patch::with_writable_word(slot, m.prot, |word| {
+            word.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        })
+    }
 }
 
+/// `dl_iterate_phdr` callback around [`phdr_cb_visit`]; a panic in it is caught (an
+/// unwind must not cross the C library), answering 0 (go on).
+///
+/// # Safety
+/// Called by `dl_iterate_phdr` with its header and our `data`.
 unsafe extern "C" fn phdr_cb(
     info: *mut libc::dl_phdr_info,
-    _size: usize,
+    size: usize,
     data: *mut c_void,
 ) -> c_int {
-    let scan = &mut *(data as *mut Scan);
-    let info = &*info;
-    let base = info.dlpi_addr as usize;
-    let phdrs = core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
-    let loads = || phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD);
-    let range = |ph: &libc::Elf64_Phdr| {
-        let lo = base + ph.p_vaddr as usize;
-        (lo, lo + ph.p_memsz as usize)
-    };
-    let inside = |addr: usize| {
-        loads().any(|ph| {
-            let (lo, hi) = range(ph);
-            addr >= lo && addr < hi
-        })
-    };
-    if inside(scan.skip_addr) {
-        return 0;
-    }
-    let Some(name) = got_patch::object_name(info) else {
-        return 0;
-    };
-    // The functions this object defines are left alone in its own data.
-    let own: Vec<bool> = scan.targets.iter().map(|t| inside(t.real)).collect();
-    if own.iter().all(|&o| o) {
-        return 0;
-    }
-    let page = got_patch::page_size();
-    for ph in loads().filter(|ph| ph.p_flags & libc::PF_W != 0) {
-        let (lo, hi) = range(ph);
-        let mut addr = (lo + 7) & !7;
-        while addr + 8 <= hi {
-            // Walk the segment one readable mapping at a time.
-            let Some(m) = mapping_of(&scan.maps, addr) else {
-                addr = next_mapped(&scan.maps, addr, hi);
-                continue;
-            };
-            let end = m.end.min(hi);
-            for (from, to) in resident_runs(addr, end, page) {
-                scan.out.bytes += to - from;
-                scan_words(scan, &own, &name, from, to);
-            }
-            addr = end;
+    // SAFETY: the arguments `dl_iterate_phdr` passes (contract above).
+    crate::panic_guard::catch(|| unsafe { phdr_cb_visit(info, size, data) }).unwrap_or(0)
+}
+
+/// [`phdr_cb`]'s work for one object.
+///
+/// # Safety
+/// As for [`phdr_cb`].
+unsafe fn phdr_cb_visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+    // SAFETY: the loader's header and our `Scan` (contract above); only readable mappings are read, words written through `swap_word`.
+    unsafe {
+        let scan = &mut *(data as *mut Scan);
+        let info = &*info;
+        let base = info.dlpi_addr as usize;
+        let phdrs = core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+        let loads = || phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD);
+        let range = |ph: &libc::Elf64_Phdr| {
+            let lo = base + ph.p_vaddr as usize;
+            (lo, lo + ph.p_memsz as usize)
+        };
+        let inside = |addr: usize| {
+            loads().any(|ph| {
+                let (lo, hi) = range(ph);
+                addr >= lo && addr < hi
+            })
+        };
+        if inside(scan.skip_addr) {
+            return 0;
         }
+        let Some(name) = got_patch::object_name(info) else {
+            return 0;
+        };
+        // The functions this object defines are left alone in its own data.
+        let own: Vec<bool> = scan.targets.iter().map(|t| inside(t.real)).collect();
+        if own.iter().all(|&o| o) {
+            return 0;
+        }
+        let page = got_patch::page_size();
+        for ph in loads().filter(|ph| ph.p_flags & libc::PF_W != 0) {
+            let (lo, hi) = range(ph);
+            let mut addr = (lo + 7) & !7;
+            while addr + 8 <= hi {
+                // Walk the segment one readable mapping at a time.
+                let Some(m) = mapping_of(&scan.maps, addr) else {
+                    addr = next_mapped(&scan.maps, addr, hi);
+                    continue;
+                };
+                let end = m.end.min(hi);
+                for (from, to) in resident_runs(addr, end, page) {
+                    scan.out.bytes += to - from;
+                    scan_words(scan, &own, &name, from, to);
+                }
+                addr = end;
+            }
+        }
+        0
     }
-    0
 }
 
 /// The parts of `[from, to)` (8-aligned) whose pages are in memory (`mincore`). A page
@@ -212,31 +240,36 @@ fn resident_runs(from: usize, to: usize, page: usize) -> Vec<(usize, usize)> {
 }
 
 /// Redirects the targets' addresses found in the words of `[addr, end)`.
+/// # Safety
+/// `[addr, end)` is readable memory of a loaded object.
 unsafe fn scan_words(scan: &mut Scan, own: &[bool], name: &str, mut addr: usize, end: usize) {
-    let (lowest, highest) = (
-        scan.targets[0].real,
-        scan.targets[scan.targets.len() - 1].real,
-    );
-    while addr + 8 <= end {
-        let v = (*(addr as *const AtomicUsize)).load(Ordering::Relaxed);
-        if v >= lowest && v <= highest {
-            if let Ok(i) = scan.targets.binary_search_by_key(&v, |t| t.real) {
-                if !own[i] {
-                    let w = scan.targets[i].wrapper;
-                    if swap_word(addr, v, w, &scan.maps) {
-                        scan.out.redirects.push(Redirect {
-                            slot: addr,
-                            original: v,
-                            wrapper: w,
-                            object: name.to_owned(),
-                        });
-                    } else {
-                        scan.out.failures += 1;
+    // SAFETY: `[addr, end)` lies in a readable mapping of a loaded object (the caller checked).
+    unsafe {
+        let (lowest, highest) = (
+            scan.targets[0].real,
+            scan.targets[scan.targets.len() - 1].real,
+        );
+        while addr + 8 <= end {
+            let v = (*(addr as *const AtomicUsize)).load(Ordering::Relaxed);
+            if v >= lowest && v <= highest {
+                if let Ok(i) = scan.targets.binary_search_by_key(&v, |t| t.real) {
+                    if !own[i] {
+                        let w = scan.targets[i].wrapper;
+                        if swap_word(addr, v, w, &scan.maps) {
+                            scan.out.redirects.push(Redirect {
+                                slot: addr,
+                                original: v,
+                                wrapper: w,
+                                object: name.to_owned(),
+                            });
+                        } else {
+                            scan.out.failures += 1;
+                        }
                     }
                 }
             }
+            addr += 8;
         }
-        addr += 8;
     }
 }
 

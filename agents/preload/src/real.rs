@@ -19,14 +19,10 @@ pub static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut())
 /// libc's `dlvsym`.
 pub static REAL_DLVSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
-unsafe extern "C" fn null_dlsym(_: *mut c_void, _: *const c_char) -> *mut c_void {
+extern "C" fn null_dlsym(_: *mut c_void, _: *const c_char) -> *mut c_void {
     core::ptr::null_mut()
 }
-unsafe extern "C" fn null_dlvsym(
-    _: *mut c_void,
-    _: *const c_char,
-    _: *const c_char,
-) -> *mut c_void {
+extern "C" fn null_dlvsym(_: *mut c_void, _: *const c_char, _: *const c_char) -> *mut c_void {
     core::ptr::null_mut()
 }
 
@@ -63,7 +59,7 @@ pub type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 /// libc's `dlclose` (found with `dlsym(RTLD_NEXT)`).
 static REAL_DLCLOSE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
-unsafe extern "C" fn failing_dlclose(_: *mut c_void) -> c_int {
+extern "C" fn failing_dlclose(_: *mut c_void) -> c_int {
     -1
 }
 
@@ -84,13 +80,14 @@ pub fn real_dlclose() -> DlcloseFn {
     unsafe { core::mem::transmute::<*mut c_void, DlcloseFn>(p) }
 }
 
-/// Called by the `dlsym` trampoline when `REAL_DLSYM` is still empty; returns it.
+/// Called by the `dlsym` trampoline when `REAL_DLSYM` is still empty; returns it (a
+/// function answering NULL when it cannot be found, or when the search panicked).
 pub extern "C" fn resolve_real_dlsym() -> *mut c_void {
-    real_dlsym() as *mut c_void
+    crate::panic_guard::catch(|| real_dlsym() as *mut c_void).unwrap_or(null_dlsym as *mut c_void)
 }
 /// Same for `dlvsym`.
 pub extern "C" fn resolve_real_dlvsym() -> *mut c_void {
-    real_dlvsym() as *mut c_void
+    crate::panic_guard::catch(|| real_dlvsym() as *mut c_void).unwrap_or(null_dlvsym as *mut c_void)
 }
 
 fn resolve_dl() {
@@ -118,44 +115,49 @@ const DT_GNU_HASH: i64 = 0x6fff_fef5;
 
 /// For the C library (`libc.so*`, `libdl.so*`): its load base and the addresses of its
 /// string table, symbol table and GNU hash table; None for any other object.
+/// # Safety
+/// `info` is a header `dl_iterate_phdr` passed.
 unsafe fn libc_tables(info: &libc::dl_phdr_info) -> Option<(usize, usize, usize, usize)> {
-    if info.dlpi_name.is_null() {
-        return None;
-    }
-    let name = CStr::from_ptr(info.dlpi_name).to_bytes();
-    let base_name = name.rsplit(|b| *b == b'/').next().unwrap_or(name);
-    if !(base_name.starts_with(b"libc.so") || base_name.starts_with(b"libdl.so")) {
-        return None;
-    }
-    let base = info.dlpi_addr as usize;
-    let mut dynamic: *const Elf64Dyn = core::ptr::null();
-    for i in 0..info.dlpi_phnum as usize {
-        let ph = &*info.dlpi_phdr.add(i);
-        if ph.p_type == libc::PT_DYNAMIC {
-            dynamic = (base + ph.p_vaddr as usize) as *const Elf64Dyn;
+    // SAFETY: a header from `dl_iterate_phdr`: its name NULL or NUL-terminated, its program headers and dynamic section mapped.
+    unsafe {
+        if info.dlpi_name.is_null() {
+            return None;
         }
-    }
-    if dynamic.is_null() {
-        return None;
-    }
-    let (mut strtab, mut symtab, mut gnu_hash) = (0usize, 0usize, 0usize);
-    let mut d = dynamic;
-    while (*d).d_tag != DT_NULL {
-        let v = (*d).d_un as usize;
-        // glibc relocates these in place on most targets; not on some (add the base then).
-        let v = if v < base { v + base } else { v };
-        match (*d).d_tag {
-            DT_STRTAB => strtab = v,
-            DT_SYMTAB => symtab = v,
-            DT_GNU_HASH => gnu_hash = v,
-            _ => {}
+        let name = CStr::from_ptr(info.dlpi_name).to_bytes();
+        let base_name = name.rsplit(|b| *b == b'/').next().unwrap_or(name);
+        if !(base_name.starts_with(b"libc.so") || base_name.starts_with(b"libdl.so")) {
+            return None;
         }
-        d = d.add(1);
+        let base = info.dlpi_addr as usize;
+        let mut dynamic: *const Elf64Dyn = core::ptr::null();
+        for i in 0..info.dlpi_phnum as usize {
+            let ph = &*info.dlpi_phdr.add(i);
+            if ph.p_type == libc::PT_DYNAMIC {
+                dynamic = (base + ph.p_vaddr as usize) as *const Elf64Dyn;
+            }
+        }
+        if dynamic.is_null() {
+            return None;
+        }
+        let (mut strtab, mut symtab, mut gnu_hash) = (0usize, 0usize, 0usize);
+        let mut d = dynamic;
+        while (*d).d_tag != DT_NULL {
+            let v = (*d).d_un as usize;
+            // glibc relocates these in place on most targets; not on some (add the base then).
+            let v = if v < base { v + base } else { v };
+            match (*d).d_tag {
+                DT_STRTAB => strtab = v,
+                DT_SYMTAB => symtab = v,
+                DT_GNU_HASH => gnu_hash = v,
+                _ => {}
+            }
+            d = d.add(1);
+        }
+        if strtab == 0 || symtab == 0 || gnu_hash == 0 {
+            return None;
+        }
+        Some((base, strtab, symtab, gnu_hash))
     }
-    if strtab == 0 || symtab == 0 || gnu_hash == 0 {
-        return None;
-    }
-    Some((base, strtab, symtab, gnu_hash))
 }
 
 fn gnu_hash(name: &[u8]) -> u32 {
@@ -164,6 +166,9 @@ fn gnu_hash(name: &[u8]) -> u32 {
 }
 
 /// Looks `want` up in a GNU hash table (ELF64). Returns the address or NULL.
+/// # Safety
+/// `strtab`, `symtab` and `table` are the loaded object's string, symbol and GNU hash
+/// tables, `base` its load base.
 unsafe fn gnu_lookup(
     base: usize,
     strtab: usize,
@@ -171,33 +176,36 @@ unsafe fn gnu_lookup(
     table: usize,
     want: &[u8],
 ) -> *mut c_void {
-    let t = table as *const u32;
-    let nbuckets = *t;
-    let symoffset = *t.add(1);
-    let bloom_size = *t.add(2) as usize;
-    if nbuckets == 0 {
-        return core::ptr::null_mut();
-    }
-    let buckets = t.add(4 + bloom_size * 2); // bloom words are 64-bit
-    let chain = buckets.add(nbuckets as usize);
-    let h = gnu_hash(want);
-    let mut idx = *buckets.add((h % nbuckets) as usize);
-    if idx < symoffset {
-        return core::ptr::null_mut();
-    }
-    loop {
-        let h2 = *chain.add((idx - symoffset) as usize);
-        if (h | 1) == (h2 | 1) {
-            let sym = &*(symtab as *const libc::Elf64_Sym).add(idx as usize);
-            let n = CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char);
-            if n.to_bytes() == want && sym.st_shndx != 0 && sym.st_value != 0 {
-                return (base + sym.st_value as usize) as *mut c_void;
-            }
-        }
-        if h2 & 1 != 0 {
+    // SAFETY: the tables of a loaded object (`libc_tables`), read within the counts they state.
+    unsafe {
+        let t = table as *const u32;
+        let nbuckets = *t;
+        let symoffset = *t.add(1);
+        let bloom_size = *t.add(2) as usize;
+        if nbuckets == 0 {
             return core::ptr::null_mut();
         }
-        idx += 1;
+        let buckets = t.add(4 + bloom_size * 2); // bloom words are 64-bit
+        let chain = buckets.add(nbuckets as usize);
+        let h = gnu_hash(want);
+        let mut idx = *buckets.add((h % nbuckets) as usize);
+        if idx < symoffset {
+            return core::ptr::null_mut();
+        }
+        loop {
+            let h2 = *chain.add((idx - symoffset) as usize);
+            if (h | 1) == (h2 | 1) {
+                let sym = &*(symtab as *const libc::Elf64_Sym).add(idx as usize);
+                let n = CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char);
+                if n.to_bytes() == want && sym.st_shndx != 0 && sym.st_value != 0 {
+                    return (base + sym.st_value as usize) as *mut c_void;
+                }
+            }
+            if h2 & 1 != 0 {
+                return core::ptr::null_mut();
+            }
+            idx += 1;
+        }
     }
 }
 
@@ -263,28 +271,51 @@ fn libc_symbol(name: &[u8]) -> *mut c_void {
     w.found
 }
 
+/// `dl_iterate_phdr` callback around [`libc_symbol_cb_visit`]; a panic in it is caught (an
+/// unwind must not cross the C library), answering 0 (go on).
+///
+/// # Safety
+/// Called by `dl_iterate_phdr` with its header and our `data`.
 unsafe extern "C" fn libc_symbol_cb(
+    info: *mut libc::dl_phdr_info,
+    size: usize,
+    data: *mut c_void,
+) -> c_int {
+    // SAFETY: the arguments `dl_iterate_phdr` passes (contract above).
+    crate::panic_guard::catch(|| unsafe { libc_symbol_cb_visit(info, size, data) }).unwrap_or(0)
+}
+
+/// [`libc_symbol_cb`]'s work for one object.
+///
+/// # Safety
+/// As for [`libc_symbol_cb`].
+unsafe fn libc_symbol_cb_visit(
     info: *mut libc::dl_phdr_info,
     _size: usize,
     data: *mut c_void,
 ) -> c_int {
-    let w = &mut *data.cast::<Wanted>();
-    match libc_tables(&*info) {
-        Some((base, strtab, symtab, hash)) => {
-            w.found = gnu_lookup(base, strtab, symtab, hash, w.name);
-            i32::from(!w.found.is_null())
+    // SAFETY: the loader's header and our `Wanted` (contract above).
+    unsafe {
+        let w = &mut *data.cast::<Wanted>();
+        match libc_tables(&*info) {
+            Some((base, strtab, symtab, hash)) => {
+                w.found = gnu_lookup(base, strtab, symtab, hash, w.name);
+                i32::from(!w.found.is_null())
+            }
+            None => 0,
         }
-        None => 0,
     }
 }
 
 /// Looks every [`LibcFn`] up once, from the shim's ELF constructor.
 extern "C" fn resolve_libc_fns() {
-    for (i, name) in LIBC_FN_NAMES.iter().enumerate() {
-        // SAFETY: NUL-terminated name; RTLD_NEXT from the shim means "after the shim".
-        let p = unsafe { real_dlsym()(libc::RTLD_NEXT, name.as_ptr()) };
-        LIBC_FNS[i].store(p, Ordering::Release);
-    }
+    crate::panic_guard::catch(|| {
+        for (slot, name) in LIBC_FNS.iter().zip(LIBC_FN_NAMES.iter()) {
+            // SAFETY: NUL-terminated name; RTLD_NEXT from the shim means "after the shim".
+            let p = unsafe { real_dlsym()(libc::RTLD_NEXT, name.as_ptr()) };
+            slot.store(p, Ordering::Release);
+        }
+    });
 }
 
 /// Runs [`resolve_libc_fns`] when the shim is loaded (by LD_PRELOAD at start-up, or by

@@ -2,12 +2,12 @@
 //!
 //! Owns the one sink per process behind a try-lock (never taken on the hook path), the
 //! stream preamble / `process_start` / `device_info` / `dropped` / `process_end` frames,
-//! and draining the ring into `events` frames. Runs on the flusher thread, at exit and
+//! and draining the per-thread rings and the shared queue into `events` frames. Runs on the flusher thread, at exit and
 //! before exec; it may allocate. One `write()` per whole frame, so processes appending
 //! to one file (`O_APPEND`) never interleave inside a frame.
 
 use crate::config::SinkKind;
-use crate::rt;
+use crate::record::state;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 use memwatch_wire::frame::encode_preamble;
@@ -15,6 +15,9 @@ use memwatch_wire::{
     encode_events_frame_into, encode_record, Event, ProcessEnd, ProcessStart, Record,
 };
 use std::ffi::CString;
+
+/// Runtimes whose devices are described (`device::RUNTIMES`).
+const RUNTIMES: usize = crate::device::RUNTIMES.len();
 
 /// Events per `events` frame.
 const FRAME_EVENTS: usize = 4096;
@@ -36,10 +39,10 @@ struct State {
     last_attempt_ns: u64,
     last_dropped: u64,
     /// Devices already described, per family (bit = ordinal 0..63).
-    devices_seen: [u64; 3],
+    devices_seen: [u64; RUNTIMES],
     /// Failed `device_info` queries per family and device (retried up to
     /// `DEVICE_QUERY_ATTEMPTS` times, once per flush: a runtime may not answer yet).
-    device_query_failures: [[u8; 64]; 3],
+    device_query_failures: [[u8; 64]; RUNTIMES],
     events: Vec<Event>,
     buf: Vec<u8>,
     /// Backtraces taken out of `events` in this pass.
@@ -53,6 +56,9 @@ struct State {
     retarget: Option<(SinkKind, Vec<u8>)>,
     /// Whether the open descriptor is a socket (send with MSG_NOSIGNAL).
     sock: bool,
+    /// CLOCK_MONOTONIC ns by which the current pass must end (the last pass of an
+    /// image: [`last_pass`]); 0: no limit.
+    deadline_ns: u64,
 }
 
 impl State {
@@ -65,8 +71,8 @@ impl State {
             attempts: 0,
             last_attempt_ns: 0,
             last_dropped: 0,
-            devices_seen: [0; 3],
-            device_query_failures: [[0; 64]; 3],
+            devices_seen: [0; RUNTIMES],
+            device_query_failures: [[0; 64]; RUNTIMES],
             events: Vec::new(),
             buf: Vec::new(),
             backtraces: Vec::new(),
@@ -74,6 +80,7 @@ impl State {
             exec_starts: crate::pjrt::exec_start::ExecStarts::new(),
             retarget: None,
             sock: false,
+            deadline_ns: 0,
         }
     }
 }
@@ -97,9 +104,11 @@ static SINK: Locked = Locked {
     st: UnsafeCell::new(State::new()),
 };
 
-/// Takes the lock, waiting at most `timeout_ns`. Returns whether it was taken.
+/// Takes the lock, waiting at most `timeout_ns`. Returns whether it was taken. Only
+/// the fork handlers hold it without a [`SinkLock`] (across `fork`, released with
+/// [`unlock_raw`] in the parent; the child resets it).
 pub fn lock_raw(timeout_ns: u64) -> bool {
-    let start = rt::now_ns();
+    let start = crate::clock::monotonic_ns();
     loop {
         if SINK
             .busy
@@ -108,15 +117,39 @@ pub fn lock_raw(timeout_ns: u64) -> bool {
         {
             return true;
         }
-        if rt::now_ns().saturating_sub(start) > timeout_ns {
+        if crate::clock::monotonic_ns().saturating_sub(start) > timeout_ns {
             return false;
         }
         sleep_ns(200_000);
     }
 }
 
+/// Releases a lock taken with [`lock_raw`].
 pub fn unlock_raw() {
     SINK.busy.store(false, Ordering::Release);
+}
+
+/// The sink lock, held; released when dropped (also while a panic unwinds, so a bug
+/// in a pass never leaves the sink locked for the exit handler to wait on).
+pub struct SinkLock(());
+
+impl SinkLock {
+    /// Takes the lock, waiting at most `timeout_ns`; `None` when it stayed busy.
+    pub fn take(timeout_ns: u64) -> Option<SinkLock> {
+        lock_raw(timeout_ns).then_some(SinkLock(()))
+    }
+
+    fn state(&mut self) -> &mut State {
+        // SAFETY: the lock is held (this value exists only while it is), so nobody else
+        // touches the state; the borrow ends before the lock is released.
+        unsafe { &mut *SINK.st.get() }
+    }
+}
+
+impl Drop for SinkLock {
+    fn drop(&mut self) {
+        unlock_raw();
+    }
 }
 
 pub fn sleep_ns(ns: u64) {
@@ -131,14 +164,14 @@ pub fn sleep_ns(ns: u64) {
 /// Writes already-encoded frames (PJRT memory statistics) when the sink is open and
 /// the process announced; waits at most 50 ms for the lock. Returns whether written.
 pub fn write_frames(bytes: &[u8]) -> bool {
-    if bytes.is_empty() || !lock_raw(50_000_000) {
+    if bytes.is_empty() {
         return false;
     }
-    // SAFETY: lock held.
-    let st = unsafe { &mut *SINK.st.get() };
-    let ok = st.fd >= 0 && st.started && write_all(st, bytes);
-    unlock_raw();
-    ok
+    let Some(mut lock) = SinkLock::take(50_000_000) else {
+        return false;
+    };
+    let st = lock.state();
+    st.fd >= 0 && st.started && write_all(st, bytes)
 }
 
 /// In a forked child: forget the parent's connection (close our copy of its fd) so the
@@ -152,71 +185,74 @@ pub fn reset_in_child() {
     st.attempts = 0;
     st.last_attempt_ns = 0;
     st.last_dropped = 0;
-    st.devices_seen = [0; 3];
-    st.device_query_failures = [[0; 64]; 3];
+    st.devices_seen = [0; RUNTIMES];
+    st.device_query_failures = [[0; 64]; RUNTIMES];
     st.module_generation = 0;
     SINK.busy.store(false, Ordering::Release);
 }
 
 /// After a failed exec the old image goes on: announce it again.
 pub fn restart_process() {
-    if lock_raw(2_000_000_000) {
-        // SAFETY: lock held.
-        let st = unsafe { &mut *SINK.st.get() };
+    if let Some(mut lock) = SinkLock::take(2_000_000_000) {
+        let st = lock.state();
         st.started = false;
         st.module_generation = 0;
-        unlock_raw();
     }
 }
 
-/// Drains the ring under the lock. `final_` also writes `process_end(exit_code)`.
+/// Drains the rings under the lock. `final_` also writes `process_end(exit_code)`.
 /// Returns the number of events written (0 when the lock was busy).
 pub fn flush_locked(final_: bool, exit_code: i32, timeout_ns: u64) -> usize {
-    if !lock_raw(timeout_ns) {
-        return 0;
+    match SinkLock::take(timeout_ns) {
+        Some(mut lock) => flush(lock.state(), final_, exit_code),
+        None => 0,
     }
-    // SAFETY: lock held.
-    let st = unsafe { &mut *SINK.st.get() };
-    let n = flush(st, final_, exit_code);
-    unlock_raw();
+}
+
+/// The last pass of an image: drains everything and writes `process_end(exit_code)`,
+/// all within `budget_ns` from now — waiting for the lock, opening the sink and every
+/// write count against it, and nothing extends it (a sink that stops taking bytes,
+/// a FIFO without a reader, a stalled receiver). What does not fit is lost, the stream
+/// then ends inside a frame (readers report a cut-off tail). Returns the events written.
+pub fn last_pass(exit_code: i32, budget_ns: u64) -> usize {
+    let deadline = crate::clock::monotonic_ns().saturating_add(budget_ns);
+    let Some(mut lock) = SinkLock::take(budget_ns) else {
+        return 0;
+    };
+    let st = lock.state();
+    st.deadline_ns = deadline;
+    let n = flush(st, true, exit_code);
+    st.deadline_ns = 0;
     n
 }
 
 /// Used by the `dlclose` hook: takes the lock, drains and writes everything queued
-/// (describing the devices seen while the runtime is still loaded) and keeps the lock
-/// (release it with [`unlock_raw`]). False when the lock could not be had.
-pub fn flush_keep_lock(timeout_ns: u64) -> bool {
-    if !lock_raw(timeout_ns) {
-        return false;
-    }
-    // SAFETY: lock held.
-    let st = unsafe { &mut *SINK.st.get() };
-    flush(st, false, 0);
-    true
+/// (describing the devices seen while the runtime is still loaded) and hands the lock
+/// back held. `None` when the lock could not be had.
+pub fn flush_keep_lock(timeout_ns: u64) -> Option<SinkLock> {
+    let mut lock = SinkLock::take(timeout_ns)?;
+    flush(lock.state(), false, 0);
+    Some(lock)
 }
 
 /// Used by `attach`: drains what is queued, then writes `rec` (opening the sink and
 /// announcing the process first when needed). False when the sink is unavailable.
 pub fn emit_record(rec: &Record, timeout_ns: u64) -> bool {
-    if !lock_raw(timeout_ns) {
+    let Some(mut lock) = SinkLock::take(timeout_ns) else {
         return false;
-    }
-    // SAFETY: lock held.
-    let st = unsafe { &mut *SINK.st.get() };
+    };
+    let st = lock.state();
     flush(st, false, 0);
     let mut out = Vec::new();
-    let ok =
-        st.fd >= 0 && st.started && encode_record(rec, &mut out).is_ok() && write_all(st, &out);
-    unlock_raw();
-    ok
+    st.fd >= 0 && st.started && encode_record(rec, &mut out).is_ok() && write_all(st, &out)
 }
 
 /// Used by `attach` on detach: drains what is queued and closes the connection without
 /// a `process_end` (the process goes on); a later attach opens a new stream.
 pub fn close_stream(timeout_ns: u64) -> bool {
     end_stream(timeout_ns, |st| {
-        st.devices_seen = [0; 3];
-        st.device_query_failures = [[0; 64]; 3];
+        st.devices_seen = [0; RUNTIMES];
+        st.device_query_failures = [[0; 64]; RUNTIMES];
     })
 }
 
@@ -224,11 +260,10 @@ pub fn close_stream(timeout_ns: u64) -> bool {
 /// next flush opens a new one, announced afresh), then applies `also`, all under the
 /// lock. False when the lock could not be had.
 fn end_stream(timeout_ns: u64, also: impl FnOnce(&mut State)) -> bool {
-    if !lock_raw(timeout_ns) {
+    let Some(mut lock) = SinkLock::take(timeout_ns) else {
         return false;
-    }
-    // SAFETY: lock held.
-    let st = unsafe { &mut *SINK.st.get() };
+    };
+    let st = lock.state();
     if st.fd >= 0 {
         flush(st, false, 0);
     }
@@ -238,7 +273,6 @@ fn end_stream(timeout_ns: u64, also: impl FnOnce(&mut State)) -> bool {
     st.attempts = 0;
     st.last_attempt_ns = 0;
     also(st);
-    unlock_raw();
     true
 }
 
@@ -294,20 +328,17 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         let mut lost = 0u64;
         loop {
             st.events.clear();
-            let n = crate::tring::drain_all(
-                &mut st.events,
-                FRAME_EVENTS,
-                rt::PID.load(Ordering::Relaxed),
-            );
+            let n =
+                crate::record::thread_ring::drain_all(&mut st.events, FRAME_EVENTS, state::pid());
             lost += n as u64;
             if n == 0 {
                 break;
             }
         }
-        while rt::RING.pop().is_some() {
+        while state::SHARED_QUEUE.pop().is_some() {
             lost += 1;
         }
-        rt::DROPPED.fetch_add(lost, Ordering::Relaxed);
+        state::count_dropped(lost);
         return 0;
     }
     if !st.started {
@@ -326,20 +357,19 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     // One pass drains at most what the rings can hold (everything queued when it began),
     // so a thread allocating without pause cannot keep the lock, or a last pass, for
     // ever; and a pass gives way at once to a last pass asked for by an ending thread.
-    let budget = crate::tring::capacity_total() + rt::RING.capacity();
+    let budget = crate::record::thread_ring::capacity_total() + state::SHARED_QUEUE.capacity();
     let mut total = 0usize;
     loop {
-        if total >= budget || (!final_ && crate::abnormal_end::requested_code().is_some()) {
+        if total >= budget
+            || (!final_ && crate::abnormal_end::requested_code().is_some())
+            || past_deadline(st)
+        {
             break;
         }
         st.events.clear();
-        crate::tring::drain_all(
-            &mut st.events,
-            FRAME_EVENTS,
-            rt::PID.load(Ordering::Relaxed),
-        );
+        crate::record::thread_ring::drain_all(&mut st.events, FRAME_EVENTS, state::pid());
         while st.events.len() < FRAME_EVENTS {
-            match rt::RING.pop() {
+            match state::SHARED_QUEUE.pop() {
                 Some(e) => st.events.push(e),
                 None => break,
             }
@@ -349,7 +379,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         }
         // Backtrace slots leave the event list (they are written as their own frames).
         st.backtraces.clear();
-        crate::backtrace::split(&mut st.events, &mut st.backtraces);
+        crate::backtrace_frames::split(&mut st.events, &mut st.backtraces);
         // Raw hot-path clock -> CLOCK_MONOTONIC ns (after popping: all are older).
         let conv = crate::clock::Converter::sample();
         if !st.backtraces.is_empty() {
@@ -359,7 +389,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
             let ts = conv.ts(e.ts_ns);
             e.ts_ns = st.exec_starts.start_of(e, ts);
             e.duration_ns = conv.dur(e.duration_ns);
-            if e.kind == memwatch_wire::EventKind::ApiSpan as u8 {
+            if e.is(memwatch_wire::EventKind::ApiSpan) {
                 e.aux = e.duration_ns;
             }
         }
@@ -376,18 +406,18 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         let ok = frame.get(..len).is_some_and(|f| write_all(st, f));
         st.buf = frame;
         if !ok {
-            rt::DROPPED.fetch_add(st.events.len() as u64, Ordering::Relaxed);
+            state::count_dropped(st.events.len() as u64);
         }
     }
     if st.started {
         crate::pjrt::pending_frames(|b| write_all(st, b));
     }
-    let dropped = rt::dropped_total();
-    let pid = rt::PID.load(Ordering::Relaxed);
+    let dropped = state::dropped_total();
+    let pid = state::pid();
     if dropped != st.last_dropped {
         let rec = Record::Dropped(memwatch_wire::Dropped {
             pid,
-            ts_ns: rt::now_ns(),
+            ts_ns: crate::clock::monotonic_ns(),
             dropped_total: dropped,
         });
         if encode_small(st, &rec) {
@@ -397,7 +427,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
     if final_ {
         let rec = Record::ProcessEnd(ProcessEnd {
             pid,
-            ts_ns: rt::now_ns(),
+            ts_ns: crate::clock::monotonic_ns(),
             exit_code,
         });
         encode_small(st, &rec);
@@ -416,9 +446,9 @@ fn encode_small(st: &mut State, rec: &Record) -> bool {
 /// Writes this pass's backtraces (timestamps converted like the events'), preceded by a
 /// `module_map` when none was written yet or objects were loaded / unloaded since.
 fn write_backtraces(st: &mut State, conv: &crate::clock::Converter) {
-    let pid = rt::PID.load(Ordering::Relaxed);
+    let pid = state::pid();
     let mut out = Vec::new();
-    let (map, generation) = crate::backtrace::module_map(pid, rt::now_ns());
+    let (map, generation) = crate::backtrace_frames::module_map(pid, crate::clock::monotonic_ns());
     if generation != st.module_generation {
         if encode_record(&Record::ModuleMap(map), &mut out).is_ok() && write_all(st, &out) {
             st.module_generation = generation;
@@ -442,12 +472,17 @@ const DEVICE_QUERY_ATTEMPTS: u8 = 8;
 
 fn describe_new_devices(st: &mut State) {
     // Devices tried in this flush: one query per device per flush at most.
-    let mut tried = [0u64; 3];
+    let mut tried = [0u64; RUNTIMES];
     for i in 0..st.events.len() {
         let Some(e) = st.events.get(i).copied() else {
             break;
         };
-        let fam = crate::device::family_index(e.api);
+        let Some(family) = e.api().family() else {
+            continue;
+        };
+        let Some(fam) = crate::device::runtime_index(family) else {
+            continue;
+        };
         if e.device < 0 || e.device > 63 {
             continue;
         }
@@ -469,7 +504,7 @@ fn describe_new_devices(st: &mut State) {
         if failures >= DEVICE_QUERY_ATTEMPTS {
             continue;
         }
-        match crate::device::query(fam, e.device, e.pid) {
+        match crate::device::query(family, e.device, e.pid) {
             Some(info) => {
                 if let Some(seen) = st.devices_seen.get_mut(fam) {
                     *seen |= bit;
@@ -500,14 +535,11 @@ fn describe_new_devices(st: &mut State) {
     }
 }
 
+/// The `process_start` record. Its clock anchors are the image's start stamp, taken
+/// before any event of the image (`record::state::image_start`), and are repeated when
+/// the sink is reopened (`anchor`).
 fn process_start(anchor: &mut Option<(u64, u64)>) -> ProcessStart {
-    let (mono, wall) = *anchor.get_or_insert_with(|| {
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        (rt::now_ns(), wall)
-    });
+    let (mono, wall) = *anchor.get_or_insert_with(state::image_start);
     let mut host = [0u8; 256];
     // SAFETY: buffer and length match.
     unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len() - 1) };
@@ -521,7 +553,7 @@ fn process_start(anchor: &mut Option<(u64, u64)>) -> ProcessStart {
         })
         .unwrap_or_default();
     ProcessStart {
-        pid: rt::PID.load(Ordering::Relaxed),
+        pid: state::pid(),
         // SAFETY: plain syscall.
         ppid: unsafe { libc::getppid() } as u32,
         mono_anchor_ns: mono,
@@ -535,13 +567,13 @@ fn process_start(anchor: &mut Option<(u64, u64)>) -> ProcessStart {
 /// Opens the sink; on failure counts the attempt and turns the shim off after
 /// [`MAX_OPEN_ATTEMPTS`] (retrying at most once a second).
 fn open(st: &mut State) -> bool {
-    let now = rt::now_ns();
+    let now = crate::clock::monotonic_ns();
     if st.attempts > 0 && now.saturating_sub(st.last_attempt_ns) < 1_000_000_000 {
         return false;
     }
     st.attempts += 1;
     st.last_attempt_ns = now;
-    let c = rt::config();
+    let c = crate::config::get();
     let (kind, path) = match &st.retarget {
         Some((k, p)) => (*k, p.as_slice()),
         None => (c.sink, c.path_bytes()),
@@ -553,7 +585,7 @@ fn open(st: &mut State) -> bool {
     };
     if fd < 0 {
         if st.attempts >= MAX_OPEN_ATTEMPTS {
-            rt::turn_off();
+            state::turn_off();
         }
         return false;
     }
@@ -582,7 +614,7 @@ fn reserve_buffers(st: &mut State) {
 
 /// `%p` in the path becomes the pid.
 fn expand_path(path: &[u8]) -> Option<CString> {
-    let pid = rt::PID.load(Ordering::Relaxed).to_string();
+    let pid = state::pid().to_string();
     let mut out = Vec::with_capacity(path.len() + 8);
     let mut i = 0;
     while i < path.len() {
@@ -599,12 +631,15 @@ fn expand_path(path: &[u8]) -> Option<CString> {
 
 /// Opens `path` for appending; a new file is created with its preamble atomically
 /// (written to a temporary file, then `link`ed into place), so a concurrent appender
-/// can never put a frame before the preamble.
+/// can never put a frame before the preamble. Never blocks: `O_NONBLOCK` makes the open
+/// of a FIFO without a reader fail (ENXIO: tried again later, like any unavailable
+/// sink) instead of waiting for one; the descriptor stays non-blocking, and writes wait
+/// for room in [`write_all`], bounded by the pass's deadline.
 fn open_file(path: &[u8]) -> i32 {
     let Some(p) = expand_path(path) else {
         return -1;
     };
-    let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC;
+    let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC | libc::O_NONBLOCK;
     // SAFETY: NUL-terminated paths; descriptors checked.
     unsafe {
         let fd = libc::open(p.as_ptr(), flags);
@@ -612,7 +647,7 @@ fn open_file(path: &[u8]) -> i32 {
             return fd;
         }
         let mut tmp = p.as_bytes().to_vec();
-        tmp.extend_from_slice(format!(".{}.tmp", rt::PID.load(Ordering::Relaxed)).as_bytes());
+        tmp.extend_from_slice(format!(".{}.tmp", state::pid()).as_bytes());
         let Ok(tmp) = CString::new(tmp) else {
             return -1;
         };
@@ -650,7 +685,13 @@ fn open_unix(path: &[u8]) -> i32 {
         for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
             *d = *s as libc::c_char;
         }
-        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        // Non-blocking (a receiver whose backlog is full refuses at once: tried again
+        // later); writes wait for room in `write_all`.
+        let fd = libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        );
         if fd < 0 {
             return -1;
         }
@@ -669,7 +710,10 @@ fn open_unix(path: &[u8]) -> i32 {
     }
 }
 
-/// Writes one whole frame; on a broken sink closes it (next flush reconnects).
+/// Writes one whole frame; on a broken sink closes it (next flush reconnects). The
+/// descriptor is non-blocking: when the sink has no room (a pipe or socket whose reader
+/// is slow) it waits for room, until the pass's deadline when it has one (the last
+/// pass), after which the rest is given up (false).
 fn write_all(st: &mut State, mut b: &[u8]) -> bool {
     let sock = st.sock;
     while !b.is_empty() {
@@ -682,9 +726,12 @@ fn write_all(st: &mut State, mut b: &[u8]) -> bool {
             }
         };
         if n < 0 {
-            // SAFETY: errno location.
-            if unsafe { *libc::__errno_location() } == libc::EINTR {
-                continue;
+            // SAFETY: this thread's errno location.
+            match unsafe { *libc::__errno_location() } {
+                libc::EINTR => continue,
+                libc::EAGAIN if wait_for_room(st.fd, st.deadline_ns) => continue,
+                libc::EAGAIN => return false,
+                _ => {}
             }
             release(st);
             st.started = false;
@@ -693,4 +740,37 @@ fn write_all(st: &mut State, mut b: &[u8]) -> bool {
         b = b.get(n as usize..).unwrap_or(&[]);
     }
     true
+}
+
+/// Whether the pass has a deadline and it has passed.
+fn past_deadline(st: &State) -> bool {
+    st.deadline_ns != 0 && crate::clock::monotonic_ns() >= st.deadline_ns
+}
+
+/// Waits until `fd` can take bytes; false when `deadline_ns` (0: none) passed first.
+fn wait_for_room(fd: i32, deadline_ns: u64) -> bool {
+    loop {
+        let timeout_ms = if deadline_ns == 0 {
+            -1
+        } else {
+            let left = deadline_ns.saturating_sub(crate::clock::monotonic_ns());
+            if left == 0 {
+                return false;
+            }
+            left.div_ceil(1_000_000).min(i32::MAX as u64) as i32
+        };
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        match unsafe { libc::poll(&mut p, 1, timeout_ms) } {
+            n if n > 0 => return true,
+            0 => return false,
+            // SAFETY: this thread's errno location.
+            _ if unsafe { *libc::__errno_location() } == libc::EINTR => continue,
+            _ => return false,
+        }
+    }
 }

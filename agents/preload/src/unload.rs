@@ -11,8 +11,9 @@
 //! the real call's; `dlerror` state is untouched after it (only `dladdr` runs there).
 
 use crate::hooks::HOOKS;
+use crate::panic_guard;
 use crate::real::real_dlclose;
-use crate::rt;
+use crate::record::{state, thread_state};
 use core::ffi::{c_char, c_int, c_void, CStr};
 
 /// Longest library path compared (longer names are not matched: the handle passes
@@ -63,17 +64,22 @@ fn slots_in(name: &[u8]) -> [u64; 2] {
 /// `handle` is what the program passes to `dlclose`.
 unsafe fn handle_name(handle: *mut c_void, buf: &mut [u8; MAX_NAME]) -> Option<usize> {
     let mut lm: *const LinkMap = core::ptr::null();
-    if dlinfo(
-        handle,
-        RTLD_DI_LINKMAP,
-        (&mut lm as *mut *const LinkMap).cast(),
-    ) != 0
-        || lm.is_null()
-        || (*lm).l_name.is_null()
-    {
-        return None;
-    }
-    let name = CStr::from_ptr((*lm).l_name).to_bytes();
+    // SAFETY: dlinfo with RTLD_DI_LINKMAP writes one pointer; the handle is the caller's.
+    let found = unsafe {
+        dlinfo(
+            handle,
+            RTLD_DI_LINKMAP,
+            (&mut lm as *mut *const LinkMap).cast(),
+        )
+    } == 0;
+    // SAFETY: a non-null link map from the loader, whose `l_name` is NULL or a
+    // NUL-terminated string.
+    let name = unsafe {
+        if !found || lm.is_null() || (*lm).l_name.is_null() {
+            return None;
+        }
+        CStr::from_ptr((*lm).l_name).to_bytes()
+    };
     if name.is_empty() || name.len() > MAX_NAME {
         return None;
     }
@@ -81,53 +87,98 @@ unsafe fn handle_name(handle: *mut c_void, buf: &mut [u8; MAX_NAME]) -> Option<u
     Some(name.len())
 }
 
-/// `dlclose` with the runtime bookkeeping above.
+/// A library the shim took real functions from, being unloaded: its name, which hooks
+/// pointed into it, and the sink lock held across the real `dlclose` (so the flusher
+/// cannot be asking the runtime, holding a reference to it, at that moment). Dropping it
+/// (also while a panic unwinds) releases the lock and the thread's in-dlclose mark.
+struct Unloading {
+    name: [u8; MAX_NAME],
+    name_len: usize,
+    slots: [u64; 2],
+    _lock: Option<crate::sink::SinkLock>,
+}
+
+impl Drop for Unloading {
+    fn drop(&mut self) {
+        thread_state::set_in_dlclose(false);
+    }
+}
+
+impl Unloading {
+    /// What to do before the real `dlclose` of `handle`; `None` when it is none of the
+    /// shim's business (the thread's in-dlclose mark is then left as it was).
+    ///
+    /// # Safety
+    /// `handle` is what the program passes to `dlclose`.
+    unsafe fn begin(handle: *mut c_void) -> Option<Unloading> {
+        if handle.is_null()
+            || !state::is_active()
+            || thread_state::guard_is_set()
+            || thread_state::set_in_dlclose(true)
+        {
+            return None;
+        }
+        let mut u = Unloading {
+            name: [0; MAX_NAME],
+            name_len: 0,
+            slots: [0, 0],
+            _lock: None,
+        };
+        // SAFETY: the caller's handle.
+        u.name_len = unsafe { handle_name(handle, &mut u.name) }.unwrap_or(0);
+        if u.name_len == 0 {
+            return None; // dropping `u` clears the mark
+        }
+        u.slots = slots_in(u.name());
+        if u.slots == [0, 0] {
+            return None;
+        }
+        // Flush (describing devices) with this thread's calls unrecorded.
+        let was = thread_state::set_guard(true);
+        u._lock = crate::sink::flush_keep_lock(500_000_000);
+        thread_state::set_guard(was);
+        Some(u)
+    }
+
+    fn name(&self) -> &[u8] {
+        self.name.get(..self.name_len).unwrap_or(&[])
+    }
+
+    /// After the real `dlclose`: forgets the real-function slots that pointed into the
+    /// library when it is really gone.
+    fn forget_unloaded(&self) {
+        let still = slots_in(self.name());
+        for (i, h) in HOOKS.iter().enumerate() {
+            let bit = 1u64 << (i % 64);
+            let was_in = self.slots.get(i / 64).is_some_and(|w| w & bit != 0);
+            let now_in = still.get(i / 64).is_some_and(|w| w & bit != 0);
+            if was_in && !now_in {
+                h.forget_real();
+            }
+        }
+    }
+}
+
+/// `dlclose` with the runtime bookkeeping above. The real call runs once, outside
+/// memwatch's caught parts; its result and errno are returned unchanged.
 ///
 /// # Safety
 /// Same contract as libc's `dlclose`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     let real = real_dlclose();
-    if handle.is_null() || !rt::is_active() || rt::guard_is_set() || rt::set_in_dlclose(true) {
-        return real(handle);
+    // SAFETY: this thread's errno location.
+    let errno = || unsafe { &mut *libc::__errno_location() };
+    let saved_errno = *errno();
+    // SAFETY: the caller's handle.
+    let unloading = panic_guard::catch(|| unsafe { Unloading::begin(handle) }).flatten();
+    *errno() = saved_errno;
+    // SAFETY: the caller's handle, under the caller's contract.
+    let r = unsafe { real(handle) };
+    if let Some(u) = unloading {
+        let after_errno = *errno();
+        panic_guard::catch(move || u.forget_unloaded());
+        *errno() = after_errno;
     }
-    let saved_errno = *libc::__errno_location();
-    let mut buf = [0u8; MAX_NAME];
-    let matched = match handle_name(handle, &mut buf) {
-        Some(n) => {
-            let name = buf.get(..n).unwrap_or(&[]);
-            (slots_in(name), n)
-        }
-        None => ([0, 0], 0),
-    };
-    if matched.0 == [0, 0] {
-        rt::set_in_dlclose(false);
-        *libc::__errno_location() = saved_errno;
-        return real(handle);
-    }
-    // Flush (describing devices) with this thread's calls unrecorded, and hold the sink
-    // lock across the real dlclose so the flusher cannot be asking the runtime (holding
-    // a reference to it) at that moment.
-    let was = rt::set_guard(true);
-    let locked = crate::sink::flush_keep_lock(500_000_000);
-    rt::set_guard(was);
-    *libc::__errno_location() = saved_errno;
-    let r = real(handle);
-    let after_errno = *libc::__errno_location();
-    let name = buf.get(..matched.1).unwrap_or(&[]);
-    let still = slots_in(name);
-    for (i, h) in HOOKS.iter().enumerate() {
-        let bit = 1u64 << (i % 64);
-        let was_in = matched.0.get(i / 64).is_some_and(|w| w & bit != 0);
-        let now_in = still.get(i / 64).is_some_and(|w| w & bit != 0);
-        if was_in && !now_in {
-            h.forget_real();
-        }
-    }
-    if locked {
-        crate::sink::unlock_raw();
-    }
-    rt::set_in_dlclose(false);
-    *libc::__errno_location() = after_errno;
     r
 }

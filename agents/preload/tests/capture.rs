@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use memwatch_wire::Record;
+use memwatch_wire::{ApiFamily, EventKind, Record};
 
 fn check_basic(mode: &str) {
     let b = built("capture");
@@ -68,6 +68,14 @@ fn check_basic(mode: &str) {
     assert!(
         evs.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns),
         "timestamps monotonic"
+    );
+    // The process's start stamp comes before its first event (readers take it as the
+    // run's start and must not find events before it).
+    assert!(
+        evs.iter().all(|e| e.ts_ns >= starts[0].mono_anchor_ns),
+        "{mode}: first event at {} before the process start stamp {}",
+        evs.iter().map(|e| e.ts_ns).min().unwrap_or(0),
+        starts[0].mono_anchor_ns
     );
     assert!(
         !recs.iter().any(|r| matches!(r, Record::Dropped(_))),
@@ -138,19 +146,22 @@ fn eight_threads_on_eight_devices() {
         let mine: Vec<_> = evs.iter().filter(|e| e.tid == tid).collect();
         // set-device + n allocs + n frees, all on this thread's device
         assert_eq!(mine.len() as u64, 1 + 2 * n, "thread {tid} (device {dev})");
-        assert_eq!(mine[0].api_name().name(), "hipSetDevice");
+        assert_eq!(mine[0].api().name(), "hipSetDevice");
         assert!(
             mine.iter().all(|e| e.device == dev),
             "device of thread {tid}"
         );
         let sizes: Vec<u64> = mine
             .iter()
-            .filter(|e| e.kind == 1)
+            .filter(|e| e.is(EventKind::Alloc))
             .map(|e| e.size)
             .collect();
         let want: Vec<u64> = (0..n).map(|i| (dev as u64 + 1) * 4096 + i).collect();
         assert_eq!(sizes, want, "alloc sizes of thread {tid}");
-        assert_eq!(mine.iter().filter(|e| e.kind == 2).count() as u64, n);
+        assert_eq!(
+            mine.iter().filter(|e| e.is(EventKind::Free)).count() as u64,
+            n
+        );
     }
     assert_eq!(seen_tids.len(), 8);
     assert_eq!(evs.len() as u64, 8 * (1 + 2 * n));
@@ -192,7 +203,7 @@ fn fork_child_is_its_own_process() {
     let evs = events(&recs);
     let sizes = |pid: u32| -> Vec<u64> {
         evs.iter()
-            .filter(|e| e.pid == pid && e.kind == 1)
+            .filter(|e| e.pid == pid && e.is(EventKind::Alloc))
             .map(|e| e.size)
             .collect()
     };
@@ -344,7 +355,7 @@ fn abort_and_underscore_exit_deliver_the_last_events() {
         // The busy thread's 64-byte allocations and their frees left out.
         let sizes: Vec<u64> = events(&recs)
             .iter()
-            .filter(|e| e.kind == memwatch_wire::EventKind::Alloc as u8 && e.size != 64)
+            .filter(|e| e.is(EventKind::Alloc) && e.size != 64)
             .map(|e| e.size)
             .collect();
         assert_eq!(sizes, want_sizes, "{scenario}");
@@ -583,6 +594,145 @@ fn closing_our_descriptor_and_sigwait_do_not_disturb_the_program() {
     );
 }
 
+/// A panic in memwatch's own part of a hook (forced by the fault switch,
+/// `MEMWATCH_FAULT`, before or after the real call) never reaches the program: on every
+/// lookup path each call still reaches the runtime once with its arguments, and the
+/// program prints the same results, out-pointers and errno values, the same stderr, and
+/// exits 0; only the records are lost. With `MEMWATCH_DEBUG` the shim says each time it
+/// caught one, which shows the switch really fired.
+#[test]
+fn a_panic_in_memwatchs_bookkeeping_never_reaches_the_program() {
+    let b = built("capture");
+    for mode in ["direct", "dlsym", "proc"] {
+        let plain = b.run(mode, &["basic"], None, &[]);
+        let calls = expected(&String::from_utf8_lossy(&plain.stdout)).len();
+        assert!(calls >= 80, "{mode}: {calls} calls");
+        for fault in ["panic-before-call", "panic-after-call"] {
+            let tmp = tempfile::tempdir().unwrap();
+            let cap = tmp.path().join("fault.mwcap");
+            let out = b.run(mode, &["basic"], Some(&cap), &[("MEMWATCH_FAULT", fault)]);
+            assert_eq!(
+                normalized(&plain.stdout),
+                normalized(&out.stdout),
+                "{mode} {fault}: output differs"
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&plain.stderr),
+                String::from_utf8_lossy(&out.stderr),
+                "{mode} {fault}: stderr differs"
+            );
+            let recs = read_capture(&cap);
+            assert!(events(&recs).is_empty(), "{mode} {fault}: nothing recorded");
+            let told = b.run(
+                mode,
+                &["basic"],
+                Some(&cap),
+                &[("MEMWATCH_FAULT", fault), ("MEMWATCH_DEBUG", "1")],
+            );
+            let caught = String::from_utf8_lossy(&told.stderr)
+                .matches("memwatch: internal panic caught at ")
+                .count();
+            assert!(
+                caught >= calls,
+                "{mode} {fault}: {caught} panics caught for {calls} recorded calls"
+            );
+            assert_eq!(normalized(&plain.stdout), normalized(&told.stdout));
+        }
+    }
+}
+
+/// Runs `mwtest direct ARGS` under the shim with `MEMWATCH_SINK=file:SINK`, bounded
+/// (10 s: a hang fails the test); returns its output and how long it ran.
+fn run_with_sink(
+    b: &Built,
+    args: &[&str],
+    sink: &std::path::Path,
+) -> (std::process::Output, std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    let mut child = std::process::Command::new(&b.direct)
+        .arg("direct")
+        .args(args)
+        .env("MWTEST_LIBDIR", &b.dir)
+        .env("LD_PRELOAD", &b.shim)
+        .env("MEMWATCH_SINK", format!("file:{}", sink.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read the pipes while waiting, so a chatty program cannot block on them.
+    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut so, &mut v).map(|_| v)
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut se, &mut v).map(|_| v)
+    });
+    let status = wait_bounded(&mut child, &format!("mwtest {args:?} with a FIFO sink"));
+    let took = t0.elapsed();
+    let out = std::process::Output {
+        status,
+        stdout: out_t.join().unwrap().unwrap(),
+        stderr: err_t.join().unwrap().unwrap(),
+    };
+    (out, took)
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+/// `MEMWATCH_SINK=file:FIFO` never holds the program: with no reader the open fails at
+/// once instead of waiting for one (the program used to hang in `open` at exit), and
+/// with a reader that never reads, the last pass gives up at its deadline (2 s) instead
+/// of waiting in `write` for room. Output and exit status are the program's own.
+#[test]
+fn a_fifo_sink_never_holds_the_program() {
+    let b = built("capture");
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = b.run("direct", &["basic"], None, &[]);
+    let fifo = tmp.path().join("no-reader.fifo");
+    mkfifo(&fifo);
+    let (out, took) = run_with_sink(b, &["basic"], &fifo);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(normalized(&plain.stdout), normalized(&out.stdout));
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "no reader: took {took:?}"
+    );
+    println!("FIFO without a reader: the program ended after {took:?}");
+
+    // A reader that opens the FIFO and never reads: 600,000 calls are ~43 MB of frames,
+    // far more than a pipe holds.
+    let stalled = tmp.path().join("stalled.fifo");
+    mkfifo(&stalled);
+    let c = std::ffi::CString::new(stalled.to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated path; the descriptor is closed below.
+    let reader = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK) };
+    assert!(reader >= 0, "open the FIFO for reading");
+    let args = ["bench", "1", "300", "1000"];
+    let t0 = std::time::Instant::now();
+    let plain = b.run("direct", &args, None, &[]);
+    let plain_took = t0.elapsed();
+    let (out, took) = run_with_sink(b, &args, &stalled);
+    // SAFETY: our descriptor.
+    unsafe { libc::close(reader) };
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout).lines().count(),
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    );
+    let extra = took.saturating_sub(plain_took);
+    assert!(
+        extra < std::time::Duration::from_secs(3),
+        "stalled reader: {took:?} against {plain_took:?} without the shim"
+    );
+    println!("FIFO with a stalled reader: {took:?} against {plain_took:?} without the shim");
+}
+
 #[test]
 fn without_sink_nothing_is_written_and_behaviour_is_unchanged() {
     let b = built("capture");
@@ -629,7 +779,10 @@ fn hook_families_can_be_switched_off() {
     b.run("dlsym", &["basic"], Some(&cap), &[("MEMWATCH_HOOK", "hip")]);
     let evs = events(&read_capture(&cap));
     assert!(!evs.is_empty());
-    assert!(evs.iter().all(|e| e.api < 1000), "only HIP recorded");
+    assert!(
+        evs.iter().all(|e| e.api().family() == Some(ApiFamily::Hip)),
+        "only HIP recorded"
+    );
 }
 
 #[test]
@@ -660,7 +813,10 @@ fn device_info_describes_simulated_devices() {
     for d in &devs {
         assert_eq!(d.total_bytes, 123456789);
         assert_eq!(d.name, format!("memwatch simulated GPU {}", d.device));
-        assert_eq!(d.vendor, memwatch_wire::Vendor::Simulated as u8);
+        assert_eq!(
+            memwatch_wire::Vendor::from_u8(d.vendor),
+            memwatch_wire::Vendor::Simulated
+        );
     }
     let ids: Vec<i32> = devs.iter().map(|d| d.device).collect();
     let mut dedup = ids.clone();
@@ -714,7 +870,12 @@ fn unix_socket_sink_streams_each_process() {
             matches!(recs.last(), Some(Record::ProcessEnd(_))),
             "{recs:?}"
         );
-        sizes.extend(events(&recs).iter().filter(|e| e.kind == 1).map(|e| e.size));
+        sizes.extend(
+            events(&recs)
+                .iter()
+                .filter(|e| e.is(EventKind::Alloc))
+                .map(|e| e.size),
+        );
     }
     sizes.sort();
     assert_eq!(sizes, vec![1000, 2000, 3000]);
@@ -742,7 +903,10 @@ fn oom_under_small_capacity_is_recorded_with_real_code() {
     let want = expected(&String::from_utf8_lossy(&out.stdout));
     let evs = events(&read_capture(&cap));
     assert_eq!(evs.len(), want.len());
-    let failed: Vec<_> = evs.iter().filter(|e| e.kind == 3).collect();
+    let failed: Vec<_> = evs
+        .iter()
+        .filter(|e| e.is(EventKind::AllocFailed))
+        .collect();
     assert!(failed.len() >= 5, "several allocations fail at 1 MiB");
     assert!(
         failed.iter().all(|e| e.result != 0 && e.ptr == 0),
@@ -754,7 +918,7 @@ fn oom_under_small_capacity_is_recorded_with_real_code() {
     );
     assert!(failed
         .iter()
-        .any(|e| e.api_name().name() == "cuMemAlloc_v2" && e.size == 7 << 20 && e.result == 2));
+        .any(|e| e.api().name() == "cuMemAlloc_v2" && e.size == 7 << 20 && e.result == 2));
 }
 
 #[test]
@@ -804,7 +968,9 @@ fn thousands_of_short_threads_lose_nothing() {
     let evs = events(&recs);
     assert_eq!(evs.len(), 3000);
     assert_eq!(
-        evs.iter().filter(|e| e.kind == 1 && e.size == 512).count(),
+        evs.iter()
+            .filter(|e| e.is(EventKind::Alloc) && e.size == 512)
+            .count(),
         1500
     );
     let tids: std::collections::HashSet<u32> = evs.iter().map(|e| e.tid).collect();
@@ -829,10 +995,17 @@ fn threads_past_the_ring_registry_use_the_shared_queue() {
     let recs = read_capture(&cap);
     assert_eq!(dropped_total(&recs), 0, "events dropped");
     let evs = events(&recs);
-    let mut sizes: Vec<u64> = evs.iter().filter(|e| e.kind == 1).map(|e| e.size).collect();
+    let mut sizes: Vec<u64> = evs
+        .iter()
+        .filter(|e| e.is(EventKind::Alloc))
+        .map(|e| e.size)
+        .collect();
     sizes.sort_unstable();
     assert_eq!(sizes, (1024..1024 + n).collect::<Vec<_>>());
-    assert_eq!(evs.iter().filter(|e| e.kind == 2).count() as u64, n);
+    assert_eq!(
+        evs.iter().filter(|e| e.is(EventKind::Free)).count() as u64,
+        n
+    );
     let tids: std::collections::HashSet<u32> = evs.iter().map(|e| e.tid).collect();
     assert_eq!(tids.len() as u64, n, "one thread per pair");
 }
@@ -967,17 +1140,18 @@ fn an_address_freed_and_reused_by_overlapping_calls_keeps_its_order() {
     let mut evs = events(&read_capture(&cap));
     assert_eq!(evs.len(), 4);
     evs.sort_by_key(|e| e.ts_ns); // stable, as the analysis sorts
-    let order: Vec<(&str, u8, u64)> = evs
+    let order: Vec<(&str, Option<EventKind>, u64)> = evs
         .iter()
-        .map(|e| (e.api_name().name(), e.kind, e.ptr))
+        .map(|e| (e.api().name(), e.kind(), e.ptr))
         .collect();
+    let (alloc, free) = (Some(EventKind::Alloc), Some(EventKind::Free));
     assert_eq!(
         order,
         vec![
-            ("hipMalloc", 1, p),
-            ("hipFree", 2, p),
-            ("hipMalloc", 1, p),
-            ("hipFree", 2, p)
+            ("hipMalloc", alloc, p),
+            ("hipFree", free, p),
+            ("hipMalloc", alloc, p),
+            ("hipFree", free, p)
         ]
     );
     assert_ne!(
@@ -1179,7 +1353,7 @@ fn cuda_driver_bench_records_only_its_dlsym_batches() {
         assert_eq!(count_api(&evs, free), hooked_pairs, "{mode}: {free}");
         assert!(
             evs.iter()
-                .filter(|e| e.api_name().name() == alloc)
+                .filter(|e| e.api().name() == alloc)
                 .all(|e| e.result == 0 && e.size == 4096 && e.ptr != 0),
             "{mode}: every allocation succeeded with its size and pointer"
         );

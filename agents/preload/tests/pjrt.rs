@@ -148,7 +148,7 @@ fn older_plugin_keeps_its_struct_size_and_nothing_past_it_is_touched() {
     assert_eq!(
         pjrt_events(&recs)
             .iter()
-            .filter(|e| e.api_name() == Api::PjrtExecute)
+            .filter(|e| e.api() == Api::PjrtExecute)
             .count(),
         12
     );
@@ -208,7 +208,7 @@ fn execute_error_seen_only_on_output_ready_events_is_recorded_once_per_device() 
     let ev = pjrt_events(&recs);
     let done: Vec<&Event> = ev
         .iter()
-        .filter(|e| e.api_name() == Api::PjrtExecuteComplete)
+        .filter(|e| e.api() == Api::PjrtExecuteComplete)
         .collect();
     assert_eq!(done.len(), 2, "{done:?}");
     let mut devices: Vec<i32> = done.iter().map(|e| e.device).collect();
@@ -218,7 +218,7 @@ fn execute_error_seen_only_on_output_ready_events_is_recorded_once_per_device() 
         assert_eq!((e.ptr, e.result, e.size), (bad, 8, 3_221_225_472));
         let start = ev
             .iter()
-            .find(|x| x.api_name() == Api::PjrtExecute && x.ptr == bad && x.device == e.device)
+            .find(|x| x.api() == Api::PjrtExecute && x.ptr == bad && x.device == e.device)
             .unwrap();
         assert_eq!(e.ts_ns, start.ts_ns, "linked to its execute's span");
         assert_eq!(start.result, 0);
@@ -229,7 +229,7 @@ fn execute_error_seen_only_on_output_ready_events_is_recorded_once_per_device() 
 fn pjrt_events(recs: &[Record]) -> Vec<Event> {
     common::events(recs)
         .into_iter()
-        .filter(|e| e.api >= 3000)
+        .filter(|e| e.is_framework())
         .collect()
 }
 
@@ -275,7 +275,7 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
 
     let ev = pjrt_events(&recs);
     let count = |api: Api, pred: &dyn Fn(&Event) -> bool| {
-        ev.iter().filter(|e| e.api_name() == api && pred(e)).count()
+        ev.iter().filter(|e| e.api() == api && pred(e)).count()
     };
     // 6 executes x 2 devices; each span carries the executable's handle.
     assert_eq!(count(Api::PjrtExecute, &|_| true), 12);
@@ -292,7 +292,7 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
     let oom = exes.iter().find(|x| x.name == "jit_oom").unwrap();
     let oom_ev: Vec<&Event> = ev
         .iter()
-        .filter(|e| e.api_name() == Api::PjrtExecute && e.ptr == oom.handle)
+        .filter(|e| e.api() == Api::PjrtExecute && e.ptr == oom.handle)
         .collect();
     assert_eq!(oom_ev.len(), 2);
     assert!(oom_ev
@@ -320,8 +320,8 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
     assert_eq!(
         count(Api::PjrtExecuteOutput, &|e| e.aux == model.handle
             && e.size == 4_194_304
-            && e.mem_kind == MemKind::PjrtBuffer as u8
-            && e.kind == EventKind::Alloc as u8),
+            && e.is_mem(MemKind::PjrtBuffer)
+            && e.is(EventKind::Alloc)),
         12
     );
     assert_eq!(count(Api::PjrtExecuteOutput, &|e| e.size == 4096), 2);
@@ -336,7 +336,7 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
         1
     );
     assert_eq!(
-        count(Api::PjrtBufferDestroy, &|e| e.kind == EventKind::Free as u8),
+        count(Api::PjrtBufferDestroy, &|e| e.is(EventKind::Free)),
         19
     );
     assert_eq!(count(Api::PjrtBufferDelete, &|_| true), 1);
@@ -353,12 +353,12 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
     let all = common::events(&recs);
     let temps: Vec<&Event> = all
         .iter()
-        .filter(|e| e.api_name() == Api::CuMemAlloc && e.size == 268_435_456 && e.result == 0)
+        .filter(|e| e.api() == Api::CuMemAlloc && e.size == 268_435_456 && e.result == 0)
         .collect();
     assert_eq!(temps.len(), 6, "driver allocations inside execute");
     let spans: Vec<&Event> = ev
         .iter()
-        .filter(|e| e.api_name() == Api::PjrtExecute && e.ptr == model.handle)
+        .filter(|e| e.api() == Api::PjrtExecute && e.ptr == model.handle)
         .collect();
     for t in &temps {
         assert!(
@@ -441,7 +441,7 @@ fn execute_overhead_micro_benchmark() {
     // every output carries its size, also those taken from the per-executable cache
     let outputs: Vec<u64> = pjrt_events(&recs1)
         .iter()
-        .filter(|e| e.api_name() == Api::PjrtExecuteOutput)
+        .filter(|e| e.api() == Api::PjrtExecuteOutput)
         .map(|e| e.size)
         .collect();
     assert!(outputs.len() > 1000, "{}", outputs.len());
@@ -449,9 +449,45 @@ fn execute_overhead_micro_benchmark() {
     let recs = common::read_capture(&cap);
     let n_exec = pjrt_events(&recs)
         .iter()
-        .filter(|e| e.api_name() == Api::PjrtExecute)
+        .filter(|e| e.api() == Api::PjrtExecute)
         .count();
     let dropped = common::dropped_total(&recs);
     // 2 devices per execute, warm-up included; anything missing was counted as dropped
     assert_eq!(n_exec as u64 + dropped, 2 * (200_000 + 1000));
+}
+
+/// A panic in memwatch's part of any wrapped PJRT entry or callback (the fault switch,
+/// before or after the real call) never reaches the framework: the driver prints the
+/// same results, errors, callback arguments and call counts as without the shim, and
+/// exits 0; nothing is recorded.
+#[test]
+fn a_panic_in_a_pjrt_wrapper_never_reaches_the_framework() {
+    let plain = stdout(&drive(&["run"], None, &[]));
+    assert!(plain.contains("R execute jit_oom code="), "{plain}");
+    for fault in ["panic-before-call", "panic-after-call"] {
+        let dir = tempfile::tempdir().unwrap();
+        let cap = dir.path().join("fault.mwcap");
+        let out = drive(&["run"], Some(&cap), &[("MEMWATCH_FAULT", fault)]);
+        assert_eq!(plain, stdout(&out), "{fault}: output differs");
+        assert!(
+            out.stderr.is_empty(),
+            "{fault}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let recs = common::read_capture(&cap);
+        assert!(
+            common::events(&recs).is_empty(),
+            "{fault}: nothing recorded"
+        );
+        let told = drive(
+            &["run"],
+            Some(&cap),
+            &[("MEMWATCH_FAULT", fault), ("MEMWATCH_DEBUG", "1")],
+        );
+        let caught = String::from_utf8_lossy(&told.stderr)
+            .matches("memwatch: internal panic caught at ")
+            .count();
+        assert!(caught >= 20, "{fault}: only {caught} panics caught");
+        assert_eq!(plain, stdout(&told));
+    }
 }

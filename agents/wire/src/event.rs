@@ -1,9 +1,10 @@
 //! The event vocabulary: what one intercepted call or observation looks like.
 //!
-//! Owns the fixed-size [`Event`] record and the small enums inside it ([`EventKind`],
-//! [`Api`], [`MemKind`], [`Vendor`]). It does not own byte layout (see `codec`) or
-//! framing (see `frame`). Enum discriminants are part of the on-disk format: append new
-//! variants, never renumber.
+//! Owns the fixed-size [`Event`] record (its field order is its wire layout), the small
+//! enums inside it ([`EventKind`], [`Api`], [`ApiFamily`], [`MemKind`], [`Vendor`]) and
+//! the typed accessors through which every other crate reads and writes those codes. It
+//! does not own framing (see `frame`). Enum discriminants are part of the on-disk format:
+//! append new variants, never renumber.
 
 /// What happened. Stored as one byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -26,6 +27,11 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// The byte stored on the wire.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
     /// Decodes the stored byte; `None` for a value this version does not know.
     pub fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
@@ -81,6 +87,11 @@ pub enum MemKind {
 }
 
 impl MemKind {
+    /// The byte stored on the wire.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
     /// Decodes the stored byte; `None` for a value this version does not know.
     pub fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
@@ -137,6 +148,11 @@ pub enum Vendor {
 }
 
 impl Vendor {
+    /// The number stored in `device_info`.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
     pub fn from_u8(v: u8) -> Self {
         match v {
             1 => Self::Amd,
@@ -155,6 +171,9 @@ impl Vendor {
         }
     }
 }
+
+/// The first API number of the framework (PJRT) range.
+const FRAMEWORK_API_FIRST: u16 = 3000;
 
 macro_rules! apis {
     ($($variant:ident = $num:literal => $name:literal,)*) => {
@@ -279,9 +298,70 @@ apis! {
     PjrtBufferCopyToMemory = 3009 => "PJRT_Buffer_CopyToMemory",
     PjrtBufferDestroy = 3010 => "PJRT_Buffer_Destroy",
     PjrtBufferDelete = 3011 => "PJRT_Buffer_Delete",
+    // A buffer that lived before a late attach (`memwatch attach`): an allocation
+    // stamped with the attach time, found as an execute's argument.
+    PjrtBufferPreAttach = 3012 => "PJRT_Buffer:pre-attach",
+}
+
+/// Which runtime interface an [`Api`] belongs to (its number range: 1..=999 HIP,
+/// 1000..=1999 CUDA driver, 2000..=2999 CUDA runtime, 3000.. PJRT). The shim switches
+/// hooks on and off per family (`MEMWATCH_HOOK`), and result codes are named per family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum ApiFamily {
+    /// HIP (`hipMalloc` ...), result codes `hipError_t`.
+    Hip = 1,
+    /// The CUDA driver API (`cuMemAlloc_v2` ...), result codes `CUresult`.
+    CudaDriver = 2,
+    /// The CUDA runtime API (`cudaMalloc` ...), result codes `cudaError_t`.
+    CudaRuntime = 4,
+    /// The PJRT C API (framework level: executables, executes, buffers).
+    Pjrt = 8,
+}
+
+impl ApiFamily {
+    /// Every family, in number-range order.
+    pub const ALL: [ApiFamily; 4] = [Self::Hip, Self::CudaDriver, Self::CudaRuntime, Self::Pjrt];
+
+    /// This family's bit in a set of families (distinct powers of two).
+    pub const fn bit(self) -> u8 {
+        self as u8
+    }
+
+    /// Stable lower-case name (`MEMWATCH_HOOK` spells `hip`, `cuda`, `cudart`, `pjrt`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Hip => "hip",
+            Self::CudaDriver => "cuda",
+            Self::CudaRuntime => "cudart",
+            Self::Pjrt => "pjrt",
+        }
+    }
 }
 
 impl Api {
+    /// The number stored on the wire.
+    pub const fn code(self) -> u16 {
+        self as u16
+    }
+
+    /// The family of this API, by its number range; `None` for [`Api::Unknown`].
+    pub const fn family(self) -> Option<ApiFamily> {
+        match self as u16 {
+            0 => None,
+            1..=999 => Some(ApiFamily::Hip),
+            1000..=1999 => Some(ApiFamily::CudaDriver),
+            2000..=2999 => Some(ApiFamily::CudaRuntime),
+            FRAMEWORK_API_FIRST.. => Some(ApiFamily::Pjrt),
+        }
+    }
+
+    /// A framework-level (PJRT) call rather than a driver / runtime call. Its events
+    /// describe memory inside the framework's pool, which driver events already count.
+    pub const fn is_framework(self) -> bool {
+        matches!(self.family(), Some(ApiFamily::Pjrt))
+    }
+
     /// The calls that hand memory (or a handle, range or mapping) out: the shim
     /// reads the clock for them when the real call has returned, and for every
     /// other call when it is entered (see [`Event::ts_ns`]).
@@ -321,59 +401,151 @@ impl Api {
     }
 }
 
-/// One intercepted call or observation. Fixed size on the wire (see `codec`).
-///
-/// Field meanings by kind are documented on [`EventKind`]. `device` is the thread's
-/// current device ordinal (-1 when unknown). `result` is the real call's return code,
-/// unchanged (0 = success for HIP and CUDA).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Event {
-    /// CLOCK_MONOTONIC nanoseconds: when the call started, except for the events of
-    /// allocating calls ([`Api::stamped_on_return`]: `Alloc` / `AllocFailed`), stamped
-    /// when the real call returned. That keeps one address's events in their real order
-    /// across threads: a release is stamped before the runtime can hand the address out
-    /// again, an allocation after the runtime has handed it out, so sorting by `ts_ns`
-    /// never puts a free of an address after the allocation that reused it, even when
-    /// the two calls overlap on two threads. [`Event::call_start_ns`] gives the start.
-    pub ts_ns: u64,
-    /// Returned (alloc) or passed (free) pointer / handle; 0 when none.
-    pub ptr: u64,
-    /// Bytes requested (alloc, failed alloc) or stated (free with size, VMM).
-    pub size: u64,
-    /// Stream handle for stream-ordered calls; 0 when none.
-    pub stream: u64,
-    /// Kind-specific extra: span duration in ns; pitch for pitched allocations; the
-    /// physical handle for VMM map/unmap; the pool handle for *FromPoolAsync; flags
-    /// otherwise.
-    pub aux: u64,
-    /// Duration of the real call in ns. API spans always carry it (also in `aux`); the
-    /// shim leaves it 0 for allocation / release events unless
-    /// `MEMWATCH_ALLOC_DURATIONS=1` (one clock read per call instead of two). An
-    /// allocating call ran from `ts_ns - duration_ns` to `ts_ns`; any other from `ts_ns`.
-    pub duration_ns: u64,
-    pub pid: u32,
-    pub tid: u32,
-    pub result: i32,
-    pub device: i32,
-    pub kind: u8,
-    pub mem_kind: u8,
-    pub api: u16,
+crate::codec::wire_struct! {
+    /// One intercepted call or observation: 72 bytes on the wire, its fields in this
+    /// order and 4 reserved zero bytes.
+    ///
+    /// Field meanings by kind are documented on [`EventKind`]. `device` is the thread's
+    /// current device ordinal (-1 when unknown). `result` is the real call's return code,
+    /// unchanged (0 = success for HIP and CUDA). `api`, `kind` and `mem_kind` hold the
+    /// stored codes; read and write them with [`Event::api`], [`Event::kind`],
+    /// [`Event::mem_kind`] and their setters.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct Event {
+        /// CLOCK_MONOTONIC nanoseconds: when the call started, except for the events of
+        /// allocating calls ([`Api::stamped_on_return`]: `Alloc` / `AllocFailed`), stamped
+        /// when the real call returned. That keeps one address's events in their real
+        /// order across threads: a release is stamped before the runtime can hand the
+        /// address out again, an allocation after the runtime has handed it out, so
+        /// sorting by `ts_ns` never puts a free of an address after the allocation that
+        /// reused it, even when the two calls overlap on two threads.
+        /// [`Event::call_start_ns`] gives the start.
+        pub ts_ns: u64,
+        /// Returned (alloc) or passed (free) pointer / handle; 0 when none.
+        pub ptr: u64,
+        /// Bytes requested (alloc, failed alloc) or stated (free with size, VMM).
+        pub size: u64,
+        /// Stream handle for stream-ordered calls; 0 when none.
+        pub stream: u64,
+        /// Kind-specific extra: span duration in ns; pitch for pitched allocations; the
+        /// physical handle for VMM map/unmap; the pool handle for *FromPoolAsync; flags
+        /// otherwise.
+        pub aux: u64,
+        /// Duration of the real call in ns. API spans always carry it (also in `aux`);
+        /// the shim leaves it 0 for allocation / release events unless
+        /// `MEMWATCH_ALLOC_DURATIONS=1` (one clock read per call instead of two). An
+        /// allocating call ran from `ts_ns - duration_ns` to `ts_ns`; any other from
+        /// `ts_ns`.
+        pub duration_ns: u64,
+        pub pid: u32,
+        pub tid: u32,
+        pub result: i32,
+        pub device: i32,
+        /// [`Api`] code.
+        pub api: u16,
+        /// [`EventKind`] code.
+        pub kind: u8,
+        /// [`MemKind`] code.
+        pub mem_kind: u8,
+    }
+    reserved 4
 }
 
+/// Typed access to the three coded fields. The fields hold the codes as stored (a
+/// newer writer's unknown codes survive a read and a re-write); outside this crate code
+/// reads and writes them through these methods, never as numbers.
 impl Event {
-    /// The decoded event kind, `None` for a kind this version does not know.
-    pub fn event_kind(&self) -> Option<EventKind> {
+    /// An event of `kind`, memory kind `mem_kind`, from `api`, every other field 0 (fill
+    /// the rest with struct update syntax: `Event { size, ..Event::new(..) }`).
+    pub const fn new(kind: EventKind, mem_kind: MemKind, api: Api) -> Self {
+        Event {
+            ts_ns: 0,
+            ptr: 0,
+            size: 0,
+            stream: 0,
+            aux: 0,
+            duration_ns: 0,
+            pid: 0,
+            tid: 0,
+            result: 0,
+            device: 0,
+            kind: kind as u8,
+            mem_kind: mem_kind as u8,
+            api: api as u16,
+        }
+    }
+
+    /// The event kind, `None` for a kind this version does not know.
+    #[inline]
+    pub fn kind(&self) -> Option<EventKind> {
         EventKind::from_u8(self.kind)
     }
 
-    /// The decoded memory kind, `None` for a kind this version does not know.
-    pub fn memory_kind(&self) -> Option<MemKind> {
+    /// Whether this is an event of kind `k`.
+    #[inline]
+    pub fn is(&self, k: EventKind) -> bool {
+        self.kind == k as u8
+    }
+
+    /// The memory kind, `None` for a kind this version does not know.
+    #[inline]
+    pub fn mem_kind(&self) -> Option<MemKind> {
         MemKind::from_u8(self.mem_kind)
     }
 
-    /// The decoded API (unknown numbers give [`Api::Unknown`]).
-    pub fn api_name(&self) -> Api {
+    /// Whether this event's memory kind is `m`.
+    #[inline]
+    pub fn is_mem(&self, m: MemKind) -> bool {
+        self.mem_kind == m as u8
+    }
+
+    /// The API (unknown numbers give [`Api::Unknown`]).
+    #[inline]
+    pub fn api(&self) -> Api {
         Api::from_u16(self.api)
+    }
+
+    /// Whether the event comes from `api`.
+    #[inline]
+    pub fn is_api(&self, api: Api) -> bool {
+        self.api == api as u16
+    }
+
+    /// A framework-level (PJRT) event: see [`Api::is_framework`]. Unknown numbers in the
+    /// framework range count too (a newer shim's PJRT calls).
+    #[inline]
+    pub fn is_framework(&self) -> bool {
+        self.api >= FRAMEWORK_API_FIRST
+    }
+
+    #[inline]
+    pub fn set_kind(&mut self, k: EventKind) {
+        self.kind = k as u8;
+    }
+
+    #[inline]
+    pub fn set_mem_kind(&mut self, m: MemKind) {
+        self.mem_kind = m as u8;
+    }
+
+    #[inline]
+    pub fn set_api(&mut self, api: Api) {
+        self.api = api as u16;
+    }
+
+    /// Same as [`Event::kind`] (older name, kept for callers not yet moved).
+    pub fn event_kind(&self) -> Option<EventKind> {
+        self.kind()
+    }
+
+    /// Same as [`Event::mem_kind`] (older name, kept for callers not yet moved).
+    pub fn memory_kind(&self) -> Option<MemKind> {
+        self.mem_kind()
+    }
+
+    /// Same as [`Event::api`] (older name, kept for callers not yet moved).
+    pub fn api_name(&self) -> Api {
+        self.api()
     }
 
     /// When the call started: `ts_ns`, less the duration for the events of calls
@@ -457,6 +629,52 @@ mod tests {
             let allocating = allocating && !n.starts_with("PJRT") && !n.contains("Free");
             assert_eq!(api.stamped_on_return(), allocating, "{n}");
         }
+    }
+
+    #[test]
+    fn families_follow_the_number_ranges() {
+        assert_eq!(Api::HipMemGetInfo.family(), Some(ApiFamily::Hip));
+        assert_eq!(Api::CuMemFreeV1.family(), Some(ApiFamily::CudaDriver));
+        assert_eq!(Api::CudaSetDevice.family(), Some(ApiFamily::CudaRuntime));
+        assert_eq!(Api::PjrtBufferDelete.family(), Some(ApiFamily::Pjrt));
+        assert_eq!(Api::Unknown.family(), None);
+        for api in Api::ALL {
+            assert_eq!(
+                api.is_framework(),
+                api.name().starts_with("PJRT"),
+                "{}",
+                api.name()
+            );
+            let e = Event::new(EventKind::ApiSpan, MemKind::None, *api);
+            assert_eq!(e.is_framework(), api.is_framework());
+            assert!(e.is_api(*api) && e.api() == *api);
+        }
+        // A newer shim's framework call this version does not name is still one.
+        let newer = Event {
+            api: 3999,
+            ..Event::default()
+        };
+        assert!(newer.is_framework() && newer.api() == Api::Unknown);
+        let bits: u8 = ApiFamily::ALL.iter().map(|f| f.bit()).sum();
+        assert_eq!(bits, 15, "distinct bits");
+    }
+
+    #[test]
+    fn typed_setters_store_the_codes_the_getters_read() {
+        let mut e = Event::new(EventKind::Alloc, MemKind::Device, Api::HipMalloc);
+        assert!(e.is(EventKind::Alloc) && e.is_mem(MemKind::Device));
+        e.set_kind(EventKind::FreeFailed);
+        e.set_mem_kind(MemKind::PjrtBuffer);
+        e.set_api(Api::PjrtBufferDestroy);
+        assert_eq!(e.kind(), Some(EventKind::FreeFailed));
+        assert_eq!(e.mem_kind(), Some(MemKind::PjrtBuffer));
+        assert_eq!(e.api(), Api::PjrtBufferDestroy);
+        let unknown = Event {
+            kind: 200,
+            mem_kind: 200,
+            ..e
+        };
+        assert_eq!((unknown.kind(), unknown.mem_kind()), (None, None));
     }
 
     #[test]

@@ -1,22 +1,20 @@
 //! memwatch-wire: THE event schema and framing shared by every memwatch component.
-//!
-//! Owns: the [`Event`] record and its enums (`event`), the byte layout and framing
-//! (`frame`, documented there), streaming reading with damage handling (`reader`) and
-//! writing (`writer`). It must stay dependency-light: the LD_PRELOAD shim links it, so
-//! nothing here may start threads, use async, or allocate on the per-event encode path.
+#![doc = include_str!("../README.md")]
 
+pub mod codec;
 pub mod device_props;
 pub mod event;
 pub mod frame;
 pub mod ingest;
 pub mod reader;
+pub mod records;
 pub mod writer;
 
 pub use device_props::{DeviceProps, DEVICE_PROPS_PREFIX};
-pub use event::{Api, Event, EventKind, MemKind, Vendor};
+pub use event::{Api, ApiFamily, Event, EventKind, MemKind, Vendor};
 pub use frame::{
-    encode_events_frame_into, encode_record, encode_small_record_into, Backtrace,
-    CompiledMemoryStats, DeviceInfo, DeviceSample, Dropped, Marker, Module, ModuleMap,
+    encode_events_frame_into, encode_record, encode_record_into, encode_small_record_into,
+    Backtrace, CompiledMemoryStats, DeviceInfo, DeviceSample, Dropped, Marker, Module, ModuleMap,
     PjrtExecutable, PjrtMemoryStats, ProcessEnd, ProcessStart, Record, EVENT_SIZE, FORMAT_VERSION,
     MAGIC, PREAMBLE_LEN,
 };

@@ -186,26 +186,55 @@ impl<R: Read> FrameReader<R> {
     }
 
     /// After damage at the current position: skip to the next valid frame (or the end).
+    /// The damaged bytes are consumed as the scan goes, so however long the damage
+    /// (a capture followed by gigabytes of zeros), the buffer holds at most one candidate
+    /// frame: memory stays fixed, and only offsets whose type byte names a known frame
+    /// type are checked as candidates.
     fn resync(&mut self, kind: DamageKind) -> Result<(), WireError> {
         let offset = self.offset;
-        let mut skipped = 1usize;
+        let mut skipped = 0u64;
         loop {
-            if !self.fill(skipped + 1)? {
-                skipped = self.available();
+            skipped += self.skip_to_candidate()?;
+            if !self.fill(5)? {
+                let rest = self.available();
+                self.consume(rest);
+                skipped += rest as u64;
                 break;
             }
-            if self.valid_frame_at(skipped)? {
+            if self.valid_frame_at(0)? {
                 break;
             }
-            skipped += 1;
         }
-        self.consume(skipped);
         self.damage.push(Damage {
             offset,
             kind,
-            bytes_skipped: skipped as u64,
+            bytes_skipped: skipped,
         });
         Ok(())
+    }
+
+    /// Steps over the byte at the current position (it starts no valid frame) and over
+    /// every following one that cannot start a frame of a known type (its type byte, 4
+    /// bytes on, is not one); returns the bytes consumed. Stops at the next candidate or
+    /// when fewer than 5 bytes are left.
+    fn skip_to_candidate(&mut self) -> Result<u64, WireError> {
+        self.consume(1);
+        let mut skipped = 1u64;
+        while self.fill(5)? {
+            let avail = &self.buf[self.start..];
+            match avail[4..].iter().position(|&t| frame_type::is_known(t)) {
+                Some(r) => {
+                    self.consume(r);
+                    return Ok(skipped + r as u64);
+                }
+                None => {
+                    let r = avail.len() - 4;
+                    self.consume(r);
+                    skipped += r as u64;
+                }
+            }
+        }
+        Ok(skipped)
     }
 
     fn damaged(&mut self, kind: DamageKind) -> Result<(), WireError> {
@@ -306,4 +335,79 @@ fn crc_ok(frame: &[u8]) -> bool {
     }
     let stored = u32::from_le_bytes([frame[n - 4], frame[n - 3], frame[n - 2], frame[n - 1]]);
     crc32fast::hash(&frame[4..n - 4]) == stored
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{encode_preamble, encode_record};
+    use crate::records::Dropped;
+
+    fn dropped(i: u64) -> Record {
+        Record::Dropped(Dropped {
+            pid: 1,
+            ts_ns: i,
+            dropped_total: i,
+        })
+    }
+
+    /// A capture, 64 MiB of zeros, then more frames: every frame is read, the zeros are
+    /// one damaged region, and the reader's buffer never holds them (fixed memory, where
+    /// it used to grow by the whole damaged region).
+    #[test]
+    fn a_long_damaged_region_is_scanned_in_fixed_memory() {
+        let mut head = encode_preamble().to_vec();
+        for i in 0..3 {
+            encode_record(&dropped(i), &mut head).unwrap();
+        }
+        let mut tail = Vec::new();
+        for i in 3..6 {
+            encode_record(&dropped(i), &mut tail).unwrap();
+        }
+        let zeros = 64u64 << 20;
+        let src = std::io::Cursor::new(head.clone())
+            .chain(std::io::repeat(0).take(zeros))
+            .chain(std::io::Cursor::new(tail));
+        let mut r = FrameReader::new(src, ReadMode::Salvage).unwrap();
+        let mut got = Vec::new();
+        while let Some(rec) = r.next_record().unwrap() {
+            got.push(rec);
+        }
+        assert_eq!(got, (0..6).map(dropped).collect::<Vec<_>>());
+        assert_eq!(r.damage().len(), 1);
+        assert_eq!(r.damage()[0].offset, head.len() as u64);
+        assert_eq!(r.damage()[0].bytes_skipped, zeros);
+        // The buffer's capacity never shrinks: this is the most it ever held.
+        let most = r.buf.capacity();
+        assert!(
+            most <= 2 * READ_CHUNK,
+            "the buffer grew to {most} bytes over {zeros} damaged bytes"
+        );
+    }
+
+    /// Damage that ends in a frame whose type byte looks known but whose checksum is
+    /// wrong, then a good frame: the scan checks that candidate and goes on past it.
+    #[test]
+    fn the_scan_goes_on_past_a_false_candidate() {
+        let mut bytes = encode_preamble().to_vec();
+        encode_record(&dropped(1), &mut bytes).unwrap();
+        let at = bytes.len() as u64;
+        let mut bad = Vec::new();
+        encode_record(&dropped(2), &mut bad).unwrap();
+        let n = bad.len();
+        bad[n - 1] ^= 0xff; // checksum broken
+        bytes.extend_from_slice(&[0u8; 1000]);
+        bytes.extend_from_slice(&bad);
+        bytes.extend_from_slice(&[7u8; 33]);
+        encode_record(&dropped(3), &mut bytes).unwrap();
+        let mut r = FrameReader::new(&bytes[..], ReadMode::Salvage).unwrap();
+        let mut got = Vec::new();
+        while let Some(rec) = r.next_record().unwrap() {
+            got.push(rec);
+        }
+        assert_eq!(got, vec![dropped(1), dropped(3)]);
+        assert_eq!(r.damage().len(), 1);
+        assert_eq!(r.damage()[0].offset, at);
+        assert_eq!(r.damage()[0].bytes_skipped, 1000 + n as u64 + 33);
+    }
 }

@@ -571,10 +571,8 @@ pub fn read_capture<R: Read>(src: R, device: Option<i32>) -> Result<Trace, Trace
         dropped_events: dropped.values().sum(),
     };
     let relevant = |e: &memwatch_wire::Event| {
-        matches!(
-            e.event_kind(),
-            Some(EventKind::Alloc) | Some(EventKind::Free)
-        ) && e.memory_kind().is_some_and(MemKind::occupies_device_memory)
+        matches!(e.kind(), Some(EventKind::Alloc) | Some(EventKind::Free))
+            && e.mem_kind().is_some_and(MemKind::occupies_device_memory)
     };
     let device = pick_device(
         events.iter().filter(|e| relevant(e)).map(|e| e.device),
@@ -589,7 +587,7 @@ pub fn read_capture<R: Read>(src: R, device: Option<i32>) -> Result<Trace, Trace
         if !relevant(e) || e.device != device {
             continue;
         }
-        match e.event_kind() {
+        match e.kind() {
             Some(EventKind::Alloc) => {
                 let id = next_id;
                 next_id += 1;

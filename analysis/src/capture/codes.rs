@@ -4,28 +4,7 @@
 //! Owns only the number → name mapping (values from the public headers). Codes missing
 //! from a table give `None`; callers print the number.
 
-use memwatch_wire::Api;
-
-/// Which header an API's result codes come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApiFamily {
-    Hip,
-    CudaDriver,
-    CudaRuntime,
-    Other,
-}
-
-impl ApiFamily {
-    /// By the API's number range (see `memwatch_wire::Api`).
-    pub fn of(api: Api) -> Self {
-        match api as u16 {
-            1..=999 => Self::Hip,
-            1000..=1999 => Self::CudaDriver,
-            2000..=2999 => Self::CudaRuntime,
-            _ => Self::Other,
-        }
-    }
-}
+use memwatch_wire::{Api, ApiFamily};
 
 const HIP: &[(i32, &str)] = &[
     (0, "hipSuccess"),
@@ -149,11 +128,11 @@ const CUDA_RUNTIME: &[(i32, &str)] = &[
 
 /// The symbolic name of `code` as returned by `api`, e.g. `hipErrorOutOfMemory`.
 pub fn result_name(api: Api, code: i32) -> Option<&'static str> {
-    let table = match ApiFamily::of(api) {
+    let table = match api.family()? {
         ApiFamily::Hip => HIP,
         ApiFamily::CudaDriver => CUDA_DRIVER,
         ApiFamily::CudaRuntime => CUDA_RUNTIME,
-        ApiFamily::Other => return None,
+        ApiFamily::Pjrt => return None,
     };
     table.iter().find(|(c, _)| *c == code).map(|(_, n)| *n)
 }

@@ -42,6 +42,9 @@ pub struct Ev {
     pub size: u64,
     /// Index into [`Loaded::streams`]: the (pid, device) the event belongs to.
     pub stream: u32,
+    /// The stored codes (`memwatch_wire::Event`'s `api`, `kind`, `mem_kind`), kept as
+    /// stored so unknown values are still told apart; read them with [`Ev::api`],
+    /// [`Ev::kind`], [`Ev::mem_kind`].
     pub api: u16,
     pub kind: u8,
     pub mem: u8,
@@ -58,15 +61,30 @@ impl Ev {
         memwatch_wire::event::call_span(self.ts, self.dur, self.kind, self.api).1
     }
 
+    /// The event kind (`None`: a kind this version does not know).
+    pub fn kind(&self) -> Option<EventKind> {
+        EventKind::from_u8(self.kind)
+    }
+
+    /// The memory kind (`None`: a kind this version does not know).
+    pub fn mem_kind(&self) -> Option<memwatch_wire::MemKind> {
+        memwatch_wire::MemKind::from_u8(self.mem)
+    }
+
+    /// The API (unknown numbers give [`Api::Unknown`]).
+    pub fn api(&self) -> Api {
+        Api::from_u16(self.api)
+    }
+
     /// The event as [`crate::live::LiveSet`] reads it; `stream` is [`Loaded::streams`]'
     /// entry for [`Ev::stream`].
     pub fn mem_event(&self, (proc, device): (ProcKey, i32)) -> crate::live::MemEvent {
         crate::live::MemEvent {
             proc,
             device,
-            kind: EventKind::from_u8(self.kind),
-            mem: memwatch_wire::MemKind::from_u8(self.mem),
-            api: Api::from_u16(self.api),
+            kind: self.kind(),
+            mem: self.mem_kind(),
+            api: self.api(),
             ptr: self.ptr,
             size: self.size,
         }
@@ -252,7 +270,7 @@ impl Builder {
     }
 
     fn event(&mut self, e: &Event) {
-        let Some(kind) = e.event_kind() else {
+        let Some(kind) = e.kind() else {
             self.loaded.unknown_events += 1;
             return;
         };
@@ -278,7 +296,7 @@ impl Builder {
                 tid: e.tid,
                 device: e.device,
                 ts,
-                api: e.api_name(),
+                api: e.api(),
                 kind,
                 mem_kind: e.mem_kind,
                 size: e.size,
@@ -308,7 +326,7 @@ impl Builder {
             size: e.size,
             stream,
             api: e.api,
-            kind: kind as u8,
+            kind: e.kind,
             mem: e.mem_kind,
         });
     }

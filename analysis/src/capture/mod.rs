@@ -15,7 +15,7 @@ pub mod stats;
 pub mod symbolize;
 pub mod trace;
 
-pub use codes::{result_name, ApiFamily};
+pub use codes::result_name;
 pub use load::{load_path, load_reader, DamageReport, Family, Loaded, ProcKey};
 pub use stats::{analyze, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportOptions};
 pub use trace::{write_trace, TraceOptions, TraceSummary};

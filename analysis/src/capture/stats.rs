@@ -307,7 +307,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
             Change::UnmatchedFree { .. } => accs[e.stream as usize].unmatched_frees += 1,
             Change::Untracked => accs[e.stream as usize].vmm_and_pool_calls += 1,
             Change::NullFree => {}
-            Change::NotMemory => match EventKind::from_u8(e.kind) {
+            Change::NotMemory => match e.kind() {
                 Some(EventKind::AllocFailed) => accs[e.stream as usize].failed_count += 1,
                 Some(EventKind::FreeFailed) => accs[e.stream as usize].free_failed_count += 1,
                 _ => {}
@@ -330,7 +330,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
         AllocReport {
             size: e.size,
             ts_ns: rel(e.ts),
-            api: Api::from_u16(e.api).name().to_string(),
+            api: e.api().name().to_string(),
             mem_kind: mem_name(e.mem),
             ptr: e.ptr,
             stack,
@@ -584,7 +584,7 @@ impl ApiAcc {
     fn add(&mut self, e: &Ev) {
         self.durations.push(e.dur);
         if matches!(
-            EventKind::from_u8(e.kind),
+            e.kind(),
             Some(EventKind::AllocFailed | EventKind::FreeFailed)
         ) {
             self.errors += 1;
@@ -716,9 +716,9 @@ mod tests {
             ptr: 0,
             size: 0,
             stream,
-            api: Api::HipStreamCreate as u16,
-            kind: EventKind::ApiSpan as u8,
-            mem: 0,
+            api: Api::HipStreamCreate.code(),
+            kind: EventKind::ApiSpan.code(),
+            mem: MemKind::None.code(),
         }
     }
 
@@ -728,7 +728,7 @@ mod tests {
         for d in (1..=100).rev() {
             acc.add(&ev(d * 1000, d, 0));
         }
-        let s = acc.finish(Api::HipStreamCreate as u16);
+        let s = acc.finish(Api::HipStreamCreate.code());
         assert_eq!(
             (s.p50_ns, s.p99_ns, s.max_ns, s.total_ns),
             (50, 99, 100, 5050)

@@ -55,9 +55,9 @@ impl MemEvent {
         Self {
             proc,
             device: e.device,
-            kind: e.event_kind(),
-            mem: e.memory_kind(),
-            api: e.api_name(),
+            kind: e.kind(),
+            mem: e.mem_kind(),
+            api: e.api(),
             ptr: e.ptr,
             size: e.size,
         }

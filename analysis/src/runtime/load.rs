@@ -1,7 +1,7 @@
 //! Reading a capture's PJRT records into [`RuntimeCapture`] (salvaging damaged frames and
 //! reporting them, like every capture reader).
 
-use memwatch_wire::{Api, Event, FrameReader, PjrtExecutable, PjrtMemoryStats, ReadMode, Record};
+use memwatch_wire::{Event, FrameReader, PjrtExecutable, PjrtMemoryStats, ReadMode, Record};
 use std::path::{Path, PathBuf};
 
 /// Errors loading a capture.
@@ -32,9 +32,9 @@ pub struct RuntimeCapture {
     pub origin_ns: u64,
 }
 
-/// Whether `e` is a PJRT event.
+/// Whether `e` is a PJRT event (of an API this version knows).
 pub fn is_pjrt(e: &Event) -> bool {
-    e.api >= 3000 && e.api_name() != Api::Unknown
+    e.api().is_framework()
 }
 
 /// Reads the PJRT records of `path`.
@@ -94,7 +94,7 @@ pub fn load_capture(path: &Path) -> Result<RuntimeCapture, RuntimeError> {
 mod tests {
     use super::*;
     use memwatch_wire::frame::encode_preamble;
-    use memwatch_wire::{encode_record, EventKind, ProcessStart};
+    use memwatch_wire::{encode_record, Api, EventKind, MemKind, ProcessStart};
 
     #[test]
     fn loads_pjrt_records_relative_to_the_capture_start() {
@@ -124,16 +124,12 @@ mod tests {
                     ts_ns: 2_000,
                     pid: 1,
                     ptr: 7,
-                    api: Api::PjrtExecute as u16,
-                    kind: EventKind::ApiSpan as u8,
-                    ..Event::default()
+                    ..Event::new(EventKind::ApiSpan, MemKind::None, Api::PjrtExecute)
                 },
                 Event {
                     ts_ns: 2_100,
                     pid: 1,
-                    api: Api::CuMemAlloc as u16,
-                    kind: EventKind::Alloc as u8,
-                    ..Event::default()
+                    ..Event::new(EventKind::Alloc, MemKind::None, Api::CuMemAlloc)
                 },
             ]),
         ];

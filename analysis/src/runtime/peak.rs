@@ -194,6 +194,7 @@ fn producer_name(api: Api, aux: u64, names: &HashMap<u64, String>) -> String {
             .cloned()
             .unwrap_or_else(|| format!("executable {aux:#x}")),
         Api::PjrtBufferFromHostBuffer => "host transfer".into(),
+        Api::PjrtBufferPreAttach => "before attach".into(),
         _ => "device copy".into(),
     }
 }
@@ -207,11 +208,11 @@ fn live_at(
 ) -> (u64, Vec<LiveGroup>) {
     let mut live: HashMap<u64, (u64, String, i32)> = HashMap::new();
     for e in events.iter().take_while(|e| e.ts_ns <= ts) {
-        match e.event_kind() {
-            Some(EventKind::Alloc) if e.mem_kind == memwatch_wire::MemKind::PjrtBuffer as u8 => {
+        match e.kind() {
+            Some(EventKind::Alloc) if e.is_mem(memwatch_wire::MemKind::PjrtBuffer) => {
                 live.insert(
                     e.ptr,
-                    (e.size, producer_name(e.api_name(), e.aux, names), e.device),
+                    (e.size, producer_name(e.api(), e.aux, names), e.device),
                 );
             }
             Some(EventKind::Free) => {
@@ -278,7 +279,7 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
     let mut spans: Vec<Span> = Vec::new();
     let mut summary: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new();
     for e in &events {
-        match e.api_name() {
+        match e.api() {
             Api::PjrtExecute => {
                 let s = summary.entry(e.ptr).or_default();
                 if e.result == 0 {
@@ -437,7 +438,7 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
             // returned success and the error came with the completion event (the
             // wrapper only asks for completion after a successful Execute, so one
             // failure is never counted twice).
-            matches!(e.api_name(), Api::PjrtExecute | Api::PjrtExecuteComplete)
+            matches!(e.api(), Api::PjrtExecute | Api::PjrtExecuteComplete)
                 && e.result == RESOURCE_EXHAUSTED
         })
         .map(|e| {
@@ -607,19 +608,18 @@ mod tests {
             ptr,
             pid: 1,
             device: 0,
-            api: api as u16,
-            kind: kind as u8,
-            ..Event::default()
+            ..Event::new(kind, MemKind::None, api)
         }
     }
 
     fn buf(api: Api, ts: u64, ptr: u64, size: u64, producer: u64) -> Event {
-        Event {
+        let mut e = Event {
             size,
             aux: producer,
-            mem_kind: MemKind::PjrtBuffer as u8,
             ..ev(api, EventKind::Alloc, ts, 10, ptr)
-        }
+        };
+        e.set_mem_kind(MemKind::PjrtBuffer);
+        e
     }
 
     fn stats(ts: u64, in_use: u64, peak: u64) -> PjrtMemoryStats {
@@ -734,8 +734,7 @@ mod tests {
     #[test]
     fn no_overlap_falls_back_to_the_last_execution_before_the_peak() {
         let mut c = co_resident_capture();
-        c.events
-            .retain(|e| e.api_name() != Api::PjrtExecuteComplete);
+        c.events.retain(|e| !e.is_api(Api::PjrtExecuteComplete));
         c.stats[2].ts_ns = 700; // window 300..700, step ran 400..420: overlaps
         let r = analyse(&c, false);
         let pk = r.processes[0].devices[0].peak.clone().unwrap();

@@ -120,7 +120,7 @@ impl LiveStats {
             }
             Change::NotMemory
                 if matches!(
-                    e.event_kind(),
+                    e.kind(),
                     Some(EventKind::AllocFailed | EventKind::FreeFailed)
                 ) =>
             {
@@ -271,17 +271,15 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memwatch_wire::{Event, Marker, MemKind};
+    use memwatch_wire::{Api, Event, Marker, MemKind};
 
     fn ev(kind: EventKind, ptr: u64, size: u64) -> Event {
         Event {
             pid: 7,
             device: 1,
-            kind: kind as u8,
-            mem_kind: MemKind::Device as u8,
             ptr,
             size,
-            ..Event::default()
+            ..Event::new(kind, MemKind::Device, Api::Unknown)
         }
     }
 

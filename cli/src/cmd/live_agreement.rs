@@ -132,10 +132,7 @@ fn records(steps: &[Step]) -> Vec<(usize, Record)> {
                     tid: pid,
                     device,
                     result: i32::from(kind == EventKind::AllocFailed) * 2,
-                    kind: kind as u8,
-                    mem_kind: mem as u8,
-                    api: api as u16,
-                    ..Event::default()
+                    ..Event::new(kind, mem, api)
                 }]),
             )),
             Step::Exec { pid } => {

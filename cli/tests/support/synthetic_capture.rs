@@ -23,10 +23,7 @@ pub fn capture(path: &Path, second_alloc: u64) {
         pid: 4242,
         tid: 1,
         device: 0,
-        kind: kind as u8,
-        mem_kind: MemKind::Device as u8,
-        api: api as u16,
-        ..Event::default()
+        ..Event::new(kind, MemKind::Device, api)
     };
     let mut w = FrameWriter::new(Vec::new()).unwrap();
     w.write_record(&start).unwrap();

@@ -34,7 +34,7 @@ impl DeviceSampler for NvmlSampler {
                 Some(DeviceInfo {
                     pid: 0,
                     device: i as i32,
-                    vendor: Vendor::Nvidia as u8,
+                    vendor: Vendor::Nvidia.code(),
                     total_bytes: d.memory_info().map(|m| m.total).unwrap_or(0),
                     name: d.name().unwrap_or_else(|_| "nvidia".into()),
                 })

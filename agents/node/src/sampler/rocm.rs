@@ -67,7 +67,7 @@ impl DeviceSampler for RocmSampler {
             .map(|i| DeviceInfo {
                 pid: 0,
                 device: i as i32,
-                vendor: Vendor::Amd as u8,
+                vendor: Vendor::Amd.code(),
                 total_bytes: self
                     .read(b"rsmi_dev_memory_total_get\0", i, RSMI_MEM_TYPE_VRAM)
                     .unwrap_or(0),

@@ -64,7 +64,7 @@ impl DeviceSampler for SysfsSampler {
             .map(|(i, p)| DeviceInfo {
                 pid: 0,
                 device: *i,
-                vendor: Vendor::Amd as u8,
+                vendor: Vendor::Amd.code(),
                 total_bytes: read_u64(&p.join("mem_info_vram_total")).unwrap_or(0),
                 name: std::fs::read_to_string(p.join("product_name"))
                     .map(|s| s.trim().to_string())

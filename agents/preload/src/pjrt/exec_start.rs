@@ -52,7 +52,7 @@ impl ExecStarts {
     /// given `converted` by this pass's clock sample: the value its partner event got,
     /// when that one was converted first.
     pub fn start_of(&mut self, e: &Event, converted: u64) -> u64 {
-        if !matches!(e.api_name(), Api::PjrtExecute | Api::PjrtExecuteComplete) || e.ts_ns == 0 {
+        if !matches!(e.api(), Api::PjrtExecute | Api::PjrtExecuteComplete) || e.ts_ns == 0 {
             return converted;
         }
         let found = self
@@ -79,14 +79,14 @@ impl ExecStarts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memwatch_wire::{EventKind, MemKind};
 
     fn ev(api: Api, raw: u64, handle: u64, device: i32) -> Event {
         Event {
-            api: api as u16,
             ts_ns: raw,
             ptr: handle,
             device,
-            ..Event::default()
+            ..Event::new(EventKind::ApiSpan, MemKind::None, api)
         }
     }
 

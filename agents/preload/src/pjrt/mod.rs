@@ -13,6 +13,7 @@
 
 pub mod abi;
 pub mod exec_start;
+pub mod pre_attach;
 pub mod ready;
 pub mod registry;
 pub mod table;
@@ -94,13 +95,13 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 
 /// Whether the table should be wrapped at all.
 pub fn enabled() -> bool {
-    switches() & S_OFF == 0 && crate::rt::wrap_allowed(crate::config::Family::Pjrt)
+    switches() & S_OFF == 0 && crate::record::state::wrap_allowed(crate::config::Family::Pjrt)
 }
 
 /// Whether wrappers should record (cheap; the shim may have turned off since).
 #[inline]
 pub fn recording() -> bool {
-    crate::rt::wrap_allowed(crate::config::Family::Pjrt)
+    crate::record::state::wrap_allowed(crate::config::Family::Pjrt)
 }
 
 pub fn buffers_on() -> bool {
@@ -132,7 +133,7 @@ pub fn version() -> Option<(i32, i32, u64)> {
 static AT_EXIT_SET: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn stop_sampling_at_exit() {
-    stop_sampling();
+    crate::panic_guard::catch(stop_sampling);
 }
 
 fn start_sampling() {
@@ -203,13 +204,46 @@ pub fn requested_bytes(msg: &[u8]) -> u64 {
     (value * unit) as u64
 }
 
+/// Late attach (`memwatch attach`): wraps the live table of the plugin whose
+/// `GetPjrtApi` is `get` (NULL: no PJRT plugin is loaded) and starts the pre-attach
+/// baseline (`pre_attach`). Returns the start marker's words about it:
+/// `pjrt_table=wrapped pjrt_slots=N`, or `pjrt_table=none` with the reason.
+///
+/// # Safety
+/// `get` is NULL or a loaded plugin's `GetPjrtApi`.
+pub unsafe fn attach_live(get: *mut core::ffi::c_void) -> String {
+    if get.is_null() {
+        return "pjrt_table=none(no-plugin-loaded)".to_string();
+    }
+    // SAFETY: contract above.
+    match unsafe { table::wrap_live(get) } {
+        Ok(n) if n > 0 => {
+            pre_attach::begin();
+            format!("pjrt_table=wrapped pjrt_slots={n}")
+        }
+        Ok(_) => "pjrt_table=none(no-slot-could-be-written)".to_string(),
+        Err(why) => format!("pjrt_table=none({})", why.replace(' ', "-")),
+    }
+}
+
+/// Detach: the plugin's entries go back, sampling stops and the devices are forgotten
+/// (the client may be gone before the next attach). Returns the stop marker's words.
+pub fn detach_live() -> String {
+    let restored = table::unwrap_live();
+    pre_attach::end();
+    stop_sampling();
+    registry::clear_devices();
+    format!("restored_pjrt_slots={restored}")
+}
+
 /// Flusher-thread work: samples every known device's memory statistics when due (the
 /// configured rate, or soon after an execute) and writes the frames.
 pub fn tick() {
-    if !SAMPLING_ON.load(Ordering::Acquire) || crate::rt::EXITING.load(Ordering::Acquire) {
+    if !SAMPLING_ON.load(Ordering::Acquire) || crate::record::state::EXITING.load(Ordering::Acquire)
+    {
         return;
     }
-    let now = crate::rt::now_ns();
+    let now = crate::clock::monotonic_ns();
     let last = LAST_SAMPLE_NS.load(Ordering::Relaxed);
     let period = SAMPLE_PERIOD_NS.load(Ordering::Relaxed);
     let requested =
@@ -224,13 +258,17 @@ pub fn tick() {
         SAMPLING_NOW.store(false, Ordering::Release);
         return;
     }
-    let pid = crate::rt::PID.load(Ordering::Relaxed);
+    let pid = crate::record::state::pid();
     let mut out = Vec::new();
+    let first_after_attach = pre_attach::active() && pre_attach::take_sample_marker();
     registry::for_each_device(|dev, id| {
         // SAFETY: a device pointer the plugin gave the framework; the client is alive
         // (client_destroy waits for SAMPLING_NOW to clear).
-        match unsafe { wrap::memory_stats(dev, id, pid, crate::rt::now_ns()) } {
+        match unsafe { wrap::memory_stats(dev, id, pid, crate::clock::monotonic_ns()) } {
             Some(s) => {
+                if first_after_attach {
+                    let _ = encode_record(&baseline_sample_marker(&s), &mut out);
+                }
                 let _ = encode_record(&Record::PjrtMemoryStats(s), &mut out);
             }
             None => {
@@ -239,14 +277,49 @@ pub fn tick() {
         }
     });
     SAMPLING_NOW.store(false, Ordering::Release);
+    if let Some(text) = pre_attach::take_buffers_marker() {
+        let _ = encode_record(&marker(pid, -1, text), &mut out);
+    }
     crate::sink::write_frames(&out);
+}
+
+fn marker(pid: u32, device: i32, text: String) -> Record {
+    Record::Marker(memwatch_wire::Marker {
+        pid,
+        // SAFETY: plain system call.
+        tid: unsafe { libc::syscall(libc::SYS_gettid) } as u32,
+        ts_ns: crate::clock::monotonic_ns(),
+        device,
+        text,
+    })
+}
+
+/// The `pre-attach-pjrt-sample` marker: the framework allocator's state as the first
+/// sample after a late attach found it (what its pool held before).
+fn baseline_sample_marker(s: &memwatch_wire::PjrtMemoryStats) -> Record {
+    use memwatch_wire::PjrtMemoryStats as S;
+    let v = |flag, x| s.get(flag, x).map_or("-".to_string(), |n| n.to_string());
+    marker(
+        s.pid,
+        s.device,
+        format!(
+            "pre-attach-pjrt-sample device={} bytes_in_use={} peak_bytes_in_use={} \
+             pool_bytes={} bytes_limit={} num_allocs={} source=PJRT_Device_MemoryStats",
+            s.device,
+            v(S::BYTES_IN_USE, s.bytes_in_use),
+            v(S::PEAK_BYTES_IN_USE, s.peak_bytes_in_use),
+            v(S::POOL_BYTES, s.pool_bytes),
+            v(S::BYTES_LIMIT, s.bytes_limit),
+            v(S::NUM_ALLOCS, s.num_allocs),
+        ),
+    )
 }
 
 /// Encodes `pjrt_executable` frames for executables not yet written (sink, under its
 /// lock). `write` returns whether the bytes were delivered.
 pub fn pending_frames(mut write: impl FnMut(&[u8]) -> bool) {
     let conv = crate::clock::Converter::sample();
-    let pid = crate::rt::PID.load(Ordering::Relaxed);
+    let pid = crate::record::state::pid();
     registry::drain_new_execs(|handle, i| {
         let x = PjrtExecutable {
             pid,

@@ -3,7 +3,7 @@
 //! reading captures back with memwatch-wire's `FrameReader` (strict mode).
 #![allow(dead_code)]
 
-use memwatch_wire::{Event, FrameReader, ReadMode, Record};
+use memwatch_wire::{Event, EventKind, FrameReader, MemKind, ReadMode, Record};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::OnceLock;
@@ -219,7 +219,7 @@ pub fn dropped_total(recs: &[Record]) -> u64 {
 }
 
 pub fn count_api(evs: &[Event], name: &str) -> usize {
-    evs.iter().filter(|e| e.api_name().name() == name).count()
+    evs.iter().filter(|e| e.api().name() == name).count()
 }
 
 /// The value of ` key=VALUE` in a test or bench program's output line(s).
@@ -235,8 +235,8 @@ pub fn field<T: std::str::FromStr>(text: &str, key: &str) -> T {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expected {
     pub api: String,
-    pub kind: u8,
-    pub mem_kind: u8,
+    pub kind: Option<EventKind>,
+    pub mem_kind: Option<MemKind>,
     pub result: i32,
     pub ptr: u64,
     pub host_ptr: bool,
@@ -256,8 +256,8 @@ pub fn expected(stdout: &str) -> Vec<Expected> {
             };
             Expected {
                 api: f[1].to_string(),
-                kind: f[2].parse().unwrap(),
-                mem_kind: f[3].parse().unwrap(),
+                kind: EventKind::from_u8(f[2].parse().unwrap()),
+                mem_kind: MemKind::from_u8(f[3].parse().unwrap()),
                 result: f[4].parse().unwrap(),
                 ptr: u64::from_str_radix(ptr.trim_start_matches("0x"), 16).unwrap(),
                 host_ptr,
@@ -271,9 +271,9 @@ pub fn expected(stdout: &str) -> Vec<Expected> {
 /// Turns an event into the same shape as the program's line.
 pub fn as_expected(e: &Event, host_ptr: bool) -> Expected {
     Expected {
-        api: e.api_name().name().to_string(),
-        kind: e.kind,
-        mem_kind: e.mem_kind,
+        api: e.api().name().to_string(),
+        kind: e.kind(),
+        mem_kind: e.mem_kind(),
         result: e.result,
         ptr: e.ptr,
         host_ptr,

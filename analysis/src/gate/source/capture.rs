@@ -99,14 +99,15 @@ mod tests {
             pid,
             tid: 1,
             device,
-            kind: kind as u8,
-            mem_kind: MemKind::Device as u8,
-            api: if kind == EventKind::Alloc {
-                Api::HipMalloc
-            } else {
-                Api::HipFree
-            } as u16,
-            ..Event::default()
+            ..Event::new(
+                kind,
+                MemKind::Device,
+                if kind == EventKind::Alloc {
+                    Api::HipMalloc
+                } else {
+                    Api::HipFree
+                },
+            )
         }
     }
 

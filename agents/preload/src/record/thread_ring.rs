@@ -4,8 +4,8 @@
 //! walks, and reuse of the rings of threads that have exited. A thread's first recorded
 //! call maps its ring (once; `mmap`, no malloc); after that a push is a few plain stores
 //! and one release store, touching no cache line another producer writes — the shared
-//! MPSC ring (`ring`) made 8 threads on 8 cores fight over one counter. Threads beyond
-//! [`MAX_RINGS`] fall back to the shared ring.
+//! MPSC queue (`shared_queue`) made 8 threads on 8 cores fight over one counter. Threads beyond
+//! [`MAX_RINGS`] fall back to the shared queue.
 //!
 //! Slots are [`Slot`]s: an [`Event`] without its `pid` (one per process, filled in when
 //! drained), exactly one aligned 64-byte cache line, so a push writes one whole line and
@@ -129,7 +129,7 @@ impl ThreadRing {
     }
 
     /// [`push`](Self::push); with `stamp`, `ts_ns` is read from the clock after the rest
-    /// of the slot is stored (see `rt::Pending::commit`). A full ring reads no clock.
+    /// of the slot is stored (see `record::Pending::commit`). A full ring reads no clock.
     #[inline(always)]
     pub fn push_stamp(&self, ev: &Event, stamp: bool) -> bool {
         let h = self.head.0.load(Ordering::Relaxed);
@@ -195,7 +195,7 @@ impl ThreadRing {
                     .slots
                     .add(t.wrapping_add(n).wrapping_sub(1) & self.mask)
             };
-            if n == 0 || last.kind != crate::backtrace::SLOT_KIND {
+            if n == 0 || last.kind != super::stack_sample::SLOT_KIND {
                 break;
             }
             n += 1;

@@ -1,8 +1,8 @@
-//! The bounded lock-free multi-producer queue between hooked calls and the flusher.
+//! The bounded lock-free multi-producer queue shared by threads past the 1024th recording one.
 //!
 //! Owns the event slots (one `mmap`ed array, allocated once at start-up, never on the
 //! hook path) and the producer / consumer positions. Producers never block: a full ring
-//! makes [`Ring::push`] return `false` and the caller counts a drop. There is exactly one
+//! makes [`SharedQueue::push`] return `false` and the caller counts a drop. There is exactly one
 //! consumer at a time (whoever holds the sink lock). Algorithm: Dmitry Vyukov's bounded
 //! queue (per-slot sequence numbers), restricted to a single consumer.
 //!
@@ -41,8 +41,8 @@ impl Slot {
 #[repr(align(64))]
 struct Padded(AtomicUsize);
 
-/// The ring. Lives in a `static`; `init` must run before `push`/`pop`.
-pub struct Ring {
+/// The queue. Lives in a `static`; `init` must run before `push`/`pop`.
+pub struct SharedQueue {
     slots: AtomicUsize, // *mut Slot as usize; 0 until initialised
     mask: AtomicUsize,
     enq: Padded,
@@ -51,17 +51,17 @@ pub struct Ring {
 
 // SAFETY: slots are only written by the producer that claimed them (sequence protocol)
 // and read by the single consumer after the release store of the sequence number.
-unsafe impl Sync for Ring {}
+unsafe impl Sync for SharedQueue {}
 
-impl Default for Ring {
+impl Default for SharedQueue {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Ring {
+impl SharedQueue {
     pub const fn new() -> Self {
-        Ring {
+        SharedQueue {
             slots: AtomicUsize::new(0),
             mask: AtomicUsize::new(0),
             enq: Padded(AtomicUsize::new(0)),
@@ -94,7 +94,7 @@ impl Ring {
         true
     }
 
-    /// Empties the ring (in a forked child, where no other thread exists): slots
+    /// Empties the queue (in a forked child, where no other thread exists): slots
     /// half-written by parent threads at fork time are discarded. The pages go back to
     /// the kernel and read as zeros (fresh slots) again.
     pub fn reset(&self) {
@@ -118,7 +118,7 @@ impl Ring {
         self.deq.0.store(0, Ordering::Release);
     }
 
-    /// Appends one event; `false` when the ring is full (or not initialised).
+    /// Appends one event; `false` when the queue is full (or not initialised).
     #[inline]
     pub fn push(&self, ev: &Event) -> bool {
         let base = self.slots.load(Ordering::Acquire) as *mut Slot;
@@ -187,7 +187,7 @@ mod tests {
 
     #[test]
     fn fills_drops_and_drains_in_order() {
-        let r = Box::leak(Box::new(Ring::new()));
+        let r = Box::leak(Box::new(SharedQueue::new()));
         assert!(!r.push(&Event::default()));
         assert!(r.init(1024));
         for i in 0..1024u64 {
@@ -208,21 +208,21 @@ mod tests {
         assert_eq!(r.pop().map(|e| e.size), Some(7));
     }
 
-    /// Pages of the ring's mapping that are resident (mincore).
-    fn resident_pages(r: &Ring) -> usize {
+    /// Pages of the queue's mapping that are resident (mincore).
+    fn resident_pages(r: &SharedQueue) -> usize {
         let page = 4096usize;
         let bytes = r.capacity() * core::mem::size_of::<Slot>();
         let pages = bytes.div_ceil(page);
         let mut v = vec![0u8; pages];
         let base = r.slots.load(Ordering::Relaxed) as *mut libc::c_void;
-        // SAFETY: the ring's own page-aligned mapping; `v` holds one byte per page.
+        // SAFETY: the queue's own page-aligned mapping; `v` holds one byte per page.
         assert_eq!(unsafe { libc::mincore(base, bytes, v.as_mut_ptr()) }, 0);
         v.iter().filter(|b| **b & 1 != 0).count()
     }
 
     #[test]
     fn start_up_touches_no_slot_and_reset_empties_for_more_laps() {
-        let r = Box::leak(Box::new(Ring::new()));
+        let r = Box::leak(Box::new(SharedQueue::new()));
         assert!(r.init(1 << 16));
         assert_eq!(resident_pages(r), 0, "init must not write the slots");
         // Three laps of a small window, so slots are reused at every sequence offset.
@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn many_producers_lose_nothing_that_was_accepted() {
-        let r: &'static Ring = Box::leak(Box::new(Ring::new()));
+        let r: &'static SharedQueue = Box::leak(Box::new(SharedQueue::new()));
         assert!(r.init(1 << 12));
         let handles: Vec<_> = (0..4u64)
             .map(|t| {
