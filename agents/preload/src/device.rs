@@ -144,7 +144,7 @@ pub fn query(fam: Family, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
 /// `hipDeviceGetAttribute` (left unknown when the runtime lacks it or fails) and the
 /// physical memory the OS manages. `None` when neither is known.
 pub fn hip_props(ordinal: i32) -> Option<DeviceProps> {
-    let lib = Handle(library_handle(0));
+    let lib = Handle(library_handle(Family::Hip));
     // SAFETY: the symbol comes from the HIP runtime with the documented signature
     // `hipError_t hipDeviceGetAttribute(int*, hipDeviceAttribute_t, int)`.
     let integrated = unsafe {
