@@ -7,6 +7,7 @@
 pub mod alloc;
 
 pub mod capture;
+pub mod doctor;
 pub mod gate;
 pub mod live;
 pub mod log;
