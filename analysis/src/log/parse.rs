@@ -2,8 +2,11 @@
 //! [`LogReport`]. Multi-line blocks (the BFC dump, `Stats:` and `AllocatorStats` blocks)
 //! are tracked by state; every other event is one line.
 
+use super::autotune::{self, AutotuneMessage};
+use super::framework;
 use super::model::*;
 use super::prefix::split_prefix;
+use super::traceback::TracebackReader;
 use crate::xla::text::{parse_human_bytes, Lines, ParseError};
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -23,12 +26,36 @@ pub fn parse_log<R: BufRead>(
     let mut stats: Option<AllocatorStats> = None;
     let mut recognised = 0usize;
     let mut nonblank = 0usize;
+    let mut traceback = TracebackReader::default();
+    // An autotuner report spanning lines: (kind, its first message, where, lines read).
+    let mut autotune_block: Option<(AutotuneMessage, String, Location, usize)> = None;
     while let Some((no, line)) = lines.next_line()? {
         report.lines += 1;
         let at = Location {
             file: fname.clone(),
             line: no,
         };
+        // Lines inside a Python traceback are frames, not messages; its last line (the
+        // exception) is also read as a message below.
+        if let Some(e) = traceback.feed(line, &at) {
+            report.exceptions.push(e);
+            recognised += 1;
+        } else if traceback.active() {
+            nonblank += 1;
+            continue;
+        }
+        if let Some((kind, first, start, n)) = autotune_block.as_mut() {
+            *n += 1;
+            if autotune::ends_failure(line) {
+                let f = autotune::parse_failure(*kind, first, line, start);
+                report.autotune_failures.push(f);
+                autotune_block = None;
+                recognised += 1;
+            } else if *n > autotune::MAX_BLOCK_LINES {
+                autotune_block = None;
+            }
+            continue;
+        }
         let p = split_prefix(line);
         if p.severity.is_some() {
             recognised += 1;
@@ -68,6 +95,62 @@ pub fn parse_log<R: BufRead>(
                 recognised += 1;
             }
             continue;
+        }
+        if autotune::is_scratch_refusal(msg) {
+            report
+                .scratch_refusals
+                .push(autotune::parse_scratch_refusal(msg, &at));
+            oom = None;
+            recognised += 1;
+            continue;
+        }
+        if let Some(kind) = autotune::starts_failure(msg) {
+            recognised += 1;
+            if kind == AutotuneMessage::AllConfigsFailed || autotune::ends_failure(msg) {
+                report
+                    .autotune_failures
+                    .push(autotune::parse_failure(kind, msg, msg, &at));
+            } else {
+                autotune_block = Some((kind, msg.to_string(), at, 0));
+            }
+            continue;
+        }
+        if MemoryMap::is_map(msg) {
+            if let Some(i) = oom {
+                report.ooms[i].memory_map = Some(MemoryMap {
+                    at,
+                    cells: msg.to_string(),
+                });
+            }
+            continue;
+        }
+        if let Some(o) = framework::parse_torch_oom(msg, &at) {
+            report.torch_ooms.push(o);
+            recognised += 1;
+            continue;
+        }
+        if let Some(o) = framework::parse_cupy_oom(msg, &at) {
+            report.cupy_ooms.push(o);
+            recognised += 1;
+            continue;
+        }
+        if msg.contains("ailed to allocate") {
+            if let Some(f) = framework::parse_device_alloc_failure(msg, &at) {
+                report.device_alloc_failures.push(f);
+                recognised += 1;
+                continue;
+            }
+        }
+        if let Some(a) = framework::parse_arguments_over_limit(msg, &at) {
+            report.arguments_over_limit.push(a);
+            recognised += 1;
+            continue;
+        }
+        if let Some(rest) = msg.strip_prefix("Using ") {
+            if let Some(name) = rest.strip_suffix(" allocator.") {
+                report.xla_allocator = Some(name.to_string());
+                continue;
+            }
         }
         if msg.contains("ran out of memory trying to allocate") {
             let allocator = between(msg, "Allocator (", ")").unwrap_or("").to_string();
@@ -172,6 +255,11 @@ pub fn parse_log<R: BufRead>(
             oom = None;
             continue;
         }
+        if let Some(d) = framework::parse_driver_oom(msg, &at) {
+            report.driver_errors.push(d);
+            recognised += 1;
+            continue;
+        }
         if let Some(rest) = msg.strip_prefix("XLA backend allocating ") {
             if let Some(b) = paren_bytes(rest).first() {
                 let device = between(rest, "on device ", " ").and_then(|d| d.parse().ok());
@@ -235,7 +323,7 @@ pub fn parse_log<R: BufRead>(
         return Err(ParseError::new(
             file,
             1,
-            "not an XLA/JAX/TSL log: no line has an abseil or TF-style log prefix and no memory message was found",
+            "not an XLA/JAX/TSL log: no line has an abseil or TF-style log prefix and no memory message (XLA, PyTorch, CuPy, CUDA/HIP driver) was found",
         ));
     }
     Ok(())
