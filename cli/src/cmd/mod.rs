@@ -24,6 +24,7 @@ macro_rules! outln {
 pub mod agent;
 pub mod attach;
 pub mod attach_live;
+pub mod diagnose;
 pub mod fmt;
 pub mod gate;
 pub mod gate_db;
