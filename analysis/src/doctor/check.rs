@@ -121,11 +121,12 @@ pub fn fraction_for(pool: u64, total: u64) -> Option<f64> {
     if total == 0 {
         return None;
     }
-    let mut f = ((pool as f64 / total as f64) * 100.0).ceil() / 100.0;
-    while pool_of_fraction(f, total) < pool {
-        f += 0.01;
+    // XLA rounds the pool up to 2 MiB, so a fraction just below the ratio may hold it.
+    let mut hundredths = ((pool as f64 / total as f64) * 100.0).floor().max(1.0) as u64;
+    while pool_of_fraction(hundredths as f64 / 100.0, total) < pool {
+        hundredths += 1;
     }
-    (f <= 0.95).then_some((f * 100.0).round() / 100.0)
+    (hundredths <= 95).then_some(hundredths as f64 / 100.0)
 }
 
 #[cfg(test)]
