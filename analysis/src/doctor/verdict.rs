@@ -110,6 +110,8 @@ pub struct Who {
     pub source: Option<String>,
     /// The program's innermost Python frame (`file:line in function`).
     pub python_frame: Option<String>,
+    /// Another executable whose live outputs took the room (co-resident).
+    pub resident_executable: Option<String>,
 }
 
 /// How memwatch checked a fix.

@@ -40,6 +40,7 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         return None;
     }
     let mut v = ctx.base(Kind::CoResident);
+    v.who.resident_executable = Some(resident.clone());
     if let Some(r) = f.request {
         v.figures.insert("request_bytes".into(), r);
     }
