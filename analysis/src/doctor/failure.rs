@@ -40,8 +40,11 @@ pub struct Failure {
     pub executable: Option<String>,
     /// The failed execution (index into [`PjrtFacts::executions`]).
     pub execution: Option<usize>,
-    /// Raw monotonic ns of the failure, when the capture has it.
+    /// Raw monotonic ns of the failure, when the capture has it (else the last the
+    /// capture saw of the process: see `seen_in_capture`).
     pub ts_raw: Option<u64>,
+    /// Whether the capture itself recorded the failure (a failed call or execute).
+    pub seen_in_capture: bool,
     /// Whether the failed call was pinned host memory.
     pub host: bool,
     pub python_frame: Option<String>,
@@ -62,6 +65,7 @@ impl Failure {
             executable: None,
             execution: None,
             ts_raw: None,
+            seen_in_capture: false,
             host: false,
             python_frame: None,
             cites: Vec::new(),
@@ -316,6 +320,7 @@ pub fn identify(ev: &Evidence, pjrt: &PjrtFacts) -> Option<Failure> {
     if f.device.is_none() {
         f.device = f.pid.and_then(|pid| only_device(ev, pid));
     }
+    f.seen_in_capture = f.ts_raw.is_some();
     if f.ts_raw.is_none() {
         // Not in the capture: the last the capture saw of the process.
         f.ts_raw = f.pid.and_then(|pid| last_seen(ev, pid));

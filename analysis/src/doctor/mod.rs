@@ -81,8 +81,10 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
         .as_ref()
         .map(|c| facts::DriverFacts::compute(c, checkpoint))
         .unwrap_or_default();
+    let dump_mismatch = ev.dump.as_ref().and_then(|d| dump_mismatch(ev, d));
     let ctx = kinds::Ctx {
         ev,
+        dump: ev.dump.as_ref().filter(|_| dump_mismatch.is_none()),
         log,
         pjrt: &pjrt,
         drivers: &drivers,
@@ -107,8 +109,8 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
         failed,
         headline,
         devices: device_peaks(ev, &drivers),
-        sources: sources(ev),
-        missing: missing(ev, failure.as_ref(), &verdicts),
+        sources: sources(ev, dump_mismatch.as_deref()),
+        missing: missing(ev, failure.as_ref(), &verdicts, dump_mismatch.is_some()),
         verdicts,
     }
 }
@@ -136,7 +138,50 @@ fn device_peaks(ev: &Evidence, drivers: &facts::DriverFacts) -> Vec<verdict::Dev
         .collect()
 }
 
-fn sources(ev: &Evidence) -> Vec<Source> {
+/// Why a dump is not the capture's own, if it is not: a module named like one of the
+/// capture's executables whose figures differ from its compiled statistics, or no name
+/// in common at all.
+fn dump_mismatch(ev: &Evidence, d: &DumpEvidence) -> Option<String> {
+    let cap = ev.capture.as_ref()?;
+    let exes: Vec<_> = cap
+        .runtime
+        .executables
+        .iter()
+        .filter(|x| x.flags & memwatch_wire::PjrtExecutable::FLAG_STATS != 0)
+        .collect();
+    if exes.is_empty() || d.modules.is_empty() {
+        return None;
+    }
+    let mut common = 0;
+    for x in &exes {
+        let same: Vec<_> = d.modules.iter().filter(|m| m.name == x.name).collect();
+        if same.is_empty() {
+            continue;
+        }
+        common += 1;
+        let fig = |v: i64| u64::try_from(v).unwrap_or(0);
+        let (a, o, t) = (
+            fig(x.stats.argument),
+            fig(x.stats.output),
+            fig(x.stats.temp),
+        );
+        if !same
+            .iter()
+            .any(|m| (m.argument_bytes, m.output_bytes, m.temp_bytes) == (a, o, t))
+        {
+            let m = same[0];
+            return Some(format!(
+                "its module {} has argument/output/temp {}/{}/{} B but the capture's {} compiled to {a}/{o}/{t} B: the dump is from another compilation, so it is not used",
+                m.name, m.argument_bytes, m.output_bytes, m.temp_bytes, x.name
+            ));
+        }
+    }
+    (common == 0).then(|| {
+        "it has no module named like any executable of the capture: it is from another run, so it is not used".to_string()
+    })
+}
+
+fn sources(ev: &Evidence, dump_mismatch: Option<&str>) -> Vec<Source> {
     let mut out = Vec::new();
     if let Some(c) = &ev.capture {
         let damage = &c.loaded.damage;
@@ -176,7 +221,7 @@ fn sources(ev: &Evidence) -> Vec<Source> {
         out.push(Source {
             kind: "xla_dump".into(),
             path: d.dir.display().to_string(),
-            note: None,
+            note: dump_mismatch.map(str::to_string),
         });
     }
     for s in &ev.device_samples {
@@ -196,7 +241,12 @@ fn sources(ev: &Evidence) -> Vec<Source> {
     out
 }
 
-fn missing(ev: &Evidence, f: Option<&failure::Failure>, verdicts: &[Verdict]) -> Vec<Missing> {
+fn missing(
+    ev: &Evidence,
+    f: Option<&failure::Failure>,
+    verdicts: &[Verdict],
+    dump_mismatch: bool,
+) -> Vec<Missing> {
     let mut out = Vec::new();
     let mut add = |e: &str, w: &str| {
         out.push(Missing {
@@ -212,10 +262,17 @@ fn missing(ev: &Evidence, f: Option<&failure::Failure>, verdicts: &[Verdict]) ->
         );
     } else if let Some(c) = &ev.capture {
         if !c.loaded.damage.is_empty() {
-            add(
-                "capture (whole)",
-                "the capture is damaged or cut off: figures after the damage are missing, and verdicts use what was read",
-            );
+            if f.is_some_and(|f| !f.seen_in_capture) {
+                add(
+                    "capture (to the failure)",
+                    "the capture is cut off before the failure: its counts and sizes are those up to where it stops, not at the failure",
+                );
+            } else {
+                add(
+                    "capture (whole)",
+                    "the capture is damaged: what the damaged stretch held is missing from the figures",
+                );
+            }
         }
     }
     let understood = ev
@@ -230,7 +287,7 @@ fn missing(ev: &Evidence, f: Option<&failure::Failure>, verdicts: &[Verdict]) ->
     }
     let xla =
         f.is_some_and(|f| matches!(f.origin, failure::Origin::Xla | failure::Origin::Compile));
-    if xla && ev.dump.is_none() {
+    if xla && (ev.dump.is_none() || dump_mismatch) {
         add(
             "xla_dump",
             "the HLO: which instruction and op_name needed the memory, its source line, and the temp buffer's make-up (XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text)",

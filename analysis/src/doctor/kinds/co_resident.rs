@@ -2,9 +2,8 @@
 //! temp), but another executable's outputs were still live and took the room.
 
 use super::{exact, Ctx};
-use crate::doctor::check;
 use crate::doctor::facts::Producer;
-use crate::doctor::verdict::{Check, Fix, Kind, Verdict, When};
+use crate::doctor::verdict::{Fix, Kind, Verdict, When};
 use crate::size::format_bytes as b;
 use std::collections::BTreeMap;
 
@@ -62,33 +61,11 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         exact(p),
         exact(bytes)
     );
-    let total = ctx.device_total(Some(pid), Some(dev));
-    let mut check = None;
-    let mut sized = String::new();
-    if let Some(total) = total {
-        let req = f.request.unwrap_or(temp);
-        if let Some(t) = check::run_trace(ctx.pjrt, pid, dev, at, Some(req)) {
-            if let Some(min) = check::min_pool(&t, total) {
-                if let Some(frac) = check::fraction_for(min, total) {
-                    let pool = check::pool_of_fraction(frac, total);
-                    sized = format!(
-                        "; or give both room: XLA_CLIENT_MEM_FRACTION={frac:.2} (a {} pool)",
-                        b(pool)
-                    );
-                    check = Some(Check {
-                        method: "bfc_replay".into(),
-                        passed: check::fits(&t, pool),
-                        detail: format!(
-                            "the run's {} buffers and temps with this request replayed through the BFC model fit a pool of {} (the smallest: {})",
-                            t.buffers,
-                            b(pool),
-                            b(min)
-                        ),
-                    });
-                }
-            }
-        }
-    }
+    let sized = ctx.sized_pool(f.request.unwrap_or(temp));
+    let check = sized.as_ref().map(|sp| sp.check());
+    let sized = sized
+        .map(|sp| format!("; or give both room: {}", sp.advice()))
+        .unwrap_or_default();
     v.fix = Fix {
         advice: format!(
             "Release {resident}'s outputs before calling {exe} (del them, or pass them with donate_argnums so XLA reuses their memory), or move them to the host while {exe} runs{sized}."

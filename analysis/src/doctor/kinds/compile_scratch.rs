@@ -4,8 +4,7 @@
 //! what left too little room.
 
 use super::{exact, Ctx};
-use crate::doctor::check;
-use crate::doctor::verdict::{Check, Cite, Fix, Kind, Verdict, When};
+use crate::doctor::verdict::{Cite, Fix, Kind, Verdict, When};
 use crate::size::format_bytes as b;
 
 pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
@@ -14,9 +13,7 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
     let auto = ctx.log.autotune_failures.last();
     // The module whose compile failed: the dump has its HLO but no buffer assignment.
     let module = ctx
-        .ev
         .dump
-        .as_ref()
         .and_then(|d| d.uncompiled.iter().max_by_key(|m| m.id));
     if let Some(m) = module {
         v.who.executable = Some(m.name.clone());
@@ -97,39 +94,16 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
     );
     // The fix: a pool with room for what was live plus the scratch, checked by
     // replaying the run's buffers and the request through the BFC model.
-    let total = ctx.device_total(f.pid, f.device);
-    let mut check = None;
-    let mut sized = String::new();
-    if let (Some((pid, dev)), Some(req), Some(total)) = (ctx.at(), f.request, total) {
-        if let Some(t) = check::run_trace(ctx.pjrt, pid, dev, ctx.failure_rt(), Some(req)) {
-            if let Some(min) = check::min_pool(&t, total) {
-                let outside = pool
-                    .in_use
-                    .map(|u| u.saturating_sub(live_pjrt(ctx, pid, dev)))
-                    .unwrap_or(0);
-                let want = min + outside;
-                if let Some(frac) = check::fraction_for(want, total) {
-                    let p = check::pool_of_fraction(frac, total);
-                    let ok = check::fits(&t, p.saturating_sub(outside));
-                    sized = format!(
-                        "give the pool room for the arguments and the scratch: XLA_CLIENT_MEM_FRACTION={frac:.2} (a {} pool); ",
-                        b(p)
-                    );
-                    check = Some(Check {
-                        method: "bfc_replay".into(),
-                        passed: ok,
-                        detail: format!(
-                            "the run's {} buffers and the {} request replayed through the BFC model fit a pool of {} (plus {} the framework held outside them)",
-                            t.buffers,
-                            b(req),
-                            b(min),
-                            b(outside)
-                        ),
-                    });
-                }
-            }
-        }
-    }
+    let sized = f.request.and_then(|r| ctx.sized_pool(r));
+    let check = sized.as_ref().map(|sp| sp.check());
+    let sized = sized
+        .map(|sp| {
+            format!(
+                "give the pool room for the arguments and the scratch: {}; ",
+                sp.advice()
+            )
+        })
+        .unwrap_or_default();
     v.fix = Fix {
         advice: format!(
             "{sized}or compile before the large arrays exist (jax.jit(f).lower(jax.ShapeDtypeStruct(...)).compile()), or limit autotuning (XLA_FLAGS=--xla_gpu_autotune_level=0 skips the profiling that needs the scratch)."
@@ -137,12 +111,4 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         check,
     };
     Some(v)
-}
-
-/// PJRT buffers of (pid, device) live at the failure.
-pub(super) fn live_pjrt(ctx: &Ctx<'_>, pid: u32, dev: i32) -> u64 {
-    ctx.pjrt
-        .live_at(pid, dev, ctx.failure_rt())
-        .map(|b| b.size)
-        .sum()
 }

@@ -4,7 +4,7 @@
 
 use super::{exact, Ctx};
 use crate::doctor::check;
-use crate::doctor::verdict::{Check, Cite, Fix, Kind, Verdict, When};
+use crate::doctor::verdict::{Cite, Fix, Kind, Verdict, When};
 use crate::size::format_bytes as b;
 
 pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
@@ -13,9 +13,11 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         return None;
     }
     let exe = f.executable.as_deref()?;
-    let (args, _out, temp) = ctx.executable_bytes(f.pid, exe)?;
     let pool = ctx.pool_state();
     let p = pool.pool.or(pool.limit)?;
+    let Some((args, _out, temp)) = ctx.executable_bytes(f.pid, exe) else {
+        return from_remat_warning(ctx, exe, p);
+    };
     if temp.saturating_add(args) <= p && f.request.is_none_or(|r| r <= p) {
         return None;
     }
@@ -27,7 +29,7 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
     v.figures.insert("argument_bytes".into(), args);
     v.figures.insert("pool_bytes".into(), p);
     v.evidence.extend(pool.cites.clone());
-    let module = ctx.ev.dump.as_ref().and_then(|d| {
+    let module = ctx.dump.and_then(|d| {
         d.modules
             .iter()
             .filter(|m| m.name == exe)
@@ -79,55 +81,81 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         exact(p),
         b(temp + args)
     );
-    let total = ctx.device_total(f.pid, f.device);
-    let mut check = None;
-    let mut advice = String::new();
-    if let (Some((pid, dev)), Some(total)) = (ctx.at(), total) {
-        let req = f.request.unwrap_or(temp);
-        if let Some(t) = check::run_trace(ctx.pjrt, pid, dev, ctx.failure_rt(), Some(req)) {
-            match check::min_pool(&t, total) {
-                Some(min) => match check::fraction_for(min, total) {
-                    Some(frac) => {
-                        let pool = check::pool_of_fraction(frac, total);
-                        let ok = check::fits(&t, pool);
-                        advice = format!(
-                            "Run with XLA_CLIENT_MEM_FRACTION={frac:.2} (a {} pool), or shrink the temp: ",
-                            b(pool)
-                        );
-                        check = Some(Check {
-                            method: "bfc_replay".into(),
-                            passed: ok,
-                            detail: format!(
-                                "the run's {} buffers and temps and this {} request replayed through the BFC model: the smallest pool that fits is {}; a {} pool fits",
-                                t.buffers,
-                                b(req),
-                                b(min),
-                                b(pool)
-                            ),
-                        });
-                    }
-                    None => {
-                        advice = format!(
-                            "No fraction fits (the replay needs {} of the {} device): shrink the temp: ",
-                            b(min),
-                            b(total)
-                        );
-                    }
-                },
-                None => {
-                    advice = format!(
-                        "It does not fit the {} device at all: shrink the temp: ",
-                        b(total)
-                    );
-                }
-            }
+    let req = f.request.unwrap_or(temp);
+    let sized = ctx.sized_pool(req);
+    let advice = match &sized {
+        Some(sp) if sp.fraction.is_some() || ctx.device_total(f.pid, f.device).is_none() => {
+            format!("Run with {}, or shrink the temp: ", sp.advice())
         }
-    }
+        Some(sp) => format!(
+            "No fraction fits (the replay needs {} of the device): shrink the temp: ",
+            b(sp.min_pool)
+        ),
+        None => String::new(),
+    };
+    let check = sized.as_ref().map(|sp| sp.check());
     v.fix = Fix {
         advice: format!(
             "{advice}rematerialize (jax.checkpoint), a smaller batch or sequence, or shard the computation across devices."
         ),
         check,
+    };
+    Some(v)
+}
+
+/// Without compiled statistics (a log alone): XLA's compile-time warning that
+/// rematerialization could not bring the module below the pool, logged before the OOM.
+fn from_remat_warning(ctx: &Ctx<'_>, exe: &str, pool: u64) -> Option<Verdict> {
+    let oom = ctx.log.ooms.last()?;
+    let w = ctx
+        .log
+        .remat_warnings
+        .iter()
+        .rfind(|w| w.at.file == oom.at.file && w.at.line < oom.at.line)?;
+    if w.achieved_bytes <= pool {
+        return None;
+    }
+    let mut v = ctx.base(Kind::ExecuteTemp);
+    if let Some(r) = v.what.request_bytes {
+        v.figures.insert("request_bytes".into(), r);
+    }
+    v.figures.insert("pool_bytes".into(), pool);
+    v.figures
+        .insert("module_peak_bytes".into(), w.achieved_bytes);
+    v.evidence.push(Cite {
+        file: w.at.file.clone(),
+        line: Some(w.at.line),
+        what: format!(
+            "XLA warned at compile time: rematerialization could not get below {} (reached {})",
+            b(w.target_bytes),
+            b(w.achieved_bytes)
+        ),
+    });
+    v.evidence.extend(ctx.pool_state().cites);
+    v.headline = format!(
+        "{exe} needs {} at its peak (XLA's own estimate at compile time), more than the {} pool.",
+        b(w.achieved_bytes),
+        b(pool)
+    );
+    v.why = format!(
+        "At compile time XLA tried to rematerialize {exe} down to {} and reached only {}; the pool is {}, so its execution's buffers (temp and arguments) cannot fit. The log alone does not split that into temp and arguments (a capture or an XLA dump does).",
+        exact(w.target_bytes),
+        exact(w.achieved_bytes),
+        exact(pool)
+    );
+    let total = ctx.device_total(v.what.pid, v.what.device);
+    v.fix = Fix {
+        advice: match total.and_then(|t| check::fraction_for(w.achieved_bytes, t)) {
+            Some(f) => format!(
+                "Give the pool at least {} (XLA_CLIENT_MEM_FRACTION={f:.2}), or shrink {exe}'s temp: jax.checkpoint, a smaller batch, or sharding.",
+                b(w.achieved_bytes)
+            ),
+            None => format!(
+                "Give the pool at least {} (a larger memory fraction), or shrink {exe}'s temp: jax.checkpoint, a smaller batch, or sharding.",
+                b(w.achieved_bytes)
+            ),
+        },
+        check: None,
     };
     Some(v)
 }

@@ -4,8 +4,7 @@
 //! allocation order through the BFC model.
 
 use super::{exact, Ctx};
-use crate::doctor::check;
-use crate::doctor::verdict::{Check, Cite, Fix, Kind, Verdict};
+use crate::doctor::verdict::{Cite, Fix, Kind, Verdict};
 use crate::size::format_bytes as b;
 
 pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
@@ -50,35 +49,16 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         exact(req),
         exact(largest)
     );
-    let total = ctx.device_total(f.pid, f.device);
-    let mut check = None;
-    let mut sized = String::new();
-    if let (Some((pid, dev)), Some(total)) = (ctx.at(), total) {
-        if let Some(t) = check::run_trace(ctx.pjrt, pid, dev, ctx.failure_rt(), Some(req)) {
-            let fits_now = check::fits(&t, p);
-            if let Some(min) = check::min_pool(&t, total) {
-                if let Some(frac) = check::fraction_for(min, total) {
-                    let pool = check::pool_of_fraction(frac, total);
-                    sized = format!(
-                        " A pool that holds the request with the same allocation order: XLA_CLIENT_MEM_FRACTION={frac:.2} ({}).",
-                        b(pool)
-                    );
-                    check = Some(Check {
-                        method: "bfc_replay".into(),
-                        passed: check::fits(&t, pool),
-                        detail: format!(
-                            "the run's {} buffers in their order and this request replayed through the BFC model: {} at the run's {} pool, fit at {} (the smallest that does: {})",
-                            t.buffers,
-                            if fits_now { "fit (the model did not reproduce the failure)" } else { "fail" },
-                            b(p),
-                            b(pool),
-                            b(min)
-                        ),
-                    });
-                }
-            }
-        }
-    }
+    let sized = ctx.sized_pool(req);
+    let check = sized.as_ref().map(|sp| sp.check());
+    let sized = sized
+        .map(|sp| {
+            format!(
+                " A pool that holds the request with the same allocation order: {}.",
+                sp.advice()
+            )
+        })
+        .unwrap_or_default();
     v.fix = Fix {
         advice: format!(
             "Allocate the large arrays first (or before the many that are freed in between), reuse buffers of one size, or delete arrays in the reverse order of their creation.{sized}"

@@ -33,13 +33,29 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
     }
     v.figures.insert("in_use_bytes".into(), in_use);
     v.evidence.extend(pool.cites.clone());
-    v.headline = format!(
-        "A leak: {} left {} live after every step from step {} on; after {} steps they filled the pool.",
-        l.executable,
-        b(l.growth_per_step),
-        l.first_step,
-        l.steps
-    );
+    let cut = ctx.failure.is_some_and(|f| !f.seen_in_capture)
+        && ctx
+            .ev
+            .capture
+            .as_ref()
+            .is_some_and(|c| !c.loaded.damage.is_empty());
+    v.headline = if cut {
+        format!(
+            "A leak: {} left {} live after every step from step {} on ({} steps before the capture stops).",
+            l.executable,
+            b(l.growth_per_step),
+            l.first_step,
+            l.steps
+        )
+    } else {
+        format!(
+            "A leak: {} left {} live after every step from step {} on; after {} steps they filled the pool.",
+            l.executable,
+            b(l.growth_per_step),
+            l.first_step,
+            l.steps
+        )
+    };
     v.why = format!(
         "{} ran {} times; the outputs of its runs {}..{} are all still live ({} of {} in use at the failure, {} per step). The failing request{} is not the cause: any request would have failed once the kept outputs filled the pool.",
         l.executable,

@@ -16,7 +16,7 @@ mod pool_limit_ignored;
 mod pool_too_small;
 mod torch;
 
-use super::evidence::Evidence;
+use super::evidence::{DumpEvidence, Evidence};
 use super::facts::{DriverFacts, PjrtFacts};
 use super::failure::{Failure, Origin};
 use super::verdict::{Cite, Fix, Kind, Verdict, What, When, Who};
@@ -27,6 +27,8 @@ use std::collections::BTreeMap;
 /// What the kinds read.
 pub struct Ctx<'a> {
     pub ev: &'a Evidence,
+    /// The XLA dump, when it matches the capture (`None` when from another run).
+    pub dump: Option<&'a DumpEvidence>,
     pub log: &'a LogReport,
     pub pjrt: &'a PjrtFacts,
     pub drivers: &'a DriverFacts,
@@ -213,9 +215,7 @@ impl<'a> Ctx<'a> {
             })
             .max_by_key(|t| t.2);
         from_capture.or_else(|| {
-            self.ev
-                .dump
-                .as_ref()?
+            self.dump?
                 .modules
                 .iter()
                 .filter(|m| m.name == name)
@@ -265,4 +265,106 @@ pub fn classify(ctx: &Ctx<'_>) -> Vec<Verdict> {
         out.extend(leak::warning(ctx));
     }
     out
+}
+
+/// A pool size the run's own trace was replayed at.
+pub struct SizedPool {
+    /// The smallest preallocated BFC pool that fits the trace.
+    pub min_pool: u64,
+    /// The fraction (two decimals) whose pool holds `min_pool` plus what the framework
+    /// held outside the trace, and that pool — when the device's total is known.
+    pub fraction: Option<(f64, u64)>,
+    /// Whether the trace fits the suggested pool (or `min_pool`) on a fresh replay.
+    pub fits: bool,
+    /// What was replayed, for the check's sentence.
+    pub what: String,
+}
+
+impl SizedPool {
+    /// The fix's check.
+    pub fn check(&self) -> super::verdict::Check {
+        super::verdict::Check {
+            method: "bfc_replay".into(),
+            passed: self.fits,
+            detail: match self.fraction {
+                Some((_, p)) => format!(
+                    "{} replayed through the BFC model: the smallest pool that fits is {}; the suggested {} pool fits",
+                    self.what,
+                    b(self.min_pool),
+                    b(p)
+                ),
+                None => format!(
+                    "{} replayed through the BFC model: the smallest pool that fits is {}",
+                    self.what,
+                    b(self.min_pool)
+                ),
+            },
+        }
+    }
+
+    /// `XLA_CLIENT_MEM_FRACTION=F (a P pool)` or `a pool of at least P`.
+    pub fn advice(&self) -> String {
+        match self.fraction {
+            Some((f, p)) => format!("XLA_CLIENT_MEM_FRACTION={f:.2} (a {} pool)", b(p)),
+            None => format!("a pool of at least {}", b(self.min_pool)),
+        }
+    }
+}
+
+impl<'a> Ctx<'a> {
+    /// Replays the run's own trace with `request` last through the BFC model and sizes
+    /// the pool: the capture's PJRT buffers and temps up to the failure, else the
+    /// allocator's whole chunk dump (the live set at the failure) from the log.
+    pub fn sized_pool(&self, request: u64) -> Option<SizedPool> {
+        let f = self.failure?;
+        let total = self.device_total(f.pid, f.device);
+        let (trace, what, outside) = match self.at().and_then(|(pid, dev)| {
+            super::check::run_trace(self.pjrt, pid, dev, self.failure_rt(), Some(request))
+                .filter(|t| t.buffers > 0)
+                .map(|t| (t, pid, dev))
+        }) {
+            Some((t, pid, dev)) => {
+                let live: u64 = self
+                    .pjrt
+                    .live_at(pid, dev, self.failure_rt())
+                    .map(|b| b.size)
+                    .sum();
+                let in_use = self.pool_state().in_use.unwrap_or(live);
+                let what = format!(
+                    "the run's {} buffers and temps with the {} request",
+                    t.buffers,
+                    b(request)
+                );
+                (t, what, in_use.saturating_sub(live))
+            }
+            None => {
+                let oom = self.log.ooms.last().filter(|o| o.chunk_dump_complete())?;
+                let trace = crate::alloc::trace::from_bfc_oom(oom).ok()?;
+                let n = trace.buffers().saturating_sub(1);
+                let what = format!(
+                    "the allocator's chunk dump ({n} live chunks, {}:{}) with the {} request",
+                    oom.at.file,
+                    oom.at.line,
+                    b(request)
+                );
+                (super::check::RunTrace { trace, buffers: n }, what, 0)
+            }
+        };
+        let max = total.unwrap_or(1 << 50);
+        let min = super::check::min_pool(&trace, max)?;
+        let fraction = total.and_then(|t| {
+            let f = super::check::fraction_for(min + outside, t)?;
+            Some((f, super::check::pool_of_fraction(f, t)))
+        });
+        let fits = super::check::fits(
+            &trace,
+            fraction.map_or(min, |(_, p)| p.saturating_sub(outside)),
+        );
+        Some(SizedPool {
+            min_pool: min,
+            fraction,
+            fits,
+            what,
+        })
+    }
 }
