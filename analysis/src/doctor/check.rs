@@ -21,15 +21,15 @@ pub struct RunTrace {
     pub buffers: usize,
 }
 
-/// Builds the trace of (pid, device) up to runtime ns `at`, with `request` (the failed
-/// allocation) last. Temps of executions that completed before `at` are included; a
-/// failing execution's temp is the request itself.
+/// Builds the trace of (pid, device) up to runtime ns `at`, with `requests` (the failed
+/// allocation, or the buffers asked for together) last. Temps of executions that
+/// completed before `at` are included; a failing execution's temp is the request itself.
 pub fn run_trace(
     pjrt: &PjrtFacts,
     pid: u32,
     device: i32,
     at: u64,
-    request: Option<u64>,
+    requests: &[u64],
 ) -> Option<RunTrace> {
     // (time, order: frees before allocations at one instant, id, size or None)
     let mut ops: Vec<(u64, u8, u64, Option<u64>)> = Vec::new();
@@ -66,8 +66,8 @@ pub fn run_trace(
     let buffers = id as usize;
     ops.sort_by_key(|o| (o.0, o.1));
     let mut pairs: Vec<(u64, Option<u64>)> = ops.into_iter().map(|o| (o.2, o.3)).collect();
-    if let Some(r) = request.filter(|r| *r > 0) {
-        pairs.push((id, Some(r)));
+    for (k, r) in requests.iter().filter(|r| **r > 0).enumerate() {
+        pairs.push((id + k as u64, Some(*r)));
     }
     if pairs.is_empty() {
         return None;

@@ -391,12 +391,45 @@ fn only_device(ev: &Evidence, pid: u32) -> Option<i32> {
     (devs.len() == 1).then(|| devs[0])
 }
 
+/// When a failure the capture did not record happened, at the latest: before the
+/// process's teardown. The last allocator sample that still saw memory in use, else the
+/// last event before the trailing releases (buffers destroyed, modules unloaded, memory
+/// freed at exit).
 fn last_seen(ev: &Evidence, pid: u32) -> Option<u64> {
     let cap = ev.capture.as_ref()?;
-    let l = &cap.loaded;
-    l.events
+    if let Some(s) = cap
+        .runtime
+        .stats
         .iter()
-        .rev()
-        .find(|e| l.streams[e.stream as usize].0.pid == pid)
+        .filter(|s| s.pid == pid && s.bytes_in_use > 0)
+        .map(|s| s.ts_ns)
+        .max()
+    {
+        return Some(cap.raw(s));
+    }
+    let l = &cap.loaded;
+    let teardown = |e: &crate::capture::load::Ev| {
+        matches!(
+            EventKind::from_u8(e.kind),
+            Some(EventKind::Free | EventKind::FreeFailed)
+        ) || matches!(
+            Api::from_u16(e.api),
+            Api::PjrtLoadedExecutableDestroy
+                | Api::PjrtBufferDestroy
+                | Api::CuModuleUnload
+                | Api::HipModuleUnload
+                | Api::CuStreamDestroy
+                | Api::HipStreamDestroy
+        )
+    };
+    let mine = || {
+        l.events
+            .iter()
+            .rev()
+            .filter(|e| l.streams[e.stream as usize].0.pid == pid)
+    };
+    mine()
+        .find(|e| !teardown(e))
+        .or_else(|| mine().next())
         .map(|e| e.end())
 }

@@ -42,6 +42,9 @@ pub struct AutotuneFailure {
     pub instruction: Option<String>,
     /// Its result shape (`f32[16384,16384]{1,0}`).
     pub shape: Option<String>,
+    /// Its operands' shapes, from the fused computation's signature
+    /// (`(parameter_0: f32[16384,16384], …) -> …`).
+    pub operand_shapes: Vec<String>,
     /// The instruction's own `op_name` (the metadata after the fused computation).
     pub op_name: Option<String>,
     /// Its `stack_frame_id` (resolve it in the module's dump).
@@ -101,6 +104,42 @@ fn between<'a>(s: &'a str, start: &str, end: &str) -> Option<&'a str> {
     Some(&s[a..b])
 }
 
+/// Whether a line of the report is the fused computation's signature
+/// (`(parameter_0: f32[…], parameter_1: f32[…]) -> f32[…] {`).
+pub fn is_signature(line: &str) -> bool {
+    line.starts_with('(') && line.contains(") -> ")
+}
+
+/// The operand shapes of a signature line.
+pub fn signature_operands(line: &str) -> Vec<String> {
+    let inner = line
+        .strip_prefix('(')
+        .and_then(|l| l.split(") -> ").next())
+        .unwrap_or("");
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, c) in inner.char_indices() {
+        match c {
+            '[' | '(' | '{' => depth += 1,
+            ']' | ')' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                push_operand(&inner[start..i], &mut out);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    push_operand(&inner[start..], &mut out);
+    out
+}
+
+fn push_operand(p: &str, out: &mut Vec<String>) {
+    if let Some((_, shape)) = p.split_once(": ") {
+        out.push(shape.trim().to_string());
+    }
+}
+
 /// Parses a whole report: `first` is the message of its first line, `last` the line
 /// with its status (the same line for a one-line report).
 pub fn parse_failure(
@@ -157,6 +196,7 @@ pub fn parse_failure(
         message: kind,
         instruction,
         shape,
+        operand_shapes: Vec::new(),
         op_name,
         stack_frame_id,
         status_code,
@@ -199,6 +239,17 @@ mod tests {
         assert_eq!(f.request_approx_bytes, Some(1095216660));
         assert_eq!(f.allocator.as_deref(), Some("GPU_0_bfc"));
         assert_eq!(f.device, Some(0));
+        let sig =
+            "(parameter_0: f32[16384,16384], parameter_1: f32[16384,16384]) -> f32[16384,16384] {";
+        assert!(is_signature(sig));
+        assert!(!is_signature(inner));
+        assert_eq!(
+            signature_operands(sig),
+            vec![
+                "f32[16384,16384]".to_string(),
+                "f32[16384,16384]".to_string()
+            ]
+        );
     }
 
     /// The form the issue quotes from an earlier H100 run: the error surfaces as the

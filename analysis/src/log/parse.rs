@@ -28,7 +28,8 @@ pub fn parse_log<R: BufRead>(
     let mut nonblank = 0usize;
     let mut traceback = TracebackReader::default();
     // An autotuner report spanning lines: (kind, its first message, where, lines read).
-    let mut autotune_block: Option<(AutotuneMessage, String, Location, usize)> = None;
+    let mut autotune_block: Option<(AutotuneMessage, String, Location, usize, Option<String>)> =
+        None;
     while let Some((no, line)) = lines.next_line()? {
         report.lines += 1;
         let at = Location {
@@ -44,10 +45,17 @@ pub fn parse_log<R: BufRead>(
             nonblank += 1;
             continue;
         }
-        if let Some((kind, first, start, n)) = autotune_block.as_mut() {
+        if let Some((kind, first, start, n, signature)) = autotune_block.as_mut() {
             *n += 1;
+            if signature.is_none() && autotune::is_signature(line) {
+                *signature = Some(line.to_string());
+            }
             if autotune::ends_failure(line) {
-                let f = autotune::parse_failure(*kind, first, line, start);
+                let mut f = autotune::parse_failure(*kind, first, line, start);
+                f.operand_shapes = signature
+                    .as_deref()
+                    .map(autotune::signature_operands)
+                    .unwrap_or_default();
                 report.autotune_failures.push(f);
                 autotune_block = None;
                 recognised += 1;
@@ -111,7 +119,7 @@ pub fn parse_log<R: BufRead>(
                     .autotune_failures
                     .push(autotune::parse_failure(kind, msg, msg, &at));
             } else {
-                autotune_block = Some((kind, msg.to_string(), at, 0));
+                autotune_block = Some((kind, msg.to_string(), at, 0, None));
             }
             continue;
         }

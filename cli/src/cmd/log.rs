@@ -1,10 +1,13 @@
-//! `memwatch log`: parses XLA/JAX/TSL logs through `memwatch_analysis::log`, optionally
-//! joins each OOM to an XLA dump, and prints the findings (tables, or `--json`).
+//! `memwatch log`: parses XLA/JAX/TSL (and PyTorch, CuPy) logs through
+//! `memwatch_analysis::log`, optionally joins each BFC OOM to an XLA dump, prints the
+//! findings, and ends with the OOM doctor's verdicts from the log alone: `memwatch
+//! diagnose`'s log-only path (tables, or `--json` with a `doctor` document).
 
 use super::fmt::{bytes, clip};
 use super::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use memwatch_analysis::doctor;
 use memwatch_analysis::log::{self, diagnose, LogReport};
 use std::fs::File;
 use std::io::BufReader;
@@ -56,12 +59,26 @@ pub fn run(a: LogArgs) -> Result<Outcome> {
         None => Vec::new(),
     };
     let diagnoses = diagnose::diagnose(&report, &mods, a.mem_fraction);
+    // The doctor's verdicts from the log alone (with the dump when given).
+    let mut ev = doctor::Evidence {
+        log: Some(doctor::LogEvidence {
+            report: report.clone(),
+            not_understood: Vec::new(),
+        }),
+        ..Default::default()
+    };
+    if let Some(d) = &a.xla_dump {
+        ev.dump = Some(doctor::DumpEvidence::read(d)?);
+    }
+    let verdicts = doctor::diagnose(&ev);
     if a.json {
-        let v = serde_json::json!({ "log": report, "diagnoses": diagnoses });
+        let v = serde_json::json!({ "log": report, "diagnoses": diagnoses, "doctor": verdicts });
         outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(Outcome::Success);
     }
     print_human(&report, &diagnoses, a.xla_dump.is_some())?;
+    outln!("\n=== The OOM doctor (memwatch diagnose) ===");
+    out!("{}", super::diagnose::render(&verdicts));
     Ok(Outcome::Success)
 }
 

@@ -61,7 +61,7 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         exact(p),
         exact(bytes)
     );
-    let sized = ctx.sized_pool(f.request.unwrap_or(temp));
+    let sized = ctx.sized_pool(&[f.request.unwrap_or(temp)], true);
     let check = sized.as_ref().map(|sp| sp.check());
     let sized = sized
         .map(|sp| format!("; or give both room: {}", sp.advice()))

@@ -94,7 +94,37 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
     );
     // The fix: a pool with room for what was live plus the scratch, checked by
     // replaying the run's buffers and the request through the BFC model.
-    let sized = f.request.and_then(|r| ctx.sized_pool(r));
+    // What the autotuner asks for at once: a copy of each operand and the output, each
+    // with a redzone on both sides (XLA's RedzoneBuffers); the failed request is one of
+    // them. Used when the log names the shapes and the request is one of them.
+    let redzone = redzone_bytes(ctx);
+    let scratch: Vec<u64> = auto
+        .map(|a| {
+            a.operand_shapes
+                .iter()
+                .chain(a.shape.iter())
+                .filter_map(|s| crate::doctor::evidence::shape_bytes(s))
+                .map(|n| n + 2 * redzone)
+                .collect()
+        })
+        .unwrap_or_default();
+    let consistent = f.request.is_some_and(|r| {
+        scratch
+            .iter()
+            .any(|s| crate::doctor::failure::approx_matches(r, *s))
+    });
+    let requests: Vec<u64> = if consistent {
+        scratch.clone()
+    } else {
+        f.request.into_iter().collect()
+    };
+    if consistent {
+        v.figures
+            .insert("scratch_bytes".into(), scratch.iter().sum::<u64>());
+    }
+    let sized = (!requests.is_empty())
+        .then(|| ctx.sized_pool(&requests, true))
+        .flatten();
     let check = sized.as_ref().map(|sp| sp.check());
     let sized = sized
         .map(|sp| {
@@ -111,4 +141,19 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         check,
     };
     Some(v)
+}
+
+/// XLA's redzone on each side of an autotuning buffer: `--xla_gpu_redzone_padding_bytes`
+/// in the run's XLA_FLAGS, else its default (8 MiB).
+fn redzone_bytes(ctx: &Ctx<'_>) -> u64 {
+    ctx.ev
+        .run
+        .env
+        .get("XLA_FLAGS")
+        .and_then(|f| {
+            f.split_whitespace()
+                .find_map(|w| w.strip_prefix("--xla_gpu_redzone_padding_bytes="))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8 << 20)
 }

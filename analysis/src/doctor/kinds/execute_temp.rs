@@ -82,7 +82,7 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         b(temp + args)
     );
     let req = f.request.unwrap_or(temp);
-    let sized = ctx.sized_pool(req);
+    let sized = ctx.sized_pool(&[req], true);
     let advice = match &sized {
         Some(sp) if sp.fraction.is_some() || ctx.device_total(f.pid, f.device).is_none() => {
             format!("Run with {}, or shrink the temp: ", sp.advice())

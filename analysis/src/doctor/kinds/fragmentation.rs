@@ -49,7 +49,7 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         exact(req),
         exact(largest)
     );
-    let sized = ctx.sized_pool(req);
+    let sized = ctx.sized_pool(&[req], false);
     let check = sized.as_ref().map(|sp| sp.check());
     let sized = sized
         .map(|sp| {

@@ -276,17 +276,33 @@ pub struct SizedPool {
     pub fraction: Option<(f64, u64)>,
     /// Whether the trace fits the suggested pool (or `min_pool`) on a fresh replay.
     pub fits: bool,
+    /// Whether the model fails, as the run did, at the run's own pool (`None`: that pool
+    /// is not known).
+    pub reproduced: Option<(u64, bool)>,
     /// What was replayed, for the check's sentence.
     pub what: String,
+}
+
+fn repro_after(mut s: String, r: &str) -> String {
+    s.push_str(r);
+    s
 }
 
 impl SizedPool {
     /// The fix's check.
     pub fn check(&self) -> super::verdict::Check {
+        let repro = match self.reproduced {
+            Some((p, true)) => format!(" (it fails at the run's {} pool, as the run did)", b(p)),
+            Some((p, false)) => format!(
+                " (but it does not fail at the run's {} pool: the replay misses what made the run fail)",
+                b(p)
+            ),
+            None => String::new(),
+        };
         super::verdict::Check {
             method: "bfc_replay".into(),
-            passed: self.fits,
-            detail: match self.fraction {
+            passed: self.fits && self.reproduced.is_none_or(|r| r.1),
+            detail: repro_after(match self.fraction {
                 Some((_, p)) => format!(
                     "{} replayed through the BFC model: the smallest pool that fits is {}; the suggested {} pool fits",
                     self.what,
@@ -298,7 +314,7 @@ impl SizedPool {
                     self.what,
                     b(self.min_pool)
                 ),
-            },
+            }, &repro),
         }
     }
 
@@ -313,13 +329,16 @@ impl SizedPool {
 
 impl<'a> Ctx<'a> {
     /// Replays the run's own trace with `request` last through the BFC model and sizes
-    /// the pool: the capture's PJRT buffers and temps up to the failure, else the
-    /// allocator's whole chunk dump (the live set at the failure) from the log.
-    pub fn sized_pool(&self, request: u64) -> Option<SizedPool> {
+    /// the pool: the capture's PJRT buffers and temps up to the failure, else (when
+    /// `packed_ok`: the live set's layout does not matter) the allocator's whole chunk
+    /// dump from the log, which holds the live set at the failure but not the order that
+    /// left holes between it.
+    pub fn sized_pool(&self, requests: &[u64], packed_ok: bool) -> Option<SizedPool> {
+        let request: u64 = requests.iter().sum();
         let f = self.failure?;
         let total = self.device_total(f.pid, f.device);
         let (trace, what, outside) = match self.at().and_then(|(pid, dev)| {
-            super::check::run_trace(self.pjrt, pid, dev, self.failure_rt(), Some(request))
+            super::check::run_trace(self.pjrt, pid, dev, self.failure_rt(), requests)
                 .filter(|t| t.buffers > 0)
                 .map(|t| (t, pid, dev))
         }) {
@@ -330,15 +349,28 @@ impl<'a> Ctx<'a> {
                     .map(|b| b.size)
                     .sum();
                 let in_use = self.pool_state().in_use.unwrap_or(live);
-                let what = format!(
-                    "the run's {} buffers and temps with the {} request",
-                    t.buffers,
-                    b(request)
-                );
+                let what = if requests.len() > 1 {
+                    format!(
+                        "the run's {} buffers and temps with the {} asked for together ({} buffers)",
+                        t.buffers,
+                        b(request),
+                        requests.len()
+                    )
+                } else {
+                    format!(
+                        "the run's {} buffers and temps with the {} request",
+                        t.buffers,
+                        b(request)
+                    )
+                };
                 (t, what, in_use.saturating_sub(live))
             }
             None => {
-                let oom = self.log.ooms.last().filter(|o| o.chunk_dump_complete())?;
+                let oom = self
+                    .log
+                    .ooms
+                    .last()
+                    .filter(|o| packed_ok && requests.len() == 1 && o.chunk_dump_complete())?;
                 let trace = crate::alloc::trace::from_bfc_oom(oom).ok()?;
                 let n = trace.buffers().saturating_sub(1);
                 let what = format!(
@@ -360,10 +392,16 @@ impl<'a> Ctx<'a> {
             &trace,
             fraction.map_or(min, |(_, p)| p.saturating_sub(outside)),
         );
+        let run_pool = self.pool_state();
+        let reproduced = run_pool
+            .pool
+            .or(run_pool.limit)
+            .map(|p| (p, !super::check::fits(&trace, p.saturating_sub(outside))));
         Some(SizedPool {
             min_pool: min,
             fraction,
             fits,
+            reproduced,
             what,
         })
     }
