@@ -39,6 +39,8 @@ pub mod replay;
 pub mod replay_gpu;
 pub mod report;
 pub mod run;
+pub mod run_doctor;
+pub mod run_stderr;
 pub mod runtime;
 pub mod serve;
 pub mod xla;
