@@ -38,46 +38,52 @@ impl DriverFacts {
     pub fn compute(cap: &CaptureEvidence, checkpoint: u64) -> Self {
         let l = &cap.loaded;
         let mut live: LiveSet<u64> = LiveSet::new();
-        let mut per: BTreeMap<(ProcKey, i32), DeviceLive> = BTreeMap::new();
-        let mut taken = false;
-        let take = |live: &LiveSet<u64>, per: &mut BTreeMap<(ProcKey, i32), DeviceLive>| {
+        // By stream index while folding (touched by every allocation), by (process
+        // image, device) at the end.
+        let mut by_stream: Vec<DeviceLive> = vec![DeviceLive::default(); l.streams.len()];
+        let mut snapshot: Option<BTreeMap<(ProcKey, i32), (u64, Vec<(u64, u64)>)>> = None;
+        let take = |live: &LiveSet<u64>| {
+            let mut m: BTreeMap<(ProcKey, i32), (u64, Vec<(u64, u64)>)> = BTreeMap::new();
             for ((k, d), t) in live.all_totals() {
-                per.entry((k, d)).or_default().at_checkpoint = t.device_bytes;
+                m.entry((k, d)).or_default().0 = t.device_bytes;
             }
             for (key, held) in live.iter() {
                 if key.family.on_device() {
-                    per.entry((key.proc, held.device))
+                    m.entry((key.proc, held.device))
                         .or_default()
-                        .live_at_checkpoint
+                        .1
                         .push((held.data, held.size));
                 }
             }
-            for d in per.values_mut() {
-                d.live_at_checkpoint.sort_unstable();
+            for v in m.values_mut() {
+                v.1.sort_unstable();
             }
+            m
         };
         for e in &l.events {
-            if !taken && e.ts > checkpoint {
-                take(&live, &mut per);
-                taken = true;
+            if snapshot.is_none() && e.ts > checkpoint {
+                snapshot = Some(take(&live));
             }
             let stream = l.streams[e.stream as usize];
-            match live.apply(&e.mem_event(stream), e.ts) {
-                Change::Alloc { family, now, .. } => {
-                    let d = per.entry(stream).or_default();
-                    if family == Family::Host {
-                        d.host_peak_bytes = d.host_peak_bytes.max(now.host_bytes);
-                    } else if now.device_bytes > d.peak_bytes {
-                        d.peak_bytes = now.device_bytes;
-                        d.peak_ts = e.ts;
-                    }
+            if let Change::Alloc { family, now, .. } = live.apply(&e.mem_event(stream), e.ts) {
+                let d = &mut by_stream[e.stream as usize];
+                if family == Family::Host {
+                    d.host_peak_bytes = d.host_peak_bytes.max(now.host_bytes);
+                } else if now.device_bytes > d.peak_bytes {
+                    d.peak_bytes = now.device_bytes;
+                    d.peak_ts = e.ts;
                 }
-                Change::Free { .. } => {}
-                _ => {}
             }
         }
-        if !taken {
-            take(&live, &mut per);
+        let snapshot = snapshot.unwrap_or_else(|| take(&live));
+        let mut per: BTreeMap<(ProcKey, i32), DeviceLive> = BTreeMap::new();
+        for (i, d) in by_stream.into_iter().enumerate() {
+            per.insert(l.streams[i], d);
+        }
+        for (k, (bytes, allocs)) in snapshot {
+            let d = per.entry(k).or_default();
+            d.at_checkpoint = bytes;
+            d.live_at_checkpoint = allocs;
         }
         DriverFacts {
             per,

@@ -32,6 +32,18 @@ pub fn parse_log<R: BufRead>(
         None;
     while let Some((no, line)) = lines.next_line()? {
         report.lines += 1;
+        // Most lines of a long log hold none of the messages read here: they only count
+        // towards "is this a log at all", and only until that is known.
+        let in_block = traceback.active() || autotune_block.is_some() || stats.is_some();
+        if !in_block && !may_hold_a_message(line) {
+            if nonblank == 0 && !line.trim().is_empty() {
+                nonblank += 1;
+            }
+            if recognised == 0 && split_prefix(line).severity.is_some() {
+                recognised += 1;
+            }
+            continue;
+        }
         let at = Location {
             file: fname.clone(),
             line: no,
@@ -335,6 +347,52 @@ pub fn parse_log<R: BufRead>(
         ));
     }
     Ok(())
+}
+
+/// Text every message this parser reads contains (one of them, at least): lines without
+/// any are skipped in one pass over their bytes.
+const TRIGGERS: [&str; 33] = [
+    "Can't reduce memory use",
+    "ran out of memory",
+    "Could not get config",
+    "All configs failed",
+    "Next region of size",
+    "InUse at",
+    "Free at",
+    "Free  at",
+    "Chunks of size",
+    "Allocator memory summary",
+    "Spatial partitioning summary",
+    "Stats:",
+    "AllocatorStats",
+    "RESOURCE_EXHAUSTED",
+    "XLA backend allocating",
+    "StreamExecutor [",
+    "MEMORY_ANALYSIS",
+    "'bytes_in_use'",
+    "'bytes_limit'",
+    " out of memory. Tried to allocate",
+    "Out of memory allocating",
+    "ailed to allocate",
+    "exceeds the base limit",
+    " allocator.",
+    "Traceback (most recent call last)",
+    "cudaErrorMemoryAllocation",
+    "CUDA_ERROR_OUT_OF_MEMORY",
+    "hipErrorOutOfMemory",
+    "HIP_ERROR_OutOfMemory",
+    "hipErrorMemoryAllocation",
+    "CUDA error: out of memory",
+    "HIP error: out of memory",
+    "│",
+];
+
+fn may_hold_a_message(line: &str) -> bool {
+    static AC: std::sync::OnceLock<Option<aho_corasick::AhoCorasick>> = std::sync::OnceLock::new();
+    let ac = AC.get_or_init(|| aho_corasick::AhoCorasick::new(TRIGGERS).ok());
+    // BFC's occupancy map (`****____`) has no words: its last character. (Fixed
+    // patterns always build; without an automaton every line is read.)
+    line.ends_with(['*', '_']) || ac.as_ref().is_none_or(|a| a.is_match(line))
 }
 
 /// `Limit:   3.50GiB` / `bytes_limit: 31804391424` / `'bytes_limit': 3753902080`.

@@ -494,6 +494,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         return Ok(Outcome::Code(end.status));
     }
     store_capture(&args, &out);
+    let phase = Instant::now();
     let loaded = match load_with_progress(&out) {
         Ok(l) => l,
         Err(e) => {
@@ -503,9 +504,19 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         }
     };
     print_damage(&loaded);
+    let load_s = phase.elapsed().as_secs_f64();
+    let phase = Instant::now();
     let (diagnosis, loaded) =
         super::run_doctor::diagnose(Some(loaded), Some(&stderr_path), xla_dump.as_ref());
+    let doctor_s = phase.elapsed().as_secs_f64();
+    let phase = Instant::now();
     let report = analyze(loaded, &ReportOptions { top: args.top });
+    let report_s = phase.elapsed().as_secs_f64();
+    if std::env::var_os("MEMWATCH_RUN_TIMING").is_some_and(|v| v == "1") {
+        eprintln!(
+            "memwatch: after the command: capture read {load_s:.3} s, diagnosis {doctor_s:.3} s, report {report_s:.3} s"
+        );
+    }
     if args.json || args.json_out.is_some() {
         if let Err(e) = emit_json(
             &args,
