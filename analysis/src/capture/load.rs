@@ -140,7 +140,7 @@ pub struct DamageReport {
 }
 
 /// A whole capture, loaded.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Loaded {
     pub path: PathBuf,
     pub processes: BTreeMap<ProcKey, ProcessMeta>,

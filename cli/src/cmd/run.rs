@@ -474,7 +474,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     if !out.metadata().is_ok_and(|m| m.is_file()) {
         // /dev/null, a pipe, a device: nothing to read back for a report; the stderr
         // copy alone for the diagnosis.
-        let (diagnosis, _) = super::run_doctor::diagnose(None, Some(&stderr_path), None);
+        let diagnosis = super::run_doctor::diagnose(Some(&stderr_path), None);
         if args.json || args.json_out.is_some() {
             if let Err(e) = emit_json(&args, &out, &end, &stats, None, &post, Some(diagnosis)) {
                 eprintln!("memwatch: error: {}", super::one_line(&e));
@@ -506,15 +506,15 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     print_damage(&loaded);
     let load_s = phase.elapsed().as_secs_f64();
     let phase = Instant::now();
-    let (diagnosis, loaded) =
-        super::run_doctor::diagnose(Some(loaded), Some(&stderr_path), xla_dump.as_ref());
-    let doctor_s = phase.elapsed().as_secs_f64();
-    let phase = Instant::now();
-    let report = analyze(loaded, &ReportOptions { top: args.top });
-    let report_s = phase.elapsed().as_secs_f64();
+    let top = args.top;
+    let (diagnosis, report) =
+        super::run_doctor::diagnose_and_report(loaded, &stderr_path, xla_dump.as_ref(), move |l| {
+            analyze(l, &ReportOptions { top })
+        });
     if std::env::var_os("MEMWATCH_RUN_TIMING").is_some_and(|v| v == "1") {
         eprintln!(
-            "memwatch: after the command: capture read {load_s:.3} s, diagnosis {doctor_s:.3} s, report {report_s:.3} s"
+            "memwatch: after the command: capture read {load_s:.3} s, diagnosis and report {:.3} s",
+            phase.elapsed().as_secs_f64()
         );
     }
     if args.json || args.json_out.is_some() {

@@ -83,16 +83,41 @@ impl XlaDump {
     }
 }
 
-/// Diagnoses the finished run; gives the capture back for the summary. Evidence that
-/// cannot be read (a dump the program never wrote, a stderr copy that is not text) is
-/// left out and named by the diagnosis as missing.
-pub fn diagnose(
-    loaded: Option<Loaded>,
+/// Diagnoses the finished run and computes its report: the capture's events are sorted
+/// once, then the diagnosis and the report read them on two threads (the report from a
+/// copy, the two use the machine's cores at once).
+pub fn diagnose_and_report(
+    loaded: Loaded,
+    stderr_copy: &Path,
+    dump: Option<&XlaDump>,
+    report: impl FnOnce(Loaded) -> memwatch_analysis::capture::CaptureReport + Send,
+) -> (Diagnosis, memwatch_analysis::capture::CaptureReport) {
+    let cap = CaptureEvidence::from_loaded(loaded);
+    let copy = cap.loaded.clone();
+    std::thread::scope(|s| {
+        let doctor = s.spawn(|| diagnose_capture(Some(cap), Some(stderr_copy), dump));
+        let r = report(copy);
+        let d = doctor
+            .join()
+            .unwrap_or_else(|_| diagnose_capture(None, Some(stderr_copy), dump));
+        (d, r)
+    })
+}
+
+/// Diagnoses the finished run (without a capture: from its stderr alone).
+pub fn diagnose(stderr_copy: Option<&Path>, dump: Option<&XlaDump>) -> Diagnosis {
+    diagnose_capture(None, stderr_copy, dump)
+}
+
+/// Evidence that cannot be read (a dump the program never wrote, a stderr copy that is
+/// not text) is left out and named by the diagnosis as missing.
+fn diagnose_capture(
+    capture: Option<CaptureEvidence>,
     stderr_copy: Option<&Path>,
     dump: Option<&XlaDump>,
-) -> (Diagnosis, Loaded) {
+) -> Diagnosis {
     let mut ev = Evidence {
-        capture: loaded.map(CaptureEvidence::from_loaded),
+        capture,
         ..Evidence::default()
     };
     if let Some(p) = stderr_copy {
@@ -105,7 +130,5 @@ pub fn diagnose(
         ev.dump = DumpEvidence::read(&d.dir).ok();
     }
     apply_env(&mut ev, &[]);
-    let d = doctor::diagnose(&ev);
-    let loaded = ev.capture.take().map(|c| c.loaded).unwrap_or_default();
-    (d, loaded)
+    doctor::diagnose(&ev)
 }
