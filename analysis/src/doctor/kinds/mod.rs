@@ -166,6 +166,29 @@ impl<'a> Ctx<'a> {
                     .push(cite(&p.at.file, p.at.line, "the pool XLA allocated"));
             }
         }
+        // A driver call outside any framework pool: the device is the pool, what the
+        // process held on it (driver level) is in use.
+        let driver = self
+            .failure
+            .is_some_and(|f| f.origin == super::failure::Origin::Driver);
+        if let (true, None, Some((pid, dev))) = (driver, s.pool, self.at()) {
+            if let (Some(total), Some(d)) = (
+                self.device_total(Some(pid), Some(dev)),
+                self.drivers.of(pid, dev),
+            ) {
+                s.pool = Some(total);
+                s.in_use = Some(d.at_checkpoint);
+                s.cites.push(Cite {
+                    file: self.capture_path(),
+                    line: None,
+                    what: format!(
+                        "pid {pid} held {} of device {dev}'s {} when the call failed",
+                        b(d.at_checkpoint),
+                        b(total)
+                    ),
+                });
+            }
+        }
         s
     }
 
