@@ -152,7 +152,7 @@ mod tests {
             buffers: 1,
         };
         let p = min_pool(&t, 1 << 30).unwrap();
-        assert!(p >= 8 << 20 && p <= 10 << 20, "{p}");
+        assert!((8 << 20..=10 << 20).contains(&p), "{p}");
         assert!(fits(&t, p));
         assert!(!fits(&t, 6 << 20));
     }

@@ -24,6 +24,10 @@ pub struct DeviceLive {
     pub host_peak_bytes: u64,
 }
 
+/// Per (process image, device): bytes live and the live allocations (raw alloc time,
+/// size) at one moment.
+type Snapshot = BTreeMap<(ProcKey, i32), (u64, Vec<(u64, u64)>)>;
+
 /// Driver-level facts of a capture.
 #[derive(Debug, Clone, Default)]
 pub struct DriverFacts {
@@ -41,9 +45,9 @@ impl DriverFacts {
         // By stream index while folding (touched by every allocation), by (process
         // image, device) at the end.
         let mut by_stream: Vec<DeviceLive> = vec![DeviceLive::default(); l.streams.len()];
-        let mut snapshot: Option<BTreeMap<(ProcKey, i32), (u64, Vec<(u64, u64)>)>> = None;
+        let mut snapshot: Option<Snapshot> = None;
         let take = |live: &LiveSet<u64>| {
-            let mut m: BTreeMap<(ProcKey, i32), (u64, Vec<(u64, u64)>)> = BTreeMap::new();
+            let mut m = Snapshot::new();
             for ((k, d), t) in live.all_totals() {
                 m.entry((k, d)).or_default().0 = t.device_bytes;
             }
@@ -97,7 +101,7 @@ impl DriverFacts {
         let mut m: BTreeMap<u32, u64> = BTreeMap::new();
         for ((k, d), v) in &self.per {
             if *d == device && k.pid != pid {
-                *m.entry(k.pid).or_default() += v.at_checkpoint.max(0);
+                *m.entry(k.pid).or_default() += v.at_checkpoint;
             }
         }
         m.into_iter().filter(|(_, b)| *b > 0).collect()

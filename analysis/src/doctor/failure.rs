@@ -172,7 +172,7 @@ pub fn identify(ev: &Evidence, pjrt: &PjrtFacts) -> Option<Failure> {
     let log = ev.log.as_ref().map_or(&empty, |l| &l.report);
     let drivers = driver_failures(ev);
     let cap_path = ev.capture.as_ref().map(|c| c.path()).unwrap_or_default();
-    let mut f = if let Some((i, t)) = log.torch_ooms.iter().enumerate().last() {
+    let mut f = if let Some((i, t)) = log.torch_ooms.iter().enumerate().next_back() {
         let mut f = Failure::new(Origin::Torch(i), When::FrameworkAllocator);
         f.device = t.device;
         f.request = t.request_approx_bytes;
@@ -203,7 +203,7 @@ pub fn identify(ev: &Evidence, pjrt: &PjrtFacts) -> Option<Failure> {
             });
         }
         f
-    } else if let Some((i, c)) = log.cupy_ooms.iter().enumerate().last() {
+    } else if let Some((i, c)) = log.cupy_ooms.iter().enumerate().next_back() {
         let mut f = Failure::new(Origin::Cupy(i), When::FrameworkAllocator);
         f.request = Some(c.request_bytes);
         f.request_exact = true;

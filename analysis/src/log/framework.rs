@@ -231,7 +231,7 @@ pub fn parse_device_alloc_failure(msg: &str, at: &Location) -> Option<DeviceAllo
     };
     let bytes: u64 = between(after, "(", " bytes)")?.trim().parse().ok()?;
     let error = after
-        .split(|c: char| c == ' ' || c == ':' || c == ',')
+        .split([' ', ':', ','])
         .find(|w| is_oom_error_name(w))
         .unwrap_or_else(|| after.rsplit(": ").next().unwrap_or(""))
         .to_string();

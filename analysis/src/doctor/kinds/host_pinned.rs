@@ -11,7 +11,7 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
             .iter()
             .any(|fr| fr.function.contains("hostAlloc") || fr.function.contains("pinned"))
     });
-    if !f.host && !(f.request.is_none() && pinned_frames) {
+    if !(f.host || f.request.is_none() && pinned_frames) {
         return None;
     }
     let mut v = ctx.base(Kind::HostPinned);

@@ -154,13 +154,13 @@ pub fn warning(ctx: &Ctx<'_>) -> Option<Verdict> {
     for ((k, dev), d) in &ctx.drivers.per {
         let at = cap.runtime_ts_of(d.peak_ts);
         if let Some(l) = steps::execution_leak(ctx.pjrt, k.pid, *dev, at) {
-            if l.leaked_steps >= 8 && l.leaked_bytes.saturating_mul(2) >= d.peak_bytes {
-                if best
+            if l.leaked_steps >= 8
+                && l.leaked_bytes.saturating_mul(2) >= d.peak_bytes
+                && best
                     .as_ref()
                     .is_none_or(|b| l.leaked_bytes > b.0.leaked_bytes)
-                {
-                    best = Some((l, k.pid, *dev, d.peak_bytes));
-                }
+            {
+                best = Some((l, k.pid, *dev, d.peak_bytes));
             }
         }
     }
