@@ -319,3 +319,51 @@ fn missing(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn corpus(s: &str, f: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/oom-corpus")
+            .join(s)
+            .join(f)
+    }
+
+    /// A framework state (what a PyTorch snapshot reader fills) plugs in: torch_leak's
+    /// own per-step figures (figures.json) make the leak exact, steps included.
+    #[test]
+    fn a_framework_state_gives_the_steps() {
+        let figures: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(corpus("torch_leak", "figures.json")).unwrap(),
+        )
+        .unwrap();
+        let per_step: Vec<u64> = figures["allocated_per_step"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        let ev = Evidence {
+            capture: Some(CaptureEvidence::read(&corpus("torch_leak", "capture.mwcap")).unwrap()),
+            log: Some(LogEvidence::read(&[corpus("torch_leak", "stderr.log")]).unwrap()),
+            framework_states: vec![FrameworkState {
+                source: "figures.json".into(),
+                device: 0,
+                allocated_per_step: per_step,
+                ..FrameworkState::default()
+            }],
+            ..Evidence::default()
+        };
+        let d = diagnose(&ev);
+        let v = &d.verdicts[0];
+        assert_eq!(v.kind, Kind::Leak);
+        assert_eq!(v.figures["growth_per_step_bytes"], 134218240);
+        assert_eq!(v.figures["steps"], 29);
+        assert_eq!(v.figures["first_step"], 0);
+        assert!(v.also.contains(&Kind::TorchFractionLimit));
+        assert!(!d.missing.iter().any(|m| m.evidence == "torch_snapshot"));
+    }
+}

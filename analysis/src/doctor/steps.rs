@@ -137,6 +137,42 @@ pub fn allocation_growth(live: &[(u64, u64)]) -> Option<AllocationGrowth> {
     })
 }
 
+/// Growth step after step as a framework states it (allocated bytes after each step, from
+/// a source that knows steps, e.g. a PyTorch snapshot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepGrowth {
+    /// Bytes each step added (all steps of the run added exactly this).
+    pub growth_per_step: u64,
+    /// The first step whose memory stayed (0-based).
+    pub first_step: usize,
+    /// Steps recorded.
+    pub steps: usize,
+    /// Bytes the run of growing steps added.
+    pub leaked_bytes: u64,
+}
+
+/// The unbroken run of equal, positive growth at the end of `allocated` (allocated bytes
+/// after each step), at least [`MIN_LEAKED_STEPS`] steps long.
+pub fn step_growth(allocated: &[u64]) -> Option<StepGrowth> {
+    let n = allocated.len();
+    if n < MIN_LEAKED_STEPS + 1 {
+        return None;
+    }
+    let delta = |k: usize| allocated[k].checked_sub(allocated[k - 1]);
+    let g = delta(n - 1).filter(|g| *g > 0)?;
+    let mut s = n - 1;
+    while s > 1 && delta(s - 1) == Some(g) {
+        s -= 1;
+    }
+    let grew = n - s;
+    (grew >= MIN_LEAKED_STEPS).then(|| StepGrowth {
+        growth_per_step: g,
+        first_step: s - 1,
+        steps: n,
+        leaked_bytes: g * grew as u64,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +183,24 @@ mod tests {
             .enumerate()
             .map(|(i, s)| (i as u64, *s))
             .collect()
+    }
+
+    /// torch_leak's own figures (figures.json: memory_allocated() after each step).
+    #[test]
+    fn growth_a_framework_states() {
+        let a: Vec<u64> = (0..29u64).map(|k| 235946496 + k * 134218240).collect();
+        let g = step_growth(&a).unwrap();
+        assert_eq!(
+            (g.growth_per_step, g.first_step, g.steps),
+            (134218240, 0, 29)
+        );
+        // steady for ten steps, then growing
+        let mut b = vec![100u64; 10];
+        b.extend((1..=5).map(|k| 100 + k * 7));
+        let g = step_growth(&b).unwrap();
+        assert_eq!((g.growth_per_step, g.first_step, g.steps), (7, 9, 15));
+        assert_eq!(step_growth(&[1, 2, 3]), None);
+        assert_eq!(step_growth(&[5, 5, 5, 5, 5]), None);
     }
 
     #[test]

@@ -147,6 +147,53 @@ pub fn from_growth(ctx: &Ctx<'_>, g: &AllocationGrowth, limit: Option<(&str, u64
     v
 }
 
+/// A leak the framework's own per-step figures show (`source`: where they came from);
+/// `allowed`: the limit it ran into.
+pub fn from_steps(
+    ctx: &Ctx<'_>,
+    g: &steps::StepGrowth,
+    source: &str,
+    allowed: Option<u64>,
+) -> Verdict {
+    let mut v = ctx.base(Kind::Leak);
+    v.figures
+        .insert("growth_per_step_bytes".into(), g.growth_per_step);
+    v.figures.insert("first_step".into(), g.first_step as u64);
+    v.figures.insert("steps".into(), g.steps as u64);
+    v.figures.insert("leaked_bytes".into(), g.leaked_bytes);
+    v.evidence.push(Cite {
+        file: source.to_string(),
+        line: None,
+        what: format!(
+            "allocated bytes after each of {} steps: +{} every step from step {}",
+            g.steps, g.growth_per_step, g.first_step
+        ),
+    });
+    v.headline = format!(
+        "A leak: every step from step {} kept {} more allocated; after {} steps{}.",
+        g.first_step,
+        b(g.growth_per_step),
+        g.steps,
+        allowed
+            .map(|a| format!(" the {} limit refused more", b(a)))
+            .unwrap_or_else(|| " the device was full".into())
+    );
+    v.why = format!(
+        "The framework's allocated bytes grew by exactly {} per step from step {} on ({} in all) and never came back down: each step keeps memory the next does not reuse.",
+        exact(g.growth_per_step),
+        g.first_step,
+        b(g.leaked_bytes)
+    );
+    v.fix = Fix {
+        advice: format!(
+            "Release what each step keeps (a loss kept with its graph: store loss.item() or loss.detach(); lists of outputs). Raising the limit only moves the crash by {} per step.",
+            b(g.growth_per_step)
+        ),
+        check: None,
+    };
+    v
+}
+
 /// A run that did not fail but whose step outputs pile up: a warning.
 pub fn warning(ctx: &Ctx<'_>) -> Option<Verdict> {
     let cap = ctx.ev.capture.as_ref()?;

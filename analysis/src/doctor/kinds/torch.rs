@@ -63,6 +63,22 @@ pub fn verdict(ctx: &Ctx<'_>, i: usize) -> Option<Verdict> {
         };
         return Some(v);
     }
+    // Steps the framework itself recorded (a snapshot source) say it exactly.
+    let device = t.device.unwrap_or(0);
+    if let Some((state, g)) = ctx
+        .ev
+        .framework_states
+        .iter()
+        .filter(|s| s.device == device)
+        .find_map(|s| Some((s, crate::doctor::steps::step_growth(&s.allocated_per_step)?)))
+    {
+        let mut v = leak::from_steps(ctx, &g, &state.source, t.allowed_approx_bytes);
+        fill(&mut v);
+        if t.allowed_approx_bytes.is_some() {
+            v.also.push(Kind::TorchFractionLimit);
+        }
+        return Some(v);
+    }
     let growth = ctx
         .at()
         .and_then(|(pid, dev)| ctx.drivers.of(pid, dev))
