@@ -207,3 +207,111 @@ fn a_chunk_dump_without_its_region_line_says_so() {
         "{e}"
     );
 }
+
+fn corpus(s: &str) -> LogReport {
+    parse(&repo(&format!("testdata/oom-corpus/{s}/stderr.log")))
+}
+
+/// Compile-time autotuning OOM (JAX 0.11.2, H100): the BFC lines that say "not a failure"
+/// are scratch refusals, not OOMs; the instruction whose configs all failed is named with
+/// its op_name and stack frame.
+#[test]
+fn corpus_autotune_logs() {
+    for (s, req_mib) in [
+        ("jax_autotune", 1.02 * 1024.0),
+        ("jax_autotune_c", 592.0),
+        ("jax_autotune_e", 1.02 * 1024.0),
+        ("jax_autotune_f", 272.0),
+    ] {
+        let r = corpus(s);
+        assert!(r.ooms.is_empty(), "{s}: {:?}", r.ooms);
+        assert!(!r.scratch_refusals.is_empty(), "{s}");
+        let want = (req_mib * (1u64 << 20) as f64).round() as u64;
+        let got = r.scratch_refusals[0].requested_approx_bytes.unwrap();
+        assert!(got.abs_diff(want) < 1 << 20, "{s}: {got} vs {want}");
+        let f = &r.autotune_failures[0];
+        assert_eq!(
+            f.instruction.as_deref(),
+            Some("gemm_fusion_dot_general.1"),
+            "{s}"
+        );
+        assert_eq!(f.op_name.as_deref(), Some("jit(step)/dot_general"), "{s}");
+        assert_eq!(f.stack_frame_id, Some(2));
+        assert_eq!(f.status_code.as_deref(), Some("RESOURCE_EXHAUSTED"));
+        let e = r.exceptions.last().unwrap();
+        assert_eq!(e.exc_type, "jax.errors.JaxRuntimeError");
+        assert_eq!(e.user_frame().unwrap().line, 36, "{s}");
+        assert!(r.resource_exhausted.iter().any(|x| x.at == e.at));
+    }
+}
+
+/// PyTorch 2.11's messages, and CuPy's, in the corpus runs.
+#[test]
+fn corpus_framework_messages() {
+    let r = corpus("torch_fragmentation");
+    let t = &r.torch_ooms[0];
+    assert_eq!(t.request_approx_bytes, Some(512 << 20));
+    assert_eq!(t.allocated_approx_bytes, Some(4 << 30));
+    assert_eq!(t.reserved_unallocated_approx_bytes, Some(4 << 30));
+    assert_eq!(
+        t.allowed_approx_bytes,
+        Some((8.25 * (1u64 << 30) as f64) as u64)
+    );
+    assert_eq!(r.exceptions[0].exc_type, "torch.OutOfMemoryError");
+    let r = corpus("torch_too_large");
+    assert_eq!(r.torch_ooms[0].allowed_approx_bytes, None);
+    let r = corpus("cupy_limit");
+    assert_eq!(r.cupy_ooms[0].limit_bytes, Some(1610612736));
+    let r = corpus("host_pinned");
+    assert_eq!(r.driver_errors.len(), 2);
+    assert_eq!(r.driver_errors[0].name, "cudaErrorMemoryAllocation");
+    assert_eq!(r.exceptions.len(), 2);
+    assert_eq!(r.exceptions[1].user_frame().unwrap().line, 16);
+}
+
+/// Two processes on one GPU: the JAX worker's growing pool logs every failed device
+/// allocation, then its BFC OOM with the occupancy map.
+#[test]
+fn corpus_failed_pool_growth() {
+    let r = corpus("two_processes");
+    assert!(r.device_alloc_failures.len() > 10);
+    let f = &r.device_alloc_failures[0];
+    assert_eq!((f.device, f.bytes), (Some(0), 4294967296));
+    assert_eq!(f.error, "CUDA_ERROR_OUT_OF_MEMORY");
+    assert_eq!(r.ooms.len(), 1);
+    assert_eq!(r.ooms[0].rounded_bytes, 536870912);
+    let map = r.ooms[0].memory_map.as_ref().unwrap();
+    assert_eq!(map.cells.len(), 100);
+    let r = corpus("jax_fragmentation_b");
+    let map = r.ooms[0].memory_map.as_ref().unwrap();
+    assert!(map.holes() > 20, "{map:?}");
+    let r = corpus("jax_too_large");
+    assert_eq!(r.arguments_over_limit[0].argument_bytes, 111177052980);
+}
+
+/// Logs written from ROCm's message formats (testdata/rocm-written/README.md: not
+/// recorded on an AMD GPU) parse like the CUDA ones.
+#[test]
+fn rocm_written_logs() {
+    let r = parse(&repo("testdata/rocm-written/jax-mi300x-execute-oom.log"));
+    assert_eq!(r.devices[0], "AMD Instinct MI300X");
+    assert_eq!(r.xla_allocator.as_deref(), Some("BFC"));
+    assert_eq!(r.pool_allocations[0].bytes, 154367164416);
+    assert_eq!(r.ooms[0].rounded_bytes, 150323855360);
+    assert_eq!(r.ooms[0].allocator, "GPU_0_bfc");
+    assert_eq!(
+        r.resource_exhausted[0].executable.as_deref(),
+        Some("jit_train_step")
+    );
+    assert_eq!(r.exceptions[0].user_frame().unwrap().line, 88);
+    let r = parse(&repo("testdata/rocm-written/torch-mi300x-oom.log"));
+    let t = &r.torch_ooms[0];
+    assert_eq!(t.backend, "HIP");
+    assert_eq!(t.request_approx_bytes, Some(24 << 30));
+    assert_eq!(r.exceptions[0].user_frame().unwrap().line, 141);
+    let f = "failed to allocate 4.00GiB (4294967296 bytes) from device: HIP_ERROR_OutOfMemory";
+    let mut r = LogReport::default();
+    let line = format!("I0312 09:15:52.903114   40211 rocm_executor.cc:441] {f}\n");
+    log::parse_log(line.as_bytes(), Path::new("x"), &mut r).unwrap();
+    assert_eq!(r.device_alloc_failures[0].error, "HIP_ERROR_OutOfMemory");
+}

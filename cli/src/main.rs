@@ -34,6 +34,8 @@ enum Command {
     Xla(cmd::xla::XlaCmd),
     /// Explain XLA/JAX out-of-memory logs (BFC dumps, remat warnings, RESOURCE_EXHAUSTED).
     Log(cmd::log::LogArgs),
+    /// The OOM doctor: why a run ran out of memory, from its capture, logs and XLA dump.
+    Diagnose(cmd::diagnose::DiagnoseArgs),
     /// Run a command with every GPU allocation captured, then print a short report.
     Run(cmd::run::RunArgs),
     /// Report a capture: per process and device counts, peaks, leaks, failures, API times.
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Command::Gate(args) => cmd::gate::run(args),
         Command::Xla(c) => cmd::xla::run(c),
         Command::Log(a) => cmd::log::run(a),
+        Command::Diagnose(a) => cmd::diagnose::run(a),
         Command::Run(args) => cmd::run::run(args),
         Command::Report(args) => cmd::report::run(args),
         Command::Attach(args) => cmd::attach::run(args),

@@ -163,7 +163,7 @@ pub struct DamageReport {
 }
 
 /// A whole capture, loaded.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Loaded {
     pub path: PathBuf,
     pub processes: BTreeMap<ProcKey, ProcessMeta>,
@@ -190,6 +190,18 @@ pub struct Loaded {
     pub backtraces: std::collections::HashMap<(u32, u64, u64), Vec<u64>>,
     /// Loaded objects of each process image (`module_map` frames, merged).
     pub modules: BTreeMap<ProcKey, Vec<Module>>,
+    /// PJRT records and the PJRT events in full (`crate::runtime` reads them), so one
+    /// pass over the file serves both readers.
+    pub pjrt: PjrtRecords,
+}
+
+/// The PJRT part of a capture as read (raw CLOCK_MONOTONIC times).
+#[derive(Debug, Default, Clone)]
+pub struct PjrtRecords {
+    pub executables: Vec<memwatch_wire::PjrtExecutable>,
+    pub stats: Vec<memwatch_wire::PjrtMemoryStats>,
+    /// Events with a PJRT API, in file order.
+    pub events: Vec<Event>,
 }
 
 impl Loaded {
@@ -290,6 +302,9 @@ impl Builder {
         } else {
             e.duration_ns
         };
+        if crate::runtime::load::is_pjrt(e) {
+            self.loaded.pjrt.events.push(*e);
+        }
         if matches!(kind, EventKind::AllocFailed | EventKind::FreeFailed) {
             let failure = FailedCall {
                 pid: e.pid,
@@ -396,7 +411,8 @@ impl Builder {
             }
             Record::DeviceSample(d) => self.loaded.device_samples.push(d),
             // PJRT executables and allocator statistics: read by `analysis::runtime`.
-            Record::PjrtExecutable(_) | Record::PjrtMemoryStats(_) => {}
+            Record::PjrtExecutable(x) => self.loaded.pjrt.executables.push(x),
+            Record::PjrtMemoryStats(x) => self.loaded.pjrt.stats.push(x),
             Record::Backtrace(b) => {
                 self.pending_backtraces
                     .insert((b.pid, b.tid, b.ts_ns, b.ptr), b.frames);

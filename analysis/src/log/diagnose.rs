@@ -4,6 +4,7 @@
 //! Pure computation over a parsed [`LogReport`] and loaded [`ModuleReport`]s.
 
 use super::model::*;
+use crate::doctor::need::{NeedVerdict, PoolNeed};
 use crate::xla::{ModuleReport, PeakBuffer};
 use serde::Serialize;
 
@@ -132,12 +133,16 @@ fn diagnose_one(
     let largest_free = oom
         .largest_free_chunk()
         .or_else(|| oom.summary_approx.get("total_free_in_pool").copied());
-    let needed = in_use.unwrap_or(0).saturating_add(req);
-    let shortfall = pool.and_then(|p| needed.checked_sub(p)).filter(|s| *s > 0);
+    // The doctor's one rule; with no live set known it counts the request alone.
+    let need = PoolNeed::new(in_use.unwrap_or(0), req, pool, oom.limit_above_pool());
+    let (needed, shortfall, stated_limit) = (
+        need.need_bytes,
+        need.short_by_bytes,
+        need.stated_limit_bytes,
+    );
     // A growing pool (XLA_PYTHON_CLIENT_PREALLOCATE=false) reserves regions up to its
     // limit: a need above what it holds but within the limit means it could not grow.
-    let stated_limit = oom.limit_above_pool();
-    let could_not_grow = shortfall.is_some() && stated_limit.is_some_and(|l| needed <= l);
+    let could_not_grow = need.verdict() == NeedVerdict::PoolCouldNotGrow;
     let device = match (stated_limit.or(pool), mem_fraction) {
         (Some(p), Some(f)) if f > 0.0 && f <= 1.0 => Some((p as f64 / f).round() as u64),
         _ => None,
@@ -147,7 +152,7 @@ fn diagnose_one(
     // than the pool, by `shortfall`). Fragmented (in use + request fit, the request did
     // not): the current pool plus the request, so the request finds a free range even
     // with the same fragmentation. Either way more than the pool that just failed.
-    let fragmented = in_use.is_some() && pool.is_some() && shortfall.is_none();
+    let fragmented = in_use.is_some() && need.verdict() == NeedVerdict::Fragmentation;
     let target_pool = match (in_use, pool) {
         (None, _) => None,
         (Some(_), Some(p)) if fragmented => Some(p.saturating_add(req)),

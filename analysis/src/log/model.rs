@@ -1,6 +1,11 @@
 //! The data `memwatch log` extracts (serialisable; bytes as integers). Exact integers are
 //! kept apart from figures that the log only prints in human units (`*_approx_bytes`).
 
+pub use super::autotune::{AutotuneFailure, AutotuneMessage, ScratchRefusal};
+pub use super::framework::{
+    ArgumentsOverLimit, CupyOom, DeviceAllocFailure, DriverOomError, TorchOom,
+};
+pub use super::traceback::{PyFrame, PythonException};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -105,9 +110,57 @@ pub struct BfcOom {
     pub spatial_approx: BTreeMap<String, u64>,
     /// The `Stats:` block.
     pub stats: Option<AllocatorStats>,
+    /// The one-line occupancy map BFC prints after the OOM line (`****____`: one cell
+    /// per 1% of the pool, `*` in use, `_` free), even at the default log level.
+    pub memory_map: Option<MemoryMap>,
+}
+
+/// BFC's occupancy map (`bfc_allocator.cc` prints it under the OOM line).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct MemoryMap {
+    pub at: Location,
+    /// The map as printed.
+    pub cells: String,
+}
+
+impl MemoryMap {
+    /// Whether a message is such a map (only `*` and `_`, at least 50 cells).
+    pub fn is_map(msg: &str) -> bool {
+        msg.len() >= 50 && msg.bytes().all(|b| b == b'*' || b == b'_')
+    }
+
+    /// Free cells, and the longest run of free cells (each cell is 1/len of the pool).
+    pub fn free_cells(&self) -> (usize, usize) {
+        let (mut free, mut run, mut best) = (0, 0, 0);
+        for b in self.cells.bytes() {
+            if b == b'_' {
+                free += 1;
+                run += 1;
+                best = best.max(run);
+            } else {
+                run = 0;
+            }
+        }
+        (free, best)
+    }
+
+    /// Free cells that are not at the end of the map (holes between used memory).
+    pub fn holes(&self) -> usize {
+        self.cells
+            .trim_end_matches('_')
+            .bytes()
+            .filter(|b| *b == b'_')
+            .count()
+    }
 }
 
 impl BfcOom {
+    /// The failed request, rounded as the allocator rounds it; `None` when the message
+    /// states no `rounded to` figure (never a made-up 0).
+    pub fn request_bytes(&self) -> Option<u64> {
+        (self.rounded_bytes > 0).then_some(self.rounded_bytes)
+    }
+
     /// Whether the chunk lines are the whole dump: every region printed and its chunks
     /// adding up to exactly its size. A log cut off (or lines lost) inside the dump fails.
     pub fn chunk_dump_complete(&self) -> bool {
@@ -259,4 +312,24 @@ pub struct LogReport {
     pub pool_allocations: Vec<PoolAllocation>,
     /// `MEMORY_ANALYSIS {json}` lines (printed `compiled.memory_analysis()`).
     pub memory_analyses: Vec<BTreeMap<String, u64>>,
+    /// BFC reports whose caller retries with something else (the GPU autotuner): not
+    /// failures, and not in `ooms`.
+    pub scratch_refusals: Vec<ScratchRefusal>,
+    /// Instructions the autotuner could not configure (`Could not get config for HLO`,
+    /// `All configs failed during profiling`).
+    pub autotune_failures: Vec<AutotuneFailure>,
+    /// PyTorch out-of-memory messages.
+    pub torch_ooms: Vec<TorchOom>,
+    /// CuPy pool out-of-memory messages.
+    pub cupy_ooms: Vec<CupyOom>,
+    /// Failed device allocations the XLA stream executor logged.
+    pub device_alloc_failures: Vec<DeviceAllocFailure>,
+    /// Driver out-of-memory errors named in messages (outside the forms above).
+    pub driver_errors: Vec<DriverOomError>,
+    /// Python exceptions with their tracebacks.
+    pub exceptions: Vec<PythonException>,
+    /// XLA's compile-time warning that the arguments exceed the memory limit.
+    pub arguments_over_limit: Vec<ArgumentsOverLimit>,
+    /// `Using BFC allocator.` and the like: the XLA allocator the log names.
+    pub xla_allocator: Option<String>,
 }

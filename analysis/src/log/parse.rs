@@ -2,8 +2,11 @@
 //! [`LogReport`]. Multi-line blocks (the BFC dump, `Stats:` and `AllocatorStats` blocks)
 //! are tracked by state; every other event is one line.
 
+use super::autotune::{self, AutotuneMessage};
+use super::framework;
 use super::model::*;
 use super::prefix::split_prefix;
+use super::traceback::TracebackReader;
 use crate::xla::text::{parse_human_bytes, Lines, ParseError};
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -23,12 +26,56 @@ pub fn parse_log<R: BufRead>(
     let mut stats: Option<AllocatorStats> = None;
     let mut recognised = 0usize;
     let mut nonblank = 0usize;
+    let mut traceback = TracebackReader::default();
+    // An autotuner report spanning lines: (kind, its first message, where, lines read).
+    let mut autotune_block: Option<(AutotuneMessage, String, Location, usize, Option<String>)> =
+        None;
     while let Some((no, line)) = lines.next_line()? {
         report.lines += 1;
+        // Most lines of a long log hold none of the messages read here: they only count
+        // towards "is this a log at all", and only until that is known.
+        let in_block = traceback.active() || autotune_block.is_some() || stats.is_some();
+        if !in_block && !may_hold_a_message(line) {
+            if nonblank == 0 && !line.trim().is_empty() {
+                nonblank += 1;
+            }
+            if recognised == 0 && split_prefix(line).severity.is_some() {
+                recognised += 1;
+            }
+            continue;
+        }
         let at = Location {
             file: fname.clone(),
             line: no,
         };
+        // Lines inside a Python traceback are frames, not messages; its last line (the
+        // exception) is also read as a message below.
+        if let Some(e) = traceback.feed(line, &at) {
+            report.exceptions.push(e);
+            recognised += 1;
+        } else if traceback.active() {
+            nonblank += 1;
+            continue;
+        }
+        if let Some((kind, first, start, n, signature)) = autotune_block.as_mut() {
+            *n += 1;
+            if signature.is_none() && autotune::is_signature(line) {
+                *signature = Some(line.to_string());
+            }
+            if autotune::ends_failure(line) {
+                let mut f = autotune::parse_failure(*kind, first, line, start);
+                f.operand_shapes = signature
+                    .as_deref()
+                    .map(autotune::signature_operands)
+                    .unwrap_or_default();
+                report.autotune_failures.push(f);
+                autotune_block = None;
+                recognised += 1;
+            } else if *n > autotune::MAX_BLOCK_LINES {
+                autotune_block = None;
+            }
+            continue;
+        }
         let p = split_prefix(line);
         if p.severity.is_some() {
             recognised += 1;
@@ -68,6 +115,62 @@ pub fn parse_log<R: BufRead>(
                 recognised += 1;
             }
             continue;
+        }
+        if autotune::is_scratch_refusal(msg) {
+            report
+                .scratch_refusals
+                .push(autotune::parse_scratch_refusal(msg, &at));
+            oom = None;
+            recognised += 1;
+            continue;
+        }
+        if let Some(kind) = autotune::starts_failure(msg) {
+            recognised += 1;
+            if kind == AutotuneMessage::AllConfigsFailed || autotune::ends_failure(msg) {
+                report
+                    .autotune_failures
+                    .push(autotune::parse_failure(kind, msg, msg, &at));
+            } else {
+                autotune_block = Some((kind, msg.to_string(), at, 0, None));
+            }
+            continue;
+        }
+        if MemoryMap::is_map(msg) {
+            if let Some(i) = oom {
+                report.ooms[i].memory_map = Some(MemoryMap {
+                    at,
+                    cells: msg.to_string(),
+                });
+            }
+            continue;
+        }
+        if let Some(o) = framework::parse_torch_oom(msg, &at) {
+            report.torch_ooms.push(o);
+            recognised += 1;
+            continue;
+        }
+        if let Some(o) = framework::parse_cupy_oom(msg, &at) {
+            report.cupy_ooms.push(o);
+            recognised += 1;
+            continue;
+        }
+        if msg.contains("ailed to allocate") {
+            if let Some(f) = framework::parse_device_alloc_failure(msg, &at) {
+                report.device_alloc_failures.push(f);
+                recognised += 1;
+                continue;
+            }
+        }
+        if let Some(a) = framework::parse_arguments_over_limit(msg, &at) {
+            report.arguments_over_limit.push(a);
+            recognised += 1;
+            continue;
+        }
+        if let Some(rest) = msg.strip_prefix("Using ") {
+            if let Some(name) = rest.strip_suffix(" allocator.") {
+                report.xla_allocator = Some(name.to_string());
+                continue;
+            }
         }
         if msg.contains("ran out of memory trying to allocate") {
             let allocator = between(msg, "Allocator (", ")").unwrap_or("").to_string();
@@ -172,6 +275,11 @@ pub fn parse_log<R: BufRead>(
             oom = None;
             continue;
         }
+        if let Some(d) = framework::parse_driver_oom(msg, &at) {
+            report.driver_errors.push(d);
+            recognised += 1;
+            continue;
+        }
         if let Some(rest) = msg.strip_prefix("XLA backend allocating ") {
             if let Some(b) = paren_bytes(rest).first() {
                 let device = between(rest, "on device ", " ").and_then(|d| d.parse().ok());
@@ -235,10 +343,56 @@ pub fn parse_log<R: BufRead>(
         return Err(ParseError::new(
             file,
             1,
-            "not an XLA/JAX/TSL log: no line has an abseil or TF-style log prefix and no memory message was found",
+            "not an XLA/JAX/TSL log: no line has an abseil or TF-style log prefix and no memory message (XLA, PyTorch, CuPy, CUDA/HIP driver) was found",
         ));
     }
     Ok(())
+}
+
+/// Text every message this parser reads contains (one of them, at least): lines without
+/// any are skipped in one pass over their bytes.
+const TRIGGERS: [&str; 33] = [
+    "Can't reduce memory use",
+    "ran out of memory",
+    "Could not get config",
+    "All configs failed",
+    "Next region of size",
+    "InUse at",
+    "Free at",
+    "Free  at",
+    "Chunks of size",
+    "Allocator memory summary",
+    "Spatial partitioning summary",
+    "Stats:",
+    "AllocatorStats",
+    "RESOURCE_EXHAUSTED",
+    "XLA backend allocating",
+    "StreamExecutor [",
+    "MEMORY_ANALYSIS",
+    "'bytes_in_use'",
+    "'bytes_limit'",
+    " out of memory. Tried to allocate",
+    "Out of memory allocating",
+    "ailed to allocate",
+    "exceeds the base limit",
+    " allocator.",
+    "Traceback (most recent call last)",
+    "cudaErrorMemoryAllocation",
+    "CUDA_ERROR_OUT_OF_MEMORY",
+    "hipErrorOutOfMemory",
+    "HIP_ERROR_OutOfMemory",
+    "hipErrorMemoryAllocation",
+    "CUDA error: out of memory",
+    "HIP error: out of memory",
+    "│",
+];
+
+fn may_hold_a_message(line: &str) -> bool {
+    static AC: std::sync::OnceLock<Option<aho_corasick::AhoCorasick>> = std::sync::OnceLock::new();
+    let ac = AC.get_or_init(|| aho_corasick::AhoCorasick::new(TRIGGERS).ok());
+    // BFC's occupancy map (`****____`) has no words: its last character. (Fixed
+    // patterns always build; without an automaton every line is read.)
+    line.ends_with(['*', '_']) || ac.as_ref().is_none_or(|a| a.is_match(line))
 }
 
 /// `Limit:   3.50GiB` / `bytes_limit: 31804391424` / `'bytes_limit': 3753902080`.

@@ -74,7 +74,30 @@ pub fn load_capture(path: &Path) -> Result<RuntimeCapture, RuntimeError> {
         .iter()
         .map(|d| (d.offset, d.kind.to_string()))
         .collect();
-    let o = origin.unwrap_or(0);
+    rebase(&mut out, origin.unwrap_or(0));
+    Ok(out)
+}
+
+/// The PJRT part of an already loaded capture (no second pass over the file), on the
+/// same time base as [`load_capture`].
+pub fn from_loaded(l: &crate::capture::Loaded) -> RuntimeCapture {
+    let origin = l.processes.values().filter_map(|p| p.mono_anchor_ns).min();
+    let mut out = RuntimeCapture {
+        executables: l.pjrt.executables.clone(),
+        stats: l.pjrt.stats.clone(),
+        events: l.pjrt.events.clone(),
+        damage: l
+            .damage
+            .iter()
+            .map(|d| (d.offset, d.kind.clone()))
+            .collect(),
+        origin_ns: 0,
+    };
+    rebase(&mut out, origin.unwrap_or(0));
+    out
+}
+
+fn rebase(out: &mut RuntimeCapture, o: u64) {
     out.origin_ns = o;
     for e in &mut out.events {
         e.ts_ns = e.ts_ns.saturating_sub(o);
@@ -87,7 +110,6 @@ pub fn load_capture(path: &Path) -> Result<RuntimeCapture, RuntimeError> {
     }
     out.events.sort_by_key(|e| e.ts_ns);
     out.stats.sort_by_key(|s| s.ts_ns);
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -161,6 +161,16 @@ pub struct OomIncident {
     pub xla: Option<DumpJoin>,
 }
 
+/// A compile that failed (no executable came of it): memory asked for while compiling
+/// (autotuning scratch) is not in the allocator's peak.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailedCompile {
+    pub ts_ns: u64,
+    pub duration_ns: u64,
+    /// The PJRT error code (8: RESOURCE_EXHAUSTED).
+    pub result: i32,
+}
+
 /// One process's runtime report.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProcessRuntime {
@@ -168,6 +178,7 @@ pub struct ProcessRuntime {
     pub executables: Vec<ExecutableSummary>,
     pub devices: Vec<DeviceRuntime>,
     pub ooms: Vec<OomIncident>,
+    pub failed_compiles: Vec<FailedCompile>,
 }
 
 /// `memwatch runtime`'s document.
@@ -476,11 +487,21 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
             }
         })
         .collect();
+    let failed_compiles = events
+        .iter()
+        .filter(|e| e.api_name() == Api::PjrtClientCompile && e.result != 0)
+        .map(|e| FailedCompile {
+            ts_ns: e.ts_ns,
+            duration_ns: e.duration_ns,
+            result: e.result,
+        })
+        .collect();
     ProcessRuntime {
         pid,
         executables,
         devices,
         ooms,
+        failed_compiles,
     }
 }
 

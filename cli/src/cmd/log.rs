@@ -1,10 +1,13 @@
-//! `memwatch log`: parses XLA/JAX/TSL logs through `memwatch_analysis::log`, optionally
-//! joins each OOM to an XLA dump, and prints the findings (tables, or `--json`).
+//! `memwatch log`: parses XLA/JAX/TSL (and PyTorch, CuPy) logs through
+//! `memwatch_analysis::log`, optionally joins each BFC OOM to an XLA dump, prints the
+//! findings, and ends with the OOM doctor's verdicts from the log alone: `memwatch
+//! diagnose`'s log-only path (tables, or `--json` with a `doctor` document).
 
 use super::fmt::{bytes, clip};
 use super::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use memwatch_analysis::doctor;
 use memwatch_analysis::log::{self, diagnose, LogReport};
 use std::fs::File;
 use std::io::BufReader;
@@ -56,12 +59,26 @@ pub fn run(a: LogArgs) -> Result<Outcome> {
         None => Vec::new(),
     };
     let diagnoses = diagnose::diagnose(&report, &mods, a.mem_fraction);
+    // The doctor's verdicts from the log alone (with the dump when given).
+    let mut ev = doctor::Evidence {
+        log: Some(doctor::LogEvidence {
+            report: report.clone(),
+            not_understood: Vec::new(),
+        }),
+        ..Default::default()
+    };
+    if let Some(d) = &a.xla_dump {
+        ev.dump = Some(doctor::DumpEvidence::read(d)?);
+    }
+    let verdicts = doctor::diagnose(&ev);
     if a.json {
-        let v = serde_json::json!({ "log": report, "diagnoses": diagnoses });
+        let v = serde_json::json!({ "log": report, "diagnoses": diagnoses, "doctor": verdicts });
         outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(Outcome::Success);
     }
     print_human(&report, &diagnoses, a.xla_dump.is_some())?;
+    outln!("\n=== The OOM doctor (memwatch diagnose) ===");
+    out!("{}", super::diagnose::render(&verdicts));
     Ok(Outcome::Success)
 }
 
@@ -149,6 +166,89 @@ fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) -> any
             }
         }
     }
+    if !r.scratch_refusals.is_empty() {
+        let shown: Vec<String> = r
+            .scratch_refusals
+            .iter()
+            .take(5)
+            .map(|x| {
+                format!(
+                    "{} ({}:{})",
+                    x.requested_approx_bytes.map_or("?".into(), bytes),
+                    x.at.file,
+                    x.at.line
+                )
+            })
+            .collect();
+        outln!(
+            "\nAutotuner scratch requests the pool declined (the caller tries another config; not failures): {} — {}{}",
+            r.scratch_refusals.len(),
+            shown.join(", "),
+            if r.scratch_refusals.len() > 5 { ", …" } else { "" }
+        );
+    }
+    for f in &r.autotune_failures {
+        outln!(
+            "\nAutotuning failed ({}:{}) for {}{}{}: {}{}",
+            f.at.file,
+            f.at.line,
+            f.instruction.as_deref().unwrap_or("an instruction"),
+            f.shape
+                .as_deref()
+                .map(|s| format!(" {s}"))
+                .unwrap_or_default(),
+            f.op_name
+                .as_deref()
+                .map(|o| format!(" (op_name {o})"))
+                .unwrap_or_default(),
+            f.status_code.as_deref().unwrap_or("no status"),
+            f.request_approx_bytes
+                .map(|b| format!(", request {}", bytes(b)))
+                .unwrap_or_default()
+        );
+    }
+    for t in &r.torch_ooms {
+        let f = |v: Option<u64>| v.map_or("?".to_string(), bytes);
+        outln!(
+            "\nPyTorch {} out of memory ({}:{}): request {}, device total {}, free {}, allocated {}, reserved but unallocated {}{}",
+            t.backend,
+            t.at.file,
+            t.at.line,
+            f(t.request_approx_bytes),
+            f(t.total_approx_bytes),
+            f(t.free_approx_bytes),
+            f(t.allocated_approx_bytes),
+            f(t.reserved_unallocated_approx_bytes),
+            t.allowed_approx_bytes
+                .map(|a| format!(", fraction limit {}", bytes(a)))
+                .unwrap_or_default()
+        );
+    }
+    for c in &r.cupy_ooms {
+        outln!(
+            "\nCuPy out of memory ({}:{}): request {} B, allocated {}{}",
+            c.at.file,
+            c.at.line,
+            c.request_bytes,
+            c.allocated_bytes.map_or("?".into(), |b| format!("{b} B")),
+            c.limit_bytes
+                .map(|l| format!(", pool limit {l} B"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(f) = r.device_alloc_failures.first() {
+        outln!(
+            "\nFailed device allocations: {} (the first {} B, {}:{}: {})",
+            r.device_alloc_failures.len(),
+            f.bytes,
+            f.at.file,
+            f.at.line,
+            f.error
+        );
+    }
+    for d in &r.driver_errors {
+        outln!("\nDriver error {} ({}:{})", d.name, d.at.file, d.at.line);
+    }
     for e in &r.resource_exhausted {
         outln!(
             "\nRESOURCE_EXHAUSTED ({}:{}){}: {}",
@@ -166,7 +266,14 @@ fn print_human(r: &LogReport, ds: &[diagnose::Diagnosis], had_dump: bool) -> any
         let f = |k: &str| s.get(k).map(bytes).unwrap_or_else(|| "?".into());
         outln!("\nAllocator stats {label} ({}:{}): in use {}, peak {}, limit {}, largest free block {}", s.at.file, s.at.line, f("bytes_in_use"), f("peak_bytes_in_use"), f("bytes_limit"), f("largest_free_block_bytes"));
     }
-    if r.ooms.is_empty() && r.remat_warnings.is_empty() && r.resource_exhausted.is_empty() {
+    if r.ooms.is_empty()
+        && r.remat_warnings.is_empty()
+        && r.resource_exhausted.is_empty()
+        && r.torch_ooms.is_empty()
+        && r.cupy_ooms.is_empty()
+        && r.driver_errors.is_empty()
+        && r.autotune_failures.is_empty()
+    {
         outln!("\nNo out-of-memory or rematerialization messages found.");
     }
     if !had_dump && !r.ooms.is_empty() {

@@ -24,6 +24,7 @@ macro_rules! outln {
 pub mod agent;
 pub mod attach;
 pub mod attach_live;
+pub mod diagnose;
 pub mod fmt;
 pub mod gate;
 pub mod gate_db;
@@ -38,6 +39,8 @@ pub mod replay;
 pub mod replay_gpu;
 pub mod report;
 pub mod run;
+pub mod run_doctor;
+pub mod run_stderr;
 pub mod runtime;
 pub mod serve;
 pub mod xla;

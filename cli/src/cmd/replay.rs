@@ -13,6 +13,7 @@ use memwatch_analysis::alloc::device::{self, DeviceProfile};
 use memwatch_analysis::alloc::replay::{self, ReplayOptions, ReplayResult};
 use memwatch_analysis::alloc::trace::{self, Trace, MAX_POOL_BYTES};
 use memwatch_analysis::alloc::{AllocatorKind, BlockState, ModelSpec};
+use memwatch_analysis::doctor::need::{NeedVerdict, PoolNeed};
 use serde_json::{json, Value};
 
 use super::Outcome;
@@ -311,48 +312,25 @@ fn gaps_json(trace: &Trace) -> Value {
 }
 
 /// What an OOM dump's live set says about the recorded failure, whatever pool this replay
-/// used: the live buffers plus the failed request against the pool the log states.
+/// used: the live buffers plus the failed request against the pool the log states (the
+/// doctor's one rule, [`PoolNeed`]).
 struct DumpVerdict {
     live_buffers: usize,
-    live_bytes: u64,
-    request_bytes: u64,
-    need_bytes: u64,
-    recorded_pool_bytes: Option<u64>,
-    /// `need - recorded pool` when the need exceeds it; None: fragmentation (or no pool).
-    short_by_bytes: Option<u64>,
-    /// The limit the log states, when it is above the pool reserved so far (a growing
-    /// pool): then a need between the two means the pool could not grow, not that the
-    /// limit was too small.
-    stated_limit_bytes: Option<u64>,
+    need: PoolNeed,
 }
 
 impl DumpVerdict {
-    /// `pool_unknown`, `fragmentation` (the need fits the pool), `pool_could_not_grow`
-    /// (above the pool, within the stated limit), `pool_too_small`.
-    fn verdict(&self) -> &'static str {
-        match (self.recorded_pool_bytes, self.short_by_bytes) {
-            (None, _) => "pool_unknown",
-            (Some(_), None) => "fragmentation",
-            (Some(_), Some(_)) if self.grows_within_limit() => "pool_could_not_grow",
-            (Some(_), Some(_)) => "pool_too_small",
-        }
-    }
-
-    fn grows_within_limit(&self) -> bool {
-        self.stated_limit_bytes
-            .is_some_and(|l| self.need_bytes <= l)
-    }
-
     fn json(&self) -> Value {
+        let n = &self.need;
         json!({
             "live_buffers": self.live_buffers,
-            "live_bytes": self.live_bytes,
-            "request_bytes": self.request_bytes,
-            "need_bytes": self.need_bytes,
-            "recorded_pool_bytes": self.recorded_pool_bytes,
-            "short_by_bytes": self.short_by_bytes,
-            "stated_limit_bytes": self.stated_limit_bytes,
-            "verdict": self.verdict(),
+            "live_bytes": n.live_bytes,
+            "request_bytes": n.request_bytes,
+            "need_bytes": n.need_bytes,
+            "recorded_pool_bytes": n.pool_bytes,
+            "short_by_bytes": n.short_by_bytes,
+            "stated_limit_bytes": n.stated_limit_bytes,
+            "verdict": n.verdict().name(),
         })
     }
 }
@@ -366,15 +344,14 @@ fn dump_verdict(trace: &Trace) -> Option<DumpVerdict> {
         Some(trace::TraceOp::Alloc { size, .. }) => *size,
         _ => 0,
     };
-    let pool = trace.meta.bytes_limit;
     Some(DumpVerdict {
         live_buffers: trace.buffers().saturating_sub(1),
-        live_bytes: need.saturating_sub(request),
-        request_bytes: request,
-        need_bytes: need,
-        recorded_pool_bytes: pool,
-        short_by_bytes: pool.and_then(|p| need.checked_sub(p)).filter(|&s| s > 0),
-        stated_limit_bytes: trace.meta.stated_limit,
+        need: PoolNeed::new(
+            need.saturating_sub(request),
+            request,
+            trace.meta.bytes_limit,
+            trace.meta.stated_limit,
+        ),
     })
 }
 
@@ -385,32 +362,34 @@ fn print_trace_notes(trace: &Trace) -> anyhow::Result<()> {
         outln!("warning    {g}");
     }
     if let Some(d) = dump_verdict(trace) {
+        let n = &d.need;
         outln!(
             "source     the log's OOM dump: {} live buffers ({}) + the failed request ({}) need {}",
             d.live_buffers,
-            human(d.live_bytes),
-            human(d.request_bytes),
-            human(d.need_bytes)
+            human(n.live_bytes),
+            human(n.request_bytes),
+            human(n.need_bytes)
         );
-        match (d.recorded_pool_bytes, d.short_by_bytes) {
-            (Some(pool), Some(_)) if d.grows_within_limit() => outln!(
+        let pool = n.pool_bytes.unwrap_or_default();
+        match n.verdict() {
+            NeedVerdict::PoolCouldNotGrow => outln!(
                 "verdict    the pool had grown to {} of its {} limit and could not grow by the \
                  request: the device had no room for a new region (other processes, or memory \
                  the framework holds outside the pool), not a limit too small",
                 human(pool),
-                human(d.stated_limit_bytes.unwrap_or_default())
+                human(n.stated_limit_bytes.unwrap_or_default())
             ),
-            (Some(pool), Some(short)) => outln!(
+            NeedVerdict::PoolTooSmall => outln!(
                 "verdict    the recorded pool of {} is short by at least {} (before any fragmentation)",
                 human(pool),
-                human(short)
+                human(n.short_by_bytes.unwrap_or_default())
             ),
-            (Some(pool), None) => outln!(
+            NeedVerdict::Fragmentation => outln!(
                 "verdict    packed without holes they fit in the recorded pool of {}: the real \
                  failure came from fragmentation",
                 human(pool)
             ),
-            (None, _) => outln!("verdict    the log does not state the pool's size"),
+            NeedVerdict::PoolUnknown => outln!("verdict    the log does not state the pool's size"),
         }
     }
     Ok(())
@@ -464,7 +443,7 @@ fn print_run(run: &Run, trace: &Trace, path: &Path) -> anyhow::Result<()> {
         human(r.peak_pool_bytes)
     );
     print_trace_notes(trace)?;
-    if dump_verdict(trace).is_some_and(|d| d.recorded_pool_bytes != Some(run.limit)) {
+    if dump_verdict(trace).is_some_and(|d| d.need.pool_bytes != Some(run.limit)) {
         outln!(
             "replayed   on a pool of {} instead (see result)",
             human(run.limit)

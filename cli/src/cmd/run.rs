@@ -42,10 +42,21 @@ The default file is memwatch-<cmd>-<UTC time>.mwcap in the current directory. me
 exits with CMD's exit status (128+N if signal N killed it; 127 if CMD was not found, 126
 if it could not be run) and prints a short report on stderr; `memwatch report FILE` shows everything. The shim is found via $MEMWATCH_PRELOAD,
 next to the memwatch executable, or in ../lib/memwatch/ relative to it.
-Tags are recorded in the capture as `memwatch.tag K=V` markers. On a machine with an
-amdgpu card the driver's VRAM/GTT counters (/sys/class/drm/card*/device/mem_info_*,
+Tags are recorded in the capture as `memwatch.tag K=V` markers, and so are the allocator
+settings in the environment (XLA_PYTHON_CLIENT_ALLOCATOR, XLA_CLIENT_MEM_FRACTION,
+PYTORCH_CUDA_ALLOC_CONF, XLA_FLAGS, …) as `env.NAME` tags. On a machine with an amdgpu
+card the driver's VRAM/GTT counters (/sys/class/drm/card*/device/mem_info_*,
 $MEMWATCH_SYSFS_ROOT instead of /sys) are read into the capture at the start, once a
-second and at the end, for the report's APU section.";
+second and at the end, for the report's APU section.
+
+The command's stderr is passed through unchanged (a terminal stays a terminal: memwatch
+gives the command a pseudo-terminal of the same size when its own stderr is one) and
+copied to <capture>.stderr.log. When the command ran out of memory (a failed allocation
+or execute, an out-of-memory message, its exit status) or ran past a limit, the OOM
+doctor's verdict follows the report: what failed, when, who asked, why, and the fix
+(checked where memwatch can) — the same as `memwatch diagnose CAPTURE STDERR --xla-dump
+DIR` later. For JAX/XLA programs the XLA dump makes the HLO join possible: by default a
+temporary one (see --xla-dump).";
 
 /// Arguments of `memwatch run`.
 #[derive(Args, Debug)]
@@ -80,6 +91,19 @@ pub struct RunArgs {
     /// How many largest allocations per device the JSON report lists.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
+    /// Dump the XLA program to DIR and keep it (memwatch appends `--xla_dump_to=DIR
+    /// --xla_dump_hlo_as_text` to the command's XLA_FLAGS). Without it memwatch dumps to a
+    /// temporary folder for the diagnosis and removes it afterwards; a `--xla_dump_to` in
+    /// your own XLA_FLAGS is used as it is. Programs without XLA ignore the flags.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_xla_dump")]
+    pub xla_dump: Option<PathBuf>,
+    /// Leave XLA_FLAGS as it is (no dump: the diagnosis cannot name HLO instructions).
+    #[arg(long)]
+    pub no_xla_dump: bool,
+    /// Where to keep the copy of the command's stderr; an existing file is overwritten
+    /// [default: beside the capture, <capture>.stderr.log].
+    #[arg(long, value_name = "FILE")]
+    pub stderr_log: Option<PathBuf>,
     /// The command to run, after `--`.
     #[arg(
         required = true,
@@ -238,6 +262,10 @@ struct RunJson {
     connections: Vec<ConnJson>,
     /// None when the capture went somewhere it cannot be read back from (/dev/null).
     report: Option<memwatch_analysis::capture::CaptureReport>,
+    /// The copy of the command's stderr, when kept.
+    stderr_log: Option<String>,
+    /// The OOM doctor's diagnosis of the run (what a store keeps with the run).
+    diagnosis: Option<memwatch_analysis::doctor::Diagnosis>,
 }
 
 /// `--drain-timeout`: seconds, finite and not negative.
@@ -289,6 +317,24 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         sink.clone() as Arc<dyn FrameSink>,
         Duration::from_secs(1),
     );
+    let (xla_dump, xla_flags) =
+        super::run_doctor::XlaDump::plan(args.xla_dump.as_deref(), args.no_xla_dump);
+    // The stderr copy beside the capture (a capture that is not a file gets a temporary
+    // copy for the diagnosis).
+    let (stderr_path, stderr_temporary) = match &args.stderr_log {
+        Some(p) => (p.clone(), false),
+        None if out.metadata().map_or(true, |m| m.is_file()) => {
+            (out.with_extension("stderr.log"), false)
+        }
+        None => (
+            std::env::temp_dir().join(format!("memwatch-stderr-{}.log", std::process::id())),
+            true,
+        ),
+    };
+    // A file already there is overwritten once CMD runs (like the capture), but never
+    // removed when CMD cannot be started.
+    let stderr_existed = stderr_path.exists();
+    let tee = super::run_stderr::Tee::new(&stderr_path)?;
 
     let mut ld_preload = preload.clone().into_os_string();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
@@ -298,11 +344,17 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     install_forwarding()?;
     become_subreaper();
     let started = Instant::now();
-    let spawned = Command::new(&args.command[0])
+    let mut command = Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
         .env("LD_PRELOAD", &ld_preload)
         .env("MEMWATCH_SINK", receiver.sink_address())
-        .spawn();
+        .stderr(tee.stdio()?);
+    if let Some(f) = &xla_flags {
+        command.env("XLA_FLAGS", f);
+    }
+    let spawned = command.spawn();
+    drop(command);
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
@@ -320,9 +372,16 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
                 "memwatch: error: cannot run {}: {e}",
                 args.command[0].to_string_lossy()
             );
+            if !stderr_existed {
+                let _ = std::fs::remove_file(&stderr_path);
+            }
+            if let Some(d) = &xla_dump {
+                d.cleanup();
+            }
             return Ok(Outcome::Code(code));
         }
     };
+    let stderr_copy = tee.start(&mut child)?;
     CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
     let status = child.wait();
     CHILD_PID.store(0, Ordering::SeqCst);
@@ -371,10 +430,20 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         }
     }
     let still_open = receiver.open_connections().max(left_behind.len());
+    let (stderr_path, stderr_complete) = stderr_copy.finish(deadline);
     let waited = cmd_ended.elapsed().as_secs_f64();
     let stats = receiver.shutdown();
     if let Some(s) = sampling {
         s.stop();
+    }
+    // The allocator settings, for the diagnosis (now or later), when a process of the
+    // command reached the shim: a capture of nothing stays a capture of nothing.
+    if !stats.connections.is_empty() {
+        for (k, v) in super::run_doctor::env_tags() {
+            if let Err(e) = write_tag(&sink, &k, &v) {
+                eprintln!("memwatch: error: {}", super::one_line(&e));
+            }
+        }
     }
     // From here on CMD's status is what memwatch exits with: a capture that could not be
     // written is said loudly, never turned into another exit status.
@@ -410,10 +479,18 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         );
     }
 
+    let post = PostExit {
+        stderr_path: &stderr_path,
+        stderr_temporary,
+        xla_dump: xla_dump.as_ref(),
+        cmd_ended,
+    };
     if !out.metadata().is_ok_and(|m| m.is_file()) {
-        // /dev/null, a pipe, a device: nothing to read back for a report.
+        // /dev/null, a pipe, a device: nothing to read back for a report; the stderr
+        // copy alone for the diagnosis.
+        let diagnosis = super::run_doctor::diagnose(Some(&stderr_path), None);
         if args.json || args.json_out.is_some() {
-            if let Err(e) = emit_json(&args, &out, &end, &stats, None) {
+            if let Err(e) = emit_json(&args, &out, &end, &stats, None, &post, Some(diagnosis)) {
                 eprintln!("memwatch: error: {}", super::one_line(&e));
             }
         } else if !args.quiet {
@@ -425,21 +502,45 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
                 out.display(),
                 written.events
             );
+            print_verdicts(&diagnosis);
         }
+        post.done();
         return Ok(Outcome::Code(end.status));
     }
     store_capture(&args, &out);
+    let phase = Instant::now();
     let loaded = match load_with_progress(&out) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("memwatch: error: {}", super::one_line(&e));
+            post.done();
             return Ok(Outcome::Code(end.status));
         }
     };
     print_damage(&loaded);
-    let report = analyze(loaded, &ReportOptions { top: args.top });
+    let load_s = phase.elapsed().as_secs_f64();
+    let phase = Instant::now();
+    let top = args.top;
+    let (diagnosis, report) =
+        super::run_doctor::diagnose_and_report(loaded, &stderr_path, xla_dump.as_ref(), move |l| {
+            analyze(l, &ReportOptions { top })
+        });
+    if std::env::var_os("MEMWATCH_RUN_TIMING").is_some_and(|v| v == "1") {
+        eprintln!(
+            "memwatch: after the command: capture read {load_s:.3} s, diagnosis and report {:.3} s",
+            phase.elapsed().as_secs_f64()
+        );
+    }
     if args.json || args.json_out.is_some() {
-        if let Err(e) = emit_json(&args, &out, &end, &stats, Some(report)) {
+        if let Err(e) = emit_json(
+            &args,
+            &out,
+            &end,
+            &stats,
+            Some(report),
+            &post,
+            Some(diagnosis),
+        ) {
             eprintln!("memwatch: error: {}", super::one_line(&e));
         }
     } else if !args.quiet {
@@ -454,8 +555,56 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
                 &report
             )
         );
+        if !post.stderr_temporary {
+            eprintln!(
+                "  stderr copy: {}{}",
+                stderr_path.display(),
+                if stderr_complete {
+                    ""
+                } else {
+                    " (processes left running still write to it: it stops here)"
+                }
+            );
+        }
+        print_verdicts(&diagnosis);
     }
+    post.done();
     Ok(Outcome::Code(end.status))
+}
+
+/// What is left to do after the command ended: the stderr copy and XLA dump to clean
+/// up, and when it ended (for `MEMWATCH_RUN_TIMING`).
+struct PostExit<'a> {
+    stderr_path: &'a Path,
+    stderr_temporary: bool,
+    xla_dump: Option<&'a super::run_doctor::XlaDump>,
+    cmd_ended: Instant,
+}
+
+impl PostExit<'_> {
+    /// Removes what memwatch made only for the diagnosis; with `MEMWATCH_RUN_TIMING=1`
+    /// says how long after the command's exit the report and verdict were done.
+    fn done(&self) {
+        if self.stderr_temporary {
+            let _ = std::fs::remove_file(self.stderr_path);
+        }
+        if let Some(d) = self.xla_dump {
+            d.cleanup();
+        }
+        if std::env::var_os("MEMWATCH_RUN_TIMING").is_some_and(|v| v == "1") {
+            eprintln!(
+                "memwatch: report and verdict done {:.3} s after the command exited",
+                self.cmd_ended.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+/// The doctor's verdicts after the summary, when there are any.
+fn print_verdicts(d: &memwatch_analysis::doctor::Diagnosis) {
+    if !d.verdicts.is_empty() {
+        eprint!("\n{}", super::diagnose::render(d));
+    }
 }
 
 /// Makes memwatch the subreaper of CMD's descendants: a process CMD leaves behind (a
@@ -502,6 +651,8 @@ fn emit_json(
     end: &ChildEnd,
     stats: &ReceiverStats,
     report: Option<memwatch_analysis::capture::CaptureReport>,
+    post: &PostExit<'_>,
+    diagnosis: Option<memwatch_analysis::doctor::Diagnosis>,
 ) -> Result<()> {
     let doc = RunJson {
         capture: out.display().to_string(),
@@ -514,6 +665,8 @@ fn emit_json(
         signal: end.signal,
         connections: conn_json(stats),
         report,
+        stderr_log: (!post.stderr_temporary).then(|| post.stderr_path.display().to_string()),
+        diagnosis,
     };
     let text = serde_json::to_string(&doc).context("cannot encode the JSON report")?;
     match &args.json_out {

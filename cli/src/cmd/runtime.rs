@@ -55,6 +55,20 @@ pub fn run(a: RuntimeArgs) -> Result<Outcome> {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_human(&report, a.timeline)?;
+        for p in &report.processes {
+            for c in &p.failed_compiles {
+                outln!(
+                    "process {}: a compile failed at t={} ns ({}) after {:.3} s: memory it asked \
+                     for (autotuning scratch) is not in the figures above; `memwatch diagnose {} \
+                     STDERR --xla-dump DIR` explains it",
+                    p.pid,
+                    c.ts_ns,
+                    memwatch_analysis::doctor::failure::result_code_name(c.result),
+                    c.duration_ns as f64 / 1e9,
+                    a.capture.display()
+                );
+            }
+        }
     }
     Ok(Outcome::Success)
 }

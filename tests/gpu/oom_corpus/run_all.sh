@@ -44,6 +44,13 @@ SCENARIOS=(
   "torch_train_snapshot||torch_train_snapshot.py 50 512"
   "cupy_limit||cupy_limit.py 1536 96"
   "host_pinned||host_pinned.py 2"
+  # Variants with other shapes, sizes and fractions (the doctor must not learn one run).
+  "jax_leak_bfc_c|XLA_CLIENT_MEM_FRACTION=0.03|jax_leak.py 300 1536 4096 7"
+  "jax_co_resident_b|XLA_CLIENT_MEM_FRACTION=0.04|jax_co_resident.py 2300 3072 24"
+  "jax_autotune_g||jax_autotune.py 10240 200"
+  "torch_leak_b||torch_leak.py 0.03 2048 3072"
+  "torch_fraction_b||torch_fraction.py 0.03 192"
+  "cupy_limit_b||cupy_limit.py 1024 80"
 )
 
 want=" $* "

@@ -1,0 +1,369 @@
+//! The OOM doctor: one verdict per out-of-memory failure of a run, from whatever
+//! evidence exists — what failed (request, allocator, process, device, error), when
+//! (compile, autotuning, execute, data transfer, a framework's allocator), who asked
+//! (executable, HLO instruction, `op_name`, source line, Python frame), why (one
+//! [`Kind`], with the figures that prove it) and the fix, checked where memwatch can
+//! (e.g. a pool size confirmed by replaying the run's own trace through the BFC model).
+//!
+//! - `evidence`: the inputs and how each is loaded (capture, logs, XLA dump, device
+//!   samples, framework allocator states, the run's own facts);
+//! - `facts`: figures derived from a capture (driver-level live bytes through the one
+//!   `LiveSet`, PJRT buffers, executions, allocator samples);
+//! - `failure`: which failure ended the run;
+//! - `steps`: growth step after step (leaks);
+//! - `need`: the one rule for live set + request against the pool;
+//! - `check`: replaying the run's trace through the BFC model to check a fix;
+//! - `kinds`: one module per kind;
+//! - `verdict`: the stable, serialisable answer.
+//!
+//! Nothing here prints or exits.
+
+pub mod check;
+pub mod evidence;
+pub mod facts;
+pub mod failure;
+mod kinds;
+pub mod need;
+pub mod steps;
+pub mod verdict;
+
+pub use evidence::{
+    CaptureEvidence, DeviceSeries, DumpEvidence, Evidence, FrameworkState, LogEvidence, RunFacts,
+};
+pub use verdict::{Check, Cite, Diagnosis, Fix, Kind, Missing, Source, Verdict, What, When, Who};
+
+use std::path::PathBuf;
+
+/// Why a piece of evidence could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum DoctorError {
+    #[error(transparent)]
+    Capture(#[from] crate::capture::CaptureError),
+    #[error(transparent)]
+    Log(#[from] crate::xla::ParseError),
+    #[error(transparent)]
+    Xla(#[from] crate::xla::XlaError),
+    #[error("{}: {err}", path.display())]
+    Io { path: PathBuf, err: std::io::Error },
+    #[error("{}: {msg}", path.display())]
+    NotADump { path: PathBuf, msg: String },
+    #[error("{}:{line}: {msg}", path.display())]
+    Samples {
+        path: PathBuf,
+        line: usize,
+        msg: String,
+    },
+}
+
+/// Cuts `s` to `n` characters (with `…`).
+pub(crate) fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let t: String = s.chars().take(n.saturating_sub(1)).collect();
+        format!("{t}…")
+    }
+}
+
+/// Diagnoses a run from its evidence.
+pub fn diagnose(ev: &Evidence) -> Diagnosis {
+    let empty = crate::log::LogReport::default();
+    let log = ev.log.as_ref().map_or(&empty, |l| &l.report);
+    let pjrt = ev
+        .capture
+        .as_ref()
+        .map(facts::PjrtFacts::compute)
+        .unwrap_or_default();
+    let failure = failure::identify(ev, &pjrt);
+    let checkpoint = failure.as_ref().and_then(|f| f.ts_raw).unwrap_or(u64::MAX);
+    let drivers = ev
+        .capture
+        .as_ref()
+        .map(|c| facts::DriverFacts::compute(c, checkpoint))
+        .unwrap_or_default();
+    let dump_mismatch = ev.dump.as_ref().and_then(|d| dump_mismatch(ev, d));
+    let ctx = kinds::Ctx {
+        ev,
+        dump: ev.dump.as_ref().filter(|_| dump_mismatch.is_none()),
+        log,
+        pjrt: &pjrt,
+        drivers: &drivers,
+        failure: failure.as_ref(),
+    };
+    let verdicts = kinds::classify(&ctx);
+    let failed = verdicts.iter().any(|v| v.failure);
+    let headline = verdicts.first().map_or_else(
+        || match (&ev.capture, &ev.log) {
+            (None, None) => "No evidence to diagnose.".to_string(),
+            _ => match ev.run.exit_code {
+                Some(c) if c != 0 => format!(
+                    "The run failed (exit status {c}) but no source shows an out-of-memory failure."
+                ),
+                _ => "No out-of-memory failure found.".to_string(),
+            },
+        },
+        |v| v.headline.clone(),
+    );
+    Diagnosis {
+        schema: verdict::SCHEMA,
+        failed,
+        headline,
+        devices: device_peaks(ev, &drivers),
+        sources: sources(ev, dump_mismatch.as_deref()),
+        missing: missing(ev, failure.as_ref(), &verdicts, dump_mismatch.is_some()),
+        verdicts,
+    }
+}
+
+fn device_peaks(ev: &Evidence, drivers: &facts::DriverFacts) -> Vec<verdict::DevicePeak> {
+    let Some(cap) = &ev.capture else {
+        return Vec::new();
+    };
+    let base = cap.loaded.base_ns();
+    drivers
+        .per
+        .iter()
+        .filter(|((_, d), v)| *d >= 0 && v.peak_bytes > 0)
+        .map(|((k, d), v)| {
+            let meta = cap.loaded.processes.get(k).and_then(|p| p.devices.get(d));
+            verdict::DevicePeak {
+                pid: k.pid,
+                device: *d,
+                device_name: meta.map(|m| m.name.clone()),
+                device_total_bytes: meta.map(|m| m.total_bytes).filter(|t| *t > 0),
+                peak_bytes: v.peak_bytes,
+                peak_ns: v.peak_ts.saturating_sub(base),
+            }
+        })
+        .collect()
+}
+
+/// Why a dump is not the capture's own, if it is not: a module named like one of the
+/// capture's executables whose figures differ from its compiled statistics, or no name
+/// in common at all.
+fn dump_mismatch(ev: &Evidence, d: &DumpEvidence) -> Option<String> {
+    let cap = ev.capture.as_ref()?;
+    let exes: Vec<_> = cap
+        .runtime
+        .executables
+        .iter()
+        .filter(|x| x.flags & memwatch_wire::PjrtExecutable::FLAG_STATS != 0)
+        .collect();
+    if exes.is_empty() || d.modules.is_empty() {
+        return None;
+    }
+    let mut common = 0;
+    for x in &exes {
+        let same: Vec<_> = d.modules.iter().filter(|m| m.name == x.name).collect();
+        if same.is_empty() {
+            continue;
+        }
+        common += 1;
+        let fig = |v: i64| u64::try_from(v).unwrap_or(0);
+        let (a, o, t) = (
+            fig(x.stats.argument),
+            fig(x.stats.output),
+            fig(x.stats.temp),
+        );
+        if !same
+            .iter()
+            .any(|m| (m.argument_bytes, m.output_bytes, m.temp_bytes) == (a, o, t))
+        {
+            let m = same[0];
+            return Some(format!(
+                "its module {} has argument/output/temp {}/{}/{} B but the capture's {} compiled to {a}/{o}/{t} B: the dump is from another compilation, so it is not used",
+                m.name, m.argument_bytes, m.output_bytes, m.temp_bytes, x.name
+            ));
+        }
+    }
+    (common == 0).then(|| {
+        "it has no module named like any executable of the capture: it is from another run, so it is not used".to_string()
+    })
+}
+
+fn sources(ev: &Evidence, dump_mismatch: Option<&str>) -> Vec<Source> {
+    let mut out = Vec::new();
+    if let Some(c) = &ev.capture {
+        let damage = &c.loaded.damage;
+        let dropped: u64 = c.loaded.processes.values().map(|p| p.dropped_events).sum();
+        let mut notes = Vec::new();
+        if !damage.is_empty() {
+            notes.push(format!(
+                "{} damaged region(s) skipped ({} bytes; cut off by a crash?)",
+                damage.len(),
+                damage.iter().map(|d| d.bytes_lost).sum::<u64>()
+            ));
+        }
+        if dropped > 0 {
+            notes.push(format!("{dropped} events dropped by the shim"));
+        }
+        out.push(Source {
+            kind: "capture".into(),
+            path: c.path(),
+            note: (!notes.is_empty()).then(|| notes.join("; ")),
+        });
+    }
+    if let Some(l) = &ev.log {
+        for f in &l.report.files {
+            let note = l
+                .not_understood
+                .iter()
+                .find(|(p, _)| p.display().to_string() == *f)
+                .map(|(_, why)| format!("nothing memwatch knows in it ({why})"));
+            out.push(Source {
+                kind: "log".into(),
+                path: f.clone(),
+                note,
+            });
+        }
+    }
+    if let Some(d) = &ev.dump {
+        out.push(Source {
+            kind: "xla_dump".into(),
+            path: d.dir.display().to_string(),
+            note: dump_mismatch.map(str::to_string),
+        });
+    }
+    for s in &ev.device_samples {
+        out.push(Source {
+            kind: "device_samples".into(),
+            path: s.source.clone(),
+            note: None,
+        });
+    }
+    for s in &ev.framework_states {
+        out.push(Source {
+            kind: "framework_state".into(),
+            path: s.source.clone(),
+            note: None,
+        });
+    }
+    out
+}
+
+fn missing(
+    ev: &Evidence,
+    f: Option<&failure::Failure>,
+    verdicts: &[Verdict],
+    dump_mismatch: bool,
+) -> Vec<Missing> {
+    let mut out = Vec::new();
+    let mut add = |e: &str, w: &str| {
+        out.push(Missing {
+            evidence: e.into(),
+            would_add: w.into(),
+        })
+    };
+    let failed = verdicts.iter().any(|v| v.failure);
+    if ev.capture.is_none() {
+        add(
+            "capture",
+            "every allocation with its process and device (memwatch run): what was live, peaks per device, other processes, the failed driver calls, PJRT executions and buffers",
+        );
+    } else if let Some(c) = &ev.capture {
+        if !c.loaded.damage.is_empty() {
+            if f.is_some_and(|f| !f.seen_in_capture) {
+                add(
+                    "capture (to the failure)",
+                    "the capture is cut off before the failure: its counts and sizes are those up to where it stops, not at the failure",
+                );
+            } else {
+                add(
+                    "capture (whole)",
+                    "the capture is damaged: what the damaged stretch held is missing from the figures",
+                );
+            }
+        }
+    }
+    let understood = ev
+        .log
+        .as_ref()
+        .is_some_and(|l| l.not_understood.len() < l.report.files.len());
+    if !understood {
+        add(
+            "log",
+            "the program's stderr: the framework's own error (request, allocator, limit), the executable and the Python frame",
+        );
+    }
+    let xla =
+        f.is_some_and(|f| matches!(f.origin, failure::Origin::Xla | failure::Origin::Compile));
+    if xla && (ev.dump.is_none() || dump_mismatch) {
+        add(
+            "xla_dump",
+            "the HLO: which instruction and op_name needed the memory, its source line, and the temp buffer's make-up (XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text)",
+        );
+    }
+    if !ev.env_known {
+        add(
+            "environment",
+            "the allocator settings the run used (XLA_PYTHON_CLIENT_ALLOCATOR, XLA_CLIENT_MEM_FRACTION, PYTORCH_CUDA_ALLOC_CONF): whether a limit was set that an allocator ignores (memwatch run records them)",
+        );
+    }
+    if failed
+        && verdicts
+            .first()
+            .is_some_and(|v| v.kind == Kind::Unexplained)
+        && ev.device_samples.is_empty()
+    {
+        add(
+            "device_samples",
+            "the device's memory in use by every process (nvidia-smi / rocm-smi samples): memory held outside the run",
+        );
+    }
+    let torch = f.is_some_and(|f| matches!(f.origin, failure::Origin::Torch(_)));
+    if torch && ev.framework_states.is_empty() {
+        add(
+            "torch_snapshot",
+            "PyTorch's allocation history (torch.cuda.memory._record_memory_history + _dump_snapshot): which tensors were live, from which Python frames, step by step",
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn corpus(s: &str, f: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/oom-corpus")
+            .join(s)
+            .join(f)
+    }
+
+    /// A framework state (what a PyTorch snapshot reader fills) plugs in: torch_leak's
+    /// own per-step figures (figures.json) make the leak exact, steps included.
+    #[test]
+    fn a_framework_state_gives_the_steps() {
+        let figures: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(corpus("torch_leak", "figures.json")).unwrap(),
+        )
+        .unwrap();
+        let per_step: Vec<u64> = figures["allocated_per_step"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        let ev = Evidence {
+            capture: Some(CaptureEvidence::read(&corpus("torch_leak", "capture.mwcap")).unwrap()),
+            log: Some(LogEvidence::read(&[corpus("torch_leak", "stderr.log")]).unwrap()),
+            framework_states: vec![FrameworkState {
+                source: "figures.json".into(),
+                device: 0,
+                allocated_per_step: per_step,
+                ..FrameworkState::default()
+            }],
+            ..Evidence::default()
+        };
+        let d = diagnose(&ev);
+        let v = &d.verdicts[0];
+        assert_eq!(v.kind, Kind::Leak);
+        assert_eq!(v.figures["growth_per_step_bytes"], 134218240);
+        assert_eq!(v.figures["steps"], 29);
+        assert_eq!(v.figures["first_step"], 0);
+        assert!(v.also.contains(&Kind::TorchFractionLimit));
+        assert!(!d.missing.iter().any(|m| m.evidence == "torch_snapshot"));
+    }
+}

@@ -1,0 +1,227 @@
+//! Growth step after step: the evidence a leak needs. Two sources: the PJRT executions of
+//! an executable whose outputs outlive their step (an XLA program's steps are its
+//! executions), and, without PJRT records, a repeating group of driver allocations that
+//! are never released (a framework allocator's segments: one group per training step).
+
+use super::facts::{PjrtFacts, Producer};
+use std::collections::BTreeMap;
+
+/// An executable whose outputs accumulate, one step after another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionLeak {
+    pub executable: String,
+    /// Successful executions (the program's steps) before the moment examined.
+    pub steps: usize,
+    /// The first step (0-based execution index) of the unbroken run of steps whose
+    /// outputs are still live.
+    pub first_step: usize,
+    /// Steps in that run.
+    pub leaked_steps: usize,
+    /// Bytes each step leaves live (the most common figure in the run).
+    pub growth_per_step: u64,
+    /// Bytes live from those steps.
+    pub leaked_bytes: u64,
+}
+
+/// Steps needed before growth counts as a leak.
+pub const MIN_LEAKED_STEPS: usize = 3;
+
+/// Finds the executable of (pid, device) whose step outputs are live at runtime ns
+/// `at`: for each executable (by name), its successful executions before `at` in order;
+/// an execution leaks when one of its outputs is still live. The last execution is left
+/// out (its outputs are the program's current state); the unbroken run of leaking
+/// executions before it must be [`MIN_LEAKED_STEPS`] long.
+pub fn execution_leak(pjrt: &PjrtFacts, pid: u32, device: i32, at: u64) -> Option<ExecutionLeak> {
+    // execution index -> live output bytes at `at`
+    let mut survivors: BTreeMap<usize, u64> = BTreeMap::new();
+    for b in pjrt.live_at(pid, device, at) {
+        if let Producer::Execution(i) = b.producer {
+            *survivors.entry(i).or_default() += b.size;
+        }
+    }
+    let mut by_name: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, x) in pjrt.executions.iter().enumerate() {
+        if x.pid == pid && x.device == device && x.ok && x.ts <= at {
+            by_name.entry(pjrt.name(pid, x.handle)).or_default().push(i);
+        }
+    }
+    let mut best: Option<ExecutionLeak> = None;
+    for (name, execs) in by_name {
+        let n = execs.len();
+        if n < MIN_LEAKED_STEPS + 1 {
+            continue;
+        }
+        let live = |k: usize| survivors.get(&execs[k]).copied().unwrap_or(0);
+        let mut start = n - 1;
+        while start > 0 && live(start - 1) > 0 {
+            start -= 1;
+        }
+        let leaked_steps = n - 1 - start;
+        if leaked_steps < MIN_LEAKED_STEPS {
+            continue;
+        }
+        let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut leaked = 0u64;
+        for k in start..n - 1 {
+            *counts.entry(live(k)).or_default() += 1;
+            leaked += live(k);
+        }
+        let growth = counts
+            .iter()
+            .max_by_key(|(size, c)| (**c, **size))
+            .map_or(0, |(s, _)| *s);
+        let cand = ExecutionLeak {
+            executable: name,
+            steps: n,
+            first_step: start,
+            leaked_steps,
+            growth_per_step: growth,
+            leaked_bytes: leaked,
+        };
+        if best
+            .as_ref()
+            .is_none_or(|b| cand.leaked_bytes > b.leaked_bytes)
+        {
+            best = Some(cand);
+        }
+    }
+    best
+}
+
+/// Allocations that repeat in a fixed group and are never released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocationGrowth {
+    /// Allocations per group (1: the same size over and over).
+    pub period: usize,
+    /// Whole groups seen.
+    pub repetitions: usize,
+    /// Bytes per group.
+    pub per_group: u64,
+    /// Bytes in the repeating run.
+    pub total: u64,
+    /// Raw ns of the run's first allocation.
+    pub started_ts: u64,
+}
+
+/// Finds the longest run at the end of `live` (allocations live at one moment, in time
+/// order: (raw ns, size)) whose sizes repeat with a period of 1 to 8 allocations, at
+/// least three times; the smallest period that covers the most.
+pub fn allocation_growth(live: &[(u64, u64)]) -> Option<AllocationGrowth> {
+    let n = live.len();
+    let mut best: Option<(usize, usize)> = None; // (period, run length)
+    for p in 1..=8usize.min(n / 3) {
+        let mut j = n - 1;
+        while j >= p && live[j].1 == live[j - p].1 {
+            j -= 1;
+        }
+        // Elements j+1-p ..= n-1 follow the period (the first p are its first group).
+        let len = n - (j + 1) + p;
+        let len = len.min(n);
+        if len / p >= 3 && best.is_none_or(|(_, l)| len > l) {
+            best = Some((p, len));
+        }
+    }
+    let (p, len) = best?;
+    let run = &live[n - len..];
+    let reps = len / p;
+    let per_group: u64 = run[len - reps * p..len - reps * p + p]
+        .iter()
+        .map(|a| a.1)
+        .sum();
+    Some(AllocationGrowth {
+        period: p,
+        repetitions: reps,
+        per_group,
+        total: run.iter().map(|a| a.1).sum(),
+        started_ts: run[0].0,
+    })
+}
+
+/// Growth step after step as a framework states it (allocated bytes after each step, from
+/// a source that knows steps, e.g. a PyTorch snapshot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepGrowth {
+    /// Bytes each step added (all steps of the run added exactly this).
+    pub growth_per_step: u64,
+    /// The first step whose memory stayed (0-based).
+    pub first_step: usize,
+    /// Steps recorded.
+    pub steps: usize,
+    /// Bytes the run of growing steps added.
+    pub leaked_bytes: u64,
+}
+
+/// The unbroken run of equal, positive growth at the end of `allocated` (allocated bytes
+/// after each step), at least [`MIN_LEAKED_STEPS`] steps long.
+pub fn step_growth(allocated: &[u64]) -> Option<StepGrowth> {
+    let n = allocated.len();
+    if n < MIN_LEAKED_STEPS + 1 {
+        return None;
+    }
+    let delta = |k: usize| allocated[k].checked_sub(allocated[k - 1]);
+    let g = delta(n - 1).filter(|g| *g > 0)?;
+    let mut s = n - 1;
+    while s > 1 && delta(s - 1) == Some(g) {
+        s -= 1;
+    }
+    let grew = n - s;
+    (grew >= MIN_LEAKED_STEPS).then(|| StepGrowth {
+        growth_per_step: g,
+        first_step: s - 1,
+        steps: n,
+        leaked_bytes: g * grew as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seq(sizes: &[u64]) -> Vec<(u64, u64)> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i as u64, *s))
+            .collect()
+    }
+
+    /// torch_leak's own figures (figures.json: memory_allocated() after each step).
+    #[test]
+    fn growth_a_framework_states() {
+        let a: Vec<u64> = (0..29u64).map(|k| 235946496 + k * 134218240).collect();
+        let g = step_growth(&a).unwrap();
+        assert_eq!(
+            (g.growth_per_step, g.first_step, g.steps),
+            (134218240, 0, 29)
+        );
+        // steady for ten steps, then growing
+        let mut b = vec![100u64; 10];
+        b.extend((1..=5).map(|k| 100 + k * 7));
+        let g = step_growth(&b).unwrap();
+        assert_eq!((g.growth_per_step, g.first_step, g.steps), (7, 9, 15));
+        assert_eq!(step_growth(&[1, 2, 3]), None);
+        assert_eq!(step_growth(&[5, 5, 5, 5, 5]), None);
+    }
+
+    #[test]
+    fn repeating_groups() {
+        // warm-up, then [32, 32, 64] eight times, then the first of the next group
+        let mut s = vec![16, 2, 16, 1];
+        for _ in 0..8 {
+            s.extend([32, 32, 64]);
+        }
+        s.push(32);
+        let g = allocation_growth(&seq(&s)).unwrap();
+        assert_eq!((g.period, g.repetitions, g.per_group), (3, 8, 128));
+        assert_eq!(g.started_ts, 4);
+        // one size kept over and over
+        let g = allocation_growth(&seq(&[5, 7, 7, 7, 7, 7])).unwrap();
+        assert_eq!(
+            (g.period, g.repetitions, g.per_group, g.total),
+            (1, 5, 7, 35)
+        );
+        // no repetition
+        assert_eq!(allocation_growth(&seq(&[1, 2, 3, 4, 5, 6, 7])), None);
+        assert_eq!(allocation_growth(&seq(&[1, 1])), None);
+    }
+}

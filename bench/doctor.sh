@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The OOM doctor's figures (issue 22), release build:
+#  1. time from the command's exit to the verdict printed by `memwatch run`, on a capture
+#     of 10M events: a real `memwatch run` of the shim's test program (10M hooked calls
+#     through the preload shim and the receiver, the test runtime of
+#     agents/preload/tests/runtime standing in for the GPU driver) that ends with a real
+#     PyTorch OOM on its stderr (testdata/oom-corpus/torch_fraction), measured by memwatch
+#     itself (MEMWATCH_RUN_TIMING=1: load, diagnosis, report and printing after exit);
+#  2. the same work on the largest corpus scenarios (their captures were recorded on an
+#     H100, so the run cannot be repeated here): `memwatch report` + `memwatch diagnose`
+#     of their capture, stderr, samples and dump, each the best of 5 (an upper bound: two
+#     processes read the capture twice where `memwatch run` reads it once);
+#  3. `memwatch diagnose` on a 1 GiB stderr log (a training log's lines, the corpus runs'
+#     startup lines, and a real OOM report at the end): MB/s, best of 3.
+# Usage: bash bench/doctor.sh [EVENTS]   (default 10000000; needs cc and python3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+events="${1:-10000000}"
+cargo build --release -q -p memwatch -p memwatch-preload
+target="${CARGO_TARGET_DIR:-target}/release"
+mw="$root/$target/memwatch"
+shim="$root/$target/libmemwatch_preload.so"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+best() { # best wall seconds of N runs of a command (stdout discarded)
+  local n=$1; shift
+  local b=""
+  for _ in $(seq "$n"); do
+    local t0 t1
+    t0=$(date +%s.%N); "$@" > /dev/null; t1=$(date +%s.%N)
+    b=$(awk -v a="$t0" -v z="$t1" -v b="$b" 'BEGIN { d = z - a; if (b == "" || d < b) print d; else print b }')
+  done
+  echo "$b"
+}
+
+# 1. 10M events through memwatch run.
+t=agents/preload/tests
+cc -O2 -shared -fPIC -o "$work/libmemwatch_testrt.so" "$t/runtime/memwatch_testrt.c" \
+  -Wl,--version-script="$t/runtime/memwatch_testrt.map" -lpthread
+cc -O2 -DDIRECT -o "$work/mwtest" "$t/c/mwtest.c" -L"$work" -lmemwatch_testrt -Wl,-rpath,"$work" -lpthread
+# Three threads of alloc/free pairs (one thread's bench tops out near 8M events); the
+# count recorded is printed.
+batches=$((events / 6000))
+oom="$root/testdata/oom-corpus/torch_fraction/stderr.log"
+(cd "$work" && MEMWATCH_PRELOAD="$shim" MEMWATCH_RUN_TIMING=1 MEMWATCH_BUFFER_EVENTS=16777216 \
+  "$mw" run --out big.mwcap -- sh -c "'$work/mwtest' direct bench 3 $batches 1000 > /dev/null; cat '$oom' >&2; exit 1" \
+  2> run.err) || true
+n=$("$mw" report --json "$work/big.mwcap" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(sum(d.get("alloc_count",0)+d.get("free_count",0) for p in r["processes"] for d in p["devices"]))')
+echo "memwatch run, $n allocation/free events ($(du -m "$work/big.mwcap" | cut -f1) MiB capture): $(grep -o 'done [0-9.]* s after the command exited' "$work/run.err") ($(grep -o 'capture read.*' "$work/run.err")); verdict: $(grep -o '^\[1\] [a-z_]* — failure' "$work/run.err" || echo none)"
+
+# 2. The largest corpus scenarios: overall, and the largest that failed.
+largest=$(ls -S testdata/oom-corpus/*/capture.mwcap | head -1 | xargs dirname)
+failing=$(for c in $(ls -S testdata/oom-corpus/*/capture.mwcap); do d=$(dirname "$c"); grep -q '"failure": true' "$d/scenario.json" && { echo "$d"; break; }; done)
+for d in $largest $failing; do
+  args=("$d/capture.mwcap" "$d/stderr.log" "$d/nvsmi.csv")
+  [ -d "$d/dump" ] && args+=(--xla-dump "$d/dump")
+  r=$(best 5 "$mw" report "$d/capture.mwcap")
+  g=$(best 5 "$mw" diagnose "${args[@]}")
+  echo "corpus $(basename "$d") ($(du -k "$d/capture.mwcap" | cut -f1) KiB capture): report ${r} s + diagnose ${g} s = $(awk -v a="$r" -v b="$g" 'BEGIN{printf "%.3f", a+b}') s (best of 5 each)"
+done
+
+# 3. A 1 GiB stderr log.
+python3 - "$work/big.log" "$root/testdata/oom-corpus" <<'PY'
+import glob, os, sys
+out, corpus = sys.argv[1], sys.argv[2]
+heads = []
+for f in sorted(glob.glob(os.path.join(corpus, "*/stderr.log"))):
+    heads += [l for l in open(f) if l.startswith("I1125")][:8]
+tail = open(os.path.join(corpus, "jax_fragmentation/stderr.log")).read()
+target = 1 << 30
+with open(out, "w") as o:
+    n, i = 0, 0
+    while n < target - len(tail):
+        block = []
+        for k in range(100):
+            block.append(f"step {i}: loss {1.0 / (i + 1):.6f} lr 3.0e-04 grad_norm {0.5 + (i % 7) / 10:.3f} tokens/s {12000 + i % 977} mem {(i % 4096) * 1.5:.1f}MiB\n")
+            i += 1
+        block.append(heads[i % len(heads)])
+        s = "".join(block)
+        o.write(s)
+        n += len(s)
+    o.write(tail)
+PY
+size=$(stat -c %s "$work/big.log")
+s=$(best 3 "$mw" diagnose "$work/big.log" --json)
+echo "memwatch diagnose on a $((size >> 20)) MiB stderr log: ${s} s, $(awk -v b="$size" -v s="$s" 'BEGIN{printf "%.0f", b / 1e6 / s}') MB/s (best of 3; verdict $("$mw" diagnose "$work/big.log" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["verdicts"][0]["kind"])'))"

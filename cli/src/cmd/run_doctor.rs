@@ -1,0 +1,134 @@
+//! The OOM doctor inside `memwatch run`: the allocator settings recorded in the capture
+//! (`env` tags), the XLA dump the run writes for it (a folder the user names, the one
+//! the user's own `XLA_FLAGS` names, or a temporary one removed afterwards), and the
+//! diagnosis of the finished run from its capture, its stderr copy and that dump.
+
+use super::diagnose::apply_env;
+use memwatch_analysis::capture::Loaded;
+use memwatch_analysis::doctor::{
+    self, evidence::ALLOCATOR_ENV, CaptureEvidence, Diagnosis, DumpEvidence, Evidence, LogEvidence,
+};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Capture tags that record the run's allocator settings: `env` (recorded) and
+/// `env.NAME=VALUE` for each setting present, including the user's own `XLA_FLAGS`.
+pub fn env_tags() -> Vec<(String, String)> {
+    let mut tags = vec![("env".to_string(), "recorded".to_string())];
+    for k in ALLOCATOR_ENV.iter().copied().chain(["XLA_FLAGS"]) {
+        if let Some(v) = std::env::var_os(k) {
+            tags.push((format!("env.{k}"), v.to_string_lossy().into_owned()));
+        }
+    }
+    tags
+}
+
+/// Where the run's XLA dump goes.
+pub struct XlaDump {
+    pub dir: PathBuf,
+    /// memwatch made it and removes it after the diagnosis.
+    pub temporary: bool,
+}
+
+impl XlaDump {
+    /// The dump for this run and the `XLA_FLAGS` the command gets (`None`: unchanged):
+    /// the user's own `--xla_dump_to` is used as it is; else `dir` (from `--xla-dump`) or
+    /// a new temporary folder, appended to the user's flags.
+    pub fn plan(dir: Option<&Path>, off: bool) -> (Option<XlaDump>, Option<OsString>) {
+        let user = std::env::var("XLA_FLAGS").unwrap_or_default();
+        if let Some(d) = user
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("--xla_dump_to="))
+        {
+            return (
+                Some(XlaDump {
+                    dir: PathBuf::from(d),
+                    temporary: false,
+                }),
+                None,
+            );
+        }
+        if off {
+            return (None, None);
+        }
+        let (dir, temporary) = match dir {
+            Some(d) => (d.to_path_buf(), false),
+            None => {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                (
+                    std::env::temp_dir()
+                        .join(format!("memwatch-xla-dump-{}-{nanos}", std::process::id())),
+                    true,
+                )
+            }
+        };
+        let mut flags = OsString::from(user.trim());
+        if !flags.is_empty() {
+            flags.push(" ");
+        }
+        flags.push(format!(
+            "--xla_dump_to={} --xla_dump_hlo_as_text",
+            dir.display()
+        ));
+        (Some(XlaDump { dir, temporary }), Some(flags))
+    }
+
+    /// Removes a temporary dump.
+    pub fn cleanup(&self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Diagnoses the finished run and computes its report: the capture's events are sorted
+/// once, then the diagnosis and the report read them on two threads (the report from a
+/// copy, the two use the machine's cores at once).
+pub fn diagnose_and_report(
+    loaded: Loaded,
+    stderr_copy: &Path,
+    dump: Option<&XlaDump>,
+    report: impl FnOnce(Loaded) -> memwatch_analysis::capture::CaptureReport + Send,
+) -> (Diagnosis, memwatch_analysis::capture::CaptureReport) {
+    let cap = CaptureEvidence::from_loaded(loaded);
+    let copy = cap.loaded.clone();
+    std::thread::scope(|s| {
+        let doctor = s.spawn(|| diagnose_capture(Some(cap), Some(stderr_copy), dump));
+        let r = report(copy);
+        let d = doctor
+            .join()
+            .unwrap_or_else(|_| diagnose_capture(None, Some(stderr_copy), dump));
+        (d, r)
+    })
+}
+
+/// Diagnoses the finished run (without a capture: from its stderr alone).
+pub fn diagnose(stderr_copy: Option<&Path>, dump: Option<&XlaDump>) -> Diagnosis {
+    diagnose_capture(None, stderr_copy, dump)
+}
+
+/// Evidence that cannot be read (a dump the program never wrote, a stderr copy that is
+/// not text) is left out and named by the diagnosis as missing.
+fn diagnose_capture(
+    capture: Option<CaptureEvidence>,
+    stderr_copy: Option<&Path>,
+    dump: Option<&XlaDump>,
+) -> Diagnosis {
+    let mut ev = Evidence {
+        capture,
+        ..Evidence::default()
+    };
+    if let Some(p) = stderr_copy {
+        let nonempty = std::fs::metadata(p).is_ok_and(|m| m.len() > 0);
+        if nonempty {
+            ev.log = LogEvidence::read(&[p.to_path_buf()]).ok();
+        }
+    }
+    if let Some(d) = dump.filter(|d| d.dir.is_dir()) {
+        ev.dump = DumpEvidence::read(&d.dir).ok();
+    }
+    apply_env(&mut ev, &[]);
+    doctor::diagnose(&ev)
+}
