@@ -35,7 +35,8 @@ fn stack(v: &Value, stacks: &mut StackTable, at: &dyn Fn() -> String) -> Result<
     }
 }
 
-/// One trace entry (`device_traces[device][index]`).
+/// One trace entry (`device_traces[device][index]`). `None`: an action this build does
+/// not know. (One pass over the keys: this runs for every entry of multi-GB traces.)
 pub fn entry(
     v: &Value,
     device: usize,
@@ -43,46 +44,75 @@ pub fn entry(
     stacks: &mut StackTable,
 ) -> Result<Option<Entry>, String> {
     let at = || format!("device_traces[{device}][{index}]");
-    let v = dict(v, &at)?;
-    let action = field(v, "action", &at)?;
+    let items = dict(v, &at)?.as_dict().unwrap_or(&[]);
+    let mut action = None;
+    let (mut time_us, mut addr, mut size, mut stream, mut device_free) =
+        (None, None, None, None, None);
+    let (mut frames, mut compile_context, mut user_metadata) = (None, None, None);
+    for (k, x) in items {
+        match k.as_str() {
+            Some("action") => action = Some(x),
+            Some("time_us") => time_us = Some(x),
+            Some("addr") => addr = Some(x),
+            Some("size") => size = Some(x),
+            Some("stream") => stream = Some(x),
+            Some("device_free") => device_free = Some(x),
+            Some("frames") => frames = Some(x),
+            Some("compile_context") => compile_context = Some(x),
+            Some("user_metadata") => user_metadata = Some(x),
+            _ => {}
+        }
+    }
+    let action = action.ok_or_else(|| format!("{}: no 'action'", at()))?;
     let name = action
         .as_str()
         .ok_or_else(|| format!("{}: 'action' is a {}", at(), action.type_name()))?;
     let Some(action) = Action::from_name(name) else {
         return Ok(None);
     };
-    let time_us = match v.get("time_us") {
+    let number = |x: Option<&Value>, key: &str, required: bool| -> Result<u64, String> {
+        match x {
+            Some(x) => x.as_u64().ok_or_else(|| {
+                format!(
+                    "{}: '{key}' is a {} ({}), not a non-negative int",
+                    at(),
+                    x.type_name(),
+                    x.to_json()
+                )
+            }),
+            None if required => Err(format!("{}: no '{key}'", at())),
+            None => Ok(0),
+        }
+    };
+    let time_us = match time_us {
         Some(t) => t
             .as_i64()
             .ok_or_else(|| format!("{}: 'time_us' is a {}", at(), t.type_name()))?,
         None => 0,
     };
-    let (addr, device_free) = if action == Action::Oom {
-        (0, u64_field(v, "device_free", &at)?)
-    } else if action == Action::Snapshot {
-        (v.get("addr").and_then(Value::as_u64).unwrap_or(0), 0)
-    } else {
-        (u64_field(v, "addr", &at)?, 0)
-    };
-    let size = match action {
-        Action::Snapshot => v.get("size").and_then(Value::as_u64).unwrap_or(0),
-        _ => u64_field(v, "size", &at)?,
-    };
-    let stream = v.get("stream").and_then(Value::as_u64).unwrap_or(0);
-    let text = |stacks: &mut StackTable, key: &str| match v.get(key).and_then(Value::as_str) {
-        Some(s) if s != "N/A" => stacks.text(s),
+    let keyed = !matches!(action, Action::Oom | Action::Snapshot);
+    let addr = number(addr, "addr", keyed)?;
+    let size = number(size, "size", action != Action::Snapshot)?;
+    let device_free = number(device_free, "device_free", action == Action::Oom)?;
+    let stream = stream.and_then(Value::as_u64).unwrap_or(0);
+    let mut text = |x: Option<&Value>| match x.and_then(Value::as_str) {
+        Some(s) if !s.is_empty() && s != "N/A" => stacks.text(s),
         _ => 0,
     };
-    let compile_context = text(stacks, "compile_context");
-    let user_metadata = text(stacks, "user_metadata");
+    let compile_context = text(compile_context);
+    let user_metadata = text(user_metadata);
+    let stack = match frames {
+        None => StackId::NONE,
+        Some(f) => stacks.intern(f).map_err(|e| format!("{}: {e}", at()))?,
+    };
     Ok(Some(Entry {
         action,
         time_us,
-        addr,
+        addr: if action == Action::Oom { 0 } else { addr },
         size,
         stream,
         device_free,
-        stack: stack(v, stacks, &at)?,
+        stack,
         compile_context,
         user_metadata,
     }))

@@ -141,6 +141,14 @@ impl StackTable {
     }
 
     fn frame(&mut self, f: &Value) -> Result<u32, String> {
+        if *f == Value::Forgotten {
+            // A frame the streaming reader had forgotten (used once, long before).
+            return Ok(self.frame_id(Frame {
+                name: "<forgotten frame>".into(),
+                filename: String::new(),
+                line: 0,
+            }));
+        }
         let key = identity(f);
         if let Some(k) = key {
             if let Some((_, id)) = self.frame_cache.get(&k) {
@@ -160,15 +168,7 @@ impl StackTable {
                 .to_string(),
             line: f.get("line").and_then(Value::as_i64).unwrap_or(0),
         };
-        let id = match self.frame_ids.get(&frame) {
-            Some(&id) => id,
-            None => {
-                let id = self.frames.len() as u32;
-                self.frames.push(frame.clone());
-                self.frame_ids.insert(frame, id);
-                id
-            }
-        };
+        let id = self.frame_id(frame);
         if let Some(k) = key {
             if self.frame_cache.len() >= CACHE_MAX {
                 self.frame_cache.clear();
@@ -176,6 +176,18 @@ impl StackTable {
             self.frame_cache.insert(k, (f.clone(), id));
         }
         Ok(id)
+    }
+
+    fn frame_id(&mut self, frame: Frame) -> u32 {
+        match self.frame_ids.get(&frame) {
+            Some(&id) => id,
+            None => {
+                let id = self.frames.len() as u32;
+                self.frames.push(frame.clone());
+                self.frame_ids.insert(frame, id);
+                id
+            }
+        }
     }
 
     /// Drops the identity caches (once reading is over).

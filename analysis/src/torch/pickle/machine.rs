@@ -134,6 +134,7 @@ pub fn load<R: Read>(
         memo: Memo::default(),
         router,
         limits,
+        spare: Vec::new(),
     };
     let mut at = 0;
     m.run(&mut at)
@@ -179,6 +180,8 @@ struct Machine<'a, R> {
     memo: Memo,
     router: &'a mut dyn Router,
     limits: &'a Limits,
+    /// Boxes of finished containers, for the next ones.
+    spare: Spare,
 }
 
 /// Opcode names, for messages.
@@ -212,17 +215,17 @@ fn shown(bytes: &[u8]) -> String {
         .collect()
 }
 
-fn str_value(bytes: Vec<u8>) -> Value {
-    match String::from_utf8(bytes) {
-        Ok(s) => Value::Str(Rc::new(s)),
-        Err(e) => Value::Str(Rc::new(String::from_utf8_lossy(e.as_bytes()).into_owned())),
+fn str_value(bytes: &[u8]) -> Value {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Value::Str(Rc::from(s)),
+        Err(_) => Value::Str(Rc::from(String::from_utf8_lossy(bytes).as_ref())),
     }
 }
 
 /// Protocol 0-2 strings: text when UTF-8, else bytes.
 fn py2_str_value(bytes: Vec<u8>) -> Value {
     match String::from_utf8(bytes) {
-        Ok(s) => Value::Str(Rc::new(s)),
+        Ok(s) => Value::Str(Rc::from(s.as_str())),
         Err(e) => Value::Bytes(Rc::new(e.into_bytes())),
     }
 }
@@ -240,16 +243,25 @@ fn int_from_le(bytes: &[u8]) -> Value {
 
 /// Turns a stack item into a finished value: a container being built is finished and
 /// the memo entries that name it are filled.
-fn seal(item: Item, memo: &mut Memo) -> Nested {
+fn seal(item: Item, memo: &mut Memo, spare: &mut Spare) -> Nested {
     match item {
         Item::Value(v, d) => (v, d),
         Item::Mark => (Value::None, 0),
-        Item::Build(b) => seal_build(*b, memo),
+        Item::Build(b) => seal_build(b, memo, spare),
     }
 }
 
-fn seal_build(b: Build, memo: &mut Memo) -> Nested {
-    let v = match (b.kind, b.items) {
+/// Boxes of finished containers kept for the next ones (reusing the allocation is the
+/// point, hence `Vec<Box<_>>`).
+#[allow(clippy::vec_box)]
+type Spare = Vec<Box<Build>>;
+
+/// How many boxes [`Spare`] keeps.
+const SPARE: usize = 64;
+
+fn seal_build(mut b: Box<Build>, memo: &mut Memo, spare: &mut Spare) -> Nested {
+    let items = std::mem::replace(&mut b.items, Items::List(Vec::new()));
+    let v = match (b.kind, items) {
         (Kind::Set, Items::List(l)) => Value::Set(Rc::new(l)),
         (_, Items::List(l)) => Value::List(Rc::new(l)),
         (_, Items::Dict(d)) => Value::Dict(Rc::new(d)),
@@ -257,7 +269,12 @@ fn seal_build(b: Build, memo: &mut Memo) -> Nested {
     for &i in &b.memo {
         memo.fill(i, &v, b.depth);
     }
-    (v, b.depth)
+    let depth = b.depth;
+    if spare.len() < SPARE {
+        b.memo.clear();
+        spare.push(b);
+    }
+    (v, depth)
 }
 
 impl<R: Read> Machine<'_, R> {
@@ -319,7 +336,7 @@ impl<R: Read> Machine<'_, R> {
         }
         let item = self.stack.pop().ok_or(ErrorKind::StackUnderflow { op })?;
         self.trim_positions(self.stack.len());
-        Ok(seal(item, &mut self.memo))
+        Ok(seal(item, &mut self.memo, &mut self.spare))
     }
 
     /// Pops the values above the topmost mark and the mark.
@@ -328,7 +345,10 @@ impl<R: Read> Machine<'_, R> {
         let items: Vec<Item> = self.stack.drain(m + 1..).collect();
         self.stack.truncate(m);
         self.trim_positions(m);
-        Ok(items.into_iter().map(|i| seal(i, &mut self.memo)).collect())
+        Ok(items
+            .into_iter()
+            .map(|i| seal(i, &mut self.memo, &mut self.spare))
+            .collect())
     }
 
     /// The top item as a finished value (a container being built is finished in place).
@@ -350,7 +370,7 @@ impl<R: Read> Machine<'_, R> {
             return;
         }
         let item = std::mem::replace(&mut self.stack[pos], Item::Mark);
-        let (v, d) = seal(item, &mut self.memo);
+        let (v, d) = seal(item, &mut self.memo, &mut self.spare);
         self.stack[pos] = Item::Value(v, d);
         if let Some(i) = self.builds.iter().rposition(|&p| p == pos) {
             self.builds.remove(i);
@@ -428,7 +448,7 @@ impl<R: Read> Machine<'_, R> {
                 Items::List(items.into_iter().map(|(v, _)| v).collect())
             }
         };
-        self.push(Item::Build(Box::new(Build {
+        let build = Build {
             kind,
             items,
             depth,
@@ -437,92 +457,154 @@ impl<R: Read> Machine<'_, R> {
             streaming,
             count,
             memo_mark: self.memo.next_index(),
-        })))
+        };
+        let boxed = match self.spare.pop() {
+            Some(mut b) => {
+                let memo = std::mem::take(&mut b.memo);
+                *b = Build { memo, ..build };
+                b
+            }
+            None => Box::new(build),
+        };
+        self.push(Item::Build(boxed))
     }
 
-    /// Adds `values` to the container being built at the top of the stack (after the
-    /// values and their mark were popped), streaming them when its route says so.
-    fn extend_top(&mut self, op: &'static str, values: Vec<Nested>) -> Result<(), ErrorKind> {
+    /// Adds the items `stack[first..]` to the container being built at `stack[target]`
+    /// (the mark between them, if any, goes too), streaming them when its route says so.
+    fn add_items(
+        &mut self,
+        op: &'static str,
+        target: usize,
+        first: usize,
+    ) -> Result<(), ErrorKind> {
         let expected = match op {
             "SETITEM" | "SETITEMS" => "dict",
             "ADDITEMS" => "set",
             _ => "list",
         };
-        if self.stack.len() <= self.floor() {
-            return Err(ErrorKind::StackUnderflow { op });
-        }
-        let b = match self.stack.last_mut() {
-            Some(Item::Build(b)) => b,
-            Some(Item::Value(v, _)) => {
-                if v.is_container() {
-                    // A finished container is changed only by a recursive structure.
-                    return Err(ErrorKind::Recursive);
+        match &self.stack[target] {
+            Item::Build(b) => {
+                let kind_name = match b.kind {
+                    Kind::Dict => "dict",
+                    Kind::List => "list",
+                    Kind::Set => "set",
+                };
+                if kind_name != expected {
+                    return Err(ErrorKind::WrongTarget {
+                        op,
+                        expected,
+                        found: kind_name,
+                    });
                 }
+            }
+            Item::Value(v, _) if v.is_container() => {
+                // A finished container is changed only by a recursive structure.
+                return Err(ErrorKind::Recursive);
+            }
+            Item::Value(v, _) => {
                 return Err(ErrorKind::WrongTarget {
                     op,
                     expected,
                     found: v.type_name(),
-                });
+                })
             }
-            _ => return Err(ErrorKind::StackUnderflow { op }),
-        };
-        let kind_name = match b.kind {
-            Kind::Dict => "dict",
-            Kind::List => "list",
-            Kind::Set => "set",
-        };
-        if kind_name != expected {
-            return Err(ErrorKind::WrongTarget {
-                op,
-                expected,
-                found: kind_name,
-            });
+            Item::Mark => return Err(ErrorKind::StackUnderflow { op }),
         }
-        let deepest = values.iter().map(|(_, d)| *d).max().unwrap_or(0);
-        if deepest >= self.limits.max_nesting {
-            return Err(ErrorKind::TooDeep(usize::from(self.limits.max_nesting)));
-        }
+        let n = self.stack.len() - first;
+        let max_nesting = self.limits.max_nesting;
+        let max_items = self.limits.max_items;
+        let Machine {
+            stack,
+            memo,
+            router,
+            spare,
+            ..
+        } = self;
+        let (lo, hi) = stack.split_at_mut(first);
+        let Item::Build(b) = &mut lo[target] else {
+            return Err(ErrorKind::StackUnderflow { op });
+        };
+        let too_deep = ErrorKind::TooDeep(usize::from(max_nesting));
+        let mut take =
+            |i: &mut Item, memo: &mut Memo| seal(std::mem::replace(i, Item::Mark), memo, spare);
         match &mut b.items {
             Items::Dict(d) => {
-                if !values.len().is_multiple_of(2) {
+                if !n.is_multiple_of(2) {
                     return Err(ErrorKind::OddPairs { op });
                 }
-                if d.len() + values.len() / 2 > self.limits.max_items {
-                    return Err(ErrorKind::ContainerFull(self.limits.max_items));
+                if d.len() + n / 2 > max_items {
+                    return Err(ErrorKind::ContainerFull(max_items));
                 }
-                b.depth = b.depth.max(deepest + 1);
-                let mut it = values.into_iter();
-                while let (Some((k, _)), Some((v, _))) = (it.next(), it.next()) {
+                d.reserve_exact(n / 2);
+                for pair in hi.chunks_exact_mut(2) {
+                    let (k, dk) = take(&mut pair[0], memo);
+                    let (v, dv) = take(&mut pair[1], memo);
+                    if dk.max(dv) >= max_nesting {
+                        return Err(too_deep);
+                    }
+                    b.depth = b.depth.max(dk.max(dv) + 1);
                     d.push((k, v));
-                    b.count += 1;
                 }
+                b.count += n / 2;
             }
-            Items::List(l) => {
-                if b.streaming == Streaming::No {
-                    if l.len() + values.len() > self.limits.max_items {
-                        return Err(ErrorKind::ContainerFull(self.limits.max_items));
+            Items::List(l) if b.streaming == Streaming::No => {
+                if l.len() + n > max_items {
+                    return Err(ErrorKind::ContainerFull(max_items));
+                }
+                l.reserve_exact(n);
+                for i in hi.iter_mut() {
+                    let (v, d) = take(i, memo);
+                    if d >= max_nesting {
+                        return Err(too_deep);
                     }
-                    b.depth = b.depth.max(deepest + 1);
-                    b.count += values.len();
-                    l.extend(values.into_iter().map(|(v, _)| v));
-                } else {
-                    let route = b.route;
-                    for (v, _) in values {
-                        let index = b.count;
-                        b.count += 1;
-                        self.router
-                            .element(route, index, v)
-                            .map_err(ErrorKind::Rejected)?;
-                    }
-                    if b.streaming == Streaming::Forget {
-                        let now = self.memo.next_index();
-                        self.memo.handed_out(b.memo_mark, now);
-                        b.memo_mark = now;
-                    }
+                    b.depth = b.depth.max(d + 1);
+                    l.push(v);
+                }
+                b.count += n;
+            }
+            Items::List(_) => {
+                for i in hi.iter_mut() {
+                    let (v, _) = take(i, memo);
+                    let index = b.count;
+                    b.count += 1;
+                    router
+                        .element(b.route, index, v)
+                        .map_err(ErrorKind::Rejected)?;
+                }
+                if b.streaming == Streaming::Forget {
+                    let now = memo.next_index();
+                    memo.handed_out(b.memo_mark, now);
+                    b.memo_mark = now;
                 }
             }
         }
+        self.stack.truncate(target + 1);
+        self.trim_positions(target + 1);
         Ok(())
+    }
+
+    /// `APPEND` / `SETITEM`: the last `n` items go to the container below them.
+    fn add_last(&mut self, op: &'static str, n: usize) -> Result<(), ErrorKind> {
+        let len = self.stack.len();
+        if len < n + 1 + self.floor() {
+            return Err(ErrorKind::StackUnderflow { op });
+        }
+        self.add_items(op, len - n - 1, len - n)
+    }
+
+    /// `APPENDS` / `SETITEMS` / `ADDITEMS`: the items above the topmost mark go to the
+    /// container below it.
+    fn add_marked(&mut self, op: &'static str) -> Result<(), ErrorKind> {
+        let m = *self.marks.last().ok_or(ErrorKind::NoMark { op })?;
+        let floor = self
+            .marks
+            .len()
+            .checked_sub(2)
+            .map_or(0, |i| self.marks[i] + 1);
+        if m == 0 || m - 1 < floor {
+            return Err(ErrorKind::StackUnderflow { op });
+        }
+        self.add_items(op, m - 1, m + 1)
     }
 
     fn memo_put(&mut self, idx: u32, op: &'static str) -> Result<(), ErrorKind> {
@@ -538,7 +620,7 @@ impl<R: Read> Machine<'_, R> {
                 self.memo.put(idx, Slot::Building);
             }
             Some(Item::Value(v, d)) => {
-                let slot = Slot::Ready(v.clone(), *d);
+                let slot = Slot::Ready(v.clone(), *d, false);
                 self.memo.put(idx, slot);
             }
             _ => return Err(ErrorKind::StackUnderflow { op }),
@@ -547,9 +629,16 @@ impl<R: Read> Machine<'_, R> {
     }
 
     fn memo_get(&mut self, idx: u32) -> Result<(), ErrorKind> {
-        let (v, d) = match self.memo.get(idx) {
-            Some(Slot::Ready(v, d)) => (v.clone(), *d),
-            Some(Slot::Building) => {
+        let forgotten = self.memo.was_forgotten(idx);
+        let found = match self.memo.fetch(idx) {
+            Some(Slot::Ready(v, d, _)) => Some((v.clone(), *d)),
+            Some(Slot::Building) => None,
+            None if forgotten => Some((Value::Forgotten, 0)),
+            None => return Err(ErrorKind::MissingMemo(idx)),
+        };
+        let (v, d) = match found {
+            Some(vd) => vd,
+            None => {
                 // Fetched while still on the stack: finish it there. If it was in fact
                 // still being filled (it contains itself), adding to it later fails as
                 // a recursive structure.
@@ -566,8 +655,6 @@ impl<R: Read> Machine<'_, R> {
                     _ => return Err(ErrorKind::Recursive),
                 }
             }
-            None if self.memo.was_forgotten(idx) => (Value::Forgotten, 0),
-            None => return Err(ErrorKind::MissingMemo(idx)),
         };
         self.push(Item::Value(v, d))
     }
@@ -623,7 +710,7 @@ impl<R: Read> Machine<'_, R> {
                         .pop()
                         .ok_or(ErrorKind::StackUnderflow { op: "POP" })?;
                     self.trim_positions(self.stack.len());
-                    drop(seal(item, &mut self.memo));
+                    drop(seal(item, &mut self.memo, &mut self.spare));
                 }
                 b'1' => {
                     self.pop_mark("POP_MARK")?;
@@ -675,23 +762,23 @@ impl<R: Read> Machine<'_, R> {
                 // Strings and bytes.
                 0x8c => {
                     let n = self.input.byte()?;
-                    let bytes = self.input.bytes(usize::from(n))?.to_vec();
-                    self.push_value(str_value(bytes))?;
+                    let v = str_value(self.input.bytes(usize::from(n))?);
+                    self.push_value(v)?;
                 }
                 b'X' => {
                     let n = u32::from_le_bytes(self.input.array()?);
                     let bytes = self.input.vec(u64::from(n), max_len)?;
-                    self.push_value(str_value(bytes))?;
+                    self.push_value(str_value(&bytes))?;
                 }
                 0x8d => {
                     let n = u64::from_le_bytes(self.input.array()?);
                     let bytes = self.input.vec(n, max_len)?;
-                    self.push_value(str_value(bytes))?;
+                    self.push_value(str_value(&bytes))?;
                 }
                 b'V' => {
                     let line = self.input.line(MAX_LINE)?;
                     let s = text::raw_unicode_escape(&line)?;
-                    self.push_value(Value::Str(Rc::new(s)))?;
+                    self.push_value(Value::Str(Rc::from(s.as_str())))?;
                 }
                 b'S' => {
                     let line = self.input.line(MAX_LINE)?;
@@ -736,27 +823,11 @@ impl<R: Read> Machine<'_, R> {
                     let vs = self.pop_mark("DICT")?;
                     self.new_container(Kind::Dict, vs)?;
                 }
-                b'a' => {
-                    let v = self.pop_value("APPEND")?;
-                    self.extend_top("APPEND", vec![v])?;
-                }
-                b'e' => {
-                    let vs = self.pop_mark("APPENDS")?;
-                    self.extend_top("APPENDS", vs)?;
-                }
-                b's' => {
-                    let v = self.pop_value("SETITEM")?;
-                    let k = self.pop_value("SETITEM")?;
-                    self.extend_top("SETITEM", vec![k, v])?;
-                }
-                b'u' => {
-                    let vs = self.pop_mark("SETITEMS")?;
-                    self.extend_top("SETITEMS", vs)?;
-                }
-                0x90 => {
-                    let vs = self.pop_mark("ADDITEMS")?;
-                    self.extend_top("ADDITEMS", vs)?;
-                }
+                b'a' => self.add_last("APPEND", 1)?,
+                b'e' => self.add_marked("APPENDS")?,
+                b's' => self.add_last("SETITEM", 2)?,
+                b'u' => self.add_marked("SETITEMS")?,
+                0x90 => self.add_marked("ADDITEMS")?,
                 // Immutable containers.
                 b')' => self.push_value(Value::Tuple(Rc::new(Vec::new())))?,
                 b't' => {

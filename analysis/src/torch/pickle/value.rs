@@ -14,7 +14,7 @@ pub enum Value {
     /// An int outside `i64`, as the little-endian two's complement bytes of `LONG1`.
     BigInt(Rc<Vec<u8>>),
     Float(f64),
-    Str(Rc<String>),
+    Str(Rc<str>),
     /// `bytes`, `bytearray`, and protocol 0-2 strings that are not UTF-8.
     Bytes(Rc<Vec<u8>>),
     List(Rc<Vec<Value>>),
@@ -29,8 +29,8 @@ pub enum Value {
 }
 
 impl Value {
-    pub fn str(s: impl Into<String>) -> Self {
-        Value::Str(Rc::new(s.into()))
+    pub fn str(s: &str) -> Self {
+        Value::Str(Rc::from(s))
     }
 
     /// The Python type name, for messages.

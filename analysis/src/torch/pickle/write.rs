@@ -28,7 +28,7 @@ pub struct Writer<W: Write> {
 
 fn ptr(v: &Value) -> Option<usize> {
     Some(match v {
-        Value::Str(s) => std::rc::Rc::as_ptr(s) as usize,
+        Value::Str(s) => std::rc::Rc::as_ptr(s) as *const u8 as usize,
         Value::Bytes(b) => std::rc::Rc::as_ptr(b) as usize,
         Value::BigInt(b) => std::rc::Rc::as_ptr(b) as usize,
         Value::List(l) | Value::Tuple(l) | Value::Set(l) => std::rc::Rc::as_ptr(l) as usize,
@@ -107,6 +107,11 @@ impl<W: Write> Writer<W> {
         self.op(b".");
         self.commit(true)?;
         self.out.flush()
+    }
+
+    /// The output (bytes of the current frame are not in it yet).
+    pub fn get_ref(&self) -> &W {
+        &self.out
     }
 
     /// Ends the writer, returning the output.
