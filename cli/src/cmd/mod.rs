@@ -29,6 +29,7 @@ pub mod gate;
 pub mod gate_db;
 pub mod import;
 pub mod import_log;
+pub mod import_snapshot;
 pub mod import_xla;
 #[cfg(test)]
 mod live_agreement;
@@ -37,6 +38,7 @@ pub mod out_file;
 pub mod replay;
 pub mod replay_gpu;
 pub mod report;
+pub mod report_snapshot;
 pub mod run;
 pub mod runtime;
 pub mod serve;
