@@ -563,7 +563,15 @@ impl<R: Read> Machine<'_, R> {
                 b.count += n;
             }
             Items::List(_) => {
+                let forget = b.streaming == Streaming::Forget;
                 for i in hi.iter_mut() {
+                    // An element handed out is not kept for back-references itself
+                    // (what it holds follows the window).
+                    if let (true, Item::Build(e)) = (forget, &mut *i) {
+                        for idx in e.memo.drain(..) {
+                            memo.gone(idx);
+                        }
+                    }
                     let (v, _) = take(i, memo);
                     let index = b.count;
                     b.count += 1;
@@ -571,7 +579,7 @@ impl<R: Read> Machine<'_, R> {
                         .element(b.route, index, v)
                         .map_err(ErrorKind::Rejected)?;
                 }
-                if b.streaming == Streaming::Forget {
+                if forget {
                     let now = memo.next_index();
                     memo.handed_out(b.memo_mark, now);
                     b.memo_mark = now;
@@ -632,6 +640,7 @@ impl<R: Read> Machine<'_, R> {
         let forgotten = self.memo.was_forgotten(idx);
         let found = match self.memo.fetch(idx) {
             Some(Slot::Ready(v, d, _)) => Some((v.clone(), *d)),
+            Some(Slot::Gone) => Some((Value::Forgotten, 0)),
             Some(Slot::Building) => None,
             None if forgotten => Some((Value::Forgotten, 0)),
             None => return Err(ErrorKind::MissingMemo(idx)),

@@ -27,6 +27,8 @@ pub enum Slot {
     Ready(Value, u16, bool),
     /// A container still being built on the stack (filled when it is finished).
     Building,
+    /// A streamed element: handed out and not kept (a `GET` gives `Forgotten`).
+    Gone,
 }
 
 #[derive(Debug, Default)]
@@ -128,6 +130,13 @@ impl Memo {
         Some(s)
     }
 
+    /// Marks a streamed element's own entry as gone.
+    pub fn gone(&mut self, idx: u32) {
+        if let Some(s) = self.slot_mut(idx) {
+            *s = Slot::Gone;
+        }
+    }
+
     /// Whether a missing index is one that was forgotten (not one never stored).
     pub fn was_forgotten(&self, idx: u32) -> bool {
         idx < self.forgotten_below
@@ -178,8 +187,10 @@ impl Memo {
 /// What a handed-out batch's memo entries lose: lists and sets, containers that hold
 /// containers, and strings and scalar containers nobody fetched or holds.
 fn forgettable(s: &Slot) -> bool {
-    let Slot::Ready(v, _, fetched) = s else {
-        return false;
+    let (v, fetched) = match s {
+        Slot::Ready(v, _, fetched) => (v, fetched),
+        Slot::Gone => return true,
+        Slot::Building => return false,
     };
     match v {
         Value::List(_) | Value::Set(_) => true,
