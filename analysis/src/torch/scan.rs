@@ -302,15 +302,12 @@ pub fn scan_reader<R: Read>(input: R, path: &Path, file_bytes: u64) -> Result<Sc
         unknown_actions: BTreeMap::new(),
         forgotten_frames: 0,
     };
-    let top = pickle::load(
-        std::io::BufReader::with_capacity(1 << 20, input),
-        &mut r,
-        &Limits::default(),
-    )
-    .map_err(|e| SnapshotError::Pickle {
-        path: path.to_path_buf(),
-        error: e,
-    })?;
+    // The pickle reader buffers its input itself.
+    let top =
+        pickle::load(input, &mut r, &Limits::default()).map_err(|e| SnapshotError::Pickle {
+            path: path.to_path_buf(),
+            error: e,
+        })?;
     let bad = |what: String| SnapshotError::Format {
         path: path.to_path_buf(),
         what,

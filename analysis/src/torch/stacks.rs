@@ -64,8 +64,10 @@ impl Frame {
 }
 
 /// Caches keyed by object identity hold the object, so its address is not reused while
-/// cached; they are cleared when this large.
-const CACHE_MAX: usize = 1 << 16;
+/// cached; they are cleared when this large. Frame lists are shared by neighbouring
+/// entries (a free and its completion) only; frame dicts across the whole trace.
+const LIST_CACHE_MAX: usize = 1 << 12;
+const FRAME_CACHE_MAX: usize = 1 << 16;
 /// Distinct texts kept (`compile_context`, `user_metadata`); later ones share one id.
 const TEXTS_MAX: usize = 1 << 20;
 
@@ -132,7 +134,7 @@ impl StackTable {
         };
         self.scratch = ids;
         if let Some(k) = key {
-            if self.list_cache.len() >= CACHE_MAX {
+            if self.list_cache.len() >= LIST_CACHE_MAX {
                 self.list_cache.clear();
             }
             self.list_cache.insert(k, (frames.clone(), id));
@@ -170,7 +172,7 @@ impl StackTable {
         };
         let id = self.frame_id(frame);
         if let Some(k) = key {
-            if self.frame_cache.len() >= CACHE_MAX {
+            if self.frame_cache.len() >= FRAME_CACHE_MAX {
                 self.frame_cache.clear();
             }
             self.frame_cache.insert(k, (f.clone(), id));
