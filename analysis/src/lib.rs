@@ -16,4 +16,5 @@ pub mod live;
 pub mod log;
 pub mod runtime;
 pub mod size;
+pub mod torch;
 pub mod xla;

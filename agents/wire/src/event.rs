@@ -84,6 +84,11 @@ pub enum MemKind {
     /// inside the framework's allocator pool, which the driver-level events already
     /// count, so it does not add to device live bytes.
     PjrtBuffer = 9,
+    /// A block of PyTorch's CUDA caching allocator (from a memory snapshot), with its
+    /// size as handed out: it lives inside a segment, which the segment's own event
+    /// counts, so it does not add to device live bytes. Its address is a device address
+    /// like its segment's (the first block of a segment shares the segment's).
+    TorchBlock = 10,
 }
 
 impl MemKind {
@@ -105,6 +110,7 @@ impl MemKind {
             7 => Self::StreamPool,
             8 => Self::PoolObject,
             9 => Self::PjrtBuffer,
+            10 => Self::TorchBlock,
             _ => return None,
         })
     }
@@ -122,6 +128,7 @@ impl MemKind {
             Self::StreamPool => "stream_pool",
             Self::PoolObject => "pool_object",
             Self::PjrtBuffer => "pjrt_buffer",
+            Self::TorchBlock => "torch_block",
         }
     }
 
@@ -179,7 +186,7 @@ macro_rules! apis {
     ($($variant:ident = $num:literal => $name:literal,)*) => {
         /// Every API function the shim can intercept. Stored as a little-endian u16.
         /// Numbers 1..=999 are HIP, 1000..=1999 CUDA driver, 2000..=2999 CUDA runtime,
-        /// 3000.. framework-level (PJRT). Append only.
+        /// 3000.. framework-level (PJRT; 3101.. PyTorch's caching allocator). Append only.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u16)]
         pub enum Api {
@@ -301,6 +308,8 @@ apis! {
     // A buffer that lived before a late attach (`memwatch attach`): an allocation
     // stamped with the attach time, found as an execute's argument.
     PjrtBufferPreAttach = 3012 => "PJRT_Buffer:pre-attach",
+    TorchAlloc = 3101 => "torch:alloc",
+    TorchFree = 3102 => "torch:free",
 }
 
 /// Which runtime interface an [`Api`] belongs to (its number range: 1..=999 HIP,

@@ -1,5 +1,6 @@
 //! `memwatch report CAPTURE`: per-process, per-device memory statistics of a capture
 //! (human tables or `--json`), or its allocation trace as JSON lines (`--trace`).
+//! A PyTorch memory snapshot goes to `report_snapshot`.
 //!
 //! Owns argument handling and presentation; the numbers come from
 //! `memwatch_analysis::capture`. Also used by `memwatch run` for its closing summary.
@@ -25,6 +26,15 @@ Examples:
   memwatch report run.mwcap --trace --device 0 > dev0.jsonl    input for `memwatch replay`
   MEMWATCH_BACKTRACE_EVERY_BYTES=1048576 memwatch run --out run.mwcap -- ./app
   memwatch report run.mwcap                 largest allocations / leaks with their stacks
+  memwatch report snapshot.pickle           a PyTorch memory snapshot (_dump_snapshot)
+  memwatch report before.pickle --compare after.pickle
+
+A PyTorch memory snapshot (torch.cuda.memory._record_memory_history() then
+_dump_snapshot(), any size: it is streamed) shows, per device, memory_allocated() and
+memory_reserved() at the dump, their peaks and a timeline, the Python lines and blocks
+holding memory at the peak, and every OOM with the allocator's state (reserved but
+unallocated bytes, the largest free block of the request's pool). The pickle is read as
+plain data only: one that would import or call anything is refused (exit 2).
 
 Times are since the capture's start (the first process's start). Device memory counts
 device, managed, stream-ordered pool and VMM physical allocations; pinned host memory is
@@ -49,8 +59,13 @@ give: what it asked, what the device could give, the shortfall.";
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct ReportArgs {
-    /// Capture file (.mwcap) written by `memwatch run`.
+    /// Capture file (.mwcap) written by `memwatch run`, or a PyTorch memory snapshot
+    /// (.pickle).
     pub capture: PathBuf,
+    /// Compare with this second PyTorch memory snapshot (per device: allocated,
+    /// reserved, peaks, OOMs, and bytes per Python line at the peak).
+    #[arg(long, value_name = "SNAPSHOT", conflicts_with = "trace")]
+    pub compare: Option<PathBuf>,
     /// Print one JSON document on stdout (bytes and ns as integers).
     #[arg(long, conflicts_with = "trace")]
     pub json: bool,
@@ -78,6 +93,15 @@ pub struct ReportArgs {
 /// Runs `memwatch report`.
 pub fn run(args: ReportArgs) -> Result<Outcome> {
     super::fmt::quiet_broken_pipe();
+    if super::report_snapshot::is_snapshot(&args.capture)? {
+        return super::report_snapshot::run(&args);
+    }
+    if args.compare.is_some() {
+        bail!(
+            "{}: --compare compares two PyTorch memory snapshots; this is a capture",
+            args.capture.display()
+        );
+    }
     let loaded = load_with_progress(&args.capture)?;
     print_damage(&loaded);
     if args.trace {
