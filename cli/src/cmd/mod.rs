@@ -40,6 +40,7 @@ pub mod report;
 pub mod run;
 pub mod runtime;
 pub mod serve;
+pub mod store_target;
 pub mod xla;
 
 use std::process::ExitCode;
