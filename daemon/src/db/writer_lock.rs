@@ -17,7 +17,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use sqlx::{AnyConnection, Connection, Row};
+use sqlx::{AnyConnection, Connection};
 
 use super::{database_url, redact, Backend, StoreError};
 
@@ -136,13 +136,12 @@ impl WriterLock {
                 url: shown.clone(),
                 source,
             })?;
-        let got: bool = sqlx::query("SELECT pg_try_advisory_lock($1)")
+        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(PG_LOCK_KEY)
             .fetch_one(&mut conn)
-            .await?
-            .try_get(0)?;
+            .await?;
         if !got {
-            let holder = sqlx::query(
+            let holder: Option<i32> = sqlx::query_scalar(
                 "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
                  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
                  AND ((classid::bigint << 32) | objid::bigint) = $1 LIMIT 1",
@@ -151,8 +150,7 @@ impl WriterLock {
             .fetch_optional(&mut conn)
             .await
             .ok()
-            .flatten()
-            .and_then(|r| r.try_get::<i32, _>(0).ok());
+            .flatten();
             let _ = conn.close().await;
             return Err(StoreError::InUse {
                 db: shown,
