@@ -255,6 +255,16 @@ impl<T> LiveSet<T> {
         self.live.is_empty()
     }
 
+    /// Releases the allocation at `key` without an event (a reader that learned of its
+    /// release otherwise: the daemon's replay of one device, when another device's
+    /// allocation replaced it). Returns it, if it was live.
+    pub fn remove(&mut self, key: &LiveKey) -> Option<Held<T>> {
+        let held = self.live.remove(key)?;
+        self.totals_mut(key.proc, held.device)
+            .sub(key.family, held.size);
+        Some(held)
+    }
+
     /// Releases everything process image `proc` still holds (its exec, or its end, gave
     /// the memory back) and returns it, in no particular order.
     pub fn release_process(&mut self, proc: ProcKey) -> Vec<(LiveKey, Held<T>)> {
@@ -374,6 +384,20 @@ mod tests {
             Change::NotMemory
         );
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn removing_a_key_releases_it_from_its_device() {
+        let mut s = LiveSet::new();
+        s.apply(&ev(1, 2, EventKind::Alloc, MemKind::Device, 0, 64), ());
+        let key = LiveKey {
+            proc: ProcKey { pid: 1, image: 0 },
+            family: Family::Device,
+            ptr: 0,
+        };
+        assert_eq!(s.remove(&key).map(|h| (h.size, h.device)), Some((64, 2)));
+        assert_eq!((s.device_bytes(2), s.len()), (0, 0));
+        assert!(s.remove(&key).is_none());
     }
 
     #[test]

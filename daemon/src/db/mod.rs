@@ -7,6 +7,7 @@
 
 pub(crate) mod chunk;
 mod error;
+pub(crate) mod images;
 mod locks;
 mod open;
 pub(crate) mod retention;

@@ -28,6 +28,7 @@ use sqlx::{Any, Transaction};
 pub(crate) use tcp::{serve_ingest, TcpConfig};
 pub use writer::{spawn_writer, Reply, WriterHandle};
 
+use crate::db::images::StoredImages;
 use crate::db::{chunk, now_unix_ns, Store, StoreError};
 use run_state::RunState;
 use write::{flush_run, take_ready, write_ready, Ready, APPLY_SLICE};
@@ -68,6 +69,15 @@ pub struct Ingestor {
 }
 
 type Tx = Transaction<'static, Any>;
+
+/// What a commit applies to run state, in arrival order.
+#[derive(Clone, Copy)]
+enum Work<'a> {
+    /// Events of a run.
+    Events(i64, &'a [Event]),
+    /// A `process_start` of `pid` at `ts` (an exec when the pid had started before).
+    Start { run: i64, pid: u32, ts: u64 },
+}
 
 /// A stored run, as ingest finds it again.
 #[derive(sqlx::FromRow)]
@@ -153,7 +163,7 @@ impl Ingestor {
         let mut touched: HashSet<i64> = HashSet::new();
         // Events to apply, in arrival order; applied after the other records (whose rows
         // do not depend on them) so that applying overlaps writing (`apply_and_write`).
-        let mut work: Vec<(i64, &[Event])> = Vec::new();
+        let mut work: Vec<Work<'_>> = Vec::new();
         for b in &batches {
             let node_id = self.node_id(tx, &b.node, now).await?;
             if b.seq != 0 {
@@ -194,13 +204,21 @@ impl Ingestor {
                             .await?;
                         run_id = Some(r);
                         records::process_start(tx, r, p).await?;
+                        // In arrival order with the events: a pid's next start is an
+                        // exec, which releases the image before it.
+                        touched.insert(r);
+                        work.push(Work::Start {
+                            run: r,
+                            pid: p.pid,
+                            ts: p.mono_anchor_ns,
+                        });
                     }
                     Record::Events(evs) => {
                         let Some(first) = evs.first() else { continue };
                         let r = self.run_for(tx, node_id, key, first.ts_ns, 0, now).await?;
                         run_id = Some(r);
                         touched.insert(r);
-                        work.push((r, evs.as_slice()));
+                        work.push(Work::Events(r, evs.as_slice()));
                         events += evs.len() as u64;
                         pjrt::store_events(tx, r, evs).await?;
                     }
@@ -266,7 +284,10 @@ impl Ingestor {
                 run_id,
             });
         }
-        self.apply_and_write(tx, &work, now).await?;
+        let execs = self.apply_and_write(tx, &work, now).await?;
+        for x in &execs {
+            records::process_image(tx, x).await?;
+        }
         for r in touched {
             self.flush_run(tx, r, now).await?;
         }
@@ -360,9 +381,24 @@ impl Ingestor {
         Ok(id)
     }
 
-    /// Replays a run's stored chunks (in commit order) to recover its live state.
+    /// Replays a run's stored chunks (in commit order) to recover its live state. The
+    /// pids that started are announced first; a stored exec (`process_images`) releases
+    /// the image before it when the replay reaches its start time, and once more after
+    /// the replay (events of the old image stored after the new image's, on another
+    /// device, are released too).
     async fn rebuild(&mut self, tx: &mut Tx, run: i64, t0: u64) -> Result<RunState, StoreError> {
         let mut st = RunState::new(run, t0);
+        let procs: Vec<ProcessDropped> =
+            sqlx::query_as("SELECT pid, dropped_events FROM processes WHERE run_id = $1")
+                .bind(run)
+                .fetch_all(&mut **tx)
+                .await?;
+        for p in &procs {
+            st.replay_announce(p.pid as u32);
+        }
+        let images = StoredImages::load(&mut **tx, run).await?;
+        let mut execs = images.exec_points();
+        execs.reverse(); // popped in time order
         let mut after = 0i64;
         loop {
             let rows: Vec<ChunkEvents> = sqlx::query_as(
@@ -378,17 +414,27 @@ impl Ingestor {
             for row in &rows {
                 after = row.id;
                 for e in chunk::whole_events(row.id, &row.events)? {
-                    st.apply(&e, false);
+                    if images.is_empty() {
+                        st.apply(&e, false);
+                        continue;
+                    }
+                    while execs.last().is_some_and(|x| x.0 <= e.ts_ns) {
+                        if let Some((ts, pid)) = execs.pop() {
+                            st.replay_exec(pid, ts);
+                        }
+                    }
+                    st.apply_as(&e, images.proc_at(e.pid, e.ts_ns), false);
                 }
             }
         }
-        let rows: Vec<ProcessDropped> =
-            sqlx::query_as("SELECT pid, dropped_events FROM processes WHERE run_id = $1")
-                .bind(run)
-                .fetch_all(&mut **tx)
-                .await?;
-        for r in rows {
-            st.dropped.insert(r.pid as u32, r.dropped_events as u64);
+        while let Some((ts, pid)) = execs.pop() {
+            st.replay_exec(pid, ts);
+        }
+        for ended in images.ended_by(u64::MAX) {
+            st.release(ended, st.last_ts, false);
+        }
+        for p in procs {
+            st.dropped.insert(p.pid as u32, p.dropped_events as u64);
         }
         for d in st.devices.values_mut() {
             d.dirty = false;
@@ -404,20 +450,40 @@ impl Ingestor {
     async fn apply_and_write(
         &mut self,
         tx: &mut Tx,
-        work: &[(i64, &[Event])],
+        work: &[Work<'_>],
         now: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Vec<records::ImageStart>, StoreError> {
         let backend = self.store.backend;
         let (mut wi, mut ei) = (0usize, 0usize);
         let mut ready: Ready = (Vec::new(), Vec::new());
+        let mut execs = Vec::new();
         loop {
             let runs = &mut self.runs;
+            let found = &mut execs;
             let write = write_ready(tx, backend, std::mem::take(&mut ready), now);
             let apply = async {
                 let mut n = 0usize;
                 let mut seen: HashSet<i64> = HashSet::new();
                 while wi < work.len() && n < APPLY_SLICE {
-                    let (r, evs) = work[wi];
+                    let (r, evs) = match work[wi] {
+                        Work::Events(r, evs) => (r, evs),
+                        Work::Start { run, pid, ts } => {
+                            let st = runs.get_mut(&run).ok_or_else(|| {
+                                StoreError::Corrupt(format!("run {run} vanished from memory"))
+                            })?;
+                            seen.insert(run);
+                            if let Some(image) = st.process_start(pid, ts, true) {
+                                found.push(records::ImageStart {
+                                    run,
+                                    pid,
+                                    image,
+                                    ts,
+                                });
+                            }
+                            wi += 1;
+                            continue;
+                        }
+                    };
                     let st = runs.get_mut(&r).ok_or_else(|| {
                         StoreError::Corrupt(format!("run {r} vanished from memory"))
                     })?;
@@ -441,7 +507,7 @@ impl Ingestor {
             w?;
             ready = a?;
             if ready.0.is_empty() && ready.1.is_empty() && wi >= work.len() {
-                return Ok(());
+                return Ok(execs);
             }
         }
     }

@@ -128,3 +128,26 @@ pub(super) async fn device_sample(
     .await?;
     Ok(())
 }
+
+/// A pid's next image (an exec), to store in `process_images`.
+pub(super) struct ImageStart {
+    pub run: i64,
+    pub pid: u32,
+    pub image: u32,
+    pub ts: u64,
+}
+
+/// Stores an exec image's start (a batch resent after a failed commit stores it once).
+pub(super) async fn process_image(tx: &mut Tx, x: &ImageStart) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO process_images (run_id, pid, image, start_ts_ns) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (run_id, pid, image) DO NOTHING",
+    )
+    .bind(x.run)
+    .bind(i64::from(x.pid))
+    .bind(i64::from(x.image))
+    .bind(x.ts as i64)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

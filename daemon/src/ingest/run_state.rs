@@ -1,43 +1,26 @@
 //! The in-memory state of one run while it is being ingested: the live allocations,
 //! per-device live bytes, peak, rollup accumulators and the event chunks being built.
 //!
-//! Owns the meaning of events for live bytes: a successful alloc of a kind that occupies
-//! device memory adds its size to its device; a free subtracts the size of the matching
-//! alloc (same pid, pointer and address space) from the alloc's device. Everything else
-//! is stored but changes nothing. It does no I/O: `ingest` loads and stores it.
+//! Live bytes follow `memwatch_analysis::live::LiveSet`, the one free-matching rule every
+//! reader uses (`memwatch report`, `attach --live`, the daemon's replays): an allocation
+//! is filed under its process image, memory family and pointer; a free releases the
+//! allocation with the same key from the device it was made on; device bytes count every
+//! family but pinned host memory. A pid's next `process_start` (an exec) ends its image,
+//! which releases what that image held. Everything else is stored but changes nothing.
+//! It does no I/O: `ingest` loads and stores it.
 
 use std::collections::{BTreeMap, HashMap};
 
-use foldhash::HashMap as FastMap;
-
+use memwatch_analysis::live::{Change, Held, ImageClock, LiveKey, LiveSet, MemEvent, ProcKey};
 use memwatch_wire::{Event, EventKind, MemKind, EVENT_SIZE};
 
 use super::rollup::{Accumulator, RollupRow};
+use crate::codes;
 use crate::db::chunk::{self, CHUNK_EVENTS};
 use crate::db::snapshot::LiveAlloc;
 
-/// Key of a live allocation: pid, address space, pointer. VMM reservations, mappings,
-/// physical handles and pool objects live in their own spaces (a mapping has the same
-/// address as its reservation); ordinary memory kinds share one.
-pub type LiveKey = (u32, u8, u64);
-
-fn space(mem_kind: u8) -> u8 {
-    match MemKind::from_u8(mem_kind) {
-        Some(
-            MemKind::VmmPhysical | MemKind::VmmMap | MemKind::VmmReserve | MemKind::PoolObject,
-        ) => mem_kind,
-        _ => 0,
-    }
-}
-
-/// One live allocation in memory.
-#[derive(Debug, Clone, Copy)]
-pub struct Live {
-    pub device: i32,
-    pub alloc: LiveAlloc,
-    /// Whether its bytes count towards the device's live bytes.
-    pub counted: bool,
-}
+/// A live allocation: where the live set filed it and what it was.
+type Live = Held<LiveAlloc>;
 
 /// An event chunk being built for one device.
 #[derive(Debug, Clone, Default)]
@@ -56,6 +39,14 @@ pub struct Chunk {
 enum Undo {
     Added(LiveKey),
     Removed(LiveKey, Live),
+}
+
+/// An allocation on `device` released by `event`, an allocation stored with another
+/// device (`device_releases`).
+#[derive(Debug, Clone)]
+pub struct Release {
+    pub device: i32,
+    pub event: Event,
 }
 
 /// A failed allocation to record as an incident.
@@ -89,13 +80,22 @@ pub struct DevState {
 pub struct RunState {
     pub run_id: i64,
     pub t0: u64,
-    /// Keyed with a fast non-cryptographic hash: this map is touched by every event.
-    pub live: FastMap<LiveKey, Live>,
+    /// The live allocations of every process image, with their totals.
+    live: LiveSet<LiveAlloc>,
+    /// Which image of its pid a record read now belongs to.
+    images: ImageClock,
+    /// The device of each live PJRT buffer (`jax.Array` storage): not device
+    /// allocations (they live inside the framework's pool, which the driver-level events
+    /// count), but a buffer's destroy, which the shim records without a device, is filed
+    /// under the device of its buffer like a free under its allocation's.
+    buffers: HashMap<(ProcKey, u64), i32>,
     pub devices: BTreeMap<i32, DevState>,
     pub event_count: i64,
     pub last_ts: u64,
     pub dropped: HashMap<u32, u64>,
     pub incidents: Vec<Incident>,
+    /// Releases of allocations by events of another device, not yet stored.
+    pub releases: Vec<Release>,
     pub dirty: bool,
 }
 
@@ -104,77 +104,94 @@ impl RunState {
         Self {
             run_id,
             t0,
-            live: FastMap::default(),
+            live: LiveSet::new(),
+            images: ImageClock::default(),
+            buffers: HashMap::new(),
             devices: BTreeMap::new(),
             event_count: 0,
             last_ts: t0,
             dropped: HashMap::new(),
             incidents: Vec::new(),
+            releases: Vec::new(),
             dirty: false,
         }
     }
 
-    /// Applies one event. With `emit` false (rebuilding after a restart) nothing is
-    /// queued for storage: chunks, closed rollups, incidents and snapshots already are.
+    /// Applies one event of the image its pid runs now. With `emit` false (rebuilding
+    /// after a restart) nothing is queued for storage: chunks, closed rollups, incidents
+    /// and snapshots already are.
     pub fn apply(&mut self, e: &Event, emit: bool) {
-        let kind = EventKind::from_u8(e.kind);
+        let proc_ = self.images.key(e.pid);
+        self.apply_as(e, proc_, emit);
+    }
+
+    /// Applies one event of process image `proc_`.
+    pub fn apply_as(&mut self, e: &Event, proc_: ProcKey, emit: bool) {
         let mut device = e.device;
         let mut delta: i64 = 0;
         let mut undo = None;
-        match kind {
-            Some(EventKind::Alloc) => {
-                let key = (e.pid, space(e.mem_kind), e.ptr);
-                let counted =
-                    MemKind::from_u8(e.mem_kind).is_some_and(MemKind::occupies_device_memory);
-                let live = Live {
-                    device,
-                    counted,
-                    alloc: LiveAlloc::of(e),
-                };
-                // An alloc at an address still live (a free we never saw): replace it.
-                if let Some(old) = self.live.insert(key, live) {
-                    if old.counted {
+        // An allocation of this device that this event's allocation replaced.
+        let mut replaced_here = None;
+        let key = |family| LiveKey {
+            proc: proc_,
+            family,
+            ptr: e.ptr,
+        };
+        match self
+            .live
+            .apply(&MemEvent::of_wire(proc_, e), LiveAlloc::of(e))
+        {
+            Change::Alloc {
+                family, replaced, ..
+            } => {
+                // An alloc at a key still live (a free we never saw) replaced it.
+                if let Some(old) = replaced {
+                    if family.on_device() {
                         let d = self.devices.entry(old.device).or_default();
                         let before = d.live_bytes;
-                        d.live_bytes -= old.alloc.size as i64;
+                        d.live_bytes -= old.data.size as i64;
                         let after = d.live_bytes;
                         let rel = e.ts_ns.saturating_sub(self.t0);
                         d.acc
                             .record(rel, before, after, emit.then_some(&mut d.closed));
+                        // Its counters are stored again even when no event of its own
+                        // follows.
+                        d.dirty = true;
+                        if old.device == device {
+                            replaced_here = Some(Undo::Removed(key(family), old));
+                        } else {
+                            // Not an event of that device: its own undo log and its
+                            // replays learn of the release here.
+                            if d.peak_moved {
+                                d.undo.push(Undo::Removed(key(family), old));
+                            }
+                            if emit {
+                                self.releases.push(Release {
+                                    device: old.device,
+                                    event: *e,
+                                });
+                            }
+                        }
                     }
                 }
-                if counted {
-                    delta = e.size as i64;
-                }
-                undo = Some(Undo::Added(key));
+                undo = Some(Undo::Added(key(family)));
                 // Counted as `memwatch report` counts: memory that occupies the device
-                // (pinned host memory, VMM maps and reserves are not allocations of it).
-                if counted {
+                // (pinned host memory is not an allocation of it).
+                if family.on_device() {
+                    delta = e.size as i64;
                     self.devices.entry(device).or_default().allocs += 1;
                 }
             }
-            Some(EventKind::Free) => {
-                let sp = space(e.mem_kind);
-                let mut key = (e.pid, sp, e.ptr);
-                let mut found = self.live.remove(&key);
-                if found.is_none() && sp != 0 {
-                    key = (e.pid, 0, e.ptr);
-                    found = self.live.remove(&key);
-                }
-                let freed_device_memory = found.as_ref().is_some_and(|o| o.counted);
-                if let Some(old) = found {
-                    device = old.device;
-                    if old.counted {
-                        delta = -(old.alloc.size as i64);
-                    }
-                    undo = Some(Undo::Removed(key, old));
-                }
-                // As `memwatch report`: frees of counted allocations this run saw.
-                if freed_device_memory {
+            Change::Free { family, freed, .. } => {
+                device = freed.device;
+                // As `memwatch report`: frees of device memory this run saw.
+                if family.on_device() {
+                    delta = -(freed.data.size as i64);
                     self.devices.entry(device).or_default().frees += 1;
                 }
+                undo = Some(Undo::Removed(key(family), freed));
             }
-            Some(EventKind::AllocFailed) => {
+            Change::NotMemory if codes::event_kind(e.kind) == Some(EventKind::AllocFailed) => {
                 let d = self.devices.entry(device).or_default();
                 d.failed += 1;
                 if emit {
@@ -185,7 +202,23 @@ impl RunState {
                     });
                 }
             }
-            _ => {}
+            Change::Untracked if codes::mem_kind(e.mem_kind) == Some(MemKind::PjrtBuffer) => {
+                match codes::event_kind(e.kind) {
+                    Some(EventKind::Alloc) => {
+                        self.buffers.insert((proc_, e.ptr), e.device);
+                    }
+                    Some(EventKind::Free) => {
+                        if let Some(d) = self.buffers.remove(&(proc_, e.ptr)) {
+                            device = d;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Change::NotMemory
+            | Change::UnmatchedFree { .. }
+            | Change::NullFree
+            | Change::Untracked => {}
         }
         self.event_count += 1;
         self.last_ts = self.last_ts.max(e.ts_ns);
@@ -207,6 +240,8 @@ impl RunState {
                     d.undo.clear();
                 }
             } else if d.peak_moved {
+                // Newest last: the replaced allocation went before this one came.
+                d.undo.extend(replaced_here);
                 if let Some(u) = undo {
                     d.undo.push(u);
                 }
@@ -239,6 +274,51 @@ impl RunState {
         }
     }
 
+    /// A `process_start` of `pid` at `ts` was read. When it is the pid's next image (an
+    /// exec), the image before it ended: what it held is released, each device's open
+    /// chunk is closed (the next chunk starts from the lower live bytes), and the new
+    /// image's number is returned for the caller to store.
+    pub fn process_start(&mut self, pid: u32, ts: u64, emit: bool) -> Option<u32> {
+        let ended = self.images.process_start(pid)?;
+        self.release(ended, ts, emit);
+        Some(self.images.key(pid).image)
+    }
+
+    /// Releases everything process image `proc_` holds, at `ts`.
+    pub fn release(&mut self, proc_: ProcKey, ts: u64, emit: bool) {
+        let rel = ts.saturating_sub(self.t0);
+        self.buffers.retain(|(p, _), _| *p != proc_);
+        for (key, held) in self.live.release_process(proc_) {
+            if !key.family.on_device() {
+                continue;
+            }
+            let d = self.devices.entry(held.device).or_default();
+            let before = d.live_bytes;
+            d.live_bytes -= held.data.size as i64;
+            d.acc
+                .record(rel, before, d.live_bytes, emit.then_some(&mut d.closed));
+            if d.peak_moved {
+                d.undo.push(Undo::Removed(key, held));
+            }
+            if let Some(c) = d.chunk.take() {
+                d.full_chunks.push(c);
+            }
+            d.dirty = true;
+            self.dirty = true;
+        }
+    }
+
+    /// Replays a pid's exec, as stored, after a restart: the image clock moves on and
+    /// the image before it is released.
+    pub fn replay_exec(&mut self, pid: u32, ts: u64) {
+        self.process_start(pid, ts, false);
+    }
+
+    /// A pid announced itself (`process_start` stored before a restart).
+    pub fn replay_announce(&mut self, pid: u32) {
+        self.images.process_start(pid);
+    }
+
     /// The allocations live at `device`'s peak, when the peak moved since the last call
     /// (then the undo log is consumed).
     pub fn take_peak_snapshot(&mut self, device: i32) -> Option<Vec<LiveAlloc>> {
@@ -248,10 +328,10 @@ impl RunState {
         }
         d.peak_moved = false;
         let undo = std::mem::take(&mut d.undo);
-        let mut at_peak: FastMap<LiveKey, Live> = self
+        let mut at_peak: HashMap<LiveKey, Live> = self
             .live
             .iter()
-            .filter(|(_, l)| l.device == device && l.counted)
+            .filter(|(k, l)| l.device == device && k.family.on_device())
             .map(|(k, l)| (*k, *l))
             .collect();
         for u in undo.into_iter().rev() {
@@ -260,13 +340,13 @@ impl RunState {
                     at_peak.remove(&k);
                 }
                 Undo::Removed(k, l) => {
-                    if l.counted {
+                    if k.family.on_device() {
                         at_peak.insert(k, l);
                     }
                 }
             }
         }
-        let mut v: Vec<LiveAlloc> = at_peak.into_values().map(|l| l.alloc).collect();
+        let mut v: Vec<LiveAlloc> = at_peak.into_values().map(|l| l.data).collect();
         v.sort_by_key(|a| (a.ts_ns, a.pid, a.ptr));
         Some(v)
     }
@@ -308,7 +388,7 @@ mod tests {
     }
 
     #[test]
-    fn vmm_map_and_reserve_do_not_collide() {
+    fn vmm_maps_and_reserves_are_not_live_allocations() {
         let mut s = RunState::new(1, 0);
         let mut r = ev(1, EventKind::Alloc, 0x1000, 4096);
         r.mem_kind = MemKind::VmmReserve as u8;
@@ -324,6 +404,53 @@ mod tests {
         rel.mem_kind = MemKind::VmmPhysical as u8;
         s.apply(&rel, true);
         assert_eq!(s.devices[&0].live_bytes, 0);
-        assert_eq!(s.live.len(), 2);
+        assert!(s.live.is_empty());
+    }
+
+    #[test]
+    fn an_allocation_handed_out_again_on_another_device_releases_the_old_one() {
+        let mut s = RunState::new(1, 0);
+        s.apply(&ev(1, EventKind::Alloc, 0x10, 100), true);
+        let mut again = ev(2, EventKind::Alloc, 0x10, 40);
+        again.device = 1;
+        s.apply(&again, true);
+        assert_eq!(
+            (s.devices[&0].live_bytes, s.devices[&1].live_bytes),
+            (0, 40)
+        );
+        assert!(s.devices[&0].dirty);
+        assert_eq!(s.releases.len(), 1);
+        assert_eq!((s.releases[0].device, s.releases[0].event.ts_ns), (0, 2));
+        // Device 0's peak snapshot still holds what was live at its peak.
+        let snap = s.take_peak_snapshot(0).unwrap();
+        assert_eq!(snap.iter().map(|a| a.size).collect::<Vec<_>>(), vec![100]);
+    }
+
+    #[test]
+    fn a_peak_snapshot_keeps_an_allocation_replaced_after_the_peak() {
+        let mut s = RunState::new(1, 0);
+        s.apply(&ev(1, EventKind::Alloc, 0x10, 100), true);
+        s.apply(&ev(2, EventKind::Alloc, 0x20, 50), true);
+        s.apply(&ev(3, EventKind::Free, 0x20, 0), true);
+        s.apply(&ev(4, EventKind::Alloc, 0x10, 10), true);
+        assert_eq!(s.devices[&0].live_bytes, 10);
+        let snap = s.take_peak_snapshot(0).unwrap();
+        let got: Vec<(u64, u64)> = snap.iter().map(|a| (a.ptr, a.size)).collect();
+        assert_eq!(got, vec![(0x10, 100), (0x20, 50)]);
+    }
+
+    #[test]
+    fn an_exec_releases_what_the_old_image_held() {
+        let mut s = RunState::new(1, 0);
+        assert_eq!(s.process_start(1, 0, true), None);
+        s.apply(&ev(1, EventKind::Alloc, 0x10, 100), true);
+        assert_eq!(s.process_start(1, 5, true), Some(1));
+        assert_eq!(s.devices[&0].live_bytes, 0);
+        // The new image's free of the same pointer does not match the old image's alloc.
+        s.apply(&ev(6, EventKind::Free, 0x10, 0), true);
+        s.apply(&ev(7, EventKind::Alloc, 0x10, 30), true);
+        let d = &s.devices[&0];
+        assert_eq!((d.live_bytes, d.peak_bytes, d.frees), (30, 100, 0));
+        assert_eq!(d.full_chunks.len(), 1, "the exec closed the open chunk");
     }
 }

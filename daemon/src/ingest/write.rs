@@ -1,7 +1,8 @@
 //! Writing what ingest produced, inside the commit's transaction: finished event chunks
 //! and closed rollup buckets while later events are still being applied
 //! ([`Ingestor::apply_and_write`](super::Ingestor)), then per run the open chunks and
-//! buckets, the per-device counters, peak snapshots, incidents and the run's totals
+//! buckets, the per-device counters, peak snapshots, incidents, releases across devices
+//! and the run's totals
 //! ([`flush_run`]). Statements are multi-row with power-of-two shapes (each prepared once
 //! per connection); SQLite gets anonymous `?` placeholders (see [`push_values`]).
 
@@ -151,6 +152,22 @@ pub(super) async fn flush_run(
         .bind(codes::api_name(e.api).to_string())
         .bind(inc.live_bytes)
         .bind(now)
+        .execute(&mut **tx)
+        .await?;
+    }
+    for r in std::mem::take(&mut st.releases) {
+        let e = r.event;
+        sqlx::query(
+            "INSERT INTO device_releases (run_id, device, ts_ns, pid, ptr, mem_kind, api) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(run)
+        .bind(i64::from(r.device))
+        .bind(e.ts_ns as i64)
+        .bind(i64::from(e.pid))
+        .bind(e.ptr as i64)
+        .bind(i64::from(e.mem_kind))
+        .bind(i64::from(e.api))
         .execute(&mut **tx)
         .await?;
     }

@@ -5,7 +5,7 @@
 //! replay; a per-(run, device) lock keeps two extensions of one device from doing the
 //! work twice.
 
-use super::replay::{apply_chunk, to_map, ChunkRow, LiveMap};
+use super::replay::{ChunkRow, Replay};
 use crate::db::snapshot::{self, LiveAlloc};
 use crate::db::{Store, StoreError};
 
@@ -82,12 +82,16 @@ impl Store {
     ) -> Result<usize, StoreError> {
         let lock = self.checkpoint_locks.of(run, device);
         let _held = lock.lock().await;
+        let mut replay = Replay::new(self, run, device).await?;
         // The newest checkpoint: the latest with any time at all.
-        let (mut after, mut ts_max, mut live) =
-            match self.checkpoint_before(run, device, i64::MAX).await? {
-                Some((chunk, ts, allocs)) => (chunk, ts, to_map(allocs)),
-                None => (-1, i64::MIN, LiveMap::new()),
-            };
+        let (mut after, mut ts_max) = match self.checkpoint_before(run, device, i64::MAX).await? {
+            Some((chunk, ts, allocs)) => {
+                replay.load(allocs);
+                replay.skip_until(ts);
+                (chunk, ts)
+            }
+            None => (-1, i64::MIN),
+        };
         let mut since = 0usize;
         let mut written = 0usize;
         loop {
@@ -106,11 +110,12 @@ impl Store {
             for row in &rows {
                 after = row.chunk.id;
                 ts_max = ts_max.max(row.ts_last);
-                since += apply_chunk(&mut live, &row.chunk, i64::MIN, i64::MAX)?;
+                since += replay.apply_chunk(&row.chunk, i64::MIN, i64::MAX)?;
                 // With the default per_live, checkpoints stay under a byte per event
                 // however many allocations are live.
-                if since >= every.max(1).max(live.len() * per_live) {
-                    let allocs: Vec<LiveAlloc> = live.values().copied().collect();
+                if since >= every.max(1).max(replay.device_allocs() * per_live) {
+                    replay.end_at(ts_max);
+                    let allocs: Vec<LiveAlloc> = replay.allocations();
                     sqlx::query(
                         "INSERT INTO live_checkpoints (run_id, device, after_chunk, ts_max, \
                          live_bytes, allocs) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
