@@ -151,7 +151,6 @@ impl Store {
                 .bind((t0 + to) as i64)
                 .fetch_all(&self.pool)
                 .await?;
-                let mut live: Option<i64> = None;
                 let mut init: Option<i64> = None;
                 if rows.is_empty() {
                     init = sqlx::query_scalar(
@@ -165,7 +164,11 @@ impl Store {
                     .await?;
                 }
                 for row in &rows {
-                    let mut v = live.unwrap_or(row.live_start);
+                    // Each chunk starts from the live bytes stored with it: what changed
+                    // between two chunks without an event of this device (an exec's
+                    // release, another device's allocation replacing one of this
+                    // device's) or in a chunk outside the range is in it.
+                    let mut v = row.live_start;
                     let stamps =
                         chunk::stamps_with_deltas(&row.events, &row.deltas).ok_or_else(|| {
                             StoreError::Corrupt("event chunk with mismatched deltas".into())
@@ -186,7 +189,6 @@ impl Store {
                             put(rel, before.min(v), before.max(v), v);
                         }
                     }
-                    live = Some(v);
                 }
                 initial = init.unwrap_or(0);
             }
