@@ -46,9 +46,31 @@ pub struct RollupRow {
 }
 
 /// The open bucket of every level for one device.
+///
+/// Buckets nest (a level-k bucket is four level-(k-1) buckets), so an event that falls in
+/// level 0's open bucket falls in every level's: only level 0 is updated then, and a
+/// coarser level takes in its finer level's bucket when that one closes. So `open[k]`
+/// for k > 0 holds level k's bucket less what `open[k - 1]` (and below) holds; the full
+/// bucket is the two folded together ([`Accumulator::open_rows`]). The rows are the
+/// same as updating every level on every event, at a sixteenth of the work per event.
 #[derive(Debug, Clone, Default)]
 pub struct Accumulator {
     open: [Option<Bucket>; LEVELS],
+}
+
+/// A coarser level's stored part folded with its finer level's full bucket (the later
+/// events, so its `last` wins).
+fn fold(coarse: Option<Bucket>, fine: Option<Bucket>) -> Option<Bucket> {
+    match (coarse, fine) {
+        (Some(c), Some(f)) => Some(Bucket {
+            bucket: c.bucket,
+            lo: c.lo.min(f.lo),
+            hi: c.hi.max(f.hi),
+            last: f.last,
+        }),
+        (c, None) => c,
+        (None, f) => f,
+    }
 }
 
 impl Accumulator {
@@ -62,19 +84,32 @@ impl Accumulator {
         after: i64,
         mut closed: Option<&mut Vec<RollupRow>>,
     ) {
-        for (level, slot) in self.open.iter_mut().enumerate() {
+        if let Some(open) = &mut self.open[0] {
+            if (rel_ns >> shift(0)) as i64 <= open.bucket {
+                open.lo = open.lo.min(after);
+                open.hi = open.hi.max(after);
+                open.last = after;
+                return;
+            }
+        }
+        // Level 0 moves on: the levels whose open bucket ends here close (finest first),
+        // the first one that holds the event takes in the full bucket of the level
+        // below it; every level below that opens a bucket with the event.
+        let mut finer: Option<Bucket> = None;
+        for level in 0..LEVELS {
             let b = (rel_ns >> shift(level)) as i64;
-            match slot {
-                Some(open) if b <= open.bucket => {
-                    open.lo = open.lo.min(after);
-                    open.hi = open.hi.max(after);
-                    open.last = after;
+            let full = fold(self.open[level], finer);
+            match full {
+                Some(f) if b <= f.bucket => {
+                    self.open[level] = fold(self.open[level], finer);
+                    return;
                 }
                 _ => {
-                    if let (Some(open), Some(out)) = (slot.as_ref(), closed.as_deref_mut()) {
-                        out.push(RollupRow { level, b: *open });
+                    if let (Some(f), Some(out)) = (full, closed.as_deref_mut()) {
+                        out.push(RollupRow { level, b: f });
                     }
-                    *slot = Some(Bucket {
+                    finer = full;
+                    self.open[level] = Some(Bucket {
                         bucket: b,
                         lo: before.min(after),
                         hi: before.max(after),
@@ -87,10 +122,12 @@ impl Accumulator {
 
     /// The open buckets (stored with an upsert at each commit).
     pub fn open_rows(&self) -> impl Iterator<Item = RollupRow> + '_ {
-        self.open
-            .iter()
-            .enumerate()
-            .filter_map(|(level, b)| b.map(|b| RollupRow { level, b }))
+        let mut finer: Option<Bucket> = None;
+        self.open.iter().enumerate().filter_map(move |(level, b)| {
+            let full = fold(*b, finer);
+            finer = full;
+            full.map(|b| RollupRow { level, b })
+        })
     }
 }
 
@@ -104,6 +141,81 @@ mod tests {
         assert_eq!(level_for(width(0)), Some(0));
         assert_eq!(level_for(width(3) + 1), Some(3));
         assert_eq!(level_for(u64::MAX), Some(LEVELS - 1));
+    }
+
+    /// Every level updated on every event: what [`Accumulator`] must give.
+    #[derive(Default)]
+    struct EveryLevel {
+        open: [Option<Bucket>; LEVELS],
+    }
+
+    impl EveryLevel {
+        fn record(&mut self, rel_ns: u64, before: i64, after: i64, closed: &mut Vec<RollupRow>) {
+            for (level, slot) in self.open.iter_mut().enumerate() {
+                let b = (rel_ns >> shift(level)) as i64;
+                match slot {
+                    Some(open) if b <= open.bucket => {
+                        open.lo = open.lo.min(after);
+                        open.hi = open.hi.max(after);
+                        open.last = after;
+                    }
+                    _ => {
+                        if let Some(open) = slot.as_ref() {
+                            closed.push(RollupRow { level, b: *open });
+                        }
+                        *slot = Some(Bucket {
+                            bucket: b,
+                            lo: before.min(after),
+                            hi: before.max(after),
+                            last: after,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_nested_update_gives_the_rows_of_updating_every_level() {
+        // Steps from 1 ns to well past the coarsest bucket, some events older than the
+        // open bucket, a pseudo-random walk of live bytes.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for run in 0..40 {
+            let (mut fast, mut slow) = (Accumulator::default(), EveryLevel::default());
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let (mut t, mut live) = (0u64, 0i64);
+            for i in 0..2_000 {
+                let r = next();
+                let step = match r % 7 {
+                    0 => 1u64 << (18 + (r >> 8) % 40).min(62),
+                    1 | 2 => (r >> 3) % (1 << 20),
+                    _ => (r >> 3) % 4_096,
+                };
+                t = t.saturating_add(step);
+                let at = if r % 11 == 0 { t.saturating_sub(r % (1 << 22)) } else { t };
+                let before = live;
+                live += (r >> 20) as i64 % 1_000 - 480;
+                fast.record(at, before, live, Some(&mut a));
+                slow.record(at, before, live, &mut b);
+                if i % 97 == 0 {
+                    let open: Vec<RollupRow> = fast.open_rows().collect();
+                    let want: Vec<RollupRow> = slow
+                        .open
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(level, b)| b.map(|b| RollupRow { level, b }))
+                        .collect();
+                    assert_eq!(open, want, "run {run} event {i}");
+                }
+            }
+            assert_eq!(a, b, "run {run}");
+        }
     }
 
     #[test]

@@ -11,6 +11,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use foldhash::HashMap as FastMap;
+
 use memwatch_analysis::live::{Change, Held, ImageClock, LiveKey, LiveSet, MemEvent, ProcKey};
 use memwatch_wire::{Event, EventKind, MemKind, EVENT_SIZE};
 
@@ -19,8 +21,42 @@ use crate::codes;
 use crate::db::chunk::{self, CHUNK_EVENTS};
 use crate::db::snapshot::LiveAlloc;
 
+/// What the live set keeps of an allocation besides its key (pid, pointer), size and
+/// device: the rest of its [`LiveAlloc`] (kept small: the map is touched by every event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Origin {
+    ts_ns: u64,
+    tid: u32,
+    api: u16,
+    mem_kind: u8,
+}
+
+impl Origin {
+    fn of(e: &Event) -> Self {
+        Self {
+            ts_ns: e.ts_ns,
+            tid: e.tid,
+            api: e.api,
+            mem_kind: e.mem_kind,
+        }
+    }
+}
+
 /// A live allocation: where the live set filed it and what it was.
-type Live = Held<LiveAlloc>;
+type Live = Held<Origin>;
+
+/// The stored form of a live allocation.
+fn live_alloc(key: &LiveKey, held: &Live) -> LiveAlloc {
+    LiveAlloc {
+        pid: key.proc.pid,
+        tid: held.data.tid,
+        ptr: key.ptr,
+        size: held.size,
+        ts_ns: held.data.ts_ns,
+        api: held.data.api,
+        mem_kind: held.data.mem_kind,
+    }
+}
 
 /// An event chunk being built for one device.
 #[derive(Debug, Clone, Default)]
@@ -81,14 +117,17 @@ pub struct RunState {
     pub run_id: i64,
     pub t0: u64,
     /// The live allocations of every process image, with their totals.
-    live: LiveSet<LiveAlloc>,
+    live: LiveSet<Origin>,
     /// Which image of its pid a record read now belongs to.
     images: ImageClock,
+    /// Whether a pid of this run exec'd (until then every record is its pid's image 0,
+    /// and the clock need not be asked: it is on every event's path).
+    exec_seen: bool,
     /// The device of each live PJRT buffer (`jax.Array` storage): not device
     /// allocations (they live inside the framework's pool, which the driver-level events
     /// count), but a buffer's destroy, which the shim records without a device, is filed
     /// under the device of its buffer like a free under its allocation's.
-    buffers: HashMap<(ProcKey, u64), i32>,
+    buffers: FastMap<(ProcKey, u64), i32>,
     pub devices: BTreeMap<i32, DevState>,
     pub event_count: i64,
     pub last_ts: u64,
@@ -106,7 +145,8 @@ impl RunState {
             t0,
             live: LiveSet::new(),
             images: ImageClock::default(),
-            buffers: HashMap::new(),
+            exec_seen: false,
+            buffers: FastMap::default(),
             devices: BTreeMap::new(),
             event_count: 0,
             last_ts: t0,
@@ -121,7 +161,14 @@ impl RunState {
     /// after a restart) nothing is queued for storage: chunks, closed rollups, incidents
     /// and snapshots already are.
     pub fn apply(&mut self, e: &Event, emit: bool) {
-        let proc_ = self.images.key(e.pid);
+        let proc_ = if self.exec_seen {
+            self.images.key(e.pid)
+        } else {
+            ProcKey {
+                pid: e.pid,
+                image: 0,
+            }
+        };
         self.apply_as(e, proc_, emit);
     }
 
@@ -132,6 +179,8 @@ impl RunState {
         let mut undo = None;
         // An allocation of this device that this event's allocation replaced.
         let mut replaced_here = None;
+        // Counted as `memwatch report` counts: allocations and frees of device memory.
+        let (mut allocs, mut frees) = (0, 0);
         let key = |family| LiveKey {
             proc: proc_,
             family,
@@ -139,7 +188,7 @@ impl RunState {
         };
         match self
             .live
-            .apply(&MemEvent::of_wire(proc_, e), LiveAlloc::of(e))
+            .apply(&MemEvent::of_wire(proc_, e), Origin::of(e))
         {
             Change::Alloc {
                 family, replaced, ..
@@ -149,7 +198,7 @@ impl RunState {
                     if family.on_device() {
                         let d = self.devices.entry(old.device).or_default();
                         let before = d.live_bytes;
-                        d.live_bytes -= old.data.size as i64;
+                        d.live_bytes -= old.size as i64;
                         let after = d.live_bytes;
                         let rel = e.ts_ns.saturating_sub(self.t0);
                         d.acc
@@ -179,15 +228,15 @@ impl RunState {
                 // (pinned host memory is not an allocation of it).
                 if family.on_device() {
                     delta = e.size as i64;
-                    self.devices.entry(device).or_default().allocs += 1;
+                    allocs = 1;
                 }
             }
             Change::Free { family, freed, .. } => {
                 device = freed.device;
                 // As `memwatch report`: frees of device memory this run saw.
                 if family.on_device() {
-                    delta = -(freed.data.size as i64);
-                    self.devices.entry(device).or_default().frees += 1;
+                    delta = -(freed.size as i64);
+                    frees = 1;
                 }
                 undo = Some(Undo::Removed(key(family), freed));
             }
@@ -226,6 +275,8 @@ impl RunState {
         let rel = e.ts_ns.saturating_sub(self.t0);
         let d = self.devices.entry(device).or_default();
         d.dirty = true;
+        d.allocs += allocs;
+        d.frees += frees;
         let before = d.live_bytes;
         let after = before + delta;
         d.live_bytes = after;
@@ -280,6 +331,7 @@ impl RunState {
     /// image's number is returned for the caller to store.
     pub fn process_start(&mut self, pid: u32, ts: u64, emit: bool) -> Option<u32> {
         let ended = self.images.process_start(pid)?;
+        self.exec_seen = true;
         self.release(ended, ts, emit);
         Some(self.images.key(pid).image)
     }
@@ -294,7 +346,7 @@ impl RunState {
             }
             let d = self.devices.entry(held.device).or_default();
             let before = d.live_bytes;
-            d.live_bytes -= held.data.size as i64;
+            d.live_bytes -= held.size as i64;
             d.acc
                 .record(rel, before, d.live_bytes, emit.then_some(&mut d.closed));
             if d.peak_moved {
@@ -328,7 +380,7 @@ impl RunState {
         }
         d.peak_moved = false;
         let undo = std::mem::take(&mut d.undo);
-        let mut at_peak: HashMap<LiveKey, Live> = self
+        let mut at_peak: FastMap<LiveKey, Live> = self
             .live
             .iter()
             .filter(|(k, l)| l.device == device && k.family.on_device())
@@ -346,7 +398,7 @@ impl RunState {
                 }
             }
         }
-        let mut v: Vec<LiveAlloc> = at_peak.into_values().map(|l| l.data).collect();
+        let mut v: Vec<LiveAlloc> = at_peak.iter().map(|(k, l)| live_alloc(k, l)).collect();
         v.sort_by_key(|a| (a.ts_ns, a.pid, a.ptr));
         Some(v)
     }
