@@ -198,7 +198,11 @@ mod tests {
                     _ => (r >> 3) % 4_096,
                 };
                 t = t.saturating_add(step);
-                let at = if r % 11 == 0 { t.saturating_sub(r % (1 << 22)) } else { t };
+                let at = if r % 11 == 0 {
+                    t.saturating_sub(r % (1 << 22))
+                } else {
+                    t
+                };
                 let before = live;
                 live += (r >> 20) as i64 % 1_000 - 480;
                 fast.record(at, before, live, Some(&mut a));

@@ -186,10 +186,7 @@ impl RunState {
             family,
             ptr: e.ptr,
         };
-        match self
-            .live
-            .apply(&MemEvent::of_wire(proc_, e), Origin::of(e))
-        {
+        match self.live.apply(&MemEvent::of_wire(proc_, e), Origin::of(e)) {
             Change::Alloc {
                 family, replaced, ..
             } => {
