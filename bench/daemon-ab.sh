@@ -47,7 +47,6 @@ for side in "AB":
             if m:
                 key = re.sub(r"/runs/\d+", "/runs/N", re.sub(r"a=\d+&b=\d+", "a=S&b=N", m.group(2)))
                 key = re.sub(r"/api/runs/\d+", "/api/runs/N", key)
-                key = re.sub(r"at=\d+", "at=T", key)
                 pages.setdefault(key, {"A": [], "B": []})[side].append(float(m.group(1)))
 print(f"{'page (server time, best of 3)':70} {'A ms':>9} {'B ms':>9}")
 for k, v in pages.items():

@@ -52,6 +52,10 @@ impl StoredImages {
 
     /// The process image an event of `pid` at `ts` belongs to.
     pub(crate) fn proc_at(&self, pid: u32, ts: u64) -> ProcKey {
+        if self.starts.is_empty() {
+            // No exec in the run (the rule, and the common case on every event's path).
+            return ProcKey { pid, image: 0 };
+        }
         let image = self
             .starts
             .get(&pid)

@@ -1,7 +1,10 @@
 //! The allocations live at a device's peak, as a compact blob.
 //!
 //! Record (40 bytes, little-endian): pid:u32 tid:u32 ptr:u64 size:u64 ts_ns:u64 api:u16
-//! mem_kind:u8 reserved:u8 reserved:u32. Owns encoding and decoding only.
+//! mem_kind:u8 reserved:u8 reserved:u32. Owns encoding and decoding, and [`Origin`], the
+//! compact form the live sets keep of each allocation.
+
+use memwatch_analysis::live::{Held, LiveKey};
 
 use super::StoreError;
 
@@ -20,17 +23,47 @@ pub struct LiveAlloc {
     pub mem_kind: u8,
 }
 
-impl LiveAlloc {
-    /// The allocation an alloc event made.
-    pub fn of(e: &memwatch_wire::Event) -> Self {
-        LiveAlloc {
-            pid: e.pid,
-            tid: e.tid,
-            ptr: e.ptr,
-            size: e.size,
+/// What a live set keeps of an allocation besides its key (pid, pointer), size and
+/// device: the rest of its [`LiveAlloc`], kept small (the map is touched by every event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Origin {
+    ts_ns: u64,
+    tid: u32,
+    api: u16,
+    mem_kind: u8,
+}
+
+impl Origin {
+    /// What an alloc event made.
+    pub(crate) fn of(e: &memwatch_wire::Event) -> Self {
+        Self {
             ts_ns: e.ts_ns,
+            tid: e.tid,
             api: e.api,
             mem_kind: e.mem_kind,
+        }
+    }
+
+    /// The same of a stored allocation.
+    pub(crate) fn of_alloc(a: &LiveAlloc) -> Self {
+        Self {
+            ts_ns: a.ts_ns,
+            tid: a.tid,
+            api: a.api,
+            mem_kind: a.mem_kind,
+        }
+    }
+
+    /// The stored form of a live allocation filed at `key`.
+    pub(crate) fn live_alloc(key: &LiveKey, held: &Held<Origin>) -> LiveAlloc {
+        LiveAlloc {
+            pid: key.proc.pid,
+            tid: held.data.tid,
+            ptr: key.ptr,
+            size: held.size,
+            ts_ns: held.data.ts_ns,
+            api: held.data.api,
+            mem_kind: held.data.mem_kind,
         }
     }
 }

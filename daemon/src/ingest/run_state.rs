@@ -19,44 +19,10 @@ use memwatch_wire::{Event, EventKind, MemKind, EVENT_SIZE};
 use super::rollup::{Accumulator, RollupRow};
 use crate::codes;
 use crate::db::chunk::{self, CHUNK_EVENTS};
-use crate::db::snapshot::LiveAlloc;
-
-/// What the live set keeps of an allocation besides its key (pid, pointer), size and
-/// device: the rest of its [`LiveAlloc`] (kept small: the map is touched by every event).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Origin {
-    ts_ns: u64,
-    tid: u32,
-    api: u16,
-    mem_kind: u8,
-}
-
-impl Origin {
-    fn of(e: &Event) -> Self {
-        Self {
-            ts_ns: e.ts_ns,
-            tid: e.tid,
-            api: e.api,
-            mem_kind: e.mem_kind,
-        }
-    }
-}
+use crate::db::snapshot::{LiveAlloc, Origin};
 
 /// A live allocation: where the live set filed it and what it was.
 type Live = Held<Origin>;
-
-/// The stored form of a live allocation.
-fn live_alloc(key: &LiveKey, held: &Live) -> LiveAlloc {
-    LiveAlloc {
-        pid: key.proc.pid,
-        tid: held.data.tid,
-        ptr: key.ptr,
-        size: held.size,
-        ts_ns: held.data.ts_ns,
-        api: held.data.api,
-        mem_kind: held.data.mem_kind,
-    }
-}
 
 /// An event chunk being built for one device.
 #[derive(Debug, Clone, Default)]
@@ -395,7 +361,10 @@ impl RunState {
                 }
             }
         }
-        let mut v: Vec<LiveAlloc> = at_peak.iter().map(|(k, l)| live_alloc(k, l)).collect();
+        let mut v: Vec<LiveAlloc> = at_peak
+            .iter()
+            .map(|(k, l)| Origin::live_alloc(k, l))
+            .collect();
         v.sort_by_key(|a| (a.ts_ns, a.pid, a.ptr));
         Some(v)
     }

@@ -12,7 +12,7 @@ use memwatch_wire::EventKind;
 
 use crate::codes;
 use crate::db::images::StoredImages;
-use crate::db::snapshot::LiveAlloc;
+use crate::db::snapshot::{LiveAlloc, Origin};
 use crate::db::{chunk, Store, StoreError};
 
 /// A stored chunk as the replay reads it.
@@ -35,7 +35,7 @@ struct Released {
 
 /// The live set of one device being replayed.
 pub(super) struct Replay {
-    live: LiveSet<LiveAlloc>,
+    live: LiveSet<Origin>,
     images: StoredImages,
     device: i32,
     /// Releases by other devices' events, newest first (popped in time order).
@@ -102,7 +102,7 @@ impl Replay {
                 ptr: a.ptr,
                 size: a.size,
             };
-            self.live.apply(&e, a);
+            self.live.apply(&e, Origin::of_alloc(&a));
         }
     }
 
@@ -122,7 +122,7 @@ impl Replay {
             self.release_until(ts, false);
             let proc_ = self.images.proc_at(e.pid, e.ts_ns);
             self.live
-                .apply(&MemEvent::of_wire(proc_, &e), LiveAlloc::of(&e));
+                .apply(&MemEvent::of_wire(proc_, &e), Origin::of(&e));
         }
         Ok(chunk::event_count(&row.events))
     }
@@ -153,7 +153,7 @@ impl Replay {
         self.live
             .iter()
             .filter(|(k, h)| k.family.on_device() && h.device == self.device)
-            .map(|(_, h)| h.data)
+            .map(|(k, h)| Origin::live_alloc(k, h))
             .collect()
     }
 }
