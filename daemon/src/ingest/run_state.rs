@@ -152,7 +152,15 @@ impl RunState {
             family,
             ptr: e.ptr,
         };
-        match self.live.apply(&MemEvent::of_wire(proc_, e), Origin::of(e)) {
+        // Only allocations and frees move the live set (LiveSet::apply answers NotMemory
+        // for every other kind): the rest does not go through it.
+        let change = match codes::event_kind(e.kind) {
+            Some(EventKind::Alloc | EventKind::Free) => {
+                self.live.apply(&MemEvent::of_wire(proc_, e), Origin::of(e))
+            }
+            _ => Change::NotMemory,
+        };
+        match change {
             Change::Alloc {
                 family, replaced, ..
             } => {

@@ -120,6 +120,14 @@ impl Replay {
                 continue;
             }
             self.release_until(ts, false);
+            // Only allocations and frees move a live set (LiveSet::apply answers
+            // NotMemory for every other kind): the rest is skipped before it is read.
+            if !matches!(
+                codes::event_kind(e.kind),
+                Some(EventKind::Alloc | EventKind::Free)
+            ) {
+                continue;
+            }
             let proc_ = self.images.proc_at(e.pid, e.ts_ns);
             self.live
                 .apply(&MemEvent::of_wire(proc_, &e), Origin::of(&e));
