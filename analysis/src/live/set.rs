@@ -51,6 +51,7 @@ pub struct MemEvent {
 
 impl MemEvent {
     /// A wire event of process image `proc`.
+    #[inline]
     pub fn of_wire(proc: ProcKey, e: &Event) -> Self {
         Self {
             proc,
@@ -148,6 +149,15 @@ impl<T> Default for LiveSet<T> {
 impl<T> LiveSet<T> {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty set with room for `n` allocations before it grows (a reader that starts
+    /// from a known set of allocations, like the daemon's replays).
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            live: FastMap::with_capacity_and_hasher(n, Default::default()),
+            totals: FastMap::default(),
+        }
     }
 
     /// Folds one event in. `data` is kept with the allocation when the event allocates

@@ -51,6 +51,7 @@ impl StoredImages {
     }
 
     /// The process image an event of `pid` at `ts` belongs to.
+    #[inline]
     pub(crate) fn proc_at(&self, pid: u32, ts: u64) -> ProcKey {
         if self.starts.is_empty() {
             // No exec in the run (the rule, and the common case on every event's path).

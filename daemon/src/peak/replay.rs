@@ -64,7 +64,15 @@ impl Replay {
 
     /// Applies the releases by other devices' events before `ts` (through `ts` when
     /// `inclusive`).
+    #[inline]
     fn release_until(&mut self, ts: i64, inclusive: bool) {
+        if self.releases.is_empty() {
+            return; // nearly always: on every replayed event's path
+        }
+        self.release_due(ts, inclusive);
+    }
+
+    fn release_due(&mut self, ts: i64, inclusive: bool) {
         while let Some(r) = self.releases.last() {
             if r.ts_ns > ts || (r.ts_ns == ts && !inclusive) {
                 break;
@@ -92,6 +100,10 @@ impl Replay {
     /// Starts from a known live set (a checkpoint's or the peak snapshot's allocations,
     /// all on this device).
     pub(super) fn load(&mut self, allocs: Vec<LiveAlloc>) {
+        if self.live.is_empty() {
+            // Room for what is loaded and what the replay adds, without rehashing.
+            self.live = LiveSet::with_capacity(allocs.len() + allocs.len() / 2 + 1024);
+        }
         for a in allocs {
             let e = MemEvent {
                 proc: self.images.proc_at(a.pid, a.ts_ns),
