@@ -25,6 +25,7 @@ impl Family {
     /// kind is `none` (or one this build does not know). `None`: the event does not
     /// allocate or release memory that is counted (VMM map/unmap, address reservations,
     /// pool objects, PJRT buffers, PyTorch blocks).
+    #[inline]
     pub fn of(mem: Option<MemKind>, api: Api) -> Option<Self> {
         match mem {
             Some(MemKind::Device | MemKind::Managed | MemKind::StreamPool) => Some(Self::Device),
@@ -98,6 +99,7 @@ pub enum Step {
 impl Step {
     /// The step an event of `kind` takes; `None` for events that neither allocate nor
     /// release (failed calls, API spans, device switches, kinds this build does not know).
+    #[inline]
     pub fn of(kind: Option<EventKind>, mem: Option<MemKind>, api: Api) -> Option<Self> {
         let family = Family::of(mem, api);
         match kind? {

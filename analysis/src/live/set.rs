@@ -51,6 +51,7 @@ pub struct MemEvent {
 
 impl MemEvent {
     /// A wire event of process image `proc`.
+    #[inline]
     pub fn of_wire(proc: ProcKey, e: &Event) -> Self {
         Self {
             proc,
@@ -148,6 +149,15 @@ impl<T> Default for LiveSet<T> {
 impl<T> LiveSet<T> {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty set with room for `n` allocations before it grows (a reader that starts
+    /// from a known set of allocations, like the daemon's replays).
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            live: FastMap::with_capacity_and_hasher(n, Default::default()),
+            totals: FastMap::default(),
+        }
     }
 
     /// Folds one event in. `data` is kept with the allocation when the event allocates
@@ -253,6 +263,16 @@ impl<T> LiveSet<T> {
 
     pub fn is_empty(&self) -> bool {
         self.live.is_empty()
+    }
+
+    /// Releases the allocation at `key` without an event (a reader that learned of its
+    /// release otherwise: the daemon's replay of one device, when another device's
+    /// allocation replaced it). Returns it, if it was live.
+    pub fn remove(&mut self, key: &LiveKey) -> Option<Held<T>> {
+        let held = self.live.remove(key)?;
+        self.totals_mut(key.proc, held.device)
+            .sub(key.family, held.size);
+        Some(held)
     }
 
     /// Releases everything process image `proc` still holds (its exec, or its end, gave
@@ -374,6 +394,20 @@ mod tests {
             Change::NotMemory
         );
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn removing_a_key_releases_it_from_its_device() {
+        let mut s = LiveSet::new();
+        s.apply(&ev(1, 2, EventKind::Alloc, MemKind::Device, 0, 64), ());
+        let key = LiveKey {
+            proc: ProcKey { pid: 1, image: 0 },
+            family: Family::Device,
+            ptr: 0,
+        };
+        assert_eq!(s.remove(&key).map(|h| (h.size, h.device)), Some((64, 2)));
+        assert_eq!((s.device_bytes(2), s.len()), (0, 0));
+        assert!(s.remove(&key).is_none());
     }
 
     #[test]

@@ -14,6 +14,8 @@ use memwatch_wire::frame::encode_preamble;
 use memwatch_wire::{encode_record, FrameReader, ReadMode, Record};
 use serde::Serialize;
 
+use super::import_log::LogImport;
+use super::store_target::{daemon_base, Target};
 use super::Outcome;
 
 const AFTER_HELP: &str = "\
@@ -127,7 +129,7 @@ impl StoreArgs {
                     drop(lock);
                     store.close().await
                 })
-                .with_context(|| format!("--db {}", memwatch_daemon::store::redact(db)))
+                .with_context(|| format!("--db {}", memwatch_daemon::redact(db)))
             }
             Some(Target::Daemon { url, .. }) => daemon_base(url).map(drop),
         }
@@ -155,25 +157,6 @@ impl StoreArgs {
         }
         Ok(Some(s))
     }
-}
-
-/// The base of a `--daemon` URL, or an error saying what is expected.
-fn daemon_base(url: &str) -> Result<&str> {
-    let base = url.trim_end_matches('/');
-    if !base.starts_with("http://") {
-        bail!("--daemon {url}: expected an http://HOST:PORT URL of `memwatch serve --listen`");
-    }
-    Ok(base)
-}
-
-/// Where to put a capture.
-#[derive(Clone, Copy)]
-pub enum Target<'a> {
-    Db(&'a str),
-    Daemon {
-        url: &'a str,
-        token: Option<&'a str>,
-    },
 }
 
 /// What an import did.
@@ -511,7 +494,14 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
     };
     let Some(capture) = &args.capture else {
         // --log / --xla-dump on their own (optionally onto --run-id).
-        return super::import_log::run(&args);
+        return super::import_log::run(&LogImport {
+            db: args.db.as_deref(),
+            log: args.log.as_deref(),
+            xla_dump: args.xla_dump.as_deref(),
+            mem_fraction: args.mem_fraction,
+            run_id: args.run_id,
+            json: args.json,
+        });
     };
     if args.log.is_some() {
         bail!(

@@ -45,6 +45,7 @@ pub mod run_doctor;
 pub mod run_stderr;
 pub mod runtime;
 pub mod serve;
+pub mod store_target;
 pub mod xla;
 
 use std::process::ExitCode;
