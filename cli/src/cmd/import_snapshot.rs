@@ -12,8 +12,9 @@ use memwatch_daemon::Batch;
 use memwatch_wire::Record;
 
 use super::import::{
-    capture_identity, weight, Destination, ImportSummary, Target, BATCH_EVENTS, IDENTITY_RECORDS,
+    capture_identity, weight, Destination, ImportSummary, BATCH_EVENTS, IDENTITY_RECORDS,
 };
+use super::store_target::Target;
 
 /// Sends records in numbered batches once the stream is named.
 struct Sender<'a> {
