@@ -17,7 +17,10 @@ pub mod trace;
 
 pub use codes::result_name;
 pub use load::{load_path, load_reader, DamageReport, Family, Loaded, ProcKey};
-pub use stats::{analyze, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportOptions};
+pub use stats::{
+    analyze, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportOptions,
+    VmmReferenceReleases,
+};
 pub use trace::{write_trace, TraceOptions, TraceSummary};
 
 use std::path::PathBuf;

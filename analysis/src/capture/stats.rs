@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::codes::result_name;
 use super::load::{DamageReport, Ev, Loaded, ProcKey};
-use crate::live::{Change, Family, Held, LiveSet};
+use crate::live::{Change, Family, HandleRef, Held, LiveSet};
 
 /// Knobs of [`analyze`].
 #[derive(Debug, Clone)]
@@ -126,12 +126,25 @@ pub struct DeviceReport {
     pub host_pinned: HostPinnedReport,
     /// VMM map/unmap, address reserve/free and pool create/destroy calls.
     pub vmm_and_pool_calls: u64,
+    /// VMM handle releases (`cuMemRelease`) that gave no memory back, by why: the handle
+    /// was still mapped (given back at its last unmap), a retained reference
+    /// (`cuMemRetainAllocationHandle`, as NCCL frees its buffers), or a handle imported
+    /// from another process. None of these is an unmatched free.
+    pub vmm_reference_releases: VmmReferenceReleases,
     /// Largest successful allocations (device memory and pinned host), largest first.
     pub largest_allocations: Vec<AllocReport>,
     /// Largest device-memory allocations still live at exit (leaks), largest first (at
     /// most `top`; empty when the image ended by exec). Omitted when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub largest_leaks: Vec<AllocReport>,
+}
+
+/// Counts of [`DeviceReport::vmm_reference_releases`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct VmmReferenceReleases {
+    pub still_mapped: u64,
+    pub retained: u64,
+    pub imported: u64,
 }
 
 /// Pinned host memory of one device's calls.
@@ -213,6 +226,7 @@ struct Acc {
     peak_ts: u64,
     host: HostPinnedReport,
     vmm_and_pool_calls: u64,
+    vmm_refs: VmmReferenceReleases,
     /// Min-heap of the `top` largest: (size, earlier first, index into events).
     largest: BinaryHeap<Reverse<(u64, Reverse<u64>, usize)>>,
 }
@@ -255,7 +269,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
             stream: e.stream,
             idx: i,
         };
-        match live.apply(&e.mem_event(stream), origin) {
+        match live.apply(&loaded.mem_event(e), origin) {
             Change::Alloc {
                 family,
                 replaced,
@@ -296,6 +310,10 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                 }
             }
             Change::Free { family, freed, .. } => {
+                if e.mem_kind() == Some(MemKind::VmmMap) {
+                    // The last unmap of a released handle, which gives it back.
+                    accs[e.stream as usize].vmm_and_pool_calls += 1;
+                }
                 let a = &mut accs[freed.data.stream as usize];
                 if family.on_device() {
                     a.free_count += 1;
@@ -305,6 +323,14 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                 release(&mut procs, pid, family, &freed);
             }
             Change::UnmatchedFree { .. } => accs[e.stream as usize].unmatched_frees += 1,
+            Change::HandleReference(r) => {
+                let c = &mut accs[e.stream as usize].vmm_refs;
+                *match r {
+                    HandleRef::StillMapped => &mut c.still_mapped,
+                    HandleRef::Retained => &mut c.retained,
+                    HandleRef::Imported => &mut c.imported,
+                } += 1;
+            }
             Change::Untracked => accs[e.stream as usize].vmm_and_pool_calls += 1,
             Change::NullFree => {}
             Change::NotMemory => match e.kind() {
@@ -401,6 +427,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                     live_allocs_at_exec: if exec { now.device_allocs } else { 0 },
                     host_pinned: host,
                     vmm_and_pool_calls: a.vmm_and_pool_calls,
+                    vmm_reference_releases: a.vmm_refs.clone(),
                     largest_allocations: largest[i].clone(),
                     largest_leaks: if exec { Vec::new() } else { leaks[i].clone() },
                 }
