@@ -9,6 +9,7 @@
 use super::DoctorError;
 use crate::capture::{self, Loaded};
 use crate::log::{self, LogReport};
+use crate::nvsmi::parse_time as parse_nvsmi_time;
 use crate::runtime::{self, RuntimeCapture};
 use crate::xla::{self, hlo::HloModule, ModuleReport};
 use std::collections::BTreeMap;
@@ -338,38 +339,6 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
 pub fn looks_like_nvsmi(first_line: &str) -> bool {
     let f: Vec<&str> = first_line.split(',').map(str::trim).collect();
     f.len() == 3 && parse_nvsmi_time(f[0]).is_some() && f[1].parse::<u64>().is_ok()
-}
-
-/// `2026/11/25 18:10:49.669` -> unix ns (UTC).
-fn parse_nvsmi_time(s: &str) -> Option<u64> {
-    let (date, time) = s.split_once(' ')?;
-    let d: Vec<i64> = date
-        .split('/')
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<u64> = hms
-        .split(':')
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    if d.len() != 3 || t.len() != 3 || !(1..=12).contains(&d[1]) || !(1..=31).contains(&d[2]) {
-        return None;
-    }
-    let days = days_from_civil(d[0], d[1], d[2]);
-    let ms: u64 = format!("{frac:0<3}").get(..3)?.parse().ok()?;
-    let secs = u64::try_from(days).ok()? * 86_400 + t[0] * 3600 + t[1] * 60 + t[2];
-    Some(secs * 1_000_000_000 + ms * 1_000_000)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// A framework allocator's state at the failure, from a source that records it (a

@@ -38,6 +38,7 @@ pub mod out_file;
 pub mod replay;
 pub mod replay_gpu;
 pub mod report;
+mod report_devices;
 pub mod run;
 pub mod run_doctor;
 pub mod run_stderr;

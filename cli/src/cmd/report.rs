@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use memwatch_analysis::apu::{Agreement, ApuReport};
 use memwatch_analysis::capture::{
-    analyze, load_path, write_trace, CaptureReport, Loaded, ProcessReport, ReportOptions,
+    analyze_with, load_path, write_trace, CaptureReport, Loaded, ProcessReport, ReportOptions,
     TraceOptions,
 };
 
@@ -73,6 +73,13 @@ pub struct ReportArgs {
     /// `memwatch runtime`) to the executables' buffer assignments.
     #[arg(long, value_name = "DIR", conflicts_with = "trace")]
     pub xla_dump: Option<PathBuf>,
+    /// NVML's per-process readings of the same run (`nvidia-smi
+    /// --query-compute-apps=timestamp,gpu_bus_id,pid,used_memory
+    /// --format=csv,noheader,nounits -lms 200 > FILE`): each process's NVML figure next to
+    /// its captured live bytes, the difference being what the driver holds outside any
+    /// allocation (CUDA context, module code).
+    #[arg(long, value_name = "FILE", conflicts_with = "trace")]
+    pub nvsmi_apps: Option<PathBuf>,
 }
 
 /// Runs `memwatch report`.
@@ -129,7 +136,11 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
         return Ok(Outcome::Success);
     }
     let apu = memwatch_analysis::apu::analyze(&loaded);
-    let report = analyze(loaded, &ReportOptions { top: args.top });
+    let samples = match &args.nvsmi_apps {
+        Some(p) => memwatch_analysis::nvsmi::read_apps_csv(p)?,
+        None => Vec::new(),
+    };
+    let report = analyze_with(loaded, &ReportOptions { top: args.top }, &samples);
     let runtime = super::runtime::for_report(&args.capture, args.xla_dump.as_deref(), args.top)?;
     if args.json {
         let mut out = std::io::stdout().lock();
@@ -480,6 +491,9 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
             table(&mut o, "  ", &rows);
         }
         for d in &p.devices {
+            o.push_str(&super::report_devices::render_vmm_references(d));
+        }
+        for d in &p.devices {
             if d.largest_allocations.is_empty() || top == 0 {
                 continue;
             }
@@ -533,9 +547,11 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
             api_table(&mut o, &p.api);
         }
     }
+    o.push_str(&super::report_devices::render(&r.devices));
     if r.processes.len() > 1 && !r.api.is_empty() {
         o.push_str("\nAPI calls, all processes:\n");
         api_table(&mut o, &r.api);
+        o.push_str(&super::report_devices::render_stretches(&r.api));
     }
     if !r.failures.is_empty() {
         o.push_str(&format!("\nfailed calls ({}):\n", r.failures_total));
