@@ -412,7 +412,9 @@ impl RunFacts {
 pub struct Evidence {
     pub capture: Option<CaptureEvidence>,
     pub log: Option<LogEvidence>,
-    pub dump: Option<DumpEvidence>,
+    /// XLA dumps: the run's, or one per worker of a multi-process run (the failing
+    /// process's own is chosen by `super::dumps::choose`).
+    pub dumps: Vec<DumpEvidence>,
     pub device_samples: Vec<DeviceSeries>,
     pub framework_states: Vec<FrameworkState>,
     pub run: RunFacts,
