@@ -25,6 +25,9 @@ Examples:
   memwatch report run.mwcap --trace --device 0 > dev0.jsonl    input for `memwatch replay`
   MEMWATCH_BACKTRACE_EVERY_BYTES=1048576 memwatch run --out run.mwcap -- ./app
   memwatch report run.mwcap                 largest allocations / leaks with their stacks
+  nvidia-smi --query-compute-apps=timestamp,gpu_bus_id,pid,used_memory \
+      --format=csv,noheader,nounits -lms 200 > apps.csv &   (while the run runs)
+  memwatch report run.mwcap --nvsmi-apps apps.csv   NVML's per-process figure per device
 
 Times are since the capture's start (the first process's start). Device memory counts
 device, managed, stream-ordered pool and VMM physical allocations; pinned host memory is
@@ -35,6 +38,19 @@ ELF symbol tables of the files on this machine. Allocation calls are timed only 
 MEMWATCH_ALLOC_DURATIONS=1 (else -). A damaged capture (cut off by a crash) is
 reported up to the damage, and the damage is listed on stderr. A file that is not a
 capture exits with status 2.
+
+Per device (JSON devices): each process's devices side by side — the driver-level peak
+and what it was made of (framework pool, VMM handles such as NCCL's buffers, cudaMalloc
+segments, cuMemAlloc), the framework's own figures where the capture has them (the PJRT
+allocator's memory_stats(), live jax.Array bytes; PyTorch reports nothing to the shim:
+its memory_reserved() is the cudaMalloc segments), VMM handles imported from another
+process (NCCL peer buffers: the exporter's memory), and with --nvsmi-apps what NVML saw
+beyond the captured allocations (CUDA context, module code). Devices are ordinals as each
+process saw them: under CUDA_VISIBLE_DEVICES two processes' device 0 can be different
+GPUs. When one API ran on several devices at once (workers compiling or loading modules
+together), the capture-wide table is followed by when (JSON
+concurrent_device_stretches; start_monotonic_ns lines them up with a worker's own
+CLOCK_MONOTONIC timestamps).
 
 On an APU (an integrated AMD GPU such as Strix Halo: HIP says so, or the amdgpu sysfs
 counters show a small VRAM carve-out) the report adds a section per APU device (JSON
