@@ -15,11 +15,18 @@ fn dir(s: &str) -> PathBuf {
 }
 
 fn diagnose(s: &str, dumps: &[PathBuf]) -> Value {
+    diagnose_with(s, &[], dumps)
+}
+
+fn diagnose_with(s: &str, more: &[&str], dumps: &[PathBuf]) -> Value {
     let mut args = vec![
         "diagnose".to_string(),
         dir(s).join("capture.mwcap").display().to_string(),
         dir(s).join("stderr.log").display().to_string(),
     ];
+    for f in more {
+        args.push(dir(s).join(f).display().to_string());
+    }
     for d in dumps {
         args.push("--xla-dump".into());
         args.push(d.display().to_string());
@@ -124,11 +131,19 @@ fn jax_uneven_names_the_device_and_its_share_of_live_arrays() {
 }
 
 /// PyTorch: each rank's reserved segments; the heavy rank held the share its own
-/// max_memory_reserved() says.
+/// max_memory_reserved() says. The recording's nvidia-smi samples (with the GPU index
+/// column) are read as device samples, one series per GPU.
 #[test]
 fn torch_uneven_names_the_device_and_its_share_of_reserved_memory() {
     let figs = figures("torch_uneven");
-    let d = diagnose("torch_uneven", &[]);
+    let d = diagnose_with("torch_uneven", &["nvsmi.csv"], &[]);
+    let samples = d["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "device_samples")
+        .count();
+    assert_eq!(samples, 2, "{}", d["sources"]);
     assert_eq!(d["imbalance"]["measure"], "runtime_segments");
     check_split(&d, &figs, |f| {
         f["memory_end"]["max_memory_reserved"].as_u64().unwrap()

@@ -43,7 +43,7 @@ impl Measure {
     pub fn describe(self) -> &'static str {
         match self {
             Self::LiveArrays => "live jax.Array bytes",
-            Self::RuntimeSegments => "cudaMalloc segments (PyTorch's reserved memory)",
+            Self::RuntimeSegments => "reserved cudaMalloc segments (PyTorch's memory_reserved)",
             Self::DeviceMemory => "device memory (driver level)",
         }
     }

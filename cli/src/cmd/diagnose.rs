@@ -23,7 +23,7 @@ Examples:
   memwatch diagnose run.mwcap stderr.log nvsmi.csv --json | jq '.verdicts[0].kind'
 
 Inputs are told apart by their content: a memwatch capture (.mwcap), nvidia-smi samples
-(--query-gpu=timestamp,memory.used,memory.total --format=csv,noheader,nounits), a PyTorch
+(--query-gpu=[index,]timestamp,memory.used,memory.total --format=csv,noheader,nounits), a PyTorch
 memory snapshot (not read yet: refused with a message), and logs (the program's stderr:
 XLA/TSL, PyTorch, CuPy, CUDA/HIP errors, Python tracebacks). One verdict per failure:
 its kind (execute_temp, compile_scratch, leak, fragmentation, pool_limit_ignored,
