@@ -114,7 +114,12 @@ fn nccl_vmm_buffers_are_accounted_for_in_torch_ddp() {
             }
         }
         let driver_live: u64 = driver.values().sum();
-        assert_eq!(d.live_bytes_at_exit, reserved + driver_live, "pid {}", p.pid);
+        assert_eq!(
+            d.live_bytes_at_exit,
+            reserved + driver_live,
+            "pid {}",
+            p.pid
+        );
     }
 }
 
@@ -130,7 +135,8 @@ struct Printed {
 fn printed(name: &str) -> Vec<Printed> {
     let mut out = Vec::new();
     for rank in 0.. {
-        let Ok(text) = std::fs::read_to_string(scenario(name).join(format!("events.rank{rank}.jsonl")))
+        let Ok(text) =
+            std::fs::read_to_string(scenario(name).join(format!("events.rank{rank}.jsonl")))
         else {
             break;
         };
@@ -151,9 +157,12 @@ fn printed(name: &str) -> Vec<Printed> {
     out
 }
 
-/// Each worker's printed windows `<what>_start`..`<what>_end`, by name: rank -> (from, until).
-fn windows(p: &[Printed], what: &str) -> Vec<(String, HashMap<u64, (u64, u64)>)> {
-    let mut out: Vec<(String, HashMap<u64, (u64, u64)>)> = Vec::new();
+/// Rank -> (from, until) of one printed window.
+type Window = HashMap<u64, (u64, u64)>;
+
+/// Each worker's printed windows `<what>_start`..`<what>_end`, by name.
+fn windows(p: &[Printed], what: &str) -> Vec<(String, Window)> {
+    let mut out: Vec<(String, Window)> = Vec::new();
     for s in p.iter().filter(|e| e.event == format!("{what}_start")) {
         let end = p
             .iter()
@@ -242,8 +251,7 @@ fn concurrent_compiles_and_module_loads_match_the_workers_own_times_in_jax_train
         pjrt.extend(stretches(&r, api).1);
     }
     let steps = windows(&p, "step");
-    let mut printed_windows: Vec<&HashMap<u64, (u64, u64)>> =
-        compiles.iter().map(|(_, w)| w).collect();
+    let mut printed_windows: Vec<&Window> = compiles.iter().map(|(_, w)| w).collect();
     printed_windows.extend(steps.iter().map(|(_, w)| w));
     for l in &loads {
         assert!(
@@ -257,7 +265,10 @@ fn concurrent_compiles_and_module_loads_match_the_workers_own_times_in_jax_train
                 in_one == touches,
                 "module loads on both GPUs at {l:?} straddle a window a worker printed"
             );
-            assert!(in_one == 0 || in_one == w.len(), "{l:?}: inside one worker's window only");
+            assert!(
+                in_one == 0 || in_one == w.len(),
+                "{l:?}: inside one worker's window only"
+            );
         }
     }
 }

@@ -66,7 +66,10 @@ fn failing(figs: &[Value]) -> (&Value, u64) {
                 .total_cmp(&b["param_share"].as_f64().unwrap())
         })
         .unwrap();
-    assert_eq!(f["pid"], most["pid"], "the heavy worker is the one that failed");
+    assert_eq!(
+        f["pid"], most["pid"],
+        "the heavy worker is the one that failed"
+    );
     let device = f["device"]["local_hardware_id"]
         .as_u64()
         .or_else(|| f["device"]["index"].as_u64())

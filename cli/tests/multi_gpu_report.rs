@@ -36,7 +36,11 @@ fn report(s: &str, text: bool) -> (Value, String) {
         out
     };
     let json = serde_json::from_str(&run(args(true))).unwrap();
-    let human = if text { run(args(false)) } else { String::new() };
+    let human = if text {
+        run(args(false))
+    } else {
+        String::new()
+    };
     (json, human)
 }
 
@@ -49,7 +53,7 @@ fn figures(s: &str) -> Vec<Value> {
         .collect()
 }
 
-fn view<'a>(r: &'a Value, pid: u64) -> &'a Value {
+fn view(r: &Value, pid: u64) -> &Value {
     r["devices"]
         .as_array()
         .unwrap()
@@ -195,7 +199,10 @@ fn captured_live_plus_context_is_nvmls_per_process_figure() {
         .as_u64()
         .unwrap() as f64
         / (1u64 << 30) as f64;
-    assert!((nvml - in_use).abs() < 0.006, "NVML {nvml} vs PyTorch {in_use}");
+    assert!(
+        (nvml - in_use).abs() < 0.006,
+        "NVML {nvml} vs PyTorch {in_use}"
+    );
 }
 
 /// A file that is not nvidia-smi's per-process CSV: exit 2, the file and line named.

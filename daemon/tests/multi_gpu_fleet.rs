@@ -54,8 +54,7 @@ async fn the_recorded_two_gpu_node_lists_both_gpus_with_their_nvml_samples() {
     let figures: Vec<serde_json::Value> = (0..2)
         .map(|r| {
             serde_json::from_str(
-                &std::fs::read_to_string(fleet().join(format!("figures.rank{r}.json")))
-                    .unwrap(),
+                &std::fs::read_to_string(fleet().join(format!("figures.rank{r}.json"))).unwrap(),
             )
             .unwrap()
         })

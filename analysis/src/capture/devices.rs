@@ -415,8 +415,7 @@ impl DeviceWalk {
         let free = me.kind == Some(EventKind::Free);
         match me.mem {
             Some(MemKind::PjrtBuffer) if alloc => {
-                if let Some((st, size)) = self.arrays.insert((me.proc, e.ptr), (e.stream, e.size))
-                {
+                if let Some((st, size)) = self.arrays.insert((me.proc, e.ptr), (e.stream, e.size)) {
                     let s = &mut self.streams[st as usize];
                     s.arrays_live = s.arrays_live.saturating_sub(size);
                 }
@@ -443,8 +442,7 @@ impl DeviceWalk {
                     })
                     .is_some();
                 if !created {
-                    self.imported
-                        .insert((me.proc, e.ptr), (e.stream, e.size));
+                    self.imported.insert((me.proc, e.ptr), (e.stream, e.size));
                     let s = &mut self.streams[e.stream as usize];
                     s.imported_maps += 1;
                     s.imported_live = s.imported_live.saturating_add(e.size);
@@ -487,7 +485,10 @@ impl DeviceWalk {
             {
                 continue;
             }
-            let meta = loaded.processes.get(&k).and_then(|p| p.devices.get(&device));
+            let meta = loaded
+                .processes
+                .get(&k)
+                .and_then(|p| p.devices.get(&device));
             let framework = framework_view(s, &samples, rel);
             let nvml = (devices_of.get(&k.pid) == Some(&1) && s.peak > 0)
                 .then(|| self.compared.get(&k.pid).and_then(|c| nvml_view(c, rel)))
@@ -519,7 +520,7 @@ impl DeviceWalk {
                     })
                     .collect(),
                 host_pinned_peak_bytes: s.host_peak,
-                imported_vmm: (s.imported_maps > 0).then(|| ImportedVmm {
+                imported_vmm: (s.imported_maps > 0).then_some(ImportedVmm {
                     mappings: s.imported_maps,
                     peak_mapped_bytes: s.imported_peak,
                 }),

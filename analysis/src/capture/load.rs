@@ -75,7 +75,6 @@ impl Ev {
     pub fn api(&self) -> Api {
         Api::from_u16(self.api)
     }
-
 }
 
 /// A failed call, kept in full.

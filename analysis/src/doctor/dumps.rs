@@ -122,13 +122,13 @@ pub fn choose(ev: &Evidence, pid: Option<u32>) -> DumpChoice {
             .find(|p| !wanted.contains(p) && matches!(of(**p), Match::Same));
         choice.notes[i] = Some(match (mine, other, pid) {
             (Some(_), _, _) => "another dump of the same process is used".to_string(),
-            (None, Some(q), Some(p)) => format!(
-                "it is the dump of pid {q}, not of the failing process (pid {p}): not used"
-            ),
+            (None, Some(q), Some(p)) => {
+                format!("it is the dump of pid {q}, not of the failing process (pid {p}): not used")
+            }
             (None, _, _) => match wanted.first().map(|p| of(*p)) {
-                Some(Match::Differs(why)) => format!(
-                    "{why}: the dump is from another compilation, so it is not used"
-                ),
+                Some(Match::Differs(why)) => {
+                    format!("{why}: the dump is from another compilation, so it is not used")
+                }
                 _ => "it has no module named like any executable of the capture: it is from \
                       another run, so it is not used"
                     .to_string(),

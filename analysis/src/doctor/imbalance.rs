@@ -92,7 +92,10 @@ impl Imbalance {
             .collect();
         // Five points above an even split is a split that favoured this device.
         let more = if self.failed_share_permille > self.even_share_permille + 50 {
-            format!(", more than an even share ({}%)", pct(self.even_share_permille))
+            format!(
+                ", more than an even share ({}%)",
+                pct(self.even_share_permille)
+            )
         } else {
             String::new()
         };
@@ -274,8 +277,10 @@ fn walk(cap: &CaptureEvidence, until: u64) -> BTreeMap<(ProcKey, i32), Walked> {
 
 /// Peak of live PJRT buffer bytes per (pid, device) up to runtime ns `until`.
 fn arrays_peak(pjrt: &PjrtFacts, until: u64) -> BTreeMap<(u32, i32), u64> {
-    // (time, +size / -size) per (pid, device), frees before allocations at one instant.
-    let mut steps: BTreeMap<(u32, i32), Vec<(u64, bool, u64)>> = BTreeMap::new();
+    // (time, allocation?, size) per (pid, device); frees sort before allocations at one
+    // instant.
+    type Steps = Vec<(u64, bool, u64)>;
+    let mut steps: BTreeMap<(u32, i32), Steps> = BTreeMap::new();
     for buf in pjrt.buffers.iter().filter(|x| x.created <= until) {
         let v = steps.entry((buf.pid, buf.device)).or_default();
         v.push((buf.created, true, buf.size));

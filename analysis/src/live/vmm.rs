@@ -215,13 +215,19 @@ mod tests {
         }
     }
     fn create(s: &mut LiveSet, h: u64, size: u64) -> Change<()> {
-        s.apply(&ev(EventKind::Alloc, MemKind::VmmPhysical, h, size, None), ())
+        s.apply(
+            &ev(EventKind::Alloc, MemKind::VmmPhysical, h, size, None),
+            (),
+        )
     }
     fn release(s: &mut LiveSet, h: u64) -> Change<()> {
         s.apply(&ev(EventKind::Free, MemKind::VmmPhysical, h, 0, None), ())
     }
     fn map(s: &mut LiveSet, va: u64, h: u64) -> Change<()> {
-        s.apply(&ev(EventKind::Alloc, MemKind::VmmMap, va, 4096, Some(h)), ())
+        s.apply(
+            &ev(EventKind::Alloc, MemKind::VmmMap, va, 4096, Some(h)),
+            (),
+        )
     }
     fn unmap(s: &mut LiveSet, va: u64) -> Change<()> {
         s.apply(&ev(EventKind::Free, MemKind::VmmMap, va, 4096, None), ())

@@ -111,7 +111,10 @@ pub fn render(views: &[DeviceView]) -> String {
 /// Lines for the APIs whose calls ran on several devices at once (capture-wide).
 pub fn render_stretches(stats: &[ApiStats]) -> String {
     let mut o = String::new();
-    for s in stats.iter().filter(|s| !s.concurrent_device_stretches.is_empty()) {
+    for s in stats
+        .iter()
+        .filter(|s| !s.concurrent_device_stretches.is_empty())
+    {
         let longest = s
             .concurrent_device_stretches
             .iter()
