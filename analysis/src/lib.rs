@@ -14,6 +14,7 @@ pub mod doctor;
 pub mod gate;
 pub mod live;
 pub mod log;
+pub mod nvsmi;
 pub mod runtime;
 pub mod size;
 pub mod torch;

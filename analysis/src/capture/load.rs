@@ -75,20 +75,6 @@ impl Ev {
     pub fn api(&self) -> Api {
         Api::from_u16(self.api)
     }
-
-    /// The event as [`crate::live::LiveSet`] reads it; `stream` is [`Loaded::streams`]'
-    /// entry for [`Ev::stream`].
-    pub fn mem_event(&self, (proc, device): (ProcKey, i32)) -> crate::live::MemEvent {
-        crate::live::MemEvent {
-            proc,
-            device,
-            kind: self.kind(),
-            mem: self.mem_kind(),
-            api: self.api(),
-            ptr: self.ptr,
-            size: self.size,
-        }
-    }
 }
 
 /// A failed call, kept in full.
@@ -193,6 +179,10 @@ pub struct Loaded {
     /// PJRT records and the PJRT events in full (`crate::runtime` reads them), so one
     /// pass over the file serves both readers.
     pub pjrt: PjrtRecords,
+    /// The physical handle each VMM mapping names (`cuMemMap`'s handle, which [`Ev`]
+    /// does not keep), by (stream, time as in [`Ev::ts`], mapped address): the live set
+    /// gives a released handle back at its last unmap. Only mappings are here.
+    pub vmm_map_handles: std::collections::HashMap<(u32, u64, u64), u64>,
 }
 
 /// The PJRT part of a capture as read (raw CLOCK_MONOTONIC times).
@@ -205,6 +195,28 @@ pub struct PjrtRecords {
 }
 
 impl Loaded {
+    /// Event `e` as [`crate::live::LiveSet`] reads it (its stream's process image and
+    /// device, and the handle of a VMM mapping).
+    pub fn mem_event(&self, e: &Ev) -> crate::live::MemEvent {
+        let (proc, device) = self.streams[e.stream as usize];
+        let (kind, mem) = (e.kind(), e.mem_kind());
+        let handle = if crate::live::is_vmm_map(kind, mem) {
+            self.vmm_map_handles.get(&(e.stream, e.ts, e.ptr)).copied()
+        } else {
+            None
+        };
+        crate::live::MemEvent {
+            proc,
+            device,
+            kind,
+            mem,
+            api: e.api(),
+            ptr: e.ptr,
+            size: e.size,
+            handle,
+        }
+    }
+
     /// The capture's time origin: the earliest `process_start` anchor or the earliest
     /// event, whichever is earlier (a shim may announce itself at its first flush, after
     /// its first events).
@@ -333,6 +345,11 @@ impl Builder {
             {
                 self.loaded.backtraces.insert((stream, ts, e.ptr), frames);
             }
+        }
+        if crate::live::is_vmm_map(Some(kind), e.mem_kind()) {
+            self.loaded
+                .vmm_map_handles
+                .insert((stream, ts, e.ptr), e.aux);
         }
         self.loaded.events.push(Ev {
             ts,

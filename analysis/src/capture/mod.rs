@@ -3,12 +3,14 @@
 //! (`memwatch report --trace`).
 //!
 //! Submodules: `load` (streaming, damage-tolerant reading into compact events),
-//! `images` (a pid's frames split into exec'd images, by time),
+//! `images` (a pid's frames split into exec'd images, by time), `devices` (each
+//! process's devices side by side: peaks by kind, the framework's own figures, NVML),
 //! `stats` (counts, peaks, leaks, failures, API durations and overlap), `codes` (result
 //! code names per API family), `symbolize` (sampled native stacks -> module, offset,
 //! symbol), `trace` (trace export). Nothing here prints or exits.
 
 pub mod codes;
+pub mod devices;
 mod images;
 pub mod load;
 pub mod stats;
@@ -17,7 +19,10 @@ pub mod trace;
 
 pub use codes::result_name;
 pub use load::{load_path, load_reader, DamageReport, Family, Loaded, ProcKey};
-pub use stats::{analyze, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportOptions};
+pub use stats::{
+    analyze, analyze_with, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportOptions,
+    VmmReferenceReleases,
+};
 pub use trace::{write_trace, TraceOptions, TraceSummary};
 
 use std::path::PathBuf;

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::codes::result_name;
 use super::load::{DamageReport, Ev, Loaded, ProcKey};
-use crate::live::{Change, Family, Held, LiveSet};
+use crate::live::{Change, Family, HandleRef, Held, LiveSet};
 
 /// Knobs of [`analyze`].
 #[derive(Debug, Clone)]
@@ -41,9 +41,15 @@ pub struct CaptureReport {
     pub events: u64,
     /// Wall-clock time of the capture's start (Unix ns), from the earliest process.
     pub start_wall_unix_ns: Option<u64>,
+    /// CLOCK_MONOTONIC ns of the capture's start (time 0 of every `*_ns` figure): adds
+    /// to them to line them up with other monotonic timestamps (a worker's own log).
+    pub start_monotonic_ns: u64,
     /// From the start to the last event or process end.
     pub duration_ns: u64,
     pub processes: Vec<ProcessReport>,
+    /// Each process's devices side by side: driver-level peak by kind, the framework's
+    /// own figures, NVML's per-process figure (`super::devices`).
+    pub devices: Vec<super::devices::DeviceView>,
     /// Capture-wide API statistics (all processes together), by API number.
     pub api: Vec<ApiStats>,
     /// Failed calls of all processes, in time order (at most 10,000 per process kept).
@@ -126,12 +132,25 @@ pub struct DeviceReport {
     pub host_pinned: HostPinnedReport,
     /// VMM map/unmap, address reserve/free and pool create/destroy calls.
     pub vmm_and_pool_calls: u64,
+    /// VMM handle releases (`cuMemRelease`) that gave no memory back, by why: the handle
+    /// was still mapped (given back at its last unmap), a retained reference
+    /// (`cuMemRetainAllocationHandle`, as NCCL frees its buffers), or a handle imported
+    /// from another process. None of these is an unmatched free.
+    pub vmm_reference_releases: VmmReferenceReleases,
     /// Largest successful allocations (device memory and pinned host), largest first.
     pub largest_allocations: Vec<AllocReport>,
     /// Largest device-memory allocations still live at exit (leaks), largest first (at
     /// most `top`; empty when the image ended by exec). Omitted when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub largest_leaks: Vec<AllocReport>,
+}
+
+/// Counts of [`DeviceReport::vmm_reference_releases`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct VmmReferenceReleases {
+    pub still_mapped: u64,
+    pub retained: u64,
+    pub imported: u64,
 }
 
 /// Pinned host memory of one device's calls.
@@ -176,6 +195,32 @@ pub struct ApiStats {
     pub max_concurrent: u64,
     /// Most distinct (process, device) pairs inside the API at one instant.
     pub max_concurrent_devices: u64,
+    /// When calls were in progress on more than one (process, device) at once (several
+    /// workers compiling or loading modules together), in time order; at most
+    /// [`MAX_STRETCHES`] kept, `concurrent_device_stretches_total` counts all. Omitted
+    /// when there were none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub concurrent_device_stretches: Vec<DeviceStretch>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub concurrent_device_stretches_total: u64,
+}
+
+/// Stretches of [`ApiStats::concurrent_device_stretches`] kept per API.
+pub const MAX_STRETCHES: usize = 64;
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// A stretch of time during which calls of one API were in progress on several
+/// (process, device) pairs at once: from the call that made it two to the end that made
+/// it one again (ns since the capture's start).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceStretch {
+    pub from_ns: u64,
+    pub until_ns: u64,
+    /// The most (process, device) pairs at once during it.
+    pub max_devices: u64,
 }
 
 /// A failed call.
@@ -213,6 +258,7 @@ struct Acc {
     peak_ts: u64,
     host: HostPinnedReport,
     vmm_and_pool_calls: u64,
+    vmm_refs: VmmReferenceReleases,
     /// Min-heap of the `top` largest: (size, earlier first, index into events).
     largest: BinaryHeap<Reverse<(u64, Reverse<u64>, usize)>>,
 }
@@ -227,13 +273,24 @@ struct ProcAcc {
 /// What the report keeps with each live allocation: the stream (pid, device) it was
 /// made on and its index in the sorted event list.
 #[derive(Debug, Clone, Copy)]
-struct Origin {
-    stream: u32,
-    idx: usize,
+pub(super) struct Origin {
+    pub stream: u32,
+    pub idx: usize,
 }
 
 /// Computes the report. Consumes the loaded capture (its events are sorted in place).
-pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
+pub fn analyze(loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
+    analyze_with(loaded, opts, &[])
+}
+
+/// [`analyze`], with NVML's per-process readings of the same run (`nvidia-smi
+/// --query-compute-apps`) set next to the captured live bytes in
+/// [`CaptureReport::devices`].
+pub fn analyze_with(
+    mut loaded: Loaded,
+    opts: &ReportOptions,
+    process_samples: &[crate::nvsmi::ProcessSample],
+) -> CaptureReport {
     let base = loaded.base_ns();
     let rel = |t: u64| t.saturating_sub(base);
     // Time order; stable so equal timestamps keep file order.
@@ -245,6 +302,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
     let mut procs: HashMap<ProcKey, ProcAcc> = HashMap::new();
     let mut live: LiveSet<Origin> = LiveSet::new();
     let mut last_ts = 0u64;
+    let mut devices = super::devices::DeviceWalk::new(&loaded, process_samples);
 
     for (i, e) in events.iter().enumerate() {
         last_ts = last_ts.max(e.end());
@@ -255,7 +313,10 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
             stream: e.stream,
             idx: i,
         };
-        match live.apply(&e.mem_event(stream), origin) {
+        let me = loaded.mem_event(e);
+        let change = live.apply(&me, origin);
+        devices.event(events, i, &me, &change, &live, &loaded.streams);
+        match change {
             Change::Alloc {
                 family,
                 replaced,
@@ -296,6 +357,10 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                 }
             }
             Change::Free { family, freed, .. } => {
+                if e.mem_kind() == Some(MemKind::VmmMap) {
+                    // The last unmap of a released handle, which gives it back.
+                    accs[e.stream as usize].vmm_and_pool_calls += 1;
+                }
                 let a = &mut accs[freed.data.stream as usize];
                 if family.on_device() {
                     a.free_count += 1;
@@ -305,6 +370,14 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                 release(&mut procs, pid, family, &freed);
             }
             Change::UnmatchedFree { .. } => accs[e.stream as usize].unmatched_frees += 1,
+            Change::HandleReference(r) => {
+                let c = &mut accs[e.stream as usize].vmm_refs;
+                *match r {
+                    HandleRef::StillMapped => &mut c.still_mapped,
+                    HandleRef::Retained => &mut c.retained,
+                    HandleRef::Imported => &mut c.imported,
+                } += 1;
+            }
             Change::Untracked => accs[e.stream as usize].vmm_and_pool_calls += 1,
             Change::NullFree => {}
             Change::NotMemory => match e.kind() {
@@ -363,7 +436,8 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                 .collect()
         })
         .collect();
-    let (global_api, per_pid_api) = api.finish();
+    let (global_api, per_pid_api) = api.finish(base);
+    let devices = devices.finish(&loaded, base);
 
     let mut processes = Vec::new();
     let mut failures = Vec::new();
@@ -401,6 +475,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
                     live_allocs_at_exec: if exec { now.device_allocs } else { 0 },
                     host_pinned: host,
                     vmm_and_pool_calls: a.vmm_and_pool_calls,
+                    vmm_reference_releases: a.vmm_refs.clone(),
                     largest_allocations: largest[i].clone(),
                     largest_leaks: if exec { Vec::new() } else { leaks[i].clone() },
                 }
@@ -459,8 +534,10 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
         frames: loaded.frames,
         events: loaded.events.len() as u64 + loaded.unknown_events,
         start_wall_unix_ns,
+        start_monotonic_ns: base,
         duration_ns: rel(last_ts),
         processes,
+        devices,
         api: global_api,
         failures,
         failures_total,
@@ -537,6 +614,11 @@ struct Overlap {
     per_stream: StreamCounts,
     max_calls: u64,
     max_streams: u64,
+    /// The multi-device stretch in progress: (from, most devices so far), raw ns.
+    open: Option<(u64, u64)>,
+    /// Closed stretches (raw ns), at most [`MAX_STRETCHES`].
+    stretches: Vec<(u64, u64, u64)>,
+    stretches_total: u64,
 }
 
 impl Overlap {
@@ -546,23 +628,44 @@ impl Overlap {
             per_stream,
             max_calls: 0,
             max_streams: 0,
+            open: None,
+            stretches: Vec::new(),
+            stretches_total: 0,
+        }
+    }
+
+    /// Takes the calls that ended by `t` off (all of them for `u64::MAX`), in end order.
+    fn end_until(&mut self, t: u64) {
+        while let Some(Reverse((end, s))) = self.ends.peek().copied() {
+            if end > t {
+                break;
+            }
+            self.ends.pop();
+            self.per_stream.dec(s);
+            if self.per_stream.distinct() < 2 {
+                if let Some((from, most)) = self.open.take() {
+                    self.stretches_total += 1;
+                    if self.stretches.len() < MAX_STRETCHES {
+                        self.stretches.push((from, end, most));
+                    }
+                }
+            }
         }
     }
 
     /// Adds a call; calls must come in start order.
     fn add(&mut self, start: u64, dur: u64, stream: u32) {
-        while let Some(Reverse((end, s))) = self.ends.peek().copied() {
-            if end > start {
-                break;
-            }
-            self.ends.pop();
-            self.per_stream.dec(s);
-        }
+        self.end_until(start);
         self.ends
             .push(Reverse((start.saturating_add(dur.max(1)), stream)));
         self.per_stream.inc(stream);
         self.max_calls = self.max_calls.max(self.ends.len() as u64);
-        self.max_streams = self.max_streams.max(self.per_stream.distinct());
+        let devices = self.per_stream.distinct();
+        self.max_streams = self.max_streams.max(devices);
+        if devices >= 2 {
+            let open = self.open.get_or_insert((start, devices));
+            open.1 = open.1.max(devices);
+        }
     }
 }
 
@@ -592,7 +695,8 @@ impl ApiAcc {
         self.overlap.add(e.start(), e.dur, e.stream);
     }
 
-    fn finish(mut self, api: u16) -> ApiStats {
+    fn finish(mut self, api: u16, base: u64) -> ApiStats {
+        self.overlap.end_until(u64::MAX);
         self.durations.sort_unstable();
         let n = self.durations.len();
         let pct = |p: usize| {
@@ -612,6 +716,17 @@ impl ApiAcc {
             max_ns: self.durations.last().copied().unwrap_or(0),
             max_concurrent: self.overlap.max_calls,
             max_concurrent_devices: self.overlap.max_streams,
+            concurrent_device_stretches: self
+                .overlap
+                .stretches
+                .iter()
+                .map(|&(from, until, most)| DeviceStretch {
+                    from_ns: from.saturating_sub(base),
+                    until_ns: until.saturating_sub(base),
+                    max_devices: most,
+                })
+                .collect(),
+            concurrent_device_stretches_total: self.overlap.stretches_total,
         }
     }
 }
@@ -679,7 +794,7 @@ impl<'a> ApiTable<'a> {
     }
 
     /// Capture-wide list and per-process-image lists, each ordered by API number.
-    fn finish(self) -> (Vec<ApiStats>, HashMap<ProcKey, Vec<ApiStats>>) {
+    fn finish(self, base: u64) -> (Vec<ApiStats>, HashMap<ProcKey, Vec<ApiStats>>) {
         debug_assert_eq!(self.proc_of_stream.len(), self.streams.len());
         let mut order: Vec<usize> = (0..self.apis.len()).collect();
         order.sort_by_key(|&i| self.apis[i]);
@@ -690,14 +805,14 @@ impl<'a> ApiTable<'a> {
         let mut per_pid: HashMap<ProcKey, Vec<ApiStats>> = HashMap::new();
         for &a in &order {
             if let Some(acc) = global[a].take() {
-                all.push(acc.finish(self.apis[a]));
+                all.push(acc.finish(self.apis[a], base));
             }
             for (p, pid) in self.pids.iter().enumerate() {
                 if let Some(acc) = per_proc[p * napi + a].take() {
                     per_pid
                         .entry(*pid)
                         .or_default()
-                        .push(acc.finish(self.apis[a]));
+                        .push(acc.finish(self.apis[a], base));
                 }
             }
         }
@@ -728,7 +843,7 @@ mod tests {
         for d in (1..=100).rev() {
             acc.add(&ev(d * 1000, d, 0));
         }
-        let s = acc.finish(Api::HipStreamCreate.code());
+        let s = acc.finish(Api::HipStreamCreate.code(), 0);
         assert_eq!(
             (s.p50_ns, s.p99_ns, s.max_ns, s.total_ns),
             (50, 99, 100, 5050)
@@ -736,7 +851,7 @@ mod tests {
         let one = {
             let mut a = ApiAcc::new(StreamCounts::Small(Vec::new()));
             a.add(&ev(0, 7, 0));
-            a.finish(0)
+            a.finish(0, 0)
         };
         assert_eq!((one.p50_ns, one.p99_ns), (7, 7));
     }
@@ -761,5 +876,12 @@ mod tests {
         o.add(12, 0, 1); // zero-length call counts as 1 ns
         o.add(12, 5, 2);
         assert_eq!((o.max_calls, o.max_streams), (3, 2));
+        // Streams 1 and 2 overlap from 12 until stream 2's call ends (17).
+        o.add(30, 10, 0);
+        o.add(35, 10, 1);
+        o.add(36, 2, 2);
+        o.end_until(u64::MAX);
+        assert_eq!(o.stretches, vec![(12, 17, 2), (35, 40, 3)]);
+        assert_eq!(o.stretches_total, 2);
     }
 }

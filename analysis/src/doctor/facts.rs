@@ -68,8 +68,7 @@ impl DriverFacts {
             if snapshot.is_none() && e.ts > checkpoint {
                 snapshot = Some(take(&live));
             }
-            let stream = l.streams[e.stream as usize];
-            if let Change::Alloc { family, now, .. } = live.apply(&e.mem_event(stream), e.ts) {
+            if let Change::Alloc { family, now, .. } = live.apply(&l.mem_event(e), e.ts) {
                 let d = &mut by_stream[e.stream as usize];
                 if family == Family::Host {
                     d.host_peak_bytes = d.host_peak_bytes.max(now.host_bytes);

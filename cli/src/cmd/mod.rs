@@ -39,6 +39,7 @@ pub mod out_file;
 pub mod replay;
 pub mod replay_gpu;
 pub mod report;
+mod report_devices;
 pub mod report_snapshot;
 pub mod run;
 pub mod run_doctor;

@@ -6,7 +6,7 @@
 use super::diagnose::apply_env;
 use memwatch_analysis::capture::Loaded;
 use memwatch_analysis::doctor::{
-    self, evidence::ALLOCATOR_ENV, CaptureEvidence, Diagnosis, DumpEvidence, Evidence, LogEvidence,
+    self, evidence::ALLOCATOR_ENV, CaptureEvidence, Diagnosis, Evidence, LogEvidence,
 };
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -127,7 +127,7 @@ fn diagnose_capture(
         }
     }
     if let Some(d) = dump.filter(|d| d.dir.is_dir()) {
-        ev.dump = DumpEvidence::read(&d.dir).ok();
+        ev.dumps = memwatch_analysis::doctor::dumps::read_dumps(&d.dir).unwrap_or_default();
     }
     apply_env(&mut ev, &[]);
     doctor::diagnose(&ev)
