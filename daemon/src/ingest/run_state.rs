@@ -237,6 +237,9 @@ impl RunState {
             }
             Change::NotMemory
             | Change::UnmatchedFree { .. }
+            // A VMM handle released while still mapped (or a retained / imported
+            // reference): nothing is given back until its last unmap.
+            | Change::HandleReference(_)
             | Change::NullFree
             | Change::Untracked => {}
         }

@@ -113,6 +113,7 @@ impl Replay {
                 api: codes::api(a.api),
                 ptr: a.ptr,
                 size: a.size,
+                handle: None,
             };
             self.live.apply(&e, Origin::of_alloc(&a));
         }

@@ -6,7 +6,7 @@ use crate::db::{Store, StoreError};
 use crate::render::Point;
 
 /// A device-sample point: (wall-clock ns, used bytes, total bytes).
-pub(crate) type SamplePoint = (i64, i64, i64);
+pub type SamplePoint = (i64, i64, i64);
 
 #[derive(sqlx::FromRow)]
 struct Sample {
@@ -31,7 +31,7 @@ impl Store {
     /// Device samples of one node/device/memory with a sample time (`ts_ns`, the
     /// node's clock) at or after `since_ts_ns`, oldest first, reduced to at most
     /// `points` by keeping each bucket's highest use. (ts_ns, used, total).
-    pub(crate) async fn sample_history(
+    pub async fn sample_history(
         &self,
         node: i64,
         device: i64,
