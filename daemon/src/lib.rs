@@ -12,6 +12,7 @@
 //! decodes the raw wire codes; `metrics` counts. Everything is crate-private behind the
 //! facade below, which the CLI and the tests use. It never changes frame bytes (those
 //! belong to `memwatch-wire`) and holds no CLI code.
+#![doc = include_str!("../README.md")]
 
 mod app;
 mod codes;
