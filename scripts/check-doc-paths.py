@@ -3,7 +3,8 @@
 
     python3 scripts/check-doc-paths.py [--memwatch BIN] [FILE.md ...]
 
-Default files: README.md and docs/*.md. For each file it checks:
+Default files: every README.md in the tree (outside target/ and hidden folders) and
+docs/*.md. For each file it checks:
   - every relative link `[text](target#anchor)`: the target exists; an anchor into a
     Markdown file is one of its headings (GitHub's slug rule);
   - every repository path in code (`agents/...`, `scripts/x.sh`, ...): it exists
@@ -162,6 +163,15 @@ def check_file(md, help_, problems):
                 check_command(snippet, help_, problems, where)
 
 
+def default_files():
+    files = sorted(glob.glob(os.path.join(ROOT, "docs/*.md")))
+    for d, subdirs, names in os.walk(ROOT):
+        subdirs[:] = sorted(s for s in subdirs if not s.startswith(".") and s != "target")
+        if "README.md" in names:
+            files.append(os.path.join(d, "README.md"))
+    return files
+
+
 def main(argv):
     binary = os.environ.get("MEMWATCH", os.path.join(ROOT, "target/debug/memwatch"))
     files = []
@@ -178,7 +188,7 @@ def main(argv):
         else:
             files.append(os.path.abspath(a))
     if not files:
-        files = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs/*.md")))
+        files = default_files()
     help_ = Help(binary) if os.access(binary, os.X_OK) else None
     if help_ is None:
         print(f"check-doc-paths: no memwatch binary at {binary}: command checks skipped", file=sys.stderr)
