@@ -5,7 +5,8 @@
 #   headless Chromium, the daemon's API against its OpenAPI document (schemathesis), the
 #   XLA dumps re-generated with jax[cpu]==0.10.2 and the CI gate on them, a short
 #   fuzzing run of every parser, and the container images built, started and tested
-#   (skipped, saying why, where no Docker engine can run). GPU tests: tests/gpu/ (how to run them: tests/gpu/results/README.md).
+#   (skipped, saying why, where no Docker engine can run). GPU tests: tests/gpu/ (how to
+#   run them: tests/gpu/results/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
