@@ -29,6 +29,7 @@ pub mod failure;
 pub mod imbalance;
 mod kinds;
 pub mod need;
+pub mod snapshot;
 pub mod steps;
 pub mod verdict;
 
@@ -48,6 +49,8 @@ pub enum DoctorError {
     Log(#[from] crate::xla::ParseError),
     #[error(transparent)]
     Xla(#[from] crate::xla::XlaError),
+    #[error(transparent)]
+    Snapshot(#[from] crate::torch::SnapshotError),
     #[error("{}: {err}", path.display())]
     Io { path: PathBuf, err: std::io::Error },
     #[error("{}: {msg}", path.display())]

@@ -24,7 +24,8 @@ Examples:
 
 Inputs are told apart by their content: a memwatch capture (.mwcap), nvidia-smi samples
 (--query-gpu=[index,]timestamp,memory.used,memory.total --format=csv,noheader,nounits), a PyTorch
-memory snapshot (not read yet: refused with a message), and logs (the program's stderr:
+memory snapshot (torch.cuda.memory._dump_snapshot: the allocator's own steps, so a
+leak's growth per step), and logs (the program's stderr:
 XLA/TSL, PyTorch, CuPy, CUDA/HIP errors, Python tracebacks). One verdict per failure:
 its kind (execute_temp, compile_scratch, leak, fragmentation, pool_limit_ignored,
 co_resident, torch_fraction_limit, cupy_pool_limit, host_pinned, larger_than_device,
@@ -66,6 +67,7 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 enum Input {
     Capture,
     Samples,
+    Snapshot,
     Log,
 }
 
@@ -86,12 +88,8 @@ fn classify(path: &Path) -> Result<Input> {
     if head.starts_with(&memwatch_wire::MAGIC) {
         return Ok(Input::Capture);
     }
-    if n >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]) {
-        bail!(
-            "{}: a PyTorch memory snapshot (pickle); memwatch does not read snapshots yet: give \
-             the run's capture and stderr instead",
-            path.display()
-        );
+    if memwatch_analysis::torch::looks_like_pickle(head) {
+        return Ok(Input::Snapshot);
     }
     let first = String::from_utf8_lossy(head);
     if evidence::looks_like_nvsmi(first.lines().next().unwrap_or("")) {
@@ -121,6 +119,9 @@ pub fn load_evidence(
                 ev.capture = Some(CaptureEvidence::read(f)?);
             }
             Input::Samples => ev.device_samples.extend(evidence::read_nvsmi_csv(f)?),
+            Input::Snapshot => ev
+                .framework_states
+                .extend(doctor::snapshot::framework_states(f)?),
             Input::Log => logs.push(f.clone()),
         }
     }

@@ -31,38 +31,19 @@ pub fn verdict(ctx: &Ctx<'_>, i: usize) -> Option<Verdict> {
             v.figures.insert("device_free_bytes".into(), fr);
         }
     };
-    if unalloc.is_some_and(|u| u >= req) {
-        let mut v = ctx.base(Kind::Fragmentation);
-        fill(&mut v);
-        let u = unalloc.unwrap_or(0);
-        v.headline = format!(
-            "PyTorch's cache held {} reserved but unallocated, more than the {} request, in pieces too small for it: fragmentation.",
-            b(u),
-            b(req)
-        );
-        v.why = format!(
-            "Of the memory PyTorch reserved, {} is allocated to tensors and {} is free inside its segments; the free part covers the request ({}) but no free block is large enough{}.",
-            alloc.map_or("?".into(), b),
-            b(u),
-            exact(req),
-            t.allowed_approx_bytes
-                .map(|a| format!(", and the {} fraction limit kept it from reserving a new segment", b(a)))
-                .unwrap_or_default()
-        );
-        v.fix = Fix {
-            advice: "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_HIP_ALLOC_CONF on ROCm): segments then grow in place instead of leaving split free blocks; or allocate the large tensors first.".into(),
-            check: Some(Check {
-                method: "recorded_figures".into(),
-                passed: true,
-                detail: format!(
-                    "reserved-but-unallocated {} >= request {}: the memory is already reserved, only its layout fails",
-                    b(u),
-                    b(req)
-                ),
-            }),
-        };
-        return Some(v);
-    }
+    // Split reserved memory that covers the request is fragmentation, unless the memory
+    // grew step after step without release: then the leak filled the cache and would fail
+    // a step later without the split, so fragmentation is only an `also`.
+    let split = unalloc.filter(|u| *u >= req);
+    let with_split = |v: &mut Verdict| {
+        if let Some(u) = split {
+            v.also.push(Kind::Fragmentation);
+            v.why.push_str(&format!(
+                " PyTorch's cache also held {} reserved but unallocated, more than the request, in blocks too small for it: that split made this step fail rather than a later one, but the leak is what filled the memory.",
+                b(u)
+            ));
+        }
+    };
     // Steps the framework itself recorded (a snapshot source) say it exactly.
     let device = t.device.unwrap_or(0);
     if let Some((state, g)) = ctx
@@ -77,17 +58,23 @@ pub fn verdict(ctx: &Ctx<'_>, i: usize) -> Option<Verdict> {
         if t.allowed_approx_bytes.is_some() {
             v.also.push(Kind::TorchFractionLimit);
         }
+        with_split(&mut v);
         return Some(v);
     }
     let growth = ctx
         .at()
         .and_then(|(pid, dev)| ctx.drivers.of(pid, dev))
         .and_then(|d| crate::doctor::steps::allocation_growth(&d.live_at_checkpoint));
+    let leak_growth = growth.as_ref().filter(|g| g.period >= 2);
+    if let (Some(u), None) = (split, leak_growth) {
+        return Some(fragmentation(ctx, t, req, u, fill));
+    }
     if let Some(allowed) = t.allowed_approx_bytes {
-        if let Some(g) = growth.as_ref().filter(|g| g.period >= 2) {
+        if let Some(g) = leak_growth {
             let mut v = leak::from_growth(ctx, g, Some(("fraction limit", allowed)));
             fill(&mut v);
             v.also.push(Kind::TorchFractionLimit);
+            with_split(&mut v);
             return Some(v);
         }
         return Some(fraction_limit(ctx, t, req, allowed, growth.as_ref(), fill));
@@ -95,12 +82,54 @@ pub fn verdict(ctx: &Ctx<'_>, i: usize) -> Option<Verdict> {
     if let Some(v) = other_process::verdict(ctx) {
         return Some(v);
     }
-    if let Some(g) = growth.as_ref().filter(|g| g.period >= 2) {
+    if let Some(g) = leak_growth {
         let mut v = leak::from_growth(ctx, g, None);
         fill(&mut v);
+        with_split(&mut v);
         return Some(v);
     }
     None
+}
+
+/// Reserved-but-unallocated memory that covers the request while no free block holds it:
+/// the memory is there, its layout fails (the only case for `expandable_segments`).
+fn fragmentation(
+    ctx: &Ctx<'_>,
+    t: &TorchOom,
+    req: u64,
+    u: u64,
+    fill: impl Fn(&mut Verdict),
+) -> Verdict {
+    let alloc = t.allocated_approx_bytes;
+    let mut v = ctx.base(Kind::Fragmentation);
+    fill(&mut v);
+    v.headline = format!(
+        "PyTorch's cache held {} reserved but unallocated, more than the {} request, in pieces too small for it: fragmentation.",
+        b(u),
+        b(req)
+    );
+    v.why = format!(
+        "Of the memory PyTorch reserved, {} is allocated to tensors and {} is free inside its segments; the free part covers the request ({}) but no free block is large enough{}.",
+        alloc.map_or("?".into(), b),
+        b(u),
+        exact(req),
+        t.allowed_approx_bytes
+            .map(|a| format!(", and the {} fraction limit kept it from reserving a new segment", b(a)))
+            .unwrap_or_default()
+    );
+    v.fix = Fix {
+        advice: "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_HIP_ALLOC_CONF on ROCm): segments then grow in place instead of leaving split free blocks; or allocate the large tensors first.".into(),
+        check: Some(Check {
+            method: "recorded_figures".into(),
+            passed: true,
+            detail: format!(
+                "reserved-but-unallocated {} >= request {}: the memory is already reserved, only its layout fails",
+                b(u),
+                b(req)
+            ),
+        }),
+    };
+    v
 }
 
 fn fraction_limit(
