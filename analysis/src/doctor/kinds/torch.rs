@@ -103,14 +103,14 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         }
     };
     // Split reserved memory that covers the request is fragmentation, unless the memory
-    // grew step after step without release: then the leak filled the cache and would fail
-    // a step later without the split, so fragmentation is only an `also`.
+    // grew without release: then the growth filled the cache and would fail a step later
+    // without the split, so fragmentation is only an `also`.
     let split = t.split();
     let with_split = |v: &mut Verdict| {
         if let Some(u) = split {
             v.also.push(Kind::Fragmentation);
             v.why.push_str(&format!(
-                " PyTorch's cache also held {} reserved but unallocated, more than the request, in blocks too small for it: that split made this step fail rather than a later one, but the leak is what filled the memory.",
+                " PyTorch's cache also held {} reserved but unallocated, more than the request, in blocks too small for it: that split made this step fail rather than a later one, but memory that grew without release is what filled the cache.",
                 b(u)
             ));
         }
@@ -145,7 +145,14 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         .and_then(|(pid, dev)| ctx.drivers.of(pid, dev))
         .and_then(|d| crate::doctor::steps::allocation_growth(&d.live_at_checkpoint));
     let leak_growth = growth.as_ref().filter(|g| g.period >= 2);
-    if let (Some(u), None) = (split, leak_growth) {
+    // Allocations of one size kept one after another (not called a leak: loading data
+    // looks the same) also outgrow a split cache when packing it would not hold even one
+    // more of them.
+    let outgrown = growth
+        .as_ref()
+        .zip(split)
+        .is_some_and(|(g, u)| u - req < g.per_group);
+    if let (Some(u), None, false) = (split, leak_growth, outgrown) {
         return Some(fragmentation(ctx, &t, u, fill));
     }
     if capped {
@@ -156,7 +163,9 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
             with_split(&mut v);
             return Some(v);
         }
-        return Some(fraction_limit(ctx, &t, growth.as_ref(), fill));
+        let mut v = fraction_limit(ctx, &t, growth.as_ref(), fill);
+        with_split(&mut v);
+        return Some(v);
     }
     if let Some(v) = other_process::verdict(ctx) {
         return Some(v);
