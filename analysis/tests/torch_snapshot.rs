@@ -442,3 +442,83 @@ fn other_pickles_are_not_snapshots() {
         .unwrap();
     assert!(e.to_string().starts_with("odd.pickle: "), "{e}");
 }
+
+/// The allocator paths recorded on an H100 (`testdata/torch-snapshots/paths/`, as
+/// `tests/gpu/torch_snapshots.sh` checked them there): expandable segments, a side stream,
+/// a trace cut by `max_entries`, `roundup_power2_divisions` with `max_split_size_mb`, and
+/// `empty_cache`. Allocated and reserved at the dump equal PyTorch's exactly; a trace that
+/// covers the run has PyTorch's maxima as its peaks (a cut one cannot: it starts from the
+/// state the ring kept); the settings are the ones the program set.
+#[test]
+fn allocator_paths_equal_pytorchs_figures() {
+    let paths = dir().join("paths");
+    for name in ["expandable", "streams", "ring", "roundup", "empty_cache"] {
+        let b = std::fs::read(paths.join(format!("{name}.pickle"))).unwrap();
+        let f: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(paths.join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        let at = &f["at_dump"];
+        let scan = scan_bytes(&b, name).unwrap();
+        let r = report(&scan, &ReportOptions::default()).unwrap();
+        assert_eq!(r.devices.len(), 1, "{name}");
+        let d = &r.devices[0];
+        let want = |k: &str| at[k].as_u64().unwrap();
+        assert_eq!(d.allocated_bytes, want("memory_allocated"), "{name}");
+        assert_eq!(d.reserved_bytes, want("memory_reserved"), "{name}");
+        assert!(d.end_check.consistent(), "{name}: {:?}", d.end_check);
+        assert_eq!(
+            r.allocator_settings.conf.as_deref().unwrap_or(""),
+            at["alloc_conf"].as_str().unwrap(),
+            "{name}"
+        );
+        let whole = d.before_trace.blocks + d.before_trace.segments == 0;
+        assert_eq!(whole, name != "ring", "{name}: {:?}", d.before_trace);
+        if whole {
+            assert_eq!(
+                d.peak_allocated.bytes,
+                want("max_memory_allocated"),
+                "{name}"
+            );
+            assert_eq!(d.peak_reserved.bytes, want("max_memory_reserved"), "{name}");
+        } else {
+            assert!(
+                d.peak_allocated.bytes <= want("max_memory_allocated"),
+                "{name}"
+            );
+            assert!(
+                d.peak_reserved.bytes <= want("max_memory_reserved"),
+                "{name}"
+            );
+        }
+        match f["exception"].as_str() {
+            None => assert_eq!(d.ooms_total, 0, "{name}"),
+            Some(text) => {
+                assert_eq!(d.ooms_total, 1, "{name}");
+                let o = &d.ooms[0];
+                assert_close(
+                    o.requested_bytes,
+                    size_in(text, "Tried to allocate "),
+                    "request",
+                );
+                assert_close(
+                    o.allocated_bytes,
+                    size_in(text, "Of the allocated memory "),
+                    "allocated at the OOM",
+                );
+                assert_close(
+                    o.reserved_unallocated_bytes,
+                    size_in(text, "PyTorch, and "),
+                    "reserved but unallocated at the OOM",
+                );
+            }
+        }
+    }
+    let settings = |name: &str| {
+        let b = std::fs::read(paths.join(format!("{name}.pickle"))).unwrap();
+        scan_bytes(&b, name).unwrap().settings
+    };
+    assert_eq!(settings("expandable").expandable_segments, Some(true));
+    assert_eq!(settings("roundup").max_split_size, Some(64 << 20));
+    assert_eq!(settings("streams").expandable_segments, Some(false));
+}

@@ -365,20 +365,49 @@ pub fn looks_like_nvsmi(first_line: &str) -> bool {
 }
 
 /// A framework allocator's state at the failure, from a source that records it (a
-/// PyTorch memory snapshot): the input a snapshot reader fills.
+/// PyTorch memory snapshot: `super::snapshot`).
 #[derive(Debug, Clone, Default)]
 pub struct FrameworkState {
     /// The file it came from.
     pub source: String,
     pub device: i32,
-    /// Bytes handed to tensors.
+    /// Bytes handed to tensors (at the end of the source).
     pub allocated_bytes: u64,
     /// Bytes the allocator holds from the device.
     pub reserved_bytes: u64,
-    /// The largest free block inside the reserved segments.
+    /// The largest free block inside the reserved segments of the failed request's pool.
     pub largest_free_block_bytes: Option<u64>,
-    /// Allocated bytes after each step, when the source knows steps.
+    /// Allocated bytes at the start of each step, when the source knows steps.
     pub allocated_per_step: Vec<u64>,
+    /// The last out-of-memory failure the source recorded.
+    pub oom: Option<FrameworkOom>,
+    /// `expandable_segments` as the allocator ran (`None`: not recorded).
+    pub expandable_segments: Option<bool>,
+    /// `PYTORCH_CUDA_ALLOC_CONF` as the process saw it.
+    pub alloc_conf: Option<String>,
+}
+
+/// An out-of-memory failure as the framework's allocator recorded it (exact bytes).
+#[derive(Debug, Clone, Default)]
+pub struct FrameworkOom {
+    /// What the failed allocation asked for.
+    pub request_bytes: u64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    /// Reserved but not allocated: cached free space and blocks waiting for streams.
+    pub reserved_unallocated_bytes: u64,
+    /// The largest free block of the pool the request needed (`small` / `large`).
+    pub largest_free_block_bytes: u64,
+    pub pool: String,
+    /// Free device memory the driver reported (all processes).
+    pub device_free_bytes: u64,
+    /// Seconds from the start of the source's trace.
+    pub at_s: f64,
+    /// The innermost Python frame outside the framework: `file:line in function`.
+    pub python_frame: Option<String>,
+    /// The failing stack's site as the source names it (a Python line, an autograd
+    /// node, an operator).
+    pub site: Option<String>,
 }
 
 /// What the run itself says: how it ended, and the allocator settings it ran with.

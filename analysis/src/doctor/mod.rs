@@ -109,7 +109,9 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
     let failed = verdicts.iter().any(|v| v.failure);
     let headline = verdicts.first().map_or_else(
         || match (&ev.capture, &ev.log) {
-            (None, None) => "No evidence to diagnose.".to_string(),
+            (None, None) if ev.framework_states.is_empty() => {
+                "No evidence to diagnose.".to_string()
+            }
             _ => match ev.run.exit_code {
                 Some(c) if c != 0 => format!(
                     "The run failed (exit status {c}) but no source shows an out-of-memory failure."
@@ -206,7 +208,7 @@ fn sources(ev: &Evidence, dumps: &dumps::DumpChoice) -> Vec<Source> {
     }
     for s in &ev.framework_states {
         out.push(Source {
-            kind: "framework_state".into(),
+            kind: "torch_snapshot".into(),
             path: s.source.clone(),
             note: None,
         });
@@ -283,7 +285,12 @@ fn missing(
             "the device's memory in use by every process (nvidia-smi / rocm-smi samples): memory held outside the run",
         );
     }
-    let torch = f.is_some_and(|f| matches!(f.origin, failure::Origin::Torch(_)));
+    let torch = f.is_some_and(|f| {
+        matches!(
+            f.origin,
+            failure::Origin::Torch(_) | failure::Origin::TorchSnapshot(_)
+        )
+    });
     if torch && ev.framework_states.is_empty() {
         add(
             "torch_snapshot",

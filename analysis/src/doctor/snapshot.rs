@@ -1,16 +1,19 @@
-//! A PyTorch memory snapshot as the doctor's evidence: replays the snapshot's trace
-//! (`crate::torch::replay`) into one [`FrameworkState`] per device — allocated and
-//! reserved bytes at the end, and allocated bytes at the start of each step of the loop
+//! A PyTorch memory snapshot as the doctor's evidence: one [`FrameworkState`] per device —
+//! the last out-of-memory failure the allocator recorded (request, allocated, reserved,
+//! the largest free block of the request's pool, the Python frame that asked: from
+//! `crate::torch::report`), the allocator's settings, allocated and reserved bytes at the
+//! end, and allocated bytes at the start of each step of the loop
 //! that the trace's allocations repeat (`super::steps::loop_steps`; steps that free
 //! nothing are not a loop's), so a leak's growth per step comes from the framework's own
 //! records.
 
-use super::evidence::FrameworkState;
+use super::evidence::{FrameworkOom, FrameworkState};
 use super::steps::loop_steps;
 use super::DoctorError;
 use crate::torch::model::Action;
 use crate::torch::replay::{self, EndCheck, Observer, Sim, Step};
 use crate::torch::scan::Trace;
+use crate::torch::{Frame, OomReport, ReportOptions};
 use std::path::Path;
 
 /// One device's allocations in trace order: (stack, requested bytes) and the allocated
@@ -68,6 +71,7 @@ impl Observer for Collect {
             reserved_bytes: sim.reserved,
             largest_free_block_bytes: None,
             allocated_per_step,
+            ..FrameworkState::default()
         });
         Ok(())
     }
@@ -76,6 +80,13 @@ impl Observer for Collect {
 /// Reads a snapshot (`torch.cuda.memory._dump_snapshot`) into one state per device.
 pub fn framework_states(path: &Path) -> Result<Vec<FrameworkState>, DoctorError> {
     let scan = crate::torch::scan_path(path)?;
+    let opts = ReportOptions {
+        top: 0,
+        sites: 0,
+        buckets: 1,
+        ..ReportOptions::default()
+    };
+    let report = crate::torch::report(&scan, &opts)?;
     let mut c = Collect {
         source: path.display().to_string(),
         cur: Allocs::default(),
@@ -88,5 +99,35 @@ pub fn framework_states(path: &Path) -> Result<Vec<FrameworkState>, DoctorError>
         },
         replay::ReplayError::Observer(never) => match never {},
     })?;
+    for s in &mut c.states {
+        s.expandable_segments = report.allocator_settings.expandable_segments;
+        s.alloc_conf = report.allocator_settings.conf.clone();
+        let dev = report.devices.iter().find(|d| d.device == s.device);
+        s.oom = dev.and_then(|d| d.ooms.last()).map(oom);
+        s.largest_free_block_bytes = s.oom.as_ref().map(|o| o.largest_free_block_bytes);
+    }
     Ok(c.states)
+}
+
+fn oom(o: &OomReport) -> FrameworkOom {
+    FrameworkOom {
+        request_bytes: o.requested_bytes,
+        allocated_bytes: o.allocated_bytes,
+        reserved_bytes: o.reserved_bytes,
+        reserved_unallocated_bytes: o.reserved_unallocated_bytes,
+        largest_free_block_bytes: o.largest_free_block_bytes,
+        pool: o.pool.to_string(),
+        device_free_bytes: o.device_free_bytes,
+        at_s: o.at_ns as f64 / 1e9,
+        python_frame: python_frame(&o.frames),
+        site: o.site.clone(),
+    }
+}
+
+/// The innermost Python frame outside the `torch` package: `file:line in function`.
+fn python_frame(frames: &[Frame]) -> Option<String> {
+    frames
+        .iter()
+        .find(|f| f.is_python() && !f.filename.contains("/torch/"))
+        .map(|f| format!("{}:{} in {}", f.filename, f.line, f.name))
 }

@@ -196,7 +196,7 @@ pub struct Missing {
 /// A source the doctor read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Source {
-    /// `capture`, `log`, `xla_dump`, `device_samples`, `environment`.
+    /// `capture`, `log`, `xla_dump`, `device_samples`, `torch_snapshot`.
     pub kind: String,
     pub path: String,
     /// What was found unusable in it, if anything.

@@ -1,7 +1,8 @@
 //! The OOM doctor inside `memwatch run`: the allocator settings recorded in the capture
 //! (`env` tags), the XLA dump the run writes for it (a folder the user names, the one
 //! the user's own `XLA_FLAGS` names, or a temporary one removed afterwards), and the
-//! diagnosis of the finished run from its capture, its stderr copy and that dump.
+//! diagnosis of the finished run from its capture, its stderr copy, that dump and the
+//! PyTorch snapshot the program wrote (`--torch-snapshot`).
 
 use super::diagnose::apply_env;
 use memwatch_analysis::capture::Loaded;
@@ -90,31 +91,38 @@ pub fn diagnose_and_report(
     loaded: Loaded,
     stderr_copy: &Path,
     dump: Option<&XlaDump>,
+    snapshot: Option<&Path>,
     report: impl FnOnce(Loaded) -> memwatch_analysis::capture::CaptureReport + Send,
 ) -> (Diagnosis, memwatch_analysis::capture::CaptureReport) {
     let cap = CaptureEvidence::from_loaded(loaded);
     let copy = cap.loaded.clone();
     std::thread::scope(|s| {
-        let doctor = s.spawn(|| diagnose_capture(Some(cap), Some(stderr_copy), dump));
+        let doctor = s.spawn(|| diagnose_capture(Some(cap), Some(stderr_copy), dump, snapshot));
         let r = report(copy);
         let d = doctor
             .join()
-            .unwrap_or_else(|_| diagnose_capture(None, Some(stderr_copy), dump));
+            .unwrap_or_else(|_| diagnose_capture(None, Some(stderr_copy), dump, snapshot));
         (d, r)
     })
 }
 
 /// Diagnoses the finished run (without a capture: from its stderr alone).
-pub fn diagnose(stderr_copy: Option<&Path>, dump: Option<&XlaDump>) -> Diagnosis {
-    diagnose_capture(None, stderr_copy, dump)
+pub fn diagnose(
+    stderr_copy: Option<&Path>,
+    dump: Option<&XlaDump>,
+    snapshot: Option<&Path>,
+) -> Diagnosis {
+    diagnose_capture(None, stderr_copy, dump, snapshot)
 }
 
 /// Evidence that cannot be read (a dump the program never wrote, a stderr copy that is
-/// not text) is left out and named by the diagnosis as missing.
+/// not text) is left out and named by the diagnosis as missing; a snapshot the program
+/// did not write, or that cannot be read, is said on stderr.
 fn diagnose_capture(
     capture: Option<CaptureEvidence>,
     stderr_copy: Option<&Path>,
     dump: Option<&XlaDump>,
+    snapshot: Option<&Path>,
 ) -> Diagnosis {
     let mut ev = Evidence {
         capture,
@@ -128,6 +136,16 @@ fn diagnose_capture(
     }
     if let Some(d) = dump.filter(|d| d.dir.is_dir()) {
         ev.dumps = memwatch_analysis::doctor::dumps::read_dumps(&d.dir).unwrap_or_default();
+    }
+    if let Some(p) = snapshot {
+        match doctor::snapshot::framework_states(p) {
+            Ok(states) => ev.framework_states = states,
+            Err(e) if !p.exists() => eprintln!(
+                "memwatch: --torch-snapshot {}: the command did not write it ({e})",
+                p.display()
+            ),
+            Err(e) => eprintln!("memwatch: --torch-snapshot: {e}"),
+        }
     }
     apply_env(&mut ev, &[]);
     doctor::diagnose(&ev)
