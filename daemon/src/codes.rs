@@ -3,7 +3,7 @@
 //! `memwatch-wire`'s enums and their stable names, and back. Every other module calls
 //! these, so when the wire crate's own typed accessors change, only this file does.
 
-use memwatch_wire::{Api, Event, EventKind, MemKind, Vendor};
+use memwatch_wire::{Api, ApiFamily, Event, EventKind, MemKind, Vendor};
 
 /// The event kind of a stored code; `None` for one this build does not know.
 pub(crate) fn event_kind(raw: u8) -> Option<EventKind> {
@@ -41,14 +41,17 @@ pub(crate) fn vendor_name(raw: u8) -> &'static str {
     Vendor::from_u8(raw).name()
 }
 
-/// First code of the PJRT APIs in `memwatch-wire`'s numbering (the framework-level calls
-/// the PJRT wrapper records: executes, completions, buffers).
-const PJRT_API_BASE: u16 = 3000;
-
-/// Whether an event comes from the PJRT wrapper (an API this build knows, numbered
-/// among the PJRT calls).
+/// Whether an event comes from the PJRT wrapper (an API this build knows, of the PJRT
+/// family: executes, completions, buffers). PyTorch's snapshot events (`torch:alloc`,
+/// `torch:free`, [`ApiFamily::Torch`]) are framework-level too, but not PJRT records.
 pub(crate) fn is_pjrt(e: &Event) -> bool {
-    e.api >= PJRT_API_BASE && api(e.api) != Api::Unknown
+    api(e.api).family() == Some(ApiFamily::Pjrt)
+}
+
+/// Whether an event is a PyTorch caching-allocator block event (`torch:alloc` /
+/// `torch:free` of a stored snapshot).
+pub(crate) fn is_torch(e: &Event) -> bool {
+    api(e.api).family() == Some(ApiFamily::Torch)
 }
 
 /// The stored code of an event kind.
