@@ -51,7 +51,7 @@ pub use peak::{
 
 // Reads the CLI and tools use besides the HTTP API.
 pub use gates::{gate_results, GateResult, GateRow};
-pub use incidents::{IncidentLogRow, IncidentRow};
+pub use incidents::{BadDiagnosis, DiagnosisRow, IncidentLogRow, IncidentRow};
 pub use render::Point;
 pub use runs::{
     run_lite, AnnotationRow, AnnotationsPage, DeviceRow, EventRow, EventsPage, NodeRow, ProcessRow,

@@ -11,9 +11,8 @@ use std::path::{Path, PathBuf};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use common::corpus::store_snapshot_file;
 use common::*;
-use memwatch_daemon::{Batch, Ingestor, Store};
-use memwatch_wire::Record;
 use tower::ServiceExt;
 
 fn fixture(name: &str) -> PathBuf {
@@ -27,33 +26,6 @@ fn torch_figures(name: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(fixture(&format!("{name}.json"))).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     v["at_dump"].clone()
-}
-
-/// Stores the snapshot `name.pickle` as one run (in batches of 8 records); returns its id.
-pub async fn store_snapshot(store: &Store, name: &str, stream: u64) -> i64 {
-    let scan = memwatch_analysis::torch::scan_path(&fixture(&format!("{name}.pickle"))).unwrap();
-    let mut records: Vec<Record> = Vec::new();
-    memwatch_analysis::torch::to_records(&scan, "h100", &mut |r| {
-        records.push(r);
-        Ok::<(), ()>(())
-    })
-    .unwrap();
-    let mut ing = Ingestor::new(store.clone());
-    let mut run = None;
-    for (i, group) in records.chunks(8).enumerate() {
-        let out = ing
-            .commit(vec![Batch {
-                node: "h100".into(),
-                stream,
-                seq: i as u64 + 1,
-                run_key: format!("snapshot:{name}"),
-                records: group.to_vec(),
-            }])
-            .await
-            .unwrap();
-        run = run.or(out[0].run_id);
-    }
-    run.unwrap()
 }
 
 async fn get(app: &axum::Router, uri: &str) -> (StatusCode, serde_json::Value) {
@@ -81,7 +53,14 @@ async fn stored_snapshots_hold_what_pytorch_reserved() {
             .enumerate()
         {
             let want = torch_figures(name);
-            let id = store_snapshot(&store, name, stream as u64 + 1).await;
+            let path = fixture(&format!("{name}.pickle"));
+            let id = store_snapshot_file(
+                &store,
+                &path,
+                &format!("snapshot:{name}"),
+                stream as u64 + 1,
+            )
+            .await;
             let (status, run) = get(&app, &format!("/api/runs/{id}")).await;
             assert_eq!(status, StatusCode::OK, "{name}: {run}");
             let devices = run["devices"].as_array().unwrap();

@@ -10,7 +10,11 @@ use crate::runtime::RuntimePanel;
 pub struct PeakPage {
     pub id: i64,
     pub device: i64,
-    pub devices: Vec<i64>,
+    pub device_label: String,
+    /// (ordinal, label) of the devices shown.
+    pub devices: Vec<(i64, String)>,
+    /// The first out-of-memory failure on this device: the page leads with it.
+    pub failed: Option<FailedView>,
     pub missing: bool,
     pub peak: String,
     pub peak_at: String,
@@ -50,4 +54,25 @@ pub struct AllocView {
     pub api: String,
     pub thread: String,
     pub note: String,
+}
+
+/// The request that failed, as the Peak page of an OOM run leads with it.
+pub struct FailedView {
+    /// The executable and API (`jit_update (PJRT_LoadedExecutable_Execute:complete)`), or
+    /// the driver call.
+    pub what: String,
+    /// `RESOURCE_EXHAUSTED`, `CUDA_ERROR_OUT_OF_MEMORY`, ...
+    pub error: String,
+    pub requested: String,
+    pub live_then: String,
+    pub at: String,
+    pub at_ns: u64,
+    /// The page shows the instant of the failure.
+    pub shown_now: bool,
+    pub pid: i64,
+    /// Further OOM failures on this device.
+    pub more: usize,
+    /// The run's stored verdict (empty: none).
+    pub verdict_kind: String,
+    pub verdict_headline: String,
 }

@@ -6,6 +6,7 @@
 
 mod api;
 mod events;
+mod identity;
 mod model;
 mod overview;
 mod pages;
@@ -20,6 +21,7 @@ use axum::Router;
 use crate::app::state::AppState;
 
 pub use events::{EventRow, EventsPage};
+pub(crate) use model::device_label;
 pub use model::{
     AnnotationRow, AnnotationsPage, DeviceRow, NodeRow, ProcessRow, RunDetail, RunDevice, RunLite,
     RunRow, SampleRow,

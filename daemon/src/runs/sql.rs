@@ -417,6 +417,7 @@ pub async fn run_lite(store: &Store, run: i64) -> Result<Option<RunLite>, StoreE
         run_key: r.run_key,
         t0: r.t0_mono_ns,
         wall_anchor_unix_ns: r.wall_anchor_unix_ns,
+        created_unix_ns: r.created_unix_ns,
         duration_ns: r.duration_ns,
         event_count: r.event_count,
         dropped_events: r.dropped_events,
