@@ -13,6 +13,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/runs/{id}/events"),
     ("get", "/api/runs/{id}/annotations"),
     ("get", "/api/runs/{id}/runtime"),
+    ("get", "/api/runs/{id}/framework"),
     ("post", "/api/runs/{id}/xla"),
     ("get", "/api/runs/{id}/diagnosis"),
     ("post", "/api/runs/{id}/diagnosis"),
@@ -130,6 +131,12 @@ pub fn document() -> Value {
                     q("limit", count(), "executions to list (default 10000, at most 1000000)"),
                     q("top", count(), "HLO buffers / op_names to list from an attached dump (default 20, at most 10000)")],
                 "responses": ok("{\"timeline\":[{\"ts_ns\",\"bytes_in_use\",\"peak_bytes_in_use\",\"pool_bytes\",\"largest_free_block_bytes\",\"bytes_limit\"}], \"executions\":[{\"executable\",\"start_ns\",\"end_ns\",\"completed\",\"result\"}], \"peak\":{...}|null, \"peak_executable\":{...}|null, \"executables\":[...], \"ooms\":[...]}")}},
+            "/api/runs/{id}/framework": {"get": {
+                "summary": "The framework view of a device (built in the background after ingest): per bucket min/max/last of each series (0 allocator bytes in use, 1 pool, 2 limit, 3 all live PJRT buffers, 4 PyTorch allocated, 5 executions: min = count, max = busy ns; 1000+i live buffers of producer i, 1000000+i its executions), the producers' names, growth per executable over the whole run, and `growing` (executable, bytes per second, per execution) when the run keeps accumulating",
+                "parameters": [id(), q("device", int64(), "device ordinal (default: the run's first real device)"),
+                    q("from", count(), "range start, ns since the run's start"), q("to", count(), "range end (exclusive)"),
+                    q("points", points(), "about this many buckets (default 1100; never finer than the build's base level)")],
+                "responses": ok("{\"run\", \"device\", \"framework\": \"pjrt\"|\"pytorch\"|null, \"timeline\": {\"bucket_ns\", \"series\": {\"0\": [{\"t_ns\",\"min\",\"max\",\"last\"}]}, \"producers\": [...]}|null, \"growth\": [{\"name\",\"executions\",\"live_end\",\"live_peak\",\"growth_bytes\",\"per_execution\",\"growing\"}], \"growing\": {...}|null}")}},
             "/api/runs/{id}/xla": {"post": {
                 "summary": "Attach an XLA dump to a run: the body is `memwatch xla report DUMP --json`; the peak then groups its runtime attribution by XLA module and HLO op_name",
                 "parameters": [id()],

@@ -26,7 +26,9 @@ pub use model::{
     AnnotationRow, AnnotationsPage, DeviceRow, NodeRow, ProcessRow, RunDetail, RunDevice, RunLite,
     RunRow, SampleRow,
 };
-pub(crate) use pages::{load_run, range_chart, run_end, RangeChart, RangeQ, CHART_H, CHART_W};
+pub(crate) use pages::{
+    load_run, range, range_chart, run_end, RangeChart, RangeQ, CHART_H, CHART_W,
+};
 pub use sql::run_lite;
 pub use timeline::Timeline;
 

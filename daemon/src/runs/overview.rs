@@ -58,7 +58,14 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
         let (peak, peak_device) = device_peak(r);
         let ident = idents.get(&r.id);
         let verdict = verdicts.get(&r.id);
+        let devices: Vec<i64> = r.devices.iter().map(|d| d.device).collect();
+        let end = r.duration_ns.max(0) as u64 + 1;
+        let growing = crate::framework::run_growing(&st.store, r.id, &devices, end)
+            .await?
+            .map(|g| crate::framework::growing_label(&g))
+            .unwrap_or_default();
         rows.push(RunListRow {
+            growing,
             id: r.id,
             title: ident.map_or_else(|| r.run_key.clone(), |i| i.title.clone()),
             subtitle: ident.map_or_else(String::new, |i| i.subtitle.clone()),

@@ -240,8 +240,17 @@ pub async fn run(
     };
     let diagnosis = st.store.diagnosis(id).await?;
     let verdict = diagnosis.as_ref().and_then(verdict_view);
+    let framework = crate::framework::sections(
+        &st,
+        &run,
+        from,
+        to,
+        verdict.as_ref().map(|v| v.kind.as_str()),
+    )
+    .await?;
     let page = RunPage {
         id,
+        framework,
         title: ident.title,
         subtitle: ident.subtitle,
         job,

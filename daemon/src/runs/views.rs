@@ -56,6 +56,9 @@ pub struct JobView {
 
 pub struct RunListRow {
     pub id: i64,
+    /// "growing" badge text (slope and executable) when framework memory keeps
+    /// accumulating; empty otherwise.
+    pub growing: String,
     pub title: String,
     /// The key or command beside the title.
     pub subtitle: String,
@@ -80,6 +83,8 @@ pub struct RunListRow {
 #[template(path = "run.html")]
 pub struct RunPage {
     pub id: i64,
+    /// The framework view per device with framework records (leads the page).
+    pub framework: Vec<crate::framework::FrameworkSection>,
     /// The run's title and the key or command beside it (`identity`).
     pub title: String,
     pub subtitle: String,

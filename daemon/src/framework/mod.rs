@@ -1,0 +1,99 @@
+//! The framework view: what lives inside the framework's pool (JAX/XLA through the PJRT
+//! records, PyTorch through a snapshot's blocks), per device over time. `build` sweeps the
+//! stored records into rollups (`rollup`, series numbered in `series`), `builder` keeps
+//! them current in the background, `read` reads them at any zoom, `growth` finds what
+//! keeps accumulating, `view` draws the run page's section; `GET
+//! /api/runs/{id}/framework` answers the same as JSON.
+
+mod build;
+mod builder;
+mod growth;
+mod read;
+mod rollup;
+mod series;
+mod view;
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use crate::app::error::AppError;
+use crate::app::extract::{Path, Query};
+use crate::app::state::AppState;
+use crate::runs::{load_run, range, run_end, RangeQ};
+
+pub use build::{build_run, Built};
+pub use builder::{spawn_framework_builder, stale_runs, BuilderProgress};
+pub use growth::{ExecutableGrowth, Growing};
+pub use read::FrameworkTimeline;
+pub(crate) use view::{growing_label, sections, FrameworkSection};
+
+/// Whether the run keeps accumulating framework memory on any device (the overview's
+/// badge): the first device that does, read from the rollups built so far.
+pub(crate) async fn run_growing(
+    store: &crate::db::Store,
+    run: i64,
+    devices: &[i64],
+    end: u64,
+) -> Result<Option<Growing>, crate::db::StoreError> {
+    for &d in devices {
+        if let Some(tl) = read::read(store, run, d, 0, end, growth::GROWTH_POINTS).await? {
+            if let Some(g) = growth::growing(&tl) {
+                return Ok(Some(g));
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[derive(Deserialize, Default)]
+struct ApiQ {
+    device: Option<i64>,
+    from: Option<u64>,
+    to: Option<u64>,
+    points: Option<usize>,
+}
+
+/// `GET /api/runs/{id}/framework?device=&from=&to=&points=`: the framework series of a
+/// device (series numbers as in `framework_rollups`), its producers, growth per executable
+/// over the whole run, and whether the run keeps accumulating.
+async fn api(
+    State(st): State<AppState>,
+    Path(id): Path<i64>,
+    Query(q): Query<ApiQ>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    let run = load_run(&st, id).await?;
+    let end = run_end(&run);
+    let (from, to) = range(
+        &RangeQ {
+            device: q.device,
+            from: q.from,
+            to: q.to,
+        },
+        end,
+    )?;
+    let device = q
+        .device
+        .or_else(|| run.devices.iter().find(|d| d.device >= 0).map(|d| d.device))
+        .unwrap_or(0);
+    read::ensure_built(&st.store, id).await?;
+    let points = q.points.unwrap_or(1100).clamp(1, 100_000);
+    let tl = read::read(&st.store, id, device, from, to, points).await?;
+    let whole = read::read(&st.store, id, device, 0, end, growth::GROWTH_POINTS).await?;
+    Ok(Json(serde_json::json!({
+        "run": id,
+        "device": device,
+        "framework": tl.as_ref().map(|t| if t.is_torch() { "pytorch" } else { "pjrt" }),
+        "timeline": tl,
+        "growth": whole.as_ref().map(growth::per_executable).unwrap_or_default(),
+        "growing": whole.as_ref().and_then(growth::growing),
+    })))
+}
+
+/// The framework feature's routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/runs/{id}/framework", get(api))
+        .route("/runs/{id}/framework/{part}", get(view::part_svg))
+}

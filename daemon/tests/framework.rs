@@ -1,0 +1,273 @@
+//! The framework view (issue 23 items 1 and 2) on real H100 recordings: JAX runs of the
+//! OOM corpus (default BFC allocator; a leak of 64 MiB per step that ends in
+//! RESOURCE_EXHAUSTED, a run that fits, a temp buffer too large at execute) and a PyTorch
+//! snapshot. Expected figures come from the recordings themselves (the allocator samples
+//! and buffer events in the capture, swept here independently) and from what the
+//! programs printed (`figures.json`, the snapshot's `at_dump`), never from the daemon.
+
+mod common;
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use common::corpus::{capture_records, store_corpus, store_snapshot_file, testdata};
+use common::*;
+use memwatch_wire::{EventKind, MemKind, Record};
+use tower::ServiceExt;
+
+async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String) {
+    let resp = app
+        .clone()
+        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30)
+        .await
+        .unwrap();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+async fn api(app: &axum::Router, uri: &str) -> serde_json::Value {
+    let (s, body) = get(app, uri).await;
+    assert_eq!(s, StatusCode::OK, "{uri}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The capture's own figures on device 0: the highest allocator bytes in use and pool,
+/// and the highest total of live PJRT buffers (creations before frees at one instant).
+fn capture_figures(scenario: &str) -> (i64, i64, i64) {
+    let recs = capture_records(&testdata(&format!("oom-corpus/{scenario}/capture.mwcap")));
+    let (mut in_use, mut pool) = (0i64, 0i64);
+    let mut changes: Vec<(u64, u8, i64)> = Vec::new();
+    let mut live: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut events: Vec<memwatch_wire::Event> = Vec::new();
+    for r in recs {
+        match r {
+            Record::PjrtMemoryStats(s) if s.device == 0 => {
+                in_use = in_use.max(s.bytes_in_use);
+                pool = pool.max(s.pool_bytes);
+            }
+            Record::Events(ev) => events.extend(ev),
+            _ => {}
+        }
+    }
+    events.sort_by_key(|e| e.ts_ns);
+    // A buffer's free event need not carry its device: frees match creations by
+    // (pid, buffer).
+    for e in &events {
+        match e.kind() {
+            Some(EventKind::Alloc)
+                if e.mem_kind() == Some(MemKind::PjrtBuffer) && e.device == 0 =>
+            {
+                live.insert((e.pid, e.ptr), e.size);
+                changes.push((e.ts_ns, 0, e.size as i64));
+            }
+            Some(EventKind::Free) => {
+                if let Some(size) = live.remove(&(e.pid, e.ptr)) {
+                    changes.push((e.ts_ns, 1, -(size as i64)));
+                }
+            }
+            _ => {}
+        }
+    }
+    changes.sort_by_key(|c| (c.0, c.1));
+    let (mut cur, mut top) = (0i64, 0i64);
+    for c in changes {
+        cur += c.2;
+        top = top.max(cur);
+    }
+    (in_use, pool, top)
+}
+
+fn series_max(tl: &serde_json::Value, series: i64) -> i64 {
+    tl["series"][series.to_string()]
+        .as_array()
+        .unwrap_or_else(|| panic!("no series {series} in {tl}"))
+        .iter()
+        .map(|p| p["max"].as_i64().unwrap())
+        .max()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn jax_runs_lead_with_the_allocator_and_live_arrays() {
+    for url in dbs("framework").await.urls.clone() {
+        let (app, store) = test_app(&url, None, 16 << 20).await;
+        let leak = store_corpus(&store, "jax_leak_bfc", 1).await;
+        let fits = store_corpus(&store, "jax_mlp_fits", 2).await;
+        let temp = store_corpus(&store, "jax_exec_temp", 3).await;
+        for (run, scenario) in [
+            (leak, "jax_leak_bfc"),
+            (fits, "jax_mlp_fits"),
+            (temp, "jax_exec_temp"),
+        ] {
+            let (in_use, pool, live) = capture_figures(scenario);
+            // Whole run at chart resolution and squeezed into 7 points: the maxima are
+            // the capture's, exactly (no peak hidden by downsampling).
+            for points in [1100, 7] {
+                let v = api(
+                    &app,
+                    &format!("/api/runs/{run}/framework?device=0&points={points}"),
+                )
+                .await;
+                assert_eq!(v["framework"], "pjrt", "{scenario}: {v}");
+                let tl = &v["timeline"];
+                assert_eq!(
+                    series_max(tl, 0),
+                    in_use,
+                    "{scenario}: bytes in use, {points} points"
+                );
+                assert_eq!(series_max(tl, 1), pool, "{scenario}: pool, {points} points");
+                assert_eq!(
+                    series_max(tl, 3),
+                    live,
+                    "{scenario}: live buffers, {points} points"
+                );
+            }
+            let (s, page) = get(&app, &format!("/runs/{run}")).await;
+            assert_eq!(s, StatusCode::OK);
+            let fw = page
+                .find("Inside the pool: JAX / PJRT on GPU 0")
+                .unwrap_or_else(|| panic!("{scenario}: no framework view"));
+            let driver = page.find("The driver view").expect("driver view below");
+            assert!(fw < driver, "{scenario}: the framework view leads");
+            assert!(
+                page.contains("class=\"reconcile\">At "),
+                "{scenario}: reconciliation line"
+            );
+            assert!(page.contains("live arrays + "), "{scenario}");
+            assert!(
+                page.contains("/framework/stack.svg?device=0"),
+                "{scenario}: stacked chart"
+            );
+        }
+        // The leak keeps accumulating: named by its executable, 64 MiB per step as the
+        // program printed (figures.json: output_bytes_per_step, executable).
+        let figures: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(testdata("oom-corpus/jax_leak_bfc/figures.json")).unwrap(),
+        )
+        .unwrap();
+        let v = api(
+            &app,
+            &format!("/api/runs/{leak}/framework?device=0&points=8"),
+        )
+        .await;
+        let g = &v["growing"];
+        assert_eq!(
+            g["executable"], figures["executable"],
+            "{} / {}",
+            v["growing"], v["growth"]
+        );
+        let per_step = figures["output_bytes_per_step"].as_i64().unwrap();
+        let per_exec = g["per_execution"].as_i64().unwrap();
+        assert!(
+            (per_exec - per_step).abs() <= per_step / 10,
+            "growth per execution {per_exec} vs {per_step} per step"
+        );
+        let top = &v["growth"][0];
+        assert_eq!(top["name"], figures["executable"]);
+        assert_eq!(top["growing"], true);
+        // The run that fits and the execute-time OOM do not grow.
+        for run in [fits, temp] {
+            let v = api(
+                &app,
+                &format!("/api/runs/{run}/framework?device=0&points=8"),
+            )
+            .await;
+            assert!(
+                v["growing"].is_null(),
+                "run {run} is not growing: {}",
+                v["growing"]
+            );
+        }
+        // The overview shows the badge on the leak only.
+        let (_, overview) = get(&app, "/").await;
+        assert_eq!(
+            overview.matches("class=\"badge grow\"").count(),
+            1,
+            "one growing run"
+        );
+        assert!(overview.contains(&format!(
+            "href=\"/runs/{leak}\" title=\"live framework memory keeps accumulating"
+        )));
+        // Each chart alone, for zooming; an unknown one is refused by name.
+        for part in ["memory", "stack", "lanes"] {
+            let (s, svg) = get(
+                &app,
+                &format!("/runs/{leak}/framework/{part}.svg?device=0&from=0&to=1000000000"),
+            )
+            .await;
+            assert_eq!(s, StatusCode::OK, "{part}: {svg}");
+            assert!(svg.starts_with("<svg"), "{part}");
+        }
+        let (s, body) = get(&app, &format!("/runs/{leak}/framework/pie.svg?device=0")).await;
+        assert_eq!(s, StatusCode::NOT_FOUND);
+        assert!(body.contains("pie.svg"));
+    }
+}
+
+#[tokio::test]
+async fn pytorch_snapshot_runs_show_allocated_against_reserved() {
+    for url in dbs("framework_torch").await.urls.clone() {
+        let (app, store) = test_app(&url, None, 16 << 20).await;
+        let path = testdata("torch-snapshots/leak.pickle");
+        let run = store_snapshot_file(&store, &path, "snapshot:leak", 1).await;
+        let want: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(testdata("torch-snapshots/leak.json")).unwrap(),
+        )
+        .unwrap();
+        let v = api(
+            &app,
+            &format!("/api/runs/{run}/framework?device=0&points=50"),
+        )
+        .await;
+        assert_eq!(v["framework"], "pytorch", "{v}");
+        let alloc = v["timeline"]["series"]["4"]
+            .as_array()
+            .expect("allocated series");
+        assert_eq!(
+            alloc.last().unwrap()["last"],
+            want["at_dump"]["memory_allocated"],
+            "allocated at the end = memory_allocated()"
+        );
+        let top = alloc
+            .iter()
+            .map(|p| p["max"].as_i64().unwrap())
+            .max()
+            .unwrap();
+        assert_eq!(
+            serde_json::json!(top),
+            want["at_dump"]["max_memory_allocated"]
+        );
+        // No executions to tell a leak from a first fill: a snapshot run is never
+        // called growing (see `framework::growth::growing`).
+        assert!(v["growing"].is_null());
+        for (stream, name) in [(2, "train_snapshot"), (3, "fragmentation")] {
+            let other = store_snapshot_file(
+                &store,
+                &testdata(&format!("torch-snapshots/{name}.pickle")),
+                &format!("snapshot:{name}"),
+                stream,
+            )
+            .await;
+            let v = api(
+                &app,
+                &format!("/api/runs/{other}/framework?device=0&points=8"),
+            )
+            .await;
+            assert!(
+                v["growing"].is_null(),
+                "{name} is not growing: {}",
+                v["growing"]
+            );
+        }
+        let (_, page) = get(&app, &format!("/runs/{run}")).await;
+        assert!(page.contains("Inside the pool: PyTorch on GPU 0"));
+        assert!(
+            page.contains("allocated + "),
+            "reconciliation of reserved and allocated"
+        );
+    }
+}
