@@ -41,6 +41,15 @@ pub(crate) fn vendor_name(raw: u8) -> &'static str {
     Vendor::from_u8(raw).name()
 }
 
+/// The `argv[0]` of the process a PyTorch snapshot run is stored with
+/// (`memwatch_analysis::torch`): a recording, never a running program.
+pub(crate) const SNAPSHOT_ARGV0: &str = "pytorch-memory-snapshot";
+
+/// A `LIKE` pattern matching the stored argv (a JSON array) of a snapshot's process.
+pub(crate) fn snapshot_argv_pattern() -> String {
+    format!("[\"{SNAPSHOT_ARGV0}\"%")
+}
+
 /// Whether an event comes from the PJRT wrapper (an API this build knows, of the PJRT
 /// family: executes, completions, buffers). PyTorch's snapshot events (`torch:alloc`,
 /// `torch:free`, [`ApiFamily::Torch`]) are framework-level too, but not PJRT records.

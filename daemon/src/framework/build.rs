@@ -120,12 +120,12 @@ pub async fn build_run(store: &Store, run: i64) -> Result<Built, StoreError> {
     for (pid, handle, name) in exes {
         producers.exes.insert((pid, handle), name);
     }
-    let snapshot: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM processes WHERE run_id = $1 AND argv LIKE '%pytorch-memory-snapshot%'",
-    )
-    .bind(run)
-    .fetch_one(&store.pool)
-    .await?;
+    let snapshot: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM processes WHERE run_id = $1 AND argv LIKE $2")
+            .bind(run)
+            .bind(codes::snapshot_argv_pattern())
+            .fetch_one(&store.pool)
+            .await?;
     let duration = (head.last_ts_ns - head.t0_mono_ns).max(0) as u64 + 1;
     let base = base_level(duration);
     let mut built = Built::default();

@@ -318,11 +318,11 @@ async fn lanes_chart(
     let mut spans = Vec::new();
     if let Some(ex) = tl.get(series::EXECUTIONS) {
         for p in ex.iter().filter(|p| p.min > 0) {
-            let busy = (p.max.max(0) as u64).clamp(tl.bucket_ns / 8, tl.bucket_ns);
+            // A bucket with executions is drawn whole (one bucket is about a pixel).
             spans.push(Span {
                 lane: 0,
                 start: p.t_ns,
-                end: p.t_ns + busy,
+                end: p.t_ns + tl.bucket_ns,
             });
         }
     }

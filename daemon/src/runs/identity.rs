@@ -71,7 +71,7 @@ pub fn command_title(argv: &[String]) -> String {
     let Some(first) = argv.first() else {
         return String::new();
     };
-    if first == "pytorch-memory-snapshot" {
+    if first == crate::codes::SNAPSHOT_ARGV0 {
         return format!(
             "PyTorch snapshot {}",
             argv.get(1).map_or("", |s| s.as_str())

@@ -150,7 +150,17 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
     }
     let nodes = views;
     // Processes with no recorded end whose node reported in the last 10 minutes.
-    let running = st.store.running_processes(600_000_000_000).await?;
+    let running: Vec<(i64, String, i64, String, String)> = st
+        .store
+        .running_processes(600_000_000_000)
+        .await?
+        .into_iter()
+        .map(|(id, key, pid, argv, node)| {
+            // Titled like the run list (tags, command), not by the machine-made key.
+            let title = idents.get(&id).map_or(key, |i| i.title.clone());
+            (id, title, pid, argv, node)
+        })
+        .collect();
     let jobs = job_groups
         .iter()
         .enumerate()
