@@ -244,6 +244,7 @@ async fn pytorch_snapshot_runs_show_allocated_against_reserved() {
         // No executions to tell a leak from a first fill: a snapshot run is never
         // called growing (see `framework::growth::growing`).
         assert!(v["growing"].is_null());
+        let mut others = Vec::new();
         for (stream, name) in [(2, "train_snapshot"), (3, "fragmentation")] {
             let other = store_snapshot_file(
                 &store,
@@ -262,7 +263,28 @@ async fn pytorch_snapshot_runs_show_allocated_against_reserved() {
                 "{name} is not growing: {}",
                 v["growing"]
             );
+            others.push((other, name));
         }
+        // Two stored snapshots compared: both allocated series on one chart, and their
+        // peaks side by side as PyTorch reported them (max_memory_allocated()).
+        let (train, name) = others[0];
+        let (s, page) = get(&app, &format!("/compare?a={run}&b={train}")).await;
+        assert_eq!(s, StatusCode::OK);
+        assert!(page.contains("Inside the pool"), "framework comparison");
+        let fig = |n: &str| {
+            let v: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(testdata(&format!("torch-snapshots/{n}.json"))).unwrap(),
+            )
+            .unwrap();
+            v["at_dump"]["max_memory_allocated"].as_u64().unwrap()
+        };
+        let (pa, pb) = (fig("leak"), fig(name));
+        let row = format!(
+            "<td>peak allocated</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
+            memwatch_analysis::size::format_bytes(pa),
+            memwatch_analysis::size::format_bytes(pb)
+        );
+        assert!(page.contains(&row), "expected {row}");
         let (_, page) = get(&app, &format!("/runs/{run}")).await;
         assert!(page.contains("Inside the pool: PyTorch on GPU 0"));
         assert!(

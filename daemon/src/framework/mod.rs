@@ -47,6 +47,59 @@ pub(crate) async fn run_growing(
     Ok(None)
 }
 
+/// One device's framework memory over a whole run, for comparing runs: the main series
+/// (PyTorch allocated, else all live PJRT buffers), its peak and last value, and each
+/// producer's peak.
+pub(crate) struct FrameworkSummary {
+    /// "allocated" (PyTorch) or "live buffers" (PJRT).
+    pub what: &'static str,
+    pub points: Vec<crate::render::Point>,
+    pub bucket_ns: u64,
+    pub peak: i64,
+    pub at_end: i64,
+    pub producers: Vec<(String, i64)>,
+}
+
+/// The framework summary of `device` over `[0, end)` in about `points` buckets; `None`
+/// when the run has no framework records there. Builds the view if it never was.
+pub(crate) async fn summary(
+    store: &crate::db::Store,
+    run: i64,
+    device: i64,
+    end: u64,
+    points: usize,
+) -> Result<Option<FrameworkSummary>, crate::db::StoreError> {
+    read::ensure_built(store, run).await?;
+    let Some(tl) = read::read(store, run, device, 0, end, points).await? else {
+        return Ok(None);
+    };
+    let (what, s) = if tl.is_torch() {
+        ("allocated", series::TORCH_ALLOCATED)
+    } else {
+        ("live buffers", series::LIVE_BUFFERS)
+    };
+    let Some(pts) = tl.get(s) else {
+        return Ok(None);
+    };
+    let producers = tl
+        .series
+        .iter()
+        .filter_map(|(&k, p)| {
+            let i = series::producer_of_live(k)?;
+            let name = tl.producers.get(i as usize)?.clone();
+            Some((name, p.iter().map(|x| x.max).max().unwrap_or(0)))
+        })
+        .collect();
+    Ok(Some(FrameworkSummary {
+        what,
+        peak: pts.iter().map(|x| x.max).max().unwrap_or(0),
+        at_end: pts.last().map_or(0, |x| x.last),
+        points: pts.to_vec(),
+        bucket_ns: tl.bucket_ns,
+        producers,
+    }))
+}
+
 #[derive(Deserialize, Default)]
 struct ApiQ {
     device: Option<i64>,
