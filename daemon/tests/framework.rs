@@ -169,6 +169,31 @@ async fn jax_runs_lead_with_the_allocator_and_live_arrays() {
         let top = &v["growth"][0];
         assert_eq!(top["name"], figures["executable"]);
         assert_eq!(top["growing"], true);
+        // What was live at an instant, inside the pool: by producing executable; the total
+        // is the live-buffers series there (flat around 5 s of this run).
+        let v = api(
+            &app,
+            &format!("/api/runs/{leak}/framework?device=0&points=1100"),
+        )
+        .await;
+        let at = 5_000_000_000u64;
+        let p = v["timeline"]["series"]["3"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|p| p["t_ns"].as_u64().unwrap() <= at)
+            .unwrap()
+            .clone();
+        assert_eq!(p["min"], p["max"], "flat around {at}: {p}");
+        let (s, page) = get(&app, &format!("/runs/{leak}/peak?device=0&at={at}")).await;
+        assert_eq!(s, StatusCode::OK);
+        let want = format!(
+            "framework buffers live then ({})",
+            memwatch_analysis::size::format_bytes(p["max"].as_u64().unwrap())
+        );
+        assert!(page.contains(&want), "expected {want}");
+        assert!(page.contains("<td><code>jit_update</code></td>"));
         // The run that fits and the execute-time OOM do not grow.
         for run in [fits, temp] {
             let v = api(

@@ -78,6 +78,17 @@ pub(super) async fn peak(
         Some(_) => None,
     };
     let failed = failed_request(&st, &run, device, at).await?;
+    let framework_live = match at {
+        Some(t) => {
+            crate::framework::live_buffers_at(&st.store, id, device, run.t0 + t as i64).await?
+        }
+        None => Vec::new(),
+    };
+    let framework_total = fmt::bytes(framework_live.iter().map(|g| g.bytes).sum());
+    let framework_live: Vec<(String, String, i64, String)> = framework_live
+        .into_iter()
+        .map(|g| (g.executable, g.module, g.count, fmt::bytes(g.bytes)))
+        .collect();
     let p = st.store.live_at(id, device, at, PEAK_LIST).await?;
     if json {
         return Ok(Json(
@@ -100,6 +111,8 @@ pub(super) async fn peak(
             dims: Vec::new(),
             runtime,
             at,
+            framework_live,
+            framework_total,
             moved_from: None,
             failed,
             device_label: device_label(device),
@@ -124,6 +137,8 @@ pub(super) async fn peak(
             .filter(|&t| t != p.peak_ts_ns.max(0) as u64)
             .map(|t| fmt::duration(t as i64)),
         at,
+        framework_live,
+        framework_total,
         failed,
         device_label: device_label(device),
     })

@@ -27,6 +27,10 @@ pub struct PeakPage {
     pub runtime: Option<RuntimePanel>,
     /// Set when the page shows an instant (`?at=NS`) instead of the peak.
     pub at: Option<u64>,
+    /// At an instant: the framework (PJRT) buffers live then, by producing executable:
+    /// (executable, XLA module or "", buffers, bytes).
+    pub framework_live: Vec<(String, String, i64, String)>,
+    pub framework_total: String,
     /// Set when the instant asked for lies in time whose raw events retention deleted:
     /// the page shows the nearest exact instant before it and says so.
     pub moved_from: Option<String>,
