@@ -318,3 +318,68 @@ async fn pytorch_snapshot_runs_show_allocated_against_reserved() {
         );
     }
 }
+
+/// A live run: the background builder keeps its framework view current as records
+/// arrive, so the "growing" badge shows while the job still runs. The real leak capture
+/// arrives in two parts; after the second, the builder rebuilds the run by itself.
+#[tokio::test]
+async fn the_builder_follows_a_live_run() {
+    use memwatch_daemon::{spawn_framework_builder, stale_framework_runs};
+    for url in dbs("framework_live").await.urls.clone() {
+        let (app, store) = test_app(&url, None, 16 << 20).await;
+        let recs = capture_records(&testdata("oom-corpus/jax_leak_bfc/capture.mwcap"));
+        // Up to the last execute's records: the leak is stored, the OOM and exit are not.
+        let half = recs.len() * 9 / 10;
+        let (run, seq) = send_part(&store, &recs[..half], 0).await;
+        let run = run.expect("run");
+        let mut progress =
+            spawn_framework_builder(store.clone(), std::time::Duration::from_millis(50));
+        progress.wait_for(|p| p.builds >= 1).await.unwrap();
+        assert!(stale_framework_runs(&store).await.unwrap().is_empty());
+        let before = api(&app, &format!("/api/runs/{run}/framework?device=0")).await;
+        let live_before = series_max(&before["timeline"], 3);
+        // The rest of the capture, as an agent would send it.
+        send_part(&store, &recs[half..], seq).await;
+        assert_eq!(stale_framework_runs(&store).await.unwrap(), vec![run]);
+        let t = std::time::Instant::now();
+        while !stale_framework_runs(&store).await.unwrap().is_empty() {
+            assert!(t.elapsed().as_secs() < 60, "the builder did not catch up");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let after = api(&app, &format!("/api/runs/{run}/framework?device=0")).await;
+        let (_, _, live) = capture_figures("jax_leak_bfc");
+        assert_eq!(
+            series_max(&after["timeline"], 3),
+            live,
+            "rebuilt with every record"
+        );
+        assert!(live_before <= live);
+        assert_eq!(after["growing"]["executable"], "jit_update");
+    }
+}
+
+/// Sends `part` as the agent's stream 7 of run "live-leak", batches numbered after
+/// `seq`; returns the run id and the last batch number.
+async fn send_part(
+    store: &memwatch_daemon::Store,
+    part: &[Record],
+    mut seq: u64,
+) -> (Option<i64>, u64) {
+    let mut ing = memwatch_daemon::Ingestor::new(store.clone());
+    let mut id = None;
+    for group in part.chunks(16) {
+        seq += 1;
+        let out = ing
+            .commit(vec![memwatch_daemon::Batch {
+                node: "h100".into(),
+                stream: 7,
+                seq,
+                run_key: "live-leak".into(),
+                records: group.to_vec(),
+            }])
+            .await
+            .unwrap();
+        id = id.or(out[0].run_id);
+    }
+    (id, seq)
+}
