@@ -48,6 +48,8 @@ FITS_RUN=$(corpus_import jax_mlp_fits)
 TEMP_RUN=$(corpus_import jax_exec_temp)
 TORCH_RUN=$("$TARGET/debug/memwatch" import testdata/torch-snapshots/leak.pickle --db "$DB" --json \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+TORCH2_RUN=$("$TARGET/debug/memwatch" import testdata/torch-snapshots/train_snapshot.pickle --db "$DB" --json \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 # Gate history: a baseline from run 1, a passing check of run 1, a failing one of run 2
 # (each stores its verdicts in gate_results, a second apart).
 "$TARGET/debug/memwatch" gate --baseline "$WORK/baseline.toml" --run train=1 --db "$DB" --update >/dev/null
@@ -112,6 +114,8 @@ check 18-framework-leak "$B/runs/$LEAK_RUN" "Inside the pool: JAX / PJRT on GPU 
 check 19-framework-fits "$B/runs/$FITS_RUN" "Inside the pool: JAX / PJRT on GPU 0" "Live outputs per executable" "jit_multiply"
 check 20-framework-exec-oom "$B/runs/$TEMP_RUN" "Inside the pool: JAX / PJRT on GPU 0" "OOM: " "executions"
 check 21-framework-torch "$B/runs/$TORCH_RUN" "Inside the pool: PyTorch on GPU 0" "allocated (live blocks)" "cached in the allocator"
+check 24-compare-snapshots "$B/compare?a=$TORCH_RUN&b=$TORCH2_RUN" "Inside the pool" "peak allocated" "PyTorch snapshot leak.pickle"
+check 25-peak-at-framework "$B/runs/$LEAK_RUN/peak?device=0&at=5000000000" "framework buffers live then" "jit_update"
 check 22-overview-growing "$B/" "badge grow" "in jit_update"
 for r in "$LEAK_RUN" "$TORCH_RUN"; do
   "${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,2600 \

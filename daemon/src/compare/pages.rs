@@ -35,11 +35,31 @@ pub(super) async fn compare(
     let runs = st.store.runs(500).await?;
     let a = q.a.or(runs.get(1).map(|r| r.id));
     let b = q.b.or(runs.first().map(|r| r.id));
+    let heads: Vec<(i64, String, String, i64, i64)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r.id,
+                r.run_key.clone(),
+                r.node.clone(),
+                r.wall_anchor_unix_ns,
+                r.created_unix_ns,
+            )
+        })
+        .collect();
+    let titles = st.store.identities(&heads).await?;
     let choices: Vec<Choice> = runs
         .iter()
         .map(|r| Choice {
             id: r.id,
-            label: format!("#{} {} ({})", r.id, r.run_key, r.node),
+            label: format!(
+                "#{} {} ({})",
+                r.id,
+                titles
+                    .get(&r.id)
+                    .map_or(r.run_key.as_str(), |i| i.title.as_str()),
+                r.node
+            ),
             sel_a: Some(r.id) == a,
             sel_b: Some(r.id) == b,
         })
