@@ -127,7 +127,7 @@ pub(crate) async fn live_buffers_at(
     at_abs: i64,
 ) -> Result<Vec<LiveAt>, crate::db::StoreError> {
     let rows: Vec<LiveRow> = sqlx::query_as(
-        "SELECT pid, api, producer, SUM(size) AS bytes, COUNT(*) AS count FROM pjrt_buffers \
+        "SELECT pid, api, producer, CAST(SUM(size) AS BIGINT) AS bytes, COUNT(*) AS count FROM pjrt_buffers \
          WHERE run_id = $1 AND device = $2 AND ts_ns <= $3 AND (freed_ts_ns IS NULL OR freed_ts_ns > $3) \
          GROUP BY pid, api, producer",
     )
