@@ -3,6 +3,7 @@
 //! times the dashboard pages for the largest run.
 //!
 //!   cargo run -p memwatch-daemon --release --example dash_fixture -- DB EVENTS [--bench]
+//!   cargo run -p memwatch-daemon --release --example dash_fixture -- DB --framework EXECS BUFFERS
 //!
 //! The workload: a training-like loop on two GPUs (weights allocated once, activations
 //! growing and shrinking each step, one large temporary at a known step), API spans on
@@ -320,8 +321,17 @@ async fn time_page(app: &axum::Router, uri: &str) -> Result<(f64, usize)> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    if args.len() == 5 && args[2] == "--framework" {
+        let num = |s: &str| {
+            s.parse::<u64>()
+                .with_context(|| format!("{s:?} is not a number"))
+        };
+        return bench_framework(&args[1], num(&args[3])?, num(&args[4])?).await;
+    }
     if args.len() < 3 {
-        bail!("usage: dash_fixture DB EVENTS [--bench]");
+        bail!(
+            "usage: dash_fixture DB EVENTS [--bench] | dash_fixture DB --framework EXECS BUFFERS"
+        );
     }
     let db = &args[1];
     let n: u64 = args[2]
@@ -427,6 +437,259 @@ async fn main() -> Result<()> {
             }
             println!("  {best:8.1} ms  {size:>8} B  {p}");
         }
+    }
+    Ok(())
+}
+
+/// The framework view's benchmark run: a JAX-like job of `execs` executions of eight
+/// executables on GPU 0, each creating `buffers / execs` output buffers and freeing the
+/// previous step's (one executable keeps one output per execution: a slow leak), an
+/// allocator sample at every execution completion, and compiles at the start. The run,
+/// its process and its driver-level pool go through the daemon's ingest; the PJRT rows
+/// (millions) are written to their tables directly, as ingest would, in large batches:
+/// the benchmark times the framework view's build and pages, not ingest.
+async fn record_framework_run(store: &Store, execs: u64, buffers: u64) -> Result<i64> {
+    let pid = 404u32;
+    let t0 = 9_000_000_000u64;
+    let step_ns = 100_000u64;
+    let end = t0 + (execs + 10) * step_ns;
+    let pool = 60u64 << 30;
+    let ev = |ts: u64, kind: EventKind, ptr: u64, size: u64| Event {
+        ts_ns: ts,
+        ptr,
+        size,
+        pid,
+        tid: 1,
+        device: 0,
+        kind: kind as u8,
+        mem_kind: MemKind::Device as u8,
+        api: 2001,
+        ..Event::default()
+    };
+    let mut ing = Ingestor::new(store.clone());
+    let out = ing
+        .commit(vec![Batch {
+            node: "gpu-node-1".into(),
+            stream: pid as u64,
+            seq: 1,
+            run_key: "jax-framework".into(),
+            records: vec![
+                Record::ProcessStart(ProcessStart {
+                    pid,
+                    ppid: 1,
+                    mono_anchor_ns: t0,
+                    wall_anchor_unix_ns: 1_763_800_000_000_000_000,
+                    shim_version: "fixture".into(),
+                    hostname: "gpu-node-1".into(),
+                    argv: vec!["python".into(), "jax_train.py".into()],
+                }),
+                Record::Events(vec![
+                    ev(t0 + 1_000, EventKind::Alloc, 0x7f00_0000_0000, pool),
+                    ev(end, EventKind::Free, 0x7f00_0000_0000, pool),
+                ]),
+                Record::ProcessEnd(ProcessEnd {
+                    pid,
+                    ts_ns: end + 1,
+                    exit_code: 0,
+                }),
+            ],
+        }])
+        .await?;
+    let run = out[0].run_id.context("no run id for jax-framework")?;
+    let pool_db = &store.pool;
+    let names = [
+        "jit_train_step",
+        "jit_eval_step",
+        "jit_update_ema",
+        "jit_accumulate",
+        "jit_loss",
+        "jit__normal",
+        "jit_concatenate",
+        "jit_log_metrics",
+    ];
+    let mut tx = pool_db.begin().await?;
+    for (i, name) in names.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO pjrt_executables (run_id, pid, handle, ts_ns, flags, devices, name, fingerprint, \
+             generated_code_bytes, argument_bytes, output_bytes, alias_bytes, temp_bytes, \
+             host_generated_code_bytes, host_argument_bytes, host_output_bytes, host_alias_bytes, host_temp_bytes) \
+             VALUES ($1, $2, $3, $4, 0, '0', $5, '', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)",
+        )
+        .bind(run)
+        .bind(pid as i64)
+        .bind(0x1000 + i as i64)
+        .bind((t0 + 2_000 + i as u64 * 50_000) as i64)
+        .bind(*name)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO pjrt_compiles (run_id, pid, api, handle, ts_ns, duration_ns, result) \
+             VALUES ($1, $2, 3001, $3, $4, 40000, 0)",
+        )
+        .bind(run)
+        .bind(pid as i64)
+        .bind(0x1000 + i as i64)
+        .bind((t0 + 2_000 + i as u64 * 50_000) as i64)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    let per = (buffers / execs.max(1)).max(1);
+    // Rows of (ptr, size, producer, ts, freed) per execution; written in batches.
+    let mut prev: Vec<(i64, i64, i64, i64)> = Vec::new();
+    let mut bufs: Vec<(i64, i64, i64, i64, Option<i64>)> = Vec::new();
+    let mut runs: Vec<(i64, i64, i64)> = Vec::new();
+    let mut ptr = 0x10_0000_0000i64;
+    let mut kept = 0i64;
+    let flush_rows = |bufs: Vec<(i64, i64, i64, i64, Option<i64>)>, runs: Vec<(i64, i64, i64)>| {
+        let pool_db = pool_db.clone();
+        async move {
+            let mut tx = pool_db.begin().await?;
+            for chunk in bufs.chunks(100) {
+                let mut q = String::from(
+                    "INSERT INTO pjrt_buffers (run_id, pid, device, ptr, size, api, producer, ts_ns, freed_ts_ns) VALUES ",
+                );
+                for (k, _) in chunk.iter().enumerate() {
+                    if k > 0 {
+                        q.push(',');
+                    }
+                    let p = k * 5;
+                    q.push_str(&format!(
+                        "({run}, {pid}, 0, ${}, ${}, 3006, ${}, ${}, ${})",
+                        p + 1,
+                        p + 2,
+                        p + 3,
+                        p + 4,
+                        p + 5
+                    ));
+                }
+                let mut query = sqlx::query(&q);
+                for b in chunk {
+                    query = query.bind(b.0).bind(b.1).bind(b.2).bind(b.3).bind(b.4);
+                }
+                query.execute(&mut *tx).await?;
+            }
+            for chunk in runs.chunks(100) {
+                let mut q = String::from(
+                    "INSERT INTO pjrt_executions (run_id, pid, device, handle, start_ns, call_ns, result, \
+                     requested_bytes, complete_ns, complete_result, complete_requested_bytes) VALUES ",
+                );
+                let mut s = String::from(
+                    "INSERT INTO pjrt_memory_stats (run_id, pid, device, ts_ns, flags, bytes_in_use, \
+                     peak_bytes_in_use, largest_free_block, pool_bytes, peak_pool_bytes, bytes_limit, \
+                     num_allocs, largest_alloc_size) VALUES ",
+                );
+                for (k, _) in chunk.iter().enumerate() {
+                    if k > 0 {
+                        q.push(',');
+                        s.push(',');
+                    }
+                    let p = k * 3;
+                    q.push_str(&format!(
+                        "({run}, {pid}, 0, ${}, ${}, 20000, 0, 0, ${}, 0, 0)",
+                        p + 1,
+                        p + 2,
+                        p + 3
+                    ));
+                    let p = k * 2;
+                    s.push_str(&format!(
+                        "({run}, {pid}, 0, ${}, 255, ${}, 0, 0, {pool}, {pool}, {pool}, 0, 0)",
+                        p + 1,
+                        p + 2
+                    ));
+                }
+                let mut query = sqlx::query(&q);
+                let mut stats = sqlx::query(&s);
+                for r in chunk {
+                    query = query.bind(r.0).bind(r.1).bind(r.1 + 60_000);
+                    stats = stats.bind(r.1 + 60_000).bind(r.2);
+                }
+                query.execute(&mut *tx).await?;
+                stats.execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok::<(), anyhow::Error>(())
+        }
+    };
+    for x in 0..execs {
+        let who = (x % names.len() as u64) as i64;
+        let handle = 0x1000 + who;
+        let start = (t0 + 500_000 + x * step_ns) as i64;
+        let mut live = kept;
+        for (p, size, producer, ts) in prev.drain(..) {
+            bufs.push((p, size, producer, ts, Some(start + 50_000)));
+        }
+        for k in 0..per {
+            ptr += 0x1000;
+            let size = (1i64 << 20) * (1 + ((x + k) % 16) as i64);
+            // jit_accumulate keeps its first output: the leak the badge must find.
+            if who == 3 && k == 0 {
+                bufs.push((ptr, size, handle, start + 40_000, None));
+                kept += size;
+            } else {
+                prev.push((ptr, size, handle, start + 40_000));
+            }
+            live += size;
+        }
+        runs.push((handle, start, live));
+        if bufs.len() >= 200_000 {
+            flush_rows(std::mem::take(&mut bufs), std::mem::take(&mut runs)).await?;
+        }
+    }
+    for (p, size, producer, ts) in prev.drain(..) {
+        bufs.push((p, size, producer, ts, Some((end - 1_000) as i64)));
+    }
+    flush_rows(bufs, runs).await?;
+    Ok(run)
+}
+
+/// `dash_fixture DB --framework EXECS BUFFERS`: records the framework benchmark run and
+/// prints the framework view's build time (the background builder's work) and the run
+/// page's server time cold (first request after the build, a freshly opened store) and
+/// warm (best of 3).
+async fn bench_framework(db: &str, execs: u64, buffers: u64) -> Result<()> {
+    let store = Store::open(db).await?;
+    let t = Instant::now();
+    let run = record_framework_run(&store, execs, buffers).await?;
+    println!(
+        "framework run #{run}: {execs} executions, {buffers} buffers written in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
+    let built = memwatch_daemon::build_framework_view(&store, run).await?;
+    println!(
+        "framework view build (background, after ingest): {:.1} s, {} records swept, {} rollup rows",
+        t.elapsed().as_secs_f64(),
+        built.records,
+        built.rows
+    );
+    store.close().await?;
+    let store = Store::open(db).await?;
+    let metrics = Arc::new(Metrics::default());
+    let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 8);
+    let app = router(
+        AppState {
+            store: store.clone(),
+            writer,
+            metrics,
+            token: None,
+        },
+        1 << 20,
+    );
+    let pages = [
+        format!("/runs/{run}"),
+        format!("/api/runs/{run}/framework?device=0"),
+        format!("/runs/{run}/framework/stack.svg?device=0&from=1000000000&to=2000000000"),
+        "/".to_string(),
+    ];
+    println!("server time, run #{run} with the framework view (cold: first request on a newly opened store):");
+    for p in &pages {
+        let (cold, size) = time_page(&app, p).await?;
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            best = best.min(time_page(&app, p).await?.0);
+        }
+        println!("  cold {cold:8.1} ms  warm {best:8.1} ms  {size:>8} B  {p}");
     }
     Ok(())
 }

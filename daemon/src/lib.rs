@@ -19,6 +19,7 @@ mod codes;
 mod compare;
 mod db;
 mod export;
+mod framework;
 mod gates;
 mod incidents;
 mod ingest;
@@ -51,8 +52,12 @@ pub use peak::{
 };
 
 // Reads the CLI and tools use besides the HTTP API.
+pub use framework::{
+    build_run as build_framework_view, spawn_framework_builder, stale_runs as stale_framework_runs,
+    BuilderProgress, Built as FrameworkBuilt, ExecutableGrowth, FrameworkTimeline, Growing,
+};
 pub use gates::{gate_results, GateResult, GateRow};
-pub use incidents::{IncidentLogRow, IncidentRow};
+pub use incidents::{BadDiagnosis, DiagnosisRow, IncidentLogRow, IncidentRow};
 pub use render::Point;
 pub use runs::{
     run_lite, AnnotationRow, AnnotationsPage, DeviceRow, EventRow, EventsPage, NodeRow, ProcessRow,

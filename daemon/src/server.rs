@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::app::{router, AppState};
 use crate::db::{Store, StoreError, WriterLock};
+use crate::framework::{spawn_framework_builder, BuilderProgress};
 use crate::ingest::{serve_ingest, spawn_writer, Ingestor, TcpConfig};
 use crate::metrics::Metrics;
 use crate::peak::{spawn_checkpointer, CheckpointSettings, Progress};
@@ -76,6 +77,8 @@ pub struct Running {
     pub metrics: Arc<Metrics>,
     /// The checkpointer's progress.
     pub checkpoints: watch::Receiver<Progress>,
+    /// The framework view's background builder.
+    pub framework: watch::Receiver<BuilderProgress>,
     http: tokio::task::JoinHandle<Result<(), std::io::Error>>,
     /// This daemon is the database's one writer while it runs.
     _writer_lock: WriterLock,
@@ -167,6 +170,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
         });
     }
     let checkpoints = spawn_checkpointer(store.clone(), cfg.checkpoints);
+    let framework = spawn_framework_builder(store.clone(), cfg.checkpoints.every);
     let app = router(
         AppState {
             store: store.clone(),
@@ -184,6 +188,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
         store,
         metrics,
         checkpoints,
+        framework,
         http,
         _writer_lock: writer_lock,
     })

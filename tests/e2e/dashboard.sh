@@ -34,6 +34,22 @@ DB=$WORK/e2e.db
 # capture (JAX 0.11.2, see testdata/h200-captures/README.md), through `memwatch import`.
 PJRT_RUN=$("$TARGET/debug/memwatch" import testdata/h200-captures/jax0.11.2-platform-allocator.mwcap \
   --db "$DB" --run h200-jax --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+# The framework view from real H100 runs of testdata/oom-corpus (JAX 0.11.2, default BFC
+# allocator), each with its verdict (`--log` stderr + `--xla-dump`): a leak of 64 MiB per
+# step that ends in RESOURCE_EXHAUSTED, a model that fits, a temp buffer too large at
+# execute; and a PyTorch 2.11 snapshot of a leak (allocated vs reserved).
+corpus_import() {
+  local scenario=$1 d=testdata/oom-corpus/$1
+  "$TARGET/debug/memwatch" import "$d/capture.mwcap" --log "$d/stderr.log" --xla-dump "$d/dump" \
+    --db "$DB" --run "$scenario" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])'
+}
+LEAK_RUN=$(corpus_import jax_leak_bfc)
+FITS_RUN=$(corpus_import jax_mlp_fits)
+TEMP_RUN=$(corpus_import jax_exec_temp)
+TORCH_RUN=$("$TARGET/debug/memwatch" import testdata/torch-snapshots/leak.pickle --db "$DB" --json \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+TORCH2_RUN=$("$TARGET/debug/memwatch" import testdata/torch-snapshots/train_snapshot.pickle --db "$DB" --json \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 # Gate history: a baseline from run 1, a passing check of run 1, a failing one of run 2
 # (each stores its verdicts in gate_results, a second apart).
 "$TARGET/debug/memwatch" gate --baseline "$WORK/baseline.toml" --run train=1 --db "$DB" --update >/dev/null
@@ -93,6 +109,18 @@ check 13-compare-marker "$B/compare?a=1&b=2&align=marker:step%2050" "aligned at 
 check 09-notfound "$B/runs/99" "There is no run #99"
 check 17-peak-runtime "$B/runs/$PJRT_RUN/peak?device=0" "Runtime attribution (PJRT)" "jit_broadcast_in_dim" \
   "Compiled memory statistics of jit_broadcast_in_dim" "By XLA module"
+check 18-framework-leak "$B/runs/$LEAK_RUN" "Inside the pool: JAX / PJRT on GPU 0" "live arrays + " \
+  "allocator in use" "jit_update" "growing" "The driver view" "RESOURCE_EXHAUSTED"
+check 19-framework-fits "$B/runs/$FITS_RUN" "Inside the pool: JAX / PJRT on GPU 0" "Live outputs per executable" "jit_multiply"
+check 20-framework-exec-oom "$B/runs/$TEMP_RUN" "Inside the pool: JAX / PJRT on GPU 0" "OOM: " "executions"
+check 21-framework-torch "$B/runs/$TORCH_RUN" "Inside the pool: PyTorch on GPU 0" "allocated (live blocks)" "cached in the allocator"
+check 24-compare-snapshots "$B/compare?a=$TORCH_RUN&b=$TORCH2_RUN" "Inside the pool" "peak allocated" "PyTorch snapshot leak.pickle"
+check 25-peak-at-framework "$B/runs/$LEAK_RUN/peak?device=0&at=5000000000" "framework buffers live then" "jit_update"
+check 22-overview-growing "$B/" "badge grow" "in jit_update"
+for r in "$LEAK_RUN" "$TORCH_RUN"; do
+  "${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,2600 \
+    --screenshot="$SHOTS/23-framework-full-$r.png" "$B/runs/$r" >/dev/null 2>&1 || true
+done
 
 # Empty states of the new pages (no log, dump or gate result stored).
 stop_server
@@ -117,7 +145,7 @@ for u in "/runs/2/export/chart.png?device=0" "/incidents/logs/1?format=png" "/xl
 done
 
 # Server time per page, as seen by curl on loopback (the big run has ~'"$EVENTS"' events).
-for u in / /runs/2 "/runs/2/chart.svg?device=0&from=1000000&to=2000000" /runs/2/peak?device=0 "/runs/2/peak?device=0&at=123456789" "/compare?a=1&b=2" /incidents/logs/1 "/xla/modules/3?diff=1" /gates; do
+for u in / /runs/2 "/runs/$LEAK_RUN" "/runs/$TORCH_RUN" "/runs/2/chart.svg?device=0&from=1000000&to=2000000" /runs/2/peak?device=0 "/runs/2/peak?device=0&at=123456789" "/compare?a=1&b=2" /incidents/logs/1 "/xla/modules/3?diff=1" /gates; do
   curl -s -o /dev/null -w "e2e: time %{time_total}s  $u\n" "$B$u"
 done
 echo "e2e: screenshots in $SHOTS"

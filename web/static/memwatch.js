@@ -38,7 +38,8 @@
     document.querySelectorAll("figure.chart[data-device]").forEach(function (fig) {
       var box = fig.querySelector(".svgbox");
       fig.classList.add("loading");
-      fetch("/runs/" + run + "/chart.svg?device=" + fig.dataset.device + "&" + q)
+      var src = fig.dataset.src || ("/runs/" + run + "/chart.svg?device=" + fig.dataset.device);
+      fetch(src + "&" + q)
         .then(function (r) {
           if (!r.ok) throw new Error("chart request failed: " + r.status);
           fig.dataset.left = r.headers.get("x-plot-left");

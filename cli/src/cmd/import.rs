@@ -24,6 +24,7 @@ Examples:
   memwatch import run.mwcap --daemon http://central:7373 --token s3cret --run nightly-42
   memwatch import cut-off.mwcap --db mw.db --json
   memwatch import jax.mwcap --db mw.db --xla-dump /tmp/xla-dump   # + HLO attribution
+  memwatch import run.mwcap --log stderr.log --xla-dump /tmp/dump --db mw.db   # + the verdict
   memwatch import --db mw.db --log run.log --xla-dump /tmp/dump --mem-fraction 0.025
   memwatch import --db mw.db --xla-dump /tmp/dump --run-id 3
   memwatch import snapshot.pickle --db mw.db     # a PyTorch memory snapshot, streamed
@@ -31,7 +32,13 @@ Examples:
 A damaged capture is loaded up to the damage (what was skipped is reported). Importing
 the same file twice stores it once, and importing the whole capture after a cut-off copy
 of it (same run key) stores only what the copy lacked (batches are numbered by the
-capture's records, in a stream keyed by its first 8 records).";
+capture's records, in a stream keyed by its first 8 records).
+
+With a capture, --log names the run's stderr: the OOM doctor's diagnosis of the run (as
+`memwatch diagnose CAPTURE STDERR --xla-dump DIR` prints it) is computed from the capture,
+that log and the dump, and stored with the run (the dashboard shows the verdict; `GET
+/api/runs/ID/diagnosis` answers it). Without a capture, --log is kept for the Incident
+page (--db only).";
 
 /// Arguments of `memwatch import`.
 #[derive(Args, Debug)]
@@ -61,9 +68,10 @@ pub struct ImportArgs {
     /// Node name [default: the capture's host name].
     #[arg(long)]
     pub node: Option<String>,
-    /// Attach a JAX/XLA/TSL log (a run's stderr) for the dashboard's Incident page
-    /// (needs --db; see `memwatch log`). Given on its own, without a capture.
-    #[arg(long, value_name = "FILE", requires = "db")]
+    /// The run's stderr. With a capture: diagnose the run (capture + this log + --xla-dump)
+    /// and store the verdict with it. Without one: attach the log for the dashboard's
+    /// Incident page (--db only; see `memwatch log`).
+    #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
     /// Attach an XLA dump (XLA_FLAGS=--xla_dump_to=DIR): to the imported capture's run
     /// (or --run-id's), whose peak is then grouped by XLA module and HLO op_name (joined to
@@ -71,7 +79,8 @@ pub struct ImportArgs {
     /// and used to diagnose --log's OOMs.
     #[arg(long, value_name = "DIR")]
     pub xla_dump: Option<PathBuf>,
-    /// The logged run's XLA_CLIENT_MEM_FRACTION (lets the diagnosis suggest one).
+    /// The logged run's XLA_CLIENT_MEM_FRACTION (lets the diagnosis suggest one and check
+    /// the limit).
     #[arg(long, requires = "log")]
     pub mem_fraction: Option<f64>,
     /// Attach --log/--xla-dump to this stored run id.
@@ -178,6 +187,9 @@ pub struct ImportSummary {
     /// XLA modules attached from `--xla-dump`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xla_modules: Option<usize>,
+    /// The stored diagnosis's headline (`--log`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
 }
 
 pub(super) const BATCH_EVENTS: usize = 65_536;
@@ -445,6 +457,7 @@ pub fn import_capture(
         damaged_regions: reader.damage().len(),
         bytes_skipped: reader.damage().iter().map(|d| d.bytes_skipped).sum(),
         xla_modules: None,
+        verdict: None,
     };
     let mut batch: Vec<Record> = Vec::new();
     let mut in_batch = 0usize;
@@ -470,6 +483,62 @@ pub fn import_capture(
     summary.run_id = summary.run_id.or(stored_run);
     dest.close()?;
     Ok(summary)
+}
+
+/// Stores the OOM doctor's diagnosis `d` with run `run` at `target` (replacing one stored
+/// before): directly, or through the daemon's `POST /api/runs/{id}/diagnosis`.
+pub fn attach_diagnosis(
+    target: &Target<'_>,
+    run: i64,
+    d: &memwatch_analysis::doctor::Diagnosis,
+    source: &str,
+) -> Result<()> {
+    let doc = serde_json::to_value(d).context("encoding the diagnosis")?;
+    match target {
+        Target::Db(db) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            rt.block_on(async {
+                let store = Store::open(db)
+                    .await
+                    .with_context(|| format!("database {}", memwatch_daemon::redact(db)))?;
+                let stored = store
+                    .store_diagnosis(run, source, &doc)
+                    .await
+                    .context("storing the diagnosis")?;
+                store
+                    .close()
+                    .await
+                    .with_context(|| format!("closing {}", memwatch_daemon::redact(db)))?;
+                match stored {
+                    None => bail!("run {run} is not in {}", memwatch_daemon::redact(db)),
+                    Some(Err(e)) => Err(e.into()),
+                    Some(Ok(())) => Ok(()),
+                }
+            })
+        }
+        Target::Daemon { url, token } => {
+            let base = daemon_base(url)?;
+            let mut req = ureq::post(&format!(
+                "{base}/api/runs/{run}/diagnosis?source={}",
+                urlencode(source)
+            ))
+            .set("content-type", "application/json");
+            if let Some(t) = token {
+                req = req.set("authorization", &format!("Bearer {t}"));
+            }
+            match req.send_bytes(doc.to_string().as_bytes()) {
+                Ok(_) => Ok(()),
+                Err(ureq::Error::Status(code, r)) => {
+                    let msg = r.into_string().unwrap_or_default();
+                    bail!("daemon {base} refused the diagnosis: HTTP {code} {msg}")
+                }
+                Err(e) => bail!("cannot reach daemon {base}: {e}"),
+            }
+        }
+    }
 }
 
 fn urlencode(s: &str) -> String {
@@ -503,11 +572,10 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
             json: args.json,
         });
     };
-    if args.log.is_some() {
-        bail!(
-            "--log is attached on its own: import the capture, then \
-             `memwatch import --db DB --log FILE --run-id ID`"
-        );
+    if let Some(f) = args.mem_fraction {
+        if !(f > 0.0 && f <= 1.0) {
+            bail!("--mem-fraction {f}: must be in (0, 1]");
+        }
     }
     // The dump is parsed before anything is stored, so a bad dump changes nothing.
     let dump = match &args.xla_dump {
@@ -518,6 +586,23 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
     if snapshot && args.xla_dump.is_some() {
         bail!("--xla-dump attaches to JAX captures, not to a PyTorch memory snapshot");
     }
+    // The verdict, before anything is stored: an unreadable log or dump changes nothing.
+    let diagnosis = match &args.log {
+        Some(log) => {
+            let mut files = vec![log.clone()];
+            if !snapshot {
+                files.insert(0, capture.clone());
+            }
+            let env: Vec<(String, String)> = args
+                .mem_fraction
+                .map(|f| ("XLA_CLIENT_MEM_FRACTION".to_string(), f.to_string()))
+                .into_iter()
+                .collect();
+            let ev = super::diagnose::load_evidence(&files, args.xla_dump.as_deref(), &env)?;
+            Some(memwatch_analysis::doctor::diagnose(&ev))
+        }
+        None => None,
+    };
     let mut s = if snapshot {
         super::import_snapshot::import(capture, target, args.run.clone(), args.node.clone())?
     } else {
@@ -533,6 +618,17 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
             );
         };
         s.xla_modules = Some(super::import_xla::attach(&mods, dir, &target, run)?);
+    }
+    if let Some(d) = &diagnosis {
+        let Some(run) = s.run_id.or(args.run_id) else {
+            bail!(
+                "{}: no run was stored (empty capture, or imported before: give that run's \
+                 --run-id), so the diagnosis was not stored",
+                s.capture
+            );
+        };
+        attach_diagnosis(&target, run, d, "memwatch import --log")?;
+        s.verdict = Some(d.headline.clone());
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&s)?);
@@ -551,6 +647,12 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
         if let Some(n) = s.xla_modules {
             outln!(
                 "attached {n} XLA module(s) to run {}",
+                s.run_id.unwrap_or(0)
+            );
+        }
+        if let Some(v) = &s.verdict {
+            outln!(
+                "stored the diagnosis with run {}: {v}",
                 s.run_id.unwrap_or(0)
             );
         }

@@ -63,6 +63,7 @@ impl<'a> Sender<'a> {
                 damaged_regions: 0,
                 bytes_skipped: 0,
                 xla_modules: None,
+                verdict: None,
             },
             run_key,
             skip: stored,

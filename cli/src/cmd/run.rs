@@ -515,7 +515,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         post.done();
         return Ok(Outcome::Code(end.status));
     }
-    store_capture(&args, &out);
+    let stored_run = store_capture(&args, &out);
     let phase = Instant::now();
     let loaded = match load_with_progress(&out) {
         Ok(l) => l,
@@ -541,6 +541,13 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             "memwatch: after the command: capture read {load_s:.3} s, diagnosis and report {:.3} s",
             phase.elapsed().as_secs_f64()
         );
+    }
+    // The verdict is stored with the run (the dashboard shows it, `GET
+    // /api/runs/{id}/diagnosis` answers it).
+    if let (Some(target), Some(run)) = (args.store.target(), stored_run) {
+        if let Err(e) = super::import::attach_diagnosis(&target, run, &diagnosis, "memwatch run") {
+            eprintln!("memwatch: error: {}", super::one_line(&e));
+        }
     }
     if args.json || args.json_out.is_some() {
         if let Err(e) = emit_json(
@@ -692,14 +699,19 @@ fn emit_json(
 
 /// `--db` / `--daemon`: loads the finished capture into the store. A storage failure is
 /// reported but does not change memwatch's exit status (that is CMD's).
-fn store_capture(args: &RunArgs, out: &Path) {
+/// Stores the capture when `--db`/`--daemon` asked for it; the run it became.
+fn store_capture(args: &RunArgs, out: &Path) -> Option<i64> {
     let run_key = args
         .tags
         .iter()
         .find(|(k, _)| k == "run")
         .map(|(_, v)| v.clone());
-    if let Err(e) = args.store.store(out, run_key) {
-        eprintln!("memwatch: error: {}", super::one_line(&e));
+    match args.store.store(out, run_key) {
+        Ok(s) => s.and_then(|s| s.run_id),
+        Err(e) => {
+            eprintln!("memwatch: error: {}", super::one_line(&e));
+            None
+        }
     }
 }
 

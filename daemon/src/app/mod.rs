@@ -28,6 +28,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .merge(crate::runs::routes())
         .merge(crate::peak::routes())
         .merge(crate::runtime::routes())
+        .merge(crate::framework::routes())
         .merge(crate::incidents::routes())
         .merge(crate::xla::routes())
         .merge(crate::gates::routes())

@@ -35,11 +35,31 @@ pub(super) async fn compare(
     let runs = st.store.runs(500).await?;
     let a = q.a.or(runs.get(1).map(|r| r.id));
     let b = q.b.or(runs.first().map(|r| r.id));
+    let heads: Vec<(i64, String, String, i64, i64)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r.id,
+                r.run_key.clone(),
+                r.node.clone(),
+                r.wall_anchor_unix_ns,
+                r.created_unix_ns,
+            )
+        })
+        .collect();
+    let titles = st.store.identities(&heads).await?;
     let choices: Vec<Choice> = runs
         .iter()
         .map(|r| Choice {
             id: r.id,
-            label: format!("#{} {} ({})", r.id, r.run_key, r.node),
+            label: format!(
+                "#{} {} ({})",
+                r.id,
+                titles
+                    .get(&r.id)
+                    .map_or(r.run_key.as_str(), |i| i.title.as_str()),
+                r.node
+            ),
             sel_a: Some(r.id) == a,
             sel_b: Some(r.id) == b,
         })
@@ -57,6 +77,8 @@ pub(super) async fn compare(
         b_peak: String::new(),
         peak_delta: String::new(),
         rows: Vec::new(),
+        fw_svg: String::new(),
+        fw_rows: Vec::new(),
         align: q.align.clone().unwrap_or_else(|| "start".into()),
         align_label: "at their start".into(),
     };
@@ -132,8 +154,32 @@ pub(super) async fn compare(
             .collect()
     };
     let (pa_pts, pb_pts) = (shift(&ta.points, sa), shift(&tb.points, sb));
-    page.a_label = format!("#{} {} GPU {da}", a, ra.run_key);
-    page.b_label = format!("#{} {} GPU {db}", b, rb.run_key);
+    let idents = st
+        .store
+        .identities(&[
+            (
+                a,
+                ra.run_key.clone(),
+                ra.node.clone(),
+                ra.wall_anchor_unix_ns,
+                ra.created_unix_ns,
+            ),
+            (
+                b,
+                rb.run_key.clone(),
+                rb.node.clone(),
+                rb.wall_anchor_unix_ns,
+                rb.created_unix_ns,
+            ),
+        ])
+        .await?;
+    let title = |id: i64, key: &str| {
+        idents
+            .get(&id)
+            .map_or_else(|| key.to_string(), |i| i.title.clone())
+    };
+    page.a_label = format!("#{} {} GPU {da}", a, title(a, &ra.run_key));
+    page.b_label = format!("#{} {} GPU {db}", b, title(b, &rb.run_key));
     let series = [
         Series {
             label: format!("A: {}", page.a_label),
@@ -158,6 +204,7 @@ pub(super) async fn compare(
     page.svg = chart::timeline((CHART_W, CHART_H), 0, end, &series, &marks)
         .map_err(AppError::internal)?
         .svg;
+    framework(&st, &mut page, (a, da, ea, sa), (b, db, eb, sb), end).await?;
     let pa = st.store.live_at(a, da, None, 0).await?;
     let pb = st.store.live_at(b, db, None, 0).await?;
     let peak_of = |p: &Option<Peak>| p.as_ref().map_or(0, |p| p.peak_bytes);
@@ -210,4 +257,109 @@ pub(super) async fn compare(
         }
     }
     html(&page)
+}
+
+/// The framework section of the comparison: both runs' framework memory (PyTorch
+/// allocated, or all live PJRT buffers) on one chart, aligned like the driver chart, and
+/// their peaks, last values and producers' peaks side by side. Nothing when neither run
+/// has framework records on the chosen devices.
+async fn framework(
+    st: &AppState,
+    page: &mut ComparePage,
+    (a, da, ea, sa): (i64, i64, u64, u64),
+    (b, db, eb, sb): (i64, i64, u64, u64),
+    end: u64,
+) -> Result<(), AppError> {
+    // Same bucket width for both runs, as on the driver chart.
+    let pts = (CHART_W - 100) as u64;
+    let share = |e: u64| ((pts * e).div_ceil(end.max(1)) as usize).max(1);
+    let fa = crate::framework::summary(&st.store, a, da, ea, share(ea)).await?;
+    let fb = crate::framework::summary(&st.store, b, db, eb, share(eb)).await?;
+    if fa.is_none() && fb.is_none() {
+        return Ok(());
+    }
+    let shifted = |f: &Option<crate::framework::FrameworkSummary>, by: u64| {
+        f.as_ref().map_or_else(Vec::new, |f| {
+            f.points
+                .iter()
+                .map(|x| Point {
+                    t_ns: x.t_ns + by,
+                    ..*x
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    let (pa, pb) = (shifted(&fa, sa), shifted(&fb, sb));
+    let mut series = Vec::new();
+    if let Some(f) = &fa {
+        series.push(Series {
+            label: format!("A: {} {}", page.a_label, f.what),
+            points: &pa,
+            bucket_ns: f.bucket_ns,
+            color: PALETTE[0],
+        });
+    }
+    if let Some(f) = &fb {
+        series.push(Series {
+            label: format!("B: {} {}", page.b_label, f.what),
+            points: &pb,
+            bucket_ns: f.bucket_ns,
+            color: PALETTE[1],
+        });
+    }
+    page.fw_svg = chart::timeline((CHART_W, CHART_H), 0, end, &series, &Marks::default())
+        .map_err(AppError::internal)?
+        .svg;
+    let row = |key: String, x: i64, y: i64| CompareRow {
+        header: false,
+        key,
+        a: fmt::bytes(x),
+        b: fmt::bytes(y),
+        delta: fmt::delta_bytes(y - x),
+        cls: if y > x {
+            "up"
+        } else if y < x {
+            "down"
+        } else {
+            ""
+        },
+    };
+    let what = fa.as_ref().or(fb.as_ref()).map_or("", |f| f.what);
+    let get = |f: &Option<crate::framework::FrameworkSummary>,
+               pick: fn(&crate::framework::FrameworkSummary) -> i64| {
+        f.as_ref().map_or(0, pick)
+    };
+    page.fw_rows.push(row(
+        format!("peak {what}"),
+        get(&fa, |f| f.peak),
+        get(&fb, |f| f.peak),
+    ));
+    page.fw_rows.push(row(
+        format!("{what} at the end"),
+        get(&fa, |f| f.at_end),
+        get(&fb, |f| f.at_end),
+    ));
+    let mut producers: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for (name, peak) in fa.iter().flat_map(|f| f.producers.iter()) {
+        producers.entry(name.clone()).or_default().0 = *peak;
+    }
+    for (name, peak) in fb.iter().flat_map(|f| f.producers.iter()) {
+        producers.entry(name.clone()).or_default().1 = *peak;
+    }
+    let mut v: Vec<(String, (i64, i64))> = producers.into_iter().collect();
+    v.sort_by_key(|(_, (x, y))| -(x.max(y)));
+    if !v.is_empty() {
+        page.fw_rows.push(CompareRow {
+            header: true,
+            key: "producing executable (peak of its live outputs)".into(),
+            a: String::new(),
+            b: String::new(),
+            delta: String::new(),
+            cls: "",
+        });
+    }
+    for (name, (x, y)) in v.into_iter().take(30) {
+        page.fw_rows.push(row(name, x, y));
+    }
+    Ok(())
 }

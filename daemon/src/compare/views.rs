@@ -16,6 +16,10 @@ pub struct ComparePage {
     pub b_peak: String,
     pub peak_delta: String,
     pub rows: Vec<CompareRow>,
+    /// The framework memory of both runs (PyTorch allocated or live PJRT buffers) on one
+    /// chart, and its figures side by side; empty when neither run has any.
+    pub fw_svg: String,
+    pub fw_rows: Vec<CompareRow>,
     /// `start` or `marker:NAME` as asked, and the caption's wording of it.
     pub align: String,
     pub align_label: String,

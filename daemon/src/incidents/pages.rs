@@ -17,15 +17,15 @@ use crate::app::error::AppError;
 use crate::app::extract::{Path, Query};
 use crate::app::page::{html, png_of, wants_json, wants_png};
 use crate::app::state::AppState;
+use crate::codes;
 use crate::render::fmt::{self, bytes_exact as exact, bytes_u64 as b};
 use crate::render::page_charts::{self, MapChunk, PAGE_CHART_W as W};
 use crate::render::{Cells, Fact};
 use crate::xla::{buffer_row, dump_reports};
 
-/// Allocation error codes that mean "out of memory" (hipErrorOutOfMemory = 2,
-/// cudaErrorMemoryAllocation = 2, CUDA_ERROR_OUT_OF_MEMORY = 2).
-pub(crate) fn is_oom(result: i64) -> bool {
-    result == 2
+/// Whether a stored failure ran out of memory (by its API's family: see `codes::is_oom`).
+pub(crate) fn is_oom(i: &IncidentRow) -> bool {
+    codes::is_oom(&i.api, i.result)
 }
 
 pub(crate) fn incident_view(i: &IncidentRow, t0: i64) -> IncidentView {
@@ -42,7 +42,11 @@ pub(crate) fn incident_view(i: &IncidentRow, t0: i64) -> IncidentView {
         api: i.api.clone(),
         size: fmt::bytes(i.size),
         live: fmt::bytes(i.live_bytes),
-        result: i.result,
+        result: codes::result_name(&i.api, i.result),
+        oom: is_oom(i),
+        executable: i.executable.clone().unwrap_or_default(),
+        verdict: String::new(),
+        verdict_headline: String::new(),
         pid: i.pid,
         tid: i.tid,
     }
@@ -66,11 +70,38 @@ pub(super) async fn incidents(State(st): State<AppState>) -> Result<Response, Ap
             )
         })
         .collect();
+    let runs: Vec<i64> = rows.iter().map(|i| i.run_id).collect();
+    let verdicts = st.store.diagnosis_heads(&runs).await?;
+    let stored = st
+        .store
+        .diagnoses(1000)
+        .await?
+        .into_iter()
+        .filter(|d| d.kind.is_some())
+        .map(|d| {
+            (
+                d.run_id,
+                d.failed != 0,
+                d.kind.unwrap_or_default(),
+                d.executable.unwrap_or_default(),
+                d.error.unwrap_or_default(),
+                d.headline,
+            )
+        })
+        .collect();
     html(&IncidentsPage {
+        verdicts: stored,
         logs,
         rows: rows
             .iter()
-            .map(|i| incident_view(i, t0.get(&i.run_id).copied().unwrap_or(0)))
+            .map(|i| {
+                let mut v = incident_view(i, t0.get(&i.run_id).copied().unwrap_or(0));
+                if let Some(d) = verdicts.get(&i.run_id) {
+                    v.verdict = d.kind.clone().unwrap_or_default();
+                    v.verdict_headline = d.headline.clone();
+                }
+                v
+            })
             .collect(),
     })
 }

@@ -21,6 +21,11 @@ pub struct IncidentRow {
     pub api: String,
     pub live_bytes: i64,
     pub created_unix_ns: i64,
+    /// The executable of a failed execute (joined through its execution), else null.
+    pub executable: Option<String>,
+    /// The result as the API's family names it (`RESOURCE_EXHAUSTED`, ...).
+    #[sqlx(skip)]
+    pub error: String,
 }
 
 /// A stored log (without its text).
@@ -72,10 +77,14 @@ impl Store {
         run: Option<i64>,
         limit: i64,
     ) -> Result<Vec<IncidentRow>, StoreError> {
-        Ok(sqlx::query_as(
+        let mut rows: Vec<IncidentRow> = sqlx::query_as(
             "SELECT i.id AS id, i.run_id AS run_id, n.name AS node, i.pid AS pid, i.tid AS tid, \
              i.device AS device, i.ts_ns AS ts_ns, i.size AS size, i.result AS result, \
-             i.api AS api, i.live_bytes AS live_bytes, i.created_unix_ns AS created_unix_ns \
+             i.api AS api, i.live_bytes AS live_bytes, i.created_unix_ns AS created_unix_ns, \
+             (SELECT x.name FROM pjrt_executions e JOIN pjrt_executables x \
+              ON x.run_id = e.run_id AND x.pid = e.pid AND x.handle = e.handle \
+              WHERE e.run_id = i.run_id AND e.device = i.device AND e.start_ns = i.ts_ns \
+              AND e.pid = i.pid ORDER BY x.ts_ns DESC LIMIT 1) AS executable \
              FROM incidents i JOIN runs r ON r.id = i.run_id \
              JOIN nodes n ON n.id = r.node_id WHERE ($1 < 0 OR i.run_id = $1) \
              ORDER BY i.id DESC LIMIT $2",
@@ -83,7 +92,11 @@ impl Store {
         .bind(run.unwrap_or(-1))
         .bind(limit)
         .fetch_all(&self.pool)
-        .await?)
+        .await?;
+        for r in &mut rows {
+            r.error = crate::codes::result_name(&r.api, r.result);
+        }
+        Ok(rows)
     }
 
     /// Stores a log verbatim; returns its id.

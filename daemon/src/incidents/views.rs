@@ -17,7 +17,14 @@ pub struct IncidentView {
     pub api: String,
     pub size: String,
     pub live: String,
-    pub result: i64,
+    /// The result as its API names it (`RESOURCE_EXHAUSTED`, `CUDA_ERROR_OUT_OF_MEMORY`).
+    pub result: String,
+    pub oom: bool,
+    /// The executable whose execute failed (PJRT), else empty.
+    pub executable: String,
+    /// The run's stored verdict (its kind and headline), when it has one.
+    pub verdict: String,
+    pub verdict_headline: String,
     pub pid: i64,
     pub tid: i64,
 }
@@ -26,6 +33,8 @@ pub struct IncidentView {
 #[template(path = "incidents.html")]
 pub struct IncidentsPage {
     pub rows: Vec<IncidentView>,
+    /// Stored verdicts: (run, failure, kind, executable, error, headline).
+    pub verdicts: Vec<(i64, bool, String, String, String, String)>,
     /// Attached logs: (id, source, run, has dump, stored at).
     pub logs: Vec<(i64, String, Option<i64>, bool, String)>,
 }
@@ -57,4 +66,26 @@ pub struct OomView {
     pub temp_rows: Vec<Cells>,
     pub findings: Vec<String>,
     pub fraction: String,
+}
+
+/// A run's stored verdict as the run page shows it (badge, one-sentence headline, the
+/// evidence).
+pub struct VerdictView {
+    /// The lead verdict's kind (`leak`, `execute_temp`, ...), the badge.
+    pub kind: String,
+    /// A failure of the run (false: a warning).
+    pub failure: bool,
+    pub headline: String,
+    /// (label, text): what, when, who, why, fix, check.
+    pub facts: Vec<(&'static str, String)>,
+    /// (name, value) of the figures that prove it.
+    pub figures: Vec<(String, String)>,
+    /// (file:line, what).
+    pub evidence: Vec<(String, String)>,
+    /// Other verdicts of the run: (kind, headline).
+    pub others: Vec<(String, String)>,
+    /// (evidence, what it would add).
+    pub missing: Vec<(String, String)>,
+    /// What computed it and when it was stored.
+    pub source: String,
 }

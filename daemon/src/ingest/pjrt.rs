@@ -1,7 +1,8 @@
 //! Ingest of the PJRT wrapper's records, inside the commit's transaction: executables
 //! with their compiled memory statistics, the framework allocator's memory-statistics
-//! samples, and from the events: executions (call and device-side completion per
-//! device), PJRT buffers (created/freed), and an incident for every execute that failed
+//! samples, and from the events: compiles and loads (`pjrt_compiles`), executions (call
+//! and device-side completion per device), PJRT buffers (created/freed), and an incident
+//! for every execute that failed
 //! (synchronously, through its completion event, or through an output buffer's ready
 //! event). The `runtime` feature reads these tables back.
 
@@ -127,6 +128,22 @@ pub(super) async fn store_events(
     for e in events.iter().filter(|e| codes::is_pjrt(e)) {
         let (pid, device, ptr) = (e.pid as i64, e.device as i64, e.ptr as i64);
         match (codes::api(e.api), codes::event_kind(e.kind)) {
+            // Compiles and loads (few): the framework view's compile lane.
+            (Api::PjrtClientCompile | Api::PjrtDeserializeAndLoad, Some(EventKind::ApiSpan)) => {
+                sqlx::query(
+                    "INSERT INTO pjrt_compiles (run_id, pid, api, handle, ts_ns, duration_ns, \
+                     result) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(run)
+                .bind(pid)
+                .bind(e.api as i64)
+                .bind(ptr)
+                .bind(e.ts_ns as i64)
+                .bind(e.duration_ns as i64)
+                .bind(e.result as i64)
+                .execute(&mut **tx)
+                .await?;
+            }
             (Api::PjrtExecute, _) => {
                 exec_at.insert((pid, ptr, device, e.ts_ns as i64), execs.len());
                 execs.push(ExecRow {

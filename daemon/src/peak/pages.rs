@@ -10,13 +10,15 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::model::{Group, Peak, PeakAlloc};
+use super::views::FailedView;
 use super::views::{AllocView, DimView, GroupView, PeakPage};
 use crate::app::error::AppError;
 use crate::app::extract::{Path, Query};
 use crate::app::page::html;
 use crate::app::state::AppState;
+use crate::incidents::{is_oom, verdict_view};
 use crate::render::fmt;
-use crate::runs::{load_run, run_end};
+use crate::runs::{device_label, load_run, run_end, RunLite};
 
 #[derive(Deserialize)]
 pub(crate) struct DeviceQ {
@@ -49,8 +51,17 @@ pub(super) async fn peak(
     Query(q): Query<DeviceQ>,
 ) -> Result<Response, AppError> {
     let run = load_run(&st, id).await?;
-    let devices: Vec<i64> = run.devices.iter().map(|d| d.device).collect();
-    let device = q.device.or(devices.first().copied()).unwrap_or(0);
+    let devices: Vec<(i64, String)> = run
+        .devices
+        .iter()
+        .filter(|d| d.shown())
+        .map(|d| (d.device, d.label()))
+        .collect();
+    let device = q
+        .device
+        .or(devices.iter().map(|d| d.0).find(|d| *d >= 0))
+        .or(devices.first().map(|d| d.0))
+        .unwrap_or(0);
     let json = match q.format.as_deref() {
         None | Some("html") => false,
         Some("json") => true,
@@ -66,6 +77,18 @@ pub(super) async fn peak(
         None => crate::runtime::panel(&st.store, id, device).await?,
         Some(_) => None,
     };
+    let failed = failed_request(&st, &run, device, at).await?;
+    let framework_live = match at {
+        Some(t) => {
+            crate::framework::live_buffers_at(&st.store, id, device, run.t0 + t as i64).await?
+        }
+        None => Vec::new(),
+    };
+    let framework_total = fmt::bytes(framework_live.iter().map(|g| g.bytes).sum());
+    let framework_live: Vec<(String, String, i64, String)> = framework_live
+        .into_iter()
+        .map(|g| (g.executable, g.module, g.count, fmt::bytes(g.bytes)))
+        .collect();
     let p = st.store.live_at(id, device, at, PEAK_LIST).await?;
     if json {
         return Ok(Json(
@@ -88,7 +111,11 @@ pub(super) async fn peak(
             dims: Vec::new(),
             runtime,
             at,
+            framework_live,
+            framework_total,
             moved_from: None,
+            failed,
+            device_label: device_label(device),
         });
     };
     let t = p.peak_ts_ns.max(0) as u64;
@@ -110,7 +137,59 @@ pub(super) async fn peak(
             .filter(|&t| t != p.peak_ts_ns.max(0) as u64)
             .map(|t| fmt::duration(t as i64)),
         at,
+        framework_live,
+        framework_total,
+        failed,
+        device_label: device_label(device),
     })
+}
+
+/// The first out-of-memory failure on `device` (an incident), with the run's stored
+/// verdict when it names this device: what the Peak page of an OOM run leads with.
+async fn failed_request(
+    st: &AppState,
+    run: &RunLite,
+    device: i64,
+    shown: Option<u64>,
+) -> Result<Option<FailedView>, AppError> {
+    let incidents = st.store.incidents(Some(run.id), 10_000).await?;
+    let Some(first) = incidents
+        .iter()
+        .filter(|i| i.device == device && is_oom(i))
+        .min_by_key(|i| i.ts_ns)
+    else {
+        return Ok(None);
+    };
+    let at = (first.ts_ns - run.t0).max(0);
+    let verdict = st
+        .store
+        .diagnosis(run.id)
+        .await?
+        .as_ref()
+        .and_then(verdict_view)
+        .filter(|v| v.failure);
+    Ok(Some(FailedView {
+        what: match &first.executable {
+            Some(x) => format!("{x} ({})", first.api),
+            None => first.api.clone(),
+        },
+        error: first.error.clone(),
+        requested: fmt::bytes(first.size),
+        live_then: fmt::bytes(first.live_bytes),
+        at: fmt::duration(at),
+        at_ns: at.max(0) as u64,
+        shown_now: shown == Some(at.max(0) as u64),
+        pid: first.pid,
+        more: incidents
+            .iter()
+            .filter(|i| i.device == device && is_oom(i))
+            .count()
+            - 1,
+        verdict_kind: verdict
+            .as_ref()
+            .map_or_else(String::new, |v| v.kind.clone()),
+        verdict_headline: verdict.map_or_else(String::new, |v| v.headline),
+    }))
 }
 
 fn peak_dims(p: &Peak) -> Vec<DimView> {

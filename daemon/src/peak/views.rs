@@ -10,7 +10,11 @@ use crate::runtime::RuntimePanel;
 pub struct PeakPage {
     pub id: i64,
     pub device: i64,
-    pub devices: Vec<i64>,
+    pub device_label: String,
+    /// (ordinal, label) of the devices shown.
+    pub devices: Vec<(i64, String)>,
+    /// The first out-of-memory failure on this device: the page leads with it.
+    pub failed: Option<FailedView>,
     pub missing: bool,
     pub peak: String,
     pub peak_at: String,
@@ -23,6 +27,10 @@ pub struct PeakPage {
     pub runtime: Option<RuntimePanel>,
     /// Set when the page shows an instant (`?at=NS`) instead of the peak.
     pub at: Option<u64>,
+    /// At an instant: the framework (PJRT) buffers live then, by producing executable:
+    /// (executable, XLA module or "", buffers, bytes).
+    pub framework_live: Vec<(String, String, i64, String)>,
+    pub framework_total: String,
     /// Set when the instant asked for lies in time whose raw events retention deleted:
     /// the page shows the nearest exact instant before it and says so.
     pub moved_from: Option<String>,
@@ -50,4 +58,25 @@ pub struct AllocView {
     pub api: String,
     pub thread: String,
     pub note: String,
+}
+
+/// The request that failed, as the Peak page of an OOM run leads with it.
+pub struct FailedView {
+    /// The executable and API (`jit_update (PJRT_LoadedExecutable_Execute:complete)`), or
+    /// the driver call.
+    pub what: String,
+    /// `RESOURCE_EXHAUSTED`, `CUDA_ERROR_OUT_OF_MEMORY`, ...
+    pub error: String,
+    pub requested: String,
+    pub live_then: String,
+    pub at: String,
+    pub at_ns: u64,
+    /// The page shows the instant of the failure.
+    pub shown_now: bool,
+    pub pid: i64,
+    /// Further OOM failures on this device.
+    pub more: usize,
+    /// The run's stored verdict (empty: none).
+    pub verdict_kind: String,
+    pub verdict_headline: String,
 }

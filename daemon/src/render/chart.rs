@@ -19,7 +19,7 @@ pub const PALETTE: [RGBColor; 4] = [
     RGBColor(0, 122, 80),
     RGBColor(150, 60, 150),
 ];
-const FAIL: RGBColor = RGBColor(200, 0, 30);
+pub(super) const FAIL: RGBColor = RGBColor(200, 0, 30);
 const PEAK: RGBColor = RGBColor(170, 0, 40);
 const NOTE: RGBColor = RGBColor(90, 90, 90);
 
@@ -48,9 +48,9 @@ pub struct Rendered {
     pub plot_right: i32,
 }
 
-type DrawResult<T> = Result<T, String>;
+pub(super) type DrawResult<T> = Result<T, String>;
 
-fn err<E: std::fmt::Debug>(e: E) -> String {
+pub(super) fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("chart drawing failed: {e:?}")
 }
 
@@ -232,7 +232,7 @@ fn draw_timeline(
     Ok((xr.start, xr.end))
 }
 
-enum Swatch {
+pub(super) enum Swatch {
     Band(RGBColor),
     Triangle,
     Dot,
@@ -278,7 +278,7 @@ fn legend_items(series: &[Series], marks: &Marks, from: u64, to: u64) -> Vec<(Sw
 }
 
 /// A one-row legend above the plot, so it never covers data (or the peak).
-fn draw_legend(
+pub(super) fn draw_legend(
     root: &DrawingArea<SVGBackend, Shift>,
     items: &[(Swatch, String)],
 ) -> DrawResult<()> {
@@ -394,7 +394,7 @@ pub fn lanes(
     })
 }
 
-fn short(s: &str, n: usize) -> String {
+pub(super) fn short(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
     } else {

@@ -8,6 +8,7 @@ pub(crate) mod chart;
 pub(crate) mod fmt;
 pub(crate) mod page_charts;
 pub(crate) mod png;
+pub(crate) mod stack;
 
 use serde::Serialize;
 

@@ -6,6 +6,7 @@
 
 mod api;
 mod events;
+mod identity;
 mod model;
 mod overview;
 mod pages;
@@ -20,11 +21,14 @@ use axum::Router;
 use crate::app::state::AppState;
 
 pub use events::{EventRow, EventsPage};
+pub(crate) use model::device_label;
 pub use model::{
     AnnotationRow, AnnotationsPage, DeviceRow, NodeRow, ProcessRow, RunDetail, RunDevice, RunLite,
     RunRow, SampleRow,
 };
-pub(crate) use pages::{load_run, range_chart, run_end, RangeChart, RangeQ, CHART_H, CHART_W};
+pub(crate) use pages::{
+    load_run, range, range_chart, run_end, RangeChart, RangeQ, CHART_H, CHART_W,
+};
 pub use sql::run_lite;
 pub use timeline::Timeline;
 

@@ -47,6 +47,29 @@ pub struct RunDevice {
     pub failed_count: i64,
 }
 
+impl RunDevice {
+    /// Whether pages show this device: a real device, or the capture's "no device" row
+    /// (events made without a current device, ordinal -1) only when it holds memory or
+    /// failures.
+    pub fn shown(&self) -> bool {
+        self.device >= 0 || self.alloc_count > 0 || self.failed_count > 0 || self.peak_bytes > 0
+    }
+
+    /// "GPU N", or "no device" for the capture's row of events without one.
+    pub fn label(&self) -> String {
+        device_label(self.device)
+    }
+}
+
+/// "GPU N", or "no device" for ordinal -1 (events made without a current device).
+pub fn device_label(device: i64) -> String {
+    if device < 0 {
+        "no device".into()
+    } else {
+        format!("GPU {device}")
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct RunRow {
     pub id: i64,
@@ -116,6 +139,7 @@ pub struct RunLite {
     pub run_key: String,
     pub t0: i64,
     pub wall_anchor_unix_ns: i64,
+    pub created_unix_ns: i64,
     pub duration_ns: i64,
     pub event_count: i64,
     pub dropped_events: i64,

@@ -6,9 +6,10 @@ use std::collections::BTreeSet;
 use axum::extract::State;
 use axum::response::Response;
 
+use super::identity;
 use super::model::RunRow;
 use super::sql;
-use super::views::{DeviceView, MemView, NodeView, Overview, RunListRow};
+use super::views::{DeviceView, JobView, MemView, NodeView, Overview, RunListRow};
 use crate::app::error::AppError;
 use crate::app::page::html;
 use crate::app::state::AppState;
@@ -16,8 +17,9 @@ use crate::incidents::is_oom;
 use crate::render::{fmt, page_charts};
 
 fn device_peak(r: &RunRow) -> (i64, String) {
-    match r.devices.iter().max_by_key(|d| d.peak_bytes) {
-        Some(d) if r.devices.len() > 1 => (d.peak_bytes, format!("GPU {}", d.device)),
+    let shown: Vec<_> = r.devices.iter().filter(|d| d.shown()).collect();
+    match shown.iter().max_by_key(|d| d.peak_bytes) {
+        Some(d) if shown.len() > 1 => (d.peak_bytes, d.label()),
         Some(d) => (d.peak_bytes, String::new()),
         None => (0, String::new()),
     }
@@ -31,23 +33,56 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
         .incidents(None, 10_000)
         .await?
         .iter()
-        .filter(|i| is_oom(i.result))
+        .filter(|i| is_oom(i))
         .map(|i| i.run_id)
         .collect();
+    let heads: Vec<(i64, String, String, i64, i64)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r.id,
+                r.run_key.clone(),
+                r.node.clone(),
+                r.wall_anchor_unix_ns,
+                r.created_unix_ns,
+            )
+        })
+        .collect();
+    let idents = st.store.identities(&heads).await?;
+    let ids: Vec<i64> = runs.iter().map(|r| r.id).collect();
+    let verdicts = st.store.diagnosis_heads(&ids).await?;
+    let job_groups = identity::jobs(&idents);
+    let job_of = |id: i64| job_groups.iter().position(|g| g.contains(&id));
     let mut rows = Vec::with_capacity(runs.len());
     for r in &runs {
         let (peak, peak_device) = device_peak(r);
+        let ident = idents.get(&r.id);
+        let verdict = verdicts.get(&r.id);
+        let devices: Vec<i64> = r.devices.iter().map(|d| d.device).collect();
+        let end = r.duration_ns.max(0) as u64 + 1;
+        let growing = crate::framework::run_growing(&st.store, r.id, &devices, end)
+            .await?
+            .map(|g| crate::framework::growing_label(&g))
+            .unwrap_or_default();
         rows.push(RunListRow {
+            growing,
             id: r.id,
-            key: r.run_key.clone(),
+            title: ident.map_or_else(|| r.run_key.clone(), |i| i.title.clone()),
+            subtitle: ident.map_or_else(String::new, |i| i.subtitle.clone()),
+            job: job_of(r.id).map_or(0, |j| j + 1),
+            verdict: verdict.and_then(|d| d.kind.clone()).unwrap_or_default(),
+            verdict_headline: verdict.map_or_else(String::new, |d| d.headline.clone()),
             node: r.node.clone(),
-            started: fmt::wall(r.wall_anchor_unix_ns),
+            started: ident.map_or_else(
+                || fmt::wall(r.wall_anchor_unix_ns),
+                |i| fmt::wall(i.started_unix_ns),
+            ),
             duration: fmt::duration(r.duration_ns),
             events: r.event_count,
             peak: fmt::bytes(peak),
             peak_device,
             failures: r.devices.iter().map(|d| d.failed_count).sum(),
-            oom: oom_runs.contains(&r.id),
+            oom: oom_runs.contains(&r.id) || verdict.is_some_and(|d| d.failed != 0),
             active: sql::run_active(&st.store, r.id).await?,
             dropped: r.dropped_events,
         });
@@ -115,11 +150,57 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
     }
     let nodes = views;
     // Processes with no recorded end whose node reported in the last 10 minutes.
-    let running = st.store.running_processes(600_000_000_000).await?;
+    let running: Vec<(i64, String, i64, String, String)> = st
+        .store
+        .running_processes(600_000_000_000)
+        .await?
+        .into_iter()
+        .map(|(id, key, pid, argv, node)| {
+            // Titled like the run list (tags, command), not by the machine-made key.
+            let title = idents.get(&id).map_or(key, |i| i.title.clone());
+            (id, title, pid, argv, node)
+        })
+        .collect();
+    let jobs = job_groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let members = g
+                .iter()
+                .filter_map(|id| runs.iter().find(|r| r.id == *id))
+                .map(|r| {
+                    let devs = r
+                        .devices
+                        .iter()
+                        .filter(|d| d.shown())
+                        .map(|d| format!("{} {}", d.label(), fmt::bytes(d.peak_bytes)))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    (r.id, devs)
+                })
+                .collect();
+            let (node, ppid) = g
+                .first()
+                .and_then(|id| idents.get(id))
+                .and_then(|i| i.launcher.clone())
+                .map_or((String::new(), 0), |l| (l.0, l.1));
+            JobView {
+                n: i + 1,
+                node,
+                ppid,
+                title: g
+                    .first()
+                    .and_then(|id| idents.get(id))
+                    .map_or_else(String::new, |i| i.title.clone()),
+                members,
+            }
+        })
+        .collect();
     html(&Overview {
         db_hint: "memwatch.db".into(),
         nodes,
         runs: rows,
+        jobs,
         running,
     })
 }

@@ -20,7 +20,7 @@ use crate::app::extract::{Path, Query};
 use crate::app::page::html;
 use crate::app::state::AppState;
 use crate::db::chunk;
-use crate::incidents::{incident_view, is_oom, IncidentRow};
+use crate::incidents::{incident_view, is_oom, verdict_view, IncidentRow};
 use crate::render::chart::{self, Marks, Series, PALETTE};
 use crate::render::fmt;
 
@@ -188,11 +188,12 @@ pub async fn run(
     let incidents = st.store.incidents(Some(id), 10_000).await?;
     let t0 = run.t0;
     let mut devices = Vec::new();
-    for d in &run.devices {
+    for d in run.devices.iter().filter(|d| d.shown()) {
         let fails = failure_times(&incidents, d.device, t0);
         let c = device_chart(&st, &run, d.device, from, to, &fails).await?;
         devices.push(RunDeviceView {
             device: d.device,
+            label: d.label(),
             peak: fmt::bytes(d.peak_bytes),
             peak_at: fmt::duration(d.peak_ts_ns),
             live: fmt::bytes(d.live_bytes),
@@ -205,16 +206,68 @@ pub async fn run(
         });
     }
     let (lanes_note, lanes_chart) = lanes(&st, id, from, to).await?;
+    let ident = st
+        .store
+        .identities(&[(
+            id,
+            run.run_key.clone(),
+            run.node.clone(),
+            run.wall_anchor_unix_ns,
+            run.created_unix_ns,
+        )])
+        .await?
+        .remove(&id)
+        .ok_or_else(|| AppError::internal("no identity"))?;
+    let job = match &ident.launcher {
+        Some((_, ppid, start)) => {
+            let ids = st.store.job_siblings(id, *ppid, *start).await?;
+            let mut out = Vec::new();
+            for other in ids {
+                if let Ok(o) = load_run(&st, other).await {
+                    let peak = o
+                        .devices
+                        .iter()
+                        .filter(|d| d.shown())
+                        .map(|d| format!("{} {}", d.label(), fmt::bytes(d.peak_bytes)))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    out.push((other, peak));
+                }
+            }
+            out
+        }
+        None => Vec::new(),
+    };
+    let diagnosis = st.store.diagnosis(id).await?;
+    let verdict = diagnosis.as_ref().and_then(verdict_view);
+    let framework = crate::framework::sections(
+        &st,
+        &run,
+        from,
+        to,
+        verdict.as_ref().map(|v| v.kind.as_str()),
+    )
+    .await?;
     let page = RunPage {
         id,
-        key: run.run_key.clone(),
+        framework,
+        title: ident.title,
+        subtitle: ident.subtitle,
+        job,
+        launcher_pid: ident.launcher.as_ref().map_or(0, |l| l.1),
+        verdict,
         node: run.node.clone(),
-        started: fmt::wall(run.wall_anchor_unix_ns),
+        started: fmt::wall(ident.started_unix_ns),
+        started_label: if ident.started_basis == "stored" {
+            "Stored"
+        } else {
+            "Started"
+        },
         duration: fmt::duration(run.duration_ns),
         events: run.event_count,
         dropped: run.dropped_events,
-        failures: run.devices.iter().map(|d| d.failed_count).sum(),
-        oom: incidents.iter().any(|i| is_oom(i.result)),
+        failures: incidents.len(),
+        oom: incidents.iter().any(is_oom) || diagnosis.as_ref().is_some_and(|d| d.failed != 0),
         active: sql::run_active(&st.store, id).await?,
         from,
         to,
@@ -224,7 +277,11 @@ pub async fn run(
             fmt::duration(from as i64),
             fmt::duration(to as i64)
         ),
-        first_device: run.devices.first().map_or(0, |d| d.device),
+        first_device: run
+            .devices
+            .iter()
+            .find(|d| d.device >= 0)
+            .map_or(0, |d| d.device),
         chart_width: CHART_W,
         devices,
         lanes_svg: lanes_chart.svg,
@@ -237,6 +294,7 @@ pub async fn run(
             .into_iter()
             .map(|p| ProcessView {
                 pid: p.pid,
+                ppid: p.ppid,
                 host: p.hostname,
                 argv: p.argv.join(" "),
                 exit: p

@@ -355,9 +355,11 @@ impl Store {
             "SELECT p.run_id AS run_id, r.run_key AS run_key, p.pid AS pid, p.argv AS argv, \
              n.name AS node FROM processes p \
              JOIN runs r ON r.id = p.run_id JOIN nodes n ON n.id = r.node_id \
-             WHERE p.end_ts_ns IS NULL AND n.last_seen_unix_ns >= $1 ORDER BY p.run_id DESC, p.pid LIMIT 200",
+             WHERE p.end_ts_ns IS NULL AND p.exit_code IS NULL AND n.last_seen_unix_ns >= $1 \
+             AND p.argv NOT LIKE $2 ORDER BY p.run_id DESC, p.pid LIMIT 200",
         )
         .bind(now_unix_ns() - active_ns)
+        .bind(crate::codes::snapshot_argv_pattern())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
@@ -417,6 +419,7 @@ pub async fn run_lite(store: &Store, run: i64) -> Result<Option<RunLite>, StoreE
         run_key: r.run_key,
         t0: r.t0_mono_ns,
         wall_anchor_unix_ns: r.wall_anchor_unix_ns,
+        created_unix_ns: r.created_unix_ns,
         duration_ns: r.duration_ns,
         event_count: r.event_count,
         dropped_events: r.dropped_events,
@@ -492,9 +495,11 @@ pub(crate) async fn processes(store: &Store, run: i64) -> Result<Vec<ProcessRow>
 /// Whether run `run` is still going: a process without an end, and data within a minute.
 pub(crate) async fn run_active(store: &Store, run: i64) -> Result<bool, StoreError> {
     let open: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM processes WHERE run_id = $1 AND end_ts_ns IS NULL AND exit_code IS NULL",
+        "SELECT COUNT(*) FROM processes WHERE run_id = $1 AND end_ts_ns IS NULL AND exit_code IS NULL \
+         AND argv NOT LIKE $2",
     )
     .bind(run)
+    .bind(crate::codes::snapshot_argv_pattern())
     .fetch_one(&store.pool)
     .await?;
     if open == 0 {

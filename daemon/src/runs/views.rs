@@ -3,7 +3,7 @@
 
 use askama::Template;
 
-use crate::incidents::IncidentView;
+use crate::incidents::{IncidentView, VerdictView};
 
 #[derive(Template)]
 #[template(path = "overview.html")]
@@ -11,6 +11,8 @@ pub struct Overview {
     pub db_hint: String,
     pub nodes: Vec<NodeView>,
     pub runs: Vec<RunListRow>,
+    /// Runs started together by one launcher.
+    pub jobs: Vec<JobView>,
     /// Running processes: (run id, run key, pid, command, node).
     pub running: Vec<(i64, String, i64, String, String)>,
 }
@@ -40,9 +42,31 @@ pub struct MemView {
     pub spark_note: String,
 }
 
+/// Runs of one job (`identity::jobs`).
+pub struct JobView {
+    /// Its number on the page.
+    pub n: usize,
+    pub node: String,
+    pub ppid: i64,
+    /// The first run's title.
+    pub title: String,
+    /// (run id, its devices' peaks).
+    pub members: Vec<(i64, String)>,
+}
+
 pub struct RunListRow {
     pub id: i64,
-    pub key: String,
+    /// "growing" badge text (slope and executable) when framework memory keeps
+    /// accumulating; empty otherwise.
+    pub growing: String,
+    pub title: String,
+    /// The key or command beside the title.
+    pub subtitle: String,
+    /// The job it belongs to (its number among `Overview::jobs`), 0 for none.
+    pub job: usize,
+    /// The stored verdict's kind and headline (empty: none).
+    pub verdict: String,
+    pub verdict_headline: String,
     pub node: String,
     pub started: String,
     pub duration: String,
@@ -59,13 +83,25 @@ pub struct RunListRow {
 #[template(path = "run.html")]
 pub struct RunPage {
     pub id: i64,
-    pub key: String,
+    /// The framework view per device with framework records (leads the page).
+    pub framework: Vec<crate::framework::FrameworkSection>,
+    /// The run's title and the key or command beside it (`identity`).
+    pub title: String,
+    pub subtitle: String,
+    /// Other runs of the same job: (id, their devices' peaks).
+    pub job: Vec<(i64, String)>,
+    pub launcher_pid: i64,
+    /// The stored OOM verdict.
+    pub verdict: Option<VerdictView>,
     pub node: String,
     pub started: String,
+    /// "Started", or "Stored" when no process recorded its start.
+    pub started_label: &'static str,
     pub duration: String,
     pub events: i64,
     pub dropped: i64,
-    pub failures: i64,
+    /// Failed allocations and executes (incidents).
+    pub failures: usize,
     pub oom: bool,
     pub active: bool,
     pub from: u64,
@@ -86,6 +122,8 @@ pub struct RunPage {
 
 pub struct RunDeviceView {
     pub device: i64,
+    /// "GPU N" or "no device".
+    pub label: String,
     pub peak: String,
     pub peak_at: String,
     pub live: String,
@@ -99,6 +137,7 @@ pub struct RunDeviceView {
 
 pub struct ProcessView {
     pub pid: i64,
+    pub ppid: i64,
     pub host: String,
     pub argv: String,
     pub exit: String,

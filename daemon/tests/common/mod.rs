@@ -1,6 +1,8 @@
 //! Test helpers: fresh databases for every backend under test, synthetic events.
 #![allow(dead_code)]
 
+pub mod corpus;
+
 use std::sync::Arc;
 
 use memwatch_daemon::spawn_writer;

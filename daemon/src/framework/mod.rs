@@ -1,0 +1,234 @@
+//! The framework view: what lives inside the framework's pool (JAX/XLA through the PJRT
+//! records, PyTorch through a snapshot's blocks), per device over time. `build` sweeps the
+//! stored records into rollups (`rollup`, series numbered in `series`), `builder` keeps
+//! them current in the background, `read` reads them at any zoom, `growth` finds what
+//! keeps accumulating, `view` draws the run page's section; `GET
+//! /api/runs/{id}/framework` answers the same as JSON.
+
+mod build;
+mod builder;
+mod growth;
+mod read;
+mod rollup;
+mod series;
+mod view;
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use crate::app::error::AppError;
+use crate::app::extract::{Path, Query};
+use crate::app::state::AppState;
+use crate::runs::{load_run, range, run_end, RangeQ};
+
+pub use build::{build_run, Built};
+pub use builder::{spawn_framework_builder, stale_runs, BuilderProgress};
+pub use growth::{ExecutableGrowth, Growing};
+pub use read::FrameworkTimeline;
+pub(crate) use view::{growing_label, sections, FrameworkSection};
+
+/// Whether the run keeps accumulating framework memory on any device (the overview's
+/// badge): the first device that does, read from the rollups built so far.
+pub(crate) async fn run_growing(
+    store: &crate::db::Store,
+    run: i64,
+    devices: &[i64],
+    end: u64,
+) -> Result<Option<Growing>, crate::db::StoreError> {
+    for &d in devices {
+        if let Some(tl) = read::read(store, run, d, 0, end, growth::GROWTH_POINTS).await? {
+            if let Some(g) = growth::growing(&tl) {
+                return Ok(Some(g));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// One device's framework memory over a whole run, for comparing runs: the main series
+/// (PyTorch allocated, else all live PJRT buffers), its peak and last value, and each
+/// producer's peak.
+pub(crate) struct FrameworkSummary {
+    /// "allocated" (PyTorch) or "live buffers" (PJRT).
+    pub what: &'static str,
+    pub points: Vec<crate::render::Point>,
+    pub bucket_ns: u64,
+    pub peak: i64,
+    pub at_end: i64,
+    pub producers: Vec<(String, i64)>,
+}
+
+/// The framework summary of `device` over `[0, end)` in about `points` buckets; `None`
+/// when the run has no framework records there. Builds the view if it never was.
+pub(crate) async fn summary(
+    store: &crate::db::Store,
+    run: i64,
+    device: i64,
+    end: u64,
+    points: usize,
+) -> Result<Option<FrameworkSummary>, crate::db::StoreError> {
+    read::ensure_built(store, run).await?;
+    let Some(tl) = read::read(store, run, device, 0, end, points).await? else {
+        return Ok(None);
+    };
+    let (what, s) = if tl.is_torch() {
+        ("allocated", series::TORCH_ALLOCATED)
+    } else {
+        ("live buffers", series::LIVE_BUFFERS)
+    };
+    let Some(pts) = tl.get(s) else {
+        return Ok(None);
+    };
+    let producers = tl
+        .series
+        .iter()
+        .filter_map(|(&k, p)| {
+            let i = series::producer_of_live(k)?;
+            let name = tl.producers.get(i as usize)?.clone();
+            Some((name, p.iter().map(|x| x.max).max().unwrap_or(0)))
+        })
+        .collect();
+    Ok(Some(FrameworkSummary {
+        what,
+        peak: pts.iter().map(|x| x.max).max().unwrap_or(0),
+        at_end: pts.last().map_or(0, |x| x.last),
+        points: pts.to_vec(),
+        bucket_ns: tl.bucket_ns,
+        producers,
+    }))
+}
+
+/// Framework buffers live at an instant, per producing executable (and its XLA module
+/// when a dump with a module of that name is attached): the "live at" view inside the
+/// pool.
+pub(crate) struct LiveAt {
+    pub executable: String,
+    pub module: String,
+    pub bytes: i64,
+    pub count: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct LiveRow {
+    pid: i64,
+    api: i64,
+    producer: i64,
+    bytes: i64,
+    count: i64,
+}
+
+/// PJRT buffers of `device` live at `at_abs` (monotonic ns), largest group first.
+pub(crate) async fn live_buffers_at(
+    store: &crate::db::Store,
+    run: i64,
+    device: i64,
+    at_abs: i64,
+) -> Result<Vec<LiveAt>, crate::db::StoreError> {
+    let rows: Vec<LiveRow> = sqlx::query_as(
+        "SELECT pid, api, producer, CAST(SUM(size) AS BIGINT) AS bytes, COUNT(*) AS count FROM pjrt_buffers \
+         WHERE run_id = $1 AND device = $2 AND ts_ns <= $3 AND (freed_ts_ns IS NULL OR freed_ts_ns > $3) \
+         GROUP BY pid, api, producer",
+    )
+    .bind(run)
+    .bind(device)
+    .bind(at_abs)
+    .fetch_all(&store.pool)
+    .await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let exes: Vec<(i64, i64, String)> =
+        sqlx::query_as("SELECT pid, handle, name FROM pjrt_executables WHERE run_id = $1")
+            .bind(run)
+            .fetch_all(&store.pool)
+            .await?;
+    let modules: std::collections::BTreeSet<String> =
+        sqlx::query_scalar::<_, String>("SELECT name FROM xla_modules WHERE run_id = $1")
+            .bind(run)
+            .fetch_all(&store.pool)
+            .await?
+            .into_iter()
+            .collect();
+    let mut groups: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+    for r in rows {
+        let who = match crate::codes::api(r.api as u16) {
+            memwatch_wire::Api::PjrtExecuteOutput => exes
+                .iter()
+                .find(|x| x.0 == r.pid && x.1 == r.producer)
+                .map_or_else(|| format!("executable {:#x}", r.producer), |x| x.2.clone()),
+            memwatch_wire::Api::PjrtBufferFromHostBuffer => "host transfer".into(),
+            _ => "device copy".into(),
+        };
+        let g = groups.entry(who).or_default();
+        g.0 += r.bytes;
+        g.1 += r.count;
+    }
+    let mut out: Vec<LiveAt> = groups
+        .into_iter()
+        .map(|(executable, (bytes, count))| LiveAt {
+            module: if modules.contains(&executable) {
+                executable.clone()
+            } else {
+                String::new()
+            },
+            executable,
+            bytes,
+            count,
+        })
+        .collect();
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.executable.cmp(&b.executable)));
+    Ok(out)
+}
+
+#[derive(Deserialize, Default)]
+struct ApiQ {
+    device: Option<i64>,
+    from: Option<u64>,
+    to: Option<u64>,
+    points: Option<usize>,
+}
+
+/// `GET /api/runs/{id}/framework?device=&from=&to=&points=`: the framework series of a
+/// device (series numbers as in `framework_rollups`), its producers, growth per executable
+/// over the whole run, and whether the run keeps accumulating.
+async fn api(
+    State(st): State<AppState>,
+    Path(id): Path<i64>,
+    Query(q): Query<ApiQ>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    let run = load_run(&st, id).await?;
+    let end = run_end(&run);
+    let (from, to) = range(
+        &RangeQ {
+            device: q.device,
+            from: q.from,
+            to: q.to,
+        },
+        end,
+    )?;
+    let device = q
+        .device
+        .or_else(|| run.devices.iter().find(|d| d.device >= 0).map(|d| d.device))
+        .unwrap_or(0);
+    read::ensure_built(&st.store, id).await?;
+    let points = q.points.unwrap_or(1100).clamp(1, 100_000);
+    let tl = read::read(&st.store, id, device, from, to, points).await?;
+    let whole = read::read(&st.store, id, device, 0, end, growth::GROWTH_POINTS).await?;
+    Ok(Json(serde_json::json!({
+        "run": id,
+        "device": device,
+        "framework": tl.as_ref().map(|t| if t.is_torch() { "pytorch" } else { "pjrt" }),
+        "timeline": tl,
+        "growth": whole.as_ref().map(growth::per_executable).unwrap_or_default(),
+        "growing": whole.as_ref().and_then(growth::growing),
+    })))
+}
+
+/// The framework feature's routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/runs/{id}/framework", get(api))
+        .route("/runs/{id}/framework/{part}", get(view::part_svg))
+}

@@ -1,0 +1,546 @@
+//! The framework view on the run page, per device: the allocator chart (JAX: PJRT bytes
+//! in use, pool, limit and all live buffers; PyTorch: allocated vs reserved), live buffers
+//! stacked by producing executable, the executions and compile lanes, the OOM mark with
+//! its verdict, the line that reconciles the framework's figures with the driver's, and
+//! growth per executable. Each chart is also served alone for zooming
+//! (`/runs/{id}/framework/{part}.svg`).
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use memwatch_wire::Api;
+use serde::Deserialize;
+
+use super::growth::{self, ExecutableGrowth, GROWTH_POINTS};
+use super::read::{ensure_built, read, FrameworkTimeline};
+use super::series;
+use crate::app::error::AppError;
+use crate::app::extract::{Path, Query};
+use crate::app::state::AppState;
+use crate::codes;
+use crate::render::chart::{self, Marks, Series, Span, PALETTE};
+use crate::render::stack::{stacked, Buckets, Layer};
+use crate::render::{fmt, Point};
+use crate::runs::{load_run, range, run_end, RangeQ, RunLite, CHART_H, CHART_W};
+
+/// Layers drawn by name in the stacked chart; the rest are summed as "other".
+const TOP_PRODUCERS: usize = 7;
+
+/// One device's framework view, ready for the template.
+pub(crate) struct FrameworkSection {
+    pub device: i64,
+    pub label: String,
+    /// "JAX / PJRT" or "PyTorch".
+    pub framework: &'static str,
+    pub memory: chart::Rendered,
+    pub stack: Option<chart::Rendered>,
+    pub lanes: Option<chart::Rendered>,
+    pub reconcile: String,
+    /// (name, executions, live at end, peak, growth, per execution, growing).
+    pub growth: Vec<GrowthRow>,
+    /// "growing: +X/s in NAME" when the run keeps accumulating.
+    pub growing: Option<String>,
+}
+
+pub(crate) struct GrowthRow {
+    pub name: String,
+    pub executions: i64,
+    pub live_end: String,
+    pub live_peak: String,
+    pub growth: String,
+    pub per_execution: String,
+    pub growing: bool,
+}
+
+fn growth_row(g: &ExecutableGrowth) -> GrowthRow {
+    GrowthRow {
+        name: g.name.clone(),
+        executions: g.executions,
+        live_end: fmt::bytes(g.live_end),
+        live_peak: fmt::bytes(g.live_peak),
+        growth: fmt::delta_bytes(g.growth_bytes),
+        per_execution: if g.executions > 0 && g.per_execution != 0 {
+            fmt::delta_bytes(g.per_execution)
+        } else {
+            "–".into()
+        },
+        growing: g.growing,
+    }
+}
+
+/// Where the OOM marks go and what they say.
+pub(crate) struct OomMarks {
+    /// Failure times on this device (ns since run start).
+    pub failures: Vec<u64>,
+    /// The stored verdict's badge, carried by the mark.
+    pub verdict: Option<String>,
+}
+
+/// The framework view of every device of `run` that has framework records.
+pub(crate) async fn sections(
+    st: &AppState,
+    run: &RunLite,
+    from: u64,
+    to: u64,
+    verdict: Option<&str>,
+) -> Result<Vec<FrameworkSection>, AppError> {
+    ensure_built(&st.store, run.id).await?;
+    let mut out = Vec::new();
+    for d in run.devices.iter().filter(|d| d.shown()) {
+        let oom = OomMarks {
+            failures: failure_times(st, run, d.device).await?,
+            verdict: verdict.map(str::to_string),
+        };
+        if let Some(s) = section(st, run, d.device, from, to, &oom).await? {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+async fn section(
+    st: &AppState,
+    run: &RunLite,
+    device: i64,
+    from: u64,
+    to: u64,
+    oom: &OomMarks,
+) -> Result<Option<FrameworkSection>, AppError> {
+    let points = (CHART_W - 100) as usize;
+    let Some(tl) = read(&st.store, run.id, device, from, to, points).await? else {
+        return Ok(None);
+    };
+    let driver = st
+        .store
+        .timeline(run.id, device, Some(from), Some(to), points)
+        .await?;
+    let memory = memory_chart(
+        &tl,
+        driver.as_ref().map(|t| (&t.points[..], t.bucket_ns)),
+        oom,
+    )?;
+    let stack = stack_chart(&tl, &oom.failures)?;
+    let lanes = lanes_chart(st, run, &tl).await?;
+    let whole = read(&st.store, run.id, device, 0, run_end(run), GROWTH_POINTS).await?;
+    let (rows, growing) = match &whole {
+        Some(w) => (
+            growth::per_executable(w)
+                .iter()
+                .take(20)
+                .map(growth_row)
+                .collect(),
+            growth::growing(w).map(|g| growing_label(&g)),
+        ),
+        None => (Vec::new(), None),
+    };
+    Ok(Some(FrameworkSection {
+        device,
+        label: crate::runs::device_label(device),
+        framework: if tl.is_torch() {
+            "PyTorch"
+        } else {
+            "JAX / PJRT"
+        },
+        reconcile: reconcile(&tl, driver.as_ref().map(|t| (&t.points[..], t.bucket_ns))),
+        memory,
+        stack,
+        lanes,
+        growth: rows,
+        growing,
+    }))
+}
+
+/// "+1.2 GiB/s in jit_step (+64 MiB per execution)".
+pub(crate) fn growing_label(g: &growth::Growing) -> String {
+    let mut s = format!(
+        "{}/s in {}",
+        fmt::delta_bytes(g.bytes_per_s as i64),
+        g.executable
+    );
+    if g.per_execution != 0 {
+        s.push_str(&format!(
+            " ({} per execution)",
+            fmt::delta_bytes(g.per_execution)
+        ));
+    }
+    s
+}
+
+fn marks_of(tl: &FrameworkTimeline, oom: &OomMarks, peak_series: i64) -> Marks {
+    let peak = tl.get(peak_series).and_then(|p| {
+        p.iter()
+            .max_by_key(|x| (x.max, std::cmp::Reverse(x.t_ns)))
+            .map(|x| (x.t_ns, x.max))
+    });
+    let text = oom
+        .verdict
+        .as_ref()
+        .map_or_else(|| "OOM".to_string(), |kind| format!("OOM: {kind}"));
+    Marks {
+        peak,
+        failures: oom.failures.to_vec(),
+        annotations: oom
+            .failures
+            .iter()
+            .take(1)
+            .map(|&t| (t, text.clone()))
+            .collect(),
+    }
+}
+
+fn memory_chart(
+    tl: &FrameworkTimeline,
+    driver: Option<(&[Point], u64)>,
+    oom: &OomMarks,
+) -> Result<chart::Rendered, AppError> {
+    let mut lines: Vec<Series> = Vec::new();
+    let named = |s: i64, label: &str, color| {
+        tl.get(s).map(|points| Series {
+            label: label.to_string(),
+            points,
+            bucket_ns: tl.bucket_ns,
+            color,
+        })
+    };
+    let peak_series = if tl.is_torch() {
+        lines.extend(named(
+            series::TORCH_ALLOCATED,
+            "allocated (live blocks)",
+            PALETTE[0],
+        ));
+        if let Some((points, bucket_ns)) = driver {
+            lines.push(Series {
+                label: "reserved (cudaMalloc segments)".into(),
+                points,
+                bucket_ns,
+                color: PALETTE[1],
+            });
+        }
+        series::TORCH_ALLOCATED
+    } else {
+        lines.extend(named(series::IN_USE, "allocator in use", PALETTE[0]));
+        lines.extend(named(series::POOL, "allocator pool", PALETTE[1]));
+        lines.extend(named(series::LIMIT, "allocator limit", PALETTE[2]));
+        lines.extend(named(
+            series::LIVE_BUFFERS,
+            "live buffers (jax.Array)",
+            PALETTE[3],
+        ));
+        if tl.has_allocator() {
+            series::IN_USE
+        } else {
+            series::LIVE_BUFFERS
+        }
+    };
+    chart::timeline(
+        (CHART_W, CHART_H),
+        tl.from_ns,
+        tl.to_ns,
+        &lines,
+        &marks_of(tl, oom, peak_series),
+    )
+    .map_err(AppError::internal)
+}
+
+fn stack_chart(
+    tl: &FrameworkTimeline,
+    failures: &[u64],
+) -> Result<Option<chart::Rendered>, AppError> {
+    let mut producers: Vec<(i64, &[Point], i64)> = tl
+        .series
+        .iter()
+        .filter_map(|(&s, p)| {
+            series::producer_of_live(s)
+                .map(|i| (i, &p[..], p.iter().map(|x| x.max).max().unwrap_or(0)))
+        })
+        .filter(|p| p.2 > 0)
+        .collect();
+    if producers.is_empty() {
+        return Ok(None);
+    }
+    producers.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    let n = producers[0].1.len();
+    let starts: Vec<u64> = producers[0].1.iter().map(|p| p.t_ns).collect();
+    let name = |i: i64| {
+        tl.producers
+            .get(i as usize)
+            .cloned()
+            .unwrap_or_else(|| format!("producer {i}"))
+    };
+    let mut layers: Vec<Layer> = producers
+        .iter()
+        .take(TOP_PRODUCERS)
+        .map(|(i, p, _)| Layer {
+            label: name(*i),
+            values: p.iter().map(|x| x.last).collect(),
+        })
+        .collect();
+    if producers.len() > TOP_PRODUCERS {
+        let mut other = vec![0i64; n];
+        for (_, p, _) in &producers[TOP_PRODUCERS..] {
+            for (o, x) in other.iter_mut().zip(p.iter()) {
+                *o += x.last;
+            }
+        }
+        layers.push(Layer {
+            label: format!("{} others", producers.len() - TOP_PRODUCERS),
+            values: other,
+        });
+    }
+    stacked(
+        (CHART_W, CHART_H),
+        &Buckets {
+            from: tl.from_ns,
+            to: tl.to_ns,
+            starts: &starts,
+            bucket_ns: tl.bucket_ns,
+        },
+        &layers,
+        tl.get(series::LIVE_BUFFERS),
+        failures,
+    )
+    .map(Some)
+    .map_err(AppError::internal)
+}
+
+#[derive(sqlx::FromRow)]
+struct CompileRow {
+    api: i64,
+    ts_ns: i64,
+    duration_ns: i64,
+}
+
+async fn lanes_chart(
+    st: &AppState,
+    run: &RunLite,
+    tl: &FrameworkTimeline,
+) -> Result<Option<chart::Rendered>, AppError> {
+    let mut spans = Vec::new();
+    if let Some(ex) = tl.get(series::EXECUTIONS) {
+        for p in ex.iter().filter(|p| p.min > 0) {
+            // A bucket with executions is drawn whole (one bucket is about a pixel).
+            spans.push(Span {
+                lane: 0,
+                start: p.t_ns,
+                end: p.t_ns + tl.bucket_ns,
+            });
+        }
+    }
+    let compiles: Vec<CompileRow> = sqlx::query_as(
+        "SELECT api, ts_ns, duration_ns FROM pjrt_compiles WHERE run_id = $1 AND ts_ns >= $2 AND ts_ns < $3 \
+         ORDER BY ts_ns LIMIT 20000",
+    )
+    .bind(run.id)
+    .bind(run.t0.saturating_add(tl.from_ns as i64))
+    .bind(run.t0.saturating_add(tl.to_ns as i64))
+    .fetch_all(&st.store.pool)
+    .await
+    .map_err(crate::db::StoreError::from)?;
+    let min_w = (tl.to_ns - tl.from_ns) / 600;
+    for c in &compiles {
+        let start = (c.ts_ns - run.t0).max(0) as u64;
+        let lane = if codes::api(c.api as u16) == Api::PjrtDeserializeAndLoad {
+            2
+        } else {
+            1
+        };
+        spans.push(Span {
+            lane,
+            start,
+            end: start + (c.duration_ns.max(0) as u64).max(min_w),
+        });
+    }
+    if spans.is_empty() {
+        return Ok(None);
+    }
+    let names = [
+        "executions".to_string(),
+        "compiles".to_string(),
+        "loads".to_string(),
+    ];
+    let lanes = if spans.iter().any(|s| s.lane == 2) {
+        3
+    } else {
+        2
+    };
+    chart::lanes(CHART_W, tl.from_ns, tl.to_ns, &names[..lanes], &spans)
+        .map(Some)
+        .map_err(AppError::internal)
+}
+
+/// The one line that reconciles the framework's figures with the driver's, at the
+/// bucket where the framework's memory was highest in the range.
+pub(crate) fn reconcile(tl: &FrameworkTimeline, driver: Option<(&[Point], u64)>) -> String {
+    let at_of = |s: i64| {
+        tl.get(s).and_then(|p| {
+            p.iter()
+                .enumerate()
+                .max_by_key(|(i, x)| (x.last, std::cmp::Reverse(*i)))
+                .map(|(i, x)| (i, x.t_ns))
+        })
+    };
+    let last = |s: i64, i: usize| tl.get(s).and_then(|p| p.get(i)).map_or(0, |x| x.last);
+    let driver_at = |t: u64| {
+        driver.and_then(|(pts, bw)| {
+            pts.iter()
+                .rev()
+                .find(|p| p.t_ns <= t)
+                .filter(|p| t < p.t_ns + bw.max(1) || pts.last().is_some_and(|l| l.t_ns == p.t_ns))
+                .map(|p| p.last)
+        })
+    };
+    if tl.is_torch() {
+        let Some((i, t)) = at_of(series::TORCH_ALLOCATED) else {
+            return String::new();
+        };
+        let alloc = last(series::TORCH_ALLOCATED, i);
+        return match driver_at(t) {
+            Some(res) => format!(
+                "At {} (most allocated): reserved {} = {} allocated + {} cached in the allocator's segments (free blocks, fragmentation).",
+                fmt::duration(t as i64),
+                fmt::bytes(res),
+                fmt::bytes(alloc),
+                fmt::bytes(res - alloc)
+            ),
+            None => format!("At {}: {} allocated.", fmt::duration(t as i64), fmt::bytes(alloc)),
+        };
+    }
+    if tl.has_allocator() {
+        let Some((i, t)) = at_of(series::IN_USE) else {
+            return String::new();
+        };
+        let (in_use, pool, limit, live) = (
+            last(series::IN_USE, i),
+            last(series::POOL, i),
+            last(series::LIMIT, i),
+            last(series::LIVE_BUFFERS, i),
+        );
+        let mut s = format!(
+            "At {} (most in use): pool {} = {} live arrays + {} other allocator use (temporaries of running executables, rounding) + {} free in the pool",
+            fmt::duration(t as i64),
+            fmt::bytes(pool),
+            fmt::bytes(live),
+            fmt::bytes(in_use - live),
+            fmt::bytes(pool - in_use),
+        );
+        if limit > 0 {
+            s.push_str(&format!("; limit {}", fmt::bytes(limit)));
+        }
+        if let Some(d) = driver_at(t) {
+            s.push_str(&format!(
+                ". The driver saw {}: the pool + {} outside it (runtime, other allocations).",
+                fmt::bytes(d),
+                fmt::delta_bytes(d - pool)
+            ));
+        } else {
+            s.push('.');
+        }
+        return s;
+    }
+    let Some((i, t)) = at_of(series::LIVE_BUFFERS) else {
+        return String::new();
+    };
+    let live = last(series::LIVE_BUFFERS, i);
+    match driver_at(t) {
+        Some(d) => format!(
+            "At {} (most live arrays; no allocator statistics, e.g. the platform allocator): the driver saw {} = {} live arrays + {} unexplained (temporaries, runtime).",
+            fmt::duration(t as i64),
+            fmt::bytes(d),
+            fmt::bytes(live),
+            fmt::bytes(d - live)
+        ),
+        None => format!("At {}: {} live arrays.", fmt::duration(t as i64), fmt::bytes(live)),
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub(crate) struct PartQ {
+    pub device: Option<i64>,
+    pub from: Option<u64>,
+    pub to: Option<u64>,
+}
+
+/// `GET /runs/{id}/framework/{part}.svg`: one chart of the framework view (`memory`,
+/// `stack`, `lanes`) for the zooming script.
+pub(crate) async fn part_svg(
+    State(st): State<AppState>,
+    Path((id, part)): Path<(i64, String)>,
+    Query(q): Query<PartQ>,
+) -> Result<Response, AppError> {
+    let run = load_run(&st, id).await?;
+    let end = run_end(&run);
+    let (from, to) = range(
+        &RangeQ {
+            device: q.device,
+            from: q.from,
+            to: q.to,
+        },
+        end,
+    )?;
+    let device = q.device.unwrap_or(0);
+    ensure_built(&st.store, id).await?;
+    let points = (CHART_W - 100) as usize;
+    let tl = read(&st.store, id, device, from, to, points)
+        .await?
+        .ok_or_else(|| {
+            AppError::not_found(format!("run {id} has no framework records on GPU {device}"))
+        })?;
+    let oom = OomMarks {
+        failures: failure_times(&st, &run, device).await?,
+        verdict: None,
+    };
+    let r = match part.as_str() {
+        "memory.svg" => {
+            let driver = st
+                .store
+                .timeline(id, device, Some(from), Some(to), points)
+                .await?;
+            Some(memory_chart(
+                &tl,
+                driver.as_ref().map(|t| (&t.points[..], t.bucket_ns)),
+                &oom,
+            )?)
+        }
+        "stack.svg" => stack_chart(&tl, &oom.failures)?,
+        "lanes.svg" => lanes_chart(&st, &run, &tl).await?,
+        other => {
+            return Err(AppError::not_found(format!(
+                "no framework chart `{other}` (memory.svg, stack.svg, lanes.svg)"
+            )))
+        }
+    };
+    let r = r.unwrap_or(chart::Rendered {
+        svg: String::new(),
+        plot_left: 0,
+        plot_right: 0,
+    });
+    Ok((
+        [
+            (header::CONTENT_TYPE, "image/svg+xml".to_string()),
+            (
+                header::HeaderName::from_static("x-plot-left"),
+                r.plot_left.to_string(),
+            ),
+            (
+                header::HeaderName::from_static("x-plot-right"),
+                r.plot_right.to_string(),
+            ),
+        ],
+        r.svg,
+    )
+        .into_response())
+}
+
+/// Times (ns since the run's start) of the failed requests of `device`: failed
+/// allocations and failed executes, as the incidents list has them.
+async fn failure_times(st: &AppState, run: &RunLite, device: i64) -> Result<Vec<u64>, AppError> {
+    let ts: Vec<i64> = sqlx::query_scalar(
+        "SELECT ts_ns FROM incidents WHERE run_id = $1 AND device = $2 ORDER BY ts_ns LIMIT 10000",
+    )
+    .bind(run.id)
+    .bind(device)
+    .fetch_all(&st.store.pool)
+    .await
+    .map_err(crate::db::StoreError::from)?;
+    Ok(ts.into_iter().map(|t| (t - run.t0).max(0) as u64).collect())
+}

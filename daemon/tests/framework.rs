@@ -1,0 +1,385 @@
+//! The framework view (issue 23 items 1 and 2) on real H100 recordings: JAX runs of the
+//! OOM corpus (default BFC allocator; a leak of 64 MiB per step that ends in
+//! RESOURCE_EXHAUSTED, a run that fits, a temp buffer too large at execute) and a PyTorch
+//! snapshot. Expected figures come from the recordings themselves (the allocator samples
+//! and buffer events in the capture, swept here independently) and from what the
+//! programs printed (`figures.json`, the snapshot's `at_dump`), never from the daemon.
+
+mod common;
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use common::corpus::{capture_records, store_corpus, store_snapshot_file, testdata};
+use common::*;
+use memwatch_wire::{EventKind, MemKind, Record};
+use tower::ServiceExt;
+
+async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String) {
+    let resp = app
+        .clone()
+        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30)
+        .await
+        .unwrap();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+async fn api(app: &axum::Router, uri: &str) -> serde_json::Value {
+    let (s, body) = get(app, uri).await;
+    assert_eq!(s, StatusCode::OK, "{uri}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The capture's own figures on device 0: the highest allocator bytes in use and pool,
+/// and the highest total of live PJRT buffers (creations before frees at one instant).
+fn capture_figures(scenario: &str) -> (i64, i64, i64) {
+    let recs = capture_records(&testdata(&format!("oom-corpus/{scenario}/capture.mwcap")));
+    let (mut in_use, mut pool) = (0i64, 0i64);
+    let mut changes: Vec<(u64, u8, i64)> = Vec::new();
+    let mut live: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut events: Vec<memwatch_wire::Event> = Vec::new();
+    for r in recs {
+        match r {
+            Record::PjrtMemoryStats(s) if s.device == 0 => {
+                in_use = in_use.max(s.bytes_in_use);
+                pool = pool.max(s.pool_bytes);
+            }
+            Record::Events(ev) => events.extend(ev),
+            _ => {}
+        }
+    }
+    events.sort_by_key(|e| e.ts_ns);
+    // A buffer's free event need not carry its device: frees match creations by
+    // (pid, buffer).
+    for e in &events {
+        match e.kind() {
+            Some(EventKind::Alloc)
+                if e.mem_kind() == Some(MemKind::PjrtBuffer) && e.device == 0 =>
+            {
+                live.insert((e.pid, e.ptr), e.size);
+                changes.push((e.ts_ns, 0, e.size as i64));
+            }
+            Some(EventKind::Free) => {
+                if let Some(size) = live.remove(&(e.pid, e.ptr)) {
+                    changes.push((e.ts_ns, 1, -(size as i64)));
+                }
+            }
+            _ => {}
+        }
+    }
+    changes.sort_by_key(|c| (c.0, c.1));
+    let (mut cur, mut top) = (0i64, 0i64);
+    for c in changes {
+        cur += c.2;
+        top = top.max(cur);
+    }
+    (in_use, pool, top)
+}
+
+fn series_max(tl: &serde_json::Value, series: i64) -> i64 {
+    tl["series"][series.to_string()]
+        .as_array()
+        .unwrap_or_else(|| panic!("no series {series} in {tl}"))
+        .iter()
+        .map(|p| p["max"].as_i64().unwrap())
+        .max()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn jax_runs_lead_with_the_allocator_and_live_arrays() {
+    for url in dbs("framework").await.urls.clone() {
+        let (app, store) = test_app(&url, None, 16 << 20).await;
+        let leak = store_corpus(&store, "jax_leak_bfc", 1).await;
+        let fits = store_corpus(&store, "jax_mlp_fits", 2).await;
+        let temp = store_corpus(&store, "jax_exec_temp", 3).await;
+        for (run, scenario) in [
+            (leak, "jax_leak_bfc"),
+            (fits, "jax_mlp_fits"),
+            (temp, "jax_exec_temp"),
+        ] {
+            let (in_use, pool, live) = capture_figures(scenario);
+            // Whole run at chart resolution and squeezed into 7 points: the maxima are
+            // the capture's, exactly (no peak hidden by downsampling).
+            for points in [1100, 7] {
+                let v = api(
+                    &app,
+                    &format!("/api/runs/{run}/framework?device=0&points={points}"),
+                )
+                .await;
+                assert_eq!(v["framework"], "pjrt", "{scenario}: {v}");
+                let tl = &v["timeline"];
+                assert_eq!(
+                    series_max(tl, 0),
+                    in_use,
+                    "{scenario}: bytes in use, {points} points"
+                );
+                assert_eq!(series_max(tl, 1), pool, "{scenario}: pool, {points} points");
+                assert_eq!(
+                    series_max(tl, 3),
+                    live,
+                    "{scenario}: live buffers, {points} points"
+                );
+            }
+            let (s, page) = get(&app, &format!("/runs/{run}")).await;
+            assert_eq!(s, StatusCode::OK);
+            let fw = page
+                .find("Inside the pool: JAX / PJRT on GPU 0")
+                .unwrap_or_else(|| panic!("{scenario}: no framework view"));
+            let driver = page.find("The driver view").expect("driver view below");
+            assert!(fw < driver, "{scenario}: the framework view leads");
+            assert!(
+                page.contains("class=\"reconcile\">At "),
+                "{scenario}: reconciliation line"
+            );
+            assert!(page.contains("live arrays + "), "{scenario}");
+            assert!(
+                page.contains("/framework/stack.svg?device=0"),
+                "{scenario}: stacked chart"
+            );
+        }
+        // The leak keeps accumulating: named by its executable, 64 MiB per step as the
+        // program printed (figures.json: output_bytes_per_step, executable).
+        let figures: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(testdata("oom-corpus/jax_leak_bfc/figures.json")).unwrap(),
+        )
+        .unwrap();
+        let v = api(
+            &app,
+            &format!("/api/runs/{leak}/framework?device=0&points=8"),
+        )
+        .await;
+        let g = &v["growing"];
+        assert_eq!(
+            g["executable"], figures["executable"],
+            "{} / {}",
+            v["growing"], v["growth"]
+        );
+        let per_step = figures["output_bytes_per_step"].as_i64().unwrap();
+        let per_exec = g["per_execution"].as_i64().unwrap();
+        assert!(
+            (per_exec - per_step).abs() <= per_step / 10,
+            "growth per execution {per_exec} vs {per_step} per step"
+        );
+        let top = &v["growth"][0];
+        assert_eq!(top["name"], figures["executable"]);
+        assert_eq!(top["growing"], true);
+        // What was live at an instant, inside the pool: by producing executable; the total
+        // is the live-buffers series there (flat around 5 s of this run).
+        let v = api(
+            &app,
+            &format!("/api/runs/{leak}/framework?device=0&points=1100"),
+        )
+        .await;
+        let at = 5_000_000_000u64;
+        let p = v["timeline"]["series"]["3"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|p| p["t_ns"].as_u64().unwrap() <= at)
+            .unwrap()
+            .clone();
+        assert_eq!(p["min"], p["max"], "flat around {at}: {p}");
+        let (s, page) = get(&app, &format!("/runs/{leak}/peak?device=0&at={at}")).await;
+        assert_eq!(s, StatusCode::OK);
+        let want = format!(
+            "framework buffers live then ({})",
+            memwatch_analysis::size::format_bytes(p["max"].as_u64().unwrap())
+        );
+        assert!(page.contains(&want), "expected {want}");
+        assert!(page.contains("<td><code>jit_update</code></td>"));
+        // The run that fits and the execute-time OOM do not grow.
+        for run in [fits, temp] {
+            let v = api(
+                &app,
+                &format!("/api/runs/{run}/framework?device=0&points=8"),
+            )
+            .await;
+            assert!(
+                v["growing"].is_null(),
+                "run {run} is not growing: {}",
+                v["growing"]
+            );
+        }
+        // The overview shows the badge on the leak only.
+        let (_, overview) = get(&app, "/").await;
+        assert_eq!(
+            overview.matches("class=\"badge grow\"").count(),
+            1,
+            "one growing run"
+        );
+        assert!(overview.contains(&format!(
+            "href=\"/runs/{leak}\" title=\"live framework memory keeps accumulating"
+        )));
+        // Each chart alone, for zooming; an unknown one is refused by name.
+        for part in ["memory", "stack", "lanes"] {
+            let (s, svg) = get(
+                &app,
+                &format!("/runs/{leak}/framework/{part}.svg?device=0&from=0&to=1000000000"),
+            )
+            .await;
+            assert_eq!(s, StatusCode::OK, "{part}: {svg}");
+            assert!(svg.starts_with("<svg"), "{part}");
+        }
+        let (s, body) = get(&app, &format!("/runs/{leak}/framework/pie.svg?device=0")).await;
+        assert_eq!(s, StatusCode::NOT_FOUND);
+        assert!(body.contains("pie.svg"));
+    }
+}
+
+#[tokio::test]
+async fn pytorch_snapshot_runs_show_allocated_against_reserved() {
+    for url in dbs("framework_torch").await.urls.clone() {
+        let (app, store) = test_app(&url, None, 16 << 20).await;
+        let path = testdata("torch-snapshots/leak.pickle");
+        let run = store_snapshot_file(&store, &path, "snapshot:leak", 1).await;
+        let want: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(testdata("torch-snapshots/leak.json")).unwrap(),
+        )
+        .unwrap();
+        let v = api(
+            &app,
+            &format!("/api/runs/{run}/framework?device=0&points=50"),
+        )
+        .await;
+        assert_eq!(v["framework"], "pytorch", "{v}");
+        let alloc = v["timeline"]["series"]["4"]
+            .as_array()
+            .expect("allocated series");
+        assert_eq!(
+            alloc.last().unwrap()["last"],
+            want["at_dump"]["memory_allocated"],
+            "allocated at the end = memory_allocated()"
+        );
+        let top = alloc
+            .iter()
+            .map(|p| p["max"].as_i64().unwrap())
+            .max()
+            .unwrap();
+        assert_eq!(
+            serde_json::json!(top),
+            want["at_dump"]["max_memory_allocated"]
+        );
+        // No executions to tell a leak from a first fill: a snapshot run is never
+        // called growing (see `framework::growth::growing`).
+        assert!(v["growing"].is_null());
+        let mut others = Vec::new();
+        for (stream, name) in [(2, "train_snapshot"), (3, "fragmentation")] {
+            let other = store_snapshot_file(
+                &store,
+                &testdata(&format!("torch-snapshots/{name}.pickle")),
+                &format!("snapshot:{name}"),
+                stream,
+            )
+            .await;
+            let v = api(
+                &app,
+                &format!("/api/runs/{other}/framework?device=0&points=8"),
+            )
+            .await;
+            assert!(
+                v["growing"].is_null(),
+                "{name} is not growing: {}",
+                v["growing"]
+            );
+            others.push((other, name));
+        }
+        // Two stored snapshots compared: both allocated series on one chart, and their
+        // peaks side by side as PyTorch reported them (max_memory_allocated()).
+        let (train, name) = others[0];
+        let (s, page) = get(&app, &format!("/compare?a={run}&b={train}")).await;
+        assert_eq!(s, StatusCode::OK);
+        assert!(page.contains("Inside the pool"), "framework comparison");
+        let fig = |n: &str| {
+            let v: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(testdata(&format!("torch-snapshots/{n}.json"))).unwrap(),
+            )
+            .unwrap();
+            v["at_dump"]["max_memory_allocated"].as_u64().unwrap()
+        };
+        let (pa, pb) = (fig("leak"), fig(name));
+        let row = format!(
+            "<td>peak allocated</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
+            memwatch_analysis::size::format_bytes(pa),
+            memwatch_analysis::size::format_bytes(pb)
+        );
+        assert!(page.contains(&row), "expected {row}");
+        let (_, page) = get(&app, &format!("/runs/{run}")).await;
+        assert!(page.contains("Inside the pool: PyTorch on GPU 0"));
+        assert!(
+            page.contains("allocated + "),
+            "reconciliation of reserved and allocated"
+        );
+    }
+}
+
+/// A live run: the background builder keeps its framework view current as records
+/// arrive, so the "growing" badge shows while the job still runs. The real leak capture
+/// arrives in two parts; after the second, the builder rebuilds the run by itself.
+#[tokio::test]
+async fn the_builder_follows_a_live_run() {
+    use memwatch_daemon::{spawn_framework_builder, stale_framework_runs};
+    for url in dbs("framework_live").await.urls.clone() {
+        let (app, store) = test_app(&url, None, 16 << 20).await;
+        let recs = capture_records(&testdata("oom-corpus/jax_leak_bfc/capture.mwcap"));
+        // Up to the last execute's records: the leak is stored, the OOM and exit are not.
+        let half = recs.len() * 9 / 10;
+        let (run, seq) = send_part(&store, &recs[..half], 0).await;
+        let run = run.expect("run");
+        let mut progress =
+            spawn_framework_builder(store.clone(), std::time::Duration::from_millis(50));
+        progress.wait_for(|p| p.builds >= 1).await.unwrap();
+        assert!(stale_framework_runs(&store).await.unwrap().is_empty());
+        let before = api(&app, &format!("/api/runs/{run}/framework?device=0")).await;
+        let live_before = series_max(&before["timeline"], 3);
+        // The rest of the capture, as an agent would send it.
+        send_part(&store, &recs[half..], seq).await;
+        assert_eq!(stale_framework_runs(&store).await.unwrap(), vec![run]);
+        let t = std::time::Instant::now();
+        while !stale_framework_runs(&store).await.unwrap().is_empty() {
+            assert!(t.elapsed().as_secs() < 60, "the builder did not catch up");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let after = api(&app, &format!("/api/runs/{run}/framework?device=0")).await;
+        let (_, _, live) = capture_figures("jax_leak_bfc");
+        assert_eq!(
+            series_max(&after["timeline"], 3),
+            live,
+            "rebuilt with every record"
+        );
+        assert!(live_before <= live);
+        assert_eq!(after["growing"]["executable"], "jit_update");
+    }
+}
+
+/// Sends `part` as the agent's stream 7 of run "live-leak", batches numbered after
+/// `seq`; returns the run id and the last batch number.
+async fn send_part(
+    store: &memwatch_daemon::Store,
+    part: &[Record],
+    mut seq: u64,
+) -> (Option<i64>, u64) {
+    let mut ing = memwatch_daemon::Ingestor::new(store.clone());
+    let mut id = None;
+    for group in part.chunks(16) {
+        seq += 1;
+        let out = ing
+            .commit(vec![memwatch_daemon::Batch {
+                node: "h100".into(),
+                stream: 7,
+                seq,
+                run_key: "live-leak".into(),
+                records: group.to_vec(),
+            }])
+            .await
+            .unwrap();
+        id = id.or(out[0].run_id);
+    }
+    (id, seq)
+}
