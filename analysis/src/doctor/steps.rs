@@ -149,9 +149,21 @@ pub const MAX_STEP_ALLOCATIONS: usize = 4096;
 /// no loop: one size allocated over and over is what loading data looks like too.
 pub fn loop_steps<K: PartialEq>(keys: &[K]) -> Option<Vec<usize>> {
     let n = keys.len();
-    let mut best: Option<(usize, usize)> = None; // (period, first index of the run)
+    // The period and the first index of its run.
+    let mut best: Option<(usize, usize)> = None;
+    // Where the run of one repeated key at the end starts: inside it every period
+    // matches, so each period's scan starts at its edge (a long run of one size costs
+    // one pass, not one per period).
+    let mut same_from = n;
+    while same_from > 1 && keys[same_from - 2] == keys[n - 1] {
+        same_from -= 1;
+    }
+    let same_from = same_from.saturating_sub(1);
     for p in 1..=MAX_STEP_ALLOCATIONS.min(n / (MIN_LEAKED_STEPS + 1)) {
-        let mut j = n - 1;
+        let mut j = (same_from + p)
+            .saturating_sub(1)
+            .min(n - 1)
+            .max(p.min(n - 1));
         while j >= p && keys[j] == keys[j - p] {
             j -= 1;
         }
@@ -266,5 +278,15 @@ mod tests {
         // a period that repeats only three times is not enough
         assert_eq!(loop_steps(&[1, 2, 1, 2, 1, 2, 7]), None);
         assert_eq!(loop_steps::<u8>(&[]), None);
+        // a long run of one size after a loop: still no loop, and quickly
+        let mut k: Vec<u32> = (0..6).flat_map(|_| [1, 2, 3]).collect();
+        k.extend(std::iter::repeat_n(9, 2_000_000));
+        assert_eq!(loop_steps(&k), None);
+        // a loop whose steps end in a repeated size
+        let mut k = vec![7];
+        for _ in 0..5 {
+            k.extend([1, 4, 4, 4]);
+        }
+        assert_eq!(loop_steps(&k), Some(vec![1, 5, 9, 13, 17]));
     }
 }
