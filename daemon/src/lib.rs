@@ -41,7 +41,10 @@ pub use db::{
 };
 
 // Ingest.
-pub use ingest::{rollup, spawn_writer, Batch, BatchOutcome, Ingestor, Reply, WriterHandle};
+pub use ingest::{
+    rollup, spawn_writer, Batch, BatchOutcome, Ingestor, NotStored, Reply, Sequencing,
+    WriterHandle, DEFAULT_BUSY_RETRY,
+};
 
 // What was live, and the background checkpointer.
 pub use peak::{

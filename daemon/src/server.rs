@@ -32,6 +32,9 @@ pub struct ServeConfig {
     pub max_batch_bytes: u32,
     /// The live-set checkpointer's pace and density.
     pub checkpoints: CheckpointSettings,
+    /// How long a commit refused by a busy database (another process holds the SQLite
+    /// file's write lock) is retried before its batches fail.
+    pub busy_retry: Duration,
 }
 
 impl ServeConfig {
@@ -45,6 +48,7 @@ impl ServeConfig {
             max_body_bytes: 256 << 20,
             max_batch_bytes: memwatch_wire::ingest::DEFAULT_MAX_BATCH_BYTES,
             checkpoints: CheckpointSettings::default(),
+            busy_retry: crate::ingest::DEFAULT_BUSY_RETRY,
         }
     }
 }
@@ -125,7 +129,11 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
     let writer_lock = WriterLock::acquire(&cfg.db).await?;
     let store = Store::open(&cfg.db).await?;
     let metrics = Arc::new(Metrics::default());
-    let (writer, _task) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 1024);
+    let (writer, _task) = spawn_writer(
+        Ingestor::new(store.clone()).with_busy_retry(cfg.busy_retry),
+        metrics.clone(),
+        1024,
+    );
     let api_addr = http.local_addr().map_err(ServeError::Http)?;
     let ingest_addr = tcp.local_addr().map_err(ServeError::Http)?;
     tokio::spawn(serve_ingest(

@@ -13,7 +13,8 @@ use memwatch_wire::ingest::decode_frames_strict;
 use memwatch_wire::PREAMBLE_LEN;
 use serde::Deserialize;
 
-use super::Batch;
+use super::writer::NotStored;
+use super::{Batch, Sequencing};
 use crate::app::error::AppError;
 use crate::app::extract::{Body, Query};
 use crate::app::state::AppState;
@@ -91,18 +92,22 @@ async fn ingest(
     };
     let rx = st
         .writer
-        .submit(Batch {
-            node: q.node,
-            stream,
-            seq,
-            run_key: q.run.unwrap_or_default(),
-            records,
-        })
+        .submit(
+            Batch {
+                node: q.node,
+                stream,
+                seq,
+                run_key: q.run.unwrap_or_default(),
+                records,
+            },
+            Sequencing::Increasing,
+        )
         .await
         .map_err(|e| AppError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
     match rx.await {
         Ok(Ok(outcome)) => Ok(Json(outcome).into_response()),
-        Ok(Err(e)) => Err(AppError::internal(e)),
+        Ok(Err(NotStored::Refused(why))) => Err(AppError::new(StatusCode::CONFLICT, why)),
+        Ok(Err(e)) => Err(AppError::internal(e.to_string())),
         Err(_) => Err(AppError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the writer stopped",

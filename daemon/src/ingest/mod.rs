@@ -1,7 +1,9 @@
 //! Ingest: turns batches of wire records into rows, one transaction per group of batches.
 //!
 //! Owns idempotency (a batch whose (node, stream, seq) was committed before is
-//! acknowledged and skipped), run creation, and the commit of each record kind:
+//! acknowledged and skipped; one that does not follow the stream's stored batches is
+//! refused: `sequence`), retrying a commit the database refused for now (another writer
+//! holds its lock), run creation, and the commit of each record kind:
 //! `records` (process start/end, dropped counters, device info and samples, markers),
 //! `pjrt` (PJRT executables, executions, buffers, allocator samples), and the events,
 //! applied to each run's in-memory state (`run_state`, live bytes, peaks, `rollup`
@@ -16,21 +18,25 @@ mod pjrt;
 mod records;
 pub mod rollup;
 mod run_state;
+mod sequence;
 mod tcp;
 mod write;
 mod writer;
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use memwatch_wire::{Event, Record};
 use sqlx::{Any, Transaction};
 
+pub use sequence::Sequencing;
 pub(crate) use tcp::{serve_ingest, TcpConfig};
-pub use writer::{spawn_writer, Reply, WriterHandle};
+pub use writer::{spawn_writer, NotStored, Reply, WriterHandle};
 
 use crate::db::images::StoredImages;
 use crate::db::{chunk, now_unix_ns, Store, StoreError};
 use run_state::RunState;
+use sequence::{verdict, FailedStreams, Verdict};
 use write::{flush_run, take_ready, write_ready, Ready, APPLY_SLICE};
 
 /// Run key used when a batch carries events but no run key.
@@ -57,15 +63,38 @@ pub struct BatchOutcome {
     pub events: u64,
     /// The run the batch's events went to, if any.
     pub run_id: Option<i64>,
+    /// Not stored and not to be acknowledged: why, and where to resend from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
+
+impl BatchOutcome {
+    fn skipped(b: &Batch, refused: Option<String>) -> Self {
+        Self {
+            stream: b.stream,
+            seq: b.seq,
+            duplicate: refused.is_none(),
+            events: 0,
+            run_id: None,
+            refused,
+        }
+    }
+}
+
+/// How long a commit the database refuses because another connection or process holds
+/// its lock is retried (each try waits up to the pool's busy timeout first).
+pub const DEFAULT_BUSY_RETRY: Duration = Duration::from_secs(60);
 
 /// The single writer. See the module docs.
 pub struct Ingestor {
     store: Store,
     nodes: HashMap<String, i64>,
-    streams: HashMap<(i64, u64), u64>,
+    /// Last stored batch of each (node, stream) read so far; `None`: none stored.
+    streams: HashMap<(i64, u64), Option<u64>>,
     run_ids: HashMap<(i64, String), i64>,
     runs: HashMap<i64, RunState>,
+    failed: FailedStreams,
+    busy_retry: Duration,
 }
 
 type Tx = Transaction<'static, Any>;
@@ -108,7 +137,16 @@ impl Ingestor {
             streams: HashMap::new(),
             run_ids: HashMap::new(),
             runs: HashMap::new(),
+            failed: FailedStreams::default(),
+            busy_retry: DEFAULT_BUSY_RETRY,
         }
+    }
+
+    /// How long a commit refused by a busy database is retried before it fails
+    /// ([`DEFAULT_BUSY_RETRY`]; zero: one try).
+    pub fn with_busy_retry(mut self, d: Duration) -> Self {
+        self.busy_retry = d;
+        self
     }
 
     pub fn store(&self) -> &Store {
@@ -131,13 +169,76 @@ impl Ingestor {
     }
 
     /// Stores `batches` in one transaction; outcomes in the same order. Acknowledge a
-    /// batch only after this returned `Ok`.
+    /// batch only after this returned `Ok`, and only when its outcome is not `refused`.
+    /// Numbered batches follow [`Sequencing::Increasing`] (`memwatch import`).
     pub async fn commit(&mut self, batches: Vec<Batch>) -> Result<Vec<BatchOutcome>, StoreError> {
-        let mut tx = self.store.pool.begin().await?;
+        let batches: Vec<(Batch, Sequencing)> = batches
+            .into_iter()
+            .map(|b| (b, Sequencing::Increasing))
+            .collect();
+        self.commit_checked(&batches).await
+    }
+
+    /// [`Ingestor::commit`] with each batch's numbering rule. A database busy with
+    /// another writer is retried with growing pauses for the busy-retry time; a commit
+    /// that fails in the end fails every later batch of its streams until the first
+    /// failed one is stored.
+    pub async fn commit_checked(
+        &mut self,
+        batches: &[(Batch, Sequencing)],
+    ) -> Result<Vec<BatchOutcome>, StoreError> {
+        let deadline = Instant::now() + self.busy_retry;
+        let mut pause = Duration::from_millis(20);
+        let mut tries = 1u32;
+        loop {
+            match self.try_commit(batches).await {
+                Ok(outcomes) => {
+                    for (b, _) in batches.iter().filter(|(b, _)| b.seq != 0) {
+                        if let Some(Some(last)) = self
+                            .nodes
+                            .get(&b.node)
+                            .and_then(|n| self.streams.get(&(*n, b.stream)))
+                        {
+                            self.failed.stored_through(&b.node, b.stream, *last);
+                        }
+                    }
+                    if tries > 1 {
+                        tracing::info!("commit stored after {tries} tries (the database was busy)");
+                    }
+                    return Ok(outcomes);
+                }
+                Err(e) if e.is_busy() && Instant::now() + pause < deadline => {
+                    tracing::warn!("commit try {tries}: {e}; trying again in {pause:?}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                    tries += 1;
+                }
+                Err(e) => {
+                    for (b, _) in batches.iter().filter(|(b, _)| b.seq != 0) {
+                        self.failed.failed(&b.node, b.stream, b.seq);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One transaction. SQLite takes the write lock up front (`BEGIN IMMEDIATE`): a
+    /// transaction that read first and wrote later could not wait for a lock held by
+    /// another process (`SQLITE_BUSY_SNAPSHOT` at once).
+    async fn try_commit(
+        &mut self,
+        batches: &[(Batch, Sequencing)],
+    ) -> Result<Vec<BatchOutcome>, StoreError> {
+        let mut tx = match self.store.backend {
+            crate::db::Backend::Sqlite => self.store.pool.begin_with("BEGIN IMMEDIATE").await?,
+            crate::db::Backend::Postgres => self.store.pool.begin().await?,
+        };
         match self.commit_in(&mut tx, batches).await {
             Ok((outcomes, streams)) => match tx.commit().await {
                 Ok(()) => {
-                    self.streams.extend(streams);
+                    self.streams
+                        .extend(streams.into_iter().map(|(k, v)| (k, Some(v))));
                     Ok(outcomes)
                 }
                 Err(e) => {
@@ -152,10 +253,10 @@ impl Ingestor {
         }
     }
 
-    async fn commit_in(
+    async fn commit_in<'b>(
         &mut self,
         tx: &mut Tx,
-        batches: Vec<Batch>,
+        batches: &'b [(Batch, Sequencing)],
     ) -> Result<(Vec<BatchOutcome>, HashMap<(i64, u64), u64>), StoreError> {
         let now = now_unix_ns();
         let mut pending: HashMap<(i64, u64), u64> = HashMap::new();
@@ -163,23 +264,29 @@ impl Ingestor {
         let mut touched: HashSet<i64> = HashSet::new();
         // Events to apply, in arrival order; applied after the other records (whose rows
         // do not depend on them) so that applying overlaps writing (`apply_and_write`).
-        let mut work: Vec<Work<'_>> = Vec::new();
-        for b in &batches {
+        let mut work: Vec<Work<'b>> = Vec::new();
+        for (b, rule) in batches {
             let node_id = self.node_id(tx, &b.node, now).await?;
             if b.seq != 0 {
                 let last = match pending.get(&(node_id, b.stream)) {
-                    Some(s) => *s,
+                    Some(s) => Some(*s),
                     None => self.stream_last(tx, node_id, b.stream).await?,
                 };
-                if b.seq <= last {
-                    outcomes.push(BatchOutcome {
-                        stream: b.stream,
-                        seq: b.seq,
-                        duplicate: true,
-                        events: 0,
-                        run_id: None,
-                    });
-                    continue;
+                // Stored since it failed (earlier in this group): no longer a gap.
+                let failed = self
+                    .failed
+                    .get(&b.node, b.stream)
+                    .filter(|f| last.is_none_or(|l| l < *f));
+                match verdict(b.stream, b.seq, *rule, last, failed) {
+                    Verdict::Store => {}
+                    Verdict::Duplicate => {
+                        outcomes.push(BatchOutcome::skipped(b, None));
+                        continue;
+                    }
+                    Verdict::Refuse(why) => {
+                        outcomes.push(BatchOutcome::skipped(b, Some(why)));
+                        continue;
+                    }
                 }
             }
             let key = if b.run_key.is_empty() {
@@ -282,6 +389,7 @@ impl Ingestor {
                 duplicate: false,
                 events,
                 run_id,
+                refused: None,
             });
         }
         let execs = self.apply_and_write(tx, &work, now).await?;
@@ -316,7 +424,7 @@ impl Ingestor {
         tx: &mut Tx,
         node: i64,
         stream: u64,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<Option<u64>, StoreError> {
         if let Some(s) = self.streams.get(&(node, stream)) {
             return Ok(*s);
         }
@@ -327,7 +435,7 @@ impl Ingestor {
         .bind(stream as i64)
         .fetch_optional(&mut **tx)
         .await?;
-        let last = last.map_or(0, |l| l as u64);
+        let last = last.map(|l| l as u64);
         self.streams.insert((node, stream), last);
         Ok(last)
     }

@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::writer::{Reply, WriterHandle};
-use super::Batch;
+use super::{Batch, Sequencing};
 use crate::metrics::Metrics;
 
 /// Limits and credentials of the listener.
@@ -118,7 +118,7 @@ async fn handle(
                     }
                 }
                 Ok(Err(e)) => {
-                    let _ = fail_tx.send(format!("storage failed: {e}")).await;
+                    let _ = fail_tx.send(e.to_string()).await;
                     return wr;
                 }
                 Err(_) => {
@@ -214,13 +214,16 @@ async fn read_loop<R: AsyncRead + Unpin>(
         let records = decode_frames_strict(&frames)
             .map_err(|e| proto(format!("stream {stream} batch {seq}: {e}")))?;
         let rx = writer
-            .submit(Batch {
-                node: node.clone(),
-                stream,
-                seq,
-                run_key,
-                records,
-            })
+            .submit(
+                Batch {
+                    node: node.clone(),
+                    stream,
+                    seq,
+                    run_key,
+                    records,
+                },
+                Sequencing::Consecutive,
+            )
             .await
             .map_err(proto)?;
         ack_tx

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Batch, BatchOutcome, Ingestor};
+use super::{Batch, BatchOutcome, Ingestor, Sequencing};
 use crate::metrics::Metrics;
 
 /// Most batches committed in one transaction.
@@ -17,11 +17,24 @@ const MAX_GROUP: usize = 128;
 /// Most events committed in one transaction.
 const MAX_GROUP_EVENTS: usize = 2_000_000;
 
-/// The answer to one submitted batch (an error message when the commit failed).
-pub type Reply = Result<BatchOutcome, String>;
+/// The answer to one submitted batch.
+pub type Reply = Result<BatchOutcome, NotStored>;
+
+/// Why a submitted batch was not stored (and must not be acknowledged).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotStored {
+    /// It does not follow its stream's stored batches (see `sequence`); the message says
+    /// where to resend from.
+    #[error("{0}")]
+    Refused(String),
+    /// Its transaction failed.
+    #[error("storage failed: {0}")]
+    Failed(String),
+}
 
 struct Job {
     batch: Batch,
+    sequencing: Sequencing,
     reply: oneshot::Sender<Reply>,
 }
 
@@ -34,10 +47,19 @@ pub struct WriterHandle {
 
 impl WriterHandle {
     /// Queues a batch (waits while the queue is full); the receiver resolves after commit.
-    pub async fn submit(&self, batch: Batch) -> Result<oneshot::Receiver<Reply>, String> {
+    pub async fn submit(
+        &self,
+        batch: Batch,
+        sequencing: Sequencing,
+    ) -> Result<oneshot::Receiver<Reply>, String> {
         let (reply, rx) = oneshot::channel();
         self.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send(Job { batch, reply }).await.is_err() {
+        let job = Job {
+            batch,
+            sequencing,
+            reply,
+        };
+        if self.tx.send(job).await.is_err() {
             self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
             return Err("the writer has stopped".into());
         }
@@ -105,12 +127,20 @@ pub fn spawn_writer(
             metrics
                 .queue_depth
                 .fetch_sub(jobs.len() as i64, Ordering::Relaxed);
-            let (batches, replies): (Vec<Batch>, Vec<_>) =
-                jobs.into_iter().map(|j| (j.batch, j.reply)).unzip();
-            match ingestor.commit(batches).await {
+            let (batches, replies): (Vec<(Batch, Sequencing)>, Vec<_>) = jobs
+                .into_iter()
+                .map(|j| ((j.batch, j.sequencing), j.reply))
+                .unzip();
+            match ingestor.commit_checked(&batches).await {
                 Ok(outcomes) => {
                     Metrics::add(&metrics.commits_total, 1);
                     for (o, r) in outcomes.into_iter().zip(replies) {
+                        if let Some(why) = o.refused {
+                            Metrics::add(&metrics.refused_batches_total, 1);
+                            tracing::warn!("refused a batch: {why}");
+                            let _ = r.send(Err(NotStored::Refused(why)));
+                            continue;
+                        }
                         if o.duplicate {
                             Metrics::add(&metrics.duplicate_batches_total, 1);
                         } else {
@@ -124,7 +154,7 @@ pub fn spawn_writer(
                     Metrics::add(&metrics.commit_errors_total, 1);
                     tracing::error!("commit failed: {e}");
                     for r in replies {
-                        let _ = r.send(Err(e.to_string()));
+                        let _ = r.send(Err(NotStored::Failed(e.to_string())));
                     }
                 }
             }

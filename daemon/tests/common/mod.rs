@@ -1,6 +1,8 @@
 //! Test helpers: fresh databases for every backend under test, synthetic events.
 #![allow(dead_code)]
 
+pub mod client;
+
 use std::sync::Arc;
 
 use memwatch_daemon::spawn_writer;
@@ -155,4 +157,35 @@ pub fn exact_curve(events: &[Event], device: i32) -> Vec<(u64, i64)> {
         }
     }
     out
+}
+
+/// Every stored event of `device` in run `run`, in commit order, as (ts, ptr, size, pid):
+/// what the events endpoint pages through.
+pub async fn stored_events(store: &Store, run: i64, device: i64) -> Vec<(u64, u64, u64, u32)> {
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .events(run, device, None, None, cursor, 100_000)
+            .await
+            .unwrap()
+            .expect("the run exists");
+        out.extend(page.events.iter().map(|e| (e.ts_ns, e.ptr, e.size, e.pid)));
+        match page.next_cursor {
+            Some(c) => {
+                let (a, b) = c.split_once(':').unwrap();
+                cursor = Some((a.parse().unwrap(), b.parse().unwrap()));
+            }
+            None => return out,
+        }
+    }
+}
+
+/// The same key for events made in a test.
+pub fn event_keys(events: &[Event], device: i32) -> Vec<(u64, u64, u64, u32)> {
+    events
+        .iter()
+        .filter(|e| e.device == device)
+        .map(|e| (e.ts_ns, e.ptr, e.size, e.pid))
+        .collect()
 }
