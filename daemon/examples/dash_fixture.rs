@@ -354,7 +354,11 @@ async fn main() -> Result<()> {
     };
     if bench {
         let metrics = Arc::new(Metrics::default());
-        let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 8);
+        let (writer, _) = spawn_writer(
+            Ingestor::new(store.clone()),
+            metrics.clone(),
+            memwatch_daemon::IngestLimits::default(),
+        );
         let app = router(
             AppState {
                 store: store.clone(),

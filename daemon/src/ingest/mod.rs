@@ -8,11 +8,15 @@
 //! `pjrt` (PJRT executables, executions, buffers, allocator samples), and the events,
 //! applied to each run's in-memory state (`run_state`, live bytes, peaks, `rollup`
 //! buckets, event chunks) and written by `write`. The agents' TCP listener (`tcp`), the
-//! HTTP ingest endpoints (`http`) and the single writer task (`writer`) feed it. The
-//! [`Ingestor`] is used by exactly one task (the daemon's writer, or `memwatch import
-//! --db`); after a failed transaction it forgets its in-memory state and rebuilds it from
-//! the database.
+//! HTTP ingest endpoints (`http`) and the single writer task (`writer`) feed it, within
+//! the memory budget of received data (`budget`). The [`Ingestor`] is used by exactly one
+//! task (the daemon's writer, or `memwatch import --db`); after a failed transaction it
+//! forgets its in-memory state and rebuilds it from the database. A run's in-memory state
+//! is given back once the run is finished (every process ended) and quiet for
+//! [`RunEviction::finished`], or quiet for [`RunEviction::idle`]; a batch for it later
+//! rebuilds it from its stored chunks.
 
+pub mod budget;
 pub(crate) mod http;
 mod pjrt;
 mod records;
@@ -29,8 +33,10 @@ use std::time::{Duration, Instant};
 use memwatch_wire::{Event, Record};
 use sqlx::{Any, Transaction};
 
+pub use budget::{Budget, IngestLimits};
 pub use sequence::Sequencing;
-pub(crate) use tcp::{serve_ingest, TcpConfig};
+pub(crate) use tcp::serve_ingest;
+pub use tcp::TcpConfig;
 pub use writer::{spawn_writer, NotStored, Reply, WriterHandle};
 
 use crate::db::images::StoredImages;
@@ -95,6 +101,27 @@ pub struct Ingestor {
     runs: HashMap<i64, RunState>,
     failed: FailedStreams,
     busy_retry: Duration,
+    eviction: RunEviction,
+    last_eviction: Instant,
+}
+
+/// When a run's in-memory state (its live allocations, open rollup buckets) is given
+/// back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunEviction {
+    /// Every process of the run ended, and no batch came for this long.
+    pub finished: Duration,
+    /// No batch came for this long (a later batch pays for replaying the run's chunks).
+    pub idle: Duration,
+}
+
+impl Default for RunEviction {
+    fn default() -> Self {
+        Self {
+            finished: Duration::from_secs(5),
+            idle: Duration::from_secs(600),
+        }
+    }
 }
 
 type Tx = Transaction<'static, Any>;
@@ -122,11 +149,12 @@ struct ChunkEvents {
     events: Vec<u8>,
 }
 
-/// A process's dropped-events counter (restart rebuild).
+/// A process's dropped-events counter and whether it ended (restart rebuild).
 #[derive(sqlx::FromRow)]
 struct ProcessDropped {
     pid: i64,
     dropped_events: i64,
+    end_ts_ns: Option<i64>,
 }
 
 impl Ingestor {
@@ -139,6 +167,46 @@ impl Ingestor {
             runs: HashMap::new(),
             failed: FailedStreams::default(),
             busy_retry: DEFAULT_BUSY_RETRY,
+            eviction: RunEviction::default(),
+            last_eviction: Instant::now(),
+        }
+    }
+
+    /// When runs leave memory ([`RunEviction::default`]).
+    pub fn with_eviction(mut self, e: RunEviction) -> Self {
+        self.eviction = e;
+        self
+    }
+
+    /// Runs whose state is held in memory.
+    pub fn runs_in_memory(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Gives back the memory of finished and idle runs (see [`RunEviction`]); looks at
+    /// most once a second. Call between commits.
+    pub fn evict_idle_runs(&mut self) {
+        if self.last_eviction.elapsed() < Duration::from_secs(1).min(self.eviction.finished) {
+            return;
+        }
+        self.last_eviction = Instant::now();
+        let e = self.eviction;
+        let before = self.runs.len();
+        self.runs.retain(|_, st| {
+            let quiet = st.touched.elapsed();
+            !(quiet >= e.idle || (st.running.is_empty() && quiet >= e.finished))
+        });
+        if self.runs.len() == before {
+            return;
+        }
+        let runs = &self.runs;
+        self.run_ids.retain(|_, id| runs.contains_key(id));
+        tracing::debug!("{} runs left memory", before - self.runs.len());
+        // Freed blocks stay in the process up to glibc's trim threshold otherwise.
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free heap memory to the kernel.
+        unsafe {
+            libc::malloc_trim(0);
         }
     }
 
@@ -310,6 +378,9 @@ impl Ingestor {
                             )
                             .await?;
                         run_id = Some(r);
+                        if let Some(st) = self.runs.get_mut(&r) {
+                            st.running.insert(p.pid);
+                        }
                         records::process_start(tx, r, p).await?;
                         // In arrival order with the events: a pid's next start is an
                         // exec, which releases the image before it.
@@ -350,6 +421,9 @@ impl Ingestor {
                     Record::ProcessEnd(pe) => {
                         let r = self.run_for(tx, node_id, key, pe.ts_ns, 0, now).await?;
                         run_id = Some(r);
+                        if let Some(st) = self.runs.get_mut(&r) {
+                            st.running.remove(&pe.pid);
+                        }
                         records::process_end(tx, r, pe).await?;
                     }
                     Record::DeviceSample(s) => {
@@ -452,7 +526,8 @@ impl Ingestor {
         now: i64,
     ) -> Result<i64, StoreError> {
         if let Some(id) = self.run_ids.get(&(node, key.to_string())) {
-            if self.runs.contains_key(id) {
+            if let Some(st) = self.runs.get_mut(id) {
+                st.touched = Instant::now();
                 return Ok(*id);
             }
         }
@@ -496,11 +571,12 @@ impl Ingestor {
     /// device, are released too).
     async fn rebuild(&mut self, tx: &mut Tx, run: i64, t0: u64) -> Result<RunState, StoreError> {
         let mut st = RunState::new(run, t0);
-        let procs: Vec<ProcessDropped> =
-            sqlx::query_as("SELECT pid, dropped_events FROM processes WHERE run_id = $1")
-                .bind(run)
-                .fetch_all(&mut **tx)
-                .await?;
+        let procs: Vec<ProcessDropped> = sqlx::query_as(
+            "SELECT pid, dropped_events, end_ts_ns FROM processes WHERE run_id = $1",
+        )
+        .bind(run)
+        .fetch_all(&mut **tx)
+        .await?;
         for p in &procs {
             st.replay_announce(p.pid as u32);
         }
@@ -543,6 +619,9 @@ impl Ingestor {
         }
         for p in procs {
             st.dropped.insert(p.pid as u32, p.dropped_events as u64);
+            if p.end_ts_ns.is_none() {
+                st.running.insert(p.pid as u32);
+            }
         }
         for d in st.devices.values_mut() {
             d.dirty = false;

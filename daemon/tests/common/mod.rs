@@ -55,7 +55,11 @@ pub async fn dbs(name: &str) -> Dbs {
 pub async fn test_app(url: &str, token: Option<&str>, max_body: usize) -> (axum::Router, Store) {
     let store = Store::open(url).await.unwrap();
     let metrics = Arc::new(Metrics::default());
-    let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 64);
+    let (writer, _) = spawn_writer(
+        Ingestor::new(store.clone()),
+        metrics.clone(),
+        memwatch_daemon::IngestLimits::default(),
+    );
     let state = AppState {
         store: store.clone(),
         writer,
