@@ -85,6 +85,7 @@ async fn record_run(
         shim_version: "fixture".into(),
         hostname: "gpu-node-1".into(),
         argv: vec!["python".into(), "train.py".into(), format!("--run={key}")],
+        pid_ns: None,
     })];
     for d in 0..2 {
         recs.push(Record::DeviceInfo(DeviceInfo {
@@ -249,6 +250,7 @@ async fn record_live(ing: &mut Ingestor) -> Result<i64> {
                     shim_version: "fixture".into(),
                     hostname: "gpu-node-1".into(),
                     argv: vec!["python".into(), "serve.py".into()],
+                    pid_ns: None,
                 }),
                 Record::Events(vec![e]),
             ],

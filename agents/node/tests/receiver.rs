@@ -23,6 +23,7 @@ fn start_record(pid: u32) -> Record {
         shim_version: "test".into(),
         hostname: "h".into(),
         argv: vec![format!("proc{pid}")],
+        pid_ns: None,
     })
 }
 

@@ -100,6 +100,7 @@ pub fn start(pid: u32, t0: u64) -> Record {
         shim_version: "test".into(),
         hostname: "testhost".into(),
         argv: vec!["python".into(), "train.py".into()],
+        pid_ns: None,
     })
 }
 
