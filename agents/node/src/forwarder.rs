@@ -15,8 +15,9 @@
 //! beyond it whole batches are refused and counted). Memory stays small: at most one open
 //! batch per connection plus a window of in-flight batch headers.
 //!
-//! Run keys: a process whose parent is already captured joins its parent's run; any
-//! other process starts a run named `HOST:PID:WALLNS`.
+//! Run keys: a process whose parent is captured and running joins its parent's run; any
+//! other process starts a run named `HOST:PID:WALLNS` (`process_runs`: processes are
+//! known by pid namespace + pid, and leave the table when their connection ends).
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
@@ -35,6 +36,7 @@ use memwatch_wire::ingest::{
 };
 use memwatch_wire::Record;
 
+use crate::process_runs::ProcessRuns;
 use crate::sink::{CloseReason, ConnId, FrameSink, SinkError};
 use crate::spool::{Pos, Spool, SpoolError, SpoolRecord};
 
@@ -100,7 +102,7 @@ struct Inner {
     spool: Mutex<Spool>,
     data: Condvar,
     streams: Mutex<HashMap<u64, StreamBuf>>,
-    pid_runs: Mutex<HashMap<u32, String>>,
+    pid_runs: Mutex<ProcessRuns>,
     stream_base: u64,
     next_stream: AtomicU64,
     stop: AtomicBool,
@@ -134,7 +136,7 @@ impl Forwarder {
             spool: Mutex::new(spool),
             data: Condvar::new(),
             streams: Mutex::new(HashMap::new()),
-            pid_runs: Mutex::new(HashMap::new()),
+            pid_runs: Mutex::new(ProcessRuns::default()),
             // Unique per agent start: time in the high bits, a counter in the low ones.
             stream_base: (now << 16) ^ ((std::process::id() as u64) << 40),
             next_stream: AtomicU64::new(1),
@@ -312,14 +314,9 @@ impl FrameSink for Forwarder {
         if let Record::ProcessStart(p) = record {
             let run = match &inner.cfg.run_key {
                 Some(k) => k.clone(),
-                None => {
-                    let mut runs = lock(&inner.pid_runs);
-                    let run = runs.get(&p.ppid).cloned().unwrap_or_else(|| {
-                        format!("{}:{}:{}", inner.cfg.node, p.pid, p.wall_anchor_unix_ns)
-                    });
-                    runs.insert(p.pid, run.clone());
-                    run
-                }
+                None => lock(&inner.pid_runs).start(conn, p, |p| {
+                    format!("{}:{}:{}", inner.cfg.node, p.pid, p.wall_anchor_unix_ns)
+                }),
             };
             lock(&inner.streams)
                 .entry(key)
@@ -335,6 +332,7 @@ impl FrameSink for Forwarder {
     }
 
     fn closed(&self, conn: ConnId, _reason: &CloseReason) {
+        lock(&self.inner.pid_runs).closed(conn);
         let key = conn_stream_key(conn);
         let mut streams = lock(&self.inner.streams);
         if let Some(mut s) = streams.remove(&key).filter(|s| !s.buf.is_empty()) {

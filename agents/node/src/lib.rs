@@ -10,6 +10,7 @@
 
 pub mod capture_sink;
 pub mod forwarder;
+pub mod process_runs;
 pub mod receiver;
 pub mod sampler;
 pub mod sink;
