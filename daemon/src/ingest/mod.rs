@@ -126,6 +126,24 @@ impl Default for RunEviction {
 
 type Tx = Transaction<'static, Any>;
 
+/// The earliest monotonic time among a batch's process starts and the records of a run
+/// (events, markers, drops, process ends): where a run the batch creates starts.
+fn earliest_ts(records: &[Record]) -> Option<u64> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::ProcessStart(p) => Some(p.mono_anchor_ns),
+            Record::Events(evs) => evs.iter().map(|e| e.ts_ns).min(),
+            Record::Marker(m) => Some(m.ts_ns),
+            Record::Dropped(d) => Some(d.ts_ns),
+            Record::ProcessEnd(pe) => Some(pe.ts_ns),
+            Record::PjrtExecutable(x) => Some(x.ts_ns),
+            Record::PjrtMemoryStats(s) => Some(s.ts_ns),
+            _ => None,
+        })
+        .min()
+}
+
 /// What a commit applies to run state, in arrival order.
 #[derive(Clone, Copy)]
 enum Work<'a> {
@@ -364,19 +382,18 @@ impl Ingestor {
             };
             let mut events = 0u64;
             let mut run_id = None;
+            // A run this batch creates starts at its earliest record, so that events
+            // stamped before their process's start stamp are inside the run.
+            let earliest = earliest_ts(&b.records);
             for rec in &b.records {
                 match rec {
                     Record::ProcessStart(p) => {
-                        let r = self
-                            .run_for(
-                                tx,
-                                node_id,
-                                key,
-                                p.mono_anchor_ns,
-                                p.wall_anchor_unix_ns,
-                                now,
-                            )
-                            .await?;
+                        let t0 = earliest.unwrap_or(p.mono_anchor_ns).min(p.mono_anchor_ns);
+                        // The wall clock at t0, from the stamp's pair of clocks.
+                        let wall = p
+                            .wall_anchor_unix_ns
+                            .saturating_sub(p.mono_anchor_ns - t0);
+                        let r = self.run_for(tx, node_id, key, t0, wall, now).await?;
                         run_id = Some(r);
                         if let Some(st) = self.runs.get_mut(&r) {
                             st.running.insert(p.pid);
@@ -393,7 +410,8 @@ impl Ingestor {
                     }
                     Record::Events(evs) => {
                         let Some(first) = evs.first() else { continue };
-                        let r = self.run_for(tx, node_id, key, first.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(first.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
                         touched.insert(r);
                         work.push(Work::Events(r, evs.as_slice()));
@@ -404,12 +422,14 @@ impl Ingestor {
                         records::device_info(tx, node_id, d).await?;
                     }
                     Record::Marker(m) => {
-                        let r = self.run_for(tx, node_id, key, m.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(m.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
                         records::marker(tx, r, m).await?;
                     }
                     Record::Dropped(d) => {
-                        let r = self.run_for(tx, node_id, key, d.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(d.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
                         touched.insert(r);
                         if let Some(st) = self.runs.get_mut(&r) {
@@ -419,7 +439,8 @@ impl Ingestor {
                         records::dropped(tx, r, d).await?;
                     }
                     Record::ProcessEnd(pe) => {
-                        let r = self.run_for(tx, node_id, key, pe.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(pe.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
                         if let Some(st) = self.runs.get_mut(&r) {
                             st.running.remove(&pe.pid);
@@ -431,12 +452,14 @@ impl Ingestor {
                     }
                     // PJRT executable / allocator-statistics frames: `pjrt`.
                     Record::PjrtExecutable(x) => {
-                        let r = self.run_for(tx, node_id, key, x.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(x.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
                         pjrt::store_executable(tx, r, x).await?;
                     }
                     Record::PjrtMemoryStats(s) => {
-                        let r = self.run_for(tx, node_id, key, s.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(s.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
                         pjrt::store_memory_stats(tx, r, s).await?;
                     }
