@@ -22,6 +22,11 @@ use axum::{Json, Router};
 use error::AppError;
 pub use state::AppState;
 
+/// The largest request body (`router`'s `max_body_bytes`), for handlers that read a body
+/// as a stream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyLimit(pub usize);
+
 /// Builds the router; `max_body_bytes` limits request bodies (HTTP ingest, XLA dumps).
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     Router::new()
@@ -40,6 +45,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/static/memwatch.css", get(css))
         .route("/static/memwatch.js", get(js))
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::Extension(BodyLimit(max_body_bytes)))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn(error::answer_errors))
         .layer(middleware::from_fn(security_headers))

@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use memwatch_wire::frame::decode_preamble;
 use memwatch_wire::ingest::decode_frames_strict;
 use memwatch_wire::PREAMBLE_LEN;
@@ -24,6 +24,7 @@ use super::writer::NotStored;
 use super::{Batch, Sequencing};
 use crate::app::error::AppError;
 use crate::app::extract::Query;
+use crate::app::BodyLimit;
 use crate::app::state::AppState;
 use crate::metrics::Metrics;
 
@@ -120,10 +121,11 @@ async fn read_body(
 }
 
 /// Body: a wire stream (16-byte preamble, then whole frames), e.g. a capture file, at
-/// most one batch's size (`--max-batch-mib`).
+/// most the request body limit (`--max-body-mib`; `memwatch import` sends batches).
 async fn ingest(
     State(st): State<AppState>,
     Query(q): Query<IngestQ>,
+    Extension(body_limit): Extension<BodyLimit>,
     headers: HeaderMap,
     body: AxumBody,
 ) -> Result<Response, AppError> {
@@ -139,7 +141,7 @@ async fn ingest(
             ))
         }
     };
-    let limit = st.writer.budget().limits().raw_bytes;
+    let limit = st.writer.budget().limits().raw_bytes.min(body_limit.0);
     let (body, raw) = read_body(&st, &headers, body, limit).await?;
     if body.len() < PREAMBLE_LEN {
         return Err(AppError::bad(format!(
