@@ -25,7 +25,7 @@ use memwatch_wire::ingest::{
     decode_frames_strict, encode_ack, encode_error, BATCH_MAGIC, HELLO_MAGIC,
 };
 use memwatch_wire::PREAMBLE_LEN;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::{timeout, timeout_at, Instant};
@@ -240,7 +240,7 @@ async fn read_body<R: AsyncRead + Unpin>(
     Ok(buf)
 }
 
-async fn read_loop<R: AsyncRead + Unpin>(
+async fn read_loop<R: AsyncBufRead + Unpin>(
     rd: &mut R,
     peer: SocketAddr,
     writer: &WriterHandle,
@@ -307,6 +307,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
             )));
         }
         let nbytes = nbytes as usize;
+        // A header alone holds no memory: the body's size is charged once its first
+        // bytes are here.
+        if nbytes > 0 {
+            within(cfg.read_timeout, "a batch body", async {
+                rd.fill_buf().await.map(drop).map_err(ConnError::from)
+            })
+            .await?;
+        }
         let raw = writer
             .budget()
             .raw("a batch", nbytes)

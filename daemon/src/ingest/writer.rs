@@ -25,9 +25,9 @@ const MAX_GROUP: usize = 128;
 /// Most events committed in one transaction.
 const MAX_GROUP_EVENTS: usize = 2_000_000;
 /// Fewest events a group is cut to (when batches of that many are waiting).
-const MIN_GROUP_EVENTS: usize = 65_536;
+const MIN_GROUP_EVENTS: usize = 8_192;
 /// How long one group's commit should take.
-pub const GROUP_TARGET: Duration = Duration::from_millis(250);
+pub const GROUP_TARGET: Duration = Duration::from_millis(100);
 
 /// The answer to one submitted batch.
 pub type Reply = Result<BatchOutcome, NotStored>;

@@ -1,6 +1,7 @@
 //! Test helpers: fresh databases for every backend under test, synthetic events.
 #![allow(dead_code)]
 
+pub mod child;
 pub mod client;
 
 use std::sync::Arc;
