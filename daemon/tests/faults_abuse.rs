@@ -155,7 +155,10 @@ fn abuse_stays_under_the_memory_bound_and_a_flood_starves_no_one() {
         RSS_BOUND >> 20,
         t.elapsed().as_secs_f64()
     );
-    assert!(abuse_rss <= RSS_BOUND, "peak RSS {abuse_rss} over the bound");
+    assert!(
+        abuse_rss <= RSS_BOUND,
+        "peak RSS {abuse_rss} over the bound"
+    );
 
     // 5. Flood: client A sends 20,000-event batches as fast as they are acknowledged;
     // client B sends a 200-event batch 50 ms after each acknowledgement and measures them.
@@ -184,7 +187,10 @@ fn abuse_stays_under_the_memory_bound_and_a_flood_starves_no_one() {
                     recs.push(start(2, 1_000));
                 }
                 recs.push(Record::Events(events.clone()));
-                if c.sock.write_all(&batch_bytes(7, seq, "flood", &recs)).is_err() {
+                if c.sock
+                    .write_all(&batch_bytes(7, seq, "flood", &recs))
+                    .is_err()
+                {
                     break;
                 }
                 flooded.fetch_add(1, Ordering::Relaxed);
@@ -215,7 +221,11 @@ fn abuse_stays_under_the_memory_bound_and_a_flood_starves_no_one() {
     stop.store(true, Ordering::Relaxed);
     let flood_acked = flood.join().unwrap();
     lat.sort_by(f64::total_cmp);
-    let (p50, p99, max) = (percentile(&lat, 0.5), percentile(&lat, 0.99), lat[lat.len() - 1]);
+    let (p50, p99, max) = (
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        lat[lat.len() - 1],
+    );
     let rss = daemon.peak_rss();
     println!(
         "faults: flood fairness: client A sent {flood_batches} batches of 20,000 events \

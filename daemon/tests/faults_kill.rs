@@ -105,7 +105,10 @@ fn kill_9_while_the_agent_replays_loses_and_duplicates_nothing() {
         for p in &points {
             let deadline = Instant::now() + Duration::from_secs(120);
             while fwd.stats().batches_acked.load(Ordering::Relaxed) < *p {
-                assert!(Instant::now() < deadline, "the agent stopped making progress");
+                assert!(
+                    Instant::now() < deadline,
+                    "the agent stopped making progress"
+                );
                 std::thread::sleep(Duration::from_millis(2));
             }
             std::thread::sleep(Duration::from_millis(rng.next() % 50));

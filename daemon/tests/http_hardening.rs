@@ -14,7 +14,10 @@ async fn call(app: &axum::Router, uri: &str, auth: Option<&str>) -> axum::respon
     if let Some(a) = auth {
         req = req.header(header::AUTHORIZATION, a);
     }
-    app.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap()
+    app.clone()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

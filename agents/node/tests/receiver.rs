@@ -272,7 +272,10 @@ fn a_socket_at_a_fixed_path() {
         .err()
         .expect("a regular file is not replaced")
         .to_string();
-    assert!(e.contains("not a socket") && e.contains("agent.sock"), "{e}");
+    assert!(
+        e.contains("not a socket") && e.contains("agent.sock"),
+        "{e}"
+    );
     assert_eq!(std::fs::read(&path).unwrap(), b"data");
 }
 

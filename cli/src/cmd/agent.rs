@@ -141,8 +141,8 @@ pub fn hostname() -> String {
 }
 
 pub fn run(args: AgentArgs) -> Result<Outcome> {
-    let token = super::token::token(args.token.as_deref(), args.token_file.as_deref())?
-        .unwrap_or_default();
+    let token =
+        super::token::token(args.token.as_deref(), args.token_file.as_deref())?.unwrap_or_default();
     let node = args.node.clone().unwrap_or_else(hostname);
     let spool = args
         .spool

@@ -21,7 +21,10 @@ pub fn token(value: Option<&str>, file: Option<&Path>) -> Result<Option<String>>
         }
         return Ok(Some(t.to_string()));
     }
-    Ok(value.map(str::trim).filter(|t| !t.is_empty()).map(String::from))
+    Ok(value
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(String::from))
 }
 
 #[cfg(test)]

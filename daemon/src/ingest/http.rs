@@ -24,8 +24,8 @@ use super::writer::NotStored;
 use super::{Batch, Sequencing};
 use crate::app::error::AppError;
 use crate::app::extract::Query;
-use crate::app::BodyLimit;
 use crate::app::state::AppState;
+use crate::app::BodyLimit;
 use crate::metrics::Metrics;
 
 /// The ingest routes.

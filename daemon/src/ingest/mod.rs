@@ -390,9 +390,7 @@ impl Ingestor {
                     Record::ProcessStart(p) => {
                         let t0 = earliest.unwrap_or(p.mono_anchor_ns).min(p.mono_anchor_ns);
                         // The wall clock at t0, from the stamp's pair of clocks.
-                        let wall = p
-                            .wall_anchor_unix_ns
-                            .saturating_sub(p.mono_anchor_ns - t0);
+                        let wall = p.wall_anchor_unix_ns.saturating_sub(p.mono_anchor_ns - t0);
                         let r = self.run_for(tx, node_id, key, t0, wall, now).await?;
                         run_id = Some(r);
                         if let Some(st) = self.runs.get_mut(&r) {
