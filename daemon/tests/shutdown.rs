@@ -35,6 +35,8 @@ async fn stopping_leaves_the_database_file_complete_and_the_log_empty() {
         let running = memwatch_daemon::start(cfg).await.unwrap();
         let addr = running.ingest_addr;
         let events = workload(400_000, 1_000, 2, 31 + round);
+        let first_ack = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = first_ack.clone();
         let client = tokio::task::spawn_blocking(move || {
             let mut c = Client::connect(addr, "", "node-stop").unwrap();
             let sender = c.sock.try_clone().unwrap();
@@ -55,7 +57,10 @@ async fn stopping_leaves_the_database_file_complete_and_the_log_empty() {
             let mut acked = 0u64;
             while acked < n as u64 {
                 match c.reply() {
-                    Reply::Ack(_, q) => acked = q,
+                    Reply::Ack(_, q) => {
+                        acked = q;
+                        seen.store(true, std::sync::atomic::Ordering::Release);
+                    }
                     _ => break,
                 }
             }
@@ -63,7 +68,14 @@ async fn stopping_leaves_the_database_file_complete_and_the_log_empty() {
             let _ = send.join();
             acked
         });
-        tokio::time::sleep(Duration::from_millis(600 + 300 * round)).await;
+        // The stop lands while batches stream: after the first acknowledgement (however
+        // loaded the machine), plus a while.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !first_ack.load(std::sync::atomic::Ordering::Acquire) {
+            assert!(std::time::Instant::now() < deadline, "no acknowledgement");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100 + 300 * round)).await;
         running.shutdown().await.unwrap();
         let acked = client.await.unwrap();
         assert!(acked > 0, "some batches were acknowledged before the stop");
