@@ -134,7 +134,7 @@ mkdir -p "$ctx/bin" "$ctx/docker" "$ctx/debs"
 # Debug sections out (symbols stay, so panics still name functions): 3-4x smaller.
 objcopy --strip-debug "$bin/memwatch" "$ctx/bin/memwatch"
 objcopy --strip-debug "$bin/libmemwatch_preload.so" "$ctx/bin/libmemwatch_preload.so"
-cp docker/daemon-entrypoint.sh docker/daemon-health.sh docker/agent-entrypoint.sh "$ctx/docker/"
+cp docker/daemon-health.sh docker/agent-entrypoint.sh "$ctx/docker/"
 cp -r "$work/debs/daemon" "$work/debs/rocm" "$ctx/debs/"
 revision=$(git describe --always --dirty 2>/dev/null || echo unknown)
 

@@ -28,6 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             shim_version: "synth".into(),
             hostname: "bench".into(),
             argv: vec!["worker".into(), p.to_string()],
+            pid_ns: None,
         }))?;
     }
     let mut written = 0u64;

@@ -44,6 +44,7 @@ impl Cap {
             shim_version: "test".into(),
             hostname: "apu".into(),
             argv: vec!["llama-server".into()],
+            pid_ns: None,
         }));
         self.rec(Record::DeviceInfo(DeviceInfo {
             pid,

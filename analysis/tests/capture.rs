@@ -73,6 +73,7 @@ fn start(pid: u32, t: u64, argv: &[&str]) -> Record {
         shim_version: "t".into(),
         hostname: "host".into(),
         argv: argv.iter().map(|s| s.to_string()).collect(),
+        pid_ns: None,
     })
 }
 

@@ -27,6 +27,7 @@ fn frames(events: usize) -> Vec<u8> {
             shim_version: "test".into(),
             hostname: "n".into(),
             argv: vec!["synthetic".into()],
+            pid_ns: None,
         }),
         &mut buf,
     )

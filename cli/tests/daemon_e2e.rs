@@ -137,6 +137,7 @@ fn agent_to_daemon_survives_kill_9_exactly_once() {
             shim_version: "e2e".into(),
             hostname: "e2e-node".into(),
             argv: vec!["synthetic".into()],
+            pid_ns: None,
         }),
         &mut buf,
     )

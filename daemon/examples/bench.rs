@@ -55,6 +55,7 @@ fn start_rec() -> Record {
         shim_version: "bench".into(),
         hostname: "bench".into(),
         argv: vec!["bench".into()],
+        pid_ns: None,
     })
 }
 

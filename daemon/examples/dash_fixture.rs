@@ -86,6 +86,7 @@ async fn record_run(
         shim_version: "fixture".into(),
         hostname: "gpu-node-1".into(),
         argv: vec!["python".into(), "train.py".into(), format!("--run={key}")],
+        pid_ns: None,
     })];
     for d in 0..2 {
         recs.push(Record::DeviceInfo(DeviceInfo {
@@ -250,6 +251,7 @@ async fn record_live(ing: &mut Ingestor) -> Result<i64> {
                     shim_version: "fixture".into(),
                     hostname: "gpu-node-1".into(),
                     argv: vec!["python".into(), "serve.py".into()],
+                    pid_ns: None,
                 }),
                 Record::Events(vec![e]),
             ],
@@ -364,7 +366,11 @@ async fn main() -> Result<()> {
     };
     if bench {
         let metrics = Arc::new(Metrics::default());
-        let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 8);
+        let (writer, _) = spawn_writer(
+            Ingestor::new(store.clone()),
+            metrics.clone(),
+            memwatch_daemon::IngestLimits::default(),
+        );
         let app = router(
             AppState {
                 store: store.clone(),
@@ -482,6 +488,7 @@ async fn record_framework_run(store: &Store, execs: u64, buffers: u64) -> Result
                     shim_version: "fixture".into(),
                     hostname: "gpu-node-1".into(),
                     argv: vec!["python".into(), "jax_train.py".into()],
+                    pid_ns: None,
                 }),
                 Record::Events(vec![
                     ev(t0 + 1_000, EventKind::Alloc, 0x7f00_0000_0000, pool),
@@ -666,7 +673,11 @@ async fn bench_framework(db: &str, execs: u64, buffers: u64) -> Result<()> {
     store.close().await?;
     let store = Store::open(db).await?;
     let metrics = Arc::new(Metrics::default());
-    let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 8);
+    let (writer, _) = spawn_writer(
+        Ingestor::new(store.clone()),
+        metrics.clone(),
+        memwatch_daemon::IngestLimits::default(),
+    );
     let app = router(
         AppState {
             store: store.clone(),

@@ -34,7 +34,7 @@ mod xla;
 // Serving.
 pub use app::{openapi, router, AppState};
 pub use metrics::Metrics;
-pub use server::{start, Running, ServeConfig, ServeError};
+pub use server::{start, HttpLimits, Running, ServeConfig, ServeError};
 
 // The database.
 pub use db::{
@@ -43,7 +43,10 @@ pub use db::{
 };
 
 // Ingest.
-pub use ingest::{rollup, spawn_writer, Batch, BatchOutcome, Ingestor, Reply, WriterHandle};
+pub use ingest::{
+    rollup, spawn_writer, Batch, BatchOutcome, Budget, IngestLimits, Ingestor, NotStored, Reply,
+    RunEviction, Sequencing, TcpConfig, WriterHandle, DEFAULT_BUSY_RETRY,
+};
 
 // What was live, and the background checkpointer.
 pub use peak::{

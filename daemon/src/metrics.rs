@@ -14,6 +14,8 @@ pub struct Metrics {
     pub events_total: AtomicU64,
     pub batches_total: AtomicU64,
     pub duplicate_batches_total: AtomicU64,
+    /// Batches refused because they did not follow their stream's stored batches.
+    pub refused_batches_total: AtomicU64,
     pub frame_bytes_total: AtomicU64,
     pub commits_total: AtomicU64,
     pub commit_errors_total: AtomicU64,
@@ -62,6 +64,12 @@ pub async fn render(m: &Metrics, store: &Store) -> Result<String, StoreError> {
         "Resent batches acknowledged without storing them again.",
         "counter",
         g(&m.duplicate_batches_total),
+    );
+    counter(
+        "memwatch_ingest_refused_batches_total",
+        "Batches refused (not stored, not acknowledged) because they did not follow their stream's stored batches; the sender resends from the gap.",
+        "counter",
+        g(&m.refused_batches_total),
     );
     counter(
         "memwatch_ingest_frame_bytes_total",

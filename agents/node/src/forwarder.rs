@@ -5,13 +5,19 @@
 //! its commit.
 //!
 //! Guarantees: frames reach the daemon in the order received, each batch at least once;
-//! the daemon drops resends by (node, stream, seq), so each is stored exactly once.
+//! the daemon drops resends by (node, stream, seq), so each is stored exactly once. The
+//! batches of a stream are numbered 1, 2, 3… without gaps and spooled in that order (a
+//! batch is sealed and appended under one lock; one the spool refuses does not use up
+//! its number), because the daemon refuses a batch that does not follow the last one it
+//! stored. When it asks for a batch the spool no longer has (a damaged spool segment, a
+//! daemon database restored from an older copy), that number is sent as an empty batch.
 //! While the daemon is unreachable everything waits on disk (bounded by the spool size;
 //! beyond it whole batches are refused and counted). Memory stays small: at most one open
 //! batch per connection plus a window of in-flight batch headers.
 //!
-//! Run keys: a process whose parent is already captured joins its parent's run; any
-//! other process starts a run named `HOST:PID:WALLNS`.
+//! Run keys: a process whose parent is captured and running joins its parent's run; any
+//! other process starts a run named `HOST:PID:WALLNS` (`process_runs`: processes are
+//! known by pid namespace + pid, and leave the table when their connection ends).
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
@@ -25,10 +31,12 @@ use std::time::{Duration, Instant};
 
 use memwatch_wire::frame::encode_preamble;
 use memwatch_wire::ingest::{
-    decode_ack, encode_batch_header, encode_hello, ACK_LEN, ACK_MAGIC, ERROR_MAGIC,
+    decode_ack, encode_batch_header, encode_hello, parse_resend_request, ACK_LEN, ACK_MAGIC,
+    ERROR_MAGIC,
 };
 use memwatch_wire::Record;
 
+use crate::process_runs::ProcessRuns;
 use crate::sink::{CloseReason, ConnId, FrameSink, SinkError};
 use crate::spool::{Pos, Spool, SpoolError, SpoolRecord};
 
@@ -94,7 +102,7 @@ struct Inner {
     spool: Mutex<Spool>,
     data: Condvar,
     streams: Mutex<HashMap<u64, StreamBuf>>,
-    pid_runs: Mutex<HashMap<u32, String>>,
+    pid_runs: Mutex<ProcessRuns>,
     stream_base: u64,
     next_stream: AtomicU64,
     stop: AtomicBool,
@@ -128,7 +136,7 @@ impl Forwarder {
             spool: Mutex::new(spool),
             data: Condvar::new(),
             streams: Mutex::new(HashMap::new()),
-            pid_runs: Mutex::new(HashMap::new()),
+            pid_runs: Mutex::new(ProcessRuns::default()),
             // Unique per agent start: time in the high bits, a counter in the low ones.
             stream_base: (now << 16) ^ ((std::process::id() as u64) << 40),
             next_stream: AtomicU64::new(1),
@@ -208,30 +216,37 @@ impl Inner {
     }
 
     fn push(&self, stream: u64, frames: &[u8]) -> Result<(), SpoolError> {
-        let sealed = {
-            let mut streams = lock(&self.streams);
-            let Some(s) = streams.get_mut(&stream) else {
-                return Ok(());
-            };
-            if s.buf.is_empty() {
-                s.since = Instant::now();
-            }
-            s.buf.extend_from_slice(frames);
-            if s.buf.len() >= self.cfg.batch_bytes {
-                Some(take_batch(s))
-            } else {
-                None
-            }
+        let mut streams = lock(&self.streams);
+        let Some(s) = streams.get_mut(&stream) else {
+            return Ok(());
         };
-        match sealed {
-            Some(rec) => self.spool_batch(rec),
-            None => Ok(()),
+        if s.buf.is_empty() {
+            s.since = Instant::now();
+        }
+        s.buf.extend_from_slice(frames);
+        if s.buf.len() >= self.cfg.batch_bytes {
+            self.seal(s)
+        } else {
+            Ok(())
         }
     }
 
-    fn spool_batch(&self, rec: SpoolRecord) -> Result<(), SpoolError> {
+    /// Appends `s`'s open batch to the spool as its next numbered batch. Called with the
+    /// stream table locked, so that a stream's batches reach the spool in number order
+    /// (the flush thread and the connection's thread both seal). A batch the spool does
+    /// not take gives its number back: the next one must follow the last spooled one.
+    fn seal(&self, s: &mut StreamBuf) -> Result<(), SpoolError> {
+        let rec = take_batch(s);
+        let r = self.spool_batch(&rec);
+        if !matches!(r, Ok(true)) {
+            s.seq -= 1;
+        }
+        r.map(|_| ())
+    }
+
+    fn spool_batch(&self, rec: &SpoolRecord) -> Result<bool, SpoolError> {
         let n = rec.frames.len() as u64;
-        let appended = lock(&self.spool).append(&rec);
+        let appended = lock(&self.spool).append(rec);
         let ok = match appended {
             Ok(ok) => ok,
             Err(e) => {
@@ -258,18 +273,16 @@ impl Inner {
                 );
             }
         }
-        Ok(())
+        Ok(ok)
     }
 
     fn seal_where(&self, pred: impl Fn(&StreamBuf) -> bool) {
-        let recs: Vec<SpoolRecord> = lock(&self.streams)
-            .values_mut()
-            .filter(|s| !s.buf.is_empty() && pred(s))
-            .map(take_batch)
-            .collect();
-        for r in recs {
-            if let Err(e) = self.spool_batch(r) {
-                eprintln!("memwatch agent: {e}");
+        let mut streams = lock(&self.streams);
+        for s in streams.values_mut() {
+            if !s.buf.is_empty() && pred(s) {
+                if let Err(e) = self.seal(s) {
+                    eprintln!("memwatch agent: {e}");
+                }
             }
         }
     }
@@ -301,14 +314,9 @@ impl FrameSink for Forwarder {
         if let Record::ProcessStart(p) = record {
             let run = match &inner.cfg.run_key {
                 Some(k) => k.clone(),
-                None => {
-                    let mut runs = lock(&inner.pid_runs);
-                    let run = runs.get(&p.ppid).cloned().unwrap_or_else(|| {
-                        format!("{}:{}:{}", inner.cfg.node, p.pid, p.wall_anchor_unix_ns)
-                    });
-                    runs.insert(p.pid, run.clone());
-                    run
-                }
+                None => lock(&inner.pid_runs).start(conn, p, |p| {
+                    format!("{}:{}:{}", inner.cfg.node, p.pid, p.wall_anchor_unix_ns)
+                }),
             };
             lock(&inner.streams)
                 .entry(key)
@@ -324,13 +332,11 @@ impl FrameSink for Forwarder {
     }
 
     fn closed(&self, conn: ConnId, _reason: &CloseReason) {
+        lock(&self.inner.pid_runs).closed(conn);
         let key = conn_stream_key(conn);
-        let rec = lock(&self.inner.streams)
-            .remove(&key)
-            .filter(|s| !s.buf.is_empty())
-            .map(|mut s| take_batch(&mut s));
-        if let Some(r) = rec {
-            if let Err(e) = self.inner.spool_batch(r) {
+        let mut streams = lock(&self.inner.streams);
+        if let Some(mut s) = streams.remove(&key).filter(|s| !s.buf.is_empty()) {
+            if let Err(e) = self.inner.seal(&mut s) {
                 eprintln!("memwatch agent: {e}");
             }
         }
@@ -410,6 +416,8 @@ fn sender(inner: &Inner) {
     let mut acked: Pos = lock(&inner.spool).start();
     let mut backoff = Duration::from_millis(50);
     let mut last_error = String::new();
+    // Batch numbers the daemon asked for that the spool no longer has: sent empty first.
+    let mut fill: VecDeque<(u64, u64)> = VecDeque::new();
     while !inner.stop.load(Ordering::Relaxed) {
         let sock = match connect(cfg) {
             Ok(s) => s,
@@ -437,6 +445,15 @@ fn sender(inner: &Inner) {
         let mut inflight: VecDeque<(u64, u64, Pos)> = VecDeque::new();
         let reason: String = 'conn: loop {
             while inflight.len() < cfg.window {
+                if let Some((stream, seq)) = fill.pop_front() {
+                    let mut head = Vec::with_capacity(64);
+                    encode_batch_header(stream, seq, "", 0, &mut head);
+                    if let Err(e) = out.write_all(&head) {
+                        break 'conn format!("send failed: {e}");
+                    }
+                    inflight.push_back((stream, seq, pos));
+                    continue;
+                }
                 let next = match lock(&inner.spool).read_at(pos) {
                     Ok(n) => n,
                     Err(e) => break 'conn format!("reading the spool: {e}"),
@@ -498,6 +515,22 @@ fn sender(inner: &Inner) {
             backoff = Duration::from_millis(50);
             last_error.clear();
         }
+        fill.clear();
+        if let Some((stream, from)) = parse_resend_request(&reason) {
+            match lost_batches(inner, acked, stream, from) {
+                Ok(lost) if !lost.is_empty() => {
+                    eprintln!(
+                        "memwatch agent: the daemon lacks batches {}..{} of stream {stream}, \
+                         which the spool no longer holds: sending them empty",
+                        lost[0].1,
+                        lost[lost.len() - 1].1
+                    );
+                    fill.extend(lost);
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("memwatch agent: reading the spool: {e}"),
+            }
+        }
         if !reason.is_empty() {
             // A daemon that refuses every session (a wrong token, another protocol) is
             // retried with the same growing pause as an unreachable one, and said once.
@@ -509,6 +542,29 @@ fn sender(inner: &Inner) {
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
+}
+
+/// Most empty batches sent for one request of the daemon.
+const MAX_FILL: u64 = 1 << 20;
+
+/// The batches `from..` of `stream` that precede its first unacknowledged batch in the
+/// spool (those the spool lost); none when the spool still holds batch `from`.
+fn lost_batches(
+    inner: &Inner,
+    acked: Pos,
+    stream: u64,
+    from: u64,
+) -> Result<Vec<(u64, u64)>, SpoolError> {
+    let spool = lock(&inner.spool);
+    let mut pos = acked;
+    while let Some((rec, after)) = spool.read_at(pos)? {
+        if rec.stream == stream {
+            let upto = rec.seq.min(from.saturating_add(MAX_FILL));
+            return Ok((from..upto).map(|q| (stream, q)).collect());
+        }
+        pos = after;
+    }
+    Ok(Vec::new())
 }
 
 fn wait_stop(inner: &Inner, d: Duration) {

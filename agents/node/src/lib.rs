@@ -11,13 +11,14 @@
 
 pub mod capture_sink;
 pub mod forwarder;
+pub mod process_runs;
 pub mod receiver;
 pub mod sampler;
 pub mod sink;
 pub mod spool;
 
 pub use capture_sink::{CaptureFileSink, CaptureStats};
-pub use receiver::{ConnSummary, Receiver, ReceiverStats};
+pub use receiver::{ConnSummary, Receiver, ReceiverStats, SocketAccess};
 pub use sink::{CloseReason, ConnId, FrameSink, SinkError};
 
 use std::path::PathBuf;

@@ -95,9 +95,29 @@ impl Shared {
     }
 }
 
+/// Who may connect to a socket at a fixed path: its file mode (a shim needs write
+/// permission) and, optionally, the group it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketAccess {
+    pub mode: u32,
+    pub group: Option<u32>,
+}
+
+impl Default for SocketAccess {
+    /// The agent's own user only.
+    fn default() -> Self {
+        Self {
+            mode: 0o600,
+            group: None,
+        }
+    }
+}
+
 /// A running receiver. Drop or [`Receiver::shutdown`] stops it and removes the socket.
 pub struct Receiver {
     dir: Option<tempfile::TempDir>,
+    /// A socket at a fixed path ([`Receiver::start_at`]) is removed at the stop.
+    remove_socket: bool,
     socket_path: PathBuf,
     shared: Arc<Shared>,
     accept_thread: Option<JoinHandle<()>>,
@@ -126,11 +146,76 @@ impl Receiver {
             },
         )?;
         let socket_path = dir.path().join("agent.sock");
+        let listener = UnixListener::bind(&socket_path).map_err(|error| AgentError::Io {
+            what: "cannot bind socket",
+            path: socket_path.clone(),
+            error,
+        })?;
+        Self::serve(listener, socket_path, Some(dir), sink)
+    }
+
+    /// Binds the socket at the fixed path `path` (its directory is created when missing;
+    /// a socket left there by an agent that did not stop cleanly is replaced, one that
+    /// another receiver still serves is an error), gives it the file mode and group of
+    /// `access` (who may connect: a shim needs write permission on the socket) and starts
+    /// accepting. The socket is removed when the receiver stops.
+    pub fn start_at(
+        path: &Path,
+        access: SocketAccess,
+        sink: Arc<dyn FrameSink>,
+    ) -> Result<Self, AgentError> {
+        let io = |what: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |error| AgentError::Io { what, path, error }
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(io("cannot create the socket's directory", parent))?;
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(m) => {
+                use std::os::unix::fs::FileTypeExt;
+                if !m.file_type().is_socket() {
+                    return Err(AgentError::Io {
+                        what: "refusing to replace what is not a socket at",
+                        path: path.to_path_buf(),
+                        error: std::io::Error::from(ErrorKind::AlreadyExists),
+                    });
+                }
+                if UnixStream::connect(path).is_ok() {
+                    return Err(AgentError::Io {
+                        what: "another agent already listens on",
+                        path: path.to_path_buf(),
+                        error: std::io::Error::from(ErrorKind::AddrInUse),
+                    });
+                }
+                std::fs::remove_file(path).map_err(io("cannot remove the stale socket", path))?;
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(io("cannot inspect", path)(e)),
+        }
+        let listener = UnixListener::bind(path).map_err(io("cannot bind socket", path))?;
+        let mut receiver = Self::serve(listener, path.to_path_buf(), None, sink)?;
+        receiver.remove_socket = true;
+        if let Some(gid) = access.group {
+            std::os::unix::fs::chown(path, None, Some(gid))
+                .map_err(io("cannot give the socket its group", path))?;
+        }
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode))
+            .map_err(io("cannot set the socket's mode", path))?;
+        Ok(receiver)
+    }
+
+    fn serve(
+        listener: UnixListener,
+        socket_path: PathBuf,
+        dir: Option<tempfile::TempDir>,
+        sink: Arc<dyn FrameSink>,
+    ) -> Result<Self, AgentError> {
         let io_err = |what: &'static str| {
             let path = socket_path.clone();
             move |error| AgentError::Io { what, path, error }
         };
-        let listener = UnixListener::bind(&socket_path).map_err(io_err("cannot bind socket"))?;
         listener
             .set_nonblocking(true)
             .map_err(io_err("cannot configure socket"))?;
@@ -149,7 +234,8 @@ impl Receiver {
             .spawn(move || accept_loop(&accept_shared))
             .map_err(io_err("cannot start the accept thread for"))?;
         Ok(Self {
-            dir: Some(dir),
+            dir,
+            remove_socket: false,
             socket_path,
             shared,
             accept_thread: Some(accept_thread),
@@ -246,6 +332,9 @@ impl Receiver {
         }
         if let Some(dir) = self.dir.take() {
             let _ = dir.close();
+        }
+        if std::mem::take(&mut self.remove_socket) {
+            let _ = std::fs::remove_file(&self.socket_path);
         }
     }
 }

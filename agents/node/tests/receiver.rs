@@ -23,6 +23,7 @@ fn start_record(pid: u32) -> Record {
         shim_version: "test".into(),
         hostname: "h".into(),
         argv: vec![format!("proc{pid}")],
+        pid_ns: None,
     })
 }
 
@@ -222,6 +223,60 @@ fn socket_dir_is_private_and_removed() {
     assert!(rx.sink_address().starts_with("unix:/"));
     rx.shutdown();
     assert!(!sock_dir.exists());
+}
+
+/// `memwatch agent --socket PATH`: a fixed path (its directory made), the mode and
+/// group asked for, a stale socket replaced, a served one refused, removed at the stop.
+#[test]
+fn a_socket_at_a_fixed_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run/memwatch/agent.sock");
+    // What an agent killed with -9 leaves: a socket file nobody listens on.
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(UnixStream::connect(&path).is_err());
+    let cap = dir.path().join("cap.mwcap");
+    let sink = Arc::new(CaptureFileSink::create(&cap).unwrap());
+    let gid = std::fs::metadata(dir.path()).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.gid()
+    });
+    let access = SocketAccess {
+        mode: 0o660,
+        group: gid.ok(),
+    };
+    let rx = Receiver::start_at(&path, access, sink.clone()).unwrap();
+    assert_eq!(rx.socket_path(), path);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o660);
+    // A second receiver on the same path is refused while the first serves it.
+    let other = Arc::new(CaptureFileSink::create(&dir.path().join("other.mwcap")).unwrap());
+    let e = Receiver::start_at(&path, SocketAccess::default(), other)
+        .err()
+        .expect("a served socket is not taken over")
+        .to_string();
+    assert!(e.contains("already listens"), "{e}");
+    let mut bytes = encode_preamble().to_vec();
+    let records = process_records(4711, 5, 40);
+    bytes.extend(encode(&records));
+    send(&path, &bytes);
+    assert!(rx.wait_idle(Duration::from_secs(10)));
+    rx.shutdown();
+    sink.finish().unwrap();
+    assert!(!path.exists(), "the socket is removed at the stop");
+    assert_eq!(read_capture(&cap), records);
+    // Not a socket: left alone, with an error naming it.
+    std::fs::write(&path, b"data").unwrap();
+    let sink = Arc::new(CaptureFileSink::create(&cap).unwrap());
+    let e = Receiver::start_at(&path, SocketAccess::default(), sink)
+        .err()
+        .expect("a regular file is not replaced")
+        .to_string();
+    assert!(
+        e.contains("not a socket") && e.contains("agent.sock"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), b"data");
 }
 
 #[test]

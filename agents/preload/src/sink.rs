@@ -561,7 +561,15 @@ fn process_start(anchor: &mut Option<(u64, u64)>) -> ProcessStart {
         shim_version: concat!("memwatch-preload ", env!("CARGO_PKG_VERSION")).to_string(),
         hostname: String::from_utf8_lossy(host.get(..hlen).unwrap_or(&[])).into_owned(),
         argv,
+        pid_ns: pid_namespace(),
     }
+}
+
+/// The inode of this process's pid namespace: the agent keys process trees by it, since
+/// each container numbers its pids from 1. `None` when `/proc` is not mounted.
+fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
 }
 
 /// Opens the sink; on failure counts the attempt and turns the shim off after

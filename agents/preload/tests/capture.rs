@@ -329,7 +329,11 @@ fn abort_and_underscore_exit_deliver_the_last_events() {
     let b = built("capture");
     let tmp = tempfile::tempdir().unwrap();
     // alarm-in-malloc: the last pass used to grow a buffer through the allocator that
-    // the ending thread held (no process_end). busy-abort: a thread allocating without
+    // the ending thread held (no process_end). What is guaranteed: once the sink is
+    // open (the program waits for that before its malloc loop), the last pass needs no
+    // allocator. A process that ends so before the flusher's first pass opened the sink
+    // loses its capture (opening allocates): that made this case fail ~1 run in 10 on a
+    // loaded machine, where the flusher had not run within the 30 ms before the alarm. busy-abort: a thread allocating without
     // pause kept the flusher's pass going for ever (no process_end, and the ending
     // thread's own allocations missing).
     for (scenario, want_code, want_sizes) in [

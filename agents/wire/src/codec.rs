@@ -235,6 +235,33 @@ impl Field for String {
     }
 }
 
+/// A field appended to a record after its first version, only ever as the record's
+/// last field: written when `Some`, read when the payload has bytes left. Payloads
+/// written before the field existed decode to `None` and encode back to the same bytes.
+impl<T: Field> Field for Option<T> {
+    const FIXED_SIZE: Option<usize> = None;
+    fn layout() -> String {
+        format!("{}?", T::layout())
+    }
+    fn put(&self, w: &mut impl Put) {
+        if let Some(v) = self {
+            v.put(w);
+        }
+    }
+    fn get(c: &mut Cursor<'_>) -> Result<Self, WireError> {
+        if c.remaining() == 0 {
+            return Ok(None);
+        }
+        T::get(c).map(Some)
+    }
+    fn skip(c: &mut Cursor<'_>) -> Result<(), WireError> {
+        if c.remaining() == 0 {
+            return Ok(());
+        }
+        T::skip(c)
+    }
+}
+
 /// `count:u16 item[count]`; lists longer than `u16::MAX` items are cut.
 impl<T: Field> Field for Vec<T> {
     const FIXED_SIZE: Option<usize> = None;

@@ -19,6 +19,10 @@
 //!               was already committed before: resends are acknowledged, not stored twice)
 //!   error    := "MWE1" message:str                     then the daemon closes
 //! ```
+//!
+//! A batch that does not follow its stream's stored batches (a gap) is refused with an
+//! error whose message ends in [`resend_request`]'s words; the agent resends that stream
+//! from the batch named, sending empty batches for numbers it no longer has.
 
 use crate::frame::{decode_payload, Record, FRAME_OVERHEAD, MAX_FRAME_LEN};
 use crate::WireError;
@@ -89,6 +93,20 @@ pub fn encode_error(message: &str) -> Vec<u8> {
     out
 }
 
+/// The end of the daemon's error message that refuses a batch after a gap: "resend stream
+/// S from batch N" (N: the first batch the daemon lacks).
+pub fn resend_request(stream: u64, from: u64) -> String {
+    format!("resend stream {stream} from batch {from}")
+}
+
+/// The (stream, first missing batch) of an error message ending in [`resend_request`]'s
+/// words.
+pub fn parse_resend_request(message: &str) -> Option<(u64, u64)> {
+    let rest = &message[message.rfind("resend stream ")? + "resend stream ".len()..];
+    let (stream, from) = rest.split_once(" from batch ")?;
+    Some((stream.parse().ok()?, from.trim_end().parse().ok()?))
+}
+
 /// Decodes a buffer of whole frames strictly: any bad length, checksum mismatch,
 /// malformed payload or cut-off tail is an error naming the byte offset. Unknown frame
 /// types are skipped (the format may grow).
@@ -136,6 +154,20 @@ mod tests {
     use super::*;
     use crate::frame::encode_record;
     use crate::Event;
+
+    #[test]
+    fn resend_requests_round_trip() {
+        let m = format!(
+            "stream 7: batch 9 does not follow batch 4; {}",
+            resend_request(7, 5)
+        );
+        assert_eq!(parse_resend_request(&m), Some((7, 5)));
+        assert_eq!(
+            parse_resend_request("storage failed: database is locked"),
+            None
+        );
+        assert_eq!(parse_resend_request("resend stream x from batch 1"), None);
+    }
 
     #[test]
     fn ack_round_trips() {

@@ -140,6 +140,10 @@ wire_struct! {
         pub shim_version: String,
         pub hostname: String,
         pub argv: Vec<String>,
+        /// The inode of the process's pid namespace (`/proc/self/ns/pid`): pids are
+        /// unique only within one namespace (each container numbers its own). Absent
+        /// from older captures.
+        pub pid_ns: Option<u64>,
     }
 }
 

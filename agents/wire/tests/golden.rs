@@ -20,6 +20,7 @@ fn sample_records() -> Vec<Record> {
             shim_version: "0.1.0".into(),
             hostname: "node-α".into(),
             argv: vec!["python3".into(), "train.py".into()],
+            pid_ns: None,
         }),
         Record::DeviceInfo(DeviceInfo {
             pid: 4242,
@@ -130,6 +131,31 @@ fn golden_file_decodes_to_sample() {
     let (records, damage) = read_all(&golden, ReadMode::Strict);
     assert!(damage.is_empty());
     assert_eq!(records, sample_records());
+}
+
+/// `pid_ns` was appended to `process_start` after format v1's golden file: that file's
+/// process_start (without it) still decodes (to `None`), and a record with it carries
+/// exactly 8 more bytes, read back unchanged.
+#[test]
+fn the_appended_pid_namespace_is_optional() {
+    let Record::ProcessStart(old) = sample_records().remove(0) else {
+        panic!("the sample starts with a process_start");
+    };
+    assert_eq!(old.pid_ns, None);
+    for ns in [4026531836u64, 4026532448, u64::MAX] {
+        let new = ProcessStart {
+            pid_ns: Some(ns),
+            ..old.clone()
+        };
+        let (a, b) = (
+            encode_all(&[Record::ProcessStart(old.clone())]),
+            encode_all(&[Record::ProcessStart(new.clone())]),
+        );
+        assert_eq!(b.len(), a.len() + 8);
+        let (back, damage) = read_all(&b, ReadMode::Strict);
+        assert!(damage.is_empty());
+        assert_eq!(back, vec![Record::ProcessStart(new)]);
+    }
 }
 
 #[test]

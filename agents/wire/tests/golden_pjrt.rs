@@ -167,6 +167,7 @@ fn salvage_resumes_at_a_pjrt_frame_after_damage() {
             shim_version: "t".into(),
             hostname: "h".into(),
             argv: vec!["a".into()],
+            pid_ns: None,
         }),
         &mut start,
     )

@@ -88,6 +88,7 @@ pub fn to_records<E>(
         shim_version: "memwatch import (PyTorch memory snapshot)".into(),
         hostname: hostname.to_string(),
         argv: vec!["pytorch-memory-snapshot".into(), name.clone()],
+        pid_ns: None,
     }))
     .map_err(ConvertError::Emit)?;
     let s = &scan.settings;

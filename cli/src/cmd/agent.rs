@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use memwatch_agent::forwarder::{Forwarder, ForwarderConfig};
-use memwatch_agent::{sampler, FrameSink, Receiver};
+use memwatch_agent::{sampler, FrameSink, Receiver, SocketAccess};
 
 use super::Outcome;
 
@@ -18,6 +18,7 @@ const AFTER_HELP: &str = "\
 Examples:
   memwatch agent --daemon central:7374 --token-file /etc/memwatch/token
   memwatch agent --daemon 127.0.0.1:7374 --spool /var/lib/memwatch/spool --spool-max-mib 4096
+  memwatch agent --daemon central:7374 --socket /run/memwatch/agent.sock --socket-mode 0660 --socket-group video
 
 The agent prints the socket to point shims at (MEMWATCH_SINK=unix:PATH, or run
 programs with `LD_PRELOAD=libmemwatch_preload.so`). Everything received is spooled to
@@ -39,8 +40,8 @@ pub struct AgentArgs {
     /// Token the daemon requires.
     #[arg(long, env = "MEMWATCH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// File holding the token (first line).
-    #[arg(long, value_name = "FILE")]
+    /// File holding the token (first line; instead of --token).
+    #[arg(long, value_name = "FILE", env = "MEMWATCH_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
     /// Node name [default: the host name].
     #[arg(long)]
@@ -53,8 +54,19 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=(1 << 24)))]
     pub spool_max_mib: u64,
     /// Directory in which the private socket directory is created [default: $TMPDIR].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "socket")]
     pub socket_dir: Option<PathBuf>,
+    /// Listen on this fixed socket path instead of a private directory (e.g. in a
+    /// volume workload containers mount). A socket an agent left there is replaced.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// File mode of the --socket (octal; a shim needs write permission: 0660 lets the
+    /// --socket-group in, 0666 everyone).
+    #[arg(long, value_name = "OCTAL", default_value = "0600", value_parser = parse_mode, requires = "socket")]
+    pub socket_mode: u32,
+    /// Group of the --socket (a name or a number), for --socket-mode 0660.
+    #[arg(long, value_name = "GROUP", value_parser = parse_group, requires = "socket")]
+    pub socket_group: Option<u32>,
     /// Device sampling period in ms (0: no sampling).
     #[arg(long, default_value_t = 1000)]
     pub sample_ms: u64,
@@ -84,6 +96,36 @@ fn parse_host_port(s: &str) -> Result<String, String> {
     }
 }
 
+/// An octal file mode for a socket: rw for its owner at least, nothing beyond 0777.
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let m = u32::from_str_radix(s.trim_start_matches("0o"), 8)
+        .map_err(|_| format!("`{s}` is not an octal file mode (e.g. 0660)"))?;
+    if m > 0o777 || m & 0o600 != 0o600 {
+        return Err(format!(
+            "`{s}`: a socket mode between 0600 and 0777 that lets its owner read and write"
+        ));
+    }
+    Ok(m)
+}
+
+/// A group name (looked up in /etc/group) or number.
+fn parse_group(s: &str) -> Result<u32, String> {
+    if let Ok(gid) = s.parse::<u32>() {
+        return Ok(gid);
+    }
+    let groups = std::fs::read_to_string("/etc/group")
+        .map_err(|e| format!("cannot read /etc/group to look up `{s}`: {e}"))?;
+    groups
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            Some((f.next()?, f.nth(1)?))
+        })
+        .find(|(name, _)| *name == s)
+        .and_then(|(_, gid)| gid.parse().ok())
+        .ok_or_else(|| format!("no group `{s}` in /etc/group"))
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -99,26 +141,8 @@ pub fn hostname() -> String {
 }
 
 pub fn run(args: AgentArgs) -> Result<Outcome> {
-    let token = match (&args.token, &args.token_file) {
-        (_, Some(f)) => {
-            let t = std::fs::read_to_string(f)
-                .with_context(|| format!("cannot read --token-file {}", f.display()))?
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string();
-            if t.is_empty() {
-                bail!(
-                    "--token-file {}: its first line is empty (the token goes there)",
-                    f.display()
-                );
-            }
-            t
-        }
-        (Some(t), None) => t.clone(),
-        (None, None) => String::new(),
-    };
+    let token =
+        super::token::token(args.token.as_deref(), args.token_file.as_deref())?.unwrap_or_default();
     let node = args.node.clone().unwrap_or_else(hostname);
     let spool = args
         .spool
@@ -130,10 +154,18 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
     let fwd = Arc::new(
         Forwarder::start(cfg).with_context(|| format!("cannot open spool {}", spool.display()))?,
     );
-    let receiver = Receiver::start(
-        args.socket_dir.as_deref(),
-        fwd.clone() as Arc<dyn FrameSink>,
-    )
+    let sink = fwd.clone() as Arc<dyn FrameSink>;
+    let receiver = match &args.socket {
+        Some(path) => Receiver::start_at(
+            path,
+            SocketAccess {
+                mode: args.socket_mode,
+                group: args.socket_group,
+            },
+            sink,
+        ),
+        None => Receiver::start(args.socket_dir.as_deref(), sink),
+    }
     .context("cannot start the shim receiver")?;
     // SAFETY: installing a handler that only stores to an atomic.
     unsafe {
@@ -213,7 +245,19 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_host_port;
+    use super::{parse_group, parse_host_port, parse_mode};
+
+    #[test]
+    fn socket_modes_and_groups() {
+        assert_eq!(parse_mode("0660"), Ok(0o660));
+        assert_eq!(parse_mode("666"), Ok(0o666));
+        for bad in ["0400", "0o1777", "rw", "0999"] {
+            assert!(parse_mode(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_group("10001"), Ok(10001));
+        assert_eq!(parse_group("root"), Ok(0));
+        assert!(parse_group("no-such-group-here").is_err());
+    }
 
     #[test]
     fn daemon_addresses_are_host_and_port() {

@@ -598,7 +598,7 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
                 .map(|f| ("XLA_CLIENT_MEM_FRACTION".to_string(), f.to_string()))
                 .into_iter()
                 .collect();
-            let ev = super::diagnose::load_evidence(&files, args.xla_dump.as_deref(), &env)?;
+            let ev = super::diagnose::load_evidence(&files, args.xla_dump.as_slice(), &env)?;
             Some(memwatch_analysis::doctor::diagnose(&ev))
         }
         None => None,

@@ -115,6 +115,7 @@ fn records(steps: &[Step]) -> Vec<(usize, Record)> {
             shim_version: "test".into(),
             hostname: "h".into(),
             argv: vec![format!("prog{pid}")],
+            pid_ns: None,
         })
     };
     let mut out: Vec<(usize, Record)> = (10..13).map(|pid| (0, start(pid, BASE))).collect();

@@ -47,6 +47,7 @@ pub mod run_stderr;
 pub mod runtime;
 pub mod serve;
 pub mod store_target;
+pub mod token;
 pub mod xla;
 
 use std::process::ExitCode;

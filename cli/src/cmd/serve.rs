@@ -16,12 +16,14 @@ Examples:
   memwatch serve                                   # ./memwatch.db, API on 127.0.0.1:7373
   memwatch serve --db /var/lib/memwatch/mw.db --retain-raw-days 14
   MEMWATCH_TOKEN=s3cret memwatch serve --listen 0.0.0.0:7373 --ingest 0.0.0.0:7374
+  memwatch serve --token-file /etc/memwatch/token --listen 0.0.0.0:7373 --ingest 0.0.0.0:7374
   memwatch serve --db postgres://memwatch@dbhost/memwatch
 
 Agents (`memwatch agent --daemon HOST:7374`) stream to --ingest over TCP; tools POST
 captures to /api/ingest. Query: /api/runs, /api/runs/ID/timeline?device=0&points=2000,
 /api/runs/ID/peak, /api/openapi.json; Prometheus: /metrics. Listening on anything other
-than loopback requires a token (--token or MEMWATCH_TOKEN); clients send it as
+than loopback requires a token (--token, MEMWATCH_TOKEN or --token-file FILE, its first
+line); clients send it as
 `Authorization: Bearer TOKEN` (HTTP) or in the agent hello (TCP).";
 
 /// Arguments of `memwatch serve`.
@@ -40,12 +42,16 @@ pub struct ServeArgs {
     /// Bearer token required from clients (mandatory when not on loopback).
     #[arg(long, env = "MEMWATCH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// File whose first line is the token (instead of --token; e.g. a container secret).
+    #[arg(long, value_name = "FILE", env = "MEMWATCH_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// Delete raw events after this many days (timelines, peaks and incidents stay).
     #[arg(long, value_name = "DAYS")]
     pub retain_raw_days: Option<f64>,
-    /// Largest HTTP request body accepted, in MiB.
-    #[arg(long, default_value_t = 256)]
-    pub max_body_mib: usize,
+    /// Largest HTTP request body accepted, in MiB (XLA documents; captures are sent in
+    /// batches). Request bodies being read count against the daemon's memory bound.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub max_body_mib: u64,
 }
 
 pub fn init_logging() {
@@ -64,11 +70,11 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
     let mut cfg = memwatch_daemon::ServeConfig::new(args.db.clone());
     cfg.listen = args.listen;
     cfg.ingest = args.ingest;
-    cfg.token = args.token.filter(|t| !t.is_empty());
+    cfg.token = super::token::token(args.token.as_deref(), args.token_file.as_deref())?;
     cfg.retain_raw = args
         .retain_raw_days
         .map(|d| Duration::from_secs_f64((d * 86400.0).max(0.0)));
-    cfg.max_body_bytes = args.max_body_mib.max(1) << 20;
+    cfg.max_body_bytes = (args.max_body_mib as usize) << 20;
     if !args.db.contains("://") && !args.db.starts_with("sqlite:") {
         let p = PathBuf::from(&args.db);
         if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {

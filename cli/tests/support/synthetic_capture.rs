@@ -15,6 +15,7 @@ pub fn capture(path: &Path, second_alloc: u64) {
         shim_version: "test".into(),
         hostname: "h".into(),
         argv: vec!["python".into(), "train.py".into()],
+        pid_ns: None,
     });
     let ev = |t: u64, kind: EventKind, api: Api, ptr: u64, size: u64| Event {
         ts_ns: 1_000 + t,

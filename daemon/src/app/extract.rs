@@ -6,10 +6,13 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use serde::de::DeserializeOwned;
 
 use super::error::AppError;
+use super::state::AppState;
+use crate::ingest::budget::Charge;
 
 fn reject(rejection: impl IntoResponse + std::fmt::Display) -> AppError {
     let text = rejection.to_string();
@@ -44,16 +47,32 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T>
     }
 }
 
-/// The whole request body, rejecting with an [`AppError`] (413 over the body limit).
-pub(crate) struct Body(pub Bytes);
+/// The whole request body, rejecting with an [`AppError`] (413 over the body limit; 503
+/// when the memory budget has no room for it within its wait limit). The body's bytes
+/// are charged to the budget's raw pool (its `Content-Length`, else the pool's size,
+/// which is at least the body limit) until the handler drops it.
+pub(crate) struct Body(pub Bytes, pub Charge);
 
-impl<S: Send + Sync> FromRequest<S> for Body {
+impl FromRequest<AppState> for Body {
     type Rejection = AppError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, AppError> {
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, AppError> {
+        let budget = state.writer.budget();
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        let want = declared
+            .unwrap_or(budget.limits().raw_bytes)
+            .min(budget.limits().raw_bytes);
+        let charge = budget
+            .raw_within_limit("a request body", want)
+            .await
+            .map_err(|e| AppError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
         Bytes::from_request(req, state)
             .await
-            .map(Self)
+            .map(|b| Self(b, charge))
             .map_err(reject)
     }
 }

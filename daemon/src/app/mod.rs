@@ -1,5 +1,5 @@
 //! The HTTP face of the daemon: the router (each feature's routes merged), the
-//! bearer-token check, the request size limit, the one error type ([`error`]) and its
+//! bearer-token check, the security headers of every answer, the request size limit, the one error type ([`error`]) and its
 //! extractors ([`extract`]), page rendering helpers ([`page`]), sign-in for browsers
 //! (`login`), `/api/openapi.json` (`openapi`), `/metrics` and the static CSS/JS
 //! (`web/static/`, compiled in). Features import only the leaf modules `state`, `error`,
@@ -22,6 +22,11 @@ use axum::{Json, Router};
 use error::AppError;
 pub use state::AppState;
 
+/// The largest request body (`router`'s `max_body_bytes`), for handlers that read a body
+/// as a stream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyLimit(pub usize);
+
 /// Builds the router; `max_body_bytes` limits request bodies (HTTP ingest, XLA dumps).
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     Router::new()
@@ -41,8 +46,10 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/static/memwatch.css", get(css))
         .route("/static/memwatch.js", get(js))
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::Extension(BodyLimit(max_body_bytes)))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn(error::answer_errors))
+        .layer(middleware::from_fn(security_headers))
         .with_state(state)
 }
 
@@ -59,7 +66,7 @@ async fn auth(
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(bearer_token);
         let ok = bearer.is_some_and(|g| login::token_matches(g, want))
             || login::cookie_token(&headers)
                 .is_some_and(|c| login::token_matches(c, &login::cookie_value(want)));
@@ -81,6 +88,40 @@ async fn auth(
         }
     }
     next.run(req).await
+}
+
+/// The token of an `Authorization: Bearer TOKEN` value; the scheme's case does not
+/// matter (RFC 9110 §11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
+}
+
+/// What every answer carries: no script, style, image or connection from elsewhere, no
+/// framing by another page, no content-type guessing. Inline `style` attributes (the
+/// templates' and the charts' SVG) are allowed; scripts only from `/static/`.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+async fn security_headers(req: Request, next: Next) -> Response {
+    let mut res = next.run(req).await;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::X_FRAME_OPTIONS,
+        header::HeaderValue::from_static("DENY"),
+    );
+    res
 }
 
 async fn openapi_doc() -> Json<serde_json::Value> {

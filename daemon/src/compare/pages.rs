@@ -99,7 +99,9 @@ pub(super) async fn compare(
     let (Some(ra), Some(rb)) = (run_lite(&st.store, a).await?, run_lite(&st.store, b).await?)
     else {
         page.message = format!("Run #{a} or #{b} does not exist.");
-        return html(&page);
+        let mut res = html(&page)?;
+        *res.status_mut() = axum::http::StatusCode::NOT_FOUND;
+        return Ok(res);
     };
     // Alignment: shift each run so that its marker (or its start) lands at `at`.
     let (ma, mb) = match &marker {

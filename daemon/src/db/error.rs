@@ -36,3 +36,22 @@ pub enum StoreError {
     #[error("database {db}: {what}")]
     Lock { db: String, what: String },
 }
+
+impl StoreError {
+    /// Whether the database refused for now because another connection or process holds
+    /// a lock (SQLite `SQLITE_BUSY`/`SQLITE_LOCKED` and their extended codes such as
+    /// `SQLITE_BUSY_SNAPSHOT`; PostgreSQL serialization failure, deadlock, lock not
+    /// available): trying again later can work.
+    pub fn is_busy(&self) -> bool {
+        let StoreError::Sql(sqlx::Error::Database(db)) = self else {
+            return false;
+        };
+        let code = db.code();
+        let code = code.as_deref().unwrap_or("");
+        if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+            // The primary result code is the low byte of an extended one.
+            return code.parse::<i64>().is_ok_and(|n| matches!(n & 0xff, 5 | 6));
+        }
+        matches!(code, "40001" | "40P01" | "55P03")
+    }
+}

@@ -17,7 +17,7 @@ mod writer_lock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Executor};
+use sqlx::{AnyConnection, AnyPool, Connection, Executor};
 
 pub use error::StoreError;
 pub use open::check_sqlite_header;
@@ -37,6 +37,8 @@ pub struct Store {
     pub pool: AnyPool,
     pub backend: Backend,
     pub(crate) checkpoint_locks: locks::KeyedLocks,
+    /// The sqlx URL (for the last checkpoint of a SQLite file, on its own connection).
+    url: std::sync::Arc<str>,
 }
 
 static MIGRATOR_SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -109,21 +111,35 @@ impl Store {
             pool,
             backend,
             checkpoint_locks: locks::KeyedLocks::default(),
+            url: url.into(),
         })
     }
 }
 
 impl Store {
-    /// Closes the pool; SQLite first copies its write-ahead log into the database file
+    /// Closes the pool; then SQLite copies its write-ahead log into the database file
     /// and empties it, so the `.db` file alone holds everything (a copied or attached
     /// `.db` without its `-wal` would otherwise look empty). Call before a command exits.
+    ///
+    /// The pool closes first: it waits until every connection is back (a transaction in
+    /// progress, e.g. the checkpointer's, ends first) and refuses new ones, so nothing of
+    /// this store can write after the log is folded in, which happens on a connection of
+    /// its own.
     pub async fn close(&self) -> Result<(), StoreError> {
-        if self.backend == Backend::Sqlite {
-            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                .execute(&self.pool)
-                .await?;
-        }
         self.pool.close().await;
+        if self.backend == Backend::Sqlite {
+            let mut conn =
+                AnyConnection::connect(&self.url)
+                    .await
+                    .map_err(|source| StoreError::Connect {
+                        url: redact(&self.url),
+                        source,
+                    })?;
+            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&mut conn)
+                .await?;
+            conn.close().await?;
+        }
         Ok(())
     }
 

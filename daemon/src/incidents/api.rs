@@ -38,7 +38,7 @@ pub(super) async fn store_diagnosis(
     State(st): State<AppState>,
     Path(id): Path<i64>,
     Query(q): Query<DiagnosisQ>,
-    Body(body): Body,
+    Body(body, _charge): Body,
 ) -> Result<Response, AppError> {
     let doc: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| AppError::bad(format!("body is not JSON: {e}")))?;

@@ -1,36 +1,48 @@
 //! Ingest: turns batches of wire records into rows, one transaction per group of batches.
 //!
 //! Owns idempotency (a batch whose (node, stream, seq) was committed before is
-//! acknowledged and skipped), run creation, and the commit of each record kind:
+//! acknowledged and skipped; one that does not follow the stream's stored batches is
+//! refused: `sequence`), retrying a commit the database refused for now (another writer
+//! holds its lock), run creation, and the commit of each record kind:
 //! `records` (process start/end, dropped counters, device info and samples, markers),
 //! `pjrt` (PJRT executables, executions, buffers, allocator samples), and the events,
 //! applied to each run's in-memory state (`run_state`, live bytes, peaks, `rollup`
 //! buckets, event chunks) and written by `write`. The agents' TCP listener (`tcp`), the
-//! HTTP ingest endpoints (`http`) and the single writer task (`writer`) feed it. The
-//! [`Ingestor`] is used by exactly one task (the daemon's writer, or `memwatch import
-//! --db`); after a failed transaction it forgets its in-memory state and rebuilds it from
-//! the database.
+//! HTTP ingest endpoints (`http`) and the single writer task (`writer`) feed it, within
+//! the memory budget of received data (`budget`). The [`Ingestor`] is used by exactly one
+//! task (the daemon's writer, or `memwatch import --db`); after a failed transaction it
+//! forgets its in-memory state and rebuilds it from the database. A run's in-memory state
+//! is given back once the run is finished (every process ended) and quiet for
+//! [`RunEviction::finished`], or quiet for [`RunEviction::idle`]; a batch for it later
+//! rebuilds it from its stored chunks.
 
+pub mod budget;
 pub(crate) mod http;
 mod pjrt;
 mod records;
 pub mod rollup;
 mod run_state;
+mod sequence;
 mod tcp;
 mod write;
 mod writer;
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use memwatch_wire::{Event, Record};
 use sqlx::{Any, Transaction};
 
-pub(crate) use tcp::{serve_ingest, TcpConfig};
-pub use writer::{spawn_writer, Reply, WriterHandle};
+pub use budget::{Budget, IngestLimits};
+pub use sequence::Sequencing;
+pub(crate) use tcp::serve_ingest;
+pub use tcp::TcpConfig;
+pub use writer::{spawn_writer, NotStored, Reply, WriterHandle};
 
 use crate::db::images::StoredImages;
 use crate::db::{chunk, now_unix_ns, Store, StoreError};
 use run_state::RunState;
+use sequence::{verdict, FailedStreams, Verdict};
 use write::{flush_run, take_ready, write_ready, Ready, APPLY_SLICE};
 
 /// Run key used when a batch carries events but no run key.
@@ -57,18 +69,80 @@ pub struct BatchOutcome {
     pub events: u64,
     /// The run the batch's events went to, if any.
     pub run_id: Option<i64>,
+    /// Not stored and not to be acknowledged: why, and where to resend from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
+
+impl BatchOutcome {
+    fn skipped(b: &Batch, refused: Option<String>) -> Self {
+        Self {
+            stream: b.stream,
+            seq: b.seq,
+            duplicate: refused.is_none(),
+            events: 0,
+            run_id: None,
+            refused,
+        }
+    }
+}
+
+/// How long a commit the database refuses because another connection or process holds
+/// its lock is retried (each try waits up to the pool's busy timeout first).
+pub const DEFAULT_BUSY_RETRY: Duration = Duration::from_secs(60);
 
 /// The single writer. See the module docs.
 pub struct Ingestor {
     store: Store,
     nodes: HashMap<String, i64>,
-    streams: HashMap<(i64, u64), u64>,
+    /// Last stored batch of each (node, stream) read so far; `None`: none stored.
+    streams: HashMap<(i64, u64), Option<u64>>,
     run_ids: HashMap<(i64, String), i64>,
     runs: HashMap<i64, RunState>,
+    failed: FailedStreams,
+    busy_retry: Duration,
+    eviction: RunEviction,
+    last_eviction: Instant,
+}
+
+/// When a run's in-memory state (its live allocations, open rollup buckets) is given
+/// back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunEviction {
+    /// Every process of the run ended, and no batch came for this long.
+    pub finished: Duration,
+    /// No batch came for this long (a later batch pays for replaying the run's chunks).
+    pub idle: Duration,
+}
+
+impl Default for RunEviction {
+    fn default() -> Self {
+        Self {
+            finished: Duration::from_secs(5),
+            idle: Duration::from_secs(600),
+        }
+    }
 }
 
 type Tx = Transaction<'static, Any>;
+
+/// The earliest monotonic time among a batch's process starts and the records of a run
+/// (events, markers, drops, process ends): where a run the batch creates starts.
+fn earliest_ts(records: &[Record]) -> Option<u64> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::ProcessStart(p) => Some(p.mono_anchor_ns),
+            Record::Events(evs) => evs.iter().map(|e| e.ts_ns).min(),
+            Record::Marker(m) => Some(m.ts_ns),
+            Record::Dropped(d) => Some(d.ts_ns),
+            Record::ProcessEnd(pe) => Some(pe.ts_ns),
+            Record::PjrtExecutable(x) => Some(x.ts_ns),
+            Record::PjrtMemoryStats(s) => Some(s.ts_ns),
+            _ => None,
+        })
+        .min()
+}
 
 /// What a commit applies to run state, in arrival order.
 #[derive(Clone, Copy)]
@@ -93,11 +167,12 @@ struct ChunkEvents {
     events: Vec<u8>,
 }
 
-/// A process's dropped-events counter (restart rebuild).
+/// A process's dropped-events counter and whether it ended (restart rebuild).
 #[derive(sqlx::FromRow)]
 struct ProcessDropped {
     pid: i64,
     dropped_events: i64,
+    end_ts_ns: Option<i64>,
 }
 
 impl Ingestor {
@@ -108,7 +183,56 @@ impl Ingestor {
             streams: HashMap::new(),
             run_ids: HashMap::new(),
             runs: HashMap::new(),
+            failed: FailedStreams::default(),
+            busy_retry: DEFAULT_BUSY_RETRY,
+            eviction: RunEviction::default(),
+            last_eviction: Instant::now(),
         }
+    }
+
+    /// When runs leave memory ([`RunEviction::default`]).
+    pub fn with_eviction(mut self, e: RunEviction) -> Self {
+        self.eviction = e;
+        self
+    }
+
+    /// Runs whose state is held in memory.
+    pub fn runs_in_memory(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Gives back the memory of finished and idle runs (see [`RunEviction`]); looks at
+    /// most once a second. Call between commits.
+    pub fn evict_idle_runs(&mut self) {
+        if self.last_eviction.elapsed() < Duration::from_secs(1).min(self.eviction.finished) {
+            return;
+        }
+        self.last_eviction = Instant::now();
+        let e = self.eviction;
+        let before = self.runs.len();
+        self.runs.retain(|_, st| {
+            let quiet = st.touched.elapsed();
+            !(quiet >= e.idle || (st.running.is_empty() && quiet >= e.finished))
+        });
+        if self.runs.len() == before {
+            return;
+        }
+        let runs = &self.runs;
+        self.run_ids.retain(|_, id| runs.contains_key(id));
+        tracing::debug!("{} runs left memory", before - self.runs.len());
+        // Freed blocks stay in the process up to glibc's trim threshold otherwise.
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free heap memory to the kernel.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+
+    /// How long a commit refused by a busy database is retried before it fails
+    /// ([`DEFAULT_BUSY_RETRY`]; zero: one try).
+    pub fn with_busy_retry(mut self, d: Duration) -> Self {
+        self.busy_retry = d;
+        self
     }
 
     pub fn store(&self) -> &Store {
@@ -131,13 +255,76 @@ impl Ingestor {
     }
 
     /// Stores `batches` in one transaction; outcomes in the same order. Acknowledge a
-    /// batch only after this returned `Ok`.
+    /// batch only after this returned `Ok`, and only when its outcome is not `refused`.
+    /// Numbered batches follow [`Sequencing::Increasing`] (`memwatch import`).
     pub async fn commit(&mut self, batches: Vec<Batch>) -> Result<Vec<BatchOutcome>, StoreError> {
-        let mut tx = self.store.pool.begin().await?;
+        let batches: Vec<(Batch, Sequencing)> = batches
+            .into_iter()
+            .map(|b| (b, Sequencing::Increasing))
+            .collect();
+        self.commit_checked(&batches).await
+    }
+
+    /// [`Ingestor::commit`] with each batch's numbering rule. A database busy with
+    /// another writer is retried with growing pauses for the busy-retry time; a commit
+    /// that fails in the end fails every later batch of its streams until the first
+    /// failed one is stored.
+    pub async fn commit_checked(
+        &mut self,
+        batches: &[(Batch, Sequencing)],
+    ) -> Result<Vec<BatchOutcome>, StoreError> {
+        let deadline = Instant::now() + self.busy_retry;
+        let mut pause = Duration::from_millis(20);
+        let mut tries = 1u32;
+        loop {
+            match self.try_commit(batches).await {
+                Ok(outcomes) => {
+                    for (b, _) in batches.iter().filter(|(b, _)| b.seq != 0) {
+                        if let Some(Some(last)) = self
+                            .nodes
+                            .get(&b.node)
+                            .and_then(|n| self.streams.get(&(*n, b.stream)))
+                        {
+                            self.failed.stored_through(&b.node, b.stream, *last);
+                        }
+                    }
+                    if tries > 1 {
+                        tracing::info!("commit stored after {tries} tries (the database was busy)");
+                    }
+                    return Ok(outcomes);
+                }
+                Err(e) if e.is_busy() && Instant::now() + pause < deadline => {
+                    tracing::warn!("commit try {tries}: {e}; trying again in {pause:?}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                    tries += 1;
+                }
+                Err(e) => {
+                    for (b, _) in batches.iter().filter(|(b, _)| b.seq != 0) {
+                        self.failed.failed(&b.node, b.stream, b.seq);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One transaction. SQLite takes the write lock up front (`BEGIN IMMEDIATE`): a
+    /// transaction that read first and wrote later could not wait for a lock held by
+    /// another process (`SQLITE_BUSY_SNAPSHOT` at once).
+    async fn try_commit(
+        &mut self,
+        batches: &[(Batch, Sequencing)],
+    ) -> Result<Vec<BatchOutcome>, StoreError> {
+        let mut tx = match self.store.backend {
+            crate::db::Backend::Sqlite => self.store.pool.begin_with("BEGIN IMMEDIATE").await?,
+            crate::db::Backend::Postgres => self.store.pool.begin().await?,
+        };
         match self.commit_in(&mut tx, batches).await {
             Ok((outcomes, streams)) => match tx.commit().await {
                 Ok(()) => {
-                    self.streams.extend(streams);
+                    self.streams
+                        .extend(streams.into_iter().map(|(k, v)| (k, Some(v))));
                     Ok(outcomes)
                 }
                 Err(e) => {
@@ -152,10 +339,10 @@ impl Ingestor {
         }
     }
 
-    async fn commit_in(
+    async fn commit_in<'b>(
         &mut self,
         tx: &mut Tx,
-        batches: Vec<Batch>,
+        batches: &'b [(Batch, Sequencing)],
     ) -> Result<(Vec<BatchOutcome>, HashMap<(i64, u64), u64>), StoreError> {
         let now = now_unix_ns();
         let mut pending: HashMap<(i64, u64), u64> = HashMap::new();
@@ -163,23 +350,29 @@ impl Ingestor {
         let mut touched: HashSet<i64> = HashSet::new();
         // Events to apply, in arrival order; applied after the other records (whose rows
         // do not depend on them) so that applying overlaps writing (`apply_and_write`).
-        let mut work: Vec<Work<'_>> = Vec::new();
-        for b in &batches {
+        let mut work: Vec<Work<'b>> = Vec::new();
+        for (b, rule) in batches {
             let node_id = self.node_id(tx, &b.node, now).await?;
             if b.seq != 0 {
                 let last = match pending.get(&(node_id, b.stream)) {
-                    Some(s) => *s,
+                    Some(s) => Some(*s),
                     None => self.stream_last(tx, node_id, b.stream).await?,
                 };
-                if b.seq <= last {
-                    outcomes.push(BatchOutcome {
-                        stream: b.stream,
-                        seq: b.seq,
-                        duplicate: true,
-                        events: 0,
-                        run_id: None,
-                    });
-                    continue;
+                // Stored since it failed (earlier in this group): no longer a gap.
+                let failed = self
+                    .failed
+                    .get(&b.node, b.stream)
+                    .filter(|f| last.is_none_or(|l| l < *f));
+                match verdict(b.stream, b.seq, *rule, last, failed) {
+                    Verdict::Store => {}
+                    Verdict::Duplicate => {
+                        outcomes.push(BatchOutcome::skipped(b, None));
+                        continue;
+                    }
+                    Verdict::Refuse(why) => {
+                        outcomes.push(BatchOutcome::skipped(b, Some(why)));
+                        continue;
+                    }
                 }
             }
             let key = if b.run_key.is_empty() {
@@ -189,20 +382,20 @@ impl Ingestor {
             };
             let mut events = 0u64;
             let mut run_id = None;
+            // A run this batch creates starts at its earliest record, so that events
+            // stamped before their process's start stamp are inside the run.
+            let earliest = earliest_ts(&b.records);
             for rec in &b.records {
                 match rec {
                     Record::ProcessStart(p) => {
-                        let r = self
-                            .run_for(
-                                tx,
-                                node_id,
-                                key,
-                                p.mono_anchor_ns,
-                                p.wall_anchor_unix_ns,
-                                now,
-                            )
-                            .await?;
+                        let t0 = earliest.unwrap_or(p.mono_anchor_ns).min(p.mono_anchor_ns);
+                        // The wall clock at t0, from the stamp's pair of clocks.
+                        let wall = p.wall_anchor_unix_ns.saturating_sub(p.mono_anchor_ns - t0);
+                        let r = self.run_for(tx, node_id, key, t0, wall, now).await?;
                         run_id = Some(r);
+                        if let Some(st) = self.runs.get_mut(&r) {
+                            st.running.insert(p.pid);
+                        }
                         records::process_start(tx, r, p).await?;
                         // In arrival order with the events: a pid's next start is an
                         // exec, which releases the image before it.
@@ -215,7 +408,8 @@ impl Ingestor {
                     }
                     Record::Events(evs) => {
                         let Some(first) = evs.first() else { continue };
-                        let r = self.run_for(tx, node_id, key, first.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(first.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
                         touched.insert(r);
                         work.push(Work::Events(r, evs.as_slice()));
@@ -226,12 +420,14 @@ impl Ingestor {
                         records::device_info(tx, node_id, d).await?;
                     }
                     Record::Marker(m) => {
-                        let r = self.run_for(tx, node_id, key, m.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(m.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
                         records::marker(tx, r, m).await?;
                     }
                     Record::Dropped(d) => {
-                        let r = self.run_for(tx, node_id, key, d.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(d.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
                         touched.insert(r);
                         if let Some(st) = self.runs.get_mut(&r) {
@@ -241,8 +437,12 @@ impl Ingestor {
                         records::dropped(tx, r, d).await?;
                     }
                     Record::ProcessEnd(pe) => {
-                        let r = self.run_for(tx, node_id, key, pe.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(pe.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
+                        if let Some(st) = self.runs.get_mut(&r) {
+                            st.running.remove(&pe.pid);
+                        }
                         records::process_end(tx, r, pe).await?;
                     }
                     Record::DeviceSample(s) => {
@@ -250,12 +450,14 @@ impl Ingestor {
                     }
                     // PJRT executable / allocator-statistics frames: `pjrt`.
                     Record::PjrtExecutable(x) => {
-                        let r = self.run_for(tx, node_id, key, x.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(x.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
                         pjrt::store_executable(tx, r, x).await?;
                     }
                     Record::PjrtMemoryStats(s) => {
-                        let r = self.run_for(tx, node_id, key, s.ts_ns, 0, now).await?;
+                        let t0 = earliest.unwrap_or(s.ts_ns);
+                        let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
                         pjrt::store_memory_stats(tx, r, s).await?;
                     }
@@ -282,6 +484,7 @@ impl Ingestor {
                 duplicate: false,
                 events,
                 run_id,
+                refused: None,
             });
         }
         let execs = self.apply_and_write(tx, &work, now).await?;
@@ -316,7 +519,7 @@ impl Ingestor {
         tx: &mut Tx,
         node: i64,
         stream: u64,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<Option<u64>, StoreError> {
         if let Some(s) = self.streams.get(&(node, stream)) {
             return Ok(*s);
         }
@@ -327,7 +530,7 @@ impl Ingestor {
         .bind(stream as i64)
         .fetch_optional(&mut **tx)
         .await?;
-        let last = last.map_or(0, |l| l as u64);
+        let last = last.map(|l| l as u64);
         self.streams.insert((node, stream), last);
         Ok(last)
     }
@@ -344,7 +547,8 @@ impl Ingestor {
         now: i64,
     ) -> Result<i64, StoreError> {
         if let Some(id) = self.run_ids.get(&(node, key.to_string())) {
-            if self.runs.contains_key(id) {
+            if let Some(st) = self.runs.get_mut(id) {
+                st.touched = Instant::now();
                 return Ok(*id);
             }
         }
@@ -388,11 +592,12 @@ impl Ingestor {
     /// device, are released too).
     async fn rebuild(&mut self, tx: &mut Tx, run: i64, t0: u64) -> Result<RunState, StoreError> {
         let mut st = RunState::new(run, t0);
-        let procs: Vec<ProcessDropped> =
-            sqlx::query_as("SELECT pid, dropped_events FROM processes WHERE run_id = $1")
-                .bind(run)
-                .fetch_all(&mut **tx)
-                .await?;
+        let procs: Vec<ProcessDropped> = sqlx::query_as(
+            "SELECT pid, dropped_events, end_ts_ns FROM processes WHERE run_id = $1",
+        )
+        .bind(run)
+        .fetch_all(&mut **tx)
+        .await?;
         for p in &procs {
             st.replay_announce(p.pid as u32);
         }
@@ -435,6 +640,9 @@ impl Ingestor {
         }
         for p in procs {
             st.dropped.insert(p.pid as u32, p.dropped_events as u64);
+            if p.end_ts_ns.is_none() {
+                st.running.insert(p.pid as u32);
+            }
         }
         for d in st.devices.values_mut() {
             d.dirty = false;

@@ -9,7 +9,8 @@
 //! which releases what that image held. Everything else is stored but changes nothing.
 //! It does no I/O: `ingest` loads and stores it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Instant;
 
 use foldhash::HashMap as FastMap;
 
@@ -102,6 +103,10 @@ pub struct RunState {
     /// Releases of allocations by events of another device, not yet stored.
     pub releases: Vec<Release>,
     pub dirty: bool,
+    /// Pids that started and have not ended: none left means the run is finished.
+    pub running: HashSet<u32>,
+    /// When a batch last had records for this run (memory is given back after a while).
+    pub touched: Instant,
 }
 
 impl RunState {
@@ -120,6 +125,8 @@ impl RunState {
             incidents: Vec::new(),
             releases: Vec::new(),
             dirty: false,
+            running: HashSet::new(),
+            touched: Instant::now(),
         }
     }
 

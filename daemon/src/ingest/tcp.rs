@@ -6,6 +6,14 @@
 //! closes that one connection with an error message to the peer and a logged reason;
 //! other connections and stored data are untouched. Acknowledgements are written in
 //! order, each only after the writer committed the batch.
+//!
+//! Also owns what a connection may hold: at most [`TcpConfig::max_connections`] at once
+//! (more are refused at once); a batch's body is read into a buffer that grows as its
+//! bytes arrive, after its size was charged to the raw pool of the memory budget, and is
+//! charged its decoded size (an upper bound from the frame headers) before it is
+//! decoded; a connection has at most [`TcpConfig::window`] batches unacknowledged; one
+//! that sends nothing for [`TcpConfig::idle_timeout`] between batches, or stalls inside a
+//! batch for [`TcpConfig::read_timeout`], is closed.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -17,16 +25,18 @@ use memwatch_wire::ingest::{
     decode_frames_strict, encode_ack, encode_error, BATCH_MAGIC, HELLO_MAGIC,
 };
 use memwatch_wire::PREAMBLE_LEN;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::{timeout, timeout_at, Instant};
 
+use super::budget::{decoded_bound, ClientBudget};
 use super::writer::{Reply, WriterHandle};
-use super::Batch;
+use super::{Batch, Sequencing};
 use crate::metrics::Metrics;
 
 /// Limits and credentials of the listener.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct TcpConfig {
     pub token: Option<String>,
     pub max_batch_bytes: u32,
@@ -34,6 +44,14 @@ pub struct TcpConfig {
     pub window: usize,
     /// How long a peer may take to send its hello.
     pub hello_timeout: Duration,
+    /// How long a connection may send nothing between batches (an agent with nothing to
+    /// send reconnects when it has).
+    pub idle_timeout: Duration,
+    /// How long a read inside a batch may wait for bytes; a whole batch must also arrive
+    /// at one MiB/s or faster after that.
+    pub read_timeout: Duration,
+    /// Connections open at once; more are refused.
+    pub max_connections: usize,
 }
 
 impl Default for TcpConfig {
@@ -43,9 +61,16 @@ impl Default for TcpConfig {
             max_batch_bytes: memwatch_wire::ingest::DEFAULT_MAX_BATCH_BYTES,
             window: 64,
             hello_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            read_timeout: Duration::from_secs(30),
+            max_connections: 256,
         }
     }
 }
+
+/// Size of a connection's read buffer (headers and small reads; bodies are read into
+/// their own buffer).
+const READ_BUFFER: usize = 64 << 10;
 
 /// Why a connection was closed.
 #[derive(Debug, thiserror::Error)]
@@ -74,8 +99,9 @@ pub async fn serve_ingest(
     metrics: Arc<Metrics>,
     cfg: TcpConfig,
 ) {
+    let open = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
     loop {
-        let (sock, peer) = match listener.accept().await {
+        let (mut sock, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!("ingest accept failed: {e}");
@@ -84,7 +110,19 @@ pub async fn serve_ingest(
             }
         };
         let _ = sock.set_nodelay(true);
-        let writer = writer.clone();
+        let Ok(slot) = open.clone().try_acquire_owned() else {
+            Metrics::add(&metrics.connections_rejected_total, 1);
+            tracing::warn!(%peer, "refusing an ingest connection: {} open", cfg.max_connections);
+            let msg = encode_error(&format!(
+                "too many connections ({} open); try again later",
+                cfg.max_connections
+            ));
+            tokio::spawn(async move {
+                let _ = timeout(Duration::from_secs(1), sock.write_all(&msg)).await;
+            });
+            continue;
+        };
+        let writer = writer.lane();
         let metrics = metrics.clone();
         let cfg = cfg.clone();
         tokio::spawn(async move {
@@ -92,6 +130,7 @@ pub async fn serve_ingest(
             metrics.connections_open.fetch_add(1, Ordering::Relaxed);
             handle(sock, peer, writer, metrics.clone(), cfg).await;
             metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
+            drop(slot);
         });
     }
 }
@@ -104,7 +143,7 @@ async fn handle(
     cfg: TcpConfig,
 ) {
     let (rd, mut wr) = sock.into_split();
-    let mut rd = BufReader::with_capacity(1 << 20, rd);
+    let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
     let (ack_tx, mut ack_rx) =
         mpsc::channel::<(u64, u64, oneshot::Receiver<Reply>)>(cfg.window.max(1));
     // Acks go out in order; a failed commit is reported and ends the connection.
@@ -118,7 +157,7 @@ async fn handle(
                     }
                 }
                 Ok(Err(e)) => {
-                    let _ = fail_tx.send(format!("storage failed: {e}")).await;
+                    let _ = fail_tx.send(e.to_string()).await;
                     return wr;
                 }
                 Err(_) => {
@@ -143,13 +182,65 @@ async fn handle(
         Err(e) => {
             Metrics::add(&metrics.connections_rejected_total, 1);
             tracing::warn!(%peer, "closing ingest connection: {e}");
-            let _ = wr.write_all(&encode_error(&e.to_string())).await;
+            let _ = timeout(
+                Duration::from_secs(1),
+                wr.write_all(&encode_error(&e.to_string())),
+            )
+            .await;
         }
     }
-    let _ = wr.shutdown().await;
+    let _ = timeout(Duration::from_secs(1), wr.shutdown()).await;
 }
 
-async fn read_loop<R: AsyncRead + Unpin>(
+/// `what` must finish within `limit`.
+async fn within<T>(
+    limit: Duration,
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, ConnError>>,
+) -> Result<T, ConnError> {
+    timeout(limit, f).await.map_err(|_| {
+        proto(format!(
+            "{what}: nothing received for {} s",
+            limit.as_secs()
+        ))
+    })?
+}
+
+/// Reads `n` bytes into a buffer that grows as they arrive (a header that claims a large
+/// batch and sends nothing costs nothing), each read within `read_timeout`, all by
+/// `deadline`.
+async fn read_body<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    n: usize,
+    read_timeout: Duration,
+    deadline: Instant,
+) -> Result<Vec<u8>, ConnError> {
+    const STEP: usize = 1 << 20;
+    let mut buf: Vec<u8> = Vec::with_capacity(n.min(STEP));
+    while buf.len() < n {
+        if buf.len() == buf.capacity() {
+            buf.reserve_exact((n - buf.len()).min(buf.capacity().max(STEP)));
+        }
+        let room = (buf.capacity() - buf.len()).min(n - buf.len());
+        let mut limited = (&mut *rd).take(room as u64);
+        let read = limited.read_buf(&mut buf);
+        let got = timeout_at(deadline, timeout(read_timeout, read))
+            .await
+            .map_err(|_| proto(format!("a batch of {n} bytes arrived too slowly")))?
+            .map_err(|_| {
+                proto(format!(
+                    "a batch stalled: nothing received for {} s",
+                    read_timeout.as_secs()
+                ))
+            })??;
+        if got == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+    }
+    Ok(buf)
+}
+
+async fn read_loop<R: AsyncBufRead + Unpin>(
     rd: &mut R,
     peer: SocketAddr,
     writer: &WriterHandle,
@@ -170,7 +261,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         decode_preamble(&pre).map_err(|e| proto(e.to_string()))?;
         Ok::<_, ConnError>((token, node))
     };
-    let (token, node) = tokio::time::timeout(cfg.hello_timeout, hello)
+    let (token, node) = timeout(cfg.hello_timeout, hello)
         .await
         .map_err(|_| proto("no hello within the time limit"))??;
     if let Some(want) = &cfg.token {
@@ -182,47 +273,75 @@ async fn read_loop<R: AsyncRead + Unpin>(
         return Err(proto("empty node name"));
     }
     tracing::info!(%peer, %node, "agent connected");
-    // One receive buffer per connection, reused: a fresh multi-MiB allocation per batch
-    // cost a page fault per 4 KiB.
-    let mut frames: Vec<u8> = Vec::new();
+    let budget: ClientBudget = writer.budget().client();
     loop {
         let mut magic = [0u8; 4];
-        match rd.read_exact(&mut magic).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e.into()),
+        match timeout(cfg.idle_timeout, rd.read_exact(&mut magic)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => {
+                return Err(proto(format!(
+                    "idle for {} s; closing (reconnect to send more)",
+                    cfg.idle_timeout.as_secs()
+                )))
+            }
         }
         if magic != BATCH_MAGIC {
             return Err(proto(format!(
                 "garbage where a batch should start: {magic:02x?}"
             )));
         }
-        let stream = rd.read_u64_le().await?;
-        let seq = rd.read_u64_le().await?;
-        let run_key = read_str(rd, "run key").await?;
-        let nbytes = rd.read_u32_le().await?;
+        let (stream, seq, run_key, nbytes) = within(cfg.read_timeout, "a batch header", async {
+            let stream = rd.read_u64_le().await?;
+            let seq = rd.read_u64_le().await?;
+            let run_key = read_str(rd, "run key").await?;
+            let nbytes = rd.read_u32_le().await?;
+            Ok((stream, seq, run_key, nbytes))
+        })
+        .await?;
         if nbytes > cfg.max_batch_bytes {
             return Err(proto(format!(
                 "batch of {nbytes} bytes exceeds the {} byte limit",
                 cfg.max_batch_bytes
             )));
         }
-        frames.clear();
-        frames.resize(nbytes as usize, 0);
-        rd.read_exact(&mut frames).await?;
+        let nbytes = nbytes as usize;
+        // A header alone holds no memory: the body's size is charged once its first
+        // bytes are here.
+        if nbytes > 0 {
+            within(cfg.read_timeout, "a batch body", async {
+                rd.fill_buf().await.map(drop).map_err(ConnError::from)
+            })
+            .await?;
+        }
+        let raw = writer
+            .budget()
+            .raw("a batch", nbytes)
+            .await
+            .map_err(|e| proto(e.to_string()))?;
+        let deadline =
+            Instant::now() + cfg.read_timeout + Duration::from_secs((nbytes >> 20) as u64);
+        let frames = read_body(rd, nbytes, cfg.read_timeout, deadline).await?;
         Metrics::add(&metrics.frame_bytes_total, nbytes as u64);
+        let decoded = budget
+            .decoded(decoded_bound(&frames))
+            .await
+            .map_err(|e| proto(format!("stream {stream} batch {seq}: {e}")))?;
         let records = decode_frames_strict(&frames)
             .map_err(|e| proto(format!("stream {stream} batch {seq}: {e}")))?;
+        drop(frames);
+        drop(raw);
+        let batch = Batch {
+            node: node.clone(),
+            stream,
+            seq,
+            run_key,
+            records,
+        };
         let rx = writer
-            .submit(Batch {
-                node: node.clone(),
-                stream,
-                seq,
-                run_key,
-                records,
-            })
-            .await
-            .map_err(proto)?;
+            .submit(batch, Sequencing::Consecutive, decoded)
+            .map_err(|e| proto(e.to_string()))?;
         ack_tx
             .send((stream, seq, rx))
             .await

@@ -1,47 +1,147 @@
 //! The single writer task: receives batches from all ingest paths, commits them in
 //! groups (one transaction per group) and answers each submitter after the commit.
 //!
-//! Owns batching policy and the queue-depth metric. Storage logic lives in the
+//! Owns the queue and its fairness: every client (a TCP connection, an HTTP request) has
+//! its own lane, and a group takes one batch from each waiting lane in turn, so a client
+//! that floods waits behind its own batches, not others behind it. A group is sized to
+//! commit in about [`GROUP_TARGET`] at the rate the writer has been storing, so a batch
+//! that arrives waits at most about two groups. Also owns the queue-depth metric and the
+//! stop at shutdown (the commit in progress ends first). Storage logic lives in the
 //! [`Ingestor`].
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, Notify};
 
-use super::{Batch, BatchOutcome, Ingestor};
+use super::budget::{Budget, Charge, IngestLimits};
+use super::{Batch, BatchOutcome, Ingestor, Sequencing};
 use crate::metrics::Metrics;
 
 /// Most batches committed in one transaction.
 const MAX_GROUP: usize = 128;
 /// Most events committed in one transaction.
 const MAX_GROUP_EVENTS: usize = 2_000_000;
+/// Fewest events a group is cut to (when batches of that many are waiting).
+const MIN_GROUP_EVENTS: usize = 8_192;
+/// How long one group's commit should take.
+pub const GROUP_TARGET: Duration = Duration::from_millis(100);
 
-/// The answer to one submitted batch (an error message when the commit failed).
-pub type Reply = Result<BatchOutcome, String>;
+/// The answer to one submitted batch.
+pub type Reply = Result<BatchOutcome, NotStored>;
+
+/// Why a submitted batch was not stored (and must not be acknowledged).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotStored {
+    /// It does not follow its stream's stored batches (see `sequence`); the message says
+    /// where to resend from.
+    #[error("{0}")]
+    Refused(String),
+    /// Its transaction failed.
+    #[error("storage failed: {0}")]
+    Failed(String),
+    /// The daemon is stopping.
+    #[error("the writer has stopped")]
+    Stopped,
+}
 
 struct Job {
     batch: Batch,
+    sequencing: Sequencing,
     reply: oneshot::Sender<Reply>,
+    /// The batch's decoded bytes in the budget, given back after its commit.
+    charge: Charge,
 }
 
-/// Submits batches to the writer. Cheap to clone.
+/// The waiting batches, by lane, and the order lanes take turns in.
+#[derive(Default)]
+struct Queue {
+    lanes: HashMap<u64, VecDeque<Job>>,
+    turns: VecDeque<u64>,
+    stopped: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    ready: Notify,
+    next_lane: AtomicU64,
+}
+
+fn lock(m: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Submits batches to the writer. Cheap to clone; clones share a lane
+/// ([`WriterHandle::lane`] makes a new one).
 #[derive(Clone)]
 pub struct WriterHandle {
-    tx: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
     metrics: Arc<Metrics>,
+    budget: Budget,
+    lane: u64,
 }
 
 impl WriterHandle {
-    /// Queues a batch (waits while the queue is full); the receiver resolves after commit.
-    pub async fn submit(&self, batch: Batch) -> Result<oneshot::Receiver<Reply>, String> {
-        let (reply, rx) = oneshot::channel();
-        self.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send(Job { batch, reply }).await.is_err() {
-            self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
-            return Err("the writer has stopped".into());
+    /// A handle with a lane of its own (one per client).
+    pub fn lane(&self) -> WriterHandle {
+        WriterHandle {
+            lane: self.shared.next_lane.fetch_add(1, Ordering::Relaxed),
+            ..self.clone()
         }
+    }
+
+    /// The memory budget batches are charged to before they are queued.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// Queues a batch on this handle's lane; the receiver resolves after its commit.
+    /// `charge` (its decoded bytes) is given back after the commit.
+    pub fn submit(
+        &self,
+        batch: Batch,
+        sequencing: Sequencing,
+        charge: Charge,
+    ) -> Result<oneshot::Receiver<Reply>, NotStored> {
+        let (reply, rx) = oneshot::channel();
+        let job = Job {
+            batch,
+            sequencing,
+            reply,
+            charge,
+        };
+        {
+            let mut q = lock(&self.shared.queue);
+            if q.stopped {
+                return Err(NotStored::Stopped);
+            }
+            let lane = q.lanes.entry(self.lane).or_default();
+            if lane.is_empty() {
+                q.turns.push_back(self.lane);
+            }
+            q.lanes.entry(self.lane).or_default().push_back(job);
+        }
+        self.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
+        self.shared.ready.notify_one();
         Ok(rx)
+    }
+
+    /// Stops the writer: the commit in progress ends, waiting and later batches are
+    /// answered [`NotStored::Stopped`].
+    pub fn stop(&self) {
+        let dropped = {
+            let mut q = lock(&self.shared.queue);
+            q.stopped = true;
+            q.turns.clear();
+            std::mem::take(&mut q.lanes)
+        };
+        for job in dropped.into_values().flatten() {
+            self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+            let _ = job.reply.send(Err(NotStored::Stopped));
+        }
+        self.shared.ready.notify_one();
     }
 }
 
@@ -77,40 +177,99 @@ fn tune_allocator() {
     }
 }
 
-/// Starts the writer; it stops when every handle is dropped.
+/// Takes the next group: one batch per waiting lane in turn, until the group holds
+/// `max_events` events or [`MAX_GROUP`] batches, or nothing waits. `None` once stopped.
+fn take_group(shared: &Shared, max_events: usize) -> Option<Vec<Job>> {
+    let mut q = lock(&shared.queue);
+    if q.stopped {
+        return None;
+    }
+    let mut jobs = Vec::new();
+    let mut events = 0usize;
+    while jobs.len() < MAX_GROUP && events < max_events {
+        let Some(lane) = q.turns.pop_front() else {
+            break;
+        };
+        let Some(waiting) = q.lanes.get_mut(&lane) else {
+            continue;
+        };
+        if let Some(job) = waiting.pop_front() {
+            events += events_in(&job.batch);
+            jobs.push(job);
+        }
+        if waiting.is_empty() {
+            q.lanes.remove(&lane);
+        } else {
+            q.turns.push_back(lane);
+        }
+    }
+    Some(jobs)
+}
+
+/// Starts the writer with the memory budget `limits` for received data. It runs until
+/// [`WriterHandle::stop`].
 pub fn spawn_writer(
     mut ingestor: Ingestor,
     metrics: Arc<Metrics>,
-    queue: usize,
+    limits: IngestLimits,
 ) -> (WriterHandle, tokio::task::JoinHandle<()>) {
     tune_allocator();
-    let (tx, mut rx) = mpsc::channel::<Job>(queue.max(1));
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(Queue::default()),
+        ready: Notify::new(),
+        next_lane: AtomicU64::new(1),
+    });
     let handle = WriterHandle {
-        tx,
+        shared: shared.clone(),
         metrics: metrics.clone(),
+        budget: Budget::new(limits),
+        lane: 0,
     };
     let task = tokio::spawn(async move {
-        while let Some(first) = rx.recv().await {
-            let mut n_events = events_in(&first.batch);
-            let mut jobs = vec![first];
-            while jobs.len() < MAX_GROUP && n_events < MAX_GROUP_EVENTS {
-                match rx.try_recv() {
-                    Ok(j) => {
-                        n_events += events_in(&j.batch);
-                        jobs.push(j);
-                    }
-                    Err(_) => break,
-                }
+        // Events per second the writer has been storing (a moving average).
+        let mut rate = 0f64;
+        loop {
+            let max_events = if rate > 0.0 {
+                ((rate * GROUP_TARGET.as_secs_f64()) as usize)
+                    .clamp(MIN_GROUP_EVENTS, MAX_GROUP_EVENTS)
+            } else {
+                MIN_GROUP_EVENTS
+            };
+            let Some(jobs) = take_group(&shared, max_events) else {
+                return;
+            };
+            if jobs.is_empty() {
+                shared.ready.notified().await;
+                continue;
             }
             metrics
                 .queue_depth
                 .fetch_sub(jobs.len() as i64, Ordering::Relaxed);
-            let (batches, replies): (Vec<Batch>, Vec<_>) =
-                jobs.into_iter().map(|j| (j.batch, j.reply)).unzip();
-            match ingestor.commit(batches).await {
+            let n_events: usize = jobs.iter().map(|j| events_in(&j.batch)).sum();
+            let mut batches = Vec::with_capacity(jobs.len());
+            let mut answers = Vec::with_capacity(jobs.len());
+            for j in jobs {
+                batches.push((j.batch, j.sequencing));
+                answers.push((j.reply, j.charge));
+            }
+            let started = Instant::now();
+            let result = ingestor.commit_checked(&batches).await;
+            let took = started.elapsed().as_secs_f64().max(1e-6);
+            if n_events >= 4096 && result.is_ok() {
+                let r = n_events as f64 / took;
+                rate = if rate == 0.0 { r } else { 0.7 * rate + 0.3 * r };
+            }
+            drop(batches);
+            match result {
                 Ok(outcomes) => {
                     Metrics::add(&metrics.commits_total, 1);
-                    for (o, r) in outcomes.into_iter().zip(replies) {
+                    for (o, (r, _charge)) in outcomes.into_iter().zip(answers) {
+                        if let Some(why) = o.refused {
+                            Metrics::add(&metrics.refused_batches_total, 1);
+                            tracing::warn!("refused a batch: {why}");
+                            let _ = r.send(Err(NotStored::Refused(why)));
+                            continue;
+                        }
                         if o.duplicate {
                             Metrics::add(&metrics.duplicate_batches_total, 1);
                         } else {
@@ -123,11 +282,12 @@ pub fn spawn_writer(
                 Err(e) => {
                     Metrics::add(&metrics.commit_errors_total, 1);
                     tracing::error!("commit failed: {e}");
-                    for r in replies {
-                        let _ = r.send(Err(e.to_string()));
+                    for (r, _charge) in answers {
+                        let _ = r.send(Err(NotStored::Failed(e.to_string())));
                     }
                 }
             }
+            ingestor.evict_idle_runs();
         }
     });
     (handle, task)

@@ -23,7 +23,7 @@ pub(super) struct XlaDoc {
 pub(super) async fn attach_xla(
     State(st): State<AppState>,
     Path(id): Path<i64>,
-    Body(body): Body,
+    Body(body, _charge): Body,
 ) -> Result<Response, AppError> {
     let doc: XlaDoc = serde_json::from_slice(&body).map_err(|e| {
         AppError::bad(format!(

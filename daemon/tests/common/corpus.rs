@@ -72,7 +72,8 @@ pub fn corpus_diagnosis(scenario: &str) -> serde_json::Value {
         ..Evidence::default()
     };
     if dir.join("dump").is_dir() {
-        ev.dump = Some(DumpEvidence::read(&dir.join("dump")).unwrap());
+        ev.dumps
+            .push(DumpEvidence::read(&dir.join("dump")).unwrap());
     }
     serde_json::to_value(doctor::diagnose(&ev)).unwrap()
 }

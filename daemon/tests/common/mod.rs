@@ -1,6 +1,8 @@
 //! Test helpers: fresh databases for every backend under test, synthetic events.
 #![allow(dead_code)]
 
+pub mod child;
+pub mod client;
 pub mod corpus;
 
 use std::sync::Arc;
@@ -55,7 +57,11 @@ pub async fn dbs(name: &str) -> Dbs {
 pub async fn test_app(url: &str, token: Option<&str>, max_body: usize) -> (axum::Router, Store) {
     let store = Store::open(url).await.unwrap();
     let metrics = Arc::new(Metrics::default());
-    let (writer, _) = spawn_writer(Ingestor::new(store.clone()), metrics.clone(), 64);
+    let (writer, _) = spawn_writer(
+        Ingestor::new(store.clone()),
+        metrics.clone(),
+        memwatch_daemon::IngestLimits::default(),
+    );
     let state = AppState {
         store: store.clone(),
         writer,
@@ -96,6 +102,7 @@ pub fn start(pid: u32, t0: u64) -> Record {
         shim_version: "test".into(),
         hostname: "testhost".into(),
         argv: vec!["python".into(), "train.py".into()],
+        pid_ns: None,
     })
 }
 
@@ -157,4 +164,35 @@ pub fn exact_curve(events: &[Event], device: i32) -> Vec<(u64, i64)> {
         }
     }
     out
+}
+
+/// Every stored event of `device` in run `run`, in commit order, as (ts, ptr, size, pid):
+/// what the events endpoint pages through.
+pub async fn stored_events(store: &Store, run: i64, device: i64) -> Vec<(u64, u64, u64, u32)> {
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .events(run, device, None, None, cursor, 100_000)
+            .await
+            .unwrap()
+            .expect("the run exists");
+        out.extend(page.events.iter().map(|e| (e.ts_ns, e.ptr, e.size, e.pid)));
+        match page.next_cursor {
+            Some(c) => {
+                let (a, b) = c.split_once(':').unwrap();
+                cursor = Some((a.parse().unwrap(), b.parse().unwrap()));
+            }
+            None => return out,
+        }
+    }
+}
+
+/// The same key for events made in a test.
+pub fn event_keys(events: &[Event], device: i32) -> Vec<(u64, u64, u64, u32)> {
+    events
+        .iter()
+        .filter(|e| e.device == device)
+        .map(|e| (e.ts_ns, e.ptr, e.size, e.pid))
+        .collect()
 }

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -525,6 +526,19 @@ static void reuse_race(void) {
 /* Ending scenarios (abnormal_end): a SIGALRM handler that ends the process while the
  * main thread is inside malloc, and a thread allocating without pause. */
 static void end_by_abort(int s) { (void)s; abort(); }
+
+/* Under a file sink (MEMWATCH_SINK=file:PATH), waits up to 5 s until the shim opened it
+ * and announced the process (the file holds more than its 16-byte preamble). */
+static void wait_for_file_sink(void) {
+    const char *sink = getenv("MEMWATCH_SINK");
+    if (!sink || strncmp(sink, "file:", 5)) return;
+    for (int i = 0; i < 5000; i++) {
+        struct stat sb;
+        if (stat(sink + 5, &sb) == 0 && sb.st_size > 16) return;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
 static pthread_barrier_t end_barrier;
 static volatile int aborting;
 static void *alloc_then_abort(void *a) {
@@ -672,10 +686,14 @@ int main(int argc, char **argv) {
         _exit(3);
     } else if (!strcmp(sc, "alarm-in-malloc")) {
         /* Allocates, then abort()s from a SIGALRM handler that interrupts the program's
-         * own malloc/free loop: the shim's last pass must not need that allocator. */
+         * own malloc/free loop: the shim's last pass must not need that allocator. That
+         * holds once the sink is open (the flusher's first pass sizes its buffers and
+         * announces the process); a process ending this way before that pass ran loses
+         * its capture, since opening the sink allocates. The loop starts after it. */
         void *p = NULL; int r;
         r = T.hipMalloc(&p, 7100); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 7100, 0, 0);
         fflush(stdout);
+        wait_for_file_sink();
         signal(SIGALRM, end_by_abort);
         struct itimerval it = {{0, 0}, {0, 30000}};
         setitimer(ITIMER_REAL, &it, NULL);

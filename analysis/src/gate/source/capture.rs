@@ -88,6 +88,7 @@ mod tests {
             shim_version: "t".into(),
             hostname: "h".into(),
             argv: vec!["python".into()],
+            pid_ns: None,
         })
     }
 

@@ -1,0 +1,107 @@
+//! The daemon as a child process, for tests that kill it (SIGKILL) or measure its memory:
+//! the test binary runs itself again with `MEMWATCH_FAULT_DAEMON` set, and its test
+//! `child_daemon` (each such test file has one, calling [`serve_if_child`]) serves until
+//! killed.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use memwatch_daemon::ServeConfig;
+
+/// In the child (`MEMWATCH_FAULT_DAEMON` = database path): serves it, ingest on
+/// `MEMWATCH_FAULT_PORT` (else any port), until killed. Otherwise returns at once.
+pub fn serve_if_child() {
+    let Ok(db) = std::env::var("MEMWATCH_FAULT_DAEMON") else {
+        return;
+    };
+    let port: u16 = std::env::var("MEMWATCH_FAULT_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let mut cfg = ServeConfig::new(db);
+        cfg.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.ingest = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut running = memwatch_daemon::start(cfg).await.unwrap();
+        println!(
+            "MEMWATCH_FAULT_READY {} {}",
+            running.api_addr, running.ingest_addr
+        );
+        let _ = running.wait().await;
+    });
+}
+
+/// A daemon child process.
+pub struct ChildDaemon {
+    pub child: Child,
+    pub api: SocketAddr,
+    pub ingest: SocketAddr,
+}
+
+impl ChildDaemon {
+    /// Starts one on database `db`, its ingest on `port` (0: any), and waits until it
+    /// listens.
+    pub fn spawn(db: &Path, port: u16) -> Self {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_daemon", "--nocapture", "--test-threads=1"])
+            .env("MEMWATCH_FAULT_DAEMON", db)
+            .env("MEMWATCH_FAULT_PORT", port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(out).lines();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (api, ingest) = loop {
+            let line = lines
+                .next()
+                .expect("the child daemon ended before it listened")
+                .unwrap();
+            if let Some(rest) = line.split("MEMWATCH_FAULT_READY ").nth(1) {
+                let mut w = rest.split_whitespace();
+                break (
+                    w.next().unwrap().parse().unwrap(),
+                    w.next().unwrap().parse().unwrap(),
+                );
+            }
+            assert!(Instant::now() < deadline, "the child daemon did not start");
+        };
+        // Keep reading its output so that it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, api, ingest }
+    }
+
+    /// SIGKILL, and waits for it.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Its peak resident memory so far (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmHWM in /proc/PID/status")
+            * 1024
+    }
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
