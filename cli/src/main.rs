@@ -10,6 +10,12 @@ mod cmd;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// mimalloc: reading a PyTorch snapshot makes and frees a few small objects per pickle
+/// opcode; glibc malloc/free was a fifth of its instructions. (The shim, a separate
+/// cdylib inside the watched program, keeps that program's allocator.)
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// memwatch finds out where GPU memory goes and why a job ran out of it.
 ///
 /// Capture every device allocation of a program (HIP on AMD, CUDA on NVIDIA), explain

@@ -2,7 +2,7 @@
 //! naming the element and field that is wrong.
 
 use super::model::{Action, AllocatorSettings, Annotation, Block, BlockState, Entry, Segment};
-use super::pickle::Value;
+use super::pickle::{Element, Value};
 use super::stacks::{StackId, StackTable};
 
 fn field<'a>(v: &'a Value, key: &str, at: &dyn Fn() -> String) -> Result<&'a Value, String> {
@@ -28,6 +28,23 @@ fn dict<'a>(v: &'a Value, at: &dyn Fn() -> String) -> Result<&'a Value, String> 
     }
 }
 
+fn element_dict<'a>(
+    v: Element<'a>,
+    at: &dyn Fn() -> String,
+) -> Result<&'a [(Value, Value)], String> {
+    v.dict()
+        .ok_or_else(|| format!("{}: a {}, not a dict", at(), v.type_name()))
+}
+
+/// The value of the string key `key` of a dict's items (the last one set).
+fn item<'a>(items: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
+    items
+        .iter()
+        .rev()
+        .find(|(k, _)| k.as_str() == Some(key))
+        .map(|(_, v)| v)
+}
+
 fn stack(v: &Value, stacks: &mut StackTable, at: &dyn Fn() -> String) -> Result<StackId, String> {
     match v.get("frames") {
         None => Ok(StackId::NONE),
@@ -38,13 +55,13 @@ fn stack(v: &Value, stacks: &mut StackTable, at: &dyn Fn() -> String) -> Result<
 /// One trace entry (`device_traces[device][index]`). `None`: an action this build does
 /// not know. (One pass over the keys: this runs for every entry of multi-GB traces.)
 pub fn entry(
-    v: &Value,
+    v: Element<'_>,
     device: usize,
     index: usize,
     stacks: &mut StackTable,
 ) -> Result<Option<Entry>, String> {
     let at = || format!("device_traces[{device}][{index}]");
-    let items = dict(v, &at)?.as_dict().unwrap_or(&[]);
+    let items = element_dict(v, &at)?;
     let mut action = None;
     let (mut time_us, mut addr, mut size, mut stream, mut device_free) =
         (None, None, None, None, None);
@@ -119,8 +136,8 @@ pub fn entry(
 }
 
 /// The name of an entry's action when this build does not know it.
-pub fn unknown_action(v: &Value) -> Option<String> {
-    let name = v.get("action")?.as_str()?;
+pub fn unknown_action(v: Element<'_>) -> Option<String> {
+    let name = item(v.dict()?, "action")?.as_str()?;
     Action::from_name(name).is_none().then(|| name.to_string())
 }
 
@@ -176,23 +193,20 @@ pub fn segment(v: &Value, index: usize, stacks: &mut StackTable) -> Result<Segme
 }
 
 /// One `external_annotations[index]`.
-pub fn annotation(v: &Value, index: usize) -> Result<Annotation, String> {
+pub fn annotation(v: Element<'_>, index: usize) -> Result<Annotation, String> {
     let at = || format!("external_annotations[{index}]");
-    let v = dict(v, &at)?;
+    let v = element_dict(v, &at)?;
     Ok(Annotation {
-        device: v
-            .get("device")
+        device: item(v, "device")
             .and_then(Value::as_i64)
             .and_then(|d| i32::try_from(d).ok())
             .unwrap_or(-1),
-        time_us: v.get("time_us").and_then(Value::as_i64).unwrap_or(0),
-        stage: v
-            .get("stage")
+        time_us: item(v, "time_us").and_then(Value::as_i64).unwrap_or(0),
+        stage: item(v, "stage")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string(),
-        name: v
-            .get("name")
+        name: item(v, "name")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string(),

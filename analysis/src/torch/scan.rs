@@ -14,7 +14,7 @@ use foldhash::HashMap as FastMap;
 
 use super::decode;
 use super::model::{Action, AllocatorSettings, Annotation, Entry, Segment};
-use super::pickle::{self, Kind, Limits, Route, Router, Streaming, Value};
+use super::pickle::{self, Element, Kind, Limits, Route, Router, Streaming, Value};
 use super::spill::{Range, Spill};
 use super::stacks::{StackId, StackTable};
 use super::SnapshotError;
@@ -80,6 +80,8 @@ struct Tracker {
     /// Blocks allocated within the trace and not yet returned to the cache.
     blocks: FastMap<u64, bool>,
     segments: FastMap<u64, u64>,
+    /// Entries per action (by `Action as usize`), for `Trace::actions`.
+    actions: [u64; Action::ALL.len()],
 }
 
 struct Reader {
@@ -106,9 +108,9 @@ impl Reader {
         &mut self.traces[device]
     }
 
-    fn entry(&mut self, device: usize, index: usize, v: Value) -> Result<(), String> {
-        let Some(e) = decode::entry(&v, device, index, &mut self.stacks)? else {
-            if let Some(name) = decode::unknown_action(&v) {
+    fn entry(&mut self, device: usize, index: usize, v: Element<'_>) -> Result<(), String> {
+        let Some(e) = decode::entry(v, device, index, &mut self.stacks)? else {
+            if let Some(name) = decode::unknown_action(v) {
                 *self.unknown_actions.entry(name).or_default() += 1;
             }
             return Ok(());
@@ -135,8 +137,8 @@ impl Reader {
         t.range.len += 1;
         t.first_time_us.get_or_insert(e.time_us);
         t.last_time_us = Some(e.time_us);
-        *t.actions.entry(e.action.name()).or_default() += 1;
         let tr = &mut self.trackers[device];
+        tr.actions[e.action as usize] += 1;
         let before = &mut self.traces[device].before;
         match e.action {
             Action::Alloc => {
@@ -266,13 +268,13 @@ impl Router for Reader {
         }
     }
 
-    fn element(&mut self, route: Route, index: usize, value: Value) -> Result<(), String> {
+    fn element(&mut self, route: Route, index: usize, value: Element<'_>) -> Result<(), String> {
         match route {
             SEGMENTS => {
-                let s = decode::segment(&value, index, &mut self.stacks)?;
+                let s = decode::segment(&value.to_value(), index, &mut self.stacks)?;
                 self.segments.push(s);
             }
-            ANNOTATIONS => self.annotations.push(decode::annotation(&value, index)?),
+            ANNOTATIONS => self.annotations.push(decode::annotation(value, index)?),
             Route(r) if r >= TRACE0 => self.entry((r - TRACE0) as usize, index, value)?,
             _ => {}
         }
@@ -345,12 +347,13 @@ pub fn scan_reader<R: Read>(input: R, path: &Path, file_bytes: u64) -> Result<Sc
             .as_seq()
             .ok_or_else(|| bad(format!("device_traces[{d}] is a {}", t.type_name())))?;
         for (i, e) in entries.iter().enumerate() {
-            r.entry(d, i, e.clone()).map_err(&bad)?;
+            r.entry(d, i, Element::Value(e)).map_err(&bad)?;
         }
     }
     if let Some(a) = top.get("external_annotations").and_then(Value::as_seq) {
         for (i, v) in a.iter().enumerate() {
-            r.annotations.push(decode::annotation(v, i).map_err(&bad)?);
+            r.annotations
+                .push(decode::annotation(Element::Value(v), i).map_err(&bad)?);
         }
     }
     let settings = decode::settings(top.get("allocator_settings")).map_err(&bad)?;
@@ -361,6 +364,12 @@ pub fn scan_reader<R: Read>(input: R, path: &Path, file_bytes: u64) -> Result<Sc
         // Blocks whose free is still pending hold their place too.
         t.before.live_blocks = tr.blocks.keys().copied().collect();
         t.before.live_segments = tr.segments.keys().copied().collect();
+        t.actions = Action::ALL
+            .iter()
+            .zip(tr.actions)
+            .filter(|&(_, n)| n > 0)
+            .map(|(a, n)| (a.name(), n))
+            .collect();
     }
     r.stacks.done_reading();
     let forgotten_frames = r.forgotten_frames;

@@ -67,6 +67,9 @@ impl Frame {
 /// cached; they are cleared when this large. Frame lists are shared by neighbouring
 /// entries (a free and its completion) only; frame dicts across the whole trace.
 const LIST_CACHE_MAX: usize = 1 << 12;
+/// Stacks by the identities of their frame dicts: a new frame list (one per `alloc`)
+/// whose frames were all seen in that order costs one lookup, not one per frame.
+const SEQUENCE_CACHE_MAX: usize = 1 << 12;
 const FRAME_CACHE_MAX: usize = 1 << 16;
 /// Distinct texts kept (`compile_context`, `user_metadata`); later ones share one id.
 const TEXTS_MAX: usize = 1 << 20;
@@ -80,7 +83,10 @@ pub struct StackTable {
     /// Per stack: the frame id of its site.
     sites: Vec<Option<u32>>,
     list_cache: FastMap<usize, (Value, StackId)>,
+    /// Keyed by the frame dicts' identities; the value holds the list, so they live.
+    sequence_cache: FastMap<Box<[usize]>, (Value, StackId)>,
     frame_cache: FastMap<usize, (Value, u32)>,
+    sequence: Vec<usize>,
     texts: Vec<String>,
     text_ids: FastMap<String, u32>,
     scratch: Vec<u32>,
@@ -110,6 +116,42 @@ impl StackTable {
                 return Ok(*id);
             }
         }
+        let mut sequence = std::mem::take(&mut self.sequence);
+        sequence.clear();
+        sequence.extend(items.iter().map_while(identity));
+        let by_sequence = sequence.len() == items.len();
+        if by_sequence {
+            if let Some(&(_, id)) = self.sequence_cache.get(sequence.as_slice()) {
+                self.sequence = sequence;
+                self.remember_list(key, frames, id);
+                return Ok(id);
+            }
+        }
+        let id = self.intern_frames(items)?;
+        if by_sequence {
+            if self.sequence_cache.len() >= SEQUENCE_CACHE_MAX {
+                self.sequence_cache.clear();
+            }
+            self.sequence_cache
+                .insert(sequence.as_slice().into(), (frames.clone(), id));
+        }
+        self.sequence = sequence;
+        self.remember_list(key, frames, id);
+        Ok(id)
+    }
+
+    /// Caches the stack of a frame list by the list's identity.
+    fn remember_list(&mut self, key: Option<usize>, frames: &Value, id: StackId) {
+        if let Some(k) = key {
+            if self.list_cache.len() >= LIST_CACHE_MAX {
+                self.list_cache.clear();
+            }
+            self.list_cache.insert(k, (frames.clone(), id));
+        }
+    }
+
+    /// The stack of a list of frames, frame by frame.
+    fn intern_frames(&mut self, items: &[Value]) -> Result<StackId, String> {
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         for f in items.iter() {
@@ -133,12 +175,6 @@ impl StackTable {
             }
         };
         self.scratch = ids;
-        if let Some(k) = key {
-            if self.list_cache.len() >= LIST_CACHE_MAX {
-                self.list_cache.clear();
-            }
-            self.list_cache.insert(k, (frames.clone(), id));
-        }
         Ok(id)
     }
 
@@ -195,6 +231,7 @@ impl StackTable {
     /// Drops the identity caches (once reading is over).
     pub fn done_reading(&mut self) {
         self.list_cache = FastMap::default();
+        self.sequence_cache = FastMap::default();
         self.frame_cache = FastMap::default();
     }
 

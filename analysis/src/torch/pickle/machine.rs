@@ -92,8 +92,43 @@ pub trait Router {
         kind: Kind,
     ) -> Option<Route>;
     fn streaming(&self, route: Route) -> Streaming;
-    /// One finished element of a streaming list, at `index` of it.
-    fn element(&mut self, route: Route, index: usize, value: Value) -> Result<(), String>;
+    /// One finished element of a streaming list, at `index` of it, lent for the call.
+    fn element(&mut self, route: Route, index: usize, element: Element<'_>) -> Result<(), String>;
+}
+
+/// A finished element of a streaming list, lent to [`Router::element`].
+#[derive(Debug, Clone, Copy)]
+pub enum Element<'a> {
+    /// A dict of a [`Streaming::Forget`] list: its items (it is not kept, so it never
+    /// becomes a [`Value`]: no allocation per element).
+    Dict(&'a [(Value, Value)]),
+    Value(&'a Value),
+}
+
+impl<'a> Element<'a> {
+    /// The items of a dict element.
+    pub fn dict(self) -> Option<&'a [(Value, Value)]> {
+        match self {
+            Element::Dict(d) => Some(d),
+            Element::Value(v) => v.as_dict(),
+        }
+    }
+
+    /// The Python type name, for messages.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            Element::Dict(_) => "dict",
+            Element::Value(v) => v.type_name(),
+        }
+    }
+
+    /// The element as a value of its own (a lent dict's items are copied).
+    pub fn to_value(self) -> Value {
+        match self {
+            Element::Dict(d) => Value::Dict(Rc::new(d.to_vec())),
+            Element::Value(v) => v.clone(),
+        }
+    }
 }
 
 /// Streams nothing: [`load`] builds the whole document.
@@ -109,7 +144,7 @@ impl Router for NoStreaming {
     fn streaming(&self, _: Route) -> Streaming {
         Streaming::No
     }
-    fn element(&mut self, _: Route, _: usize, _: Value) -> Result<(), String> {
+    fn element(&mut self, _: Route, _: usize, _: Element<'_>) -> Result<(), String> {
         Ok(())
     }
 }
@@ -141,14 +176,12 @@ pub fn load<R: Read>(
         .map_err(|kind| PickleError { offset: at, kind })
 }
 
-enum Items {
-    List(Vec<Value>),
-    Dict(Vec<(Value, Value)>),
-}
-
 struct Build {
     kind: Kind,
-    items: Items,
+    /// The items of a list or set.
+    list: Vec<Value>,
+    /// The items of a dict.
+    dict: Vec<(Value, Value)>,
     /// Nesting of the finished value: 1 + the deepest item.
     depth: u16,
     /// Memo indices of this container (usually one).
@@ -243,6 +276,7 @@ fn int_from_le(bytes: &[u8]) -> Value {
 
 /// Turns a stack item into a finished value: a container being built is finished and
 /// the memo entries that name it are filled.
+#[inline]
 fn seal(item: Item, memo: &mut Memo, spare: &mut Spare) -> Nested {
     match item {
         Item::Value(v, d) => (v, d),
@@ -252,29 +286,45 @@ fn seal(item: Item, memo: &mut Memo, spare: &mut Spare) -> Nested {
 }
 
 /// Boxes of finished containers kept for the next ones (reusing the allocation is the
-/// point, hence `Vec<Box<_>>`).
+/// point, hence `Vec<Box<_>>`): enough for a batch of 1,000 streamed elements and what
+/// they hold.
 #[allow(clippy::vec_box)]
 type Spare = Vec<Box<Build>>;
 
 /// How many boxes [`Spare`] keeps.
-const SPARE: usize = 64;
+const SPARE: usize = 4096;
+/// The most items a recycled dict keeps room for.
+const SPARE_ITEMS: usize = 64;
 
 fn seal_build(mut b: Box<Build>, memo: &mut Memo, spare: &mut Spare) -> Nested {
-    let items = std::mem::replace(&mut b.items, Items::List(Vec::new()));
-    let v = match (b.kind, items) {
-        (Kind::Set, Items::List(l)) => Value::Set(Rc::new(l)),
-        (_, Items::List(l)) => Value::List(Rc::new(l)),
-        (_, Items::Dict(d)) => Value::Dict(Rc::new(d)),
+    let v = match b.kind {
+        Kind::Set => Value::Set(Rc::new(std::mem::take(&mut b.list))),
+        Kind::List => Value::List(Rc::new(std::mem::take(&mut b.list))),
+        Kind::Dict => Value::Dict(Rc::new(std::mem::take(&mut b.dict))),
     };
     for &i in &b.memo {
         memo.fill(i, &v, b.depth);
     }
     let depth = b.depth;
+    recycle(b, spare);
+    (v, depth)
+}
+
+/// Keeps a finished container's box (and the room of its items, when small) for the
+/// next container.
+fn recycle(mut b: Box<Build>, spare: &mut Spare) {
     if spare.len() < SPARE {
         b.memo.clear();
+        b.list.clear();
+        b.dict.clear();
+        if b.dict.capacity() > SPARE_ITEMS {
+            b.dict = Vec::new();
+        }
+        if b.list.capacity() > SPARE_ITEMS {
+            b.list = Vec::new();
+        }
         spare.push(b);
     }
-    (v, depth)
 }
 
 impl<R: Read> Machine<'_, R> {
@@ -298,13 +348,23 @@ impl<R: Read> Machine<'_, R> {
 
     #[inline]
     fn push_value(&mut self, v: Value) -> Result<(), ErrorKind> {
-        self.push(Item::Value(v, 0))
+        self.push_nested_value(v, 0)
+    }
+
+    /// Pushes a finished value of nesting `depth` (no mark or build to track).
+    #[inline]
+    fn push_nested_value(&mut self, v: Value, depth: u16) -> Result<(), ErrorKind> {
+        if self.stack.len() >= self.limits.max_stack {
+            return Err(ErrorKind::StackFull(self.limits.max_stack));
+        }
+        self.stack.push(Item::Value(v, depth));
+        Ok(())
     }
 
     /// Pushes a container made from the stack (`TUPLE`, `FROZENSET`): nesting checked.
     fn push_nested(&mut self, v: Value, items: &[Nested]) -> Result<(), ErrorKind> {
         let depth = self.depth_of(items)?;
-        self.push(Item::Value(v, depth))
+        self.push_nested_value(v, depth)
     }
 
     fn depth_of(&self, items: &[Nested]) -> Result<u16, ErrorKind> {
@@ -404,23 +464,22 @@ impl<R: Read> Machine<'_, R> {
     }
 
     fn try_parent(&mut self, pos: usize, pending: usize, kind: Kind) -> Option<Route> {
-        let Item::Build(b) = &self.stack[pos] else {
+        let Machine { stack, router, .. } = self;
+        let Item::Build(b) = &stack[pos] else {
             return None;
         };
-        let (route, count, parent_kind) = (b.route, b.count, b.kind);
-        match parent_kind {
+        match b.kind {
             Kind::Dict => {
                 if pending.is_multiple_of(2) {
                     return None;
                 }
-                let key = match self.stack.last() {
-                    Some(Item::Value(v, _)) => v.clone(),
+                let key = match stack.last() {
+                    Some(Item::Value(v, _)) => v,
                     _ => return None,
                 };
-                self.router
-                    .child(route, Some(&key), count + pending / 2, kind)
+                router.child(b.route, Some(key), b.count + pending / 2, kind)
             }
-            Kind::List | Kind::Set => self.router.child(route, None, count + pending, kind),
+            Kind::List | Kind::Set => router.child(b.route, None, b.count + pending, kind),
         }
     }
 
@@ -429,44 +488,42 @@ impl<R: Read> Machine<'_, R> {
     fn new_container(&mut self, kind: Kind, items: Vec<Nested>) -> Result<(), ErrorKind> {
         let (route, streaming) = self.route_new(kind);
         let depth = self.depth_of(&items)?;
-        let count;
-        let items = match kind {
+        let mut b = match self.spare.pop() {
+            Some(b) => b,
+            None => Box::new(Build {
+                kind,
+                list: Vec::new(),
+                dict: Vec::new(),
+                depth,
+                memo: Vec::new(),
+                route,
+                streaming,
+                count: 0,
+                memo_mark: 0,
+            }),
+        };
+        b.kind = kind;
+        b.depth = depth;
+        b.route = route;
+        b.streaming = streaming;
+        b.memo_mark = self.memo.next_index();
+        match kind {
             Kind::Dict => {
                 if !items.len().is_multiple_of(2) {
                     return Err(ErrorKind::OddPairs { op: "DICT" });
                 }
-                let mut pairs = Vec::with_capacity(items.len() / 2);
                 let mut it = items.into_iter();
                 while let (Some((k, _)), Some((v, _))) = (it.next(), it.next()) {
-                    pairs.push((k, v));
+                    b.dict.push((k, v));
                 }
-                count = pairs.len();
-                Items::Dict(pairs)
+                b.count = b.dict.len();
             }
             Kind::List | Kind::Set => {
-                count = items.len();
-                Items::List(items.into_iter().map(|(v, _)| v).collect())
+                b.list.extend(items.into_iter().map(|(v, _)| v));
+                b.count = b.list.len();
             }
-        };
-        let build = Build {
-            kind,
-            items,
-            depth,
-            memo: Vec::new(),
-            route,
-            streaming,
-            count,
-            memo_mark: self.memo.next_index(),
-        };
-        let boxed = match self.spare.pop() {
-            Some(mut b) => {
-                let memo = std::mem::take(&mut b.memo);
-                *b = Build { memo, ..build };
-                b
-            }
-            None => Box::new(build),
-        };
-        self.push(Item::Build(boxed))
+        }
+        self.push(Item::Build(b))
     }
 
     /// Adds the items `stack[first..]` to the container being built at `stack[target]`
@@ -510,9 +567,15 @@ impl<R: Read> Machine<'_, R> {
             }
             Item::Mark => return Err(ErrorKind::StackUnderflow { op }),
         }
+        // The target leaves the stack while its items are moved into it (its place
+        // holds a mark meanwhile); on an error the whole load fails.
+        let Item::Build(mut b) = std::mem::replace(&mut self.stack[target], Item::Mark) else {
+            return Err(ErrorKind::StackUnderflow { op });
+        };
         let n = self.stack.len() - first;
         let max_nesting = self.limits.max_nesting;
         let max_items = self.limits.max_items;
+        let too_deep = ErrorKind::TooDeep(usize::from(max_nesting));
         let Machine {
             stack,
             memo,
@@ -520,64 +583,70 @@ impl<R: Read> Machine<'_, R> {
             spare,
             ..
         } = self;
-        let (lo, hi) = stack.split_at_mut(first);
-        let Item::Build(b) = &mut lo[target] else {
-            return Err(ErrorKind::StackUnderflow { op });
-        };
-        let too_deep = ErrorKind::TooDeep(usize::from(max_nesting));
-        let mut take =
-            |i: &mut Item, memo: &mut Memo| seal(std::mem::replace(i, Item::Mark), memo, spare);
-        match &mut b.items {
-            Items::Dict(d) => {
+        let mut items = stack.drain(first..);
+        match b.kind {
+            Kind::Dict => {
                 if !n.is_multiple_of(2) {
                     return Err(ErrorKind::OddPairs { op });
                 }
-                if d.len() + n / 2 > max_items {
+                if b.dict.len() + n / 2 > max_items {
                     return Err(ErrorKind::ContainerFull(max_items));
                 }
-                d.reserve_exact(n / 2);
-                for pair in hi.chunks_exact_mut(2) {
-                    let (k, dk) = take(&mut pair[0], memo);
-                    let (v, dv) = take(&mut pair[1], memo);
+                b.dict.reserve_exact(n / 2);
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    let (k, dk) = seal(k, memo, spare);
+                    let (v, dv) = seal(v, memo, spare);
                     if dk.max(dv) >= max_nesting {
                         return Err(too_deep);
                     }
                     b.depth = b.depth.max(dk.max(dv) + 1);
-                    d.push((k, v));
+                    b.dict.push((k, v));
                 }
                 b.count += n / 2;
             }
-            Items::List(l) if b.streaming == Streaming::No => {
-                if l.len() + n > max_items {
+            Kind::List | Kind::Set if b.streaming == Streaming::No => {
+                if b.list.len() + n > max_items {
                     return Err(ErrorKind::ContainerFull(max_items));
                 }
-                l.reserve_exact(n);
-                for i in hi.iter_mut() {
-                    let (v, d) = take(i, memo);
+                b.list.reserve_exact(n);
+                for i in items.by_ref() {
+                    let (v, d) = seal(i, memo, spare);
                     if d >= max_nesting {
                         return Err(too_deep);
                     }
                     b.depth = b.depth.max(d + 1);
-                    l.push(v);
+                    b.list.push(v);
                 }
                 b.count += n;
             }
-            Items::List(_) => {
+            Kind::List | Kind::Set => {
                 let forget = b.streaming == Streaming::Forget;
-                for i in hi.iter_mut() {
-                    // An element handed out is not kept for back-references itself
-                    // (what it holds follows the window).
-                    if let (true, Item::Build(e)) = (forget, &mut *i) {
-                        for idx in e.memo.drain(..) {
-                            memo.gone(idx);
-                        }
-                    }
-                    let (v, _) = take(i, memo);
+                for i in items.by_ref() {
                     let index = b.count;
                     b.count += 1;
-                    router
-                        .element(b.route, index, v)
-                        .map_err(ErrorKind::Rejected)?;
+                    let handed = match i {
+                        // An element handed out is not kept for back-references itself
+                        // (what it holds follows the window); a dict of them is lent to
+                        // the router as its items, never made a value.
+                        Item::Build(mut e) if forget => {
+                            for idx in e.memo.drain(..) {
+                                memo.gone(idx);
+                            }
+                            if e.kind == Kind::Dict {
+                                let r = router.element(b.route, index, Element::Dict(&e.dict));
+                                recycle(e, spare);
+                                r
+                            } else {
+                                let (v, _) = seal_build(e, memo, spare);
+                                router.element(b.route, index, Element::Value(&v))
+                            }
+                        }
+                        i => {
+                            let (v, _) = seal(i, memo, spare);
+                            router.element(b.route, index, Element::Value(&v))
+                        }
+                    };
+                    handed.map_err(ErrorKind::Rejected)?;
                 }
                 if forget {
                     let now = memo.next_index();
@@ -586,6 +655,8 @@ impl<R: Read> Machine<'_, R> {
                 }
             }
         }
+        drop(items);
+        self.stack[target] = Item::Build(b);
         self.stack.truncate(target + 1);
         self.trim_positions(target + 1);
         Ok(())
@@ -636,7 +707,17 @@ impl<R: Read> Machine<'_, R> {
         Ok(())
     }
 
+    #[inline]
     fn memo_get(&mut self, idx: u32) -> Result<(), ErrorKind> {
+        if let Some(Slot::Ready(v, d, _)) = self.memo.fetch(idx) {
+            let (v, d) = (v.clone(), *d);
+            return self.push_nested_value(v, d);
+        }
+        self.memo_get_other(idx)
+    }
+
+    /// `GET` of an object that is not a finished value in the memo.
+    fn memo_get_other(&mut self, idx: u32) -> Result<(), ErrorKind> {
         let forgotten = self.memo.was_forgotten(idx);
         let found = match self.memo.fetch(idx) {
             Some(Slot::Ready(v, d, _)) => Some((v.clone(), *d)),
@@ -665,7 +746,7 @@ impl<R: Read> Machine<'_, R> {
                 }
             }
         };
-        self.push(Item::Value(v, d))
+        self.push_nested_value(v, d)
     }
 
     fn refuse(&mut self, op: u8, name: &'static str) -> ErrorKind {
@@ -726,7 +807,7 @@ impl<R: Read> Machine<'_, R> {
                 }
                 b'2' => {
                     let (v, d) = self.top_value("DUP")?;
-                    self.push(Item::Value(v, d))?;
+                    self.push_nested_value(v, d)?;
                 }
                 // Scalars.
                 b'N' => self.push_value(Value::None)?,
@@ -1043,8 +1124,8 @@ mod tests {
                 _ => Streaming::No,
             }
         }
-        fn element(&mut self, _: Route, index: usize, value: Value) -> Result<(), String> {
-            self.got.push((index, value));
+        fn element(&mut self, _: Route, index: usize, value: Element<'_>) -> Result<(), String> {
+            self.got.push((index, value.to_value()));
             Ok(())
         }
     }

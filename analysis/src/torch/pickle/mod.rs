@@ -21,7 +21,7 @@ mod text;
 pub mod value;
 pub mod write;
 
-pub use machine::{load, load_plain, Kind, Limits, NoStreaming, Route, Router, Streaming};
+pub use machine::{load, load_plain, Element, Kind, Limits, NoStreaming, Route, Router, Streaming};
 pub use value::Value;
 
 /// Why a pickle could not be read, and where.
