@@ -51,6 +51,18 @@ SCENARIOS=(
   "torch_leak_b||torch_leak.py 0.03 2048 3072"
   "torch_fraction_b||torch_fraction.py 0.03 192"
   "cupy_limit_b||cupy_limit.py 1024 80"
+  # Held out: recorded and diagnosed by heldout.sh, never written into testdata/ before the
+  # doctor's verdict on them was seen (a check on failures the rules were not tuned on).
+  "h_jax_exec_temp|XLA_CLIENT_MEM_FRACTION=0.05|jax_exec_temp.py 4 20480 8192 float32"
+  "h_jax_scan_temp|XLA_CLIENT_MEM_FRACTION=0.05|jax_scan_temp.py 2560 1024 512"
+  "h_jax_fragmentation|XLA_CLIENT_MEM_FRACTION=0.06|jax_fragmentation.py 12 384 800"
+  "h_jax_leak_bfc|XLA_CLIENT_MEM_FRACTION=0.06|jax_leak.py 500 2048 4096 12"
+  "h_jax_leak_cuda_async|XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async XLA_CLIENT_MEM_FRACTION=0.04|jax_leak.py 150 2048 4096"
+  "h_jax_leak_platform|XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_CLIENT_MEM_FRACTION=0.03|jax_leak.py 120 3072 4096"
+  "h_torch_fragmentation||torch_fragmentation.py 6 768 192 448 128"
+  "h_torch_leak||torch_leak.py 0.04 3072 3072"
+  "h_torch_too_large||torch_too_large.py 1.6"
+  "h_two_processes||two_processes.py 5 384"
 )
 
 want=" $* "
