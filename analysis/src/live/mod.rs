@@ -5,16 +5,21 @@
 //!   does), from the memory kind or, when that is `none`, the API;
 //! - `set`: [`LiveSet`], the one free-matching rule and the live totals per (process
 //!   image, device);
-//! - `images`: [`ImageClock`], which exec image of a pid a streamed record belongs to.
+//! - `images`: [`ImageClock`], which exec image of a pid a streamed record belongs to;
+//! - `history`: [`LiveHistory`], each stream's peaks and the device allocations'
+//!   lifetimes a fold leaves behind (what was live at any instant, without folding
+//!   again).
 //!
 //! Every reader of events uses these (report, trace export, `attach --live`, the
 //! daemon's ingest, the OOM doctor), so they agree on what was live.
 
 mod family;
+mod history;
 mod images;
 mod set;
 
 pub use family::{Family, Step};
+pub use history::{HistoryMark, LiveHistory, StreamPeaks};
 pub use images::ImageClock;
 pub use set::{Change, Held, LiveKey, LiveSet, MemEvent, Totals};
 
