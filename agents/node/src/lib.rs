@@ -15,7 +15,7 @@ pub mod sampler;
 pub mod sink;
 pub mod spool;
 
-pub use capture_sink::{CaptureFileSink, CaptureStats};
+pub use capture_sink::{CaptureFileSink, CaptureStats, FrameObserver};
 pub use receiver::{ConnSummary, Receiver, ReceiverStats};
 pub use sink::{CloseReason, ConnId, FrameSink, SinkError};
 

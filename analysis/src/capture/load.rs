@@ -236,14 +236,18 @@ pub(super) struct PidRecords {
 /// (`super::fold`), so both give the same [`Loaded`].
 pub struct LoadBuilder {
     loaded: Loaded,
-    stream_index: std::collections::HashMap<(ProcKey, i32), u32>,
+    /// (Touched by every event: a fast hash.)
+    stream_index: foldhash::HashMap<(ProcKey, i32), u32>,
     /// The latest start time seen per (pid, tid). A thread's events reach the file in
     /// the order it made the calls, but the shim converts TSC ticks to CLOCK_MONOTONIC
     /// per flush, and on a loaded (virtual) machine two flushes' conversions can differ
     /// by microseconds: a free and the thread's next allocation could then swap places
     /// in time order. Clamping each thread's times to be non-decreasing keeps its calls
-    /// in the order it made them.
-    thread_last_ts: std::collections::HashMap<(u32, u32), u64>,
+    /// in the order it made them. With it: how many events had been read when the
+    /// thread's latest one was.
+    thread_last_ts: foldhash::HashMap<(u32, u32), (u64, u64)>,
+    /// Events read (of known kinds).
+    events_read: u64,
     /// Backtraces whose allocation event was not read yet (the shim writes them just
     /// before it): (pid, tid, ts_ns, ptr) -> frames.
     pending_backtraces: std::collections::HashMap<(u32, u32, u64, u64), Vec<u64>>,
@@ -261,6 +265,7 @@ impl LoadBuilder {
             },
             stream_index: Default::default(),
             thread_last_ts: Default::default(),
+            events_read: 0,
             pending_backtraces: Default::default(),
             records: Default::default(),
             module_maps: Vec::new(),
@@ -271,6 +276,18 @@ impl LoadBuilder {
     /// (`super::fold` keeps them in time order) and hand them back to [`Self::finish`].
     pub fn events_mut(&mut self) -> &mut Vec<Ev> {
         &mut self.loaded.events
+    }
+
+    /// Each thread's latest event time so far (a thread's calls reach the file in the
+    /// order it made them: its next events are not older, clock jitter aside), and how
+    /// many events had been read when its latest one was.
+    pub fn thread_times(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.thread_last_ts.values().copied()
+    }
+
+    /// Events read so far (of kinds this build knows).
+    pub fn events_read(&self) -> u64 {
+        self.events_read
     }
 
     /// The (process image, device) of each stream index so far (image 0 for every pid
@@ -330,7 +347,9 @@ impl LoadBuilder {
             return;
         };
         let stream = self.stream(e.pid, e.device);
-        let last = self.thread_last_ts.entry((e.pid, e.tid)).or_insert(0);
+        self.events_read += 1;
+        let (last, seen) = self.thread_last_ts.entry((e.pid, e.tid)).or_insert((0, 0));
+        *seen = self.events_read;
         // Clamp only conversion jitter; an event far older than the thread's last one
         // came from frames written out of order (e.g. the image before an exec, whose
         // main thread has the same tid) and keeps its time.
@@ -456,7 +475,7 @@ impl LoadBuilder {
             Record::DeviceSample(d) => self.loaded.device_samples.push(d.clone()),
             // PJRT executables and allocator statistics: read by `analysis::runtime`.
             Record::PjrtExecutable(x) => self.loaded.pjrt.executables.push(x.clone()),
-            Record::PjrtMemoryStats(x) => self.loaded.pjrt.stats.push(x.clone()),
+            Record::PjrtMemoryStats(x) => self.loaded.pjrt.stats.push(*x),
             Record::Backtrace(b) => {
                 self.pending_backtraces
                     .insert((b.pid, b.tid, b.ts_ns, b.ptr), b.frames.clone());

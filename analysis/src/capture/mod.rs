@@ -3,12 +3,14 @@
 //! (`memwatch report --trace`).
 //!
 //! Submodules: `load` (streaming, damage-tolerant reading into compact events),
+//! `fold` (the same loading, and the report's fold, while a capture is being written),
 //! `images` (a pid's frames split into exec'd images, by time),
 //! `stats` (counts, peaks, leaks, failures, API durations and overlap), `codes` (result
 //! code names per API family), `symbolize` (sampled native stacks -> module, offset,
 //! symbol), `trace` (trace export). Nothing here prints or exits.
 
 pub mod codes;
+pub mod fold;
 mod images;
 pub mod load;
 pub mod stats;
@@ -16,8 +18,11 @@ pub mod symbolize;
 pub mod trace;
 
 pub use codes::result_name;
-pub use load::{load_path, load_reader, DamageReport, Family, Loaded, ProcKey};
-pub use stats::{analyze, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportOptions};
+pub use fold::{CaptureFold, FoldStats, Folded, GaveUp, WireSize};
+pub use load::{load_path, load_reader, DamageReport, Family, FileFacts, Loaded, ProcKey};
+pub use stats::{
+    analyze, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportFold, ReportOptions,
+};
 pub use trace::{write_trace, TraceOptions, TraceSummary};
 
 use std::path::PathBuf;

@@ -236,9 +236,7 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
     // Time order; stable so equal timestamps keep file order.
     loaded.events.sort_by_key(|e| e.ts);
     let mut fold = ReportFold::new(opts, false);
-    for e in &loaded.events {
-        fold.add(e, &loaded.streams);
-    }
+    fold.add_all(&loaded.events, &loaded.streams);
     let mut report = fold.finish(&loaded).0;
     report.tags = std::mem::take(&mut loaded.tags);
     report
@@ -248,21 +246,32 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
 /// `ts` of the file's order), so a capture can be folded while it is written
 /// (`super::fold`) or all at once ([`analyze`]). The live set goes through the one
 /// free-matching rule ([`LiveSet`]); the peaks are kept by a [`LiveHistory`], which
-/// also keeps the device allocations' lifetimes when asked (for the OOM doctor).
+/// also keeps the device allocations' lifetimes when asked (for the OOM doctor). The
+/// API table does not depend on the live set: many events at once are folded on two
+/// threads, one for each.
 pub struct ReportFold {
     top: usize,
-    /// By stream index.
-    accs: Vec<Acc>,
+    live: LivePart,
     api: ApiTable,
-    procs: HashMap<ProcKey, ProcAcc>,
-    live: LiveSet<Origin>,
-    history: LiveHistory,
-    last_ts: u64,
     /// Position of the next event.
     next: usize,
 }
 
+/// Events folded at once from which the API table gets a thread of its own.
+const PARALLEL_EVENTS: usize = 1 << 15;
+
+/// The figures that follow the live set.
+struct LivePart {
+    /// By stream index.
+    accs: Vec<Acc>,
+    procs: HashMap<ProcKey, ProcAcc>,
+    live: LiveSet<Origin>,
+    history: LiveHistory,
+    last_ts: u64,
+}
+
 /// Where a [`ReportFold`] stood (see [`ReportFold::checkpoint`]).
+#[derive(Clone)]
 pub struct ReportCheckpoint {
     accs: Vec<Acc>,
     api: ApiMark,
@@ -273,18 +282,27 @@ pub struct ReportCheckpoint {
     next: usize,
 }
 
+impl ReportCheckpoint {
+    /// How many events had been folded.
+    pub fn position(&self) -> usize {
+        self.next
+    }
+}
+
 impl ReportFold {
     /// An empty fold; `lifetimes`: keep the device allocations' lifetimes in its
     /// [`LiveHistory`].
     pub fn new(opts: &ReportOptions, lifetimes: bool) -> Self {
         Self {
             top: opts.top,
-            accs: Vec::new(),
+            live: LivePart {
+                accs: Vec::new(),
+                procs: HashMap::new(),
+                live: LiveSet::new(),
+                history: LiveHistory::new(lifetimes),
+                last_ts: 0,
+            },
             api: ApiTable::new(),
-            procs: HashMap::new(),
-            live: LiveSet::new(),
-            history: LiveHistory::new(lifetimes),
-            last_ts: 0,
             next: 0,
         }
     }
@@ -301,77 +319,46 @@ impl ReportFold {
 
     /// Folds the next event in time order; `streams` names its stream.
     pub fn add(&mut self, e: &Ev, streams: &[(ProcKey, i32)]) {
-        let i = self.next;
-        self.next += 1;
-        let s = e.stream as usize;
-        if s >= self.accs.len() {
-            self.accs.resize_with(s + 1, Acc::default);
-        }
-        self.last_ts = self.last_ts.max(e.end());
-        let stream = streams[s];
-        let pid = stream.0;
+        self.live.add(self.next, e, streams, self.top);
         self.api.add(e, streams);
-        let origin = Origin {
-            stream: e.stream,
-            idx: i,
-        };
-        let change = self.live.apply(&e.mem_event(stream), origin);
-        self.history
-            .record(i, e.stream, e.ts, &change, |o: &Origin| o.idx);
-        match change {
-            Change::Alloc {
-                family, replaced, ..
-            } => {
-                if let Some(old) = replaced {
-                    // The same pointer handed out again: its free was never seen.
-                    self.accs[s].reused_without_free += 1;
-                    release(&mut self.procs, pid, family, &old);
-                }
-                let a = &mut self.accs[s];
-                let top = self.top;
-                if top > 0 {
-                    let entry = Reverse((e.size, Reverse(e.ts), i));
-                    if a.largest.len() < top {
-                        a.largest.push(entry);
-                    } else if let Some(mut least) = a.largest.peek_mut() {
-                        // The heap keeps the `top` largest: an entry below its least
-                        // one is not kept.
-                        if entry < *least {
-                            *least = entry;
-                        }
-                    }
-                }
-                if family.on_device() {
-                    a.alloc_count += 1;
-                    a.alloc_bytes = a.alloc_bytes.saturating_add(e.size);
-                    let p = self.procs.entry(pid).or_default();
-                    p.live = p.live.saturating_add(e.size);
-                    if p.live > p.peak {
-                        p.peak = p.live;
-                        p.peak_ts = e.ts;
-                    }
-                } else {
-                    a.host_alloc_count += 1;
-                }
+        self.next += 1;
+    }
+
+    /// Folds the next events in time order (many: on two threads).
+    pub fn add_all(&mut self, events: &[Ev], streams: &[(ProcKey, i32)]) {
+        if events.len() < PARALLEL_EVENTS {
+            for e in events {
+                self.add(e, streams);
             }
-            Change::Free { family, freed, .. } => {
-                let a = &mut self.accs[freed.data.stream as usize];
-                if family.on_device() {
-                    a.free_count += 1;
-                } else {
-                    a.host_free_count += 1;
-                }
-                release(&mut self.procs, pid, family, &freed);
-            }
-            Change::UnmatchedFree { .. } => self.accs[s].unmatched_frees += 1,
-            Change::Untracked => self.accs[s].vmm_and_pool_calls += 1,
-            Change::NullFree => {}
-            Change::NotMemory => match e.kind() {
-                Some(EventKind::AllocFailed) => self.accs[s].failed_count += 1,
-                Some(EventKind::FreeFailed) => self.accs[s].free_failed_count += 1,
-                _ => {}
-            },
+            return;
         }
+        let (first, top) = (self.next, self.top);
+        let live = &mut self.live;
+        // (Behind a lock only so that this thread can do it when no thread is had.)
+        let api = std::sync::Mutex::new(&mut self.api);
+        let fold_api = || {
+            let mut api = api.lock().unwrap_or_else(|p| p.into_inner());
+            for e in events {
+                api.add(e, streams);
+            }
+        };
+        std::thread::scope(|s| {
+            let apart = std::thread::Builder::new()
+                .name("memwatch-fold-api".into())
+                .spawn_scoped(s, fold_api);
+            for (k, e) in events.iter().enumerate() {
+                live.add(first + k, e, streams, top);
+            }
+            match apart {
+                Ok(t) => {
+                    if let Err(panic) = t.join() {
+                        std::panic::resume_unwind(panic);
+                    }
+                }
+                Err(_) => fold_api(),
+            }
+        });
+        self.next += events.len();
     }
 
     /// Where the fold stands: [`Self::restore`] goes back to it. Costs a copy of the
@@ -379,25 +366,25 @@ impl ReportFold {
     /// only counted).
     pub fn checkpoint(&self) -> ReportCheckpoint {
         ReportCheckpoint {
-            accs: self.accs.clone(),
+            accs: self.live.accs.clone(),
             api: self.api.mark(),
-            procs: self.procs.clone(),
-            live: self.live.clone(),
-            history: self.history.mark(),
-            last_ts: self.last_ts,
+            procs: self.live.procs.clone(),
+            live: self.live.live.clone(),
+            history: self.live.history.mark(),
+            last_ts: self.live.last_ts,
             next: self.next,
         }
     }
 
-    /// Goes back to a checkpoint of this fold: the events from its position on are to
-    /// be folded again.
-    pub fn restore(&mut self, cp: ReportCheckpoint) {
-        self.accs = cp.accs;
-        self.api.rewind(cp.api);
-        self.procs = cp.procs;
-        self.live = cp.live;
-        self.history.rewind(cp.history);
-        self.last_ts = cp.last_ts;
+    /// Goes back to a checkpoint of this fold (which has only gone on since): the
+    /// events from its position on are to be folded again.
+    pub fn restore(&mut self, cp: &ReportCheckpoint) {
+        self.live.accs.clone_from(&cp.accs);
+        self.api.rewind(&cp.api);
+        self.live.procs.clone_from(&cp.procs);
+        self.live.live.clone_from(&cp.live);
+        self.live.history.rewind(&cp.history);
+        self.live.last_ts = cp.last_ts;
         self.next = cp.next;
     }
 
@@ -406,12 +393,15 @@ impl ReportFold {
     pub fn finish(self, loaded: &Loaded) -> (CaptureReport, LiveHistory) {
         let ReportFold {
             top,
-            mut accs,
+            live:
+                LivePart {
+                    mut accs,
+                    mut procs,
+                    live,
+                    mut history,
+                    mut last_ts,
+                },
             api,
-            mut procs,
-            live,
-            mut history,
-            mut last_ts,
             next: _,
         } = self;
         accs.resize_with(loaded.streams.len(), Acc::default);
@@ -583,6 +573,79 @@ impl ReportFold {
     }
 }
 
+impl LivePart {
+    /// Folds the event at position `i`.
+    fn add(&mut self, i: usize, e: &Ev, streams: &[(ProcKey, i32)], top: usize) {
+        let s = e.stream as usize;
+        if s >= self.accs.len() {
+            self.accs.resize_with(s + 1, Acc::default);
+        }
+        self.last_ts = self.last_ts.max(e.end());
+        let stream = streams[s];
+        let pid = stream.0;
+        let origin = Origin {
+            stream: e.stream,
+            idx: i,
+        };
+        let change = self.live.apply(&e.mem_event(stream), origin);
+        self.history
+            .record(i, e.stream, e.ts, &change, |o: &Origin| o.idx);
+        match change {
+            Change::Alloc {
+                family, replaced, ..
+            } => {
+                if let Some(old) = replaced {
+                    // The same pointer handed out again: its free was never seen.
+                    self.accs[s].reused_without_free += 1;
+                    release(&mut self.procs, pid, family, &old);
+                }
+                let a = &mut self.accs[s];
+                if top > 0 {
+                    let entry = Reverse((e.size, Reverse(e.ts), i));
+                    if a.largest.len() < top {
+                        a.largest.push(entry);
+                    } else if let Some(mut least) = a.largest.peek_mut() {
+                        // The heap keeps the `top` largest: an entry below its least
+                        // one is not kept.
+                        if entry < *least {
+                            *least = entry;
+                        }
+                    }
+                }
+                if family.on_device() {
+                    a.alloc_count += 1;
+                    a.alloc_bytes = a.alloc_bytes.saturating_add(e.size);
+                    let p = self.procs.entry(pid).or_default();
+                    p.live = p.live.saturating_add(e.size);
+                    if p.live > p.peak {
+                        p.peak = p.live;
+                        p.peak_ts = e.ts;
+                    }
+                } else {
+                    a.host_alloc_count += 1;
+                }
+            }
+            Change::Free { family, freed, .. } => {
+                let a = &mut self.accs[freed.data.stream as usize];
+                if family.on_device() {
+                    a.free_count += 1;
+                } else {
+                    a.host_free_count += 1;
+                }
+                release(&mut self.procs, pid, family, &freed);
+            }
+            Change::UnmatchedFree { .. } => self.accs[s].unmatched_frees += 1,
+            Change::Untracked => self.accs[s].vmm_and_pool_calls += 1,
+            Change::NullFree => {}
+            Change::NotMemory => match e.kind() {
+                Some(EventKind::AllocFailed) => self.accs[s].failed_count += 1,
+                Some(EventKind::FreeFailed) => self.accs[s].free_failed_count += 1,
+                _ => {}
+            },
+        }
+    }
+}
+
 /// Takes a released allocation off its process's running total.
 fn release(procs: &mut HashMap<ProcKey, ProcAcc>, pid: ProcKey, f: Family, old: &Held<Origin>) {
     if f.on_device() {
@@ -727,10 +790,10 @@ impl ApiAcc {
         }
     }
 
-    fn rewind(&mut self, m: ApiAccMark) {
+    fn rewind(&mut self, m: &ApiAccMark) {
         self.durations.truncate(m.durations);
         self.errors = m.errors;
-        self.overlap = m.overlap;
+        self.overlap.clone_from(&m.overlap);
     }
 
     fn finish(mut self, api: u16) -> ApiStats {
@@ -782,6 +845,7 @@ struct ApiTable {
 
 /// Where an [`ApiTable`] stood. APIs and processes taken in since stay known (the
 /// events folded again bring them back); their figures start again from nothing.
+#[derive(Clone)]
 struct ApiMark {
     global: Vec<ApiAccMark>,
     per_proc: Vec<Vec<Option<ApiAccMark>>>,
@@ -850,8 +914,8 @@ impl ApiTable {
         }
     }
 
-    fn rewind(&mut self, m: ApiMark) {
-        let mut marks = m.global.into_iter();
+    fn rewind(&mut self, m: &ApiMark) {
+        let mut marks = m.global.iter();
         for acc in &mut self.global {
             match marks.next() {
                 Some(mark) => acc.rewind(mark),
@@ -863,11 +927,11 @@ impl ApiTable {
                 }
             }
         }
-        let mut rows = m.per_proc.into_iter();
+        let mut rows = m.per_proc.iter();
         for row in &mut self.per_proc {
-            let mut marks = rows.next().unwrap_or_default().into_iter();
+            let mut marks = rows.next().map(|r| r.iter()).into_iter().flatten();
             for slot in row.iter_mut() {
-                match (slot.as_mut(), marks.next().flatten()) {
+                match (slot.as_mut(), marks.next().and_then(Option::as_ref)) {
                     (Some(acc), Some(mark)) => acc.rewind(mark),
                     _ => *slot = None,
                 }

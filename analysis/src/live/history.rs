@@ -162,8 +162,8 @@ impl LiveHistory {
     }
 
     /// Goes back to `mark` (taken from this history, which has only grown since).
-    pub fn rewind(&mut self, mark: HistoryMark) {
-        self.peaks = mark.peaks;
+    pub fn rewind(&mut self, mark: &HistoryMark) {
+        self.peaks.clone_from(&mark.peaks);
         if let Some(r) = &mut self.released {
             r.truncate(mark.released);
         }
@@ -249,7 +249,7 @@ mod tests {
         let c = live.apply(&big, 2);
         h.record(2, 0, 7, &c, |p| *p);
         assert_eq!(h.peaks(0).device_bytes, 99);
-        h.rewind(mark);
+        h.rewind(&mark);
         assert_eq!(h.peaks(0).device_bytes, 10);
         h.finish([(Family::Device, 0)].into_iter());
         assert_eq!(h.live_before(1).expect("kept").collect::<Vec<_>>(), vec![0]);
