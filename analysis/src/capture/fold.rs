@@ -22,7 +22,8 @@
 //! Owns none of the rules it applies (loading, free matching, the report's figures): it
 //! only decides when to fold what.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::path::Path;
 
 use memwatch_wire::Record;
@@ -48,6 +49,10 @@ const FIRST_IDLE_EVENTS: u64 = 1 << 18;
 /// checkpoint, never by holding everything back longer.
 const MAX_IDLE_NS: u64 = 2_000_000_000;
 const MAX_IDLE_EVENTS: u64 = 1 << 26;
+
+/// Buffers of runs taken whole kept for the next fresh events (fresh memory costs page
+/// faults).
+const SPARE_RUNS: usize = 4;
 
 /// Checkpoints kept (the newest ones, one per folded batch; an event older than all of
 /// them folds everything again).
@@ -87,6 +92,10 @@ pub struct CaptureFold {
     /// Events not folded yet: sorted runs, each holding events that arrived after those
     /// of the runs before it.
     runs: VecDeque<Run>,
+    /// Emptied buffers, for the next runs.
+    spare: Vec<Vec<Ev>>,
+    /// A batch that comes before folded events, being put in place.
+    scratch: Vec<Ev>,
     report: ReportFold,
     /// The empty fold's checkpoint, and the newest ones (one before each batch).
     start: ReportCheckpoint,
@@ -141,6 +150,8 @@ impl CaptureFold {
             opts: opts.clone(),
             done: Vec::new(),
             runs: VecDeque::new(),
+            spare: Vec::new(),
+            scratch: Vec::new(),
             start: report.checkpoint(),
             report,
             checkpoints: VecDeque::new(),
@@ -208,6 +219,8 @@ impl CaptureFold {
         self.builder = LoadBuilder::new(Path::new(""));
         self.done = Vec::new();
         self.runs = VecDeque::new();
+        self.spare = Vec::new();
+        self.scratch = Vec::new();
         self.checkpoints = VecDeque::new();
         self.report = ReportFold::new(&self.opts, false);
         self.start = self.report.checkpoint();
@@ -216,17 +229,7 @@ impl CaptureFold {
     /// Sorts the fresh events into a run, and folds what no thread still making calls
     /// can precede.
     fn fold_ready(&mut self) {
-        let mut fresh = std::mem::take(self.builder.events_mut());
-        if let Some(t) = fresh.iter().map(|e| e.ts).max() {
-            self.newest_ts = self.newest_ts.max(t);
-        }
-        fresh.sort_by_key(|e| e.ts);
-        if !fresh.is_empty() {
-            self.runs.push_back(Run {
-                events: fresh,
-                start: 0,
-            });
-        }
+        self.take_fresh();
         let horizon = self.newest_ts.saturating_sub(self.idle_ns);
         let recent = self.builder.events_read().saturating_sub(self.idle_events);
         let bound = self
@@ -240,98 +243,98 @@ impl CaptureFold {
             self.bound_ts = bound;
             self.bound_newest_ts = self.newest_ts;
         }
-        let batch = self.take_until(Some(self.bound_ts));
-        self.place(batch);
+        self.fold_until(Some(self.bound_ts));
     }
 
-    /// Takes the events up to `bound` (all: `None`) out of the runs, in time order
-    /// (equal times: the earlier run first, so file order is kept).
-    fn take_until(&mut self, bound: Option<u64>) -> Vec<Ev> {
+    /// Moves the events read since the last batch into a run of their own, sorted.
+    fn take_fresh(&mut self) {
+        let spare = self.spare.pop().unwrap_or_default();
+        let mut fresh = std::mem::replace(self.builder.events_mut(), spare);
+        if let Some(t) = fresh.iter().map(|e| e.ts).max() {
+            self.newest_ts = self.newest_ts.max(t);
+        }
+        if fresh.is_empty() {
+            self.spare.push(fresh);
+            return;
+        }
+        fresh.sort_by_key(|e| e.ts);
+        self.runs.push_back(Run {
+            events: fresh,
+            start: 0,
+        });
+    }
+
+    /// Takes the events up to `bound` (all: `None`) out of the runs and folds them: after
+    /// the folded events, or, when some come before them, from the last checkpoint
+    /// before their place.
+    fn fold_until(&mut self, bound: Option<u64>) {
         let within = |e: &Ev| bound.is_none_or(|b| e.ts <= b);
         let ends: Vec<usize> = self
             .runs
             .iter()
             .map(|r| r.start + r.rest().partition_point(within))
             .collect();
-        let total: usize = self
+        let first = self
             .runs
             .iter()
             .zip(&ends)
-            .map(|(r, &end)| end - r.start)
-            .sum();
-        let mut out = Vec::with_capacity(total);
-        let mut heads: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> = self
-            .runs
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| r.start < ends[*i])
-            .map(|(i, r)| std::cmp::Reverse((r.events[r.start].ts, i)))
-            .collect();
-        while let Some(std::cmp::Reverse((_, i))) = heads.pop() {
-            let r = &mut self.runs[i];
-            let end = ends[i];
-            // Take this run's events while they come before the next run's head.
-            let limit = heads.peek().map(|std::cmp::Reverse(h)| *h);
-            let from = r.start;
-            let mut to = from + 1;
-            while to < end {
-                let t = r.events[to].ts;
-                match limit {
-                    Some((lt, li)) if (t, i) > (lt, li) => break,
-                    _ => to += 1,
-                }
-            }
-            out.extend_from_slice(&r.events[from..to]);
-            r.start = to;
-            if to < end {
-                heads.push(std::cmp::Reverse((r.events[to].ts, i)));
-            }
-        }
-        while self.runs.front().is_some_and(|r| r.start == r.events.len()) {
-            self.runs.pop_front();
-        }
-        out
-    }
-
-    /// Puts a batch (in time order, all of it later in the file than what was folded)
-    /// after the folded events, going back to a checkpoint first when some of it comes
-    /// before them, and folds it.
-    fn place(&mut self, batch: Vec<Ev>) {
-        let Some(first) = batch.first().map(|e| e.ts) else {
+            .filter(|(r, &end)| r.start < end)
+            .map(|(r, _)| r.events[r.start].ts)
+            .min();
+        let Some(first) = first else {
             return;
         };
-        let last_done = self.done.last().map(|e| e.ts);
-        let from = match last_done {
+        let from = match self.done.last().map(|e| e.ts) {
             Some(t) if first < t => {
-                // Where the earliest of them goes: after every folded event of its time
-                // or earlier (those came first in the file).
-                let at = self.done.partition_point(|e| e.ts <= first);
-                self.stats.late_events += batch.partition_point(|b| b.ts < t) as u64;
-                // Waiting for threads silent for up to `needed` would have kept this
-                // one in place.
-                let needed = self.bound_newest_ts.saturating_sub(first);
-                self.idle_ns = self.idle_ns.max(needed.saturating_mul(2)).min(MAX_IDLE_NS);
-                self.idle_events = self.idle_events.saturating_mul(2).min(MAX_IDLE_EVENTS);
-                while self.checkpoints.back().is_some_and(|c| c.position() > at) {
-                    self.checkpoints.pop_back();
-                }
-                let c = self.checkpoints.back().unwrap_or(&self.start);
-                self.report.restore(c);
-                let from = c.position();
+                let mut batch = std::mem::take(&mut self.scratch);
+                batch.clear();
+                merge_runs(&mut self.runs, &ends, &mut batch);
+                let from = self.rewind_for(&batch, t);
                 let folded = self.done.split_off(from);
                 self.stats.refolded += folded.len() as u64;
-                merge_into(&mut self.done, folded, batch);
+                merge_into(&mut self.done, &folded, &batch);
+                self.scratch = batch;
                 from
             }
             _ => {
                 self.checkpoint();
                 let from = self.done.len();
-                self.done.extend(batch);
+                merge_runs(&mut self.runs, &ends, &mut self.done);
                 from
             }
         };
+        // Runs taken whole are kept for the next fresh events.
+        while self.runs.front().is_some_and(|r| r.start == r.events.len()) {
+            if let Some(mut r) = self.runs.pop_front() {
+                if self.spare.len() < SPARE_RUNS {
+                    r.events.clear();
+                    self.spare.push(r.events);
+                }
+            }
+        }
         self.report
             .add_all(&self.done[from..], self.builder.streams());
+    }
+
+    /// A batch (in time order, later in the file than what was folded) has events before
+    /// the last folded one's time `t`: goes back to the last checkpoint before the place
+    /// of its earliest and returns that position; waits longer for silent threads.
+    fn rewind_for(&mut self, batch: &[Ev], t: u64) -> usize {
+        let first = batch.first().map_or(t, |e| e.ts);
+        // Where the earliest goes: after every folded event of its time or earlier
+        // (those came first in the file).
+        let at = self.done.partition_point(|e| e.ts <= first);
+        self.stats.late_events += batch.partition_point(|b| b.ts < t) as u64;
+        // Waiting for threads silent for up to `needed` would have kept it in place.
+        let needed = self.bound_newest_ts.saturating_sub(first);
+        self.idle_ns = self.idle_ns.max(needed.saturating_mul(2)).min(MAX_IDLE_NS);
+        self.idle_events = self.idle_events.saturating_mul(2).min(MAX_IDLE_EVENTS);
+        while self.checkpoints.back().is_some_and(|c| c.position() > at) {
+            self.checkpoints.pop_back();
+        }
+        let c = self.checkpoints.back().unwrap_or(&self.start);
+        self.report.restore(c);
+        c.position()
     }
 
     fn checkpoint(&mut self) {
@@ -347,18 +350,10 @@ impl CaptureFold {
         if let Some(why) = self.gave_up {
             return Err(why);
         }
-        let mut fresh = std::mem::take(self.builder.events_mut());
         let refolded = self.stats.refolded;
-        let held: usize = self.runs.iter().map(|r| r.rest().len()).sum::<usize>() + fresh.len();
-        fresh.sort_by_key(|e| e.ts);
-        if !fresh.is_empty() {
-            self.runs.push_back(Run {
-                events: fresh,
-                start: 0,
-            });
-        }
-        let rest = self.take_until(None);
-        self.place(rest);
+        self.take_fresh();
+        let held: usize = self.runs.iter().map(|r| r.rest().len()).sum();
+        self.fold_until(None);
         let mut stats = self.stats;
         stats.folded_at_end = held as u64 + (stats.refolded - refolded);
         let (loaded, split) = self.builder.finish(self.done, self.file);
@@ -380,7 +375,7 @@ impl CaptureFold {
 
 /// Appends `a` and `b` (each in time order) to `out` in time order; equal times take
 /// `a`'s first.
-fn merge_into(out: &mut Vec<Ev>, a: Vec<Ev>, b: Vec<Ev>) {
+fn merge_into(out: &mut Vec<Ev>, a: &[Ev], b: &[Ev]) {
     out.reserve(a.len() + b.len());
     let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {
@@ -394,6 +389,38 @@ fn merge_into(out: &mut Vec<Ev>, a: Vec<Ev>, b: Vec<Ev>) {
     }
     out.extend_from_slice(&a[i..]);
     out.extend_from_slice(&b[j..]);
+}
+
+/// Appends the events of each run up to its `ends` entry to `out`, in time order (equal
+/// times: the earlier run first, so file order is kept).
+fn merge_runs(runs: &mut VecDeque<Run>, ends: &[usize], out: &mut Vec<Ev>) {
+    let total: usize = runs.iter().zip(ends).map(|(r, &end)| end - r.start).sum();
+    out.reserve(total);
+    let mut heads: BinaryHeap<Reverse<(u64, usize)>> = runs
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| r.start < ends[*i])
+        .map(|(i, r)| Reverse((r.events[r.start].ts, i)))
+        .collect();
+    while let Some(Reverse((_, i))) = heads.pop() {
+        let r = &mut runs[i];
+        let end = ends[i];
+        // Take this run's events while they come before the next run's head.
+        let limit = heads.peek().map(|Reverse(h)| *h);
+        let from = r.start;
+        let mut to = from + 1;
+        while to < end {
+            match limit {
+                Some(next) if (r.events[to].ts, i) > next => break,
+                _ => to += 1,
+            }
+        }
+        out.extend_from_slice(&r.events[from..to]);
+        r.start = to;
+        if to < end {
+            heads.push(Reverse((r.events[to].ts, i)));
+        }
+    }
 }
 
 /// The wire bytes one record came in, as a capture sink receives them: whole frames,
@@ -462,7 +489,7 @@ mod tests {
         a[2].ptr = 2;
         let mut b = vec![ev(0), ev(3), ev(9)];
         b[1].ptr = 3;
-        merge_into(&mut out, a, b);
+        merge_into(&mut out, &a, &b);
         let got: Vec<(u64, u64)> = out.iter().map(|e| (e.ts, e.ptr)).collect();
         assert_eq!(got, vec![(0, 0), (1, 0), (3, 1), (3, 2), (3, 3), (9, 0)]);
     }

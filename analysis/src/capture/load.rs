@@ -236,8 +236,9 @@ pub(super) struct PidRecords {
 /// (`super::fold`), so both give the same [`Loaded`].
 pub struct LoadBuilder {
     loaded: Loaded,
-    /// (Touched by every event: a fast hash.)
+    /// (Touched by every event: a fast hash, and the last one looked up.)
     stream_index: foldhash::HashMap<(ProcKey, i32), u32>,
+    last_stream: Option<((u32, i32), u32)>,
     /// The latest start time seen per (pid, tid). A thread's events reach the file in
     /// the order it made the calls, but the shim converts TSC ticks to CLOCK_MONOTONIC
     /// per flush, and on a loaded (virtual) machine two flushes' conversions can differ
@@ -264,6 +265,7 @@ impl LoadBuilder {
                 ..Loaded::default()
             },
             stream_index: Default::default(),
+            last_stream: None,
             thread_last_ts: Default::default(),
             events_read: 0,
             pending_backtraces: Default::default(),
@@ -328,8 +330,15 @@ impl LoadBuilder {
     }
 
     fn stream(&mut self, pid: u32, device: i32) -> u32 {
+        // A frame's events mostly come from one thread on one device.
+        if let Some((k, i)) = self.last_stream {
+            if k == (pid, device) {
+                return i;
+            }
+        }
         let key = self.key(pid);
         if let Some(&i) = self.stream_index.get(&(key, device)) {
+            self.last_stream = Some(((pid, device), i));
             return i;
         }
         // Every pid with events is reported, even when its process_start was lost.

@@ -216,6 +216,9 @@ struct Acc {
     largest: BinaryHeap<Reverse<(u64, Reverse<u64>, usize)>>,
 }
 
+/// Each process image's running total (touched by every allocation: a fast hash).
+type Procs = foldhash::HashMap<ProcKey, ProcAcc>;
+
 #[derive(Default, Clone)]
 struct ProcAcc {
     live: u64,
@@ -264,7 +267,7 @@ const PARALLEL_EVENTS: usize = 1 << 15;
 struct LivePart {
     /// By stream index.
     accs: Vec<Acc>,
-    procs: HashMap<ProcKey, ProcAcc>,
+    procs: Procs,
     live: LiveSet<Origin>,
     history: LiveHistory,
     last_ts: u64,
@@ -275,7 +278,7 @@ struct LivePart {
 pub struct ReportCheckpoint {
     accs: Vec<Acc>,
     api: ApiMark,
-    procs: HashMap<ProcKey, ProcAcc>,
+    procs: Procs,
     live: LiveSet<Origin>,
     history: HistoryMark,
     last_ts: u64,
@@ -297,7 +300,7 @@ impl ReportFold {
             top: opts.top,
             live: LivePart {
                 accs: Vec::new(),
-                procs: HashMap::new(),
+                procs: Procs::default(),
                 live: LiveSet::new(),
                 history: LiveHistory::new(lifetimes),
                 last_ts: 0,
@@ -647,7 +650,7 @@ impl LivePart {
 }
 
 /// Takes a released allocation off its process's running total.
-fn release(procs: &mut HashMap<ProcKey, ProcAcc>, pid: ProcKey, f: Family, old: &Held<Origin>) {
+fn release(procs: &mut Procs, pid: ProcKey, f: Family, old: &Held<Origin>) {
     if f.on_device() {
         let p = procs.entry(pid).or_default();
         p.live = p.live.saturating_sub(old.size);
@@ -771,8 +774,12 @@ impl ApiAcc {
         }
     }
 
-    fn add(&mut self, e: &Ev) {
-        self.durations.push(e.dur);
+    /// Adds a call; its duration is kept when `keep_duration` (the capture-wide
+    /// accumulators take their processes' durations at the end).
+    fn add(&mut self, e: &Ev, keep_duration: bool) {
+        if keep_duration {
+            self.durations.push(e.dur);
+        }
         if matches!(
             e.kind(),
             Some(EventKind::AllocFailed | EventKind::FreeFailed)
@@ -797,14 +804,20 @@ impl ApiAcc {
     }
 
     fn finish(mut self, api: u16) -> ApiStats {
-        let n = self.durations.len();
+        let mut durations = std::mem::take(&mut self.durations);
+        self.finish_with(api, &mut durations)
+    }
+
+    /// The statistics, `durations` being the calls' durations (reordered).
+    fn finish_with(&self, api: u16, durations: &mut [u64]) -> ApiStats {
+        let n = durations.len();
         // Nearest rank: the value a sort would put at `rank - 1`, found without sorting
         // (selection; p99's rank is never below p50's, so it is looked for to the right).
         let rank = |p: usize| (p * n).div_ceil(100).max(1) - 1;
         let (mut p50, mut p99) = (0, 0);
         if n > 0 {
             let (r50, r99) = (rank(50), rank(99));
-            let (_, v50, right) = self.durations.select_nth_unstable(r50);
+            let (_, v50, right) = durations.select_nth_unstable(r50);
             p50 = *v50;
             p99 = if r99 == r50 {
                 p50
@@ -816,13 +829,10 @@ impl ApiAcc {
             api: Api::from_u16(api).name().to_string(),
             count: n as u64,
             errors: self.errors,
-            total_ns: self
-                .durations
-                .iter()
-                .fold(0u64, |s, d| s.saturating_add(*d)),
+            total_ns: durations.iter().fold(0u64, |s, d| s.saturating_add(*d)),
             p50_ns: p50,
             p99_ns: p99,
-            max_ns: self.durations.iter().copied().max().unwrap_or(0),
+            max_ns: durations.iter().copied().max().unwrap_or(0),
             max_concurrent: self.overlap.max_calls,
             max_concurrent_devices: self.overlap.max_streams,
         }
@@ -875,7 +885,7 @@ impl ApiTable {
             }));
         }
         let a = a as usize;
-        self.global[a].add(e);
+        self.global[a].add(e, false);
         if e.stream as usize >= self.proc_of_stream.len() {
             self.take_streams(streams);
         }
@@ -885,7 +895,7 @@ impl ApiTable {
         }
         row[a]
             .get_or_insert_with(|| ApiAcc::new(StreamCounts::Small(Vec::new())))
-            .add(e);
+            .add(e, true);
     }
 
     /// Takes in the streams not seen yet.
@@ -949,7 +959,23 @@ impl ApiTable {
         let mut per_pid: HashMap<ProcKey, Vec<ApiStats>> = HashMap::new();
         for &a in &order {
             if let Some(acc) = global[a].take() {
-                all.push(acc.finish(self.apis[a]));
+                // Every process's durations of this API (their order does not matter:
+                // one process's are used where they are).
+                let mut of_procs = per_proc
+                    .iter_mut()
+                    .filter_map(|row| row.get_mut(a).and_then(Option::as_mut));
+                let stats = match (of_procs.next(), of_procs.next()) {
+                    (Some(one), None) => acc.finish_with(self.apis[a], &mut one.durations),
+                    _ => {
+                        let mut all_durations: Vec<u64> = per_proc
+                            .iter()
+                            .filter_map(|row| row.get(a).and_then(Option::as_ref))
+                            .flat_map(|acc| acc.durations.iter().copied())
+                            .collect();
+                        acc.finish_with(self.apis[a], &mut all_durations)
+                    }
+                };
+                all.push(stats);
             }
             for (p, pid) in self.procs.iter().enumerate() {
                 if let Some(acc) = per_proc[p].get_mut(a).and_then(Option::take) {
@@ -985,7 +1011,7 @@ mod tests {
     fn nearest_rank_percentiles() {
         let mut acc = ApiAcc::new(StreamCounts::Small(Vec::new()));
         for d in (1..=100).rev() {
-            acc.add(&ev(d * 1000, d, 0));
+            acc.add(&ev(d * 1000, d, 0), true);
         }
         let s = acc.finish(Api::HipStreamCreate.code());
         assert_eq!(
@@ -994,7 +1020,7 @@ mod tests {
         );
         let one = {
             let mut a = ApiAcc::new(StreamCounts::Small(Vec::new()));
-            a.add(&ev(0, 7, 0));
+            a.add(&ev(0, 7, 0), true);
             a.finish(0)
         };
         assert_eq!((one.p50_ns, one.p99_ns), (7, 7));

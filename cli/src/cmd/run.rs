@@ -468,6 +468,13 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         eprintln!("memwatch: error: {e}");
         return Ok(Outcome::Code(end.status));
     }
+    let timing = std::env::var_os("MEMWATCH_RUN_TIMING").is_some_and(|v| v == "1");
+    if timing {
+        eprintln!(
+            "memwatch: after the command: connections drained, capture written and synced {:.3} s",
+            cmd_ended.elapsed().as_secs_f64()
+        );
+    }
     if !idle && still_open > 0 {
         let pids = if left_behind.is_empty() {
             String::new()
@@ -515,7 +522,6 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         return Ok(Outcome::Code(end.status));
     }
     store_capture(&args, &out);
-    let timing = std::env::var_os("MEMWATCH_RUN_TIMING").is_some_and(|v| v == "1");
     let phase = Instant::now();
     let folded = match fold {
         Some(f) => f.finish(),
