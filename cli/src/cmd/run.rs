@@ -528,7 +528,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         None => Err(super::run_doctor::NoFold::Failed),
     };
     let (diagnosis, report) = match folded {
-        Ok(f) => {
+        Ok((f, caught_up)) => {
             let fold_s = phase.elapsed().as_secs_f64();
             print_damage(&f.loaded);
             let phase = Instant::now();
@@ -540,10 +540,12 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             );
             if timing {
                 eprintln!(
-                    "memwatch: after the command: capture folded while written ({} events, {} \
-                     folded after the command ended, {} folded again for {} late ones) and its \
-                     report finished {fold_s:.3} s, diagnosis {:.3} s",
+                    "memwatch: after the command: capture folded while written ({} events; \
+                     the frames still queued taken in {:.3} s, then {} events folded, {} \
+                     folded again for {} late ones) and its report finished {fold_s:.3} s, \
+                     diagnosis {:.3} s",
                     f.stats.events,
+                    caught_up.as_secs_f64(),
                     f.stats.folded_at_end,
                     f.stats.refolded,
                     f.stats.late_events,

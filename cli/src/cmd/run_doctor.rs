@@ -150,10 +150,13 @@ impl RunFold {
     }
 
     /// Waits for the fold to take in the last frame (call after the sink finished) and
-    /// folds the rest.
-    pub fn finish(self) -> Result<Folded, NoFold> {
+    /// folds the rest. Also says how long the wait was (the fold's thread taking in the
+    /// frames still queued for it).
+    pub fn finish(self) -> Result<(Folded, std::time::Duration), NoFold> {
+        let waited = std::time::Instant::now();
         let fold = self.thread.join().map_err(|_| NoFold::Failed)?;
-        fold.finish().map_err(NoFold::GaveUp)
+        let waited = waited.elapsed();
+        Ok((fold.finish().map_err(NoFold::GaveUp)?, waited))
     }
 }
 
