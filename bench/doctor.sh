@@ -57,7 +57,7 @@ run10m() { # label, memwatch binary
     2> run.err) || true
   local n
   n=$("$mw" report --json "$work/big.mwcap" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(sum(d.get("alloc_count",0)+d.get("free_count",0) for p in r["processes"] for d in p["devices"]))')
-  echo "${label}memwatch run, $n allocation/free events ($(du -m "$work/big.mwcap" | cut -f1) MiB capture): $(grep -o 'done [0-9.]* s after the command exited' "$work/run.err") ($(grep -o 'after the command: .*' "$work/run.err" | sed 's/^after the command: //' | paste -sd ';' | sed 's/;/; /g')); verdict: $(grep -o '^\[1\] [a-z_]* — failure' "$work/run.err" || echo none)"
+  echo "${label}memwatch run, $n allocation/free events ($(du -m "$work/big.mwcap" | cut -f1) MiB capture): $(grep -o 'done [0-9.]* s after the command exited' "$work/run.err") ($(grep -o 'after the command: .*' "$work/run.err" | sed 's/^after the command: //' | paste -sd ';' | sed 's/;/; /g')); verdict: $(grep -o '^\[1\] [a-z_]* — failure' "$work/run.err" || echo none)$(grep -o ', [0-9]* DROPPED events' "$work/run.err" | paste -sd ' ' || true)"
   rm -f "$work/big.mwcap"
 }
 if [ -n "$baseline" ]; then
