@@ -12,7 +12,7 @@ fi
 export RUSTC_BOOTSTRAP=1
 cd fuzz
 mkdir -p corpus
-for t in buffer_assignment hlo live_range log capture replay; do
+for t in buffer_assignment hlo live_range log capture replay torch_pickle; do
     # Seed each target's corpus with real fixtures.
     mkdir -p "corpus/$t"
     case $t in
@@ -28,6 +28,10 @@ for t in buffer_assignment hlo live_range log capture replay; do
         # a few JSON lines.
         replay) cp ../testdata/h200/bfc/h200-jax0.11.2/*.json ../testdata/h200/bfc/h200-jax0.11.2/oom-26x4GiB.log "corpus/$t/"
                 printf '%s\n' '{"op":"alloc","id":1,"size":1048576,"tag":"w"}' '{"op":"alloc","id":2,"size":300}' '{"op":"free","id":1}' '{"op":"alloc","id":3,"size":4194304}' > "corpus/$t/lines.jsonl" ;;
+        # Real PyTorch snapshots (H100), as raw input (first byte 0: the bytes as they are).
+        torch_pickle) for f in ../testdata/torch-snapshots/*.pickle; do
+                          { printf '\0'; cat "$f"; } > "corpus/$t/$(basename "$f")"
+                      done ;;
     esac
     echo "== fuzz $t for ${SECS}s"
     cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$SECS" -max_len=65536

@@ -6,6 +6,7 @@
 //! failure, see its README) and the regression gate. Each area is one module tree below;
 //! the CLI and the daemon call
 //! into them. Nothing here prints or exits: functions return typed errors (`thiserror`).
+#![doc = include_str!("../README.md")]
 pub mod alloc;
 
 pub mod apu;
@@ -14,6 +15,8 @@ pub mod doctor;
 pub mod gate;
 pub mod live;
 pub mod log;
+pub mod nvsmi;
 pub mod runtime;
 pub mod size;
+pub mod torch;
 pub mod xla;

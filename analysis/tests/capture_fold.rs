@@ -24,7 +24,7 @@ fn testdata() -> PathBuf {
 
 fn real_captures() -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for dir in ["oom-corpus", "h200-captures"] {
+    for dir in ["oom-corpus", "h200-captures", "multi-gpu"] {
         let Ok(rd) = std::fs::read_dir(testdata().join(dir)) else {
             continue;
         };
@@ -76,7 +76,7 @@ type LiveAt = Vec<((ProcKey, i32), u64, Vec<(u64, u64)>)>;
 fn stopped_fold(l: &Loaded, checkpoint: u64) -> LiveAt {
     let mut live: LiveSet<u64> = LiveSet::new();
     for e in l.events.iter().take_while(|e| e.ts <= checkpoint) {
-        live.apply(&e.mem_event(l.streams[e.stream as usize]), e.ts);
+        live.apply(&l.mem_event(e), e.ts);
     }
     let mut out: LiveAt = l
         .streams
@@ -417,7 +417,7 @@ fn driver_facts_are_the_live_set_where_the_fold_would_stop() {
         let mut peaks = std::collections::BTreeMap::new();
         for e in &l.events {
             let key = l.streams[e.stream as usize];
-            if let Change::Alloc { family, now, .. } = live.apply(&e.mem_event(key), ()) {
+            if let Change::Alloc { family, now, .. } = live.apply(&l.mem_event(e), ()) {
                 let p = peaks.entry(key).or_insert((0u64, 0u64));
                 if family.on_device() && now.device_bytes > p.0 {
                     *p = (now.device_bytes, e.ts);

@@ -3,6 +3,7 @@
 //! Exit codes (DESIGN.md): 0 success, 1 "the check failed" (a command returns
 //! [`cmd::Outcome::CheckFailed`]), 2 bad usage or unreadable input (any error: one line
 //! naming the file and what is wrong, printed to stderr).
+#![doc = include_str!("../README.md")]
 
 mod cmd;
 

@@ -1,6 +1,6 @@
 //! `memwatch diagnose` on bad or partial evidence: a log in a format memwatch does not
 //! know, a dump from another run, a capture cut off by the crash, a log alone, binary
-//! garbage, a PyTorch snapshot. It gives the verdicts the evidence supports, names what
+//! garbage, a PyTorch snapshot cut short. It gives the verdicts the evidence supports, names what
 //! is missing and what it would add, and never a made-up figure; unreadable input exits 2
 //! with one line naming the file.
 
@@ -156,9 +156,13 @@ fn unreadable_inputs_exit_2_naming_the_file() {
     let g = tmp.path().join("garbage.log");
     std::fs::write(&g, b"\x00\x01\x02\xff\xfe").unwrap();
     exit2(&["diagnose", g.to_str().unwrap()], "garbage.log:1:");
+    // A snapshot cut short (the program died while writing it).
+    let snap = std::fs::read(corpus("torch_leak", "snapshot.pickle")).unwrap();
+    let cut = tmp.path().join("cut.pickle");
+    std::fs::write(&cut, &snap[..snap.len() / 2]).unwrap();
     exit2(
-        &["diagnose", &corpus("torch_leak", "snapshot.pickle")],
-        "does not read snapshots yet",
+        &["diagnose", cut.to_str().unwrap()],
+        "cut.pickle: not a readable pickle",
     );
     exit2(
         &[

@@ -3,7 +3,7 @@
 //! instruction and op_name, and its key figures — must match the `expect` block of its
 //! scenario.json, whose figures come from the framework's own numbers (figures.json).
 //! The test reads only the files a user would have (capture, stderr, nvidia-smi samples,
-//! the XLA dump, the run's environment) and the expectations; it knows no scenario by
+//! the PyTorch snapshot the program wrote, the XLA dump, the run's environment) and the expectations; it knows no scenario by
 //! name.
 
 mod common;
@@ -14,7 +14,12 @@ use std::path::Path;
 
 fn diagnose(dir: &Path, scenario: &Value) -> Value {
     let mut args: Vec<String> = vec!["diagnose".into()];
-    for f in ["capture.mwcap", "stderr.log", "nvsmi.csv"] {
+    for f in [
+        "capture.mwcap",
+        "stderr.log",
+        "nvsmi.csv",
+        "snapshot.pickle",
+    ] {
         let p = dir.join(f);
         if p.is_file() {
             args.push(p.display().to_string());

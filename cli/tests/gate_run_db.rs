@@ -149,10 +149,8 @@ fn scenario(root: &Path, db: &str, shown: &str) {
         .build()
         .unwrap();
     let rows = rt.block_on(async {
-        let store = memwatch_daemon::store::Store::open(db).await.unwrap();
-        memwatch_daemon::web::data::gate_results(&store)
-            .await
-            .unwrap()
+        let store = memwatch_daemon::Store::open(db).await.unwrap();
+        memwatch_daemon::gate_results(&store).await.unwrap()
     });
     assert_eq!(rows.len(), 4);
     let failed: Vec<_> = rows.iter().filter(|r| !r.passed).collect();

@@ -192,3 +192,57 @@ fn a_stderr_copy_that_was_there_is_kept_when_the_command_cannot_start() {
     assert_eq!(out.status.code(), Some(127));
     assert!(!dir.path().join("y.stderr.log").exists());
 }
+
+/// `--torch-snapshot FILE`: the snapshot the command wrote joins the diagnosis. The
+/// command replays torch_leak_b's real stderr and writes its real snapshot: the leak with
+/// PyTorch's own growth per step (figures.json), fragmentation only an `also`. A snapshot
+/// the command did not write is said, and the verdict still comes from the stderr.
+#[test]
+fn a_snapshot_the_command_wrote_joins_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = repo("testdata/oom-corpus/torch_leak_b");
+    let script = format!(
+        "cp '{}' snap.pickle; cat '{}' >&2; exit 1",
+        corpus.join("snapshot.pickle").display(),
+        corpus.join("stderr.log").display()
+    );
+    let args = |snap: &'static str| {
+        [
+            "run",
+            "--quiet",
+            "--json",
+            "--no-xla-dump",
+            "--torch-snapshot",
+            snap,
+            "--out",
+            "t.mwcap",
+            "--",
+            "sh",
+            "-c",
+        ]
+    };
+    let mut a = args("snap.pickle").to_vec();
+    a.push(&script);
+    let out = run_in(dir.path(), &[], &a);
+    assert_eq!(out.status.code(), Some(1));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let v = &j["diagnosis"]["verdicts"][0];
+    assert_eq!(v["kind"], "leak", "{j}");
+    assert_eq!(v["figures"]["growth_per_step_bytes"], 100663808);
+    assert!(v["also"]
+        .as_array()
+        .unwrap()
+        .contains(&"fragmentation".into()));
+    let script = format!("cat '{}' >&2; exit 1", corpus.join("stderr.log").display());
+    let mut a = args("none.pickle").to_vec();
+    a.push(&script);
+    let out = run_in(dir.path(), &[], &a);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--torch-snapshot none.pickle: the command did not write it"),
+        "{err}"
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(j["diagnosis"]["verdicts"][0]["kind"].is_string(), "{j}");
+}

@@ -202,7 +202,7 @@ fn import_with_xla_dump_stores_the_same_attribution_as_runtime() {
         let store = memwatch_daemon::Store::open(db.to_str().unwrap())
             .await
             .unwrap();
-        memwatch_daemon::store::pjrt::peak_runtime(&store, run, 0, 20)
+        memwatch_daemon::peak_runtime(&store, run, 0, 20)
             .await
             .unwrap()
             .unwrap()

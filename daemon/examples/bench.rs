@@ -107,7 +107,7 @@ async fn ingest(db: &str, n: usize) {
     assert_eq!(stored as usize, n);
     println!(
         "ingest end-to-end (forwarder+spool -> TCP -> daemon -> committed) into {}: {n} events in {:.2} s = {:.0} events/s",
-        memwatch_daemon::store::redact(db),
+        memwatch_daemon::redact(db),
         elapsed.as_secs_f64(),
         n as f64 / elapsed.as_secs_f64()
     );

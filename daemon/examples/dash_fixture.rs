@@ -15,10 +15,10 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use axum::body::Body;
 use axum::http::Request;
-use memwatch_daemon::api::{router, AppState};
-use memwatch_daemon::checkpointer::{spawn_checkpointer, CheckpointSettings};
-use memwatch_daemon::metrics::Metrics;
-use memwatch_daemon::writer::spawn_writer;
+use memwatch_daemon::spawn_writer;
+use memwatch_daemon::Metrics;
+use memwatch_daemon::{router, AppState};
+use memwatch_daemon::{spawn_checkpointer, CheckpointSettings};
 use memwatch_daemon::{Batch, Ingestor, Store};
 use memwatch_wire::{
     DeviceInfo, DeviceSample, Event, EventKind, Marker, MemKind, ProcessEnd, ProcessStart, Record,
@@ -245,7 +245,7 @@ async fn record_live(ing: &mut Ingestor) -> Result<i64> {
                     pid,
                     ppid: 1,
                     mono_anchor_ns: 5_000_000_000,
-                    wall_anchor_unix_ns: memwatch_daemon::store::now_unix_ns() as u64,
+                    wall_anchor_unix_ns: memwatch_daemon::now_unix_ns() as u64,
                     shim_version: "fixture".into(),
                     hostname: "gpu-node-1".into(),
                     argv: vec!["python".into(), "serve.py".into()],
@@ -261,7 +261,7 @@ async fn record_live(ing: &mut Ingestor) -> Result<i64> {
 /// XLA dump (`memwatch import --log … --xla-dump …` does the same), and the MLP dump.
 async fn attach_h200(store: &Store) -> Result<()> {
     use memwatch_analysis::log::{parse_log, LogReport};
-    use memwatch_daemon::store::dash::NewModule;
+    use memwatch_daemon::NewModule;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../testdata/h200")
         .canonicalize()
@@ -387,7 +387,7 @@ async fn main() -> Result<()> {
         let events = store.run(big).await?.map_or(0, |r| r.run.event_count);
         // An instant in the middle of the run: the live set is replayed from the peak
         // snapshot (early in the run) over about half of the run's events.
-        let mid = memwatch_daemon::web::data::run_lite(&store, big)
+        let mid = memwatch_daemon::run_lite(&store, big)
             .await?
             .map_or(0, |r| r.duration_ns / 2);
         let pages: Vec<String> = pages

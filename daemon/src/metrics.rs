@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use crate::store::{Store, StoreError};
+use crate::db::{Store, StoreError};
 
 /// Counters shared by the writer, the TCP listener and the HTTP API.
 #[derive(Default)]
@@ -141,14 +141,29 @@ pub async fn render(m: &Metrics, store: &Store) -> Result<String, StoreError> {
          # HELP memwatch_run_peak_bytes Peak live bytes per run and device.\n\
          # TYPE memwatch_run_peak_bytes gauge"
     );
-    for (run, key, dev, live, peak) in store.metric_rows(100).await? {
-        let labels = format!("run=\"{run}\",run_key=\"{}\",device=\"{dev}\"", esc(&key));
-        let _ = writeln!(o, "memwatch_run_live_bytes{{{labels}}} {live}");
-        let _ = writeln!(o, "memwatch_run_peak_bytes{{{labels}}} {peak}");
+    let devices: Vec<RunDeviceGauge> = sqlx::query_as(
+        "SELECT d.run_id AS run_id, r.run_key AS run_key, d.device AS device, \
+         d.live_bytes AS live_bytes, d.peak_bytes AS peak_bytes FROM run_devices d \
+         JOIN runs r ON r.id = d.run_id WHERE d.run_id IN (SELECT id FROM runs ORDER BY id DESC LIMIT $1) \
+         ORDER BY d.run_id, d.device",
+    )
+    .bind(100i64)
+    .fetch_all(&store.pool)
+    .await?;
+    for d in devices {
+        let labels = format!(
+            "run=\"{}\",run_key=\"{}\",device=\"{}\"",
+            d.run_id,
+            esc(&d.run_key),
+            d.device
+        );
+        let _ = writeln!(o, "memwatch_run_live_bytes{{{labels}}} {}", d.live_bytes);
+        let _ = writeln!(o, "memwatch_run_peak_bytes{{{labels}}} {}", d.peak_bytes);
     }
-    let dropped = sqlx::query("SELECT id, dropped_events FROM runs ORDER BY id DESC LIMIT 100")
-        .fetch_all(&store.pool)
-        .await?;
+    let dropped: Vec<RunDropped> =
+        sqlx::query_as("SELECT id, dropped_events FROM runs ORDER BY id DESC LIMIT 100")
+            .fetch_all(&store.pool)
+            .await?;
     let _ = writeln!(
         o,
         "# HELP memwatch_run_dropped_events Events the shims reported dropping, per run.\n\
@@ -158,9 +173,25 @@ pub async fn render(m: &Metrics, store: &Store) -> Result<String, StoreError> {
         let _ = writeln!(
             o,
             "memwatch_run_dropped_events{{run=\"{}\"}} {}",
-            crate::store::col_i64(r, 0)?,
-            crate::store::col_i64(r, 1)?
+            r.id, r.dropped_events
         );
     }
     Ok(o)
+}
+
+/// Live and peak bytes of one device of a run.
+#[derive(sqlx::FromRow)]
+struct RunDeviceGauge {
+    run_id: i64,
+    run_key: String,
+    device: i64,
+    live_bytes: i64,
+    peak_bytes: i64,
+}
+
+/// A run's dropped-events count.
+#[derive(sqlx::FromRow)]
+struct RunDropped {
+    id: i64,
+    dropped_events: i64,
 }

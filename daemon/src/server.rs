@@ -12,12 +12,11 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::api::{router, AppState};
-use crate::checkpointer::{spawn_checkpointer, CheckpointSettings, Progress};
+use crate::app::{router, AppState};
+use crate::db::{Store, StoreError, WriterLock};
+use crate::ingest::{serve_ingest, spawn_writer, Ingestor, TcpConfig};
 use crate::metrics::Metrics;
-use crate::store::{Ingestor, Store, StoreError, WriterLock};
-use crate::tcp::{serve_ingest, TcpConfig};
-use crate::writer::spawn_writer;
+use crate::peak::{spawn_checkpointer, CheckpointSettings, Progress};
 
 /// Configuration of a daemon.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@ mod common;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
-use memwatch_daemon::api::openapi;
+use memwatch_daemon::openapi;
 use memwatch_daemon::{Batch, Ingestor, Store};
 use memwatch_wire::{EventKind, Marker, Record};
 use tower::ServiceExt;

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use memwatch_daemon::checkpointer::CheckpointSettings;
+use memwatch_daemon::CheckpointSettings;
 use memwatch_daemon::{Batch, Ingestor, ServeConfig, Store};
 use memwatch_wire::{Event, Record};
 

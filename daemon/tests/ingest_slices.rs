@@ -93,7 +93,7 @@ async fn one_big_commit_equals_many_small_ones() {
             let pb = store.peak(b, dev, 10).await.unwrap().unwrap();
             assert_eq!(pa.peak_bytes, pb.peak_bytes);
             assert_eq!(pa.live_allocations, pb.live_allocations);
-            let ptrs = |p: &memwatch_daemon::store::query::Peak| {
+            let ptrs = |p: &memwatch_daemon::Peak| {
                 p.largest
                     .iter()
                     .map(|x| (x.ptr, x.size))
@@ -110,7 +110,7 @@ async fn one_big_commit_equals_many_small_ones() {
                 .await
                 .unwrap()
                 .unwrap();
-            let key = |p: &memwatch_daemon::store::query::EventsPage| {
+            let key = |p: &memwatch_daemon::EventsPage| {
                 p.events
                     .iter()
                     .map(|e| (e.ts_ns, e.ptr, e.delta))
@@ -138,8 +138,8 @@ async fn ta_max(store: &Store, run: i64, dev: i64) -> i64 {
 /// one to four buckets and at arbitrary offsets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollup_points_equal_a_fold_of_every_bucket() {
-    use memwatch_daemon::store::query::Point;
-    use memwatch_daemon::store::rollup::{level_for, shift};
+    use memwatch_daemon::rollup::{level_for, shift};
+    use memwatch_daemon::Point;
     use sqlx::Row;
 
     let events = workload(60_000, T0, 2, 5);

@@ -208,7 +208,7 @@ async fn pjrt_records_are_stored_and_attributed() {
                     .fetch_one(&store.pool)
                     .await
                     .unwrap();
-                memwatch_daemon::store::col_i64(&row, 0).unwrap()
+                memwatch_daemon::col_i64(&row, 0).unwrap()
             }
         };
         // Modules of the XLA dumps attached to the run.
@@ -223,7 +223,7 @@ async fn pjrt_records_are_stored_and_attributed() {
                 .fetch_one(&store.pool)
                 .await
                 .unwrap();
-                memwatch_daemon::store::col_i64(&row, 0).unwrap()
+                memwatch_daemon::col_i64(&row, 0).unwrap()
             }
         };
         assert_eq!(count("pjrt_executables").await, 2, "{url}");
@@ -237,11 +237,7 @@ async fn pjrt_records_are_stored_and_attributed() {
         .fetch_one(&store.pool)
         .await
         .unwrap();
-        assert_eq!(
-            memwatch_daemon::store::col_i64(&freed, 0).unwrap(),
-            2,
-            "{url}"
-        );
+        assert_eq!(memwatch_daemon::col_i64(&freed, 0).unwrap(), 2, "{url}");
 
         let (s, v) = get(&app, &format!("/api/runs/{run}/runtime?device=0")).await;
         assert_eq!(s, StatusCode::OK, "{v}");

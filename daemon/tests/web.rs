@@ -422,7 +422,7 @@ async fn live_run_streams_progress_then_the_page_shows_it() {
 /// Stores the real H200 OOM incident (log + dump) and the MLP dump as `memwatch import
 /// --log/--xla-dump` does; returns (log id, incident module id, an MLP module id).
 async fn attach_h200(store: &Store) -> (i64, i64, i64) {
-    use memwatch_daemon::store::dash::NewModule;
+    use memwatch_daemon::NewModule;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/h200");
     let rows = |dir: &std::path::Path| -> Vec<NewModule> {
         memwatch_analysis::xla::load_dump_dir(dir)
@@ -510,7 +510,7 @@ async fn incident_xla_gate_pages_and_live_at_an_instant_on(url: &str) {
     assert_eq!(st, StatusCode::BAD_REQUEST);
 
     // Gate history: one chart per entry.
-    let res = |passed, measured| memwatch_daemon::store::gate::GateResult {
+    let res = |passed, measured| memwatch_daemon::GateResult {
         run_id: Some(train),
         name: "train/device0".into(),
         passed,

@@ -8,6 +8,7 @@
 //! runner's logic tests), `session` (ownership and cleanup of device memory), `plan`
 //! (capacity emulation), `trace` (the events the runner consumes), `runner` (the replay),
 //! `interrupt` (Ctrl-C).
+#![doc = include_str!("../README.md")]
 
 pub mod backend;
 pub mod code_object;

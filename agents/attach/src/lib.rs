@@ -11,6 +11,7 @@
 //! `elfsym` (symbol addresses in another process), `ptrace` (the remote-call session),
 //! `gdb`, `smi` (nvidia-smi per-process figures), `error`. Nothing here receives events:
 //! the CLI does that.
+#![doc = include_str!("../README.md")]
 
 pub mod elfsym;
 pub mod error;

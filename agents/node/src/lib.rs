@@ -7,6 +7,7 @@
 //! device samplers (`sampler`: NVML, librocm_smi64, amdgpu sysfs) whose readings travel
 //! the same way. It does not interpret events (that is `memwatch-analysis`) and never
 //! changes frame bytes.
+#![doc = include_str!("../README.md")]
 
 pub mod capture_sink;
 pub mod forwarder;

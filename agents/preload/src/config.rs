@@ -248,7 +248,8 @@ mod tests {
         let d = Config::parse(Some(b"unix:/s"), Some(b"junk"), None);
         assert_eq!(d.sink, SinkKind::Unix);
         assert_eq!(d.buffer_events, DEFAULT_BUFFER_EVENTS);
-        assert_eq!(d.families, 15);
+        assert_eq!(d.families, ALL_FAMILIES);
+        assert_eq!(ALL_FAMILIES, 31, "hip, cuda, cudart, pjrt and torch");
         let pjrt_only = Config::parse(Some(b"unix:/s"), None, Some(b"pjrt,bogus"));
         assert_eq!(pjrt_only.families, Family::Pjrt.bit());
     }

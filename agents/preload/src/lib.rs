@@ -22,7 +22,7 @@
 //!
 //! `hooks` and `dl` use each other (the hook table names the GetProcAddress wrappers),
 //! as do `sink` and `pjrt` (executable frames out, samples written).
-
+#![doc = include_str!("../README.md")]
 #![allow(non_snake_case)]
 // Unit-test builds do not export the hooks (the test binary must not interpose its own
 // dlsym), so the hook-only code is unused there.

@@ -84,6 +84,11 @@ pub enum MemKind {
     /// inside the framework's allocator pool, which the driver-level events already
     /// count, so it does not add to device live bytes.
     PjrtBuffer = 9,
+    /// A block of PyTorch's CUDA caching allocator (from a memory snapshot), with its
+    /// size as handed out: it lives inside a segment, which the segment's own event
+    /// counts, so it does not add to device live bytes. Its address is a device address
+    /// like its segment's (the first block of a segment shares the segment's).
+    TorchBlock = 10,
 }
 
 impl MemKind {
@@ -105,6 +110,7 @@ impl MemKind {
             7 => Self::StreamPool,
             8 => Self::PoolObject,
             9 => Self::PjrtBuffer,
+            10 => Self::TorchBlock,
             _ => return None,
         })
     }
@@ -122,6 +128,7 @@ impl MemKind {
             Self::StreamPool => "stream_pool",
             Self::PoolObject => "pool_object",
             Self::PjrtBuffer => "pjrt_buffer",
+            Self::TorchBlock => "torch_block",
         }
     }
 
@@ -174,12 +181,14 @@ impl Vendor {
 
 /// The first API number of the framework (PJRT) range.
 const FRAMEWORK_API_FIRST: u16 = 3000;
+/// The first API number of PyTorch's caching allocator (framework level too).
+const TORCH_API_FIRST: u16 = 3100;
 
 macro_rules! apis {
     ($($variant:ident = $num:literal => $name:literal,)*) => {
         /// Every API function the shim can intercept. Stored as a little-endian u16.
         /// Numbers 1..=999 are HIP, 1000..=1999 CUDA driver, 2000..=2999 CUDA runtime,
-        /// 3000.. framework-level (PJRT). Append only.
+        /// 3000.. framework-level (PJRT; 3101.. PyTorch's caching allocator). Append only.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u16)]
         pub enum Api {
@@ -301,10 +310,13 @@ apis! {
     // A buffer that lived before a late attach (`memwatch attach`): an allocation
     // stamped with the attach time, found as an execute's argument.
     PjrtBufferPreAttach = 3012 => "PJRT_Buffer:pre-attach",
+    TorchAlloc = 3101 => "torch:alloc",
+    TorchFree = 3102 => "torch:free",
 }
 
 /// Which runtime interface an [`Api`] belongs to (its number range: 1..=999 HIP,
-/// 1000..=1999 CUDA driver, 2000..=2999 CUDA runtime, 3000.. PJRT). The shim switches
+/// 1000..=1999 CUDA driver, 2000..=2999 CUDA runtime, 3000..=3099 PJRT, 3100.. PyTorch's
+/// caching allocator as a memory snapshot records it). The shim switches
 /// hooks on and off per family (`MEMWATCH_HOOK`), and result codes are named per family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
@@ -317,24 +329,34 @@ pub enum ApiFamily {
     CudaRuntime = 4,
     /// The PJRT C API (framework level: executables, executes, buffers).
     Pjrt = 8,
+    /// PyTorch's caching allocator (framework level: blocks inside its segments), read
+    /// from a memory snapshot (`memwatch import/report SNAPSHOT.pickle`); no hook.
+    Torch = 16,
 }
 
 impl ApiFamily {
     /// Every family, in number-range order.
-    pub const ALL: [ApiFamily; 4] = [Self::Hip, Self::CudaDriver, Self::CudaRuntime, Self::Pjrt];
+    pub const ALL: [ApiFamily; 5] = [
+        Self::Hip,
+        Self::CudaDriver,
+        Self::CudaRuntime,
+        Self::Pjrt,
+        Self::Torch,
+    ];
 
     /// This family's bit in a set of families (distinct powers of two).
     pub const fn bit(self) -> u8 {
         self as u8
     }
 
-    /// Stable lower-case name (`MEMWATCH_HOOK` spells `hip`, `cuda`, `cudart`, `pjrt`).
+    /// Stable lower-case name (`MEMWATCH_HOOK` spells `hip`, `cuda`, `cudart`, `pjrt`; `torch` has no hook).
     pub const fn name(self) -> &'static str {
         match self {
             Self::Hip => "hip",
             Self::CudaDriver => "cuda",
             Self::CudaRuntime => "cudart",
             Self::Pjrt => "pjrt",
+            Self::Torch => "torch",
         }
     }
 }
@@ -352,14 +374,15 @@ impl Api {
             1..=999 => Some(ApiFamily::Hip),
             1000..=1999 => Some(ApiFamily::CudaDriver),
             2000..=2999 => Some(ApiFamily::CudaRuntime),
-            FRAMEWORK_API_FIRST.. => Some(ApiFamily::Pjrt),
+            FRAMEWORK_API_FIRST..TORCH_API_FIRST => Some(ApiFamily::Pjrt),
+            TORCH_API_FIRST.. => Some(ApiFamily::Torch),
         }
     }
 
     /// A framework-level (PJRT) call rather than a driver / runtime call. Its events
     /// describe memory inside the framework's pool, which driver events already count.
     pub const fn is_framework(self) -> bool {
-        matches!(self.family(), Some(ApiFamily::Pjrt))
+        matches!(self.family(), Some(ApiFamily::Pjrt | ApiFamily::Torch))
     }
 
     /// The calls that hand memory (or a handle, range or mapping) out: the shim
@@ -641,7 +664,7 @@ mod tests {
         for api in Api::ALL {
             assert_eq!(
                 api.is_framework(),
-                api.name().starts_with("PJRT"),
+                api.name().starts_with("PJRT") || api.name().starts_with("torch:"),
                 "{}",
                 api.name()
             );
@@ -656,7 +679,7 @@ mod tests {
         };
         assert!(newer.is_framework() && newer.api() == Api::Unknown);
         let bits: u8 = ApiFamily::ALL.iter().map(|f| f.bit()).sum();
-        assert_eq!(bits, 15, "distinct bits");
+        assert_eq!(bits, 31, "distinct bits");
     }
 
     #[test]

@@ -268,7 +268,7 @@ pub(super) fn account(loaded: &Loaded, devices: &[ApuInputs]) -> Vec<ApuDevice> 
             }
         }
         let data = ApuKind::of(memwatch_wire::MemKind::from_u8(e.mem), api);
-        let change = live.apply(&e.mem_event((proc, device)), data);
+        let change = live.apply(&loaded.mem_event(e), data);
         let now = match change {
             Change::Alloc { replaced, now, .. } => {
                 if let Some(old) = replaced {

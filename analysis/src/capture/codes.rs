@@ -132,7 +132,7 @@ pub fn result_name(api: Api, code: i32) -> Option<&'static str> {
         ApiFamily::Hip => HIP,
         ApiFamily::CudaDriver => CUDA_DRIVER,
         ApiFamily::CudaRuntime => CUDA_RUNTIME,
-        ApiFamily::Pjrt => return None,
+        ApiFamily::Pjrt | ApiFamily::Torch => return None,
     };
     table.iter().find(|(c, _)| *c == code).map(|(_, n)| *n)
 }

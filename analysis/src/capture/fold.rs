@@ -28,6 +28,7 @@ use std::path::Path;
 
 use memwatch_wire::Record;
 
+use super::devices::{add_pool_sizes, PoolSizes};
 use super::load::{Ev, FileFacts, LoadBuilder, Loaded};
 use super::stats::{CaptureReport, ReportCheckpoint, ReportFold, ReportOptions};
 use crate::live::LiveHistory;
@@ -112,6 +113,10 @@ pub struct CaptureFold {
     batch_events: usize,
     /// Each pid's first `process_start` anchor.
     anchors: std::collections::HashMap<u32, u64>,
+    /// The PJRT allocator's pool sizes so far (the per-device view's kinds depend on
+    /// them), from the first `pjrt_stats_seen` samples.
+    pool_sizes: PoolSizes,
+    pjrt_stats_seen: usize,
     gave_up: Option<GaveUp>,
     stats: FoldStats,
 }
@@ -167,6 +172,8 @@ impl CaptureFold {
             max_events,
             batch_events: BATCH_EVENTS,
             anchors: Default::default(),
+            pool_sizes: PoolSizes::new(),
+            pjrt_stats_seen: 0,
             gave_up: None,
             stats: FoldStats::default(),
         }
@@ -243,7 +250,28 @@ impl CaptureFold {
             self.bound_ts = bound;
             self.bound_newest_ts = self.newest_ts;
         }
+        self.take_pool_sizes();
         self.fold_until(Some(self.bound_ts));
+    }
+
+    /// Takes in the pool sizes of the PJRT samples read since the last call; a new one
+    /// can change the kind of an allocation already folded, so everything folded is
+    /// folded again from the start (a pool size is known early in a run, so this is
+    /// rare and cheap).
+    fn take_pool_sizes(&mut self) {
+        let stats = self.builder.pjrt_stats();
+        if stats.len() == self.pjrt_stats_seen {
+            return;
+        }
+        let added = add_pool_sizes(&mut self.pool_sizes, &stats[self.pjrt_stats_seen..]);
+        self.pjrt_stats_seen = stats.len();
+        if !added || !self.report.set_pool_sizes(&self.pool_sizes) || self.done.is_empty() {
+            return;
+        }
+        self.report.restore(&self.start);
+        self.checkpoints.clear();
+        self.stats.refolded += self.done.len() as u64;
+        self.report.add_all(&self.done, self.builder.context());
     }
 
     /// Moves the events read since the last batch into a run of their own, sorted.
@@ -312,8 +340,8 @@ impl CaptureFold {
                 }
             }
         }
-        self.report
-            .add_all(&self.done[from..], self.builder.streams());
+        debug_assert_eq!(self.report.len(), from);
+        self.report.add_all(&self.done, self.builder.context());
     }
 
     /// A batch (in time order, later in the file than what was folded) has events before
@@ -352,6 +380,7 @@ impl CaptureFold {
         }
         let refolded = self.stats.refolded;
         self.take_fresh();
+        self.take_pool_sizes();
         let held: usize = self.runs.iter().map(|r| r.rest().len()).sum();
         self.fold_until(None);
         let mut stats = self.stats;

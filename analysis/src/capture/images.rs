@@ -7,7 +7,8 @@
 //! only then execs; the new image exists only after that. So image k holds the pid's
 //! frames up to the k-th image's `process_end` (or, if that was lost, the next image's
 //! `process_start` anchor), and the last image the rest. Owns this assignment for
-//! events, streams, backtraces, failures, markers, drop counts and module maps.
+//! events, streams, backtraces, VMM mapping handles, failures, markers, drop counts and
+//! module maps.
 
 use std::collections::HashMap;
 
@@ -138,6 +139,10 @@ pub(super) fn split(
     loaded.backtraces = std::mem::take(&mut loaded.backtraces)
         .into_iter()
         .map(|((s, ts, ptr), f)| ((remap(s, ts), ts, ptr), f))
+        .collect();
+    loaded.vmm_map_handles = std::mem::take(&mut loaded.vmm_map_handles)
+        .into_iter()
+        .map(|((s, ts, va), h)| ((remap(s, ts), ts, va), h))
         .collect();
     loaded.streams = streams.list;
 

@@ -75,20 +75,6 @@ impl Ev {
     pub fn api(&self) -> Api {
         Api::from_u16(self.api)
     }
-
-    /// The event as [`crate::live::LiveSet`] reads it; `stream` is [`Loaded::streams`]'
-    /// entry for [`Ev::stream`].
-    pub fn mem_event(&self, (proc, device): (ProcKey, i32)) -> crate::live::MemEvent {
-        crate::live::MemEvent {
-            proc,
-            device,
-            kind: self.kind(),
-            mem: self.mem_kind(),
-            api: self.api(),
-            ptr: self.ptr,
-            size: self.size,
-        }
-    }
 }
 
 /// A failed call, kept in full.
@@ -193,6 +179,10 @@ pub struct Loaded {
     /// PJRT records and the PJRT events in full (`crate::runtime` reads them), so one
     /// pass over the file serves both readers.
     pub pjrt: PjrtRecords,
+    /// The physical handle each VMM mapping names (`cuMemMap`'s handle, which [`Ev`]
+    /// does not keep), by (stream, time as in [`Ev::ts`], mapped address): the live set
+    /// gives a released handle back at its last unmap. Only mappings are here.
+    pub vmm_map_handles: std::collections::HashMap<(u32, u64, u64), u64>,
 }
 
 /// The PJRT part of a capture as read (raw CLOCK_MONOTONIC times).
@@ -205,6 +195,20 @@ pub struct PjrtRecords {
 }
 
 impl Loaded {
+    /// Event `e` as [`crate::live::LiveSet`] reads it (its stream's process image and
+    /// device, and the handle of a VMM mapping).
+    pub fn mem_event(&self, e: &Ev) -> crate::live::MemEvent {
+        self.context().mem_event(e)
+    }
+
+    /// What reading an event as the live set does needs of the capture.
+    pub fn context(&self) -> EventContext<'_> {
+        EventContext {
+            streams: &self.streams,
+            vmm_map_handles: &self.vmm_map_handles,
+        }
+    }
+
     /// The capture's time origin: the earliest `process_start` anchor or the earliest
     /// event, whichever is earlier (a shim may announce itself at its first flush, after
     /// its first events).
@@ -217,6 +221,37 @@ impl Loaded {
         match (anchors, self.min_event_ts) {
             (Some(a), Some(e)) => a.min(e),
             (a, e) => a.or(e).unwrap_or(0),
+        }
+    }
+}
+
+/// What an event is read with besides itself: its stream's (process image, device) and
+/// the handles of VMM mappings (of a [`Loaded`], or of one being built).
+#[derive(Debug, Clone, Copy)]
+pub struct EventContext<'a> {
+    pub streams: &'a [(ProcKey, i32)],
+    pub vmm_map_handles: &'a std::collections::HashMap<(u32, u64, u64), u64>,
+}
+
+impl EventContext<'_> {
+    /// Event `e` as [`crate::live::LiveSet`] reads it.
+    pub fn mem_event(&self, e: &Ev) -> crate::live::MemEvent {
+        let (proc, device) = self.streams[e.stream as usize];
+        let (kind, mem) = (e.kind(), e.mem_kind());
+        let handle = if crate::live::is_vmm_map(kind, mem) {
+            self.vmm_map_handles.get(&(e.stream, e.ts, e.ptr)).copied()
+        } else {
+            None
+        };
+        crate::live::MemEvent {
+            proc,
+            device,
+            kind,
+            mem,
+            api: e.api(),
+            ptr: e.ptr,
+            size: e.size,
+            handle,
         }
     }
 }
@@ -296,6 +331,16 @@ impl LoadBuilder {
     /// until [`Self::finish`] splits exec'd pids).
     pub fn streams(&self) -> &[(ProcKey, i32)] {
         &self.loaded.streams
+    }
+
+    /// What reading the events so far needs of the capture (streams, VMM handles).
+    pub fn context(&self) -> EventContext<'_> {
+        self.loaded.context()
+    }
+
+    /// The PJRT allocator's memory samples so far.
+    pub fn pjrt_stats(&self) -> &[memwatch_wire::PjrtMemoryStats] {
+        &self.loaded.pjrt.stats
     }
 
     /// The capture, with `events` as its event list and the reader's figures of the
@@ -404,6 +449,11 @@ impl LoadBuilder {
             {
                 self.loaded.backtraces.insert((stream, ts, e.ptr), frames);
             }
+        }
+        if crate::live::is_vmm_map(Some(kind), e.mem_kind()) {
+            self.loaded
+                .vmm_map_handles
+                .insert((stream, ts, e.ptr), e.aux);
         }
         self.loaded.events.push(Ev {
             ts,

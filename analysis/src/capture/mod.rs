@@ -4,12 +4,14 @@
 //!
 //! Submodules: `load` (streaming, damage-tolerant reading into compact events),
 //! `fold` (the same loading, and the report's fold, while a capture is being written),
-//! `images` (a pid's frames split into exec'd images, by time),
+//! `images` (a pid's frames split into exec'd images, by time), `devices` (each
+//! process's devices side by side: peaks by kind, the framework's own figures, NVML),
 //! `stats` (counts, peaks, leaks, failures, API durations and overlap), `codes` (result
 //! code names per API family), `symbolize` (sampled native stacks -> module, offset,
 //! symbol), `trace` (trace export). Nothing here prints or exits.
 
 pub mod codes;
+pub mod devices;
 pub mod fold;
 mod images;
 pub mod load;
@@ -21,7 +23,8 @@ pub use codes::result_name;
 pub use fold::{CaptureFold, FoldStats, Folded, GaveUp, WireSize};
 pub use load::{load_path, load_reader, DamageReport, Family, FileFacts, Loaded, ProcKey};
 pub use stats::{
-    analyze, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportFold, ReportOptions,
+    analyze, analyze_with, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportFold,
+    ReportOptions, VmmReferenceReleases,
 };
 pub use trace::{write_trace, TraceOptions, TraceSummary};
 

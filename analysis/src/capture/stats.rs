@@ -13,8 +13,9 @@ use memwatch_wire::{Api, EventKind, MemKind};
 use serde::Serialize;
 
 use super::codes::result_name;
-use super::load::{DamageReport, Ev, Loaded, ProcKey};
-use crate::live::{Change, Family, Held, HistoryMark, LiveHistory, LiveSet};
+use super::devices::DeviceWalk;
+use super::load::{DamageReport, Ev, EventContext, Loaded, ProcKey};
+use crate::live::{Change, Family, HandleRef, Held, HistoryMark, LiveHistory, LiveSet};
 
 /// Knobs of [`analyze`].
 #[derive(Debug, Clone)]
@@ -41,9 +42,15 @@ pub struct CaptureReport {
     pub events: u64,
     /// Wall-clock time of the capture's start (Unix ns), from the earliest process.
     pub start_wall_unix_ns: Option<u64>,
+    /// CLOCK_MONOTONIC ns of the capture's start (time 0 of every `*_ns` figure): adds
+    /// to them to line them up with other monotonic timestamps (a worker's own log).
+    pub start_monotonic_ns: u64,
     /// From the start to the last event or process end.
     pub duration_ns: u64,
     pub processes: Vec<ProcessReport>,
+    /// Each process's devices side by side: driver-level peak by kind, the framework's
+    /// own figures, NVML's per-process figure (`super::devices`).
+    pub devices: Vec<super::devices::DeviceView>,
     /// Capture-wide API statistics (all processes together), by API number.
     pub api: Vec<ApiStats>,
     /// Failed calls of all processes, in time order (at most 10,000 per process kept).
@@ -126,12 +133,25 @@ pub struct DeviceReport {
     pub host_pinned: HostPinnedReport,
     /// VMM map/unmap, address reserve/free and pool create/destroy calls.
     pub vmm_and_pool_calls: u64,
+    /// VMM handle releases (`cuMemRelease`) that gave no memory back, by why: the handle
+    /// was still mapped (given back at its last unmap), a retained reference
+    /// (`cuMemRetainAllocationHandle`, as NCCL frees its buffers), or a handle imported
+    /// from another process. None of these is an unmatched free.
+    pub vmm_reference_releases: VmmReferenceReleases,
     /// Largest successful allocations (device memory and pinned host), largest first.
     pub largest_allocations: Vec<AllocReport>,
     /// Largest device-memory allocations still live at exit (leaks), largest first (at
     /// most `top`; empty when the image ended by exec). Omitted when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub largest_leaks: Vec<AllocReport>,
+}
+
+/// Counts of [`DeviceReport::vmm_reference_releases`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct VmmReferenceReleases {
+    pub still_mapped: u64,
+    pub retained: u64,
+    pub imported: u64,
 }
 
 /// Pinned host memory of one device's calls.
@@ -176,6 +196,32 @@ pub struct ApiStats {
     pub max_concurrent: u64,
     /// Most distinct (process, device) pairs inside the API at one instant.
     pub max_concurrent_devices: u64,
+    /// When calls were in progress on more than one (process, device) at once (several
+    /// workers compiling or loading modules together), in time order; at most
+    /// [`MAX_STRETCHES`] kept, `concurrent_device_stretches_total` counts all. Omitted
+    /// when there were none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub concurrent_device_stretches: Vec<DeviceStretch>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub concurrent_device_stretches_total: u64,
+}
+
+/// Stretches of [`ApiStats::concurrent_device_stretches`] kept per API.
+pub const MAX_STRETCHES: usize = 64;
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// A stretch of time during which calls of one API were in progress on several
+/// (process, device) pairs at once: from the call that made it two to the end that made
+/// it one again (ns since the capture's start).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceStretch {
+    pub from_ns: u64,
+    pub until_ns: u64,
+    /// The most (process, device) pairs at once during it.
+    pub max_devices: u64,
 }
 
 /// A failed call.
@@ -212,6 +258,7 @@ struct Acc {
     host_alloc_count: u64,
     host_free_count: u64,
     vmm_and_pool_calls: u64,
+    vmm_refs: VmmReferenceReleases,
     /// Min-heap of the `top` largest: (size, earlier first, index into events).
     largest: BinaryHeap<Reverse<(u64, Reverse<u64>, usize)>>,
 }
@@ -229,17 +276,29 @@ struct ProcAcc {
 /// What the report keeps with each live allocation: the stream (pid, device) it was
 /// made on and its index in the sorted event list.
 #[derive(Debug, Clone, Copy)]
-struct Origin {
-    stream: u32,
-    idx: usize,
+pub(super) struct Origin {
+    pub stream: u32,
+    pub idx: usize,
 }
 
 /// Computes the report. Consumes the loaded capture (its events are sorted in place).
-pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
+pub fn analyze(loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
+    analyze_with(loaded, opts, &[])
+}
+
+/// [`analyze`], with NVML's per-process readings of the same run (`nvidia-smi
+/// --query-compute-apps`) set next to the captured live bytes in
+/// [`CaptureReport::devices`].
+pub fn analyze_with(
+    mut loaded: Loaded,
+    opts: &ReportOptions,
+    process_samples: &[crate::nvsmi::ProcessSample],
+) -> CaptureReport {
     // Time order; stable so equal timestamps keep file order.
     loaded.events.sort_by_key(|e| e.ts);
     let mut fold = ReportFold::new(opts, false);
-    fold.add_all(&loaded.events, &loaded.streams);
+    fold.live.devices = DeviceWalk::new(&loaded, process_samples);
+    fold.add_all(&loaded.events, loaded.context());
     let mut report = fold.finish(&loaded).0;
     report.tags = std::mem::take(&mut loaded.tags);
     report
@@ -249,7 +308,8 @@ pub fn analyze(mut loaded: Loaded, opts: &ReportOptions) -> CaptureReport {
 /// `ts` of the file's order), so a capture can be folded while it is written
 /// (`super::fold`) or all at once ([`analyze`]). The live set goes through the one
 /// free-matching rule ([`LiveSet`]); the peaks are kept by a [`LiveHistory`], which
-/// also keeps the device allocations' lifetimes when asked (for the OOM doctor). The
+/// also keeps the device allocations' lifetimes when asked (for the OOM doctor); the
+/// per-device view by a [`DeviceWalk`] fed the same changes. The
 /// API table does not depend on the live set: many events at once are folded on two
 /// threads, one for each.
 pub struct ReportFold {
@@ -270,6 +330,7 @@ struct LivePart {
     procs: Procs,
     live: LiveSet<Origin>,
     history: LiveHistory,
+    devices: DeviceWalk,
     last_ts: u64,
 }
 
@@ -281,6 +342,7 @@ pub struct ReportCheckpoint {
     procs: Procs,
     live: LiveSet<Origin>,
     history: HistoryMark,
+    devices: DeviceWalk,
     last_ts: u64,
     next: usize,
 }
@@ -303,6 +365,7 @@ impl ReportFold {
                 procs: Procs::default(),
                 live: LiveSet::new(),
                 history: LiveHistory::new(lifetimes),
+                devices: DeviceWalk::default(),
                 last_ts: 0,
             },
             api: ApiTable::new(),
@@ -320,37 +383,42 @@ impl ReportFold {
         self.next == 0
     }
 
-    /// Folds the next event in time order; `streams` names its stream.
-    pub fn add(&mut self, e: &Ev, streams: &[(ProcKey, i32)]) {
-        self.live.add(self.next, e, streams, self.top);
-        self.api.add(e, streams);
-        self.next += 1;
+    /// Sets the PJRT allocator's pool sizes the per-device view's kinds depend on;
+    /// whether they changed (then the events folded are to be folded again).
+    pub fn set_pool_sizes(&mut self, sizes: &super::devices::PoolSizes) -> bool {
+        self.live.devices.set_pool_sizes(sizes)
     }
 
-    /// Folds the next events in time order (many: on two threads).
-    pub fn add_all(&mut self, events: &[Ev], streams: &[(ProcKey, i32)]) {
-        if events.len() < PARALLEL_EVENTS {
-            for e in events {
-                self.add(e, streams);
+    /// Folds `events[self.len()..]`: `events` are all the events in time order, those
+    /// folded first (an event's position names it, and a free looks its allocation up).
+    /// Many at once: on two threads.
+    pub fn add_all(&mut self, events: &[Ev], ctx: EventContext<'_>) {
+        let first = self.next.min(events.len());
+        let fresh = &events[first..];
+        let top = self.top;
+        if fresh.len() < PARALLEL_EVENTS {
+            for (k, e) in fresh.iter().enumerate() {
+                self.live.add(first + k, events, ctx, top);
+                self.api.add(e, ctx.streams);
             }
+            self.next = events.len();
             return;
         }
-        let (first, top) = (self.next, self.top);
         let live = &mut self.live;
         // (Behind a lock only so that this thread can do it when no thread is had.)
         let api = std::sync::Mutex::new(&mut self.api);
         let fold_api = || {
             let mut api = api.lock().unwrap_or_else(|p| p.into_inner());
-            for e in events {
-                api.add(e, streams);
+            for e in fresh {
+                api.add(e, ctx.streams);
             }
         };
         std::thread::scope(|s| {
             let apart = std::thread::Builder::new()
                 .name("memwatch-fold-api".into())
                 .spawn_scoped(s, fold_api);
-            for (k, e) in events.iter().enumerate() {
-                live.add(first + k, e, streams, top);
+            for i in first..events.len() {
+                live.add(i, events, ctx, top);
             }
             match apart {
                 Ok(t) => {
@@ -361,7 +429,7 @@ impl ReportFold {
                 Err(_) => fold_api(),
             }
         });
-        self.next += events.len();
+        self.next = events.len();
     }
 
     /// Where the fold stands: [`Self::restore`] goes back to it. Costs a copy of the
@@ -374,6 +442,7 @@ impl ReportFold {
             procs: self.live.procs.clone(),
             live: self.live.live.clone(),
             history: self.live.history.mark(),
+            devices: self.live.devices.clone(),
             last_ts: self.live.last_ts,
             next: self.next,
         }
@@ -387,6 +456,7 @@ impl ReportFold {
         self.live.procs.clone_from(&cp.procs);
         self.live.live.clone_from(&cp.live);
         self.live.history.rewind(&cp.history);
+        self.live.devices.restore(&cp.devices);
         self.live.last_ts = cp.last_ts;
         self.next = cp.next;
     }
@@ -402,6 +472,7 @@ impl ReportFold {
                     mut procs,
                     live,
                     mut history,
+                    devices,
                     mut last_ts,
                 },
             api,
@@ -461,7 +532,8 @@ impl ReportFold {
                     .collect()
             })
             .collect();
-        let (global_api, per_pid_api) = api.finish();
+        let (global_api, per_pid_api) = api.finish(base);
+        let devices = devices.finish(loaded, base);
 
         let mut processes = Vec::new();
         let mut failures = Vec::new();
@@ -504,6 +576,7 @@ impl ReportFold {
                         live_allocs_at_exec: if exec { now.device_allocs } else { 0 },
                         host_pinned: host,
                         vmm_and_pool_calls: a.vmm_and_pool_calls,
+                        vmm_reference_releases: a.vmm_refs.clone(),
                         largest_allocations: largest[i].clone(),
                         largest_leaks: if exec { Vec::new() } else { leaks[i].clone() },
                     }
@@ -562,8 +635,10 @@ impl ReportFold {
             frames: loaded.frames,
             events: loaded.events.len() as u64 + loaded.unknown_events,
             start_wall_unix_ns,
+            start_monotonic_ns: base,
             duration_ns: rel(last_ts),
             processes,
+            devices,
             api: global_api,
             failures,
             failures_total,
@@ -578,21 +653,24 @@ impl ReportFold {
 
 impl LivePart {
     /// Folds the event at position `i`.
-    fn add(&mut self, i: usize, e: &Ev, streams: &[(ProcKey, i32)], top: usize) {
+    fn add(&mut self, i: usize, events: &[Ev], ctx: EventContext<'_>, top: usize) {
+        let e = &events[i];
         let s = e.stream as usize;
         if s >= self.accs.len() {
             self.accs.resize_with(s + 1, Acc::default);
         }
         self.last_ts = self.last_ts.max(e.end());
-        let stream = streams[s];
-        let pid = stream.0;
+        let pid = ctx.streams[s].0;
         let origin = Origin {
             stream: e.stream,
             idx: i,
         };
-        let change = self.live.apply(&e.mem_event(stream), origin);
+        let me = ctx.mem_event(e);
+        let change = self.live.apply(&me, origin);
         self.history
             .record(i, e.stream, e.ts, &change, |o: &Origin| o.idx);
+        self.devices
+            .event(events, i, &me, &change, &self.live, ctx.streams);
         match change {
             Change::Alloc {
                 family, replaced, ..
@@ -629,6 +707,10 @@ impl LivePart {
                 }
             }
             Change::Free { family, freed, .. } => {
+                if e.mem_kind() == Some(MemKind::VmmMap) {
+                    // The last unmap of a released handle, which gives it back.
+                    self.accs[s].vmm_and_pool_calls += 1;
+                }
                 let a = &mut self.accs[freed.data.stream as usize];
                 if family.on_device() {
                     a.free_count += 1;
@@ -638,6 +720,14 @@ impl LivePart {
                 release(&mut self.procs, pid, family, &freed);
             }
             Change::UnmatchedFree { .. } => self.accs[s].unmatched_frees += 1,
+            Change::HandleReference(r) => {
+                let c = &mut self.accs[s].vmm_refs;
+                *match r {
+                    HandleRef::StillMapped => &mut c.still_mapped,
+                    HandleRef::Retained => &mut c.retained,
+                    HandleRef::Imported => &mut c.imported,
+                } += 1;
+            }
             Change::Untracked => self.accs[s].vmm_and_pool_calls += 1,
             Change::NullFree => {}
             Change::NotMemory => match e.kind() {
@@ -722,6 +812,11 @@ struct Overlap {
     per_stream: StreamCounts,
     max_calls: u64,
     max_streams: u64,
+    /// The multi-device stretch in progress: (from, most devices so far), raw ns.
+    open: Option<(u64, u64)>,
+    /// Closed stretches (raw ns), at most [`MAX_STRETCHES`].
+    stretches: Vec<(u64, u64, u64)>,
+    stretches_total: u64,
 }
 
 impl Overlap {
@@ -731,23 +826,44 @@ impl Overlap {
             per_stream,
             max_calls: 0,
             max_streams: 0,
+            open: None,
+            stretches: Vec::new(),
+            stretches_total: 0,
+        }
+    }
+
+    /// Takes the calls that ended by `t` off (all of them for `u64::MAX`), in end order.
+    fn end_until(&mut self, t: u64) {
+        while let Some(Reverse((end, s))) = self.ends.peek().copied() {
+            if end > t {
+                break;
+            }
+            self.ends.pop();
+            self.per_stream.dec(s);
+            if self.per_stream.distinct() < 2 {
+                if let Some((from, most)) = self.open.take() {
+                    self.stretches_total += 1;
+                    if self.stretches.len() < MAX_STRETCHES {
+                        self.stretches.push((from, end, most));
+                    }
+                }
+            }
         }
     }
 
     /// Adds a call; calls must come in start order.
     fn add(&mut self, start: u64, dur: u64, stream: u32) {
-        while let Some(Reverse((end, s))) = self.ends.peek().copied() {
-            if end > start {
-                break;
-            }
-            self.ends.pop();
-            self.per_stream.dec(s);
-        }
+        self.end_until(start);
         self.ends
             .push(Reverse((start.saturating_add(dur.max(1)), stream)));
         self.per_stream.inc(stream);
         self.max_calls = self.max_calls.max(self.ends.len() as u64);
-        self.max_streams = self.max_streams.max(self.per_stream.distinct());
+        let devices = self.per_stream.distinct();
+        self.max_streams = self.max_streams.max(devices);
+        if devices >= 2 {
+            let open = self.open.get_or_insert((start, devices));
+            open.1 = open.1.max(devices);
+        }
     }
 }
 
@@ -803,13 +919,14 @@ impl ApiAcc {
         self.overlap.clone_from(&m.overlap);
     }
 
-    fn finish(mut self, api: u16) -> ApiStats {
+    fn finish(mut self, api: u16, base: u64) -> ApiStats {
         let mut durations = std::mem::take(&mut self.durations);
-        self.finish_with(api, &mut durations)
+        self.finish_with(api, base, &mut durations)
     }
 
     /// The statistics, `durations` being the calls' durations (reordered).
-    fn finish_with(&self, api: u16, durations: &mut [u64]) -> ApiStats {
+    fn finish_with(&mut self, api: u16, base: u64, durations: &mut [u64]) -> ApiStats {
+        self.overlap.end_until(u64::MAX);
         let n = durations.len();
         // Nearest rank: the value a sort would put at `rank - 1`, found without sorting
         // (selection; p99's rank is never below p50's, so it is looked for to the right).
@@ -835,6 +952,17 @@ impl ApiAcc {
             max_ns: durations.iter().copied().max().unwrap_or(0),
             max_concurrent: self.overlap.max_calls,
             max_concurrent_devices: self.overlap.max_streams,
+            concurrent_device_stretches: self
+                .overlap
+                .stretches
+                .iter()
+                .map(|&(from, until, most)| DeviceStretch {
+                    from_ns: from.saturating_sub(base),
+                    until_ns: until.saturating_sub(base),
+                    max_devices: most,
+                })
+                .collect(),
+            concurrent_device_stretches_total: self.overlap.stretches_total,
         }
     }
 }
@@ -950,7 +1078,7 @@ impl ApiTable {
     }
 
     /// Capture-wide list and per-process-image lists, each ordered by API number.
-    fn finish(self) -> (Vec<ApiStats>, HashMap<ProcKey, Vec<ApiStats>>) {
+    fn finish(self, base: u64) -> (Vec<ApiStats>, HashMap<ProcKey, Vec<ApiStats>>) {
         let mut order: Vec<usize> = (0..self.apis.len()).collect();
         order.sort_by_key(|&i| self.apis[i]);
         let mut global: Vec<Option<ApiAcc>> = self.global.into_iter().map(Some).collect();
@@ -958,21 +1086,21 @@ impl ApiTable {
         let mut all = Vec::new();
         let mut per_pid: HashMap<ProcKey, Vec<ApiStats>> = HashMap::new();
         for &a in &order {
-            if let Some(acc) = global[a].take() {
+            if let Some(mut acc) = global[a].take() {
                 // Every process's durations of this API (their order does not matter:
                 // one process's are used where they are).
                 let mut of_procs = per_proc
                     .iter_mut()
                     .filter_map(|row| row.get_mut(a).and_then(Option::as_mut));
                 let stats = match (of_procs.next(), of_procs.next()) {
-                    (Some(one), None) => acc.finish_with(self.apis[a], &mut one.durations),
+                    (Some(one), None) => acc.finish_with(self.apis[a], base, &mut one.durations),
                     _ => {
                         let mut all_durations: Vec<u64> = per_proc
                             .iter()
                             .filter_map(|row| row.get(a).and_then(Option::as_ref))
                             .flat_map(|acc| acc.durations.iter().copied())
                             .collect();
-                        acc.finish_with(self.apis[a], &mut all_durations)
+                        acc.finish_with(self.apis[a], base, &mut all_durations)
                     }
                 };
                 all.push(stats);
@@ -982,7 +1110,7 @@ impl ApiTable {
                     per_pid
                         .entry(*pid)
                         .or_default()
-                        .push(acc.finish(self.apis[a]));
+                        .push(acc.finish(self.apis[a], base));
                 }
             }
         }
@@ -1013,7 +1141,7 @@ mod tests {
         for d in (1..=100).rev() {
             acc.add(&ev(d * 1000, d, 0), true);
         }
-        let s = acc.finish(Api::HipStreamCreate.code());
+        let s = acc.finish(Api::HipStreamCreate.code(), 0);
         assert_eq!(
             (s.p50_ns, s.p99_ns, s.max_ns, s.total_ns),
             (50, 99, 100, 5050)
@@ -1021,7 +1149,7 @@ mod tests {
         let one = {
             let mut a = ApiAcc::new(StreamCounts::Small(Vec::new()));
             a.add(&ev(0, 7, 0), true);
-            a.finish(0)
+            a.finish(0, 0)
         };
         assert_eq!((one.p50_ns, one.p99_ns), (7, 7));
     }
@@ -1046,5 +1174,12 @@ mod tests {
         o.add(12, 0, 1); // zero-length call counts as 1 ns
         o.add(12, 5, 2);
         assert_eq!((o.max_calls, o.max_streams), (3, 2));
+        // Streams 1 and 2 overlap from 12 until stream 2's call ends (17).
+        o.add(30, 10, 0);
+        o.add(35, 10, 1);
+        o.add(36, 2, 2);
+        o.end_until(u64::MAX);
+        assert_eq!(o.stretches, vec![(12, 17, 2), (35, 40, 3)]);
+        assert_eq!(o.stretches_total, 2);
     }
 }

@@ -105,8 +105,7 @@ pub fn write_trace<W: Write>(
             next_exec += 1;
         }
         let (_, device) = loaded.streams[e.stream as usize];
-        let stream = loaded.streams[e.stream as usize];
-        match live.apply(&e.mem_event(stream), (next_id, e.stream)) {
+        match live.apply(&loaded.mem_event(e), (next_id, e.stream)) {
             Change::Alloc {
                 family, replaced, ..
             } if family.on_device() => {

@@ -10,6 +10,7 @@ use super::DoctorError;
 use crate::capture::{self, Loaded};
 use crate::live::LiveHistory;
 use crate::log::{self, LogReport};
+use crate::nvsmi::parse_time as parse_nvsmi_time;
 use crate::runtime::{self, RuntimeCapture};
 use crate::xla::{self, hlo::HloModule, ModuleReport};
 use std::collections::BTreeMap;
@@ -38,12 +39,11 @@ impl CaptureEvidence {
     pub fn from_loaded(mut loaded: Loaded) -> Self {
         // Stable, like the report's own sort: equal times keep file order.
         loaded.events.sort_by_key(|e| e.ts);
-        let streams = &loaded.streams;
         let live = LiveHistory::fold(
             loaded
                 .events
                 .iter()
-                .map(|e| (e.mem_event(streams[e.stream as usize]), e.ts, e.stream)),
+                .map(|e| (loaded.mem_event(e), e.ts, e.stream)),
         );
         Self::from_folded(loaded, live)
     }
@@ -308,8 +308,10 @@ impl DeviceSeries {
 
 /// Reads `nvidia-smi --query-gpu=timestamp,memory.used,memory.total
 /// --format=csv,noheader,nounits` output (MiB; one line per sample and GPU in index
-/// order). Times are read as UTC (nvidia-smi prints local time; memwatch's device
-/// machines run in UTC).
+/// order), or the same with the GPU's index first (`--query-gpu=index,timestamp,...`,
+/// what a multi-GPU recording should use: no order to infer). The index is NVML's, not
+/// a process's CUDA ordinal. Times are read as UTC (nvidia-smi prints local time;
+/// memwatch's device machines run in UTC).
 pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
     let text = std::fs::read_to_string(path).map_err(|err| DoctorError::Io {
         path: path.to_path_buf(),
@@ -327,28 +329,45 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
             line: i + 1,
             msg: msg.to_string(),
         };
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if f.len() != 3 {
-            return Err(bad("expected `timestamp, memory.used, memory.total` (nvidia-smi --query-gpu=timestamp,memory.used,memory.total --format=csv,noheader,nounits)"));
-        }
+        let mut f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let index = match f.len() {
+            4 => Some(
+                f.remove(0)
+                    .parse::<i32>()
+                    .map_err(|_| bad("the GPU index is not a number"))?,
+            ),
+            3 => None,
+            _ => return Err(bad("expected `[index,] timestamp, memory.used, memory.total` (nvidia-smi --query-gpu=timestamp,memory.used,memory.total --format=csv,noheader,nounits)")),
+        };
         let ts = parse_nvsmi_time(f[0])
             .ok_or_else(|| bad("timestamp is not `YYYY/MM/DD HH:MM:SS.mmm`"))?;
         let mib = |s: &str| s.parse::<u64>().ok().map(|v| v << 20);
         let (Some(used), Some(total)) = (mib(f[1]), mib(f[2])) else {
             return Err(bad("memory.used / memory.total are not whole MiB"));
         };
-        // Several GPUs print one line each with the same time, in index order.
-        gpu = if last_ts == Some(ts) { gpu + 1 } else { 0 };
-        last_ts = Some(ts);
-        if series.len() <= gpu {
-            series.push(DeviceSeries {
-                source: path.display().to_string(),
-                device: gpu as i32,
-                samples: Vec::new(),
-                wall_clock: true,
-            });
-        }
-        series[gpu].samples.push((ts, used, total));
+        // Without an index, several GPUs print one line each with the same time, in
+        // index order.
+        let device = match index {
+            Some(i) => i,
+            None => {
+                gpu = if last_ts == Some(ts) { gpu + 1 } else { 0 };
+                last_ts = Some(ts);
+                gpu as i32
+            }
+        };
+        let k = match series.iter().position(|s| s.device == device) {
+            Some(k) => k,
+            None => {
+                series.push(DeviceSeries {
+                    source: path.display().to_string(),
+                    device,
+                    samples: Vec::new(),
+                    wall_clock: true,
+                });
+                series.len() - 1
+            }
+        };
+        series[k].samples.push((ts, used, total));
     }
     if series.is_empty() {
         return Err(DoctorError::Samples {
@@ -363,56 +382,57 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
 /// Whether a text looks like nvidia-smi's CSV (its first line).
 pub fn looks_like_nvsmi(first_line: &str) -> bool {
     let f: Vec<&str> = first_line.split(',').map(str::trim).collect();
+    let f = match f.len() {
+        4 if f[0].parse::<u32>().is_ok() => &f[1..],
+        _ => &f[..],
+    };
     f.len() == 3 && parse_nvsmi_time(f[0]).is_some() && f[1].parse::<u64>().is_ok()
 }
 
-/// `2026/11/25 18:10:49.669` -> unix ns (UTC).
-fn parse_nvsmi_time(s: &str) -> Option<u64> {
-    let (date, time) = s.split_once(' ')?;
-    let d: Vec<i64> = date
-        .split('/')
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<u64> = hms
-        .split(':')
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    if d.len() != 3 || t.len() != 3 || !(1..=12).contains(&d[1]) || !(1..=31).contains(&d[2]) {
-        return None;
-    }
-    let days = days_from_civil(d[0], d[1], d[2]);
-    let ms: u64 = format!("{frac:0<3}").get(..3)?.parse().ok()?;
-    let secs = u64::try_from(days).ok()? * 86_400 + t[0] * 3600 + t[1] * 60 + t[2];
-    Some(secs * 1_000_000_000 + ms * 1_000_000)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 /// A framework allocator's state at the failure, from a source that records it (a
-/// PyTorch memory snapshot): the input a snapshot reader fills.
+/// PyTorch memory snapshot: `super::snapshot`).
 #[derive(Debug, Clone, Default)]
 pub struct FrameworkState {
     /// The file it came from.
     pub source: String,
     pub device: i32,
-    /// Bytes handed to tensors.
+    /// Bytes handed to tensors (at the end of the source).
     pub allocated_bytes: u64,
     /// Bytes the allocator holds from the device.
     pub reserved_bytes: u64,
-    /// The largest free block inside the reserved segments.
+    /// The largest free block inside the reserved segments of the failed request's pool.
     pub largest_free_block_bytes: Option<u64>,
-    /// Allocated bytes after each step, when the source knows steps.
+    /// Allocated bytes at the start of each step, when the source knows steps.
     pub allocated_per_step: Vec<u64>,
+    /// The last out-of-memory failure the source recorded.
+    pub oom: Option<FrameworkOom>,
+    /// `expandable_segments` as the allocator ran (`None`: not recorded).
+    pub expandable_segments: Option<bool>,
+    /// `PYTORCH_CUDA_ALLOC_CONF` as the process saw it.
+    pub alloc_conf: Option<String>,
+}
+
+/// An out-of-memory failure as the framework's allocator recorded it (exact bytes).
+#[derive(Debug, Clone, Default)]
+pub struct FrameworkOom {
+    /// What the failed allocation asked for.
+    pub request_bytes: u64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    /// Reserved but not allocated: cached free space and blocks waiting for streams.
+    pub reserved_unallocated_bytes: u64,
+    /// The largest free block of the pool the request needed (`small` / `large`).
+    pub largest_free_block_bytes: u64,
+    pub pool: String,
+    /// Free device memory the driver reported (all processes).
+    pub device_free_bytes: u64,
+    /// Seconds from the start of the source's trace.
+    pub at_s: f64,
+    /// The innermost Python frame outside the framework: `file:line in function`.
+    pub python_frame: Option<String>,
+    /// The failing stack's site as the source names it (a Python line, an autograd
+    /// node, an operator).
+    pub site: Option<String>,
 }
 
 /// What the run itself says: how it ended, and the allocator settings it ran with.
@@ -469,7 +489,9 @@ impl RunFacts {
 pub struct Evidence {
     pub capture: Option<CaptureEvidence>,
     pub log: Option<LogEvidence>,
-    pub dump: Option<DumpEvidence>,
+    /// XLA dumps: the run's, or one per worker of a multi-process run (the failing
+    /// process's own is chosen by `super::dumps::choose`).
+    pub dumps: Vec<DumpEvidence>,
     pub device_samples: Vec<DeviceSeries>,
     pub framework_states: Vec<FrameworkState>,
     pub run: RunFacts,
@@ -495,6 +517,7 @@ mod tests {
     #[test]
     fn nvsmi_times_and_lines() {
         assert!(looks_like_nvsmi("2026/11/25 18:10:49.669, 0, 81559"));
+        assert!(looks_like_nvsmi("1, 2026/11/26 15:01:40.187, 0, 81559"));
         assert!(!looks_like_nvsmi(
             "I1125 18:09:11.086962 1142 pjrt_api.cc:119] x"
         ));
@@ -503,6 +526,23 @@ mod tests {
             parse_nvsmi_time("2026/11/25 18:10:49.669"),
             Some((20782 * 86_400 + 18 * 3600 + 10 * 60 + 49) * 1_000_000_000 + 669_000_000)
         );
+    }
+
+    /// A two-GPU recording with the index column: one series per GPU, by index.
+    #[test]
+    fn nvsmi_with_the_gpu_index() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/multi-gpu/torch_uneven/nvsmi.csv");
+        let text = std::fs::read_to_string(&p).unwrap();
+        let s = read_nvsmi_csv(&p).unwrap();
+        assert_eq!(s.iter().map(|x| x.device).collect::<Vec<_>>(), [0, 1]);
+        for x in &s {
+            let lines = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("{}, ", x.device)))
+                .count();
+            assert_eq!(x.samples.len(), lines);
+        }
     }
 
     #[test]

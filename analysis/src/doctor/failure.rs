@@ -16,6 +16,9 @@ use memwatch_wire::{Api, EventKind, MemKind};
 pub enum Origin {
     /// PyTorch's caching allocator (index into the log's `torch_ooms`).
     Torch(usize),
+    /// PyTorch's caching allocator as a snapshot recorded it, with no message in a log
+    /// (index into the evidence's `framework_states`).
+    TorchSnapshot(usize),
     /// CuPy's pool (index into `cupy_ooms`).
     Cupy(usize),
     /// A compile (autotuning when the autotuner reported it).
@@ -203,6 +206,21 @@ pub fn identify(ev: &Evidence, pjrt: &PjrtFacts) -> Option<Failure> {
             });
         }
         f
+    } else if let Some((i, o)) = ev
+        .framework_states
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, s)| Some((i, s.oom.as_ref()?)))
+    {
+        let s = &ev.framework_states[i];
+        let mut f = Failure::new(Origin::TorchSnapshot(i), When::FrameworkAllocator);
+        f.device = Some(s.device);
+        f.request = Some(o.request_bytes);
+        f.request_exact = true;
+        f.allocator = Some("pytorch caching allocator".into());
+        f.result = Some("torch.OutOfMemoryError".into());
+        f
     } else if let Some((i, c)) = log.cupy_ooms.iter().enumerate().next_back() {
         let mut f = Failure::new(Origin::Cupy(i), When::FrameworkAllocator);
         f.request = Some(c.request_bytes);
@@ -313,7 +331,11 @@ pub fn identify(ev: &Evidence, pjrt: &PjrtFacts) -> Option<Failure> {
     } else {
         return None;
     };
-    if matches!(f.origin, Origin::Torch(_) | Origin::Cupy(_)) && f.pid.is_none() {
+    if matches!(
+        f.origin,
+        Origin::Torch(_) | Origin::TorchSnapshot(_) | Origin::Cupy(_)
+    ) && f.pid.is_none()
+    {
         f.pid = guess_pid(ev);
     }
     f.pid = f.pid.or_else(|| guess_pid(ev));
@@ -326,7 +348,45 @@ pub fn identify(ev: &Evidence, pjrt: &PjrtFacts) -> Option<Failure> {
         f.ts_raw = f.pid.and_then(|pid| last_seen(ev, pid));
     }
     exception_frame(log, &mut f);
+    snapshot_oom(ev, &mut f);
     Some(f)
+}
+
+/// The snapshot's record of a PyTorch failure (its last on the failing device): cited,
+/// the exact request when nothing gave one, and the Python frame that asked when the log
+/// has none.
+fn snapshot_oom(ev: &Evidence, f: &mut Failure) {
+    if !matches!(f.origin, Origin::Torch(_) | Origin::TorchSnapshot(_)) {
+        return;
+    }
+    let Some((s, o)) = ev.framework_states.iter().rev().find_map(|s| {
+        let o = s.oom.as_ref()?;
+        f.device.is_none_or(|d| d == s.device).then_some((s, o))
+    }) else {
+        return;
+    };
+    if !f.request_exact {
+        f.request = Some(o.request_bytes);
+        f.request_exact = true;
+    }
+    f.device.get_or_insert(s.device);
+    if f.python_frame.is_none() {
+        f.python_frame.clone_from(&o.python_frame);
+    }
+    f.cites.push(Cite {
+        file: s.source.clone(),
+        line: None,
+        what: format!(
+            "the snapshot's OOM at {:.3} s: {} B asked of the {} pool from {}",
+            o.at_s,
+            o.request_bytes,
+            o.pool,
+            o.python_frame
+                .as_deref()
+                .or(o.site.as_deref())
+                .unwrap_or("an unknown stack")
+        ),
+    });
 }
 
 /// The XLA runtime's log messages: the BFC report (exact request), the error (the

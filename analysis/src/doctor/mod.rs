@@ -7,9 +7,12 @@
 //!
 //! - `evidence`: the inputs and how each is loaded (capture, logs, XLA dump, device
 //!   samples, framework allocator states, the run's own facts);
+//! - `dumps`: which of several XLA dumps (one per worker) is the failing process's;
 //! - `facts`: figures derived from a capture (driver-level live bytes through the one
 //!   `LiveSet`, PJRT buffers, executions, allocator samples);
 //! - `failure`: which failure ended the run;
+//! - `imbalance`: the failing device's share of the run's memory when it is one of
+//!   several;
 //! - `steps`: growth step after step (leaks);
 //! - `need`: the one rule for live set + request against the pool;
 //! - `check`: replaying the run's trace through the BFC model to check a fix;
@@ -19,11 +22,14 @@
 //! Nothing here prints or exits.
 
 pub mod check;
+pub mod dumps;
 pub mod evidence;
 pub mod facts;
 pub mod failure;
+pub mod imbalance;
 mod kinds;
 pub mod need;
+pub mod snapshot;
 pub mod steps;
 pub mod verdict;
 
@@ -43,6 +49,8 @@ pub enum DoctorError {
     Log(#[from] crate::xla::ParseError),
     #[error(transparent)]
     Xla(#[from] crate::xla::XlaError),
+    #[error(transparent)]
+    Snapshot(#[from] crate::torch::SnapshotError),
     #[error("{}: {err}", path.display())]
     Io { path: PathBuf, err: std::io::Error },
     #[error("{}: {msg}", path.display())]
@@ -81,20 +89,29 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
         .as_ref()
         .map(|c| facts::DriverFacts::compute(c, checkpoint))
         .unwrap_or_default();
-    let dump_mismatch = ev.dump.as_ref().and_then(|d| dump_mismatch(ev, d));
+    let dumps = dumps::choose(ev, failure.as_ref().and_then(|f| f.pid));
     let ctx = kinds::Ctx {
         ev,
-        dump: ev.dump.as_ref().filter(|_| dump_mismatch.is_none()),
+        dump: dumps.chosen.and_then(|i| ev.dumps.get(i)),
         log,
         pjrt: &pjrt,
         drivers: &drivers,
         failure: failure.as_ref(),
     };
-    let verdicts = kinds::classify(&ctx);
+    let mut verdicts = kinds::classify(&ctx);
+    let imbalance = match (&ev.capture, &failure) {
+        (Some(c), Some(f)) => imbalance::compute(c, f, &drivers, &pjrt),
+        _ => None,
+    };
+    if let (Some(i), Some(v)) = (&imbalance, verdicts.iter_mut().find(|v| v.failure)) {
+        i.annotate(v);
+    }
     let failed = verdicts.iter().any(|v| v.failure);
     let headline = verdicts.first().map_or_else(
         || match (&ev.capture, &ev.log) {
-            (None, None) => "No evidence to diagnose.".to_string(),
+            (None, None) if ev.framework_states.is_empty() => {
+                "No evidence to diagnose.".to_string()
+            }
             _ => match ev.run.exit_code {
                 Some(c) if c != 0 => format!(
                     "The run failed (exit status {c}) but no source shows an out-of-memory failure."
@@ -109,8 +126,9 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
         failed,
         headline,
         devices: device_peaks(ev, &drivers),
-        sources: sources(ev, dump_mismatch.as_deref()),
-        missing: missing(ev, failure.as_ref(), &verdicts, dump_mismatch.is_some()),
+        imbalance,
+        sources: sources(ev, &dumps),
+        missing: missing(ev, failure.as_ref(), &verdicts, dumps.chosen.is_none()),
         verdicts,
     }
 }
@@ -138,50 +156,7 @@ fn device_peaks(ev: &Evidence, drivers: &facts::DriverFacts) -> Vec<verdict::Dev
         .collect()
 }
 
-/// Why a dump is not the capture's own, if it is not: a module named like one of the
-/// capture's executables whose figures differ from its compiled statistics, or no name
-/// in common at all.
-fn dump_mismatch(ev: &Evidence, d: &DumpEvidence) -> Option<String> {
-    let cap = ev.capture.as_ref()?;
-    let exes: Vec<_> = cap
-        .runtime
-        .executables
-        .iter()
-        .filter(|x| x.flags & memwatch_wire::PjrtExecutable::FLAG_STATS != 0)
-        .collect();
-    if exes.is_empty() || d.modules.is_empty() {
-        return None;
-    }
-    let mut common = 0;
-    for x in &exes {
-        let same: Vec<_> = d.modules.iter().filter(|m| m.name == x.name).collect();
-        if same.is_empty() {
-            continue;
-        }
-        common += 1;
-        let fig = |v: i64| u64::try_from(v).unwrap_or(0);
-        let (a, o, t) = (
-            fig(x.stats.argument),
-            fig(x.stats.output),
-            fig(x.stats.temp),
-        );
-        if !same
-            .iter()
-            .any(|m| (m.argument_bytes, m.output_bytes, m.temp_bytes) == (a, o, t))
-        {
-            let m = same[0];
-            return Some(format!(
-                "its module {} has argument/output/temp {}/{}/{} B but the capture's {} compiled to {a}/{o}/{t} B: the dump is from another compilation, so it is not used",
-                m.name, m.argument_bytes, m.output_bytes, m.temp_bytes, x.name
-            ));
-        }
-    }
-    (common == 0).then(|| {
-        "it has no module named like any executable of the capture: it is from another run, so it is not used".to_string()
-    })
-}
-
-fn sources(ev: &Evidence, dump_mismatch: Option<&str>) -> Vec<Source> {
+fn sources(ev: &Evidence, dumps: &dumps::DumpChoice) -> Vec<Source> {
     let mut out = Vec::new();
     if let Some(c) = &ev.capture {
         let damage = &c.loaded.damage;
@@ -217,11 +192,11 @@ fn sources(ev: &Evidence, dump_mismatch: Option<&str>) -> Vec<Source> {
             });
         }
     }
-    if let Some(d) = &ev.dump {
+    for (i, d) in ev.dumps.iter().enumerate() {
         out.push(Source {
             kind: "xla_dump".into(),
             path: d.dir.display().to_string(),
-            note: dump_mismatch.map(str::to_string),
+            note: dumps.notes.get(i).cloned().flatten(),
         });
     }
     for s in &ev.device_samples {
@@ -233,7 +208,7 @@ fn sources(ev: &Evidence, dump_mismatch: Option<&str>) -> Vec<Source> {
     }
     for s in &ev.framework_states {
         out.push(Source {
-            kind: "framework_state".into(),
+            kind: "torch_snapshot".into(),
             path: s.source.clone(),
             note: None,
         });
@@ -245,7 +220,7 @@ fn missing(
     ev: &Evidence,
     f: Option<&failure::Failure>,
     verdicts: &[Verdict],
-    dump_mismatch: bool,
+    no_usable_dump: bool,
 ) -> Vec<Missing> {
     let mut out = Vec::new();
     let mut add = |e: &str, w: &str| {
@@ -287,7 +262,7 @@ fn missing(
     }
     let xla =
         f.is_some_and(|f| matches!(f.origin, failure::Origin::Xla | failure::Origin::Compile));
-    if xla && (ev.dump.is_none() || dump_mismatch) {
+    if xla && no_usable_dump {
         add(
             "xla_dump",
             "the HLO: which instruction and op_name needed the memory, its source line, and the temp buffer's make-up (XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text)",
@@ -310,7 +285,12 @@ fn missing(
             "the device's memory in use by every process (nvidia-smi / rocm-smi samples): memory held outside the run",
         );
     }
-    let torch = f.is_some_and(|f| matches!(f.origin, failure::Origin::Torch(_)));
+    let torch = f.is_some_and(|f| {
+        matches!(
+            f.origin,
+            failure::Origin::Torch(_) | failure::Origin::TorchSnapshot(_)
+        )
+    });
     if torch && ev.framework_states.is_empty() {
         add(
             "torch_snapshot",

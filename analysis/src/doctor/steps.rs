@@ -137,6 +137,33 @@ pub fn allocation_growth(live: &[(u64, u64)]) -> Option<AllocationGrowth> {
     })
 }
 
+/// The longest step a loop is looked for in (allocations per step).
+pub const MAX_STEP_ALLOCATIONS: usize = 4096;
+
+/// The steps of a loop in a sequence of allocations (`keys`: what identifies an
+/// allocation, e.g. its call stack and size): the period of 1 to
+/// [`MAX_STEP_ALLOCATIONS`] allocations that the end of the sequence repeats over the
+/// longest run (the shortest of equals), at least [`MIN_LEAKED_STEPS`] + 1 times.
+/// Returns the index of each step's first allocation, in order (the last step may be one
+/// the sequence ends inside, e.g. the step that failed). A period of one allocation is
+/// no loop: one size allocated over and over is what loading data looks like too.
+pub fn loop_steps<K: PartialEq>(keys: &[K]) -> Option<Vec<usize>> {
+    let n = keys.len();
+    let mut best: Option<(usize, usize)> = None; // (period, first index of the run)
+    for p in 1..=MAX_STEP_ALLOCATIONS.min(n / (MIN_LEAKED_STEPS + 1)) {
+        let mut j = n - 1;
+        while j >= p && keys[j] == keys[j - p] {
+            j -= 1;
+        }
+        let start = j + 1 - p;
+        if (n - start) / p > MIN_LEAKED_STEPS && best.is_none_or(|(_, s)| start < s) {
+            best = Some((p, start));
+        }
+    }
+    let (p, start) = best.filter(|(p, _)| *p >= 2)?;
+    Some((start..n).step_by(p).collect())
+}
+
 /// Growth step after step as a framework states it (allocated bytes after each step, from
 /// a source that knows steps, e.g. a PyTorch snapshot).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,5 +250,21 @@ mod tests {
         // no repetition
         assert_eq!(allocation_growth(&seq(&[1, 2, 3, 4, 5, 6, 7])), None);
         assert_eq!(allocation_growth(&seq(&[1, 1])), None);
+    }
+
+    #[test]
+    fn loop_steps_in_allocation_sequences() {
+        // set-up, then [a, b, c] five times, then the failing step's first two
+        let mut k = vec![9, 8];
+        for _ in 0..5 {
+            k.extend([1, 2, 3]);
+        }
+        k.extend([1, 2]);
+        assert_eq!(loop_steps(&k), Some(vec![2, 5, 8, 11, 14, 17]));
+        // one allocation over and over (any period fits it): no loop
+        assert_eq!(loop_steps(&[4; 40]), None);
+        // a period that repeats only three times is not enough
+        assert_eq!(loop_steps(&[1, 2, 1, 2, 1, 2, 7]), None);
+        assert_eq!(loop_steps::<u8>(&[]), None);
     }
 }

@@ -196,7 +196,7 @@ pub struct Missing {
 /// A source the doctor read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Source {
-    /// `capture`, `log`, `xla_dump`, `device_samples`, `environment`.
+    /// `capture`, `log`, `xla_dump`, `device_samples`, `torch_snapshot`.
     pub kind: String,
     pub path: String,
     /// What was found unusable in it, if anything.
@@ -214,6 +214,10 @@ pub struct Diagnosis {
     pub verdicts: Vec<Verdict>,
     /// Per process and device: the peak (several when the run had several).
     pub devices: Vec<DevicePeak>,
+    /// When one of several devices ran out: each device's share of the run's memory in
+    /// the figure that shows the split (`super::imbalance`); omitted otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub imbalance: Option<super::imbalance::Imbalance>,
     pub sources: Vec<Source>,
     pub missing: Vec<Missing>,
 }

@@ -24,16 +24,21 @@ impl Family {
     /// The family of an alloc or free, from its memory kind, or from its API when the
     /// kind is `none` (or one this build does not know). `None`: the event does not
     /// allocate or release memory that is counted (VMM map/unmap, address reservations,
-    /// pool objects, PJRT buffers).
+    /// pool objects, PJRT buffers, PyTorch blocks).
+    #[inline]
     pub fn of(mem: Option<MemKind>, api: Api) -> Option<Self> {
         match mem {
             Some(MemKind::Device | MemKind::Managed | MemKind::StreamPool) => Some(Self::Device),
             Some(MemKind::HostPinned) => Some(Self::Host),
             Some(MemKind::VmmPhysical) => Some(Self::VmmHandle),
-            // PJRT buffers live inside the framework's pool, which the driver-level
-            // events already count.
+            // PJRT buffers and PyTorch blocks live inside the framework's pool, which the
+            // driver-level events already count.
             Some(
-                MemKind::VmmMap | MemKind::VmmReserve | MemKind::PoolObject | MemKind::PjrtBuffer,
+                MemKind::VmmMap
+                | MemKind::VmmReserve
+                | MemKind::PoolObject
+                | MemKind::PjrtBuffer
+                | MemKind::TorchBlock,
             ) => None,
             Some(MemKind::None) | None => Self::of_api(api),
         }
@@ -94,6 +99,7 @@ pub enum Step {
 impl Step {
     /// The step an event of `kind` takes; `None` for events that neither allocate nor
     /// release (failed calls, API spans, device switches, kinds this build does not know).
+    #[inline]
     pub fn of(kind: Option<EventKind>, mem: Option<MemKind>, api: Api) -> Option<Self> {
         let family = Family::of(mem, api);
         match kind? {

@@ -186,6 +186,7 @@ mod tests {
             api: Api::Unknown,
             ptr,
             size,
+            handle: None,
         }
     }
 

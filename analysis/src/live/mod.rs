@@ -5,6 +5,8 @@
 //!   does), from the memory kind or, when that is `none`, the API;
 //! - `set`: [`LiveSet`], the one free-matching rule and the live totals per (process
 //!   image, device);
+//! - `vmm`: when a VMM handle's memory is given back (released and unmapped), and
+//!   releases of retained or imported handles ([`HandleRef`]);
 //! - `images`: [`ImageClock`], which exec image of a pid a streamed record belongs to;
 //! - `history`: [`LiveHistory`], each stream's peaks and the device allocations'
 //!   lifetimes a fold leaves behind (what was live at any instant, without folding
@@ -17,11 +19,12 @@ mod family;
 mod history;
 mod images;
 mod set;
+mod vmm;
 
 pub use family::{Family, Step};
 pub use history::{HistoryMark, LiveHistory, StreamPeaks};
 pub use images::ImageClock;
-pub use set::{Change, Held, LiveKey, LiveSet, MemEvent, Totals};
+pub use set::{is_vmm_map, Change, HandleRef, Held, LiveKey, LiveSet, MemEvent, Totals};
 
 /// One process image: a pid and which of its `process_start`s this is. `exec` keeps
 /// the pid and starts a new image (image 1 after the first exec, ...); the old image's

@@ -7,7 +7,9 @@
 //! was called). `free(NULL)` releases nothing; a free of a pointer not live is counted as
 //! unmatched; an allocation at a key still live (its free was never seen) releases the
 //! old one first. Device bytes count every family but pinned host memory, which is kept
-//! apart. Every reader of events (`memwatch report`, its trace export, `attach --live`,
+//! apart. A VMM physical handle is given back when it is released and no longer mapped
+//! (`super::vmm`): a release while mapped frees at the last unmap, and releases of
+//! retained or imported handles free nothing and are not unmatched. Every reader of events (`memwatch report`, its trace export, `attach --live`,
 //! the daemon's ingest, the OOM doctor) folds them through this type, so they agree on
 //! what was live. It holds no events and does no I/O; callers attach their own data to
 //! each allocation (`T`).
@@ -16,7 +18,10 @@ use foldhash::HashMap as FastMap;
 use memwatch_wire::{Api, Event, EventKind, MemKind};
 
 use super::family::{Family, Step};
+use super::vmm::{Release, VmmRefs};
 use super::ProcKey;
+
+pub use super::vmm::HandleRef;
 
 /// Where a live allocation is filed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,10 +52,14 @@ pub struct MemEvent {
     pub api: Api,
     pub ptr: u64,
     pub size: u64,
+    /// The physical handle a VMM mapping names (`cuMemMap`'s handle); `None` for other
+    /// events, or when not known.
+    pub handle: Option<u64>,
 }
 
 impl MemEvent {
     /// A wire event of process image `proc`.
+    #[inline]
     pub fn of_wire(proc: ProcKey, e: &Event) -> Self {
         Self {
             proc,
@@ -60,8 +69,14 @@ impl MemEvent {
             api: e.api(),
             ptr: e.ptr,
             size: e.size,
+            handle: is_vmm_map(e.kind(), e.mem_kind()).then_some(e.aux),
         }
     }
+}
+
+/// Whether an event is a VMM mapping (whose wire `aux` is the physical handle).
+pub fn is_vmm_map(kind: Option<EventKind>, mem: Option<MemKind>) -> bool {
+    kind == Some(EventKind::Alloc) && mem == Some(MemKind::VmmMap)
 }
 
 /// What one event did.
@@ -84,6 +99,9 @@ pub enum Change<T> {
     },
     /// A free of a pointer not live in the set (allocated before the capture, or never).
     UnmatchedFree { family: Family },
+    /// A release of a VMM handle that gives nothing back now (still mapped, a retained
+    /// reference, an imported handle).
+    HandleReference(HandleRef),
     /// `free(NULL)`: releases nothing.
     NullFree,
     /// An allocation or release of memory no family counts (VMM maps, address
@@ -134,6 +152,7 @@ pub struct LiveSet<T = ()> {
     // from captures, not from an adversary that could force collisions.
     live: FastMap<LiveKey, Held<T>>,
     totals: FastMap<(ProcKey, i32), Totals>,
+    vmm: VmmRefs,
 }
 
 impl<T> Default for LiveSet<T> {
@@ -141,6 +160,7 @@ impl<T> Default for LiveSet<T> {
         Self {
             live: FastMap::default(),
             totals: FastMap::default(),
+            vmm: VmmRefs::default(),
         }
     }
 }
@@ -150,13 +170,26 @@ impl<T> LiveSet<T> {
         Self::default()
     }
 
+    /// An empty set with room for `n` allocations before it grows (a reader that starts
+    /// from a known set of allocations, like the daemon's replays).
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            live: FastMap::with_capacity_and_hasher(n, Default::default()),
+            totals: FastMap::default(),
+            vmm: VmmRefs::default(),
+        }
+    }
+
     /// Folds one event in. `data` is kept with the allocation when the event allocates
     /// (and dropped otherwise).
     pub fn apply(&mut self, e: &MemEvent, data: T) -> Change<T> {
         match Step::of(e.kind, e.mem, e.api) {
             None => Change::NotMemory,
-            Some(Step::Untracked) => Change::Untracked,
+            Some(Step::Untracked) => self.untracked(e),
             Some(Step::Alloc(family)) => {
+                if family == Family::VmmHandle {
+                    self.vmm.created(e.proc, e.ptr);
+                }
                 let key = LiveKey {
                     proc: e.proc,
                     family,
@@ -191,17 +224,62 @@ impl<T> LiveSet<T> {
                     family,
                     ptr: e.ptr,
                 };
-                match self.live.remove(&key) {
-                    Some(freed) => {
-                        let now = self.totals_mut(e.proc, freed.device);
-                        now.sub(family, freed.size);
-                        let now = *now;
-                        Change::Free { family, freed, now }
+                if family == Family::VmmHandle {
+                    let live = self.live.contains_key(&key);
+                    match self.vmm.release(e.proc, e.ptr, live) {
+                        Release::Free => {}
+                        Release::Reference(r) => return Change::HandleReference(r),
+                        Release::Unknown => return Change::UnmatchedFree { family },
                     }
-                    None => Change::UnmatchedFree { family },
                 }
+                self.free(key).unwrap_or(Change::UnmatchedFree { family })
             }
         }
+    }
+
+    /// VMM maps and unmaps (the last unmap of a released handle gives its memory back),
+    /// address reservations, pool objects, PJRT buffers.
+    fn untracked(&mut self, e: &MemEvent) -> Change<T> {
+        if e.mem != Some(MemKind::VmmMap) {
+            return Change::Untracked;
+        }
+        match e.kind {
+            Some(EventKind::Alloc) => {
+                if let Some(handle) = e.handle {
+                    let live = self.live.contains_key(&LiveKey {
+                        proc: e.proc,
+                        family: Family::VmmHandle,
+                        ptr: handle,
+                    });
+                    self.vmm.mapped(e.proc, e.ptr, handle, live);
+                }
+                Change::Untracked
+            }
+            Some(EventKind::Free) => match self.vmm.unmapped(e.proc, e.ptr) {
+                Some(handle) => self
+                    .free(LiveKey {
+                        proc: e.proc,
+                        family: Family::VmmHandle,
+                        ptr: handle,
+                    })
+                    .unwrap_or(Change::Untracked),
+                None => Change::Untracked,
+            },
+            _ => Change::Untracked,
+        }
+    }
+
+    /// Gives back the live allocation at `key`, if there is one.
+    fn free(&mut self, key: LiveKey) -> Option<Change<T>> {
+        let freed = self.live.remove(&key)?;
+        let now = self.totals_mut(key.proc, freed.device);
+        now.sub(key.family, freed.size);
+        let now = *now;
+        Some(Change::Free {
+            family: key.family,
+            freed,
+            now,
+        })
     }
 
     fn totals_mut(&mut self, proc: ProcKey, device: i32) -> &mut Totals {
@@ -255,6 +333,16 @@ impl<T> LiveSet<T> {
         self.live.is_empty()
     }
 
+    /// Releases the allocation at `key` without an event (a reader that learned of its
+    /// release otherwise: the daemon's replay of one device, when another device's
+    /// allocation replaced it). Returns it, if it was live.
+    pub fn remove(&mut self, key: &LiveKey) -> Option<Held<T>> {
+        let held = self.live.remove(key)?;
+        self.totals_mut(key.proc, held.device)
+            .sub(key.family, held.size);
+        Some(held)
+    }
+
     /// Releases everything process image `proc` still holds (its exec, or its end, gave
     /// the memory back) and returns it, in no particular order.
     pub fn release_process(&mut self, proc: ProcKey) -> Vec<(LiveKey, Held<T>)> {
@@ -271,6 +359,7 @@ impl<T> LiveSet<T> {
             }
         }
         self.totals.retain(|(p, _), _| *p != proc);
+        self.vmm.forget_process(proc);
         out
     }
 }
@@ -288,6 +377,7 @@ mod tests {
             api: Api::Unknown,
             ptr,
             size,
+            handle: None,
         }
     }
 
@@ -374,6 +464,20 @@ mod tests {
             Change::NotMemory
         );
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn removing_a_key_releases_it_from_its_device() {
+        let mut s = LiveSet::new();
+        s.apply(&ev(1, 2, EventKind::Alloc, MemKind::Device, 0, 64), ());
+        let key = LiveKey {
+            proc: ProcKey { pid: 1, image: 0 },
+            family: Family::Device,
+            ptr: 0,
+        };
+        assert_eq!(s.remove(&key).map(|h| (h.size, h.device)), Some((64, 2)));
+        assert_eq!((s.device_bytes(2), s.len()), (0, 0));
+        assert!(s.remove(&key).is_none());
     }
 
     #[test]

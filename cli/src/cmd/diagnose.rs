@@ -10,7 +10,7 @@ use super::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use memwatch_analysis::doctor::{
-    self, evidence, CaptureEvidence, Diagnosis, DumpEvidence, Evidence, LogEvidence,
+    self, evidence, CaptureEvidence, Diagnosis, Evidence, LogEvidence,
 };
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -18,12 +18,14 @@ use std::path::{Path, PathBuf};
 const AFTER_HELP: &str = "\
 Examples:
   memwatch diagnose run.mwcap stderr.log --xla-dump /tmp/dump
+  memwatch diagnose run.mwcap stderr.log --xla-dump dump/    # dump/rank0, dump/rank1 ...
   memwatch diagnose train.log                      # the log alone
   memwatch diagnose run.mwcap stderr.log nvsmi.csv --json | jq '.verdicts[0].kind'
 
 Inputs are told apart by their content: a memwatch capture (.mwcap), nvidia-smi samples
-(--query-gpu=timestamp,memory.used,memory.total --format=csv,noheader,nounits), a PyTorch
-memory snapshot (not read yet: refused with a message), and logs (the program's stderr:
+(--query-gpu=[index,]timestamp,memory.used,memory.total --format=csv,noheader,nounits), a PyTorch
+memory snapshot (torch.cuda.memory._dump_snapshot: the allocator's own steps, so a
+leak's growth per step), and logs (the program's stderr:
 XLA/TSL, PyTorch, CuPy, CUDA/HIP errors, Python tracebacks). One verdict per failure:
 its kind (execute_temp, compile_scratch, leak, fragmentation, pool_limit_ignored,
 co_resident, torch_fraction_limit, cupy_pool_limit, host_pinned, larger_than_device,
@@ -40,9 +42,11 @@ pub struct DiagnoseArgs {
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
     /// The run's XLA dump (`--xla_dump_to`): names the HLO instruction, op_name and
-    /// source line, and the temp buffer's make-up.
+    /// source line, and the temp buffer's make-up. Repeat it for the dumps of several
+    /// workers, or give a folder of per-rank dumps (dump/rank0, dump/rank1 ...): the
+    /// failing process's own dump is chosen by its executables' compiled sizes.
     #[arg(long, value_name = "DIR")]
-    xla_dump: Option<PathBuf>,
+    xla_dump: Vec<PathBuf>,
     /// An environment variable the run had (repeatable), e.g. --env
     /// XLA_PYTHON_CLIENT_ALLOCATOR=platform: the allocator settings the doctor checks.
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
@@ -63,6 +67,7 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 enum Input {
     Capture,
     Samples,
+    Snapshot,
     Log,
 }
 
@@ -83,12 +88,8 @@ fn classify(path: &Path) -> Result<Input> {
     if head.starts_with(&memwatch_wire::MAGIC) {
         return Ok(Input::Capture);
     }
-    if n >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]) {
-        bail!(
-            "{}: a PyTorch memory snapshot (pickle); memwatch does not read snapshots yet: give \
-             the run's capture and stderr instead",
-            path.display()
-        );
+    if memwatch_analysis::torch::looks_like_pickle(head) {
+        return Ok(Input::Snapshot);
     }
     let first = String::from_utf8_lossy(head);
     if evidence::looks_like_nvsmi(first.lines().next().unwrap_or("")) {
@@ -100,7 +101,7 @@ fn classify(path: &Path) -> Result<Input> {
 /// Loads every input into the doctor's evidence.
 pub fn load_evidence(
     files: &[PathBuf],
-    dump: Option<&Path>,
+    dumps: &[PathBuf],
     env: &[(String, String)],
 ) -> Result<Evidence> {
     let mut ev = Evidence::default();
@@ -118,14 +119,17 @@ pub fn load_evidence(
                 ev.capture = Some(CaptureEvidence::read(f)?);
             }
             Input::Samples => ev.device_samples.extend(evidence::read_nvsmi_csv(f)?),
+            Input::Snapshot => ev
+                .framework_states
+                .extend(doctor::snapshot::framework_states(f)?),
             Input::Log => logs.push(f.clone()),
         }
     }
     if !logs.is_empty() {
         ev.log = Some(LogEvidence::read(&logs)?);
     }
-    if let Some(d) = dump {
-        ev.dump = Some(DumpEvidence::read(d)?);
+    for d in dumps {
+        ev.dumps.extend(doctor::dumps::read_dumps(d)?);
     }
     apply_env(&mut ev, env);
     Ok(ev)
@@ -160,7 +164,7 @@ pub fn apply_env(ev: &mut Evidence, env: &[(String, String)]) {
 /// Runs `memwatch diagnose`.
 pub fn run(a: DiagnoseArgs) -> Result<Outcome> {
     super::fmt::quiet_broken_pipe();
-    let ev = load_evidence(&a.files, a.xla_dump.as_deref(), &a.env)?;
+    let ev = load_evidence(&a.files, &a.xla_dump, &a.env)?;
     let d = doctor::diagnose(&ev);
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&d)?);
@@ -279,6 +283,31 @@ pub fn render(d: &Diagnosis) -> String {
                 p.device_name.as_deref().unwrap_or(""),
                 bytes(p.peak_bytes),
                 p.peak_ns as f64 / 1e9
+            );
+        }
+    }
+    if let Some(i) = &d.imbalance {
+        let _ = writeln!(
+            s,
+            "\nsplit over the devices ({}, peak up to the failure; even share {}%):",
+            i.measure.describe(),
+            i.even_share_permille / 10
+        );
+        for x in &i.devices {
+            let mut more = Vec::new();
+            if let Some(a) = x.allocator_peak_bytes_in_use {
+                more.push(format!("allocator peak_bytes_in_use {}", bytes(a)));
+            }
+            more.push(format!("driver-level peak {}", bytes(x.driver_peak_bytes)));
+            let _ = writeln!(
+                s,
+                "  pid {:<7} device {}: {} ({:.1}%){}; {}",
+                x.pid,
+                x.device,
+                bytes(x.bytes),
+                x.share_permille as f64 / 10.0,
+                if x.failed { " <- ran out" } else { "" },
+                more.join(", ")
             );
         }
     }

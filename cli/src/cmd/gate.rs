@@ -353,7 +353,7 @@ pub fn run(args: GateArgs) -> Result<Outcome> {
         eprintln!(
             "memwatch gate: recorded {n} result{} in {}",
             if n == 1 { "" } else { "s" },
-            memwatch_daemon::store::redact(args.db.as_deref().unwrap_or_default())
+            memwatch_daemon::redact(args.db.as_deref().unwrap_or_default())
         );
     }
     let format = if args.json { Format::Json } else { args.format };

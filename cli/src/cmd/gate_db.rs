@@ -6,8 +6,7 @@
 use anyhow::{bail, Context, Result};
 use memwatch_analysis::gate::source::stored_run::{self, StoredRun};
 use memwatch_analysis::gate::{GateEntry, GateReport, Metric, Status};
-use memwatch_daemon::store::gate::GateResult;
-use memwatch_daemon::store::{redact, Store};
+use memwatch_daemon::{redact, GateResult, Store};
 use std::collections::HashMap;
 
 /// `--run [NAME=]ID`.
@@ -59,7 +58,7 @@ fn check_sqlite_file(db: &str, shown: &str) -> Result<()> {
              `memwatch import --db` create one)"
         );
     }
-    memwatch_daemon::store::check_sqlite_header(std::path::Path::new(db))?;
+    memwatch_daemon::check_sqlite_header(std::path::Path::new(db))?;
     Ok(())
 }
 

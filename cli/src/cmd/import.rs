@@ -14,6 +14,8 @@ use memwatch_wire::frame::encode_preamble;
 use memwatch_wire::{encode_record, FrameReader, ReadMode, Record};
 use serde::Serialize;
 
+use super::import_log::LogImport;
+use super::store_target::{daemon_base, Target};
 use super::Outcome;
 
 const AFTER_HELP: &str = "\
@@ -24,6 +26,7 @@ Examples:
   memwatch import jax.mwcap --db mw.db --xla-dump /tmp/xla-dump   # + HLO attribution
   memwatch import --db mw.db --log run.log --xla-dump /tmp/dump --mem-fraction 0.025
   memwatch import --db mw.db --xla-dump /tmp/dump --run-id 3
+  memwatch import snapshot.pickle --db mw.db     # a PyTorch memory snapshot, streamed
 
 A damaged capture is loaded up to the damage (what was skipped is reported). Importing
 the same file twice stores it once, and importing the whole capture after a cut-off copy
@@ -34,7 +37,8 @@ capture's records, in a stream keyed by its first 8 records).";
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct ImportArgs {
-    /// Capture file (.mwcap). Not needed with --log / --xla-dump.
+    /// Capture file (.mwcap), or a PyTorch memory snapshot (.pickle, from
+    /// torch.cuda.memory._dump_snapshot). Not needed with --log / --xla-dump.
     #[arg(required_unless_present_any = ["log", "xla_dump"])]
     pub capture: Option<PathBuf>,
     /// Store directly into this SQLite file or postgres://… database.
@@ -125,7 +129,7 @@ impl StoreArgs {
                     drop(lock);
                     store.close().await
                 })
-                .with_context(|| format!("--db {}", memwatch_daemon::store::redact(db)))
+                .with_context(|| format!("--db {}", memwatch_daemon::redact(db)))
             }
             Some(Target::Daemon { url, .. }) => daemon_base(url).map(drop),
         }
@@ -155,25 +159,6 @@ impl StoreArgs {
     }
 }
 
-/// The base of a `--daemon` URL, or an error saying what is expected.
-fn daemon_base(url: &str) -> Result<&str> {
-    let base = url.trim_end_matches('/');
-    if !base.starts_with("http://") {
-        bail!("--daemon {url}: expected an http://HOST:PORT URL of `memwatch serve --listen`");
-    }
-    Ok(base)
-}
-
-/// Where to put a capture.
-#[derive(Clone, Copy)]
-pub enum Target<'a> {
-    Db(&'a str),
-    Daemon {
-        url: &'a str,
-        token: Option<&'a str>,
-    },
-}
-
 /// What an import did.
 #[derive(Debug, Serialize)]
 pub struct ImportSummary {
@@ -195,10 +180,10 @@ pub struct ImportSummary {
     pub xla_modules: Option<usize>,
 }
 
-const BATCH_EVENTS: usize = 65_536;
+pub(super) const BATCH_EVENTS: usize = 65_536;
 
 /// Records that make a capture's identity.
-const IDENTITY_RECORDS: usize = 8;
+pub(super) const IDENTITY_RECORDS: usize = 8;
 
 /// A capture's identity, the same for every copy of it that holds at least its first
 /// [`IDENTITY_RECORDS`] records: a SHA-256 (not a CRC: every frame ends with the CRC32 of
@@ -206,7 +191,7 @@ const IDENTITY_RECORDS: usize = 8;
 /// processes' pids and nanosecond clock anchors, `memwatch run`'s tags with their times,
 /// and the first events. Two different captures agree on them only when generated to be
 /// identical. Records this version does not know are hashed by their type and length.
-fn capture_identity(records: &[Record]) -> u64 {
+pub(super) fn capture_identity(records: &[Record]) -> u64 {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
     let mut bytes = Vec::new();
@@ -226,7 +211,7 @@ fn capture_identity(records: &[Record]) -> u64 {
 }
 
 /// Events in a record, for cutting batches.
-fn weight(r: &Record) -> usize {
+pub(super) fn weight(r: &Record) -> usize {
     match r {
         Record::Events(e) => e.len(),
         _ => 1,
@@ -234,7 +219,7 @@ fn weight(r: &Record) -> usize {
 }
 
 /// Where the records go: the store directly, or a daemon's HTTP ingest.
-enum Destination<'a> {
+pub(super) enum Destination<'a> {
     Db {
         rt: tokio::runtime::Runtime,
         /// Boxed: its run state makes it large. Its store is the destination's.
@@ -249,14 +234,14 @@ enum Destination<'a> {
 }
 
 /// What one batch did.
-struct Sent {
-    run_id: Option<i64>,
-    events: u64,
-    duplicate: bool,
+pub(super) struct Sent {
+    pub run_id: Option<i64>,
+    pub events: u64,
+    pub duplicate: bool,
 }
 
 impl<'a> Destination<'a> {
-    fn open(target: Target<'a>) -> Result<Self> {
+    pub(super) fn open(target: Target<'a>) -> Result<Self> {
         Ok(match target {
             Target::Db(db) => {
                 let rt = tokio::runtime::Builder::new_current_thread()
@@ -287,7 +272,12 @@ impl<'a> Destination<'a> {
 
     /// How many records of the stream are stored already (its last sequence number),
     /// and the run they went to.
-    fn position(&self, node: &str, stream: u64, run_key: &str) -> Result<(u64, Option<i64>)> {
+    pub(super) fn position(
+        &self,
+        node: &str,
+        stream: u64,
+        run_key: &str,
+    ) -> Result<(u64, Option<i64>)> {
         match self {
             Destination::Db {
                 rt, ingestor, db, ..
@@ -312,7 +302,7 @@ impl<'a> Destination<'a> {
         }
     }
 
-    fn send(&mut self, batch: Batch) -> Result<Sent> {
+    pub(super) fn send(&mut self, batch: Batch) -> Result<Sent> {
         let seq = batch.seq;
         match self {
             Destination::Db {
@@ -357,7 +347,7 @@ impl<'a> Destination<'a> {
         }
     }
 
-    fn close(self) -> Result<()> {
+    pub(super) fn close(self) -> Result<()> {
         if let Destination::Db {
             rt, ingestor, db, ..
         } = self
@@ -504,7 +494,14 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
     };
     let Some(capture) = &args.capture else {
         // --log / --xla-dump on their own (optionally onto --run-id).
-        return super::import_log::run(&args);
+        return super::import_log::run(&LogImport {
+            db: args.db.as_deref(),
+            log: args.log.as_deref(),
+            xla_dump: args.xla_dump.as_deref(),
+            mem_fraction: args.mem_fraction,
+            run_id: args.run_id,
+            json: args.json,
+        });
     };
     if args.log.is_some() {
         bail!(
@@ -517,7 +514,15 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
         Some(dir) => Some((dir, super::xla::load(dir)?)),
         None => None,
     };
-    let mut s = import_capture(capture, target, args.run.clone(), args.node.clone())?;
+    let snapshot = super::report_snapshot::is_snapshot(capture)?;
+    if snapshot && args.xla_dump.is_some() {
+        bail!("--xla-dump attaches to JAX captures, not to a PyTorch memory snapshot");
+    }
+    let mut s = if snapshot {
+        super::import_snapshot::import(capture, target, args.run.clone(), args.node.clone())?
+    } else {
+        import_capture(capture, target, args.run.clone(), args.node.clone())?
+    };
     if let Some((dir, mods)) = dump {
         let Some(run) = s.run_id.or(args.run_id) else {
             bail!(

@@ -6,14 +6,13 @@
 
 use std::fs::File;
 use std::io::{BufReader, Read};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use memwatch_analysis::log::{self, diagnose, LogReport};
-use memwatch_daemon::store::dash::NewModule;
 use memwatch_daemon::Store;
 use serde::Serialize;
 
-use super::import::ImportArgs;
 use super::Outcome;
 
 /// Largest log stored (bigger logs are refused with a clear message).
@@ -30,25 +29,32 @@ struct Summary {
     page: Option<String>,
 }
 
-/// Runs the `--log` / `--xla-dump` form of `memwatch import`.
-pub fn run(a: &ImportArgs) -> Result<Outcome> {
-    let Some(db) = &a.db else {
+/// What the `--log` / `--xla-dump` form of `memwatch import` was given.
+pub struct LogImport<'a> {
+    pub db: Option<&'a str>,
+    pub log: Option<&'a Path>,
+    pub xla_dump: Option<&'a Path>,
+    pub mem_fraction: Option<f64>,
+    pub run_id: Option<i64>,
+    pub json: bool,
+}
+
+/// Runs the `--log` / `--xla-dump` form of `memwatch import` (no capture).
+pub fn run(a: &LogImport<'_>) -> Result<Outcome> {
+    let Some(db) = a.db else {
         bail!("--log and --xla-dump are stored with --db PATH|URL (not through --daemon)");
     };
-    if a.capture.is_some() {
-        bail!("give either a capture file or --log/--xla-dump, not both (run import twice)");
-    }
     if let Some(f) = a.mem_fraction {
         if !(f > 0.0 && f <= 1.0) {
             bail!("--mem-fraction {f}: must be in (0, 1]");
         }
     }
     // A dump directory with no module, or a path that is none, is an error there.
-    let mods = match &a.xla_dump {
+    let mods = match a.xla_dump {
         Some(d) => super::xla::load(d)?,
         None => Vec::new(),
     };
-    let log = match &a.log {
+    let log = match a.log {
         Some(path) => {
             let f =
                 File::open(path).with_context(|| format!("{}: cannot open log", path.display()))?;
@@ -83,25 +89,19 @@ pub fn run(a: &ImportArgs) -> Result<Outcome> {
     let s = rt.block_on(async {
         let store = Store::open(db)
             .await
-            .with_context(|| format!("--db {}", memwatch_daemon::store::redact(db)))?;
+            .with_context(|| format!("--db {}", memwatch_daemon::redact(db)))?;
         if let Some(r) = a.run_id {
             if !store.run_exists(r).await? {
                 bail!("--run-id {r}: there is no run {r} in this database");
             }
         }
-        let dump_id = match &a.xla_dump {
-            Some(d) => {
-                let rows = mods
-                    .iter()
-                    .map(NewModule::from_report)
-                    .collect::<Result<Vec<_>, _>>()?;
-                let source = super::import_xla::source(d);
-                Some(match a.run_id {
-                    // Onto a run: also what the run's peak attribution joins with.
-                    Some(run) => store.attach_run_dump(run, &source, &rows).await?,
-                    None => store.insert_xla_dump(None, &source, &rows).await?,
-                })
-            }
+        let dump_id = match a.xla_dump {
+            // Onto a run (--run-id): also what the run's peak attribution joins with.
+            Some(d) => Some(
+                store
+                    .store_xla_dump(a.run_id, &super::import_xla::source(d), &mods)
+                    .await?,
+            ),
             None => None,
         };
         let mut s = Summary {

@@ -8,10 +8,9 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use memwatch_analysis::xla::ModuleReport;
-use memwatch_daemon::store::pjrt;
 use memwatch_daemon::Store;
 
-use super::import::Target;
+use super::store_target::Target;
 
 /// Attaches `mods` (parsed from `dir`) to run `run` at `target`; returns how many.
 pub fn attach(mods: &[ModuleReport], dir: &Path, target: &Target<'_>, run: i64) -> Result<usize> {
@@ -24,8 +23,9 @@ pub fn attach(mods: &[ModuleReport], dir: &Path, target: &Target<'_>, run: i64) 
             rt.block_on(async {
                 let store = Store::open(db)
                     .await
-                    .with_context(|| format!("database {}", memwatch_daemon::store::redact(db)))?;
-                let n = pjrt::attach_modules(&store, run, &source(dir), mods)
+                    .with_context(|| format!("database {}", memwatch_daemon::redact(db)))?;
+                let n = store
+                    .attach_xla_modules(run, &source(dir), mods)
                     .await
                     .with_context(|| format!("storing the modules of {}", dir.display()))?
                     .with_context(|| format!("run {run} is not in {db}"))?;

@@ -1,12 +1,18 @@
 //! Property test: every reader of events that keeps live bytes agrees with
 //! `memwatch_analysis::live::LiveSet` at every event of random streams — `memwatch
 //! report` (live bytes at exit of each prefix), its trace export (the trace's allocs
-//! minus frees), and `attach --live` (its running figures). The streams mix processes,
-//! exec'd images, devices, every memory kind, APIs that name the family when the kind is
+//! minus frees), `attach --live` (its running figures), and the daemon: its ingest state
+//! (each device's live bytes after each batch, one batch per step, with a restart that
+//! rebuilds the state from the stored events halfway), and its replay of the stored
+//! events ("what was live" on each device at the instant after each step, from the run's
+//! start, the peak snapshot or live-set checkpoints). The streams mix processes, exec'd
+//! images, devices, every memory kind, APIs that name the family when the kind is
 //! `none`, frees on another device than their allocation, pointers reused without a
 //! free, `free(NULL)`, unmatched frees, failures and spans.
 //!
-//! A reader that keeps live bytes is added here as one more `Reader` implementation.
+//! This test lives in the CLI because it is the one crate that sees every reader. A
+//! reader that keeps live bytes is added here as one more set of figures compared with
+//! the reference after each step.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +24,7 @@ use memwatch_wire::{
 use proptest::prelude::*;
 
 use super::attach_live::LiveStats;
+use memwatch_daemon::{Batch, Ingestor, Store};
 
 const BASE: u64 = 1_000_000_000;
 
@@ -248,6 +255,158 @@ fn trace(bytes: &[u8], host_of: &Figures) -> Figures {
     f
 }
 
+/// Device bytes per device over every pid's current image (the daemon keeps no per-pid
+/// figures).
+fn per_device(f: &Figures) -> BTreeMap<i32, u64> {
+    let mut out: BTreeMap<i32, u64> = BTreeMap::new();
+    for ((_, device), (bytes, _)) in f {
+        if *bytes > 0 {
+            *out.entry(*device).or_default() += bytes;
+        }
+    }
+    out
+}
+
+/// The daemon fed the stream one batch per step: after each step, the live bytes of
+/// its ingest state per device; at the end, what its replay says was live on each
+/// device just after each step.
+struct Daemon {
+    _dir: tempfile::TempDir,
+    store: Store,
+    ingestor: Option<Ingestor>,
+    run: Option<i64>,
+}
+
+/// Devices the generated events use.
+const DEVICES: std::ops::Range<i64> = -1..3;
+
+impl Daemon {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("prop.db");
+        let store = Store::open(&db.display().to_string())
+            .await
+            .expect("a new store");
+        Self {
+            ingestor: Some(Ingestor::new(store.clone())),
+            store,
+            run: None,
+            _dir: dir,
+        }
+    }
+
+    /// Stores step `step`'s records as batch `step + 1`.
+    async fn step(&mut self, step: usize, records: Vec<Record>) {
+        let ing = self.ingestor.as_mut().expect("an ingestor");
+        let out = ing
+            .commit(vec![Batch {
+                node: "prop".into(),
+                stream: 1,
+                seq: step as u64 + 1,
+                run_key: "prop".into(),
+                records,
+            }])
+            .await
+            .expect("a generated batch commits");
+        self.run = self.run.or(out[0].run_id);
+    }
+
+    /// A restart: the next batch finds the run's state rebuilt from what is stored.
+    fn restart(&mut self) {
+        self.ingestor = Some(Ingestor::new(self.store.clone()));
+    }
+
+    /// Live bytes per device of the ingest state, as stored after the last commit.
+    async fn ingest_state(&self) -> BTreeMap<i32, u64> {
+        let Some(run) = self.run else {
+            return BTreeMap::new();
+        };
+        let detail = self.store.run(run).await.expect("run").expect("the run");
+        detail
+            .run
+            .devices
+            .iter()
+            .filter(|d| d.live_bytes != 0)
+            .map(|d| (d.device as i32, d.live_bytes as u64))
+            .collect()
+    }
+
+    /// Checkpoints every few events on every device (as the checkpointer writes them,
+    /// only denser), so later replays start from them.
+    async fn checkpoint(&self) {
+        if let Some(run) = self.run {
+            for d in DEVICES {
+                self.store
+                    .extend_checkpoints_every(run, d, 3, 0)
+                    .await
+                    .expect("checkpoints");
+            }
+        }
+    }
+
+    /// What the replay says was live per device at `at` ns after the run's start.
+    async fn live_at(&self, at: u64) -> BTreeMap<i32, u64> {
+        let Some(run) = self.run else {
+            return BTreeMap::new();
+        };
+        let mut out = BTreeMap::new();
+        for d in DEVICES {
+            let p = self
+                .store
+                .live_at(run, d, Some(at), 0)
+                .await
+                .expect("live at")
+                .expect("the run");
+            if p.peak_bytes != 0 {
+                out.insert(d as i32, p.peak_bytes as u64);
+            }
+        }
+        out
+    }
+}
+
+/// Runs the daemon over the stream: the ingest state after each step and the replay at
+/// each step's instant, both compared with the reference.
+fn daemon_agrees(steps: usize, recs: &[(usize, Record)]) -> Result<(), TestCaseError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let mut d = Daemon::new().await;
+        let mut wanted = Vec::with_capacity(steps);
+        for upto in 0..steps {
+            let batch: Vec<Record> = recs
+                .iter()
+                .filter(|(i, _)| *i == upto)
+                .map(|(_, r)| r.clone())
+                .collect();
+            if upto == steps / 2 {
+                d.restart();
+            }
+            d.step(upto, batch).await;
+            let want = per_device(&reference(recs, upto));
+            prop_assert_eq!(
+                &d.ingest_state().await,
+                &want,
+                "ingest state after step {}",
+                upto
+            );
+            if upto % 5 == 4 {
+                d.checkpoint().await;
+            }
+            wanted.push(want);
+        }
+        for (upto, want) in wanted.iter().enumerate() {
+            // Between this step's records and the next's (an exec's start is 1 ns after
+            // its step's time).
+            let at = 1_000 * (upto as u64 + 1) + 500;
+            prop_assert_eq!(&d.live_at(at).await, want, "replay at step {}", upto);
+        }
+        Ok(())
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
@@ -281,5 +440,6 @@ proptest! {
             prop_assert_eq!(&report(&bytes), &want, "report after step {}", upto);
             prop_assert_eq!(&trace(&bytes, &want), &want, "trace after step {}", upto);
         }
+        daemon_agrees(steps.len(), &recs)?;
     }
 }

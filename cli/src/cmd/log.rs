@@ -68,7 +68,7 @@ pub fn run(a: LogArgs) -> Result<Outcome> {
         ..Default::default()
     };
     if let Some(d) = &a.xla_dump {
-        ev.dump = Some(doctor::DumpEvidence::read(d)?);
+        ev.dumps = doctor::dumps::read_dumps(d)?;
     }
     let verdicts = doctor::diagnose(&ev);
     if a.json {

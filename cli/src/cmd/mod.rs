@@ -30,6 +30,7 @@ pub mod gate;
 pub mod gate_db;
 pub mod import;
 pub mod import_log;
+pub mod import_snapshot;
 pub mod import_xla;
 #[cfg(test)]
 mod live_agreement;
@@ -38,11 +39,14 @@ pub mod out_file;
 pub mod replay;
 pub mod replay_gpu;
 pub mod report;
+mod report_devices;
+pub mod report_snapshot;
 pub mod run;
 pub mod run_doctor;
 pub mod run_stderr;
 pub mod runtime;
 pub mod serve;
+pub mod store_target;
 pub mod xla;
 
 use std::process::ExitCode;

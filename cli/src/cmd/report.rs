@@ -1,5 +1,6 @@
 //! `memwatch report CAPTURE`: per-process, per-device memory statistics of a capture
 //! (human tables or `--json`), or its allocation trace as JSON lines (`--trace`).
+//! A PyTorch memory snapshot goes to `report_snapshot`.
 //!
 //! Owns argument handling and presentation; the numbers come from
 //! `memwatch_analysis::capture`. Also used by `memwatch run` for its closing summary.
@@ -11,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use memwatch_analysis::apu::{Agreement, ApuReport};
 use memwatch_analysis::capture::{
-    analyze, load_path, write_trace, CaptureReport, Loaded, ProcessReport, ReportOptions,
+    analyze_with, load_path, write_trace, CaptureReport, Loaded, ProcessReport, ReportOptions,
     TraceOptions,
 };
 
@@ -25,6 +26,19 @@ Examples:
   memwatch report run.mwcap --trace --device 0 > dev0.jsonl    input for `memwatch replay`
   MEMWATCH_BACKTRACE_EVERY_BYTES=1048576 memwatch run --out run.mwcap -- ./app
   memwatch report run.mwcap                 largest allocations / leaks with their stacks
+  memwatch report snapshot.pickle           a PyTorch memory snapshot (_dump_snapshot)
+  memwatch report before.pickle --compare after.pickle
+
+  nvidia-smi --query-compute-apps=timestamp,gpu_bus_id,pid,used_memory \
+      --format=csv,noheader,nounits -lms 200 > apps.csv &   (while the run runs)
+  memwatch report run.mwcap --nvsmi-apps apps.csv   NVML's per-process figure per device
+
+A PyTorch memory snapshot (torch.cuda.memory._record_memory_history() then
+_dump_snapshot(), any size: it is streamed) shows, per device, memory_allocated() and
+memory_reserved() at the dump, their peaks and a timeline, the Python lines and blocks
+holding memory at the peak, and every OOM with the allocator's state (reserved but
+unallocated bytes, the largest free block of the request's pool). The pickle is read as
+plain data only: one that would import or call anything is refused (exit 2).
 
 Times are since the capture's start (the first process's start). Device memory counts
 device, managed, stream-ordered pool and VMM physical allocations; pinned host memory is
@@ -35,6 +49,19 @@ ELF symbol tables of the files on this machine. Allocation calls are timed only 
 MEMWATCH_ALLOC_DURATIONS=1 (else -). A damaged capture (cut off by a crash) is
 reported up to the damage, and the damage is listed on stderr. A file that is not a
 capture exits with status 2.
+
+Per device (JSON devices): each process's devices side by side — the driver-level peak
+and what it was made of (framework pool, VMM handles such as NCCL's buffers, cudaMalloc
+segments, cuMemAlloc), the framework's own figures where the capture has them (the PJRT
+allocator's memory_stats(), live jax.Array bytes; PyTorch reports nothing to the shim:
+its memory_reserved() is the cudaMalloc segments), VMM handles imported from another
+process (NCCL peer buffers: the exporter's memory), and with --nvsmi-apps what NVML saw
+beyond the captured allocations (CUDA context, module code). Devices are ordinals as each
+process saw them: under CUDA_VISIBLE_DEVICES two processes' device 0 can be different
+GPUs. When one API ran on several devices at once (workers compiling or loading modules
+together), the capture-wide table is followed by when (JSON
+concurrent_device_stretches; start_monotonic_ns lines them up with a worker's own
+CLOCK_MONOTONIC timestamps).
 
 On an APU (an integrated AMD GPU such as Strix Halo: HIP says so, or the amdgpu sysfs
 counters show a small VRAM carve-out) the report adds a section per APU device (JSON
@@ -49,8 +76,13 @@ give: what it asked, what the device could give, the shortfall.";
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct ReportArgs {
-    /// Capture file (.mwcap) written by `memwatch run`.
+    /// Capture file (.mwcap) written by `memwatch run`, or a PyTorch memory snapshot
+    /// (.pickle).
     pub capture: PathBuf,
+    /// Compare with this second PyTorch memory snapshot (per device: allocated,
+    /// reserved, peaks, OOMs, and bytes per Python line at the peak).
+    #[arg(long, value_name = "SNAPSHOT", conflicts_with = "trace")]
+    pub compare: Option<PathBuf>,
     /// Print one JSON document on stdout (bytes and ns as integers).
     #[arg(long, conflicts_with = "trace")]
     pub json: bool,
@@ -73,11 +105,27 @@ pub struct ReportArgs {
     /// `memwatch runtime`) to the executables' buffer assignments.
     #[arg(long, value_name = "DIR", conflicts_with = "trace")]
     pub xla_dump: Option<PathBuf>,
+    /// NVML's per-process readings of the same run (`nvidia-smi
+    /// --query-compute-apps=timestamp,gpu_bus_id,pid,used_memory
+    /// --format=csv,noheader,nounits -lms 200 > FILE`): each process's NVML figure next to
+    /// its captured live bytes, the difference being what the driver holds outside any
+    /// allocation (CUDA context, module code).
+    #[arg(long, value_name = "FILE", conflicts_with = "trace")]
+    pub nvsmi_apps: Option<PathBuf>,
 }
 
 /// Runs `memwatch report`.
 pub fn run(args: ReportArgs) -> Result<Outcome> {
     super::fmt::quiet_broken_pipe();
+    if super::report_snapshot::is_snapshot(&args.capture)? {
+        return super::report_snapshot::run(&args);
+    }
+    if args.compare.is_some() {
+        bail!(
+            "{}: --compare compares two PyTorch memory snapshots; this is a capture",
+            args.capture.display()
+        );
+    }
     let loaded = load_with_progress(&args.capture)?;
     print_damage(&loaded);
     if args.trace {
@@ -129,7 +177,11 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
         return Ok(Outcome::Success);
     }
     let apu = memwatch_analysis::apu::analyze(&loaded);
-    let report = analyze(loaded, &ReportOptions { top: args.top });
+    let samples = match &args.nvsmi_apps {
+        Some(p) => memwatch_analysis::nvsmi::read_apps_csv(p)?,
+        None => Vec::new(),
+    };
+    let report = analyze_with(loaded, &ReportOptions { top: args.top }, &samples);
     let runtime = super::runtime::for_report(&args.capture, args.xla_dump.as_deref(), args.top)?;
     if args.json {
         let mut out = std::io::stdout().lock();
@@ -480,6 +532,9 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
             table(&mut o, "  ", &rows);
         }
         for d in &p.devices {
+            o.push_str(&super::report_devices::render_vmm_references(d));
+        }
+        for d in &p.devices {
             if d.largest_allocations.is_empty() || top == 0 {
                 continue;
             }
@@ -533,9 +588,11 @@ pub fn render(r: &CaptureReport, top: usize) -> String {
             api_table(&mut o, &p.api);
         }
     }
+    o.push_str(&super::report_devices::render(&r.devices));
     if r.processes.len() > 1 && !r.api.is_empty() {
         o.push_str("\nAPI calls, all processes:\n");
         api_table(&mut o, &r.api);
+        o.push_str(&super::report_devices::render_stretches(&r.api));
     }
     if !r.failures.is_empty() {
         o.push_str(&format!("\nfailed calls ({}):\n", r.failures_total));

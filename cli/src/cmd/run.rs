@@ -100,6 +100,13 @@ pub struct RunArgs {
     /// Leave XLA_FLAGS as it is (no dump: the diagnosis cannot name HLO instructions).
     #[arg(long)]
     pub no_xla_dump: bool,
+    /// A PyTorch memory snapshot the command writes
+    /// (`torch.cuda.memory._record_memory_history()` then `_dump_snapshot(FILE)`, e.g. in
+    /// an `except torch.OutOfMemoryError`): read after the command ends, it gives the
+    /// diagnosis the loop's growth per step, the largest free block and the Python frame
+    /// that asked. memwatch does not turn the recording on (it slows the program).
+    #[arg(long, value_name = "FILE")]
+    pub torch_snapshot: Option<PathBuf>,
     /// Where to keep the copy of the command's stderr; an existing file is overwritten
     /// [default: beside the capture, <capture>.stderr.log].
     #[arg(long, value_name = "FILE")]
@@ -502,7 +509,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     if !out.metadata().is_ok_and(|m| m.is_file()) {
         // /dev/null, a pipe, a device: nothing to read back for a report; the stderr
         // copy alone for the diagnosis.
-        let diagnosis = super::run_doctor::diagnose(Some(&stderr_path), None);
+        let diagnosis =
+            super::run_doctor::diagnose(Some(&stderr_path), None, args.torch_snapshot.as_deref());
         if args.json || args.json_out.is_some() {
             if let Err(e) = emit_json(&args, &out, &end, &stats, None, &post, Some(diagnosis)) {
                 eprintln!("memwatch: error: {}", super::one_line(&e));
@@ -537,6 +545,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
                 f.history,
                 &stderr_path,
                 xla_dump.as_ref(),
+                args.torch_snapshot.as_deref(),
             );
             if timing {
                 eprintln!(
@@ -571,6 +580,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
                 loaded,
                 &stderr_path,
                 xla_dump.as_ref(),
+                args.torch_snapshot.as_deref(),
                 move |l| analyze(l, &ReportOptions { top }),
             );
             if timing {

@@ -2,13 +2,14 @@
 //! (`env` tags), the XLA dump the run writes for it (a folder the user names, the one
 //! the user's own `XLA_FLAGS` names, or a temporary one removed afterwards), the capture
 //! folded while the command runs (so its report and live set are ready when it ends),
-//! and the diagnosis of the finished run from its capture, its stderr copy and that dump.
+//! and the diagnosis of the finished run from its capture, its stderr copy, that dump
+//! and the PyTorch snapshot the program wrote (`--torch-snapshot`).
 
 use super::diagnose::apply_env;
 use memwatch_agent::CaptureFileSink;
 use memwatch_analysis::capture::{CaptureFold, Folded, GaveUp, Loaded, ReportOptions, WireSize};
 use memwatch_analysis::doctor::{
-    self, evidence::ALLOCATOR_ENV, CaptureEvidence, Diagnosis, DumpEvidence, Evidence, LogEvidence,
+    self, evidence::ALLOCATOR_ENV, CaptureEvidence, Diagnosis, Evidence, LogEvidence,
 };
 use memwatch_analysis::live::LiveHistory;
 use memwatch_wire::Record;
@@ -161,15 +162,16 @@ impl RunFold {
 }
 
 /// Diagnoses the finished run from its folded capture (events in time order, and the
-/// fold's live set history), its stderr copy and its XLA dump.
+/// fold's live set history), its stderr copy, its XLA dump and its PyTorch snapshot.
 pub fn diagnose_folded(
     loaded: Loaded,
     history: LiveHistory,
     stderr_copy: &Path,
     dump: Option<&XlaDump>,
+    snapshot: Option<&Path>,
 ) -> Diagnosis {
     let cap = CaptureEvidence::from_folded(loaded, history);
-    diagnose_capture(Some(cap), Some(stderr_copy), dump)
+    diagnose_capture(Some(cap), Some(stderr_copy), dump, snapshot)
 }
 
 /// Diagnoses the finished run and computes its report: the capture's events are sorted
@@ -179,31 +181,38 @@ pub fn diagnose_and_report(
     loaded: Loaded,
     stderr_copy: &Path,
     dump: Option<&XlaDump>,
+    snapshot: Option<&Path>,
     report: impl FnOnce(Loaded) -> memwatch_analysis::capture::CaptureReport + Send,
 ) -> (Diagnosis, memwatch_analysis::capture::CaptureReport) {
     let cap = CaptureEvidence::from_loaded(loaded);
     let copy = cap.loaded.clone();
     std::thread::scope(|s| {
-        let doctor = s.spawn(|| diagnose_capture(Some(cap), Some(stderr_copy), dump));
+        let doctor = s.spawn(|| diagnose_capture(Some(cap), Some(stderr_copy), dump, snapshot));
         let r = report(copy);
         let d = doctor
             .join()
-            .unwrap_or_else(|_| diagnose_capture(None, Some(stderr_copy), dump));
+            .unwrap_or_else(|_| diagnose_capture(None, Some(stderr_copy), dump, snapshot));
         (d, r)
     })
 }
 
 /// Diagnoses the finished run (without a capture: from its stderr alone).
-pub fn diagnose(stderr_copy: Option<&Path>, dump: Option<&XlaDump>) -> Diagnosis {
-    diagnose_capture(None, stderr_copy, dump)
+pub fn diagnose(
+    stderr_copy: Option<&Path>,
+    dump: Option<&XlaDump>,
+    snapshot: Option<&Path>,
+) -> Diagnosis {
+    diagnose_capture(None, stderr_copy, dump, snapshot)
 }
 
 /// Evidence that cannot be read (a dump the program never wrote, a stderr copy that is
-/// not text) is left out and named by the diagnosis as missing.
+/// not text) is left out and named by the diagnosis as missing; a snapshot the program
+/// did not write, or that cannot be read, is said on stderr.
 fn diagnose_capture(
     capture: Option<CaptureEvidence>,
     stderr_copy: Option<&Path>,
     dump: Option<&XlaDump>,
+    snapshot: Option<&Path>,
 ) -> Diagnosis {
     let mut ev = Evidence {
         capture,
@@ -216,7 +225,17 @@ fn diagnose_capture(
         }
     }
     if let Some(d) = dump.filter(|d| d.dir.is_dir()) {
-        ev.dump = DumpEvidence::read(&d.dir).ok();
+        ev.dumps = memwatch_analysis::doctor::dumps::read_dumps(&d.dir).unwrap_or_default();
+    }
+    if let Some(p) = snapshot {
+        match doctor::snapshot::framework_states(p) {
+            Ok(states) => ev.framework_states = states,
+            Err(e) if !p.exists() => eprintln!(
+                "memwatch: --torch-snapshot {}: the command did not write it ({e})",
+                p.display()
+            ),
+            Err(e) => eprintln!("memwatch: --torch-snapshot: {e}"),
+        }
     }
     apply_env(&mut ev, &[]);
     doctor::diagnose(&ev)

@@ -82,16 +82,13 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
         let running = memwatch_daemon::start(cfg).await.with_context(|| {
-            format!(
-                "memwatch serve --db {}",
-                memwatch_daemon::store::redact(&args.db)
-            )
+            format!("memwatch serve --db {}", memwatch_daemon::redact(&args.db))
         })?;
         eprintln!(
             "memwatch serve: API http://{}  ingest tcp://{}  db {}",
             running.api_addr,
             running.ingest_addr,
-            memwatch_daemon::store::redact(&args.db)
+            memwatch_daemon::redact(&args.db)
         );
         let mut running = running;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

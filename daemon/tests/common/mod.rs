@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use memwatch_daemon::api::{router, AppState};
-use memwatch_daemon::metrics::Metrics;
-use memwatch_daemon::writer::spawn_writer;
+use memwatch_daemon::spawn_writer;
+use memwatch_daemon::Metrics;
+use memwatch_daemon::{router, AppState};
 use memwatch_daemon::{Ingestor, Store};
 use memwatch_wire::{Event, EventKind, MemKind, ProcessStart, Record};
 

@@ -148,12 +148,12 @@ pub fn from_growth(ctx: &Ctx<'_>, g: &AllocationGrowth, limit: Option<(&str, u64
 }
 
 /// A leak the framework's own per-step figures show (`source`: where they came from);
-/// `allowed`: the limit it ran into.
+/// `limit`: the limit it ran into, as a phrase ("the 3.96 GiB limit").
 pub fn from_steps(
     ctx: &Ctx<'_>,
     g: &steps::StepGrowth,
     source: &str,
-    allowed: Option<u64>,
+    limit: Option<String>,
 ) -> Verdict {
     let mut v = ctx.base(Kind::Leak);
     v.figures
@@ -174,8 +174,8 @@ pub fn from_steps(
         g.first_step,
         b(g.growth_per_step),
         g.steps,
-        allowed
-            .map(|a| format!(" the {} limit refused more", b(a)))
+        limit
+            .map(|l| format!(" {l} refused more"))
             .unwrap_or_else(|| " the device was full".into())
     );
     v.why = format!(

@@ -258,9 +258,9 @@ pub fn classify(ctx: &Ctx<'_>) -> Vec<Verdict> {
     let mut out = Vec::new();
     if let Some(f) = ctx.failure {
         let v = match f.origin {
-            Origin::Torch(i) => host_pinned::verdict(ctx)
+            Origin::Torch(_) | Origin::TorchSnapshot(_) => host_pinned::verdict(ctx)
                 .or_else(|| larger_than_device::verdict(ctx))
-                .or_else(|| torch::verdict(ctx, i)),
+                .or_else(|| torch::verdict(ctx)),
             Origin::Cupy(i) => larger_than_device::verdict(ctx)
                 .or_else(|| cupy_pool_limit::verdict(ctx, i))
                 .or_else(|| other_process::verdict(ctx)),

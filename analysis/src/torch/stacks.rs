@@ -1,0 +1,326 @@
+//! Stack frames, interned: every distinct frame and every distinct stack (list of
+//! frames, innermost first) is stored once and named by a number, so a trace of millions
+//! of entries costs four bytes of stack each.
+//!
+//! A stack's *site* is its innermost Python frame outside PyTorch (`train.py:42 in
+//! step`): what reports group bytes by. Stacks without a Python frame (autograd's
+//! backward threads) take the backward node (`PowBackward0 (autograd)`), else the ATen
+//! operator (`aten mul_Tensor`).
+
+use foldhash::HashMap as FastMap;
+use serde::Serialize;
+
+use super::pickle::Value;
+
+/// A stack's number in its [`StackTable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackId(pub u32);
+
+impl StackId {
+    /// No frames recorded (empty list, or no `frames` key).
+    pub const NONE: StackId = StackId(u32::MAX);
+    /// The frames were a back-reference the streaming reader had forgotten.
+    pub const FORGOTTEN: StackId = StackId(u32::MAX - 1);
+
+    pub fn is_known(self) -> bool {
+        self.0 < u32::MAX - 1
+    }
+}
+
+/// One frame: a Python line or a C++ function.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Frame {
+    pub name: String,
+    pub filename: String,
+    pub line: i64,
+}
+
+impl Frame {
+    pub fn is_python(&self) -> bool {
+        self.filename.ends_with(".py")
+    }
+
+    /// `file.py:42 in name` (Python) or the function name (C++).
+    pub fn label(&self) -> String {
+        if self.is_python() {
+            let file = self.filename.rsplit('/').next().unwrap_or(&self.filename);
+            format!("{file}:{} in {}", self.line, self.name)
+        } else {
+            self.name.clone()
+        }
+    }
+
+    /// The label of a frame chosen as a site: short forms for the backward node and the
+    /// ATen operator frames that stand for stacks without Python.
+    pub fn site_label(&self) -> String {
+        if let Some(node) = backward_node(&self.name) {
+            return format!("{node} (autograd)");
+        }
+        if let Some(op) = aten_op(&self.name) {
+            return format!("aten {op}");
+        }
+        self.label()
+    }
+}
+
+/// Caches keyed by object identity hold the object, so its address is not reused while
+/// cached; they are cleared when this large. Frame lists are shared by neighbouring
+/// entries (a free and its completion) only; frame dicts across the whole trace.
+const LIST_CACHE_MAX: usize = 1 << 12;
+const FRAME_CACHE_MAX: usize = 1 << 16;
+/// Distinct texts kept (`compile_context`, `user_metadata`); later ones share one id.
+const TEXTS_MAX: usize = 1 << 20;
+
+#[derive(Debug, Default)]
+pub struct StackTable {
+    frames: Vec<Frame>,
+    frame_ids: FastMap<Frame, u32>,
+    stacks: Vec<Box<[u32]>>,
+    stack_ids: FastMap<Box<[u32]>, u32>,
+    /// Per stack: the frame id of its site.
+    sites: Vec<Option<u32>>,
+    list_cache: FastMap<usize, (Value, StackId)>,
+    frame_cache: FastMap<usize, (Value, u32)>,
+    texts: Vec<String>,
+    text_ids: FastMap<String, u32>,
+    scratch: Vec<u32>,
+}
+
+fn identity(v: &Value) -> Option<usize> {
+    match v {
+        Value::List(l) | Value::Tuple(l) => Some(std::rc::Rc::as_ptr(l) as usize),
+        Value::Dict(d) => Some(std::rc::Rc::as_ptr(d) as usize),
+        _ => None,
+    }
+}
+
+impl StackTable {
+    /// The stack of a `frames` value (a list of `{name, filename, line}` dicts).
+    pub fn intern(&mut self, frames: &Value) -> Result<StackId, String> {
+        let items = match frames {
+            Value::Forgotten => return Ok(StackId::FORGOTTEN),
+            Value::None => return Ok(StackId::NONE),
+            Value::List(l) | Value::Tuple(l) if l.is_empty() => return Ok(StackId::NONE),
+            Value::List(l) | Value::Tuple(l) => l,
+            other => return Err(format!("frames is a {}, not a list", other.type_name())),
+        };
+        let key = identity(frames);
+        if let Some(k) = key {
+            if let Some((_, id)) = self.list_cache.get(&k) {
+                return Ok(*id);
+            }
+        }
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        for f in items.iter() {
+            match self.frame(f) {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    self.scratch = ids;
+                    return Err(e);
+                }
+            }
+        }
+        let id = match self.stack_ids.get(ids.as_slice()) {
+            Some(&id) => StackId(id),
+            None => {
+                let id = self.stacks.len() as u32;
+                let boxed: Box<[u32]> = ids.as_slice().into();
+                self.sites.push(site_of(&self.frames, &boxed));
+                self.stacks.push(boxed.clone());
+                self.stack_ids.insert(boxed, id);
+                StackId(id)
+            }
+        };
+        self.scratch = ids;
+        if let Some(k) = key {
+            if self.list_cache.len() >= LIST_CACHE_MAX {
+                self.list_cache.clear();
+            }
+            self.list_cache.insert(k, (frames.clone(), id));
+        }
+        Ok(id)
+    }
+
+    fn frame(&mut self, f: &Value) -> Result<u32, String> {
+        if *f == Value::Forgotten {
+            // A frame the streaming reader had forgotten (used once, long before).
+            return Ok(self.frame_id(Frame {
+                name: "<forgotten frame>".into(),
+                filename: String::new(),
+                line: 0,
+            }));
+        }
+        let key = identity(f);
+        if let Some(k) = key {
+            if let Some((_, id)) = self.frame_cache.get(&k) {
+                return Ok(*id);
+            }
+        }
+        let frame = Frame {
+            name: f
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or("a frame without a name")?
+                .to_string(),
+            filename: f
+                .get("filename")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            line: f.get("line").and_then(Value::as_i64).unwrap_or(0),
+        };
+        let id = self.frame_id(frame);
+        if let Some(k) = key {
+            if self.frame_cache.len() >= FRAME_CACHE_MAX {
+                self.frame_cache.clear();
+            }
+            self.frame_cache.insert(k, (f.clone(), id));
+        }
+        Ok(id)
+    }
+
+    fn frame_id(&mut self, frame: Frame) -> u32 {
+        match self.frame_ids.get(&frame) {
+            Some(&id) => id,
+            None => {
+                let id = self.frames.len() as u32;
+                self.frames.push(frame.clone());
+                self.frame_ids.insert(frame, id);
+                id
+            }
+        }
+    }
+
+    /// Drops the identity caches (once reading is over).
+    pub fn done_reading(&mut self) {
+        self.list_cache = FastMap::default();
+        self.frame_cache = FastMap::default();
+    }
+
+    /// The frames of a stack, innermost first (empty for none / forgotten).
+    pub fn frames(&self, id: StackId) -> impl Iterator<Item = &Frame> {
+        let ids: &[u32] = if id.is_known() {
+            self.stacks.get(id.0 as usize).map_or(&[][..], |b| &b[..])
+        } else {
+            &[]
+        };
+        ids.iter().map(|&f| &self.frames[f as usize])
+    }
+
+    /// The site of a stack: its innermost Python frame outside PyTorch.
+    pub fn site(&self, id: StackId) -> Option<&Frame> {
+        if !id.is_known() {
+            return None;
+        }
+        let f = (*self.sites.get(id.0 as usize)?)?;
+        self.frames.get(f as usize)
+    }
+
+    /// A number naming the site of a stack, for grouping (`u32::MAX`: none).
+    pub fn site_key(&self, id: StackId) -> u32 {
+        if !id.is_known() {
+            return u32::MAX;
+        }
+        self.sites
+            .get(id.0 as usize)
+            .copied()
+            .flatten()
+            .unwrap_or(u32::MAX)
+    }
+
+    /// The frame a [`StackTable::site_key`] names.
+    pub fn frame_by_key(&self, key: u32) -> Option<&Frame> {
+        self.frames.get(key as usize)
+    }
+
+    pub fn stack_count(&self) -> usize {
+        self.stacks.len()
+    }
+
+    pub fn frame_count(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Interns a short text (`compile_context`, `user_metadata`); 0 is the empty text.
+    pub fn text(&mut self, s: &str) -> u32 {
+        if self.texts.is_empty() {
+            self.texts.push(String::new());
+            self.text_ids.insert(String::new(), 0);
+        }
+        if let Some(&id) = self.text_ids.get(s) {
+            return id;
+        }
+        if self.texts.len() >= TEXTS_MAX {
+            return 0;
+        }
+        let id = self.texts.len() as u32;
+        self.texts.push(s.to_string());
+        self.text_ids.insert(s.to_string(), id);
+        id
+    }
+
+    pub fn text_of(&self, id: u32) -> &str {
+        self.texts.get(id as usize).map_or("", String::as_str)
+    }
+}
+
+/// `torch::autograd::generated::PowBackward0::apply(...)` -> `PowBackward0`.
+fn backward_node(name: &str) -> Option<&str> {
+    let (node, _) = name
+        .strip_prefix("torch::autograd::generated::")?
+        .split_once("::apply(")?;
+    (!node.contains(['(', ':', ' '])).then_some(node)
+}
+
+/// `at::_ops::mul_Tensor::call(...)` -> `mul_Tensor`.
+fn aten_op(name: &str) -> Option<&str> {
+    let (op, _) = name.strip_prefix("at::_ops::")?.split_once("::call(")?;
+    (!op.contains(['(', ':', ' '])).then_some(op)
+}
+
+/// The innermost Python frame outside the `torch` package; else the innermost Python
+/// frame; else the backward node or the ATen operator.
+fn site_of(frames: &[Frame], stack: &[u32]) -> Option<u32> {
+    let python = || {
+        stack
+            .iter()
+            .copied()
+            .filter(|&f| frames[f as usize].is_python())
+    };
+    let named = |pick: fn(&str) -> Option<&str>| {
+        stack
+            .iter()
+            .copied()
+            .find(|&f| pick(&frames[f as usize].name).is_some())
+    };
+    python()
+        .find(|&f| !frames[f as usize].filename.contains("/torch/"))
+        .or_else(|| python().next())
+        .or_else(|| named(backward_node))
+        .or_else(|| named(aten_op))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpp_sites_are_shortened() {
+        let f = |name: &str| Frame {
+            name: name.into(),
+            filename: "??".into(),
+            line: 0,
+        };
+        assert_eq!(
+            f("torch::autograd::generated::PowBackward0::apply(std::vector<at::Tensor>&&)")
+                .site_label(),
+            "PowBackward0 (autograd)"
+        );
+        assert_eq!(
+            f("at::_ops::mul_Tensor::call(at::Tensor const&, at::Tensor const&)").site_label(),
+            "aten mul_Tensor"
+        );
+        assert_eq!(f("c10::foo()").site_label(), "c10::foo()");
+    }
+}

@@ -1,0 +1,167 @@
+//! The database: one sqlx `Any` pool over SQLite or PostgreSQL ([`Store`]), the embedded
+//! migrations (`migrations/sqlite`, `migrations/postgres`), the one-writer rule
+//! ([`WriterLock`]), the storage error type, and the stored binary formats shared by
+//! ingest and the readers (`chunk`: raw event chunks; `snapshot`: live-set blobs).
+//! Features (`runs`, `peak`, ...) keep their own SQL next to their handlers and read rows
+//! by column name. All SQL is parameterised.
+
+pub(crate) mod chunk;
+mod error;
+pub(crate) mod images;
+mod locks;
+mod open;
+pub(crate) mod retention;
+pub(crate) mod snapshot;
+mod writer_lock;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Executor};
+
+pub use error::StoreError;
+pub use open::check_sqlite_header;
+pub(crate) use open::probe_postgres;
+pub use writer_lock::WriterLock;
+
+/// Which database a [`Store`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A connection pool plus the backend it talks to. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pub pool: AnyPool,
+    pub backend: Backend,
+    pub(crate) checkpoint_locks: locks::KeyedLocks,
+}
+
+static MIGRATOR_SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static MIGRATOR_POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// Turns `--db` into a sqlx URL: `postgres://…`/`postgresql://…` stay; `sqlite:…` stays;
+/// anything else is a file path (created when missing).
+pub fn database_url(db: &str) -> Result<(String, Backend), StoreError> {
+    if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+        Ok((db.to_string(), Backend::Postgres))
+    } else if db.starts_with("sqlite:") {
+        Ok((db.to_string(), Backend::Sqlite))
+    } else if db.is_empty() || db.contains("://") {
+        Err(StoreError::BadUrl(db.to_string()))
+    } else {
+        Ok((format!("sqlite://{db}?mode=rwc"), Backend::Sqlite))
+    }
+}
+
+/// How long a PostgreSQL server may take to accept the first connection at start.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl Store {
+    /// Connects (SQLite: creates the file, WAL mode, NORMAL sync) and migrates.
+    /// A PostgreSQL server that refuses or does not answer fails within
+    /// [`CONNECT_TIMEOUT`]; a file that is not a SQLite database fails at once.
+    pub async fn open(db: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let (url, backend) = database_url(db)?;
+        let sqlite_file = (backend == Backend::Sqlite)
+            .then(|| writer_lock::sqlite_path(db))
+            .flatten();
+        if let Some(path) = &sqlite_file {
+            check_sqlite_header(path)?;
+            open::check_writable_dir(path)?;
+            open::refuse_foreign_sqlite(path, db).await?;
+        }
+        let mut opts =
+            AnyPoolOptions::new().max_connections(if backend == Backend::Sqlite { 4 } else { 8 });
+        if backend == Backend::Postgres {
+            probe_postgres(&url, CONNECT_TIMEOUT).await?;
+            opts = opts.acquire_timeout(Duration::from_secs(10));
+        }
+        if backend == Backend::Sqlite {
+            opts = opts.after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    // Only takes effect on a new, empty file: large pages keep the
+                    // event chunks' blobs in short overflow chains.
+                    conn.execute("PRAGMA page_size=65536").await?;
+                    conn.execute("PRAGMA journal_mode=WAL").await?;
+                    conn.execute("PRAGMA synchronous=NORMAL").await?;
+                    conn.execute("PRAGMA busy_timeout=10000").await?;
+                    conn.execute("PRAGMA cache_size=-65536").await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = opts
+            .connect(&url)
+            .await
+            .map_err(|source| StoreError::Connect {
+                url: redact(&url),
+                source,
+            })?;
+        match backend {
+            Backend::Sqlite => MIGRATOR_SQLITE.run(&pool).await?,
+            Backend::Postgres => MIGRATOR_POSTGRES.run(&pool).await?,
+        }
+        Ok(Self {
+            pool,
+            backend,
+            checkpoint_locks: locks::KeyedLocks::default(),
+        })
+    }
+}
+
+impl Store {
+    /// Closes the pool; SQLite first copies its write-ahead log into the database file
+    /// and empties it, so the `.db` file alone holds everything (a copied or attached
+    /// `.db` without its `-wal` would otherwise look empty). Call before a command exits.
+    pub async fn close(&self) -> Result<(), StoreError> {
+        if self.backend == Backend::Sqlite {
+            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&self.pool)
+                .await?;
+        }
+        self.pool.close().await;
+        Ok(())
+    }
+
+    /// The run's start (CLOCK_MONOTONIC ns), or None when there is no such run.
+    pub async fn run_t0(&self, run: i64) -> Result<Option<u64>, StoreError> {
+        let t0: Option<i64> = sqlx::query_scalar("SELECT t0_mono_ns FROM runs WHERE id = $1")
+            .bind(run)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(t0.map(|t| t.max(0) as u64))
+    }
+}
+
+/// Hides a password in a database URL for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Wall-clock now in ns since the Unix epoch.
+pub fn now_unix_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Reads column `i` of a one-value row (`SELECT COUNT(*) ...`) as i64. Rows of several
+/// columns are read by name (`sqlx::FromRow` structs).
+pub fn col_i64(row: &AnyRow, i: usize) -> Result<i64, StoreError> {
+    use sqlx::Row;
+    Ok(row.try_get::<i64, _>(i)?)
+}

@@ -1,0 +1,522 @@
+//! Ingest: turns batches of wire records into rows, one transaction per group of batches.
+//!
+//! Owns idempotency (a batch whose (node, stream, seq) was committed before is
+//! acknowledged and skipped), run creation, and the commit of each record kind:
+//! `records` (process start/end, dropped counters, device info and samples, markers),
+//! `pjrt` (PJRT executables, executions, buffers, allocator samples), and the events,
+//! applied to each run's in-memory state (`run_state`, live bytes, peaks, `rollup`
+//! buckets, event chunks) and written by `write`. The agents' TCP listener (`tcp`), the
+//! HTTP ingest endpoints (`http`) and the single writer task (`writer`) feed it. The
+//! [`Ingestor`] is used by exactly one task (the daemon's writer, or `memwatch import
+//! --db`); after a failed transaction it forgets its in-memory state and rebuilds it from
+//! the database.
+
+pub(crate) mod http;
+mod pjrt;
+mod records;
+pub mod rollup;
+mod run_state;
+mod tcp;
+mod write;
+mod writer;
+
+use std::collections::{HashMap, HashSet};
+
+use memwatch_wire::{Event, Record};
+use sqlx::{Any, Transaction};
+
+pub(crate) use tcp::{serve_ingest, TcpConfig};
+pub use writer::{spawn_writer, Reply, WriterHandle};
+
+use crate::db::images::StoredImages;
+use crate::db::{chunk, now_unix_ns, Store, StoreError};
+use run_state::RunState;
+use write::{flush_run, take_ready, write_ready, Ready, APPLY_SLICE};
+
+/// Run key used when a batch carries events but no run key.
+pub const DEFAULT_RUN_KEY: &str = "unnamed";
+
+/// One unit of ingest: whole wire records from one (node, stream), numbered by `seq`.
+/// `seq` 0 means "not numbered" (no idempotency; HTTP uploads without a sequence).
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub node: String,
+    pub stream: u64,
+    pub seq: u64,
+    pub run_key: String,
+    pub records: Vec<Record>,
+}
+
+/// What happened to one batch.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BatchOutcome {
+    pub stream: u64,
+    pub seq: u64,
+    /// Already committed earlier: acknowledged, not stored again.
+    pub duplicate: bool,
+    pub events: u64,
+    /// The run the batch's events went to, if any.
+    pub run_id: Option<i64>,
+}
+
+/// The single writer. See the module docs.
+pub struct Ingestor {
+    store: Store,
+    nodes: HashMap<String, i64>,
+    streams: HashMap<(i64, u64), u64>,
+    run_ids: HashMap<(i64, String), i64>,
+    runs: HashMap<i64, RunState>,
+}
+
+type Tx = Transaction<'static, Any>;
+
+/// What a commit applies to run state, in arrival order.
+#[derive(Clone, Copy)]
+enum Work<'a> {
+    /// Events of a run.
+    Events(i64, &'a [Event]),
+    /// A `process_start` of `pid` at `ts` (an exec when the pid had started before).
+    Start { run: i64, pid: u32, ts: u64 },
+}
+
+/// A stored run, as ingest finds it again.
+#[derive(sqlx::FromRow)]
+struct StoredRun {
+    id: i64,
+    t0_mono_ns: i64,
+}
+
+/// A stored chunk's events (restart rebuild).
+#[derive(sqlx::FromRow)]
+struct ChunkEvents {
+    id: i64,
+    events: Vec<u8>,
+}
+
+/// A process's dropped-events counter (restart rebuild).
+#[derive(sqlx::FromRow)]
+struct ProcessDropped {
+    pid: i64,
+    dropped_events: i64,
+}
+
+impl Ingestor {
+    pub fn new(store: Store) -> Self {
+        Self {
+            store,
+            nodes: HashMap::new(),
+            streams: HashMap::new(),
+            run_ids: HashMap::new(),
+            runs: HashMap::new(),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Current live bytes per (run, device) of the runs held in memory.
+    pub fn live_bytes(&self) -> Vec<(i64, i32, i64)> {
+        self.runs
+            .values()
+            .flat_map(|r| r.devices.iter().map(|(d, s)| (r.run_id, *d, s.live_bytes)))
+            .collect()
+    }
+
+    fn reset(&mut self) {
+        self.nodes.clear();
+        self.streams.clear();
+        self.run_ids.clear();
+        self.runs.clear();
+    }
+
+    /// Stores `batches` in one transaction; outcomes in the same order. Acknowledge a
+    /// batch only after this returned `Ok`.
+    pub async fn commit(&mut self, batches: Vec<Batch>) -> Result<Vec<BatchOutcome>, StoreError> {
+        let mut tx = self.store.pool.begin().await?;
+        match self.commit_in(&mut tx, batches).await {
+            Ok((outcomes, streams)) => match tx.commit().await {
+                Ok(()) => {
+                    self.streams.extend(streams);
+                    Ok(outcomes)
+                }
+                Err(e) => {
+                    self.reset();
+                    Err(e.into())
+                }
+            },
+            Err(e) => {
+                self.reset();
+                Err(e)
+            }
+        }
+    }
+
+    async fn commit_in(
+        &mut self,
+        tx: &mut Tx,
+        batches: Vec<Batch>,
+    ) -> Result<(Vec<BatchOutcome>, HashMap<(i64, u64), u64>), StoreError> {
+        let now = now_unix_ns();
+        let mut pending: HashMap<(i64, u64), u64> = HashMap::new();
+        let mut outcomes = Vec::with_capacity(batches.len());
+        let mut touched: HashSet<i64> = HashSet::new();
+        // Events to apply, in arrival order; applied after the other records (whose rows
+        // do not depend on them) so that applying overlaps writing (`apply_and_write`).
+        let mut work: Vec<Work<'_>> = Vec::new();
+        for b in &batches {
+            let node_id = self.node_id(tx, &b.node, now).await?;
+            if b.seq != 0 {
+                let last = match pending.get(&(node_id, b.stream)) {
+                    Some(s) => *s,
+                    None => self.stream_last(tx, node_id, b.stream).await?,
+                };
+                if b.seq <= last {
+                    outcomes.push(BatchOutcome {
+                        stream: b.stream,
+                        seq: b.seq,
+                        duplicate: true,
+                        events: 0,
+                        run_id: None,
+                    });
+                    continue;
+                }
+            }
+            let key = if b.run_key.is_empty() {
+                DEFAULT_RUN_KEY
+            } else {
+                &b.run_key
+            };
+            let mut events = 0u64;
+            let mut run_id = None;
+            for rec in &b.records {
+                match rec {
+                    Record::ProcessStart(p) => {
+                        let r = self
+                            .run_for(
+                                tx,
+                                node_id,
+                                key,
+                                p.mono_anchor_ns,
+                                p.wall_anchor_unix_ns,
+                                now,
+                            )
+                            .await?;
+                        run_id = Some(r);
+                        records::process_start(tx, r, p).await?;
+                        // In arrival order with the events: a pid's next start is an
+                        // exec, which releases the image before it.
+                        touched.insert(r);
+                        work.push(Work::Start {
+                            run: r,
+                            pid: p.pid,
+                            ts: p.mono_anchor_ns,
+                        });
+                    }
+                    Record::Events(evs) => {
+                        let Some(first) = evs.first() else { continue };
+                        let r = self.run_for(tx, node_id, key, first.ts_ns, 0, now).await?;
+                        run_id = Some(r);
+                        touched.insert(r);
+                        work.push(Work::Events(r, evs.as_slice()));
+                        events += evs.len() as u64;
+                        pjrt::store_events(tx, r, evs).await?;
+                    }
+                    Record::DeviceInfo(d) => {
+                        records::device_info(tx, node_id, d).await?;
+                    }
+                    Record::Marker(m) => {
+                        let r = self.run_for(tx, node_id, key, m.ts_ns, 0, now).await?;
+                        run_id = Some(r);
+                        records::marker(tx, r, m).await?;
+                    }
+                    Record::Dropped(d) => {
+                        let r = self.run_for(tx, node_id, key, d.ts_ns, 0, now).await?;
+                        run_id = Some(r);
+                        touched.insert(r);
+                        if let Some(st) = self.runs.get_mut(&r) {
+                            st.dropped.insert(d.pid, d.dropped_total);
+                            st.dirty = true;
+                        }
+                        records::dropped(tx, r, d).await?;
+                    }
+                    Record::ProcessEnd(pe) => {
+                        let r = self.run_for(tx, node_id, key, pe.ts_ns, 0, now).await?;
+                        run_id = Some(r);
+                        records::process_end(tx, r, pe).await?;
+                    }
+                    Record::DeviceSample(s) => {
+                        records::device_sample(tx, node_id, s, now).await?;
+                    }
+                    // PJRT executable / allocator-statistics frames: `pjrt`.
+                    Record::PjrtExecutable(x) => {
+                        let r = self.run_for(tx, node_id, key, x.ts_ns, 0, now).await?;
+                        run_id = Some(r);
+                        pjrt::store_executable(tx, r, x).await?;
+                    }
+                    Record::PjrtMemoryStats(s) => {
+                        let r = self.run_for(tx, node_id, key, s.ts_ns, 0, now).await?;
+                        run_id = Some(r);
+                        pjrt::store_memory_stats(tx, r, s).await?;
+                    }
+                    // Sampled native stacks: read by `memwatch report` from the capture file.
+                    Record::Backtrace(_) | Record::ModuleMap(_) => {}
+                    Record::Unknown { .. } => {}
+                }
+            }
+            if b.seq != 0 {
+                sqlx::query(
+                    "INSERT INTO streams (node_id, stream_id, last_seq) VALUES ($1, $2, $3) \
+                     ON CONFLICT (node_id, stream_id) DO UPDATE SET last_seq = excluded.last_seq",
+                )
+                .bind(node_id)
+                .bind(b.stream as i64)
+                .bind(b.seq as i64)
+                .execute(&mut **tx)
+                .await?;
+                pending.insert((node_id, b.stream), b.seq);
+            }
+            outcomes.push(BatchOutcome {
+                stream: b.stream,
+                seq: b.seq,
+                duplicate: false,
+                events,
+                run_id,
+            });
+        }
+        let execs = self.apply_and_write(tx, &work, now).await?;
+        for x in &execs {
+            records::process_image(tx, x).await?;
+        }
+        for r in touched {
+            self.flush_run(tx, r, now).await?;
+        }
+        Ok((outcomes, pending))
+    }
+
+    async fn node_id(&mut self, tx: &mut Tx, name: &str, now: i64) -> Result<i64, StoreError> {
+        if let Some(id) = self.nodes.get(name) {
+            return Ok(*id);
+        }
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO nodes (name, first_seen_unix_ns, last_seen_unix_ns) VALUES ($1, $2, $2) \
+             ON CONFLICT (name) DO UPDATE SET last_seen_unix_ns = excluded.last_seen_unix_ns \
+             RETURNING id",
+        )
+        .bind(name.to_string())
+        .bind(now)
+        .fetch_one(&mut **tx)
+        .await?;
+        self.nodes.insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    async fn stream_last(
+        &mut self,
+        tx: &mut Tx,
+        node: i64,
+        stream: u64,
+    ) -> Result<u64, StoreError> {
+        if let Some(s) = self.streams.get(&(node, stream)) {
+            return Ok(*s);
+        }
+        let last: Option<i64> = sqlx::query_scalar(
+            "SELECT last_seq FROM streams WHERE node_id = $1 AND stream_id = $2",
+        )
+        .bind(node)
+        .bind(stream as i64)
+        .fetch_optional(&mut **tx)
+        .await?;
+        let last = last.map_or(0, |l| l as u64);
+        self.streams.insert((node, stream), last);
+        Ok(last)
+    }
+
+    /// The run `(node, key)`, created with `t0` when new; loaded into memory (rebuilt from
+    /// its stored chunks) when not held.
+    async fn run_for(
+        &mut self,
+        tx: &mut Tx,
+        node: i64,
+        key: &str,
+        t0: u64,
+        wall: u64,
+        now: i64,
+    ) -> Result<i64, StoreError> {
+        if let Some(id) = self.run_ids.get(&(node, key.to_string())) {
+            if self.runs.contains_key(id) {
+                return Ok(*id);
+            }
+        }
+        let row: Option<StoredRun> =
+            sqlx::query_as("SELECT id, t0_mono_ns FROM runs WHERE node_id = $1 AND run_key = $2")
+                .bind(node)
+                .bind(key.to_string())
+                .fetch_optional(&mut **tx)
+                .await?;
+        let id = match row {
+            Some(StoredRun { id, t0_mono_ns }) => {
+                let st = self.rebuild(tx, id, t0_mono_ns as u64).await?;
+                self.runs.insert(id, st);
+                id
+            }
+            None => {
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO runs (node_id, run_key, t0_mono_ns, wall_anchor_unix_ns, \
+                     created_unix_ns, last_ts_ns, event_count, dropped_events) \
+                     VALUES ($1, $2, $3, $4, $5, $3, 0, 0) RETURNING id",
+                )
+                .bind(node)
+                .bind(key.to_string())
+                .bind(t0 as i64)
+                .bind(wall as i64)
+                .bind(now)
+                .fetch_one(&mut **tx)
+                .await?;
+                self.runs.insert(id, RunState::new(id, t0));
+                id
+            }
+        };
+        self.run_ids.insert((node, key.to_string()), id);
+        Ok(id)
+    }
+
+    /// Replays a run's stored chunks (in commit order) to recover its live state. The
+    /// pids that started are announced first; a stored exec (`process_images`) releases
+    /// the image before it when the replay reaches its start time, and once more after
+    /// the replay (events of the old image stored after the new image's, on another
+    /// device, are released too).
+    async fn rebuild(&mut self, tx: &mut Tx, run: i64, t0: u64) -> Result<RunState, StoreError> {
+        let mut st = RunState::new(run, t0);
+        let procs: Vec<ProcessDropped> =
+            sqlx::query_as("SELECT pid, dropped_events FROM processes WHERE run_id = $1")
+                .bind(run)
+                .fetch_all(&mut **tx)
+                .await?;
+        for p in &procs {
+            st.replay_announce(p.pid as u32);
+        }
+        let images = StoredImages::load(&mut **tx, run).await?;
+        let mut execs = images.exec_points();
+        execs.reverse(); // popped in time order
+        let mut after = 0i64;
+        loop {
+            let rows: Vec<ChunkEvents> = sqlx::query_as(
+                "SELECT id, events FROM event_chunks WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT 64",
+            )
+            .bind(run)
+            .bind(after)
+            .fetch_all(&mut **tx)
+            .await?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                after = row.id;
+                for e in chunk::whole_events(row.id, &row.events)? {
+                    if images.is_empty() {
+                        st.apply(&e, false);
+                        continue;
+                    }
+                    while execs.last().is_some_and(|x| x.0 <= e.ts_ns) {
+                        if let Some((ts, pid)) = execs.pop() {
+                            st.replay_exec(pid, ts);
+                        }
+                    }
+                    st.apply_as(&e, images.proc_at(e.pid, e.ts_ns), false);
+                }
+            }
+        }
+        while let Some((ts, pid)) = execs.pop() {
+            st.replay_exec(pid, ts);
+        }
+        for ended in images.ended_by(u64::MAX) {
+            st.release(ended, st.last_ts, false);
+        }
+        for p in procs {
+            st.dropped.insert(p.pid as u32, p.dropped_events as u64);
+        }
+        for d in st.devices.values_mut() {
+            d.dirty = false;
+        }
+        st.dirty = false;
+        Ok(st)
+    }
+
+    /// Applies `work` in slices; while one slice is applied (CPU, this task), the chunks
+    /// and rollups finished by the previous slice are written (the database works on its
+    /// own thread or process), so the two overlap. Same rows, same order per device as
+    /// writing everything at the end; all in the caller's transaction.
+    async fn apply_and_write(
+        &mut self,
+        tx: &mut Tx,
+        work: &[Work<'_>],
+        now: i64,
+    ) -> Result<Vec<records::ImageStart>, StoreError> {
+        let backend = self.store.backend;
+        let (mut wi, mut ei) = (0usize, 0usize);
+        let mut ready: Ready = (Vec::new(), Vec::new());
+        let mut execs = Vec::new();
+        loop {
+            let runs = &mut self.runs;
+            let found = &mut execs;
+            let write = write_ready(tx, backend, std::mem::take(&mut ready), now);
+            let apply = async {
+                let mut n = 0usize;
+                let mut seen: HashSet<i64> = HashSet::new();
+                while wi < work.len() && n < APPLY_SLICE {
+                    let (r, evs) = match work[wi] {
+                        Work::Events(r, evs) => (r, evs),
+                        Work::Start { run, pid, ts } => {
+                            let st = runs.get_mut(&run).ok_or_else(|| {
+                                StoreError::Corrupt(format!("run {run} vanished from memory"))
+                            })?;
+                            seen.insert(run);
+                            if let Some(image) = st.process_start(pid, ts, true) {
+                                found.push(records::ImageStart {
+                                    run,
+                                    pid,
+                                    image,
+                                    ts,
+                                });
+                            }
+                            wi += 1;
+                            continue;
+                        }
+                    };
+                    let st = runs.get_mut(&r).ok_or_else(|| {
+                        StoreError::Corrupt(format!("run {r} vanished from memory"))
+                    })?;
+                    seen.insert(r);
+                    let end = evs.len().min(ei + (APPLY_SLICE - n)).min(ei + 8192);
+                    for e in &evs[ei..end] {
+                        st.apply(e, true);
+                    }
+                    n += end - ei;
+                    ei = end;
+                    if ei == evs.len() {
+                        wi += 1;
+                        ei = 0;
+                    }
+                    // Lets the pending write submit its next statement.
+                    tokio::task::yield_now().await;
+                }
+                Ok::<_, StoreError>(take_ready(runs, &seen))
+            };
+            let (w, a) = tokio::join!(write, apply);
+            w?;
+            ready = a?;
+            if ready.0.is_empty() && ready.1.is_empty() && wi >= work.len() {
+                return Ok(execs);
+            }
+        }
+    }
+
+    async fn flush_run(&mut self, tx: &mut Tx, run: i64, now: i64) -> Result<(), StoreError> {
+        let backend = self.store.backend;
+        match self.runs.get_mut(&run) {
+            Some(st) => flush_run(tx, backend, st, now).await,
+            None => Ok(()),
+        }
+    }
+}
