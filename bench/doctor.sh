@@ -5,18 +5,23 @@
 #     through the preload shim and the receiver, the test runtime of
 #     agents/preload/tests/runtime standing in for the GPU driver) that ends with a real
 #     PyTorch OOM on its stderr (testdata/oom-corpus/torch_fraction), measured by memwatch
-#     itself (MEMWATCH_RUN_TIMING=1: load, diagnosis, report and printing after exit);
+#     itself (MEMWATCH_RUN_TIMING=1: what was left to fold or read, diagnosis, report and
+#     printing after exit);
 #  2. the same work on the largest corpus scenarios (their captures were recorded on an
 #     H100, so the run cannot be repeated here): `memwatch report` + `memwatch diagnose`
 #     of their capture, stderr, samples and dump, each the best of 5 (an upper bound: two
 #     processes read the capture twice where `memwatch run` reads it once);
 #  3. `memwatch diagnose` on a 1 GiB stderr log (a training log's lines, the corpus runs'
 #     startup lines, and a real OOM report at the end): MB/s, best of 3.
-# Usage: bash bench/doctor.sh [EVENTS]   (default 10000000; needs cc and python3)
+# Usage: bash bench/doctor.sh [EVENTS [BASELINE]]   (default 10000000; needs cc and python3)
+# BASELINE: another memwatch binary (e.g. a release build of an earlier commit), measured
+# in the same run with the same shim: figure 1 alternates the two builds (A B B A), 2 and 3
+# run both, each line saying which build it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 events="${1:-10000000}"
+baseline="${2:+$(readlink -f "$2")}"
 cargo build --release -q -p memwatch -p memwatch-preload
 target="${CARGO_TARGET_DIR:-target}/release"
 mw="$root/$target/memwatch"
@@ -45,11 +50,24 @@ cc -O2 -DDIRECT -o "$work/mwtest" "$t/c/mwtest.c" -L"$work" -lmemwatch_testrt -W
 # count recorded is printed.
 batches=$((events / 6000))
 oom="$root/testdata/oom-corpus/torch_fraction/stderr.log"
-(cd "$work" && MEMWATCH_PRELOAD="$shim" MEMWATCH_RUN_TIMING=1 MEMWATCH_BUFFER_EVENTS=16777216 \
-  "$mw" run --out big.mwcap -- sh -c "'$work/mwtest' direct bench 3 $batches 1000 > /dev/null; cat '$oom' >&2; exit 1" \
-  2> run.err) || true
-n=$("$mw" report --json "$work/big.mwcap" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(sum(d.get("alloc_count",0)+d.get("free_count",0) for p in r["processes"] for d in p["devices"]))')
-echo "memwatch run, $n allocation/free events ($(du -m "$work/big.mwcap" | cut -f1) MiB capture): $(grep -o 'done [0-9.]* s after the command exited' "$work/run.err") ($(grep -o 'capture read.*' "$work/run.err")); verdict: $(grep -o '^\[1\] [a-z_]* — failure' "$work/run.err" || echo none)"
+run10m() { # label, memwatch binary
+  local label=$1 bin=$2
+  (cd "$work" && MEMWATCH_PRELOAD="$shim" MEMWATCH_RUN_TIMING=1 MEMWATCH_BUFFER_EVENTS=16777216 \
+    "$bin" run --out big.mwcap -- sh -c "'$work/mwtest' direct bench 3 $batches 1000 > /dev/null; cat '$oom' >&2; exit 1" \
+    2> run.err) || true
+  local n
+  n=$("$mw" report --json "$work/big.mwcap" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(sum(d.get("alloc_count",0)+d.get("free_count",0) for p in r["processes"] for d in p["devices"]))')
+  echo "${label}memwatch run, $n allocation/free events ($(du -m "$work/big.mwcap" | cut -f1) MiB capture): $(grep -o 'done [0-9.]* s after the command exited' "$work/run.err") ($(grep -o 'after the command: .*' "$work/run.err" | sed 's/^after the command: //' | paste -sd ';' | sed 's/;/; /g')); verdict: $(grep -o '^\[1\] [a-z_]* — failure' "$work/run.err" || echo none)$(grep -o ', [0-9]* DROPPED events' "$work/run.err" | paste -sd ' ' || true)"
+  rm -f "$work/big.mwcap"
+}
+if [ -n "$baseline" ]; then
+  echo "A = baseline $baseline, B = this tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ', uncommitted changes'))"
+  run10m "A " "$baseline"; run10m "B " "$mw"; run10m "B " "$mw"; run10m "A " "$baseline"
+  builds=("A $baseline" "B $mw")
+else
+  run10m "" "$mw"
+  builds=(" $mw")
+fi
 
 # 2. The largest corpus scenarios: overall, and the largest that failed.
 largest=$(ls -S testdata/oom-corpus/*/capture.mwcap | head -1 | xargs dirname)
@@ -57,9 +75,12 @@ failing=$(for c in $(ls -S testdata/oom-corpus/*/capture.mwcap); do d=$(dirname 
 for d in $largest $failing; do
   args=("$d/capture.mwcap" "$d/stderr.log" "$d/nvsmi.csv")
   [ -d "$d/dump" ] && args+=(--xla-dump "$d/dump")
-  r=$(best 5 "$mw" report "$d/capture.mwcap")
-  g=$(best 5 "$mw" diagnose "${args[@]}")
-  echo "corpus $(basename "$d") ($(du -k "$d/capture.mwcap" | cut -f1) KiB capture): report ${r} s + diagnose ${g} s = $(awk -v a="$r" -v b="$g" 'BEGIN{printf "%.3f", a+b}') s (best of 5 each)"
+  for b in "${builds[@]}"; do
+    label=${b%% *}; bin=${b#* }
+    r=$(best 5 "$bin" report "$d/capture.mwcap")
+    g=$(best 5 "$bin" diagnose "${args[@]}")
+    echo "${label:+$label }corpus $(basename "$d") ($(du -k "$d/capture.mwcap" | cut -f1) KiB capture): report ${r} s + diagnose ${g} s = $(awk -v a="$r" -v b="$g" 'BEGIN{printf "%.3f", a+b}') s (best of 5 each)"
+  done
 done
 
 # 3. A 1 GiB stderr log.
@@ -85,5 +106,8 @@ with open(out, "w") as o:
     o.write(tail)
 PY
 size=$(stat -c %s "$work/big.log")
-s=$(best 3 "$mw" diagnose "$work/big.log" --json)
-echo "memwatch diagnose on a $((size >> 20)) MiB stderr log: ${s} s, $(awk -v b="$size" -v s="$s" 'BEGIN{printf "%.0f", b / 1e6 / s}') MB/s (best of 3; verdict $("$mw" diagnose "$work/big.log" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["verdicts"][0]["kind"])'))"
+for b in "${builds[@]}"; do
+  label=${b%% *}; bin=${b#* }
+  s=$(best 3 "$bin" diagnose "$work/big.log" --json)
+  echo "${label:+$label }memwatch diagnose on a $((size >> 20)) MiB stderr log: ${s} s, $(awk -v b="$size" -v s="$s" 'BEGIN{printf "%.0f", b / 1e6 / s}') MB/s (best of 3; verdict $("$bin" diagnose "$work/big.log" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["verdicts"][0]["kind"])'))"
+done

@@ -2,7 +2,9 @@
 //!
 //! Owns the capture file: the preamble once, then frames exactly as received, each frame
 //! written whole under one lock (frames are self-describing by pid, so interleaving
-//! connections is fine). It does not decode, reorder or filter.
+//! connections is fine). It does not decode, reorder or filter. An observer
+//! ([`CaptureFileSink::observe`]) may be shown every frame written, in file order (`memwatch
+//! run` folds the capture as it is written).
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -27,10 +29,14 @@ pub struct CaptureStats {
     pub bytes: u64,
 }
 
+/// Shown each frame written: its record and wire bytes (see [`FrameSink::frame`]).
+pub type FrameObserver = Box<dyn FnMut(&Record, &[u8]) + Send>;
+
 struct Inner {
     writer: Option<FrameWriter<BufWriter<File>>>,
     failed: Option<String>,
     stats: CaptureStats,
+    observer: Option<FrameObserver>,
 }
 
 /// Writes one capture file; share it as `Arc<CaptureFileSink>` with a receiver.
@@ -63,6 +69,7 @@ impl CaptureFileSink {
                     bytes: memwatch_wire::PREAMBLE_LEN as u64,
                     ..CaptureStats::default()
                 },
+                observer: None,
             }),
         })
     }
@@ -70,6 +77,13 @@ impl CaptureFileSink {
     /// The file being written.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Shows `observer` every frame written from now on, in file order, right after it
+    /// is written (under the writer's lock: keep it quick). [`Self::finish`], or a
+    /// write error, drops it.
+    pub fn observe(&self, observer: FrameObserver) {
+        self.lock().observer = Some(observer);
     }
 
     /// What was written so far.
@@ -87,6 +101,8 @@ impl CaptureFileSink {
     /// first write error.
     pub fn finish(&self) -> Result<CaptureStats, AgentError> {
         let mut inner = self.lock();
+        // Nothing more will be written: the observer learns it first (it is dropped).
+        inner.observer = None;
         if let Some(why) = &inner.failed {
             return Err(AgentError::Sink {
                 path: self.path.clone(),
@@ -132,7 +148,11 @@ impl FrameSink for CaptureFileSink {
         if let Err(e) = writer.write_raw_frames(bytes) {
             let why = format!("cannot write capture file {}: {e}", self.path.display());
             inner.failed = Some(why.clone());
+            inner.observer = None;
             return Err(SinkError(why));
+        }
+        if let Some(observe) = inner.observer.as_mut() {
+            observe(record, bytes);
         }
         inner.stats.bytes += bytes.len() as u64;
         inner.stats.frames += 1;
@@ -156,5 +176,57 @@ impl FrameSink for CaptureFileSink {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memwatch_wire::{encode_record, FrameReader, Marker, ReadMode};
+
+    fn marker(i: u32) -> (Record, Vec<u8>) {
+        let r = Record::Marker(Marker {
+            pid: 1,
+            tid: i,
+            ts_ns: u64::from(i),
+            device: 0,
+            text: format!("m{i}"),
+        });
+        let mut b = Vec::new();
+        encode_record(&r, &mut b).expect("encodes");
+        (r, b)
+    }
+
+    #[test]
+    fn the_observer_sees_every_frame_written_in_file_order_until_finish() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("c.mwcap");
+        let sink = CaptureFileSink::create(&path).expect("created");
+        let (first, b) = marker(0);
+        sink.frame(ConnId(1), &first, &b).expect("written");
+        let (tx, rx) = std::sync::mpsc::channel();
+        sink.observe(Box::new(move |r, bytes| {
+            let _ = tx.send((r.clone(), bytes.len()));
+        }));
+        for i in 1..=3 {
+            let (r, b) = marker(i);
+            sink.frame(ConnId(i as u64), &r, &b).expect("written");
+        }
+        sink.finish().expect("finished");
+        // The sender went with the observer: the channel ends.
+        let seen: Vec<(Record, usize)> = rx.iter().collect();
+        let mut read = FrameReader::new(
+            std::fs::File::open(&path).expect("written"),
+            ReadMode::Strict,
+        )
+        .expect("a capture");
+        let mut in_file = Vec::new();
+        while let Some(r) = read.next_record().expect("intact") {
+            in_file.push(r);
+        }
+        assert_eq!(in_file.len(), 4);
+        let seen_records: Vec<Record> = seen.iter().map(|(r, _)| r.clone()).collect();
+        assert_eq!(seen_records, in_file[1..].to_vec());
+        assert!(seen.iter().all(|(_, n)| *n == b.len()));
     }
 }

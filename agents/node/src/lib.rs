@@ -17,7 +17,7 @@ pub mod sampler;
 pub mod sink;
 pub mod spool;
 
-pub use capture_sink::{CaptureFileSink, CaptureStats};
+pub use capture_sink::{CaptureFileSink, CaptureStats, FrameObserver};
 pub use receiver::{ConnSummary, Receiver, ReceiverStats, SocketAccess};
 pub use sink::{CloseReason, ConnId, FrameSink, SinkError};
 

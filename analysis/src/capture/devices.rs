@@ -246,10 +246,41 @@ struct StreamWalk {
 /// A process reading on the capture's clock: (raw ns, used bytes).
 type Reading = (u64, u64);
 
-/// The walk `stats::analyze` feeds, event by event, in time order.
+/// The PJRT allocator's pool sizes by (pid, device).
+pub type PoolSizes = HashMap<(u32, i32), Vec<u64>>;
+
+/// Adds the pool sizes `stats` name to `sizes`; whether one was new.
+pub fn add_pool_sizes(sizes: &mut PoolSizes, stats: &[memwatch_wire::PjrtMemoryStats]) -> bool {
+    let mut added = false;
+    for s in stats {
+        for b in [
+            s.get(memwatch_wire::PjrtMemoryStats::POOL_BYTES, s.pool_bytes),
+            s.get(
+                memwatch_wire::PjrtMemoryStats::PEAK_POOL_BYTES,
+                s.peak_pool_bytes,
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let v = sizes.entry((s.pid, s.device)).or_default();
+            if b > 0 && !v.contains(&b) {
+                v.push(b);
+                added = true;
+            }
+        }
+    }
+    added
+}
+
+/// The walk the report's fold (`stats::ReportFold`) feeds, event by event, in time
+/// order. Streams are taken in as they appear; the pool sizes can be set again (a
+/// capture folded while written learns them as it goes, and folds again when one
+/// changes).
+#[derive(Clone, Default)]
 pub(super) struct DeviceWalk {
     streams: Vec<StreamWalk>,
-    pool_sizes: HashMap<u32, Vec<u64>>,
+    pool_sizes: PoolSizes,
     /// Live PJRT buffers: (process image, buffer) -> (stream, size).
     arrays: HashMap<(ProcKey, u64), (u32, u64)>,
     /// Mappings of imported handles: (process image, address) -> (stream, size).
@@ -263,29 +294,11 @@ pub(super) struct DeviceWalk {
 }
 
 impl DeviceWalk {
+    /// A walk of `loaded` (all of it known: its pool sizes), with NVML's per-process
+    /// readings of the same run.
     pub fn new(loaded: &Loaded, samples: &[ProcessSample]) -> Self {
-        let mut pool_sizes: HashMap<u32, Vec<u64>> = HashMap::new();
-        for s in &loaded.pjrt.stats {
-            for (i, (k, d)) in loaded.streams.iter().enumerate() {
-                if k.pid == s.pid && *d == s.device {
-                    let v = pool_sizes.entry(i as u32).or_default();
-                    for b in [
-                        s.get(memwatch_wire::PjrtMemoryStats::POOL_BYTES, s.pool_bytes),
-                        s.get(
-                            memwatch_wire::PjrtMemoryStats::PEAK_POOL_BYTES,
-                            s.peak_pool_bytes,
-                        ),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    {
-                        if b > 0 && !v.contains(&b) {
-                            v.push(b);
-                        }
-                    }
-                }
-            }
-        }
+        let mut pool_sizes = PoolSizes::new();
+        add_pool_sizes(&mut pool_sizes, &loaded.pjrt.stats);
         // NVML's wall-clock readings on the capture's monotonic clock, through each
         // process's own anchor pair.
         let mut offset: HashMap<u32, u64> = HashMap::new();
@@ -305,26 +318,42 @@ impl DeviceWalk {
             .collect();
         readings.sort_unstable();
         Self {
-            streams: vec![StreamWalk::default(); loaded.streams.len()],
             pool_sizes,
-            arrays: HashMap::new(),
-            imported: HashMap::new(),
             readings,
-            next: 0,
-            compared: HashMap::new(),
+            ..Self::default()
         }
     }
 
-    fn kind(&self, e: &Ev) -> MemoryKind {
+    /// Sets the pool sizes; whether they changed.
+    pub fn set_pool_sizes(&mut self, sizes: &PoolSizes) -> bool {
+        let changed = self.pool_sizes != *sizes;
+        if changed {
+            self.pool_sizes.clone_from(sizes);
+        }
+        changed
+    }
+
+    /// Goes back to where `cp` (an earlier clone of this walk) stood, keeping the pool
+    /// sizes and the readings.
+    pub fn restore(&mut self, cp: &Self) {
+        self.streams.clone_from(&cp.streams);
+        self.arrays.clone_from(&cp.arrays);
+        self.imported.clone_from(&cp.imported);
+        self.next = cp.next;
+        self.compared.clone_from(&cp.compared);
+    }
+
+    fn kind(&self, e: &Ev, streams: &[(ProcKey, i32)]) -> MemoryKind {
+        let (k, d) = streams[e.stream as usize];
         let pools = self
             .pool_sizes
-            .get(&e.stream)
+            .get(&(k.pid, d))
             .map_or(&[][..], Vec::as_slice);
         MemoryKind::of(e.api(), e.mem_kind(), e.size, pools)
     }
 
-    fn add(&mut self, e: &Ev) {
-        let k = self.kind(e);
+    fn add(&mut self, e: &Ev, streams: &[(ProcKey, i32)]) {
+        let k = self.kind(e, streams);
         let s = &mut self.streams[e.stream as usize];
         let i = k.index();
         s.live[i] = s.live[i].saturating_add(e.size);
@@ -338,8 +367,8 @@ impl DeviceWalk {
         }
     }
 
-    fn sub(&mut self, alloc: &Ev, size: u64) {
-        let k = self.kind(alloc);
+    fn sub(&mut self, alloc: &Ev, size: u64, streams: &[(ProcKey, i32)]) {
+        let k = self.kind(alloc, streams);
         let s = &mut self.streams[alloc.stream as usize];
         s.live[k.index()] = s.live[k.index()].saturating_sub(size);
         s.total = s.total.saturating_sub(size);
@@ -376,16 +405,20 @@ impl DeviceWalk {
         streams: &[(ProcKey, i32)],
     ) {
         let e = &events[i];
+        if e.stream as usize >= self.streams.len() {
+            self.streams
+                .resize(e.stream as usize + 1, StreamWalk::default());
+        }
         self.readings_until(e.ts, streams);
         match change {
             Change::Alloc {
                 family, replaced, ..
             } => {
                 if let Some(old) = replaced {
-                    self.release(events, *family, old.data, old.size);
+                    self.release(events, *family, old.data, old.size, streams);
                 }
                 if family.on_device() {
-                    self.add(e);
+                    self.add(e, streams);
                 } else {
                     let s = &mut self.streams[e.stream as usize];
                     s.host_live = s.host_live.saturating_add(e.size);
@@ -393,16 +426,23 @@ impl DeviceWalk {
                 }
             }
             Change::Free { family, freed, .. } => {
-                self.release(events, *family, freed.data, freed.size)
+                self.release(events, *family, freed.data, freed.size, streams)
             }
             Change::Untracked => self.untracked(e, me, live),
             _ => {}
         }
     }
 
-    fn release(&mut self, events: &[Ev], family: Family, origin: Origin, size: u64) {
+    fn release(
+        &mut self,
+        events: &[Ev],
+        family: Family,
+        origin: Origin,
+        size: u64,
+        streams: &[(ProcKey, i32)],
+    ) {
         if family.on_device() {
-            self.sub(&events[origin.idx], size);
+            self.sub(&events[origin.idx], size, streams);
         } else {
             let s = &mut self.streams[origin.stream as usize];
             s.host_live = s.host_live.saturating_sub(size);
@@ -461,6 +501,8 @@ impl DeviceWalk {
 
     /// The views, real devices first by ordinal, then by pid.
     pub fn finish(mut self, loaded: &Loaded, base: u64) -> Vec<DeviceView> {
+        self.streams
+            .resize(loaded.streams.len(), StreamWalk::default());
         self.readings_until(u64::MAX, &loaded.streams);
         let rel = |t: u64| t.saturating_sub(base);
         // Devices with memory per pid: NVML's per-process figure is matched to a

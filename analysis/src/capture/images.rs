@@ -82,12 +82,13 @@ impl Streams {
 }
 
 /// Splits every pid with several `process_start`s into images (see the module docs)
-/// and files the module maps under their images.
+/// and files the module maps under their images. Returns whether a pid was split (the
+/// stream numbering changed).
 pub(super) fn split(
     loaded: &mut Loaded,
     records: &HashMap<u32, PidRecords>,
     module_maps: Vec<ModuleMap>,
-) {
+) -> bool {
     let plans: HashMap<u32, Plan> = records
         .iter()
         .filter(|(_, r)| r.starts.len() >= 2)
@@ -108,7 +109,7 @@ pub(super) fn split(
         }
     }
     if plans.is_empty() {
-        return;
+        return false;
     }
 
     let old = std::mem::take(&mut loaded.streams);
@@ -204,4 +205,5 @@ pub(super) fn split(
             loaded.processes.insert(ProcKey { pid: *pid, image }, meta);
         }
     }
+    true
 }

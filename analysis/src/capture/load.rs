@@ -198,22 +198,14 @@ impl Loaded {
     /// Event `e` as [`crate::live::LiveSet`] reads it (its stream's process image and
     /// device, and the handle of a VMM mapping).
     pub fn mem_event(&self, e: &Ev) -> crate::live::MemEvent {
-        let (proc, device) = self.streams[e.stream as usize];
-        let (kind, mem) = (e.kind(), e.mem_kind());
-        let handle = if crate::live::is_vmm_map(kind, mem) {
-            self.vmm_map_handles.get(&(e.stream, e.ts, e.ptr)).copied()
-        } else {
-            None
-        };
-        crate::live::MemEvent {
-            proc,
-            device,
-            kind,
-            mem,
-            api: e.api(),
-            ptr: e.ptr,
-            size: e.size,
-            handle,
+        self.context().mem_event(e)
+    }
+
+    /// What reading an event as the live set does needs of the capture.
+    pub fn context(&self) -> EventContext<'_> {
+        EventContext {
+            streams: &self.streams,
+            vmm_map_handles: &self.vmm_map_handles,
         }
     }
 
@@ -233,6 +225,37 @@ impl Loaded {
     }
 }
 
+/// What an event is read with besides itself: its stream's (process image, device) and
+/// the handles of VMM mappings (of a [`Loaded`], or of one being built).
+#[derive(Debug, Clone, Copy)]
+pub struct EventContext<'a> {
+    pub streams: &'a [(ProcKey, i32)],
+    pub vmm_map_handles: &'a std::collections::HashMap<(u32, u64, u64), u64>,
+}
+
+impl EventContext<'_> {
+    /// Event `e` as [`crate::live::LiveSet`] reads it.
+    pub fn mem_event(&self, e: &Ev) -> crate::live::MemEvent {
+        let (proc, device) = self.streams[e.stream as usize];
+        let (kind, mem) = (e.kind(), e.mem_kind());
+        let handle = if crate::live::is_vmm_map(kind, mem) {
+            self.vmm_map_handles.get(&(e.stream, e.ts, e.ptr)).copied()
+        } else {
+            None
+        };
+        crate::live::MemEvent {
+            proc,
+            device,
+            kind,
+            mem,
+            api: e.api(),
+            ptr: e.ptr,
+            size: e.size,
+            handle,
+        }
+    }
+}
+
 /// Per-pid records kept while loading, for splitting exec'd images afterwards.
 #[derive(Default)]
 pub(super) struct PidRecords {
@@ -243,16 +266,24 @@ pub(super) struct PidRecords {
     pub marker_ts: Vec<u64>,
 }
 
-struct Builder {
+/// Builds a [`Loaded`] from records in file order: [`load_reader`] feeds it a file's
+/// records, `memwatch run` the records its capture sink writes, as it writes them
+/// (`super::fold`), so both give the same [`Loaded`].
+pub struct LoadBuilder {
     loaded: Loaded,
-    stream_index: std::collections::HashMap<(ProcKey, i32), u32>,
+    /// (Touched by every event: a fast hash, and the last one looked up.)
+    stream_index: foldhash::HashMap<(ProcKey, i32), u32>,
+    last_stream: Option<((u32, i32), u32)>,
     /// The latest start time seen per (pid, tid). A thread's events reach the file in
     /// the order it made the calls, but the shim converts TSC ticks to CLOCK_MONOTONIC
     /// per flush, and on a loaded (virtual) machine two flushes' conversions can differ
     /// by microseconds: a free and the thread's next allocation could then swap places
     /// in time order. Clamping each thread's times to be non-decreasing keeps its calls
-    /// in the order it made them.
-    thread_last_ts: std::collections::HashMap<(u32, u32), u64>,
+    /// in the order it made them. With it: how many events had been read when the
+    /// thread's latest one was.
+    thread_last_ts: foldhash::HashMap<(u32, u32), (u64, u64)>,
+    /// Events read (of known kinds).
+    events_read: u64,
     /// Backtraces whose allocation event was not read yet (the shim writes them just
     /// before it): (pid, tid, ts_ns, ptr) -> frames.
     pending_backtraces: std::collections::HashMap<(u32, u32, u64, u64), Vec<u64>>,
@@ -260,7 +291,71 @@ struct Builder {
     module_maps: Vec<ModuleMap>,
 }
 
-impl Builder {
+impl LoadBuilder {
+    /// An empty capture read from `path`.
+    pub fn new(path: &Path) -> Self {
+        Self {
+            loaded: Loaded {
+                path: path.to_path_buf(),
+                ..Loaded::default()
+            },
+            stream_index: Default::default(),
+            last_stream: None,
+            thread_last_ts: Default::default(),
+            events_read: 0,
+            pending_backtraces: Default::default(),
+            records: Default::default(),
+            module_maps: Vec::new(),
+        }
+    }
+
+    /// The events read so far, in file order; a caller may take them out as they come
+    /// (`super::fold` keeps them in time order) and hand them back to [`Self::finish`].
+    pub fn events_mut(&mut self) -> &mut Vec<Ev> {
+        &mut self.loaded.events
+    }
+
+    /// Each thread's latest event time so far (a thread's calls reach the file in the
+    /// order it made them: its next events are not older, clock jitter aside), and how
+    /// many events had been read when its latest one was.
+    pub fn thread_times(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.thread_last_ts.values().copied()
+    }
+
+    /// Events read so far (of kinds this build knows).
+    pub fn events_read(&self) -> u64 {
+        self.events_read
+    }
+
+    /// The (process image, device) of each stream index so far (image 0 for every pid
+    /// until [`Self::finish`] splits exec'd pids).
+    pub fn streams(&self) -> &[(ProcKey, i32)] {
+        &self.loaded.streams
+    }
+
+    /// What reading the events so far needs of the capture (streams, VMM handles).
+    pub fn context(&self) -> EventContext<'_> {
+        self.loaded.context()
+    }
+
+    /// The PJRT allocator's memory samples so far.
+    pub fn pjrt_stats(&self) -> &[memwatch_wire::PjrtMemoryStats] {
+        &self.loaded.pjrt.stats
+    }
+
+    /// The capture, with `events` as its event list and the reader's figures of the
+    /// file. Also says whether a pid was split into exec'd images (its events' stream
+    /// indices changed).
+    pub fn finish(mut self, events: Vec<Ev>, file: FileFacts) -> (Loaded, bool) {
+        self.loaded.events = events;
+        let split = super::images::split(&mut self.loaded, &self.records, self.module_maps);
+        self.loaded.frames = file.frames;
+        self.loaded.unknown_frames += file.unknown_frames;
+        self.loaded.file_bytes = file.bytes;
+        self.loaded.damage = file.damage;
+        (self.loaded, split)
+    }
+
     /// While loading, every frame of a pid goes to image 0; `images::split` divides
     /// pids with several `process_start`s afterwards.
     fn key(&mut self, pid: u32) -> ProcKey {
@@ -280,8 +375,15 @@ impl Builder {
     }
 
     fn stream(&mut self, pid: u32, device: i32) -> u32 {
+        // A frame's events mostly come from one thread on one device.
+        if let Some((k, i)) = self.last_stream {
+            if k == (pid, device) {
+                return i;
+            }
+        }
         let key = self.key(pid);
         if let Some(&i) = self.stream_index.get(&(key, device)) {
+            self.last_stream = Some(((pid, device), i));
             return i;
         }
         // Every pid with events is reported, even when its process_start was lost.
@@ -299,7 +401,9 @@ impl Builder {
             return;
         };
         let stream = self.stream(e.pid, e.device);
-        let last = self.thread_last_ts.entry((e.pid, e.tid)).or_insert(0);
+        self.events_read += 1;
+        let (last, seen) = self.thread_last_ts.entry((e.pid, e.tid)).or_insert((0, 0));
+        *seen = self.events_read;
         // Clamp only conversion jitter; an event far older than the thread's last one
         // came from frames written out of order (e.g. the image before an exec, whose
         // main thread has the same tid) and keeps its time.
@@ -363,7 +467,8 @@ impl Builder {
         });
     }
 
-    fn record(&mut self, record: Record) {
+    /// Folds one record (the next in file order).
+    pub fn record(&mut self, record: &Record) {
         match record {
             Record::ProcessStart(s) => {
                 self.records
@@ -374,23 +479,23 @@ impl Builder {
                 let p = self.process(s.pid);
                 p.starts += 1;
                 p.ppid = s.ppid;
-                p.argv = s.argv;
-                p.hostname = s.hostname;
-                p.shim_version = s.shim_version;
+                p.argv.clone_from(&s.argv);
+                p.hostname.clone_from(&s.hostname);
+                p.shim_version.clone_from(&s.shim_version);
                 if p.mono_anchor_ns.is_none_or(|a| s.mono_anchor_ns < a) {
                     p.mono_anchor_ns = Some(s.mono_anchor_ns);
                     p.wall_anchor_unix_ns = s.wall_anchor_unix_ns;
                 }
             }
             Record::Events(events) => {
-                for e in &events {
+                for e in events {
                     self.event(e);
                 }
             }
             Record::DeviceInfo(d) => {
                 self.stream(d.pid, d.device);
                 let meta = self.process(d.pid).devices.entry(d.device).or_default();
-                meta.name = d.name;
+                meta.name.clone_from(&d.name);
                 meta.vendor = d.vendor;
                 meta.total_bytes = d.total_bytes;
             }
@@ -398,7 +503,7 @@ impl Builder {
                 if let Some(tag) = m.text.strip_prefix(TAG_PREFIX) {
                     let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
                     self.loaded.tags.insert(k.to_string(), v.to_string());
-                } else if let Some(Ok(props)) = DeviceProps::from_marker(&m) {
+                } else if let Some(Ok(props)) = DeviceProps::from_marker(m) {
                     let meta = self.process(m.pid).devices.entry(m.device).or_default();
                     meta.integrated = props.integrated.or(meta.integrated);
                     meta.host_memory_bytes = props.host_memory_bytes.or(meta.host_memory_bytes);
@@ -421,20 +526,20 @@ impl Builder {
                 p.dropped_events = p.dropped_events.max(d.dropped_total);
             }
             Record::ProcessEnd(e) => {
-                self.records.entry(e.pid).or_default().ends.push(e);
+                self.records.entry(e.pid).or_default().ends.push(*e);
                 let p = self.process(e.pid);
                 p.end_ts = Some(p.end_ts.map_or(e.ts_ns, |t| t.max(e.ts_ns)));
                 p.exit_code = e.known_exit_code();
             }
-            Record::DeviceSample(d) => self.loaded.device_samples.push(d),
+            Record::DeviceSample(d) => self.loaded.device_samples.push(d.clone()),
             // PJRT executables and allocator statistics: read by `analysis::runtime`.
-            Record::PjrtExecutable(x) => self.loaded.pjrt.executables.push(x),
-            Record::PjrtMemoryStats(x) => self.loaded.pjrt.stats.push(x),
+            Record::PjrtExecutable(x) => self.loaded.pjrt.executables.push(x.clone()),
+            Record::PjrtMemoryStats(x) => self.loaded.pjrt.stats.push(*x),
             Record::Backtrace(b) => {
                 self.pending_backtraces
-                    .insert((b.pid, b.tid, b.ts_ns, b.ptr), b.frames);
+                    .insert((b.pid, b.tid, b.ts_ns, b.ptr), b.frames.clone());
             }
-            Record::ModuleMap(m) => self.module_maps.push(m),
+            Record::ModuleMap(m) => self.module_maps.push(m.clone()),
             Record::Unknown { .. } => self.loaded.unknown_frames += 1,
         }
     }
@@ -457,21 +562,11 @@ pub fn load_reader<R: Read>(
             error: other,
         },
     })?;
-    let mut b = Builder {
-        loaded: Loaded {
-            path: path.to_path_buf(),
-            ..Loaded::default()
-        },
-        stream_index: Default::default(),
-        thread_last_ts: Default::default(),
-        pending_backtraces: Default::default(),
-        records: Default::default(),
-        module_maps: Vec::new(),
-    };
+    let mut b = LoadBuilder::new(path);
     let mut last_progress = 0u64;
     loop {
         match reader.next_record() {
-            Ok(Some(record)) => b.record(record),
+            Ok(Some(record)) => b.record(&record),
             Ok(None) => break,
             Err(WireError::Io(error)) => {
                 return Err(CaptureError::Io {
@@ -495,20 +590,35 @@ pub fn load_reader<R: Read>(
         }
     }
     progress(reader.offset());
-    super::images::split(&mut b.loaded, &b.records, b.module_maps);
-    b.loaded.frames = reader.frames_read();
-    b.loaded.unknown_frames += reader.unknown_frames();
-    b.loaded.file_bytes = reader.offset();
-    b.loaded.damage = reader
-        .damage()
-        .iter()
-        .map(|d| DamageReport {
-            offset: d.offset,
-            kind: d.kind.to_string(),
-            bytes_lost: d.bytes_skipped,
-        })
-        .collect();
-    Ok(b.loaded)
+    let file = FileFacts {
+        frames: reader.frames_read(),
+        unknown_frames: reader.unknown_frames(),
+        bytes: reader.offset(),
+        damage: reader
+            .damage()
+            .iter()
+            .map(|d| DamageReport {
+                offset: d.offset,
+                kind: d.kind.to_string(),
+                bytes_lost: d.bytes_skipped,
+            })
+            .collect(),
+    };
+    let events = std::mem::take(b.events_mut());
+    Ok(b.finish(events, file).0)
+}
+
+/// What reading a capture file tells beyond its records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileFacts {
+    /// Frames read, of known and unknown types.
+    pub frames: u64,
+    /// Frames of types this build does not know (skipped).
+    pub unknown_frames: u64,
+    /// The file's length, preamble included.
+    pub bytes: u64,
+    /// Damaged regions.
+    pub damage: Vec<DamageReport>,
 }
 
 /// Opens and loads a capture file.

@@ -3,6 +3,7 @@
 //! (`memwatch report --trace`).
 //!
 //! Submodules: `load` (streaming, damage-tolerant reading into compact events),
+//! `fold` (the same loading, and the report's fold, while a capture is being written),
 //! `images` (a pid's frames split into exec'd images, by time), `devices` (each
 //! process's devices side by side: peaks by kind, the framework's own figures, NVML),
 //! `stats` (counts, peaks, leaks, failures, API durations and overlap), `codes` (result
@@ -11,6 +12,7 @@
 
 pub mod codes;
 pub mod devices;
+pub mod fold;
 mod images;
 pub mod load;
 pub mod stats;
@@ -18,10 +20,11 @@ pub mod symbolize;
 pub mod trace;
 
 pub use codes::result_name;
-pub use load::{load_path, load_reader, DamageReport, Family, Loaded, ProcKey};
+pub use fold::{CaptureFold, FoldStats, Folded, GaveUp, WireSize};
+pub use load::{load_path, load_reader, DamageReport, Family, FileFacts, Loaded, ProcKey};
 pub use stats::{
-    analyze, analyze_with, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportOptions,
-    VmmReferenceReleases,
+    analyze, analyze_with, ApiStats, CaptureReport, DeviceReport, ProcessReport, ReportFold,
+    ReportOptions, VmmReferenceReleases,
 };
 pub use trace::{write_trace, TraceOptions, TraceSummary};
 

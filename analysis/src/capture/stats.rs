@@ -13,8 +13,9 @@ use memwatch_wire::{Api, EventKind, MemKind};
 use serde::Serialize;
 
 use super::codes::result_name;
-use super::load::{DamageReport, Ev, Loaded, ProcKey};
-use crate::live::{Change, Family, HandleRef, Held, LiveSet};
+use super::devices::DeviceWalk;
+use super::load::{DamageReport, Ev, EventContext, Loaded, ProcKey};
+use crate::live::{Change, Family, HandleRef, Held, HistoryMark, LiveHistory, LiveSet};
 
 /// Knobs of [`analyze`].
 #[derive(Debug, Clone)]
@@ -245,7 +246,7 @@ fn mem_name(mem: u8) -> String {
     MemKind::from_u8(mem).map_or_else(|| format!("unknown({mem})"), |k| k.name().to_string())
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Acc {
     alloc_count: u64,
     free_count: u64,
@@ -254,16 +255,18 @@ struct Acc {
     unmatched_frees: u64,
     reused_without_free: u64,
     alloc_bytes: u64,
-    peak: u64,
-    peak_ts: u64,
-    host: HostPinnedReport,
+    host_alloc_count: u64,
+    host_free_count: u64,
     vmm_and_pool_calls: u64,
     vmm_refs: VmmReferenceReleases,
     /// Min-heap of the `top` largest: (size, earlier first, index into events).
     largest: BinaryHeap<Reverse<(u64, Reverse<u64>, usize)>>,
 }
 
-#[derive(Default)]
+/// Each process image's running total (touched by every allocation: a fast hash).
+type Procs = foldhash::HashMap<ProcKey, ProcAcc>;
+
+#[derive(Default, Clone)]
 struct ProcAcc {
     live: u64,
     peak: u64,
@@ -291,265 +294,453 @@ pub fn analyze_with(
     opts: &ReportOptions,
     process_samples: &[crate::nvsmi::ProcessSample],
 ) -> CaptureReport {
-    let base = loaded.base_ns();
-    let rel = |t: u64| t.saturating_sub(base);
     // Time order; stable so equal timestamps keep file order.
     loaded.events.sort_by_key(|e| e.ts);
-    let events = &loaded.events;
+    let mut fold = ReportFold::new(opts, false);
+    fold.live.devices = DeviceWalk::new(&loaded, process_samples);
+    fold.add_all(&loaded.events, loaded.context());
+    let mut report = fold.finish(&loaded).0;
+    report.tags = std::mem::take(&mut loaded.tags);
+    report
+}
 
-    let mut accs: Vec<Acc> = (0..loaded.streams.len()).map(|_| Acc::default()).collect();
-    let mut api = ApiTable::new(events, &loaded.streams);
-    let mut procs: HashMap<ProcKey, ProcAcc> = HashMap::new();
-    let mut live: LiveSet<Origin> = LiveSet::new();
-    let mut last_ts = 0u64;
-    let mut devices = super::devices::DeviceWalk::new(&loaded, process_samples);
+/// The report's figures, folded one event at a time in time order (a stable sort by
+/// `ts` of the file's order), so a capture can be folded while it is written
+/// (`super::fold`) or all at once ([`analyze`]). The live set goes through the one
+/// free-matching rule ([`LiveSet`]); the peaks are kept by a [`LiveHistory`], which
+/// also keeps the device allocations' lifetimes when asked (for the OOM doctor); the
+/// per-device view by a [`DeviceWalk`] fed the same changes. The
+/// API table does not depend on the live set: many events at once are folded on two
+/// threads, one for each.
+pub struct ReportFold {
+    top: usize,
+    live: LivePart,
+    api: ApiTable,
+    /// Position of the next event.
+    next: usize,
+}
 
-    for (i, e) in events.iter().enumerate() {
-        last_ts = last_ts.max(e.end());
-        let stream = loaded.streams[e.stream as usize];
-        let pid = stream.0;
-        api.add(e);
+/// Events folded at once from which the API table gets a thread of its own.
+const PARALLEL_EVENTS: usize = 1 << 15;
+
+/// The figures that follow the live set.
+struct LivePart {
+    /// By stream index.
+    accs: Vec<Acc>,
+    procs: Procs,
+    live: LiveSet<Origin>,
+    history: LiveHistory,
+    devices: DeviceWalk,
+    last_ts: u64,
+}
+
+/// Where a [`ReportFold`] stood (see [`ReportFold::checkpoint`]).
+#[derive(Clone)]
+pub struct ReportCheckpoint {
+    accs: Vec<Acc>,
+    api: ApiMark,
+    procs: Procs,
+    live: LiveSet<Origin>,
+    history: HistoryMark,
+    devices: DeviceWalk,
+    last_ts: u64,
+    next: usize,
+}
+
+impl ReportCheckpoint {
+    /// How many events had been folded.
+    pub fn position(&self) -> usize {
+        self.next
+    }
+}
+
+impl ReportFold {
+    /// An empty fold; `lifetimes`: keep the device allocations' lifetimes in its
+    /// [`LiveHistory`].
+    pub fn new(opts: &ReportOptions, lifetimes: bool) -> Self {
+        Self {
+            top: opts.top,
+            live: LivePart {
+                accs: Vec::new(),
+                procs: Procs::default(),
+                live: LiveSet::new(),
+                history: LiveHistory::new(lifetimes),
+                devices: DeviceWalk::default(),
+                last_ts: 0,
+            },
+            api: ApiTable::new(),
+            next: 0,
+        }
+    }
+
+    /// Events folded so far (the position of the next one).
+    pub fn len(&self) -> usize {
+        self.next
+    }
+
+    /// Whether no event was folded.
+    pub fn is_empty(&self) -> bool {
+        self.next == 0
+    }
+
+    /// Sets the PJRT allocator's pool sizes the per-device view's kinds depend on;
+    /// whether they changed (then the events folded are to be folded again).
+    pub fn set_pool_sizes(&mut self, sizes: &super::devices::PoolSizes) -> bool {
+        self.live.devices.set_pool_sizes(sizes)
+    }
+
+    /// Folds `events[self.len()..]`: `events` are all the events in time order, those
+    /// folded first (an event's position names it, and a free looks its allocation up).
+    /// Many at once: on two threads.
+    pub fn add_all(&mut self, events: &[Ev], ctx: EventContext<'_>) {
+        let first = self.next.min(events.len());
+        let fresh = &events[first..];
+        let top = self.top;
+        if fresh.len() < PARALLEL_EVENTS {
+            for (k, e) in fresh.iter().enumerate() {
+                self.live.add(first + k, events, ctx, top);
+                self.api.add(e, ctx.streams);
+            }
+            self.next = events.len();
+            return;
+        }
+        let live = &mut self.live;
+        // (Behind a lock only so that this thread can do it when no thread is had.)
+        let api = std::sync::Mutex::new(&mut self.api);
+        let fold_api = || {
+            let mut api = api.lock().unwrap_or_else(|p| p.into_inner());
+            for e in fresh {
+                api.add(e, ctx.streams);
+            }
+        };
+        std::thread::scope(|s| {
+            let apart = std::thread::Builder::new()
+                .name("memwatch-fold-api".into())
+                .spawn_scoped(s, fold_api);
+            for i in first..events.len() {
+                live.add(i, events, ctx, top);
+            }
+            match apart {
+                Ok(t) => {
+                    if let Err(panic) = t.join() {
+                        std::panic::resume_unwind(panic);
+                    }
+                }
+                Err(_) => fold_api(),
+            }
+        });
+        self.next = events.len();
+    }
+
+    /// Where the fold stands: [`Self::restore`] goes back to it. Costs a copy of the
+    /// live set and of the per-stream and per-API figures (the calls' durations are
+    /// only counted).
+    pub fn checkpoint(&self) -> ReportCheckpoint {
+        ReportCheckpoint {
+            accs: self.live.accs.clone(),
+            api: self.api.mark(),
+            procs: self.live.procs.clone(),
+            live: self.live.live.clone(),
+            history: self.live.history.mark(),
+            devices: self.live.devices.clone(),
+            last_ts: self.live.last_ts,
+            next: self.next,
+        }
+    }
+
+    /// Goes back to a checkpoint of this fold (which has only gone on since): the
+    /// events from its position on are to be folded again.
+    pub fn restore(&mut self, cp: &ReportCheckpoint) {
+        self.live.accs.clone_from(&cp.accs);
+        self.api.rewind(&cp.api);
+        self.live.procs.clone_from(&cp.procs);
+        self.live.live.clone_from(&cp.live);
+        self.live.history.rewind(&cp.history);
+        self.live.devices.restore(&cp.devices);
+        self.live.last_ts = cp.last_ts;
+        self.next = cp.next;
+    }
+
+    /// The report of `loaded`, whose events (in time order) are the ones folded, and the
+    /// fold's [`LiveHistory`]. The tags are left in `loaded` (the report's are empty).
+    pub fn finish(self, loaded: &Loaded) -> (CaptureReport, LiveHistory) {
+        let ReportFold {
+            top,
+            live:
+                LivePart {
+                    mut accs,
+                    mut procs,
+                    live,
+                    mut history,
+                    devices,
+                    mut last_ts,
+                },
+            api,
+            next: _,
+        } = self;
+        accs.resize_with(loaded.streams.len(), Acc::default);
+        history.finish(live.iter().map(|(k, h)| (k.family, h.data.idx)));
+        let base = loaded.base_ns();
+        let rel = |t: u64| t.saturating_sub(base);
+        let events = &loaded.events;
+        let mut symbolizer = super::symbolize::Symbolizer::default();
+        let no_modules = Vec::new();
+        let mut alloc_report = |i: usize| -> AllocReport {
+            let e = &events[i];
+            let stack = match loaded.backtraces.get(&(e.stream, e.ts, e.ptr)) {
+                Some(frames) => {
+                    let proc_ = loaded.streams[e.stream as usize].0;
+                    let modules = loaded.modules.get(&proc_).unwrap_or(&no_modules);
+                    symbolizer.frames(modules, frames)
+                }
+                None => Vec::new(),
+            };
+            AllocReport {
+                size: e.size,
+                ts_ns: rel(e.ts),
+                api: e.api().name().to_string(),
+                mem_kind: mem_name(e.mem),
+                ptr: e.ptr,
+                stack,
+            }
+        };
+        let largest: Vec<Vec<AllocReport>> = accs
+            .iter()
+            .map(|acc| {
+                let mut v: Vec<_> = acc.largest.iter().map(|r| r.0).collect();
+                v.sort_by(|a, b| b.cmp(a));
+                v.into_iter().map(|(_, _, i)| alloc_report(i)).collect()
+            })
+            .collect();
+        // Device allocations still live at the end, per stream: largest first, then
+        // earliest.
+        let mut leaks_of: Vec<Vec<(u64, Reverse<usize>)>> = vec![Vec::new(); accs.len()];
+        for (key, held) in live.iter() {
+            if key.family.on_device() {
+                if let Some(v) = leaks_of.get_mut(held.data.stream as usize) {
+                    v.push((held.size, Reverse(held.data.idx)));
+                }
+            }
+        }
+        let leaks: Vec<Vec<AllocReport>> = leaks_of
+            .into_iter()
+            .map(|mut v| {
+                v.sort_by(|a, b| b.cmp(a));
+                v.truncate(top);
+                v.into_iter()
+                    .map(|(_, Reverse(i))| alloc_report(i))
+                    .collect()
+            })
+            .collect();
+        let (global_api, per_pid_api) = api.finish(base);
+        let devices = devices.finish(loaded, base);
+
+        let mut processes = Vec::new();
+        let mut failures = Vec::new();
+        let mut failures_total = 0;
+        for (pid, meta) in &loaded.processes {
+            let mut devices: Vec<DeviceReport> = loaded
+                .streams
+                .iter()
+                .enumerate()
+                .filter(|(_, (p, _))| p == pid)
+                .map(|(i, &(_, device))| {
+                    let a = &accs[i];
+                    let peaks = history.peaks(i);
+                    let now = live.totals(*pid, device);
+                    let info = meta.devices.get(&device);
+                    let exec = meta.ended_by_exec;
+                    let host = HostPinnedReport {
+                        alloc_count: a.host_alloc_count,
+                        free_count: a.host_free_count,
+                        peak_bytes: peaks.host_bytes,
+                        peak_ts_ns: rel(peaks.host_ts),
+                        live_bytes_at_exit: if exec { 0 } else { now.host_bytes },
+                    };
+                    DeviceReport {
+                        device,
+                        name: info.map(|d| d.name.clone()),
+                        total_bytes: info.map(|d| d.total_bytes),
+                        alloc_count: a.alloc_count,
+                        free_count: a.free_count,
+                        failed_count: a.failed_count,
+                        free_failed_count: a.free_failed_count,
+                        unmatched_frees: a.unmatched_frees,
+                        reused_without_free: a.reused_without_free,
+                        alloc_bytes: a.alloc_bytes,
+                        peak_bytes: peaks.device_bytes,
+                        peak_ts_ns: rel(peaks.device_ts),
+                        live_bytes_at_exit: if exec { 0 } else { now.device_bytes },
+                        live_allocs_at_exit: if exec { 0 } else { now.device_allocs },
+                        live_bytes_at_exec: if exec { now.device_bytes } else { 0 },
+                        live_allocs_at_exec: if exec { now.device_allocs } else { 0 },
+                        host_pinned: host,
+                        vmm_and_pool_calls: a.vmm_and_pool_calls,
+                        vmm_reference_releases: a.vmm_refs.clone(),
+                        largest_allocations: largest[i].clone(),
+                        largest_leaks: if exec { Vec::new() } else { leaks[i].clone() },
+                    }
+                })
+                .collect();
+            // Real devices first, so `devices[0]` is device 0; the row of calls that name
+            // no device (-1: address reservations, host-side events) comes last.
+            devices.sort_by_key(|d| (d.device < 0, d.device));
+            let p = procs.remove(pid).unwrap_or_default();
+            if let Some(end) = meta.end_ts {
+                last_ts = last_ts.max(end);
+            }
+            failures_total += meta.failures_total;
+            failures.extend(meta.failures.iter().map(|f| FailureReport {
+                pid: f.pid,
+                tid: f.tid,
+                device: f.device,
+                ts_ns: rel(f.ts),
+                api: f.api.name().to_string(),
+                kind: f.kind.name().to_string(),
+                mem_kind: mem_name(f.mem_kind),
+                size: f.size,
+                result: f.result,
+                result_name: result_name(f.api, f.result).map(str::to_string),
+            }));
+            processes.push(ProcessReport {
+                pid: pid.pid,
+                image: pid.image,
+                ended_by_exec: meta.ended_by_exec,
+                ppid: meta.ppid,
+                command: meta.argv.clone(),
+                hostname: meta.hostname.clone(),
+                start_ns: meta.mono_anchor_ns.map(rel),
+                end_ns: meta.end_ts.map(rel),
+                exit_code: meta.exit_code,
+                devices,
+                dropped_events: meta.dropped_events,
+                peak_bytes: p.peak,
+                peak_ts_ns: rel(p.peak_ts),
+                markers: meta.markers,
+                api: per_pid_api.get(pid).cloned().unwrap_or_default(),
+            });
+        }
+        failures.sort_by_key(|f| (f.ts_ns, f.pid, f.tid));
+
+        let start_wall_unix_ns = loaded
+            .processes
+            .values()
+            .filter_map(|p| p.mono_anchor_ns.map(|a| (a, p.wall_anchor_unix_ns)))
+            .min()
+            .map(|(anchor, wall)| wall.saturating_sub(anchor.saturating_sub(base)));
+
+        let report = CaptureReport {
+            file: loaded.path.display().to_string(),
+            file_bytes: loaded.file_bytes,
+            frames: loaded.frames,
+            events: loaded.events.len() as u64 + loaded.unknown_events,
+            start_wall_unix_ns,
+            start_monotonic_ns: base,
+            duration_ns: rel(last_ts),
+            processes,
+            devices,
+            api: global_api,
+            failures,
+            failures_total,
+            damage: loaded.damage.clone(),
+            unknown_events: loaded.unknown_events,
+            unknown_frames: loaded.unknown_frames,
+            tags: Default::default(),
+        };
+        (report, history)
+    }
+}
+
+impl LivePart {
+    /// Folds the event at position `i`.
+    fn add(&mut self, i: usize, events: &[Ev], ctx: EventContext<'_>, top: usize) {
+        let e = &events[i];
+        let s = e.stream as usize;
+        if s >= self.accs.len() {
+            self.accs.resize_with(s + 1, Acc::default);
+        }
+        self.last_ts = self.last_ts.max(e.end());
+        let pid = ctx.streams[s].0;
         let origin = Origin {
             stream: e.stream,
             idx: i,
         };
-        let me = loaded.mem_event(e);
-        let change = live.apply(&me, origin);
-        devices.event(events, i, &me, &change, &live, &loaded.streams);
+        let me = ctx.mem_event(e);
+        let change = self.live.apply(&me, origin);
+        self.history
+            .record(i, e.stream, e.ts, &change, |o: &Origin| o.idx);
+        self.devices
+            .event(events, i, &me, &change, &self.live, ctx.streams);
         match change {
             Change::Alloc {
-                family,
-                replaced,
-                now,
+                family, replaced, ..
             } => {
                 if let Some(old) = replaced {
                     // The same pointer handed out again: its free was never seen.
-                    accs[e.stream as usize].reused_without_free += 1;
-                    release(&mut procs, pid, family, &old);
+                    self.accs[s].reused_without_free += 1;
+                    release(&mut self.procs, pid, family, &old);
                 }
-                let top = opts.top;
-                let a = &mut accs[e.stream as usize];
+                let a = &mut self.accs[s];
                 if top > 0 {
-                    a.largest.push(Reverse((e.size, Reverse(e.ts), i)));
-                    if a.largest.len() > top {
-                        a.largest.pop();
+                    let entry = Reverse((e.size, Reverse(e.ts), i));
+                    if a.largest.len() < top {
+                        a.largest.push(entry);
+                    } else if let Some(mut least) = a.largest.peek_mut() {
+                        // The heap keeps the `top` largest: an entry below its least
+                        // one is not kept.
+                        if entry < *least {
+                            *least = entry;
+                        }
                     }
                 }
                 if family.on_device() {
                     a.alloc_count += 1;
                     a.alloc_bytes = a.alloc_bytes.saturating_add(e.size);
-                    if now.device_bytes > a.peak {
-                        a.peak = now.device_bytes;
-                        a.peak_ts = e.ts;
-                    }
-                    let p = procs.entry(pid).or_default();
+                    let p = self.procs.entry(pid).or_default();
                     p.live = p.live.saturating_add(e.size);
                     if p.live > p.peak {
                         p.peak = p.live;
                         p.peak_ts = e.ts;
                     }
                 } else {
-                    a.host.alloc_count += 1;
-                    if now.host_bytes > a.host.peak_bytes {
-                        a.host.peak_bytes = now.host_bytes;
-                        a.host.peak_ts_ns = e.ts;
-                    }
+                    a.host_alloc_count += 1;
                 }
             }
             Change::Free { family, freed, .. } => {
                 if e.mem_kind() == Some(MemKind::VmmMap) {
                     // The last unmap of a released handle, which gives it back.
-                    accs[e.stream as usize].vmm_and_pool_calls += 1;
+                    self.accs[s].vmm_and_pool_calls += 1;
                 }
-                let a = &mut accs[freed.data.stream as usize];
+                let a = &mut self.accs[freed.data.stream as usize];
                 if family.on_device() {
                     a.free_count += 1;
                 } else {
-                    a.host.free_count += 1;
+                    a.host_free_count += 1;
                 }
-                release(&mut procs, pid, family, &freed);
+                release(&mut self.procs, pid, family, &freed);
             }
-            Change::UnmatchedFree { .. } => accs[e.stream as usize].unmatched_frees += 1,
+            Change::UnmatchedFree { .. } => self.accs[s].unmatched_frees += 1,
             Change::HandleReference(r) => {
-                let c = &mut accs[e.stream as usize].vmm_refs;
+                let c = &mut self.accs[s].vmm_refs;
                 *match r {
                     HandleRef::StillMapped => &mut c.still_mapped,
                     HandleRef::Retained => &mut c.retained,
                     HandleRef::Imported => &mut c.imported,
                 } += 1;
             }
-            Change::Untracked => accs[e.stream as usize].vmm_and_pool_calls += 1,
+            Change::Untracked => self.accs[s].vmm_and_pool_calls += 1,
             Change::NullFree => {}
             Change::NotMemory => match e.kind() {
-                Some(EventKind::AllocFailed) => accs[e.stream as usize].failed_count += 1,
-                Some(EventKind::FreeFailed) => accs[e.stream as usize].free_failed_count += 1,
+                Some(EventKind::AllocFailed) => self.accs[s].failed_count += 1,
+                Some(EventKind::FreeFailed) => self.accs[s].free_failed_count += 1,
                 _ => {}
             },
         }
     }
-
-    let mut symbolizer = super::symbolize::Symbolizer::default();
-    let no_modules = Vec::new();
-    let mut alloc_report = |i: usize| -> AllocReport {
-        let e = &events[i];
-        let stack = match loaded.backtraces.get(&(e.stream, e.ts, e.ptr)) {
-            Some(frames) => {
-                let proc_ = loaded.streams[e.stream as usize].0;
-                let modules = loaded.modules.get(&proc_).unwrap_or(&no_modules);
-                symbolizer.frames(modules, frames)
-            }
-            None => Vec::new(),
-        };
-        AllocReport {
-            size: e.size,
-            ts_ns: rel(e.ts),
-            api: e.api().name().to_string(),
-            mem_kind: mem_name(e.mem),
-            ptr: e.ptr,
-            stack,
-        }
-    };
-    let largest: Vec<Vec<AllocReport>> = accs
-        .iter()
-        .map(|acc| {
-            let mut v: Vec<_> = acc.largest.iter().map(|r| r.0).collect();
-            v.sort_by(|a, b| b.cmp(a));
-            v.into_iter().map(|(_, _, i)| alloc_report(i)).collect()
-        })
-        .collect();
-    // Device allocations still live at the end, per stream: largest first, then earliest.
-    let mut leaks_of: Vec<Vec<(u64, Reverse<usize>)>> = vec![Vec::new(); accs.len()];
-    for (key, held) in live.iter() {
-        if key.family.on_device() {
-            if let Some(v) = leaks_of.get_mut(held.data.stream as usize) {
-                v.push((held.size, Reverse(held.data.idx)));
-            }
-        }
-    }
-    let leaks: Vec<Vec<AllocReport>> = leaks_of
-        .into_iter()
-        .map(|mut v| {
-            v.sort_by(|a, b| b.cmp(a));
-            v.truncate(opts.top);
-            v.into_iter()
-                .map(|(_, Reverse(i))| alloc_report(i))
-                .collect()
-        })
-        .collect();
-    let (global_api, per_pid_api) = api.finish(base);
-    let devices = devices.finish(&loaded, base);
-
-    let mut processes = Vec::new();
-    let mut failures = Vec::new();
-    let mut failures_total = 0;
-    for (pid, meta) in &loaded.processes {
-        let mut devices: Vec<DeviceReport> = loaded
-            .streams
-            .iter()
-            .enumerate()
-            .filter(|(_, (p, _))| p == pid)
-            .map(|(i, &(_, device))| {
-                let a = &accs[i];
-                let now = live.totals(*pid, device);
-                let info = meta.devices.get(&device);
-                let mut host = a.host.clone();
-                host.peak_ts_ns = rel(host.peak_ts_ns);
-                let exec = meta.ended_by_exec;
-                host.live_bytes_at_exit = if exec { 0 } else { now.host_bytes };
-                DeviceReport {
-                    device,
-                    name: info.map(|d| d.name.clone()),
-                    total_bytes: info.map(|d| d.total_bytes),
-                    alloc_count: a.alloc_count,
-                    free_count: a.free_count,
-                    failed_count: a.failed_count,
-                    free_failed_count: a.free_failed_count,
-                    unmatched_frees: a.unmatched_frees,
-                    reused_without_free: a.reused_without_free,
-                    alloc_bytes: a.alloc_bytes,
-                    peak_bytes: a.peak,
-                    peak_ts_ns: rel(a.peak_ts),
-                    live_bytes_at_exit: if exec { 0 } else { now.device_bytes },
-                    live_allocs_at_exit: if exec { 0 } else { now.device_allocs },
-                    live_bytes_at_exec: if exec { now.device_bytes } else { 0 },
-                    live_allocs_at_exec: if exec { now.device_allocs } else { 0 },
-                    host_pinned: host,
-                    vmm_and_pool_calls: a.vmm_and_pool_calls,
-                    vmm_reference_releases: a.vmm_refs.clone(),
-                    largest_allocations: largest[i].clone(),
-                    largest_leaks: if exec { Vec::new() } else { leaks[i].clone() },
-                }
-            })
-            .collect();
-        // Real devices first, so `devices[0]` is device 0; the row of calls that name no
-        // device (-1: address reservations, host-side events) comes last.
-        devices.sort_by_key(|d| (d.device < 0, d.device));
-        let p = procs.remove(pid).unwrap_or_default();
-        if let Some(end) = meta.end_ts {
-            last_ts = last_ts.max(end);
-        }
-        failures_total += meta.failures_total;
-        failures.extend(meta.failures.iter().map(|f| FailureReport {
-            pid: f.pid,
-            tid: f.tid,
-            device: f.device,
-            ts_ns: rel(f.ts),
-            api: f.api.name().to_string(),
-            kind: f.kind.name().to_string(),
-            mem_kind: mem_name(f.mem_kind),
-            size: f.size,
-            result: f.result,
-            result_name: result_name(f.api, f.result).map(str::to_string),
-        }));
-        processes.push(ProcessReport {
-            pid: pid.pid,
-            image: pid.image,
-            ended_by_exec: meta.ended_by_exec,
-            ppid: meta.ppid,
-            command: meta.argv.clone(),
-            hostname: meta.hostname.clone(),
-            start_ns: meta.mono_anchor_ns.map(rel),
-            end_ns: meta.end_ts.map(rel),
-            exit_code: meta.exit_code,
-            devices,
-            dropped_events: meta.dropped_events,
-            peak_bytes: p.peak,
-            peak_ts_ns: rel(p.peak_ts),
-            markers: meta.markers,
-            api: per_pid_api.get(pid).cloned().unwrap_or_default(),
-        });
-    }
-    failures.sort_by_key(|f| (f.ts_ns, f.pid, f.tid));
-
-    let start_wall_unix_ns = loaded
-        .processes
-        .values()
-        .filter_map(|p| p.mono_anchor_ns.map(|a| (a, p.wall_anchor_unix_ns)))
-        .min()
-        .map(|(anchor, wall)| wall.saturating_sub(anchor.saturating_sub(base)));
-
-    CaptureReport {
-        file: loaded.path.display().to_string(),
-        file_bytes: loaded.file_bytes,
-        frames: loaded.frames,
-        events: loaded.events.len() as u64 + loaded.unknown_events,
-        start_wall_unix_ns,
-        start_monotonic_ns: base,
-        duration_ns: rel(last_ts),
-        processes,
-        devices,
-        api: global_api,
-        failures,
-        failures_total,
-        damage: loaded.damage.clone(),
-        unknown_events: loaded.unknown_events,
-        unknown_frames: loaded.unknown_frames,
-        tags: std::mem::take(&mut loaded.tags),
-    }
 }
 
 /// Takes a released allocation off its process's running total.
-fn release(procs: &mut HashMap<ProcKey, ProcAcc>, pid: ProcKey, f: Family, old: &Held<Origin>) {
+fn release(procs: &mut Procs, pid: ProcKey, f: Family, old: &Held<Origin>) {
     if f.on_device() {
         let p = procs.entry(pid).or_default();
         p.live = p.live.saturating_sub(old.size);
@@ -558,6 +749,7 @@ fn release(procs: &mut HashMap<ProcKey, ProcAcc>, pid: ProcKey, f: Family, old: 
 
 /// Calls in progress per stream: dense (indexed by stream) for capture-wide overlap,
 /// a short list for one process (which has few devices).
+#[derive(Clone)]
 enum StreamCounts {
     Dense { counts: Vec<u32>, distinct: u64 },
     Small(Vec<(u32, u32)>),
@@ -567,6 +759,9 @@ impl StreamCounts {
     fn inc(&mut self, s: u32) {
         match self {
             Self::Dense { counts, distinct } => {
+                if s as usize >= counts.len() {
+                    counts.resize(s as usize + 1, 0);
+                }
                 let c = &mut counts[s as usize];
                 if *c == 0 {
                     *distinct += 1;
@@ -583,7 +778,9 @@ impl StreamCounts {
     fn dec(&mut self, s: u32) {
         match self {
             Self::Dense { counts, distinct } => {
-                let c = &mut counts[s as usize];
+                let Some(c) = counts.get_mut(s as usize) else {
+                    return;
+                };
                 *c = c.saturating_sub(1);
                 if *c == 0 {
                     *distinct = distinct.saturating_sub(1);
@@ -609,6 +806,7 @@ impl StreamCounts {
 }
 
 /// Sweep state for the overlap of one API's calls.
+#[derive(Clone)]
 struct Overlap {
     ends: BinaryHeap<Reverse<(u64, u32)>>,
     per_stream: StreamCounts,
@@ -675,6 +873,14 @@ struct ApiAcc {
     overlap: Overlap,
 }
 
+/// Where an [`ApiAcc`] stood: durations are only added, so their count says it.
+#[derive(Clone)]
+struct ApiAccMark {
+    durations: usize,
+    errors: u64,
+    overlap: Overlap,
+}
+
 impl ApiAcc {
     fn new(per_stream: StreamCounts) -> Self {
         Self {
@@ -684,8 +890,12 @@ impl ApiAcc {
         }
     }
 
-    fn add(&mut self, e: &Ev) {
-        self.durations.push(e.dur);
+    /// Adds a call; its duration is kept when `keep_duration` (the capture-wide
+    /// accumulators take their processes' durations at the end).
+    fn add(&mut self, e: &Ev, keep_duration: bool) {
+        if keep_duration {
+            self.durations.push(e.dur);
+        }
         if matches!(
             e.kind(),
             Some(EventKind::AllocFailed | EventKind::FreeFailed)
@@ -695,25 +905,51 @@ impl ApiAcc {
         self.overlap.add(e.start(), e.dur, e.stream);
     }
 
+    fn mark(&self) -> ApiAccMark {
+        ApiAccMark {
+            durations: self.durations.len(),
+            errors: self.errors,
+            overlap: self.overlap.clone(),
+        }
+    }
+
+    fn rewind(&mut self, m: &ApiAccMark) {
+        self.durations.truncate(m.durations);
+        self.errors = m.errors;
+        self.overlap.clone_from(&m.overlap);
+    }
+
     fn finish(mut self, api: u16, base: u64) -> ApiStats {
+        let mut durations = std::mem::take(&mut self.durations);
+        self.finish_with(api, base, &mut durations)
+    }
+
+    /// The statistics, `durations` being the calls' durations (reordered).
+    fn finish_with(&mut self, api: u16, base: u64, durations: &mut [u64]) -> ApiStats {
         self.overlap.end_until(u64::MAX);
-        self.durations.sort_unstable();
-        let n = self.durations.len();
-        let pct = |p: usize| {
-            let rank = (p * n).div_ceil(100).max(1);
-            self.durations.get(rank - 1).copied().unwrap_or(0)
-        };
+        let n = durations.len();
+        // Nearest rank: the value a sort would put at `rank - 1`, found without sorting
+        // (selection; p99's rank is never below p50's, so it is looked for to the right).
+        let rank = |p: usize| (p * n).div_ceil(100).max(1) - 1;
+        let (mut p50, mut p99) = (0, 0);
+        if n > 0 {
+            let (r50, r99) = (rank(50), rank(99));
+            let (_, v50, right) = durations.select_nth_unstable(r50);
+            p50 = *v50;
+            p99 = if r99 == r50 {
+                p50
+            } else {
+                *right.select_nth_unstable(r99 - r50 - 1).1
+            };
+        }
         ApiStats {
             api: Api::from_u16(api).name().to_string(),
             count: n as u64,
             errors: self.errors,
-            total_ns: self
-                .durations
-                .iter()
-                .fold(0u64, |s, d| s.saturating_add(*d)),
-            p50_ns: pct(50),
-            p99_ns: pct(99),
-            max_ns: self.durations.last().copied().unwrap_or(0),
+            total_ns: durations.iter().fold(0u64, |s, d| s.saturating_add(*d)),
+            p50_ns: p50,
+            p99_ns: p99,
+            max_ns: durations.iter().copied().max().unwrap_or(0),
             max_concurrent: self.overlap.max_calls,
             max_concurrent_devices: self.overlap.max_streams,
             concurrent_device_stretches: self
@@ -731,84 +967,146 @@ impl ApiAcc {
     }
 }
 
-/// API statistics, capture-wide and per process, fed events in start order.
-struct ApiTable<'a> {
-    streams: &'a [(ProcKey, i32)],
-    /// API number -> dense index.
+/// API statistics, capture-wide and per process image, fed events in time order; APIs,
+/// streams and processes are taken in as they first appear.
+struct ApiTable {
+    /// API number -> dense index (`u16::MAX`: not seen).
     dense: Vec<u16>,
     apis: Vec<u16>,
-    /// Process of each stream, as a dense index into `pids`.
+    /// Process of each stream, as a dense index into `procs`.
     proc_of_stream: Vec<u32>,
-    pids: Vec<ProcKey>,
+    procs: Vec<ProcKey>,
     global: Vec<ApiAcc>,
-    /// `[proc * apis.len() + api]`, created on first use.
-    per_proc: Vec<Option<ApiAcc>>,
+    /// `[proc][api]`, created on first use.
+    per_proc: Vec<Vec<Option<ApiAcc>>>,
 }
 
-impl<'a> ApiTable<'a> {
-    fn new(events: &[Ev], streams: &'a [(ProcKey, i32)]) -> Self {
-        let mut dense = vec![u16::MAX; 1 << 16];
-        let mut apis = Vec::new();
-        for e in events {
-            let d = &mut dense[e.api as usize];
-            if *d == u16::MAX {
-                *d = apis.len() as u16;
-                apis.push(e.api);
-            }
-        }
-        let mut pids: Vec<ProcKey> = streams.iter().map(|s| s.0).collect();
-        pids.sort_unstable();
-        pids.dedup();
-        let proc_of_stream = streams
-            .iter()
-            .map(|s| pids.binary_search(&s.0).unwrap_or(0) as u32)
-            .collect();
-        let global = apis
-            .iter()
-            .map(|_| {
-                ApiAcc::new(StreamCounts::Dense {
-                    counts: vec![0; streams.len()],
-                    distinct: 0,
-                })
-            })
-            .collect();
-        let per_proc = (0..pids.len() * apis.len()).map(|_| None).collect();
+/// Where an [`ApiTable`] stood. APIs and processes taken in since stay known (the
+/// events folded again bring them back); their figures start again from nothing.
+#[derive(Clone)]
+struct ApiMark {
+    global: Vec<ApiAccMark>,
+    per_proc: Vec<Vec<Option<ApiAccMark>>>,
+}
+
+impl ApiTable {
+    fn new() -> Self {
         Self {
-            streams,
-            dense,
-            apis,
-            proc_of_stream,
-            pids,
-            global,
-            per_proc,
+            dense: vec![u16::MAX; 1 << 16],
+            apis: Vec::new(),
+            proc_of_stream: Vec::new(),
+            procs: Vec::new(),
+            global: Vec::new(),
+            per_proc: Vec::new(),
         }
     }
 
-    fn add(&mut self, e: &Ev) {
-        let a = self.dense[e.api as usize] as usize;
-        self.global[a].add(e);
-        let p = self.proc_of_stream[e.stream as usize] as usize;
-        self.per_proc[p * self.apis.len() + a]
+    fn add(&mut self, e: &Ev, streams: &[(ProcKey, i32)]) {
+        let mut a = self.dense[e.api as usize];
+        if a == u16::MAX {
+            a = self.apis.len() as u16;
+            self.dense[e.api as usize] = a;
+            self.apis.push(e.api);
+            self.global.push(ApiAcc::new(StreamCounts::Dense {
+                counts: vec![0; streams.len()],
+                distinct: 0,
+            }));
+        }
+        let a = a as usize;
+        self.global[a].add(e, false);
+        if e.stream as usize >= self.proc_of_stream.len() {
+            self.take_streams(streams);
+        }
+        let row = &mut self.per_proc[self.proc_of_stream[e.stream as usize] as usize];
+        if a >= row.len() {
+            row.resize_with(a + 1, || None);
+        }
+        row[a]
             .get_or_insert_with(|| ApiAcc::new(StreamCounts::Small(Vec::new())))
-            .add(e);
+            .add(e, true);
+    }
+
+    /// Takes in the streams not seen yet.
+    fn take_streams(&mut self, streams: &[(ProcKey, i32)]) {
+        for &(proc_, _) in &streams[self.proc_of_stream.len()..] {
+            let p = match self.procs.iter().position(|k| *k == proc_) {
+                Some(p) => p,
+                None => {
+                    self.procs.push(proc_);
+                    self.per_proc.push(Vec::new());
+                    self.procs.len() - 1
+                }
+            };
+            self.proc_of_stream.push(p as u32);
+        }
+    }
+
+    fn mark(&self) -> ApiMark {
+        ApiMark {
+            global: self.global.iter().map(ApiAcc::mark).collect(),
+            per_proc: self
+                .per_proc
+                .iter()
+                .map(|row| row.iter().map(|a| a.as_ref().map(ApiAcc::mark)).collect())
+                .collect(),
+        }
+    }
+
+    fn rewind(&mut self, m: &ApiMark) {
+        let mut marks = m.global.iter();
+        for acc in &mut self.global {
+            match marks.next() {
+                Some(mark) => acc.rewind(mark),
+                None => {
+                    *acc = ApiAcc::new(StreamCounts::Dense {
+                        counts: Vec::new(),
+                        distinct: 0,
+                    })
+                }
+            }
+        }
+        let mut rows = m.per_proc.iter();
+        for row in &mut self.per_proc {
+            let mut marks = rows.next().map(|r| r.iter()).into_iter().flatten();
+            for slot in row.iter_mut() {
+                match (slot.as_mut(), marks.next().and_then(Option::as_ref)) {
+                    (Some(acc), Some(mark)) => acc.rewind(mark),
+                    _ => *slot = None,
+                }
+            }
+        }
     }
 
     /// Capture-wide list and per-process-image lists, each ordered by API number.
     fn finish(self, base: u64) -> (Vec<ApiStats>, HashMap<ProcKey, Vec<ApiStats>>) {
-        debug_assert_eq!(self.proc_of_stream.len(), self.streams.len());
         let mut order: Vec<usize> = (0..self.apis.len()).collect();
         order.sort_by_key(|&i| self.apis[i]);
-        let napi = self.apis.len();
         let mut global: Vec<Option<ApiAcc>> = self.global.into_iter().map(Some).collect();
         let mut per_proc = self.per_proc;
         let mut all = Vec::new();
         let mut per_pid: HashMap<ProcKey, Vec<ApiStats>> = HashMap::new();
         for &a in &order {
-            if let Some(acc) = global[a].take() {
-                all.push(acc.finish(self.apis[a], base));
+            if let Some(mut acc) = global[a].take() {
+                // Every process's durations of this API (their order does not matter:
+                // one process's are used where they are).
+                let mut of_procs = per_proc
+                    .iter_mut()
+                    .filter_map(|row| row.get_mut(a).and_then(Option::as_mut));
+                let stats = match (of_procs.next(), of_procs.next()) {
+                    (Some(one), None) => acc.finish_with(self.apis[a], base, &mut one.durations),
+                    _ => {
+                        let mut all_durations: Vec<u64> = per_proc
+                            .iter()
+                            .filter_map(|row| row.get(a).and_then(Option::as_ref))
+                            .flat_map(|acc| acc.durations.iter().copied())
+                            .collect();
+                        acc.finish_with(self.apis[a], base, &mut all_durations)
+                    }
+                };
+                all.push(stats);
             }
-            for (p, pid) in self.pids.iter().enumerate() {
-                if let Some(acc) = per_proc[p * napi + a].take() {
+            for (p, pid) in self.procs.iter().enumerate() {
+                if let Some(acc) = per_proc[p].get_mut(a).and_then(Option::take) {
                     per_pid
                         .entry(*pid)
                         .or_default()
@@ -841,7 +1139,7 @@ mod tests {
     fn nearest_rank_percentiles() {
         let mut acc = ApiAcc::new(StreamCounts::Small(Vec::new()));
         for d in (1..=100).rev() {
-            acc.add(&ev(d * 1000, d, 0));
+            acc.add(&ev(d * 1000, d, 0), true);
         }
         let s = acc.finish(Api::HipStreamCreate.code(), 0);
         assert_eq!(
@@ -850,7 +1148,7 @@ mod tests {
         );
         let one = {
             let mut a = ApiAcc::new(StreamCounts::Small(Vec::new()));
-            a.add(&ev(0, 7, 0));
+            a.add(&ev(0, 7, 0), true);
             a.finish(0, 0)
         };
         assert_eq!((one.p50_ns, one.p99_ns), (7, 7));

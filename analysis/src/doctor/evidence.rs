@@ -8,6 +8,7 @@
 
 use super::DoctorError;
 use crate::capture::{self, Loaded};
+use crate::live::LiveHistory;
 use crate::log::{self, LogReport};
 use crate::nvsmi::parse_time as parse_nvsmi_time;
 use crate::runtime::{self, RuntimeCapture};
@@ -16,11 +17,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A capture, loaded once: its events sorted by time (the order the runtime carried them
-/// out), and its PJRT part on the runtime's time base.
+/// out), its PJRT part on the runtime's time base, and the history of its driver-level
+/// live set (peaks, and what was live at any instant).
 #[derive(Debug)]
 pub struct CaptureEvidence {
     pub loaded: Loaded,
     pub runtime: RuntimeCapture,
+    /// The events (in the order of `loaded.events`) folded through the live set, with
+    /// the device allocations' lifetimes.
+    pub live: LiveHistory,
 }
 
 impl CaptureEvidence {
@@ -30,12 +35,32 @@ impl CaptureEvidence {
         Ok(Self::from_loaded(loaded))
     }
 
-    /// Takes an already loaded capture (`memwatch run` has it for its summary).
+    /// Takes an already loaded capture, and folds its live set.
     pub fn from_loaded(mut loaded: Loaded) -> Self {
         // Stable, like the report's own sort: equal times keep file order.
         loaded.events.sort_by_key(|e| e.ts);
+        let live = LiveHistory::fold(
+            loaded
+                .events
+                .iter()
+                .map(|e| (loaded.mem_event(e), e.ts, e.stream)),
+        );
+        Self::from_folded(loaded, live)
+    }
+
+    /// Takes a capture whose events are already in time order and their fold
+    /// (`memwatch run` folds it while the run writes it); a fold that did not keep the
+    /// lifetimes is done again.
+    pub fn from_folded(loaded: Loaded, live: LiveHistory) -> Self {
+        if !live.keeps_lifetimes() {
+            return Self::from_loaded(loaded);
+        }
         let runtime = runtime::load::from_loaded(&loaded);
-        Self { loaded, runtime }
+        Self {
+            loaded,
+            runtime,
+            live,
+        }
     }
 
     /// The capture's path as given.

@@ -1,10 +1,11 @@
 //! Figures derived from a capture that several kinds need: driver-level live bytes per
-//! (process image, device) through [`LiveSet`] (peaks, the live set at the failure), the
-//! PJRT buffers with their lifetimes and producing execution, the executions, and the
-//! framework allocator's samples. Computed once per diagnosis.
+//! (process image, device) from the capture's fold through the live set
+//! ([`crate::live::LiveHistory`]: peaks, the live set at the failure), the PJRT buffers
+//! with their lifetimes and producing execution, the executions, and the framework
+//! allocator's samples. Computed once per diagnosis.
 
 use super::evidence::CaptureEvidence;
-use crate::live::{Change, Family, LiveSet, ProcKey};
+use crate::live::ProcKey;
 use crate::runtime::{self, RuntimeReport};
 use memwatch_wire::{Api, EventKind, MemKind, PjrtExecutable};
 use std::collections::{BTreeMap, HashMap};
@@ -24,10 +25,6 @@ pub struct DeviceLive {
     pub host_peak_bytes: u64,
 }
 
-/// Per (process image, device): bytes live and the live allocations (raw alloc time,
-/// size) at one moment.
-type Snapshot = BTreeMap<(ProcKey, i32), (u64, Vec<(u64, u64)>)>;
-
 /// Driver-level facts of a capture.
 #[derive(Debug, Clone, Default)]
 pub struct DriverFacts {
@@ -37,56 +34,34 @@ pub struct DriverFacts {
 }
 
 impl DriverFacts {
-    /// Folds every event through the one free-matching rule, taking the live set of
-    /// every (process, device) at `checkpoint` (raw ns; `u64::MAX`: the end).
+    /// The peaks of every (process, device) and its live set at `checkpoint` (raw ns;
+    /// `u64::MAX`: the end): just before the first event after it, from the capture's
+    /// fold through the one free-matching rule ([`CaptureEvidence::live`]).
     pub fn compute(cap: &CaptureEvidence, checkpoint: u64) -> Self {
         let l = &cap.loaded;
-        let mut live: LiveSet<u64> = LiveSet::new();
-        // By stream index while folding (touched by every allocation), by (process
-        // image, device) at the end.
-        let mut by_stream: Vec<DeviceLive> = vec![DeviceLive::default(); l.streams.len()];
-        let mut snapshot: Option<Snapshot> = None;
-        let take = |live: &LiveSet<u64>| {
-            let mut m = Snapshot::new();
-            for ((k, d), t) in live.all_totals() {
-                m.entry((k, d)).or_default().0 = t.device_bytes;
-            }
-            for (key, held) in live.iter() {
-                if key.family.on_device() {
-                    m.entry((key.proc, held.device))
-                        .or_default()
-                        .1
-                        .push((held.data, held.size));
-                }
-            }
-            for v in m.values_mut() {
-                v.1.sort_unstable();
-            }
-            m
-        };
-        for e in &l.events {
-            if snapshot.is_none() && e.ts > checkpoint {
-                snapshot = Some(take(&live));
-            }
-            if let Change::Alloc { family, now, .. } = live.apply(&l.mem_event(e), e.ts) {
-                let d = &mut by_stream[e.stream as usize];
-                if family == Family::Host {
-                    d.host_peak_bytes = d.host_peak_bytes.max(now.host_bytes);
-                } else if now.device_bytes > d.peak_bytes {
-                    d.peak_bytes = now.device_bytes;
-                    d.peak_ts = e.ts;
-                }
-            }
-        }
-        let snapshot = snapshot.unwrap_or_else(|| take(&live));
         let mut per: BTreeMap<(ProcKey, i32), DeviceLive> = BTreeMap::new();
-        for (i, d) in by_stream.into_iter().enumerate() {
-            per.insert(l.streams[i], d);
+        for (i, key) in l.streams.iter().enumerate() {
+            let p = cap.live.peaks(i);
+            per.insert(
+                *key,
+                DeviceLive {
+                    peak_bytes: p.device_bytes,
+                    peak_ts: p.device_ts,
+                    host_peak_bytes: p.host_bytes,
+                    ..DeviceLive::default()
+                },
+            );
         }
-        for (k, (bytes, allocs)) in snapshot {
-            let d = per.entry(k).or_default();
-            d.at_checkpoint = bytes;
-            d.live_at_checkpoint = allocs;
+        let at = l.events.partition_point(|e| e.ts <= checkpoint);
+        // `CaptureEvidence` keeps the lifetimes, so the answer is always there.
+        for pos in cap.live.live_before(at).into_iter().flatten() {
+            let e = &l.events[pos];
+            let d = per.entry(l.streams[e.stream as usize]).or_default();
+            d.at_checkpoint = d.at_checkpoint.saturating_add(e.size);
+            d.live_at_checkpoint.push((e.ts, e.size));
+        }
+        for d in per.values_mut() {
+            d.live_at_checkpoint.sort_unstable();
         }
         DriverFacts {
             per,

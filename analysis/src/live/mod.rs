@@ -7,17 +7,22 @@
 //!   image, device);
 //! - `vmm`: when a VMM handle's memory is given back (released and unmapped), and
 //!   releases of retained or imported handles ([`HandleRef`]);
-//! - `images`: [`ImageClock`], which exec image of a pid a streamed record belongs to.
+//! - `images`: [`ImageClock`], which exec image of a pid a streamed record belongs to;
+//! - `history`: [`LiveHistory`], each stream's peaks and the device allocations'
+//!   lifetimes a fold leaves behind (what was live at any instant, without folding
+//!   again).
 //!
 //! Every reader of events uses these (report, trace export, `attach --live`, the
 //! daemon's ingest, the OOM doctor), so they agree on what was live.
 
 mod family;
+mod history;
 mod images;
 mod set;
 mod vmm;
 
 pub use family::{Family, Step};
+pub use history::{HistoryMark, LiveHistory, StreamPeaks};
 pub use images::ImageClock;
 pub use set::{is_vmm_map, Change, HandleRef, Held, LiveKey, LiveSet, MemEvent, Totals};
 

@@ -314,6 +314,13 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     // the capture is written beside it and renamed over it at the end.
     let capture_out = super::out_file::CaptureOut::new(&out);
     let sink = Arc::new(CaptureFileSink::create(capture_out.write_path())?);
+    // The report and the doctor's live set are folded while CMD runs (a capture that is
+    // not a file, e.g. /dev/null, gets no report).
+    let fold = out
+        .metadata()
+        .map_or(true, |m| m.is_file())
+        .then(|| super::run_doctor::RunFold::start(&sink, &out, &ReportOptions { top: args.top }))
+        .flatten();
     let receiver = Receiver::start(None, sink.clone() as Arc<dyn FrameSink>)?;
     for (k, v) in &args.tags {
         write_tag(&sink, k, v)?;
@@ -468,6 +475,13 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         eprintln!("memwatch: error: {e}");
         return Ok(Outcome::Code(end.status));
     }
+    let timing = std::env::var_os("MEMWATCH_RUN_TIMING").is_some_and(|v| v == "1");
+    if timing {
+        eprintln!(
+            "memwatch: after the command: connections drained, capture written and synced {:.3} s",
+            cmd_ended.elapsed().as_secs_f64()
+        );
+    }
     if !idle && still_open > 0 {
         let pids = if left_behind.is_empty() {
             String::new()
@@ -517,31 +531,68 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     }
     let stored_run = store_capture(&args, &out);
     let phase = Instant::now();
-    let loaded = match load_with_progress(&out) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("memwatch: error: {}", super::one_line(&e));
-            post.done();
-            return Ok(Outcome::Code(end.status));
+    let folded = match fold {
+        Some(f) => f.finish(),
+        None => Err(super::run_doctor::NoFold::Failed),
+    };
+    let (diagnosis, report) = match folded {
+        Ok((f, caught_up)) => {
+            let fold_s = phase.elapsed().as_secs_f64();
+            print_damage(&f.loaded);
+            let phase = Instant::now();
+            let diagnosis = super::run_doctor::diagnose_folded(
+                f.loaded,
+                f.history,
+                &stderr_path,
+                xla_dump.as_ref(),
+                args.torch_snapshot.as_deref(),
+            );
+            if timing {
+                eprintln!(
+                    "memwatch: after the command: capture folded while written ({} events; \
+                     the frames still queued taken in {:.3} s, then {} events folded, {} \
+                     folded again for {} late ones) and its report finished {fold_s:.3} s, \
+                     diagnosis {:.3} s",
+                    f.stats.events,
+                    caught_up.as_secs_f64(),
+                    f.stats.folded_at_end,
+                    f.stats.refolded,
+                    f.stats.late_events,
+                    phase.elapsed().as_secs_f64()
+                );
+            }
+            (diagnosis, f.report)
+        }
+        Err(why) => {
+            let loaded = match load_with_progress(&out) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("memwatch: error: {}", super::one_line(&e));
+                    post.done();
+                    return Ok(Outcome::Code(end.status));
+                }
+            };
+            print_damage(&loaded);
+            let load_s = phase.elapsed().as_secs_f64();
+            let phase = Instant::now();
+            let top = args.top;
+            let (diagnosis, report) = super::run_doctor::diagnose_and_report(
+                loaded,
+                &stderr_path,
+                xla_dump.as_ref(),
+                args.torch_snapshot.as_deref(),
+                move |l| analyze(l, &ReportOptions { top }),
+            );
+            if timing {
+                eprintln!(
+                    "memwatch: after the command: capture read {load_s:.3} s (not folded while \
+                     written: {why}), diagnosis and report {:.3} s",
+                    phase.elapsed().as_secs_f64()
+                );
+            }
+            (diagnosis, report)
         }
     };
-    print_damage(&loaded);
-    let load_s = phase.elapsed().as_secs_f64();
-    let phase = Instant::now();
-    let top = args.top;
-    let (diagnosis, report) = super::run_doctor::diagnose_and_report(
-        loaded,
-        &stderr_path,
-        xla_dump.as_ref(),
-        args.torch_snapshot.as_deref(),
-        move |l| analyze(l, &ReportOptions { top }),
-    );
-    if std::env::var_os("MEMWATCH_RUN_TIMING").is_some_and(|v| v == "1") {
-        eprintln!(
-            "memwatch: after the command: capture read {load_s:.3} s, diagnosis and report {:.3} s",
-            phase.elapsed().as_secs_f64()
-        );
-    }
     // The verdict is stored with the run (the dashboard shows it, `GET
     // /api/runs/{id}/diagnosis` answers it).
     if let (Some(target), Some(run)) = (args.store.target(), stored_run) {

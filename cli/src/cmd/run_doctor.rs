@@ -1,14 +1,18 @@
 //! The OOM doctor inside `memwatch run`: the allocator settings recorded in the capture
 //! (`env` tags), the XLA dump the run writes for it (a folder the user names, the one
-//! the user's own `XLA_FLAGS` names, or a temporary one removed afterwards), and the
-//! diagnosis of the finished run from its capture, its stderr copy, that dump and the
-//! PyTorch snapshot the program wrote (`--torch-snapshot`).
+//! the user's own `XLA_FLAGS` names, or a temporary one removed afterwards), the capture
+//! folded while the command runs (so its report and live set are ready when it ends),
+//! and the diagnosis of the finished run from its capture, its stderr copy, that dump
+//! and the PyTorch snapshot the program wrote (`--torch-snapshot`).
 
 use super::diagnose::apply_env;
-use memwatch_analysis::capture::Loaded;
+use memwatch_agent::CaptureFileSink;
+use memwatch_analysis::capture::{CaptureFold, Folded, GaveUp, Loaded, ReportOptions, WireSize};
 use memwatch_analysis::doctor::{
     self, evidence::ALLOCATOR_ENV, CaptureEvidence, Diagnosis, Evidence, LogEvidence,
 };
+use memwatch_analysis::live::LiveHistory;
+use memwatch_wire::Record;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -82,6 +86,92 @@ impl XlaDump {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Memory the fold may hold, as a share of the machine's: past it the fold gives up and
+/// the capture is read back after the command ends (which needs as much again).
+const FOLD_MEMORY_SHARE: u64 = 8;
+
+/// Bytes the fold holds per event, about (its compact event, its share of the
+/// allocations' lifetimes, what waits to be folded).
+const FOLD_BYTES_PER_EVENT: u64 = 96;
+
+/// The capture folded on a thread of its own while the command runs, from the frames
+/// the capture sink writes (`memwatch_analysis::capture::fold`).
+pub struct RunFold {
+    thread: std::thread::JoinHandle<CaptureFold>,
+}
+
+/// Why there is no fold to use.
+pub enum NoFold {
+    GaveUp(GaveUp),
+    /// The fold's thread could not start, or ended early (a bug: it panicked).
+    Failed,
+}
+
+impl std::fmt::Display for NoFold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::GaveUp(why) => write!(f, "{why}"),
+            Self::Failed => write!(f, "the fold's thread failed"),
+        }
+    }
+}
+
+impl RunFold {
+    /// Starts folding every frame `sink` writes from now on; the capture will be at
+    /// `path` (the report names it). `None` when the thread cannot start.
+    pub fn start(sink: &CaptureFileSink, path: &Path, opts: &ReportOptions) -> Option<Self> {
+        // SAFETY: sysconf only reads system configuration.
+        let (pages, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        let memory = (pages.max(0) as u64).saturating_mul(page.max(0) as u64);
+        let max_events = (memory / FOLD_MEMORY_SHARE / FOLD_BYTES_PER_EVENT) as usize;
+        let mut fold = CaptureFold::new(path, opts, max_events);
+        let (tx, rx) = std::sync::mpsc::channel::<(Record, WireSize)>();
+        let thread = std::thread::Builder::new()
+            .name("memwatch-fold".into())
+            .spawn(move || {
+                // Ends when the sink drops the observer (it finished, or failed).
+                for (record, size) in rx {
+                    fold.frame(&record, size);
+                }
+                fold
+            })
+            .ok()?;
+        // Under the sink's lock: a copy of the record, and the frames' sizes.
+        sink.observe(Box::new(move |record, bytes| {
+            let _ = tx.send((record.clone(), WireSize::of(bytes)));
+        }));
+        Some(Self { thread })
+    }
+
+    /// Waits for the fold to take in the last frame (call after the sink finished) and
+    /// folds the rest. Also says how long the wait was (the fold's thread taking in the
+    /// frames still queued for it).
+    pub fn finish(self) -> Result<(Folded, std::time::Duration), NoFold> {
+        let waited = std::time::Instant::now();
+        let fold = self.thread.join().map_err(|_| NoFold::Failed)?;
+        let waited = waited.elapsed();
+        Ok((fold.finish().map_err(NoFold::GaveUp)?, waited))
+    }
+}
+
+/// Diagnoses the finished run from its folded capture (events in time order, and the
+/// fold's live set history), its stderr copy, its XLA dump and its PyTorch snapshot.
+pub fn diagnose_folded(
+    loaded: Loaded,
+    history: LiveHistory,
+    stderr_copy: &Path,
+    dump: Option<&XlaDump>,
+    snapshot: Option<&Path>,
+) -> Diagnosis {
+    let cap = CaptureEvidence::from_folded(loaded, history);
+    diagnose_capture(Some(cap), Some(stderr_copy), dump, snapshot)
 }
 
 /// Diagnoses the finished run and computes its report: the capture's events are sorted
