@@ -14,6 +14,7 @@
 #  3. `memwatch diagnose` on a 1 GiB stderr log (a training log's lines, the corpus runs'
 #     startup lines, and a real OOM report at the end): MB/s, best of 3.
 # Usage: bash bench/doctor.sh [EVENTS [BASELINE]]   (default 10000000; needs cc and python3)
+# MEMWATCH_BENCH_PREBUILT=DIR uses DIR's release memwatch and shim instead of building them.
 # BASELINE: another memwatch binary (e.g. a release build of an earlier commit), measured
 # in the same run with the same shim: figure 1 alternates the two builds (A B B A), 2 and 3
 # run both, each line saying which build it is.
@@ -22,10 +23,17 @@ cd "$(dirname "$0")/.."
 root=$PWD
 events="${1:-10000000}"
 baseline="${2:+$(readlink -f "$2")}"
-cargo build --release -q -p memwatch -p memwatch-preload
-target="${CARGO_TARGET_DIR:-target}/release"
-mw="$root/$target/memwatch"
-shim="$root/$target/libmemwatch_preload.so"
+if [ -n "${MEMWATCH_BENCH_PREBUILT:-}" ]; then
+  # Release binaries built elsewhere (a machine without cargo): DIR/memwatch and
+  # DIR/libmemwatch_preload.so.
+  mw="$(readlink -f "$MEMWATCH_BENCH_PREBUILT/memwatch")"
+  shim="$(readlink -f "$MEMWATCH_BENCH_PREBUILT/libmemwatch_preload.so")"
+else
+  cargo build --release -q -p memwatch -p memwatch-preload
+  target="${CARGO_TARGET_DIR:-target}/release"
+  mw="$root/$target/memwatch"
+  shim="$root/$target/libmemwatch_preload.so"
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -257,7 +257,11 @@ fn other_sizes_a_short_run_and_memory_already_in_use() {
 
     // Not an APU (the runtime says integrated=0): no APU section, whatever sysfs shows.
     let cap = tmp.path().join("dgpu.mwcap");
-    let args = [100 * GIB, 40 * GIB, 2, 0, 0].map(|v| v.to_string());
+    // The shim asks the runtime about a device (its name, `integrated`) on a flusher pass
+    // while the program runs, never in the exit handler: the program holds its memory for
+    // 100 ms so that a pass sees the device (with 0 ms the capture may end before one, and
+    // then only sysfs speaks for the device).
+    let args = [100 * GIB, 40 * GIB, 2, 0, 100].map(|v| v.to_string());
     run(
         &cap,
         prog,
