@@ -14,16 +14,22 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
     }
     let exe = f.executable.as_deref()?;
     let (pid, dev) = ctx.at()?;
-    let (args, _, temp) = ctx.executable_bytes(Some(pid), exe)?;
+    let need = ctx.executable_bytes(Some(pid), exe)?;
+    let (args, outputs, temp) = (need.arguments, need.outputs, need.temp);
     let pool = ctx.pool_state();
     let p = pool.pool.or(pool.limit)?;
-    let alone = args.saturating_add(temp);
+    let alone = need.alone();
     if alone > p {
         return None;
     }
     let at = ctx.failure_rt();
     let mut groups: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    // Everything live when it ran; its arguments are among these buffers (an argument
+    // is live while the call runs, whichever executable made it), so only what is live
+    // beyond them took room from it.
+    let mut live_total = 0u64;
     for buf in ctx.pjrt.live_at(pid, dev, at) {
+        live_total = live_total.saturating_add(buf.size);
         if let Producer::Execution(i) = buf.producer {
             let x = &ctx.pjrt.executions[i];
             let name = ctx.pjrt.name(x.pid, x.handle);
@@ -35,7 +41,8 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         }
     }
     let (resident, (bytes, count)) = groups.into_iter().max_by_key(|g| g.1 .0)?;
-    if alone.saturating_add(bytes) <= p {
+    let beyond_arguments = live_total.saturating_sub(args);
+    if alone.saturating_add(bytes.min(beyond_arguments)) <= p {
         return None;
     }
     let mut v = ctx.base(Kind::CoResident);
@@ -54,9 +61,10 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         b(p)
     );
     v.why = format!(
-        "{exe} needs {} (arguments {} + temp {}), which fits the {} pool; {count} output buffer(s) of {resident} ({}) were live when it ran, and the two do not fit together.",
+        "{exe} needs {} (arguments {} + outputs {} + temp {}), which fits the {} pool; {count} output buffer(s) of {resident} ({}) were live when it ran, and the two do not fit together.",
         b(alone),
         b(args),
+        b(outputs),
         b(temp),
         exact(p),
         exact(bytes)

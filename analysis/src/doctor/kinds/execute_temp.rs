@@ -15,10 +15,11 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
     let exe = f.executable.as_deref()?;
     let pool = ctx.pool_state();
     let p = pool.pool.or(pool.limit)?;
-    let Some((args, _out, temp)) = ctx.executable_bytes(f.pid, exe) else {
+    let Some(need) = ctx.executable_bytes(f.pid, exe) else {
         return from_remat_warning(ctx, exe, p);
     };
-    if temp.saturating_add(args) <= p && f.request.is_none_or(|r| r <= p) {
+    let (args, temp) = (need.arguments, need.temp);
+    if need.alone() <= p && f.request.is_none_or(|r| r <= p) {
         return None;
     }
     let mut v = ctx.base(Kind::ExecuteTemp);
@@ -27,6 +28,7 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
     }
     v.figures.insert("temp_bytes".into(), temp);
     v.figures.insert("argument_bytes".into(), args);
+    v.figures.insert("output_bytes".into(), need.outputs);
     v.figures.insert("pool_bytes".into(), p);
     v.evidence.extend(pool.cites.clone());
     let module = ctx.dump.and_then(|d| {
@@ -68,18 +70,29 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
             ),
         });
     }
+    let outputs = need.outputs.saturating_sub(need.alias);
+    let with_outputs = if outputs > 0 {
+        format!(" and {} of outputs", b(outputs))
+    } else {
+        String::new()
+    };
     v.headline = format!(
-        "{exe} needs a {} temp buffer at execute time; with its {} of arguments that is more than the {} pool.",
+        "{exe} needs a {} temp buffer at execute time; with its {} of arguments{with_outputs} that is more than the {} pool.",
         b(temp),
         b(args),
         b(p)
     );
     v.why = format!(
-        "The compiled executable asks for its temp buffer ({}) when it runs; its arguments ({}) are already in the pool ({}), so temp + arguments = {} cannot fit whatever else is live.{biggest}",
+        "The compiled executable asks for its temp buffer ({}) when it runs; its arguments ({}) are already in the pool ({}){}, so it needs {} on its own and cannot fit whatever else is live.{biggest}",
         exact(temp),
         b(args),
         exact(p),
-        b(temp + args)
+        if outputs > 0 {
+            format!(" and its outputs ({}) are allocated with the temp", b(outputs))
+        } else {
+            String::new()
+        },
+        b(need.alone())
     );
     let req = f.request.unwrap_or(temp);
     let sized = ctx.sized_pool(&[req], true);

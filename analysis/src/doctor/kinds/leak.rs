@@ -18,10 +18,14 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
     let in_use = pool
         .in_use
         .unwrap_or_else(|| ctx.pjrt.live_at(pid, dev, at).map(|b| b.size).sum());
-    // The kept outputs explain the failure only when without them it would have fit.
+    // The kept outputs explain the failure only when without them it would have fit,
+    // and when they, not the request, are what filled the pool: kept outputs smaller
+    // than the failing request (e.g. a model's parameters, made by one executable in a
+    // loop and kept as the next one's arguments) leave the request as the cause.
     let req = ctx.failure.and_then(|f| f.request).unwrap_or(0);
     let without = in_use.saturating_sub(l.leaked_bytes).saturating_add(req);
     if l.leaked_bytes.saturating_mul(4) < in_use
+        || l.leaked_bytes < req
         || pool.pool.or(pool.limit).is_some_and(|p| without > p)
     {
         return None;

@@ -223,28 +223,55 @@ impl<'a> Ctx<'a> {
 
     /// Compiled (argument, output, temp) bytes of an executable by name: the capture's
     /// record, else the dump's module.
-    pub fn executable_bytes(&self, pid: Option<u32>, name: &str) -> Option<(u64, u64, u64)> {
+    pub fn executable_bytes(&self, pid: Option<u32>, name: &str) -> Option<ExecutableBytes> {
         let from_capture = self
             .pjrt
             .executables
             .iter()
             .filter(|x| x.name == name && pid.is_none_or(|p| x.pid == p))
             .filter_map(|x| {
-                Some((
-                    PjrtFacts::stat(x, x.stats.argument)?,
-                    PjrtFacts::stat(x, x.stats.output)?,
-                    PjrtFacts::stat(x, x.stats.temp)?,
-                ))
+                Some(ExecutableBytes {
+                    arguments: PjrtFacts::stat(x, x.stats.argument)?,
+                    outputs: PjrtFacts::stat(x, x.stats.output)?,
+                    temp: PjrtFacts::stat(x, x.stats.temp)?,
+                    alias: PjrtFacts::stat(x, x.stats.alias).unwrap_or(0),
+                })
             })
-            .max_by_key(|t| t.2);
+            .max_by_key(|t| t.temp);
         from_capture.or_else(|| {
             self.dump?
                 .modules
                 .iter()
                 .filter(|m| m.name == name)
-                .map(|m| (m.argument_bytes, m.output_bytes, m.temp_bytes))
-                .max_by_key(|t| t.2)
+                .map(|m| ExecutableBytes {
+                    arguments: m.argument_bytes,
+                    outputs: m.output_bytes,
+                    temp: m.temp_bytes,
+                    alias: m.alias_bytes,
+                })
+                .max_by_key(|t| t.temp)
         })
+    }
+}
+
+/// An XLA executable's compiled memory figures (PJRT's compiled memory statistics, or
+/// the dump's buffer assignment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecutableBytes {
+    pub arguments: u64,
+    pub outputs: u64,
+    pub temp: u64,
+    /// Outputs that reuse an argument's memory (donated arguments).
+    pub alias: u64,
+}
+
+impl ExecutableBytes {
+    /// What the executable needs on its own while it runs: its arguments, its outputs
+    /// (less those that reuse a donated argument) and its temp — XLA's own peak figure.
+    pub fn alone(&self) -> u64 {
+        self.arguments
+            .saturating_add(self.outputs.saturating_sub(self.alias))
+            .saturating_add(self.temp)
     }
 }
 
