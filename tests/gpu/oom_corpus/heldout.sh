@@ -6,14 +6,17 @@
 # was written to produce (and, for a JAX leak, the growth per step with the array the
 # program keeps each step: rows x cols x 4 bytes).
 #
-#   bash tests/gpu/oom_corpus/heldout.sh MEMWATCH_BIN OUTDIR
+#   bash tests/gpu/oom_corpus/heldout.sh MEMWATCH_BIN OUTDIR [PREFIX]
+#
+# PREFIX picks a batch of run_all.sh's held-out entries (default h_; h2_ is the second).
 #
 # Prints one line per scenario and a total; exit 0 when every verdict is right, 1 otherwise.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 mw="$(readlink -f "${1:?memwatch binary}")"
 out="$(mkdir -p "${2:?output folder}" && cd "$2" && pwd)"
-names=$(sed -n 's/^  "\(h_[a-z_0-9]*\)|.*/\1/p' "$here/run_all.sh")
+prefix="${3:-h_}"
+names=$(sed -n "s/^  \"\(${prefix}[a-z_0-9]*\)|.*/\1/p" "$here/run_all.sh")
 # shellcheck disable=SC2086
 bash "$here/run_all.sh" "$mw" "$out" $names
 python3 - "$mw" "$out" $names <<'PY'
@@ -25,6 +28,9 @@ truth = {
     "jax_fragmentation.py": "fragmentation", "torch_fragmentation.py": "fragmentation",
     "torch_leak.py": "leak", "torch_too_large.py": "larger_than_device",
     "jax_too_large.py": "larger_than_device", "two_processes.py": "other_process",
+    "jax_autotune.py": "compile_scratch", "jax_co_resident.py": "co_resident",
+    "torch_fraction.py": "torch_fraction_limit", "cupy_limit.py": "cupy_pool_limit",
+    "host_pinned.py": "host_pinned",
 }
 ok = 0
 for name in names:

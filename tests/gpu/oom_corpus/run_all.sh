@@ -63,6 +63,18 @@ SCENARIOS=(
   "h_torch_leak||torch_leak.py 0.04 3072 3072"
   "h_torch_too_large||torch_too_large.py 1.6"
   "h_two_processes||two_processes.py 5 384"
+  # A second held-out batch (kinds the first lacked, other sizes again).
+  "h2_jax_autotune||jax_autotune.py 14336 500"
+  "h2_jax_co_resident|XLA_CLIENT_MEM_FRACTION=0.06|jax_co_resident.py 3482 4096 32"
+  "h2_jax_scan_temp|XLA_CLIENT_MEM_FRACTION=0.06|jax_scan_temp.py 1280 1536 384"
+  "h2_jax_fragmentation|XLA_CLIENT_MEM_FRACTION=0.1|jax_fragmentation.py 24 300 1200"
+  "h2_jax_leak_bfc|XLA_CLIENT_MEM_FRACTION=0.045|jax_leak.py 400 1024 8192 5"
+  "h2_jax_too_large||jax_too_large.py 1.1"
+  "h2_torch_fraction||torch_fraction.py 0.045 320"
+  "h2_torch_leak||torch_leak.py 0.02 4096 1024"
+  "h2_cupy_limit||cupy_limit.py 1280 112"
+  "h2_host_pinned||host_pinned.py 3"
+  "h2_two_processes||two_processes.py 8 256"
 )
 
 want=" $* "
