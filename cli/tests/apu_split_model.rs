@@ -221,12 +221,13 @@ fn a_whole_160_gib_model_on_a_128_gib_apu() {
 #[test]
 fn other_sizes_a_short_run_and_memory_already_in_use() {
     // 100 GiB asked on a 96 GiB APU (the 16 GiB-carve-out tree); 40 GiB needed, in 5
-    // parts, then 8 GiB of managed memory; the run is shorter than the sampling period,
-    // so no reading falls while memory is held.
+    // parts, then 8 GiB of managed memory; the run (100 ms of holding) is shorter than
+    // the sampling period, so no reading falls while memory is held. The hold lets a
+    // flusher pass name the device (`integrated`): the shim never asks the runtime at exit.
     let (_, prog, _) = built();
     let tmp = tempfile::tempdir().unwrap();
     let cap = tmp.path().join("short.mwcap");
-    let args = [100 * GIB, 40 * GIB, 5, 8 * GIB, 0].map(|v| v.to_string());
+    let args = [100 * GIB, 40 * GIB, 5, 8 * GIB, 100].map(|v| v.to_string());
     run(
         &cap,
         prog,
