@@ -306,6 +306,25 @@ async fn attach_h200(store: &Store) -> Result<()> {
     Ok(())
 }
 
+/// The daemon's router over `store`, as `memwatch serve` builds it, for timing pages.
+fn page_router(store: &Store) -> axum::Router {
+    let metrics = Arc::new(Metrics::default());
+    let (writer, _) = spawn_writer(
+        Ingestor::new(store.clone()),
+        metrics.clone(),
+        memwatch_daemon::IngestLimits::default(),
+    );
+    router(
+        AppState {
+            store: store.clone(),
+            writer,
+            metrics,
+            token: None,
+        },
+        1 << 20,
+    )
+}
+
 async fn time_page(app: &axum::Router, uri: &str) -> Result<(f64, usize)> {
     let t = Instant::now();
     let resp = app
@@ -365,21 +384,7 @@ async fn main() -> Result<()> {
         (small, big)
     };
     if bench {
-        let metrics = Arc::new(Metrics::default());
-        let (writer, _) = spawn_writer(
-            Ingestor::new(store.clone()),
-            metrics.clone(),
-            memwatch_daemon::IngestLimits::default(),
-        );
-        let app = router(
-            AppState {
-                store: store.clone(),
-                writer,
-                metrics,
-                token: None,
-            },
-            1 << 20,
-        );
+        let app = page_router(&store);
         let pages = [
             "/".to_string(),
             format!("/runs/{big}"),
@@ -672,21 +677,7 @@ async fn bench_framework(db: &str, execs: u64, buffers: u64) -> Result<()> {
     );
     store.close().await?;
     let store = Store::open(db).await?;
-    let metrics = Arc::new(Metrics::default());
-    let (writer, _) = spawn_writer(
-        Ingestor::new(store.clone()),
-        metrics.clone(),
-        memwatch_daemon::IngestLimits::default(),
-    );
-    let app = router(
-        AppState {
-            store: store.clone(),
-            writer,
-            metrics,
-            token: None,
-        },
-        1 << 20,
-    );
+    let app = page_router(&store);
     let pages = [
         format!("/runs/{run}"),
         format!("/api/runs/{run}/framework?device=0"),
