@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{mw, repo};
+use common::{diagnose_scenario, repo};
 use serde_json::Value;
 
 #[test]
@@ -21,27 +21,7 @@ fn held_out_failures_get_the_kind_their_program_produces() {
         };
         let scenario: Value = serde_json::from_str(&text).unwrap();
         let want = scenario["design_kind"].as_str().unwrap().to_string();
-        let mut args: Vec<String> = vec!["diagnose".into()];
-        for f in [
-            "capture.mwcap",
-            "stderr.log",
-            "nvsmi.csv",
-            "snapshot.pickle",
-        ] {
-            let p = dir.join(f);
-            if p.is_file() {
-                args.push(p.display().to_string());
-            }
-        }
-        for (k, v) in scenario["env"].as_object().into_iter().flatten() {
-            args.push("--env".into());
-            args.push(format!("{k}={}", v.as_str().unwrap_or_default()));
-        }
-        args.push("--json".into());
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (code, out, err) = mw(&a);
-        assert_eq!(code, 0, "{}: {err}", dir.display());
-        let doc: Value = serde_json::from_str(&out).unwrap();
+        let doc = diagnose_scenario(&dir, &scenario);
         let got = doc["verdicts"][0]["kind"].as_str().unwrap_or("none");
         seen += 1;
         if got != want {

@@ -119,3 +119,34 @@ pub fn fresh_postgres_database(prefix: &str, what: &str) -> Option<(String, Stri
     );
     Some((url, name))
 }
+
+/// `memwatch diagnose --json` on a recorded scenario folder (`testdata/oom-corpus*/NAME`)
+/// with the files a user would have — capture, stderr, nvidia-smi samples, the PyTorch
+/// snapshot, the XLA dump, wherever present — and the scenario's environment.
+pub fn diagnose_scenario(dir: &Path, scenario: &serde_json::Value) -> serde_json::Value {
+    let mut args: Vec<String> = vec!["diagnose".into()];
+    for f in [
+        "capture.mwcap",
+        "stderr.log",
+        "nvsmi.csv",
+        "snapshot.pickle",
+    ] {
+        let p = dir.join(f);
+        if p.is_file() {
+            args.push(p.display().to_string());
+        }
+    }
+    if dir.join("dump").is_dir() {
+        args.push("--xla-dump".into());
+        args.push(dir.join("dump").display().to_string());
+    }
+    for (k, v) in scenario["env"].as_object().into_iter().flatten() {
+        args.push("--env".into());
+        args.push(format!("{k}={}", v.as_str().unwrap_or_default()));
+    }
+    args.push("--json".into());
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = mw(&a);
+    assert_eq!(code, 0, "{}: {err}", dir.display());
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{}: {e}: {out}", dir.display()))
+}
