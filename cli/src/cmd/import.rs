@@ -15,7 +15,7 @@ use memwatch_wire::{encode_record, FrameReader, ReadMode, Record};
 use serde::Serialize;
 
 use super::import_log::LogImport;
-use super::store_target::{daemon_base, Target};
+use super::store_target::{daemon_base, post_json, with_store, Target};
 use super::Outcome;
 
 const AFTER_HELP: &str = "\
@@ -495,49 +495,24 @@ pub fn attach_diagnosis(
 ) -> Result<()> {
     let doc = serde_json::to_value(d).context("encoding the diagnosis")?;
     match target {
-        Target::Db(db) => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?;
-            rt.block_on(async {
-                let store = Store::open(db)
-                    .await
-                    .with_context(|| format!("database {}", memwatch_daemon::redact(db)))?;
-                let stored = store
-                    .store_diagnosis(run, source, &doc)
-                    .await
-                    .context("storing the diagnosis")?;
-                store
-                    .close()
-                    .await
-                    .with_context(|| format!("closing {}", memwatch_daemon::redact(db)))?;
-                match stored {
-                    None => bail!("run {run} is not in {}", memwatch_daemon::redact(db)),
-                    Some(Err(e)) => Err(e.into()),
-                    Some(Ok(())) => Ok(()),
-                }
-            })
-        }
-        Target::Daemon { url, token } => {
-            let base = daemon_base(url)?;
-            let mut req = ureq::post(&format!(
-                "{base}/api/runs/{run}/diagnosis?source={}",
-                urlencode(source)
-            ))
-            .set("content-type", "application/json");
-            if let Some(t) = token {
-                req = req.set("authorization", &format!("Bearer {t}"));
+        Target::Db(db) => with_store(db, async |store| {
+            let stored = store
+                .store_diagnosis(run, source, &doc)
+                .await
+                .context("storing the diagnosis")?;
+            match stored {
+                None => bail!("run {run} is not in {}", memwatch_daemon::redact(db)),
+                Some(Err(e)) => Err(e.into()),
+                Some(Ok(())) => Ok(()),
             }
-            match req.send_bytes(doc.to_string().as_bytes()) {
-                Ok(_) => Ok(()),
-                Err(ureq::Error::Status(code, r)) => {
-                    let msg = r.into_string().unwrap_or_default();
-                    bail!("daemon {base} refused the diagnosis: HTTP {code} {msg}")
-                }
-                Err(e) => bail!("cannot reach daemon {base}: {e}"),
-            }
-        }
+        }),
+        Target::Daemon { url, token } => post_json(
+            url,
+            *token,
+            &format!("/api/runs/{run}/diagnosis?source={}", urlencode(source)),
+            doc.to_string().as_bytes(),
+            "the diagnosis",
+        ),
     }
 }
 

@@ -2,7 +2,8 @@
 //! by `memwatch import` and the commands that store their capture when it is finished,
 //! and by the XLA-dump attachment that follows an import.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use memwatch_daemon::Store;
 
 /// Where to put a capture.
 #[derive(Clone, Copy)]
@@ -21,4 +22,51 @@ pub fn daemon_base(url: &str) -> Result<&str> {
         bail!("--daemon {url}: expected an http://HOST:PORT URL of `memwatch serve --listen`");
     }
     Ok(base)
+}
+
+/// Opens the database `db`, runs `f` on it in a one-thread runtime, and closes it
+/// (folding a SQLite write-ahead log into the file) whatever `f` returned.
+pub fn with_store<T>(db: &str, f: impl AsyncFnOnce(&Store) -> Result<T>) -> Result<T> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async {
+        let name = memwatch_daemon::redact(db);
+        let store = Store::open(db)
+            .await
+            .with_context(|| format!("database {name}"))?;
+        let out = f(&store).await;
+        let closed = store
+            .close()
+            .await
+            .with_context(|| format!("closing {name}"));
+        let out = out?;
+        closed?;
+        Ok(out)
+    })
+}
+
+/// `POST {daemon}{path}` with a JSON body (and the bearer token); `what` names the body in
+/// the error when the daemon refuses it.
+pub fn post_json(
+    url: &str,
+    token: Option<&str>,
+    path: &str,
+    body: &[u8],
+    what: &str,
+) -> Result<()> {
+    let base = daemon_base(url)?;
+    let mut req = ureq::post(&format!("{base}{path}")).set("content-type", "application/json");
+    if let Some(t) = token {
+        req = req.set("authorization", &format!("Bearer {t}"));
+    }
+    match req.send_bytes(body) {
+        Ok(_) => Ok(()),
+        Err(ureq::Error::Status(code, r)) => {
+            let msg = r.into_string().unwrap_or_default();
+            bail!("daemon {base} refused {what}: HTTP {code} {msg}")
+        }
+        Err(e) => bail!("cannot reach daemon {base}: {e}"),
+    }
 }
