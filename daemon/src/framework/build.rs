@@ -227,6 +227,31 @@ pub async fn build_run(store: &Store, run: i64) -> Result<Built, StoreError> {
     Ok(built)
 }
 
+/// A device's PJRT buffers made in `[from, to)`: (ts, size, pid, api, producer).
+const CREATED_IN: &str = "SELECT ts_ns, size, pid, api, producer FROM pjrt_buffers \
+     WHERE run_id = $1 AND device = $2 AND ts_ns >= $3 AND ts_ns < $4";
+/// A device's PJRT buffers freed in `[from, to)`: (freed ts, size, pid, api, producer).
+const FREED_IN: &str = "SELECT freed_ts_ns, size, pid, api, producer FROM pjrt_buffers \
+     WHERE run_id = $1 AND device = $2 AND freed_ts_ns >= $3 AND freed_ts_ns < $4";
+
+/// Runs [`CREATED_IN`] or [`FREED_IN`].
+async fn buffers_in(
+    store: &Store,
+    sql: &'static str,
+    run: i64,
+    device: i64,
+    from: i64,
+    to: i64,
+) -> Result<Vec<(i64, i64, i64, i64, i64)>, StoreError> {
+    Ok(sqlx::query_as(sql)
+        .bind(run)
+        .bind(device)
+        .bind(from)
+        .bind(to)
+        .fetch_all(&store.pool)
+        .await?)
+}
+
 /// Rows read per window at most before the next window is made smaller.
 const WINDOW_ROWS: usize = 1 << 20;
 
@@ -267,30 +292,12 @@ async fn sweep_pjrt(
     while from <= last {
         let to = from.saturating_add(span);
         let mut changes: Vec<(i64, u8, Change)> = Vec::new();
-        let created: Vec<(i64, i64, i64, i64, i64)> = sqlx::query_as(
-            "SELECT ts_ns, size, pid, api, producer FROM pjrt_buffers \
-             WHERE run_id = $1 AND device = $2 AND ts_ns >= $3 AND ts_ns < $4",
-        )
-        .bind(run)
-        .bind(device)
-        .bind(from)
-        .bind(to)
-        .fetch_all(&store.pool)
-        .await?;
+        let created = buffers_in(store, CREATED_IN, run, device, from, to).await?;
         for (ts, size, pid, api, producer) in created {
             let who = producers.of_buffer(pid, api, producer);
             changes.push((ts, 0, Change::Create { size, who }));
         }
-        let freed: Vec<(i64, i64, i64, i64, i64)> = sqlx::query_as(
-            "SELECT freed_ts_ns, size, pid, api, producer FROM pjrt_buffers \
-             WHERE run_id = $1 AND device = $2 AND freed_ts_ns >= $3 AND freed_ts_ns < $4",
-        )
-        .bind(run)
-        .bind(device)
-        .bind(from)
-        .bind(to)
-        .fetch_all(&store.pool)
-        .await?;
+        let freed = buffers_in(store, FREED_IN, run, device, from, to).await?;
         for (ts, size, pid, api, producer) in freed {
             let who = producers.of_buffer(pid, api, producer);
             changes.push((ts, 2, Change::Free { size, who }));
