@@ -50,6 +50,44 @@ pub struct Rendered {
 
 pub(super) type DrawResult<T> = Result<T, String>;
 
+/// The plot area of a bytes-over-time chart: time since the run's start across, bytes
+/// up to `ytop`, with the dashboard's margins, grid and labels.
+pub(super) fn time_bytes_chart<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    x: std::ops::Range<f64>,
+    ytop: f64,
+) -> DrawResult<
+    ChartContext<
+        'a,
+        SVGBackend<'b>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+> {
+    let mut chart = ChartBuilder::on(root)
+        .margin(12)
+        .margin_top(34)
+        .margin_right(24)
+        .x_label_area_size(34)
+        .y_label_area_size(84)
+        .build_cartesian_2d(x, 0f64..ytop)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_labels(8)
+        .y_labels(6)
+        .x_label_formatter(&|x| fmt::axis_time(*x))
+        .y_label_formatter(&|y| fmt::axis_bytes(*y))
+        .light_line_style(RGBColor(235, 235, 235))
+        .bold_line_style(RGBColor(215, 215, 215))
+        .axis_style(RGBColor(80, 80, 80))
+        .label_style(("sans-serif", 13).into_font().color(&RGBColor(40, 40, 40)))
+        .x_desc("time since run start")
+        .axis_desc_style(("sans-serif", 13).into_font().color(&RGBColor(40, 40, 40)))
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 pub(super) fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("chart drawing failed: {e:?}")
 }
@@ -98,28 +136,7 @@ fn draw_timeline(
     let (x0, x1) = (from as f64, to.max(from + 1) as f64);
     let legend = legend_items(series, marks, from, to);
     draw_legend(root, &legend)?;
-    let mut chart = ChartBuilder::on(root)
-        .margin(12)
-        .margin_top(34)
-        .margin_right(24)
-        .x_label_area_size(34)
-        .y_label_area_size(84)
-        .build_cartesian_2d(x0..x1, 0f64..ytop)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_labels(8)
-        .y_labels(6)
-        .x_label_formatter(&|x| fmt::axis_time(*x))
-        .y_label_formatter(&|y| fmt::axis_bytes(*y))
-        .light_line_style(RGBColor(235, 235, 235))
-        .bold_line_style(RGBColor(215, 215, 215))
-        .axis_style(RGBColor(80, 80, 80))
-        .label_style(("sans-serif", 13).into_font().color(&RGBColor(40, 40, 40)))
-        .x_desc("time since run start")
-        .axis_desc_style(("sans-serif", 13).into_font().color(&RGBColor(40, 40, 40)))
-        .draw()
-        .map_err(err)?;
+    let mut chart = time_bytes_chart(root, x0..x1, ytop)?;
 
     let visible: Vec<&(u64, String)> = marks
         .annotations

@@ -5,8 +5,8 @@
 
 use plotters::prelude::*;
 
-use super::chart::{draw_legend, err, DrawResult, Rendered, Swatch, FAIL};
-use super::{fmt, Point};
+use super::chart::{draw_legend, err, time_bytes_chart, DrawResult, Rendered, Swatch, FAIL};
+use super::Point;
 
 /// Colours of the stacked layers (Okabe-Ito and tints), "other" last in grey.
 const LAYERS: [RGBColor; 8] = [
@@ -90,28 +90,7 @@ pub fn stacked(
             legend.push((Swatch::Triangle, "failed request".into()));
         }
         draw_legend(&root, &legend)?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(12)
-            .margin_top(34)
-            .margin_right(24)
-            .x_label_area_size(34)
-            .y_label_area_size(84)
-            .build_cartesian_2d(x0..x1, 0f64..ytop)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_labels(8)
-            .y_labels(6)
-            .x_label_formatter(&|x| fmt::axis_time(*x))
-            .y_label_formatter(&|y| fmt::axis_bytes(*y))
-            .light_line_style(RGBColor(235, 235, 235))
-            .bold_line_style(RGBColor(215, 215, 215))
-            .axis_style(RGBColor(80, 80, 80))
-            .label_style(("sans-serif", 13).into_font().color(&RGBColor(40, 40, 40)))
-            .x_desc("time since run start")
-            .axis_desc_style(("sans-serif", 13).into_font().color(&RGBColor(40, 40, 40)))
-            .draw()
-            .map_err(err)?;
+        let mut chart = time_bytes_chart(&root, x0..x1, ytop)?;
         let bw = bucket_ns.max(1) as f64;
         // Each layer is the area between the stack below it and its own top.
         for k in 0..layers.len() {
