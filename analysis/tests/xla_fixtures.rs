@@ -239,3 +239,110 @@ fn real_files_cut_at_any_line_are_rejected() {
         }
     }
 }
+
+/// The dump text itself, read plainly: the ENTRY ROOT's operands (or the ROOT's own name)
+/// and, for each, the `op_name` on the line that defines it (`name#k` -> `name`).
+fn root_elements_from_text(text: &str) -> Vec<(String, Option<String>)> {
+    let entry = &text[text.find("\nENTRY ").expect("ENTRY")..];
+    let root = entry
+        .lines()
+        .find(|l| l.trim_start().starts_with("ROOT "))
+        .expect("ROOT");
+    let names: Vec<String> = match root.find(" tuple(") {
+        Some(p) => {
+            let args = &root[p + 7..];
+            args[..args.find(')').unwrap()]
+                .split(", ")
+                .map(|a| {
+                    a.rsplit("*/")
+                        .next()
+                        .unwrap()
+                        .trim_start_matches('%')
+                        .to_string()
+                })
+                .collect()
+        }
+        None => vec![root.trim_start()[5..]
+            .split(" = ")
+            .next()
+            .unwrap()
+            .trim_start_matches('%')
+            .to_string()],
+    };
+    names
+        .into_iter()
+        .map(|n| {
+            let base = n.split('#').next().unwrap().to_string();
+            let def = entry
+                .lines()
+                .find(|l| {
+                    let t = l.trim_start().trim_start_matches("ROOT ");
+                    t.starts_with(&format!("%{base} = "))
+                })
+                .expect("definition");
+            let op = def
+                .split_once("op_name=\"")
+                .map(|(_, r)| r[..r.find('"').unwrap()].to_string());
+            (n, op)
+        })
+        .collect()
+}
+
+/// Output i of each real module is ROOT element i of its dump, with the `op_name` of the
+/// instruction that defines it; the outputs' bytes add up to the output allocation
+/// XLA reports, less its tuple index table (one pointer per element).
+#[test]
+fn entry_outputs_match_the_dump_text() {
+    let cases = [
+        ("testdata/oom-corpus/jax_leak_bfc/dump", "jit_update", 2),
+        (
+            "testdata/oom-corpus/jax_exec_temp/dump",
+            "jit_forward_loss",
+            13,
+        ),
+        ("testdata/oom-corpus/jax_co_resident/dump", "", 0),
+        ("testdata/h200/xla/h200-jax0.11.2-mlp", "jit_mlp", 0),
+    ];
+    let mut checked = 0;
+    for (dir, name, n) in cases {
+        let mods = xla::load_dump_dir(&repo(dir)).unwrap();
+        for m in mods.iter().filter(|m| name.is_empty() || m.name == name) {
+            let hlo = std::fs::read_dir(repo(dir))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| {
+                    let f = p.file_name().unwrap().to_string_lossy().to_string();
+                    f.ends_with("after_optimizations.txt") && f.contains(&format!(".{}.", m.name))
+                });
+            let Some(hlo) = hlo else { continue };
+            let want = root_elements_from_text(&std::fs::read_to_string(&hlo).unwrap());
+            if n > 0 {
+                assert_eq!(m.outputs.len(), n, "{}", m.name);
+            }
+            assert_eq!(m.outputs.len(), want.len(), "{}", m.name);
+            for (i, (o, (instr, op))) in m.outputs.iter().zip(&want).enumerate() {
+                assert_eq!(o.index as usize, i);
+                assert_eq!(&o.instruction, instr, "{} output {i}", m.name);
+                if op.is_some() {
+                    assert_eq!(&o.op_name, op, "{} output {i}", m.name);
+                }
+                assert!(o.bytes.is_some(), "{} output {i}: {}", m.name, o.shape);
+            }
+            let sum: u64 = m.outputs.iter().filter_map(|o| o.bytes).sum();
+            let table = if m.outputs.len() > 1 {
+                8 * m.outputs.len() as u64
+            } else {
+                0
+            };
+            assert_eq!(sum + table, m.output_bytes, "{}", m.name);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "{checked}");
+    let leak = xla::load_dump_dir(&repo("testdata/oom-corpus/jax_leak_bfc/dump")).unwrap();
+    let update = find(&leak, "jit_update");
+    assert!(update
+        .outputs
+        .iter()
+        .all(|o| o.op_name.as_deref() == Some("jit(update)/mul") && o.bytes == Some(64 << 20)));
+}

@@ -194,6 +194,9 @@ async fn jax_runs_lead_with_the_allocator_and_live_arrays() {
         );
         assert!(page.contains(&want), "expected {want}");
         assert!(page.contains("<td><code>jit_update</code></td>"));
+        // No dump attached: by executable only, saying what a dump would add.
+        assert!(page.contains("attach its XLA dump to see op_name"));
+        assert!(!page.contains("class=\"fw-value\""));
         // The run that fits and the execute-time OOM do not grow.
         for run in [fits, temp] {
             let v = api(
@@ -382,4 +385,186 @@ async fn send_part(
         id = id.or(out[0].run_id);
     }
     (id, seq)
+}
+
+/// "What was live at" inside the pool, with the run's XLA dump attached: live outputs of
+/// an executable are grouped by the framework op of the HLO value each output is. The
+/// expectation is swept from the capture itself (buffers created by then and not yet
+/// freed; a call's outputs numbered in the order the shim wrote them) and the dump's
+/// ROOT elements, whose sizes every output must have.
+#[tokio::test]
+async fn live_at_groups_outputs_by_executable_and_op_name() {
+    for url in dbs("framework_live_ops").await.urls.clone() {
+        let (app, store) = test_app(&url, None, 16 << 20).await;
+        let mut executables_checked = std::collections::BTreeSet::new();
+        for (stream, scenario) in [
+            (11u64, "jax_leak_bfc"),
+            (12, "jax_co_resident"),
+            (13, "jax_exec_temp"),
+        ] {
+            let run = store_corpus(&store, scenario, stream).await;
+            let mods = memwatch_analysis::xla::load_dump_dir(&testdata(&format!(
+                "oom-corpus/{scenario}/dump"
+            )))
+            .unwrap();
+            store.attach_xla_modules(run, "dump", &mods).await.unwrap();
+            let t0 = store.run_t0(run).await.unwrap().unwrap();
+            // Without the dump's module the page still groups by executable and says
+            // what a dump would add.
+            let recs = capture_records(&testdata(&format!("oom-corpus/{scenario}/capture.mwcap")));
+            let mut names: HashMap<(u32, u64), String> = HashMap::new();
+            let mut events: Vec<memwatch_wire::Event> = Vec::new();
+            for r in recs {
+                match r {
+                    Record::PjrtExecutable(x) => {
+                        names.insert((x.pid, x.handle), x.name.clone());
+                    }
+                    Record::Events(ev) => events.extend(ev),
+                    _ => {}
+                }
+            }
+            let with_outputs = |name: &str| {
+                mods.iter()
+                    .find(|m| m.name == name && !m.outputs.is_empty())
+            };
+            // Outputs numbered per call (pid, executable, device, stamp) in file order.
+            let mut next: HashMap<(u32, u64, i32, u64), u32> = HashMap::new();
+            let mut outputs: Vec<(memwatch_wire::Event, u32)> = Vec::new();
+            for e in &events {
+                if e.api() == memwatch_wire::Api::PjrtExecuteOutput {
+                    let n = next.entry((e.pid, e.aux, e.device, e.ts_ns)).or_default();
+                    outputs.push((*e, *n));
+                    *n += 1;
+                }
+            }
+            // Every output of an executable whose module is in the dump has the size of
+            // the dump's output of its index.
+            let mut sized = 0;
+            for (e, i) in &outputs {
+                if let Some(m) = names.get(&(e.pid, e.aux)).and_then(|n| with_outputs(n)) {
+                    assert_eq!(
+                        Some(e.size),
+                        m.outputs[*i as usize].bytes,
+                        "{scenario}: {} output {i}",
+                        m.name
+                    );
+                    sized += 1;
+                }
+            }
+            assert!(sized > 0, "{scenario}: no output of a dumped module");
+            // The instant: the last call of a dumped executable, when its outputs were made.
+            let (last, _) = outputs
+                .iter()
+                .rev()
+                .find(|(e, _)| {
+                    names
+                        .get(&(e.pid, e.aux))
+                        .and_then(|n| with_outputs(n))
+                        .is_some()
+                })
+                .unwrap();
+            let (at_abs, device) = (last.ts_ns, last.device);
+            let mut live: HashMap<(u32, u64), (u64, u64, Option<u32>)> = HashMap::new();
+            let index: HashMap<(u32, u64, u64), u32> = outputs
+                .iter()
+                .map(|(e, i)| ((e.pid, e.ptr, e.ts_ns), *i))
+                .collect();
+            let mut sorted = events.clone();
+            sorted.sort_by_key(|e| e.ts_ns);
+            for e in sorted.iter().filter(|e| e.ts_ns <= at_abs) {
+                match e.kind() {
+                    Some(EventKind::Alloc)
+                        if e.mem_kind() == Some(MemKind::PjrtBuffer) && e.device == device =>
+                    {
+                        let i = (e.api() == memwatch_wire::Api::PjrtExecuteOutput)
+                            .then(|| index[&(e.pid, e.ptr, e.ts_ns)]);
+                        live.insert((e.pid, e.ptr), (e.aux, e.size, i));
+                    }
+                    Some(EventKind::Free) => {
+                        live.remove(&(e.pid, e.ptr));
+                    }
+                    _ => {}
+                }
+            }
+            // executable -> op_name -> (bytes, count)
+            let mut want: HashMap<String, HashMap<String, (u64, u64)>> = HashMap::new();
+            for ((pid, _), (producer, size, i)) in &live {
+                let (Some(i), Some(name)) = (i, names.get(&(*pid, *producer))) else {
+                    continue;
+                };
+                let Some(m) = with_outputs(name) else {
+                    continue;
+                };
+                let o = &m.outputs[*i as usize];
+                let op = match (o.parameter, &o.op_name) {
+                    (Some(p), Some(n)) => format!("argument {p} ({n}) passed through"),
+                    (Some(p), None) => format!("argument {p} passed through"),
+                    (None, Some(n)) => n.clone(),
+                    (None, None) => format!("{} (no op_name)", o.instruction),
+                };
+                let g = want.entry(name.clone()).or_default().entry(op).or_default();
+                g.0 += size;
+                g.1 += 1;
+            }
+            assert!(!want.is_empty(), "{scenario}");
+            let at = at_abs - t0;
+            let v = api(
+                &app,
+                &format!("/runs/{run}/peak?device={device}&at={at}&format=json"),
+            )
+            .await;
+            let groups = v["framework_live"].as_array().unwrap();
+            for (exe, ops) in &want {
+                let g = groups
+                    .iter()
+                    .find(|g| g["executable"] == exe.as_str())
+                    .unwrap_or_else(|| panic!("{scenario}: {exe} not in {v}"));
+                assert_eq!(g["module"], exe.as_str());
+                let got: HashMap<String, (u64, u64)> = g["values"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| {
+                        (
+                            x["op_name"].as_str().unwrap().to_string(),
+                            (x["bytes"].as_u64().unwrap(), x["count"].as_u64().unwrap()),
+                        )
+                    })
+                    .collect();
+                assert_eq!(&got, ops, "{scenario}: {exe}");
+                for x in g["values"].as_array().unwrap() {
+                    assert!(
+                        x["instructions"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .all(|i| i.as_str().unwrap().contains("[output ")),
+                        "{x}"
+                    );
+                }
+                executables_checked.insert(exe.clone());
+            }
+            // The page shows the same, executable then op_name.
+            let (s, page) = get(&app, &format!("/runs/{run}/peak?device={device}&at={at}")).await;
+            assert_eq!(s, StatusCode::OK);
+            for (exe, ops) in &want {
+                assert!(
+                    page.contains(&format!("<td><code>{exe}</code></td>")),
+                    "{scenario}"
+                );
+                for op in ops.keys() {
+                    let shown = op
+                        .replace('&', "&amp;")
+                        .replace('"', "&quot;")
+                        .replace('\'', "&#x27;");
+                    assert!(
+                        page.contains(&format!("<td class=\"indent\"><code>{shown}</code></td>")),
+                        "{scenario}: {op}"
+                    );
+                }
+            }
+        }
+        assert!(executables_checked.len() >= 2, "{executables_checked:?}");
+        eprintln!("checked live outputs of {executables_checked:?}");
+    }
 }

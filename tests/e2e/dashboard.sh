@@ -78,7 +78,7 @@ check() {
   if grep -E "Uncaught|SyntaxError|TypeError|ReferenceError|Failed to load resource" "$log" | grep -v "favicon" >"$WORK/$name.err"; then
     if [ -s "$WORK/$name.err" ]; then echo "e2e: FAIL $name: console errors:"; cat "$WORK/$name.err"; ok=0; fi
   fi
-  "${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,900 \
+  "${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,"${SHOT_HEIGHT:-900}" \
     --screenshot="$SHOTS/$name.png" "$url" >/dev/null 2>"$log.shot" || true
   [ -s "$SHOTS/$name.png" ] || { echo "e2e: FAIL $name: no screenshot"; ok=0; }
   if [ $ok = 1 ]; then echo "e2e: ok   $name  ($url)"; else FAILED=1; fi
@@ -115,7 +115,7 @@ check 19-framework-fits "$B/runs/$FITS_RUN" "Inside the pool: JAX / PJRT on GPU 
 check 20-framework-exec-oom "$B/runs/$TEMP_RUN" "Inside the pool: JAX / PJRT on GPU 0" "OOM: " "executions"
 check 21-framework-torch "$B/runs/$TORCH_RUN" "Inside the pool: PyTorch on GPU 0" "allocated (live blocks)" "cached in the allocator"
 check 24-compare-snapshots "$B/compare?a=$TORCH_RUN&b=$TORCH2_RUN" "Inside the pool" "peak allocated" "PyTorch snapshot leak.pickle"
-check 25-peak-at-framework "$B/runs/$LEAK_RUN/peak?device=0&at=5000000000" "framework buffers live then" "jit_update"
+SHOT_HEIGHT=1500 check 25-peak-at-framework "$B/runs/$LEAK_RUN/peak?device=0&at=5000000000" "framework buffers live then" "jit_update" "jit(update)/mul" "loop_add_multiply_fusion#0 [output 1]"
 check 22-overview-growing "$B/" "badge grow" "in jit_update"
 for r in "$LEAK_RUN" "$TORCH_RUN"; do
   "${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,2600 \

@@ -325,6 +325,34 @@ fn run_records_executables_executes_buffers_stats_and_the_oom() {
         12
     );
     assert_eq!(count(Api::PjrtExecuteOutput, &|e| e.size == 4096), 2);
+    // each output carries its index: per call and device, jit_model's outputs 0 then 1,
+    // jit_small's one output 0
+    let mut calls: std::collections::BTreeMap<(u64, u64, i32), Vec<Option<u32>>> =
+        Default::default();
+    for e in ev.iter().filter(|e| e.api() == Api::PjrtExecuteOutput) {
+        calls
+            .entry((e.aux, e.ts_ns, e.device))
+            .or_default()
+            .push(e.pjrt_output_index());
+    }
+    let model_calls: Vec<_> = calls
+        .iter()
+        .filter(|((h, _, _), _)| *h == model.handle)
+        .map(|(_, v)| v.clone())
+        .collect();
+    assert_eq!(model_calls, vec![vec![Some(0), Some(1)]; 6]);
+    assert_eq!(
+        count(Api::PjrtExecuteOutput, &|e| e.size == 4096
+            && e.pjrt_output_index() == Some(0)),
+        2
+    );
+    // buffers that are not execute outputs carry no index
+    assert_eq!(
+        count(Api::PjrtBufferFromHostBuffer, &|e| e
+            .pjrt_output_index()
+            .is_some()),
+        0
+    );
     assert_eq!(
         count(Api::PjrtBufferFromHostBuffer, &|e| e.size == 4_194_304),
         2

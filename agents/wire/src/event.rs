@@ -448,7 +448,11 @@ crate::codec::wire_struct! {
         pub ptr: u64,
         /// Bytes requested (alloc, failed alloc) or stated (free with size, VMM).
         pub size: u64,
-        /// Stream handle for stream-ordered calls; 0 when none.
+        /// Stream handle for stream-ordered calls; 0 when none. For a PJRT execute
+        /// output buffer ([`Api::PjrtExecuteOutput`]) it holds which output of the
+        /// executable the buffer is, plus one (0: not recorded, as in captures made
+        /// before the shim recorded it); read and write it with
+        /// [`Event::pjrt_output_index`] and [`Event::set_pjrt_output_index`].
         pub stream: u64,
         /// Kind-specific extra: span duration in ns; pitch for pitched allocations; the
         /// physical handle for VMM map/unmap; the pool handle for *FromPoolAsync; flags
@@ -569,6 +573,22 @@ impl Event {
     /// Same as [`Event::api`] (older name, kept for callers not yet moved).
     pub fn api_name(&self) -> Api {
         self.api()
+    }
+
+    /// Which output of its executable a PJRT execute output buffer is (0-based), as the
+    /// shim recorded it; `None` for any other event and for outputs recorded without
+    /// their index (older captures: derive it from the call's order of outputs, see
+    /// `memwatch_analysis::runtime::output_order`).
+    pub fn pjrt_output_index(&self) -> Option<u32> {
+        if self.api != Api::PjrtExecuteOutput as u16 || self.stream == 0 {
+            return None;
+        }
+        u32::try_from(self.stream - 1).ok()
+    }
+
+    /// Records which output of its executable this PJRT execute output buffer is.
+    pub fn set_pjrt_output_index(&mut self, index: u32) {
+        self.stream = u64::from(index) + 1;
     }
 
     /// When the call started: `ts_ns`, less the duration for the events of calls

@@ -10,7 +10,9 @@
 //! Loading is in `load`, the computation in `peak`; nothing here prints.
 
 pub mod load;
+pub mod output_order;
 pub mod peak;
 
 pub use load::{load_capture, RuntimeCapture, RuntimeError};
+pub use output_order::OutputOrder;
 pub use peak::{analyse, join_dump, RuntimeReport};

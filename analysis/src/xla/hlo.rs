@@ -77,6 +77,28 @@ pub struct HloModule {
     pub entry: Option<String>,
     /// Computation names, in file order.
     pub computations: Vec<String>,
+    /// The ENTRY computation's ROOT instruction.
+    pub entry_root: Option<String>,
+    /// Every instruction of the ENTRY computation with its operands (kept whatever the
+    /// filter): what follows an output back to the value that made it.
+    #[serde(skip)]
+    pub entry_values: HashMap<String, EntryValue, foldhash::fast::RandomState>,
+}
+
+/// An ENTRY instruction as a value: what it is and what it reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntryValue {
+    /// Opcode.
+    pub opcode: String,
+    /// Result shape as printed.
+    pub shape: String,
+    /// Operand names as written (`%` dropped; `name#k` is element k of a tuple-shaped
+    /// instruction; a parameter's operand is its number).
+    pub operands: Vec<String>,
+    /// `index=` of a `get-tuple-element`.
+    pub tuple_index: Option<u64>,
+    /// Framework op name from metadata.
+    pub op_name: Option<String>,
 }
 
 #[derive(Default)]
@@ -172,6 +194,14 @@ pub fn parse_hlo_filtered<R: BufRead>(
         let Some((cidx, entry)) = current else {
             continue;
         };
+        if entry {
+            let (name, value, root) =
+                parse_entry_value(line).map_err(|e| ParseError::new(file, no, e))?;
+            if root {
+                m.entry_root = Some(name.clone());
+            }
+            m.entry_values.insert(name, value);
+        }
         if let Some(keep) = keep {
             let t = line.trim_start();
             let t = t.strip_prefix("ROOT ").unwrap_or(t);
@@ -388,6 +418,45 @@ fn split_metadata(s: &str) -> Vec<(&str, &str)> {
         push_kv(&s[start..], &mut out);
     }
     out
+}
+
+/// One ENTRY line as a value: its name, what it reads, and whether it is the ROOT.
+fn parse_entry_value(line: &str) -> Result<(String, EntryValue, bool), String> {
+    let t = line.trim_start();
+    let root = t.starts_with("ROOT ");
+    let (name, instr) = parse_instruction(line, 0, true, 0)?;
+    let rhs = t.split_once(" = ").map_or("", |(_, r)| r);
+    let rest = if rhs.starts_with('(') {
+        matching_close(rhs, 0).map_or("", |end| rhs[end..].trim_start())
+    } else {
+        rhs.split_once(' ').map_or("", |(_, r)| r)
+    };
+    let mut value = EntryValue {
+        opcode: instr.opcode,
+        shape: instr.shape,
+        op_name: instr.op_name,
+        ..Default::default()
+    };
+    if let Some(open) = rest.find('(') {
+        if let Some(close) = matching_close(rest, open) {
+            value.operands = split_top_level(&rest[open + 1..close - 1])
+                .into_iter()
+                .filter(|o| !o.is_empty())
+                // `f32[4]{0} %a.1` (older dumps print operand shapes) or `%a.1`
+                .map(|o| {
+                    let last = o.rsplit(' ').next().unwrap_or(o);
+                    // `/*index=5*/%x`: XLA numbers every fifth operand in a comment
+                    let last = last.split_once("*/").map_or(last, |(_, r)| r);
+                    last.trim_start_matches('%').to_string()
+                })
+                .collect();
+            let attrs = rest[close..].trim_start_matches(',').trim();
+            value.tuple_index = split_top_level(attrs)
+                .into_iter()
+                .find_map(|a| a.strip_prefix("index=")?.parse().ok());
+        }
+    }
+    Ok((name, value, root))
 }
 
 fn parse_instruction(

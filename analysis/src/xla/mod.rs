@@ -12,10 +12,12 @@ pub mod diff;
 pub mod dump;
 pub mod hlo;
 pub mod live_range;
+pub mod outputs;
 pub mod report;
 pub mod text;
 pub mod usage_report;
 
+pub use outputs::{entry_outputs, OutputValue};
 pub use report::{build_report, memory_totals, Group, MemoryTotals, ModuleReport, PeakBuffer};
 pub use text::ParseError;
 

@@ -171,6 +171,10 @@ pub struct ModuleReport {
     pub temp_fragmentation_bytes: Option<u64>,
     /// Largest temp values overall (what the temp buffer holds), largest first.
     pub top_temp_values: Vec<PeakBuffer>,
+    /// What each output of an execution is (ENTRY ROOT element, its `op_name`), from the
+    /// HLO; empty without it (and in reports stored before this field).
+    #[serde(default)]
+    pub outputs: Vec<super::OutputValue>,
 }
 
 impl ModuleReport {
@@ -443,6 +447,7 @@ pub fn build_report(inp: ReportInputs<'_>) -> ModuleReport {
             .map(|p| (totals.temp_bytes + totals.host_temp_bytes).saturating_sub(p)),
         peak_buffers,
         top_temp_values,
+        outputs: inp.hlo.map(super::entry_outputs).unwrap_or_default(),
         totals,
     }
 }

@@ -2,12 +2,13 @@
 //! records, PyTorch through a snapshot's blocks), per device over time. `build` sweeps the
 //! stored records into rollups (`rollup`, series numbered in `series`), `builder` keeps
 //! them current in the background, `read` reads them at any zoom, `growth` finds what
-//! keeps accumulating, `view` draws the run page's section; `GET
+//! keeps accumulating, `live_at` says what was live at an instant, `view` draws the run page's section; `GET
 //! /api/runs/{id}/framework` answers the same as JSON.
 
 mod build;
 mod builder;
 mod growth;
+mod live_at;
 mod read;
 mod rollup;
 mod series;
@@ -26,6 +27,7 @@ use crate::runs::{load_run, range, run_end, RangeQ};
 pub use build::{build_run, Built};
 pub use builder::{spawn_framework_builder, stale_runs, BuilderProgress};
 pub use growth::{ExecutableGrowth, Growing};
+pub(crate) use live_at::{live_buffers_at, LiveAt};
 pub use read::FrameworkTimeline;
 pub(crate) use view::{growing_label, sections, FrameworkSection};
 
@@ -98,88 +100,6 @@ pub(crate) async fn summary(
         bucket_ns: tl.bucket_ns,
         producers,
     }))
-}
-
-/// Framework buffers live at an instant, per producing executable (and its XLA module
-/// when a dump with a module of that name is attached): the "live at" view inside the
-/// pool.
-pub(crate) struct LiveAt {
-    pub executable: String,
-    pub module: String,
-    pub bytes: i64,
-    pub count: i64,
-}
-
-#[derive(sqlx::FromRow)]
-struct LiveRow {
-    pid: i64,
-    api: i64,
-    producer: i64,
-    bytes: i64,
-    count: i64,
-}
-
-/// PJRT buffers of `device` live at `at_abs` (monotonic ns), largest group first.
-pub(crate) async fn live_buffers_at(
-    store: &crate::db::Store,
-    run: i64,
-    device: i64,
-    at_abs: i64,
-) -> Result<Vec<LiveAt>, crate::db::StoreError> {
-    let rows: Vec<LiveRow> = sqlx::query_as(
-        "SELECT pid, api, producer, CAST(SUM(size) AS BIGINT) AS bytes, COUNT(*) AS count FROM pjrt_buffers \
-         WHERE run_id = $1 AND device = $2 AND ts_ns <= $3 AND (freed_ts_ns IS NULL OR freed_ts_ns > $3) \
-         GROUP BY pid, api, producer",
-    )
-    .bind(run)
-    .bind(device)
-    .bind(at_abs)
-    .fetch_all(&store.pool)
-    .await?;
-    if rows.is_empty() {
-        return Ok(Vec::new());
-    }
-    let exes: Vec<(i64, i64, String)> =
-        sqlx::query_as("SELECT pid, handle, name FROM pjrt_executables WHERE run_id = $1")
-            .bind(run)
-            .fetch_all(&store.pool)
-            .await?;
-    let modules: std::collections::BTreeSet<String> =
-        sqlx::query_scalar::<_, String>("SELECT name FROM xla_modules WHERE run_id = $1")
-            .bind(run)
-            .fetch_all(&store.pool)
-            .await?
-            .into_iter()
-            .collect();
-    let mut groups: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
-    for r in rows {
-        let who = match crate::codes::api(r.api as u16) {
-            memwatch_wire::Api::PjrtExecuteOutput => exes
-                .iter()
-                .find(|x| x.0 == r.pid && x.1 == r.producer)
-                .map_or_else(|| format!("executable {:#x}", r.producer), |x| x.2.clone()),
-            memwatch_wire::Api::PjrtBufferFromHostBuffer => "host transfer".into(),
-            _ => "device copy".into(),
-        };
-        let g = groups.entry(who).or_default();
-        g.0 += r.bytes;
-        g.1 += r.count;
-    }
-    let mut out: Vec<LiveAt> = groups
-        .into_iter()
-        .map(|(executable, (bytes, count))| LiveAt {
-            module: if modules.contains(&executable) {
-                executable.clone()
-            } else {
-                String::new()
-            },
-            executable,
-            bytes,
-            count,
-        })
-        .collect();
-    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.executable.cmp(&b.executable)));
-    Ok(out)
 }
 
 #[derive(Deserialize, Default)]

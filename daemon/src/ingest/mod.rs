@@ -30,6 +30,7 @@ mod writer;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use memwatch_analysis::runtime::OutputOrder;
 use memwatch_wire::{Event, Record};
 use sqlx::{Any, Transaction};
 
@@ -414,7 +415,12 @@ impl Ingestor {
                         touched.insert(r);
                         work.push(Work::Events(r, evs.as_slice()));
                         events += evs.len() as u64;
-                        pjrt::store_events(tx, r, evs).await?;
+                        let mut fresh = OutputOrder::default();
+                        let outputs = self
+                            .runs
+                            .get_mut(&r)
+                            .map_or(&mut fresh, |st| &mut st.outputs);
+                        pjrt::store_events(tx, r, evs, outputs).await?;
                     }
                     Record::DeviceInfo(d) => {
                         records::device_info(tx, node_id, d).await?;

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use memwatch_analysis::runtime::OutputOrder;
 use memwatch_wire::{Api, Event, EventKind, MemKind, PjrtExecutable, PjrtMemoryStats};
 
 use super::Tx;
@@ -109,17 +110,20 @@ struct BufRow {
     producer: i64,
     ts: i64,
     freed: Option<i64>,
+    /// Which output of `producer` it is (execute outputs only).
+    output_index: Option<i64>,
 }
 
 /// Stores the PJRT events among `events` (the rest are left to the event chunks, which
 /// hold every event anyway): executions, completions, buffers, failed executes.
 /// Executions and buffers of the batch are written with multi-row inserts; a completion
 /// or free of a row of the same batch is applied before writing, one of an earlier batch
-/// with an UPDATE.
+/// with an UPDATE. Execute outputs are numbered by `outputs`, the run's [`OutputOrder`].
 pub(super) async fn store_events(
     tx: &mut Tx,
     run: i64,
     events: &[Event],
+    outputs: &mut OutputOrder,
 ) -> Result<(), StoreError> {
     let mut execs: Vec<ExecRow> = Vec::new();
     let mut exec_at: HashMap<(i64, i64, i64, i64), usize> = HashMap::new();
@@ -199,6 +203,7 @@ pub(super) async fn store_events(
                     producer: e.aux as i64,
                     ts: e.ts_ns as i64,
                     freed: None,
+                    output_index: outputs.index(e).map(i64::from),
                 });
             }
             (_, Some(EventKind::Free)) => match live_at.remove(&(pid, ptr)) {
@@ -246,8 +251,8 @@ pub(super) async fn store_events(
     for group in bufs.chunks(ROWS_PER_INSERT) {
         let sql = multi_row(
             "INSERT INTO pjrt_buffers (run_id, pid, device, ptr, size, api, producer, ts_ns, \
-             freed_ts_ns) VALUES ",
-            9,
+             freed_ts_ns, output_index) VALUES ",
+            10,
             group.len(),
         );
         let mut q = sqlx::query(&sql);
@@ -261,7 +266,8 @@ pub(super) async fn store_events(
                 .bind(r.api)
                 .bind(r.producer)
                 .bind(r.ts)
-                .bind(r.freed);
+                .bind(r.freed)
+                .bind(r.output_index);
         }
         q.execute(&mut **tx).await?;
     }

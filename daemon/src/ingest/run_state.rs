@@ -15,6 +15,7 @@ use std::time::Instant;
 use foldhash::HashMap as FastMap;
 
 use memwatch_analysis::live::{Change, Held, ImageClock, LiveKey, LiveSet, MemEvent, ProcKey};
+use memwatch_analysis::runtime::OutputOrder;
 use memwatch_wire::{Event, EventKind, MemKind, EVENT_SIZE};
 
 use super::rollup::{Accumulator, RollupRow};
@@ -107,6 +108,9 @@ pub struct RunState {
     pub running: HashSet<u32>,
     /// When a batch last had records for this run (memory is given back after a while).
     pub touched: Instant,
+    /// Numbers execute outputs that carry no recorded index (older captures) across the
+    /// run's batches: a call's outputs split over two batches keep counting.
+    pub outputs: OutputOrder,
 }
 
 impl RunState {
@@ -127,6 +131,7 @@ impl RunState {
             dirty: false,
             running: HashSet::new(),
             touched: Instant::now(),
+            outputs: OutputOrder::default(),
         }
     }
 

@@ -10,8 +10,8 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::model::{Group, Peak, PeakAlloc};
-use super::views::FailedView;
 use super::views::{AllocView, DimView, GroupView, PeakPage};
+use super::views::{FailedView, FrameworkLiveView};
 use crate::app::error::AppError;
 use crate::app::extract::{Path, Query};
 use crate::app::page::html;
@@ -85,17 +85,19 @@ pub(super) async fn peak(
         None => Vec::new(),
     };
     let framework_total = fmt::bytes(framework_live.iter().map(|g| g.bytes).sum());
-    let framework_live: Vec<(String, String, i64, String)> = framework_live
-        .into_iter()
-        .map(|g| (g.executable, g.module, g.count, fmt::bytes(g.bytes)))
-        .collect();
     let p = st.store.live_at(id, device, at, PEAK_LIST).await?;
     if json {
-        return Ok(Json(
-            serde_json::json!({ "run_id": id, "device": device, "at_ns": at, "live": p }),
-        )
+        return Ok(Json(serde_json::json!({
+            "run_id": id,
+            "device": device,
+            "at_ns": at,
+            "live": p,
+            "framework_live": framework_live,
+        }))
         .into_response());
     }
+    let framework_live: Vec<FrameworkLiveView> =
+        framework_live.iter().map(FrameworkLiveView::of).collect();
     let Some(p) = p else {
         return html(&PeakPage {
             id,

@@ -27,9 +27,9 @@ pub struct PeakPage {
     pub runtime: Option<RuntimePanel>,
     /// Set when the page shows an instant (`?at=NS`) instead of the peak.
     pub at: Option<u64>,
-    /// At an instant: the framework (PJRT) buffers live then, by producing executable:
-    /// (executable, XLA module or "", buffers, bytes).
-    pub framework_live: Vec<(String, String, i64, String)>,
+    /// At an instant: the framework (PJRT) buffers live then, by producing executable
+    /// and, with a dump, by op_name.
+    pub framework_live: Vec<FrameworkLiveView>,
     pub framework_total: String,
     /// Set when the instant asked for lies in time whose raw events retention deleted:
     /// the page shows the nearest exact instant before it and says so.
@@ -79,4 +79,41 @@ pub struct FailedView {
     /// The run's stored verdict (empty: none).
     pub verdict_kind: String,
     pub verdict_headline: String,
+}
+
+/// One producer's live framework buffers as the page shows them.
+pub struct FrameworkLiveView {
+    pub executable: String,
+    /// The joined XLA module, "" when no attached dump has it.
+    pub module: String,
+    pub count: i64,
+    pub bytes: String,
+    /// Whether it is an executable (a dump would name its values).
+    pub executable_output: bool,
+    /// (op_name, instructions, buffers, bytes).
+    pub values: Vec<(String, String, i64, String)>,
+}
+
+impl FrameworkLiveView {
+    pub fn of(g: &crate::framework::LiveAt) -> Self {
+        Self {
+            executable: g.executable.clone(),
+            module: g.module.clone(),
+            count: g.count,
+            bytes: crate::render::fmt::bytes(g.bytes),
+            executable_output: g.executable_output,
+            values: g
+                .values
+                .iter()
+                .map(|v| {
+                    (
+                        v.op_name.clone(),
+                        v.instructions.join(", "),
+                        v.count,
+                        crate::render::fmt::bytes(v.bytes),
+                    )
+                })
+                .collect(),
+        }
+    }
 }

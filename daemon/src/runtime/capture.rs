@@ -76,6 +76,7 @@ struct Buffer {
     producer: i64,
     ts_ns: i64,
     freed_ts_ns: Option<i64>,
+    output_index: Option<i64>,
 }
 
 /// A stored time relative to the run's start `t0`.
@@ -225,14 +226,14 @@ pub(crate) async fn runtime_capture(
         }
     }
     let rows: Vec<Buffer> = sqlx::query_as(
-        "SELECT pid, device, ptr, size, api, producer, ts_ns, freed_ts_ns FROM pjrt_buffers \
+        "SELECT pid, device, ptr, size, api, producer, ts_ns, freed_ts_ns, output_index FROM pjrt_buffers \
          WHERE run_id = $1 ORDER BY id",
     )
     .bind(run)
     .fetch_all(&store.pool)
     .await?;
     for r in rows {
-        let alloc = Event {
+        let mut alloc = Event {
             pid: r.pid as u32,
             device: r.device as i32,
             ptr: r.ptr as u64,
@@ -244,6 +245,9 @@ pub(crate) async fn runtime_capture(
             mem_kind: codes::mem_kind_code(MemKind::PjrtBuffer),
             ..Event::default()
         };
+        if let Some(i) = r.output_index.and_then(|i| u32::try_from(i).ok()) {
+            alloc.set_pjrt_output_index(i);
+        }
         if let Some(freed) = r.freed_ts_ns {
             cap.events.push(Event {
                 ts_ns: rel(freed, t0),
@@ -251,6 +255,7 @@ pub(crate) async fn runtime_capture(
                 kind: codes::event_kind_code(EventKind::Free),
                 size: 0,
                 aux: 0,
+                stream: 0,
                 device: -1,
                 ..alloc
             });

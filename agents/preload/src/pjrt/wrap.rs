@@ -225,9 +225,24 @@ unsafe fn buffer_device(buf: *mut c_void) -> i32 {
     }
 }
 
-fn new_buffer(api: Api, buf: *mut c_void, device: i32, size: u64, producer: u64, t0: u64, t1: u64) {
+/// A new PJRT buffer; `output` is which output of the executable `producer` it is, for
+/// execute outputs.
+#[allow(clippy::too_many_arguments)]
+fn new_buffer(
+    api: Api,
+    buf: *mut c_void,
+    device: i32,
+    size: u64,
+    producer: u64,
+    output: Option<u32>,
+    t0: u64,
+    t1: u64,
+) {
     super::pre_attach::created(buf as u64);
     push(api, |e| {
+        if let Some(i) = output {
+            e.set_pjrt_output_index(i);
+        }
         e.set_kind(EventKind::Alloc);
         e.set_mem_kind(MemKind::PjrtBuffer);
         e.ptr = buf as u64;
@@ -666,6 +681,7 @@ unsafe fn after_execute(a: *mut ExecuteArgs, err: *mut Error, t0: u64, t1: u64) 
                                     dev_at(d),
                                     size,
                                     handle,
+                                    u32::try_from(i).ok(),
                                     t0,
                                     t1,
                                 );
@@ -756,6 +772,7 @@ pub(super) unsafe extern "C" fn buffer_from_host(args: *mut c_void) -> *mut Erro
                     dev,
                     buffer_size(a.buffer),
                     0,
+                    None,
                     t0,
                     t1,
                 );
@@ -787,7 +804,16 @@ unsafe fn copy_common(s: usize, api: Api, args: *mut c_void) -> *mut Error {
             let a = &*a;
             if !a.dst_buffer.is_null() {
                 let dev = buffer_device(a.dst_buffer);
-                new_buffer(api, a.dst_buffer, dev, buffer_size(a.dst_buffer), 0, t0, t1);
+                new_buffer(
+                    api,
+                    a.dst_buffer,
+                    dev,
+                    buffer_size(a.dst_buffer),
+                    0,
+                    None,
+                    t0,
+                    t1,
+                );
             }
         });
     }
