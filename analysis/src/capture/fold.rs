@@ -236,6 +236,9 @@ impl CaptureFold {
     /// Sorts the fresh events into a run, and folds what no thread still making calls
     /// can precede.
     fn fold_ready(&mut self) {
+        if self.done.capacity() == 0 {
+            self.reserve_done();
+        }
         self.take_fresh();
         let horizon = self.newest_ts.saturating_sub(self.idle_ns);
         let recent = self.builder.events_read().saturating_sub(self.idle_events);
@@ -252,6 +255,15 @@ impl CaptureFold {
         }
         self.take_pool_sizes();
         self.fold_until(Some(self.bound_ts));
+    }
+
+    /// Reserves room for as many events as the fold may hold, once: address space only
+    /// (pages are taken as events fill them), so that the folded events never move.
+    /// Growing a vector of hundreds of MiB by doubling copies it each time into fresh
+    /// pages the kernel must zero, which was most of the fold's work on a 10M-event
+    /// capture. Where the room cannot be had, the vector grows as usual.
+    fn reserve_done(&mut self) {
+        let _ = self.done.try_reserve_exact(self.max_events);
     }
 
     /// Takes in the pool sizes of the PJRT samples read since the last call; a new one

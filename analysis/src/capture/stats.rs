@@ -15,7 +15,10 @@ use serde::Serialize;
 use super::codes::result_name;
 use super::devices::DeviceWalk;
 use super::load::{DamageReport, Ev, EventContext, Loaded, ProcKey};
-use crate::live::{Change, Family, HandleRef, Held, HistoryMark, LiveHistory, LiveSet};
+use crate::live::{
+    is_runtime_segment, Allocation, Change, Family, HandleRef, Held, HistoryMark, LiveHistory,
+    LiveSet,
+};
 
 /// Knobs of [`analyze`].
 #[derive(Debug, Clone)]
@@ -274,10 +277,12 @@ struct ProcAcc {
 }
 
 /// What the report keeps with each live allocation: the stream (pid, device) it was
-/// made on and its index in the sorted event list.
+/// made on, its index in the sorted event list, and whether it is a runtime segment
+/// (for the history: [`is_runtime_segment`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Origin {
     pub stream: u32,
+    pub segment: bool,
     pub idx: usize,
 }
 
@@ -661,14 +666,19 @@ impl LivePart {
         }
         self.last_ts = self.last_ts.max(e.end());
         let pid = ctx.streams[s].0;
+        let me = ctx.mem_event(e);
         let origin = Origin {
             stream: e.stream,
+            segment: is_runtime_segment(&me),
             idx: i,
         };
-        let me = ctx.mem_event(e);
         let change = self.live.apply(&me, origin);
         self.history
-            .record(i, e.stream, e.ts, &change, |o: &Origin| o.idx);
+            .record(i, e.stream, e.ts, &me, &change, |o: &Origin| Allocation {
+                pos: o.idx,
+                stream: o.stream,
+                segment: o.segment,
+            });
         self.devices
             .event(events, i, &me, &change, &self.live, ctx.streams);
         match change {

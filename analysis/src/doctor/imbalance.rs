@@ -166,7 +166,7 @@ pub fn compute(
     }
     let until_raw = failure.ts_raw.unwrap_or(u64::MAX);
     let until_rt = until_raw.saturating_sub(cap.runtime.origin_ns);
-    let walked = walk(cap, until_raw);
+    let walked = peaks_until(cap, &rows, until_raw).unwrap_or_else(|| walk(cap, until_raw));
     let arrays = arrays_peak(pjrt, until_rt);
 
     let measure = if rows.iter().all(|(k, d)| arrays.contains_key(&(k.pid, *d))) {
@@ -233,6 +233,38 @@ struct Walked {
     device_peak: u64,
     segments: u64,
     segments_peak: u64,
+}
+
+/// The peaks [`walk`] finds for `rows`, read from the fold's history instead of folding
+/// the events again: when each row's peaks (device memory, runtime segments) were first
+/// reached by `until`, the peak up to `until` is the run's peak. `None` when one was
+/// reached later (then only a walk up to `until` tells).
+fn peaks_until(
+    cap: &CaptureEvidence,
+    rows: &[(ProcKey, i32)],
+    until: u64,
+) -> Option<BTreeMap<(ProcKey, i32), Walked>> {
+    let l = &cap.loaded;
+    let mut out = BTreeMap::new();
+    for row in rows {
+        let Some(stream) = l.streams.iter().position(|s| s == row) else {
+            out.insert(*row, Walked::default());
+            continue;
+        };
+        let p = cap.live.peaks(stream);
+        if p.device_ts > until || p.segments_peak_ts > until {
+            return None;
+        }
+        out.insert(
+            *row,
+            Walked {
+                device_peak: p.device_bytes,
+                segments: 0,
+                segments_peak: p.segments_peak_bytes,
+            },
+        );
+    }
+    Some(out)
 }
 
 /// Driver-level and `cudaMalloc`-segment peaks per (process image, device) up to
@@ -304,4 +336,67 @@ fn arrays_peak(pjrt: &PjrtFacts, until: u64) -> BTreeMap<(u32, i32), u64> {
             (k, peak)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every real capture bundled (multi-GPU splits, the OOM corpus, H200 runs): the
+    /// peaks read from the fold's history are the walk's, at every cut where the history
+    /// can tell (the failure's time is one such cut: before, at and after each peak).
+    #[test]
+    fn peaks_from_the_history_are_those_of_a_walk_up_to_the_same_time() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata");
+        let mut captures: Vec<std::path::PathBuf> = Vec::new();
+        for dir in ["multi-gpu", "oom-corpus", "oom-corpus-heldout"] {
+            let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let c = e.path().join("capture.mwcap");
+                if c.is_file() {
+                    captures.push(c);
+                }
+            }
+        }
+        assert!(captures.len() >= 20, "{} captures", captures.len());
+        let (mut compared, mut fell_back, mut segments) = (0, 0, 0);
+        for path in &captures {
+            let cap = CaptureEvidence::read(path).expect("a capture");
+            let rows: Vec<(ProcKey, i32)> = cap.loaded.streams.clone();
+            let mut cuts: Vec<u64> = (0..rows.len())
+                .flat_map(|i| {
+                    let p = cap.live.peaks(i);
+                    [p.device_ts, p.segments_peak_ts]
+                })
+                .flat_map(|t| [t.saturating_sub(1), t, t.saturating_add(1)])
+                .collect();
+            cuts.push(u64::MAX);
+            for until in cuts {
+                let walked = walk(&cap, until);
+                match peaks_until(&cap, &rows, until) {
+                    Some(read) => {
+                        compared += 1;
+                        for row in &rows {
+                            let w = walked.get(row).copied().unwrap_or_default();
+                            let r = read.get(row).copied().unwrap_or_default();
+                            segments += usize::from(r.segments_peak > 0);
+                            assert_eq!(
+                                (r.device_peak, r.segments_peak),
+                                (w.device_peak, w.segments_peak),
+                                "{} {row:?} until {until}",
+                                path.display()
+                            );
+                        }
+                    }
+                    None => fell_back += 1,
+                }
+            }
+        }
+        assert!(
+            compared > captures.len() && fell_back > 0 && segments > 0,
+            "{compared} compared, {fell_back} walked, {segments} with segments"
+        );
+    }
 }

@@ -21,6 +21,28 @@ pub struct StreamPeaks {
     /// The same for pinned host memory made while this device was current.
     pub host_bytes: u64,
     pub host_ts: u64,
+    /// Device bytes live in runtime-API segments (`cudaMalloc` / `hipMalloc`: what
+    /// PyTorch's caching allocator reserves; [`is_runtime_segment`]) now, their most at
+    /// once and the time of the allocation that first reached it.
+    pub segments_bytes: u64,
+    pub segments_peak_bytes: u64,
+    pub segments_peak_ts: u64,
+}
+
+/// Whether an allocation is a runtime-API segment (the one rule:
+/// `crate::capture::devices::MemoryKind::RuntimeMalloc`, without pool sizes).
+pub fn is_runtime_segment(e: &MemEvent) -> bool {
+    use crate::capture::devices::MemoryKind;
+    MemoryKind::of(e.api, e.mem, e.size, &[]) == MemoryKind::RuntimeMalloc
+}
+
+/// What the history needs of an allocation still live in the fold's set: its position,
+/// its stream and whether it is a runtime segment ([`is_runtime_segment`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    pub pos: usize,
+    pub stream: u32,
+    pub segment: bool,
 }
 
 /// The fold's record; see the module docs.
@@ -57,24 +79,30 @@ impl LiveHistory {
     /// through a [`LiveSet`], keeping the lifetimes.
     pub fn fold(events: impl Iterator<Item = (MemEvent, u64, u32)>) -> Self {
         let mut history = Self::new(true);
-        let mut live: LiveSet<usize> = LiveSet::new();
+        let mut live: LiveSet<Allocation> = LiveSet::new();
         for (pos, (e, ts, stream)) in events.enumerate() {
-            let change = live.apply(&e, pos);
-            history.record(pos, stream, ts, &change, |p| *p);
+            let made = Allocation {
+                pos,
+                stream,
+                segment: is_runtime_segment(&e),
+            };
+            let change = live.apply(&e, made);
+            history.record(pos, stream, ts, &e, &change, |a| *a);
         }
-        history.finish(live.iter().map(|(k, h)| (k.family, h.data)));
+        history.finish(live.iter().map(|(k, h)| (k.family, h.data.pos)));
         history
     }
 
-    /// Records what the event at `pos` (of `stream`, at `ts`) did; `alloc_pos` gives the
-    /// position of the allocation a released entry's data names.
+    /// Records what the event `e` at `pos` (of `stream`, at `ts`) did; `allocation`
+    /// tells what the history needs of the allocation a released entry's data names.
     pub fn record<T>(
         &mut self,
         pos: usize,
         stream: u32,
         ts: u64,
+        e: &MemEvent,
         change: &Change<T>,
-        alloc_pos: impl Fn(&T) -> usize,
+        allocation: impl Fn(&T) -> Allocation,
     ) {
         match change {
             Change::Alloc {
@@ -83,23 +111,52 @@ impl LiveHistory {
                 now,
             } => {
                 if let Some(old) = replaced {
-                    self.released(*family, alloc_pos(&old.data), pos);
+                    let a = allocation(&old.data);
+                    self.released(*family, a.pos, pos);
+                    if family.on_device() && a.segment {
+                        self.segment_released(a.stream, old.size);
+                    }
                 }
                 self.allocated(stream, *family, now, ts);
+                if family.on_device() && is_runtime_segment(e) {
+                    self.segment_made(stream, e.size, ts);
+                }
             }
             Change::Free { family, freed, .. } => {
-                self.released(*family, alloc_pos(&freed.data), pos)
+                let a = allocation(&freed.data);
+                self.released(*family, a.pos, pos);
+                if family.on_device() && a.segment {
+                    self.segment_released(a.stream, freed.size);
+                }
             }
             _ => {}
         }
     }
 
-    fn allocated(&mut self, stream: u32, family: Family, now: &Totals, ts: u64) {
+    fn stream_peaks(&mut self, stream: u32) -> &mut StreamPeaks {
         let s = stream as usize;
         if s >= self.peaks.len() {
             self.peaks.resize(s + 1, StreamPeaks::default());
         }
-        let p = &mut self.peaks[s];
+        &mut self.peaks[s]
+    }
+
+    fn segment_made(&mut self, stream: u32, size: u64, ts: u64) {
+        let p = self.stream_peaks(stream);
+        p.segments_bytes = p.segments_bytes.saturating_add(size);
+        if p.segments_bytes > p.segments_peak_bytes {
+            p.segments_peak_bytes = p.segments_bytes;
+            p.segments_peak_ts = ts;
+        }
+    }
+
+    fn segment_released(&mut self, stream: u32, size: u64) {
+        let p = self.stream_peaks(stream);
+        p.segments_bytes = p.segments_bytes.saturating_sub(size);
+    }
+
+    fn allocated(&mut self, stream: u32, family: Family, now: &Totals, ts: u64) {
+        let p = self.stream_peaks(stream);
         if family.on_device() {
             if now.device_bytes > p.device_bytes {
                 p.device_bytes = now.device_bytes;
@@ -241,14 +298,19 @@ mod tests {
         let mut live: LiveSet<usize> = LiveSet::new();
         let a = ev(EventKind::Alloc, MemKind::Device, 0, 1, 10);
         let f = ev(EventKind::Free, MemKind::Device, 0, 1, 0);
+        let at = |pos| Allocation {
+            pos,
+            stream: 0,
+            segment: false,
+        };
         let c = live.apply(&a, 0);
-        h.record(0, 0, 5, &c, |p| *p);
+        h.record(0, 0, 5, &a, &c, |p| at(*p));
         let mark = h.mark();
         let c = live.apply(&f, 1);
-        h.record(1, 0, 6, &c, |p| *p);
+        h.record(1, 0, 6, &f, &c, |p| at(*p));
         let big = ev(EventKind::Alloc, MemKind::Device, 0, 2, 99);
         let c = live.apply(&big, 2);
-        h.record(2, 0, 7, &c, |p| *p);
+        h.record(2, 0, 7, &big, &c, |p| at(*p));
         assert_eq!(h.peaks(0).device_bytes, 99);
         h.rewind(&mark);
         assert_eq!(h.peaks(0).device_bytes, 10);

@@ -22,7 +22,7 @@ mod set;
 mod vmm;
 
 pub use family::{Family, Step};
-pub use history::{HistoryMark, LiveHistory, StreamPeaks};
+pub use history::{is_runtime_segment, Allocation, HistoryMark, LiveHistory, StreamPeaks};
 pub use images::ImageClock;
 pub use set::{is_vmm_map, Change, HandleRef, Held, LiveKey, LiveSet, MemEvent, Totals};
 

@@ -12,9 +12,11 @@ use memwatch_analysis::doctor::{
     self, evidence::ALLOCATOR_ENV, CaptureEvidence, Diagnosis, Evidence, LogEvidence,
 };
 use memwatch_analysis::live::LiveHistory;
-use memwatch_wire::Record;
+use memwatch_wire::{Event, Record};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Capture tags that record the run's allocator settings: `env` (recorded) and
 /// `env.NAME=VALUE` for each setting present, including the user's own `XLA_FLAGS`.
@@ -96,15 +98,35 @@ const FOLD_MEMORY_SHARE: u64 = 8;
 /// allocations' lifetimes, what waits to be folded).
 const FOLD_BYTES_PER_EVENT: u64 = 96;
 
+/// Emptied events buffers kept for the next frames' copies (each at most a frame's
+/// events: a frame is at most `memwatch_wire::MAX_FRAME_LEN` bytes on the wire).
+const SPARE_BUFFERS: usize = 4;
+
+/// Events that may wait for the fold's thread, as a share of those the fold may hold:
+/// past it the fold stops rather than the receiver waiting for it.
+const QUEUE_SHARE: usize = 2;
+
 /// The capture folded on a thread of its own while the command runs, from the frames
 /// the capture sink writes (`memwatch_analysis::capture::fold`).
 pub struct RunFold {
     thread: std::thread::JoinHandle<CaptureFold>,
+    /// The fold's thread was more events behind the capture than the fold may hold.
+    fell_behind: Arc<AtomicBool>,
+}
+
+/// Events in a record (what the fold's queue is bounded by; other records count 1).
+fn events_in(record: &Record) -> usize {
+    match record {
+        Record::Events(events) => events.len().max(1),
+        _ => 1,
+    }
 }
 
 /// Why there is no fold to use.
 pub enum NoFold {
     GaveUp(GaveUp),
+    /// The fold's thread fell further behind the capture than the fold may hold.
+    FellBehind,
     /// The fold's thread could not start, or ended early (a bug: it panicked).
     Failed,
 }
@@ -113,6 +135,7 @@ impl std::fmt::Display for NoFold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::GaveUp(why) => write!(f, "{why}"),
+            Self::FellBehind => write!(f, "the fold fell too far behind the capture"),
             Self::Failed => write!(f, "the fold's thread failed"),
         }
     }
@@ -133,21 +156,59 @@ impl RunFold {
         let max_events = (memory / FOLD_MEMORY_SHARE / FOLD_BYTES_PER_EVENT) as usize;
         let mut fold = CaptureFold::new(path, opts, max_events);
         let (tx, rx) = std::sync::mpsc::channel::<(Record, WireSize)>();
+        // Events handed over and not yet taken by the fold's thread: the queue's bound.
+        let queued = Arc::new(AtomicUsize::new(0));
+        let fell_behind = Arc::new(AtomicBool::new(false));
+        let taken = queued.clone();
+        let max_queued = max_events / QUEUE_SHARE;
+        // Events buffers the fold took in go back to the observer for the next frames.
+        let (give_back, spare) = std::sync::mpsc::sync_channel::<Vec<Event>>(SPARE_BUFFERS);
         let thread = std::thread::Builder::new()
             .name("memwatch-fold".into())
             .spawn(move || {
                 // Ends when the sink drops the observer (it finished, or failed).
                 for (record, size) in rx {
                     fold.frame(&record, size);
+                    taken.fetch_sub(events_in(&record), Ordering::Relaxed);
+                    if let Record::Events(mut events) = record {
+                        events.clear();
+                        let _ = give_back.try_send(events);
+                    }
                 }
                 fold
             })
             .ok()?;
-        // Under the sink's lock: a copy of the record, and the frames' sizes.
+        // Under the sink's lock: a copy of the record, and the frames' sizes. The
+        // receiver never waits for the fold: past the bound the fold stops (its queue is
+        // dropped) and the capture is read back after the command ends.
+        let behind = fell_behind.clone();
+        let mut tx = Some(tx);
         sink.observe(Box::new(move |record, bytes| {
-            let _ = tx.send((record.clone(), WireSize::of(bytes)));
+            let Some(sender) = &tx else {
+                return;
+            };
+            let n = events_in(record);
+            if queued.fetch_add(n, Ordering::Relaxed) + n > max_queued {
+                behind.store(true, Ordering::Relaxed);
+                tx = None;
+                return;
+            }
+            let copy = match record {
+                // Into a buffer the fold is done with: its pages are in place already
+                // (a fresh one of a large frame is zeroed by the kernel page by page).
+                Record::Events(events) => {
+                    let mut buf = spare.try_recv().unwrap_or_default();
+                    buf.extend_from_slice(events);
+                    Record::Events(buf)
+                }
+                other => other.clone(),
+            };
+            let _ = sender.send((copy, WireSize::of(bytes)));
         }));
-        Some(Self { thread })
+        Some(Self {
+            thread,
+            fell_behind,
+        })
     }
 
     /// Waits for the fold to take in the last frame (call after the sink finished) and
@@ -157,6 +218,9 @@ impl RunFold {
         let waited = std::time::Instant::now();
         let fold = self.thread.join().map_err(|_| NoFold::Failed)?;
         let waited = waited.elapsed();
+        if self.fell_behind.load(Ordering::Relaxed) {
+            return Err(NoFold::FellBehind);
+        }
         Ok((fold.finish().map_err(NoFold::GaveUp)?, waited))
     }
 }
