@@ -707,16 +707,24 @@ impl<R: Read> Machine<'_, R> {
         Ok(())
     }
 
-    #[inline]
+    /// `GET`: most of a trace's opcodes (frame dicts and keys fetched again), so the
+    /// common case (a finished value, room on the stack) is inlined into the opcode loop
+    /// and everything else is out of line.
+    #[inline(always)]
     fn memo_get(&mut self, idx: u32) -> Result<(), ErrorKind> {
-        if let Some(Slot::Ready(v, d, _)) = self.memo.fetch(idx) {
-            let (v, d) = (v.clone(), *d);
-            return self.push_nested_value(v, d);
+        if self.stack.len() < self.limits.max_stack {
+            if let Some((v, d)) = self.memo.fetch_ready(idx) {
+                self.stack.push(Item::Value(v, d));
+                return Ok(());
+            }
         }
         self.memo_get_other(idx)
     }
 
-    /// `GET` of an object that is not a finished value in the memo.
+    /// `GET` of an object that is not a finished value in the memo, or onto a full
+    /// stack.
+    #[cold]
+    #[inline(never)]
     fn memo_get_other(&mut self, idx: u32) -> Result<(), ErrorKind> {
         let forgotten = self.memo.was_forgotten(idx);
         let found = match self.memo.fetch(idx) {
