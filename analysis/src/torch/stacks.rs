@@ -118,8 +118,17 @@ impl StackTable {
         }
         let mut sequence = std::mem::take(&mut self.sequence);
         sequence.clear();
-        sequence.extend(items.iter().map_while(identity));
-        let by_sequence = sequence.len() == items.len();
+        sequence.reserve(items.len());
+        let mut by_sequence = true;
+        for f in items.iter() {
+            match identity(f) {
+                Some(id) => sequence.push(id),
+                None => {
+                    by_sequence = false;
+                    break;
+                }
+            }
+        }
         if by_sequence {
             if let Some(&(_, id)) = self.sequence_cache.get(sequence.as_slice()) {
                 self.sequence = sequence;

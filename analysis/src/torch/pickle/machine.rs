@@ -593,14 +593,20 @@ impl<R: Read> Machine<'_, R> {
                     return Err(ErrorKind::ContainerFull(max_items));
                 }
                 b.dict.reserve_exact(n / 2);
+                // The nesting is checked once for the batch: any error ends the load,
+                // so which item is found too deep first makes no difference.
+                let mut deepest = 0;
                 while let (Some(k), Some(v)) = (items.next(), items.next()) {
                     let (k, dk) = seal(k, memo, spare);
                     let (v, dv) = seal(v, memo, spare);
-                    if dk.max(dv) >= max_nesting {
+                    deepest = deepest.max(dk).max(dv);
+                    b.dict.push((k, v));
+                }
+                if n > 0 {
+                    if deepest >= max_nesting {
                         return Err(too_deep);
                     }
-                    b.depth = b.depth.max(dk.max(dv) + 1);
-                    b.dict.push((k, v));
+                    b.depth = b.depth.max(deepest + 1);
                 }
                 b.count += n / 2;
             }
@@ -609,13 +615,17 @@ impl<R: Read> Machine<'_, R> {
                     return Err(ErrorKind::ContainerFull(max_items));
                 }
                 b.list.reserve_exact(n);
+                let mut deepest = 0;
                 for i in items.by_ref() {
                     let (v, d) = seal(i, memo, spare);
-                    if d >= max_nesting {
+                    deepest = deepest.max(d);
+                    b.list.push(v);
+                }
+                if n > 0 {
+                    if deepest >= max_nesting {
                         return Err(too_deep);
                     }
-                    b.depth = b.depth.max(d + 1);
-                    b.list.push(v);
+                    b.depth = b.depth.max(deepest + 1);
                 }
                 b.count += n;
             }
@@ -707,16 +717,24 @@ impl<R: Read> Machine<'_, R> {
         Ok(())
     }
 
-    #[inline]
+    /// `GET`: most of a trace's opcodes (frame dicts and keys fetched again), so the
+    /// common case (a finished value, room on the stack) is inlined into the opcode loop
+    /// and everything else is out of line.
+    #[inline(always)]
     fn memo_get(&mut self, idx: u32) -> Result<(), ErrorKind> {
-        if let Some(Slot::Ready(v, d, _)) = self.memo.fetch(idx) {
-            let (v, d) = (v.clone(), *d);
-            return self.push_nested_value(v, d);
+        if self.stack.len() < self.limits.max_stack {
+            if let Some((v, d)) = self.memo.fetch_ready(idx) {
+                self.stack.push(Item::Value(v, d));
+                return Ok(());
+            }
         }
         self.memo_get_other(idx)
     }
 
-    /// `GET` of an object that is not a finished value in the memo.
+    /// `GET` of an object that is not a finished value in the memo, or onto a full
+    /// stack.
+    #[cold]
+    #[inline(never)]
     fn memo_get_other(&mut self, idx: u32) -> Result<(), ErrorKind> {
         let forgotten = self.memo.was_forgotten(idx);
         let found = match self.memo.fetch(idx) {

@@ -107,7 +107,7 @@ impl Memo {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn slot_mut(&mut self, idx: u32) -> Option<&mut Slot> {
         if idx >= self.base {
             if let Some(Some(s)) = self.recent.get_mut((idx - self.base) as usize) {
@@ -128,6 +128,19 @@ impl Memo {
             *fetched = true;
         }
         Some(s)
+    }
+
+    /// A copy of the finished value `idx` (a reference count, not a deep copy) and its
+    /// nesting, marked as fetched; `None` when it is not a finished value.
+    #[inline(always)]
+    pub fn fetch_ready(&mut self, idx: u32) -> Option<(Value, u16)> {
+        match self.slot_mut(idx)? {
+            Slot::Ready(v, d, fetched) => {
+                *fetched = true;
+                Some((v.clone(), *d))
+            }
+            _ => None,
+        }
     }
 
     /// Marks a streamed element's own entry as gone.
