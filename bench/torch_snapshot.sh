@@ -8,12 +8,17 @@
 # With a release memwatch ($MEMWATCH or target/release/memwatch) also times
 # `memwatch report --json` and `memwatch import --db` into a fresh SQLite file.
 #   bench/torch_snapshot.sh [SIZE_BYTES]
+# TORCH_SNAPSHOT_BENCH=PATH runs a prebuilt torch_snapshot_bench instead of building it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size="${1:-2147483648}"
-cargo build --release -q -p memwatch-analysis --example torch_snapshot_bench
 target="${CARGO_TARGET_DIR:-target}/release"
-bench="$target/examples/torch_snapshot_bench"
+if [ -n "${TORCH_SNAPSHOT_BENCH:-}" ]; then
+    bench="$TORCH_SNAPSHOT_BENCH"   # a prebuilt example (a machine without cargo)
+else
+    cargo build --release -q -p memwatch-analysis --example torch_snapshot_bench
+    bench="$target/examples/torch_snapshot_bench"
+fi
 dir="$(mktemp -d "${TMPDIR:-/tmp}/torch-snapshot-bench.XXXXXX")"
 trap 'rm -rf "$dir"' EXIT
 echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg); commit $(git rev-parse --short HEAD)"

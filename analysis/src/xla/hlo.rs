@@ -83,6 +83,12 @@ pub struct HloModule {
     /// filter): what follows an output back to the value that made it.
     #[serde(skip)]
     pub entry_values: HashMap<String, EntryValue, foldhash::fast::RandomState>,
+    /// Per computation other than ENTRY whose ROOT is a tuple (a multi-output fusion's
+    /// body): the `op_name` of each tuple element's instruction, in element order. What
+    /// names element `k` of a fusion (`fusion.3#k`) by the op that computes it rather than
+    /// by the fusion's own metadata.
+    #[serde(skip)]
+    pub tuple_root_op_names: HashMap<String, Vec<Option<String>>, foldhash::fast::RandomState>,
 }
 
 /// An ENTRY instruction as a value: what it is and what it reads.
@@ -99,6 +105,8 @@ pub struct EntryValue {
     pub tuple_index: Option<u64>,
     /// Framework op name from metadata.
     pub op_name: Option<String>,
+    /// `calls=` target (a fusion's computation).
+    pub calls: Option<String>,
 }
 
 #[derive(Default)]
@@ -125,6 +133,9 @@ pub fn parse_hlo_filtered<R: BufRead>(
     let mut tables = FrameTables::default();
     let mut section = "";
     let mut current: Option<(u32, bool)> = None;
+    // The lines of the computation being read (not ENTRY) by instruction name, until its
+    // ROOT says which a tuple root returns; only those are parsed again.
+    let mut body_lines: HashMap<String, String> = HashMap::new();
     while let Some((no, line)) = lines.next_line()? {
         if m.name.is_empty() {
             if line.trim().is_empty() {
@@ -189,6 +200,7 @@ pub fn parse_hlo_filtered<R: BufRead>(
         }
         if line.trim_start() == "}" || line == "}" {
             current = None;
+            body_lines.clear();
             continue;
         }
         let Some((cidx, entry)) = current else {
@@ -201,6 +213,22 @@ pub fn parse_hlo_filtered<R: BufRead>(
                 m.entry_root = Some(name.clone());
             }
             m.entry_values.insert(name, value);
+        } else if line.trim_start().starts_with("ROOT ") {
+            let (_, root, _) = parse_entry_value(line).map_err(|e| ParseError::new(file, no, e))?;
+            if root.opcode == "tuple" {
+                let elements = root
+                    .operands
+                    .iter()
+                    .map(|o| {
+                        let l = body_lines.get(o)?;
+                        parse_instruction(l, cidx, false, no).ok()?.1.op_name
+                    })
+                    .collect();
+                m.tuple_root_op_names
+                    .insert(m.computations[cidx as usize].clone(), elements);
+            }
+        } else if let Some((name, _)) = line.trim_start().split_once(" = ") {
+            body_lines.insert(name.trim_start_matches('%').to_string(), line.to_string());
         }
         if let Some(keep) = keep {
             let t = line.trim_start();
@@ -435,6 +463,7 @@ fn parse_entry_value(line: &str) -> Result<(String, EntryValue, bool), String> {
         opcode: instr.opcode,
         shape: instr.shape,
         op_name: instr.op_name,
+        calls: instr.calls,
         ..Default::default()
     };
     if let Some(open) = rest.find('(') {

@@ -85,7 +85,7 @@ fn origin(m: &HloModule, name: &str) -> (Option<String>, Option<u64>) {
             break;
         };
         if op_name.is_none() {
-            op_name = v.op_name.clone();
+            op_name = element_op_name(m, v, name).or_else(|| v.op_name.clone());
         }
         if v.opcode == "parameter" {
             let number = v.operands.first().and_then(|n| n.parse().ok());
@@ -100,6 +100,14 @@ fn origin(m: &HloModule, name: &str) -> (Option<String>, Option<u64>) {
         }
     }
     (op_name, None)
+}
+
+/// For `name#k`, element `k` of a multi-output fusion: the `op_name` of the instruction
+/// its body returns as element `k` (the fusion's own metadata names only one of them).
+fn element_op_name(m: &HloModule, v: &EntryValue, name: &str) -> Option<String> {
+    let k: usize = name.split_once('#')?.1.parse().ok()?;
+    let body = v.calls.as_deref()?.trim_start_matches('%');
+    m.tuple_root_op_names.get(body)?.get(k)?.clone()
 }
 
 /// The element shapes of a tuple shape as printed (`(f32[], /*index=5*/bf16[2]{0})`),
@@ -178,6 +186,51 @@ ENTRY %main (p.0: f32[8], p.1: s32[]) -> (f32[8], f32[8], s32[], f32[2,4]) {
                 ("copy.1", Some(32), Some("jit(g)/sin"), None),
                 ("p.1", Some(4), None, Some(1)),
                 ("bitcast.2", Some(32), Some("jit(g)/sin"), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn elements_of_a_multi_output_fusion_are_named_by_the_ops_its_body_returns() {
+        // As XLA fused `sum(y)` and `convert(y * 2)` of a real H100 run: the fusion's own
+        // metadata names only the reduction.
+        let m = parse(
+            r#"HloModule jit_step
+
+%fused_computation (param_0: f32[16,8]) -> (f32[16], bf16[16,8]) {
+  %param_0 = f32[16,8]{1,0} parameter(0)
+  %constant_1 = f32[] constant(0)
+  %reduce.1 = f32[16]{0} reduce(%param_0, %constant_1), dimensions={1}, to_apply=%add, metadata={op_name="jit(step)/reduce_sum"}
+  %constant_2 = f32[] constant(2)
+  %broadcast.3 = f32[16,8]{1,0} broadcast(%constant_2), dimensions={}
+  %multiply.4 = f32[16,8]{1,0} multiply(%param_0, %broadcast.3), metadata={op_name="jit(step)/mul"}
+  %convert.5 = bf16[16,8]{1,0} convert(%multiply.4), metadata={op_name="jit(step)/convert_element_type"}
+  ROOT %tuple.6 = (f32[16]{0}, bf16[16,8]{1,0}) tuple(%reduce.1, %convert.5)
+}
+
+ENTRY %main (x: f32[16,8]) -> (f32[16,8], f32[16], bf16[16,8]) {
+  %x = f32[16,8]{1,0} parameter(0)
+  %tanh.7 = f32[16,8]{1,0} tanh(%x), metadata={op_name="jit(step)/tanh"}
+  %input_fusion = (f32[16]{0}, bf16[16,8]{1,0}) fusion(%tanh.7), kind=kInput, calls=%fused_computation, metadata={op_name="jit(step)/reduce_sum"}
+  ROOT %tuple.8 = (f32[16,8]{1,0}, f32[16]{0}, bf16[16,8]{1,0}) tuple(%tanh.7, %input_fusion#0, %input_fusion#1)
+}
+"#,
+        );
+        let o = entry_outputs(&m);
+        let got: Vec<_> = o
+            .iter()
+            .map(|v| (v.instruction.as_str(), v.bytes, v.op_name.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("tanh.7", Some(512), Some("jit(step)/tanh")),
+                ("input_fusion#0", Some(64), Some("jit(step)/reduce_sum")),
+                (
+                    "input_fusion#1",
+                    Some(256),
+                    Some("jit(step)/convert_element_type")
+                ),
             ]
         );
     }
