@@ -246,3 +246,26 @@ fn a_snapshot_the_command_wrote_joins_the_verdict() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(j["diagnosis"]["verdicts"][0]["kind"].is_string(), "{j}");
 }
+
+#[test]
+fn a_capture_that_cannot_be_written_is_said_and_the_commands_status_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    // /dev/full takes no byte: the capture's flush at the end fails (ENOSPC).
+    for code in [0, 3] {
+        let script = format!("echo from-the-command >&2; exit {code}");
+        let out = run_in(
+            dir.path(),
+            &[],
+            &["run", "--out", "/dev/full", "--", "sh", "-c", &script],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        assert!(err.contains("from-the-command"), "{err}");
+        assert!(
+            err.contains("memwatch: error: capture /dev/full is incomplete:")
+                && err.contains("No space left on device"),
+            "{err}"
+        );
+        assert!(!err.contains("capture written to"), "{err}");
+    }
+}

@@ -517,6 +517,9 @@ fn read_connection(id: ConnId, stream: UnixStream, shared: &Shared) -> CloseReas
                         base = after;
                     }
                 }
+                // The events buffer is decoded into again (no fresh, kernel-zeroed pages
+                // per frame).
+                reader.recycle(record);
                 if let Err(e) = result {
                     return CloseReason::Sink(e.0);
                 }

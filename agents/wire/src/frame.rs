@@ -121,6 +121,25 @@ macro_rules! records {
             }
         }
 
+        /// [`decode_payload`], decoding an `events` frame into `spare` (taken: the
+        /// record owns it) instead of a fresh buffer. Same result, same errors.
+        pub fn decode_payload_reusing(
+            ty: u8,
+            payload: &[u8],
+            spare: &mut Vec<Event>,
+        ) -> Result<Record, WireError> {
+            if ty != frame_type::EVENTS {
+                return decode_payload(ty, payload);
+            }
+            let mut c = Cursor::new(payload, ty);
+            let mut events = std::mem::take(spare);
+            crate::records::decode_events_into(&mut c, &mut events)?;
+            match c.remaining() {
+                0 => Ok(Record::Events(events)),
+                extra => Err(WireError::TrailingBytes { frame_type: ty, extra }),
+            }
+        }
+
         /// Whether `payload` is exactly as long as the layout of frame type `ty` says,
         /// reading only its counts and string lengths: true exactly when
         /// [`decode_payload`] would accept it, without decoding or copying anything.

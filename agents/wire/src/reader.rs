@@ -8,8 +8,9 @@
 
 use std::io::Read;
 
+use crate::event::Event;
 use crate::frame::{
-    decode_payload, decode_preamble, frame_type, payload_fits, Record, FRAME_OVERHEAD,
+    decode_payload_reusing, decode_preamble, frame_type, payload_fits, Record, FRAME_OVERHEAD,
     MAX_FRAME_LEN, PREAMBLE_LEN,
 };
 use crate::WireError;
@@ -69,6 +70,9 @@ pub struct FrameReader<R> {
     damage: Vec<Damage>,
     unknown_frames: u64,
     frames_read: u64,
+    /// An events buffer handed back with [`FrameReader::recycle`]: the next events frame
+    /// is decoded into it.
+    spare_events: Vec<Event>,
 }
 
 const READ_CHUNK: usize = 256 * 1024;
@@ -86,6 +90,7 @@ impl<R: Read> FrameReader<R> {
             damage: Vec::new(),
             unknown_frames: 0,
             frames_read: 0,
+            spare_events: Vec::new(),
         };
         if !r.fill(PREAMBLE_LEN)? {
             return Err(WireError::ShortPreamble { got: r.available() });
@@ -93,6 +98,18 @@ impl<R: Read> FrameReader<R> {
         decode_preamble(&r.buf[r.start..r.start + PREAMBLE_LEN])?;
         r.consume(PREAMBLE_LEN);
         Ok(r)
+    }
+
+    /// Hands back a record the caller is done with: an events frame's buffer is kept
+    /// (the larger one) and the next events frame is decoded into it, so a reader of
+    /// many large frames does not allocate, and have the kernel zero, a buffer for each.
+    pub fn recycle(&mut self, record: Record) {
+        if let Record::Events(mut events) = record {
+            if events.capacity() > self.spare_events.capacity() {
+                events.clear();
+                self.spare_events = events;
+            }
+        }
     }
 
     /// Damage found so far (salvage mode).
@@ -273,7 +290,8 @@ impl<R: Read> FrameReader<R> {
                 continue;
             }
             let ty = frame[4];
-            let decoded = decode_payload(ty, &frame[5..5 + len as usize - 1]);
+            let decoded =
+                decode_payload_reusing(ty, &frame[5..5 + len as usize - 1], &mut self.spare_events);
             match decoded {
                 Ok(record) => {
                     self.consume(total);

@@ -89,22 +89,32 @@ impl WireRecord for Vec<Event> {
         encode_events(self, w);
     }
     fn decode(c: &mut Cursor<'_>) -> Result<Self, WireError> {
-        let n = u32::get(c)? as usize;
-        let body = c.take(n.saturating_mul(EVENT_SIZE))?;
-        Ok(body
-            .chunks_exact(EVENT_SIZE)
-            .map(|chunk| {
-                chunk
-                    .try_into()
-                    .map(crate::frame::decode_event)
-                    .unwrap_or_default()
-            })
-            .collect())
+        let mut events = Vec::new();
+        decode_events_into(c, &mut events)?;
+        Ok(events)
     }
     fn skip(c: &mut Cursor<'_>) -> Result<(), WireError> {
         let n = u32::get(c)? as usize;
         c.skip_n(n, EVENT_SIZE)
     }
+}
+
+/// Decodes an `events` payload into `out` (cleared first): a buffer kept from an earlier
+/// frame is reused, so its pages are not allocated and zeroed again.
+pub(crate) fn decode_events_into(
+    c: &mut Cursor<'_>,
+    out: &mut Vec<Event>,
+) -> Result<(), WireError> {
+    let n = u32::get(c)? as usize;
+    let body = c.take(n.saturating_mul(EVENT_SIZE))?;
+    out.clear();
+    out.extend(body.chunks_exact(EVENT_SIZE).map(|chunk| {
+        chunk
+            .try_into()
+            .map(crate::frame::decode_event)
+            .unwrap_or_default()
+    }));
+    Ok(())
 }
 
 /// The `events` payload for `events` (the shim's path: no allocation with a

@@ -460,26 +460,40 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         }
     }
     // From here on CMD's status is what memwatch exits with: a capture that could not be
-    // written is said loudly, never turned into another exit status.
-    let written = match sink.finish() {
+    // written is said loudly, never turned into another exit status. The capture is
+    // flushed, synced and put in place on a thread of its own while the fold takes in the
+    // frames still queued for it (the report needs the fold, not the synced file); nothing
+    // is said about either until the capture is on disk.
+    let finishing = Instant::now();
+    let (written, folded) = std::thread::scope(|s| {
+        let writing = s.spawn(|| {
+            let written = sink
+                .finish()
+                .map_err(|e| format!("capture {} is incomplete: {e}", out.display()))?;
+            capture_out.commit()?;
+            Ok::<_, String>((written, cmd_ended.elapsed()))
+        });
+        let folded = fold.map(|f| (f.finish(), finishing.elapsed()));
+        let written = writing.join().unwrap_or_else(|_| {
+            Err(format!(
+                "capture {} is incomplete: its writer failed",
+                out.display()
+            ))
+        });
+        (written, folded)
+    });
+    let (written, written_after) = match written {
         Ok(w) => w,
         Err(e) => {
-            eprintln!(
-                "memwatch: error: capture {} is incomplete: {e}",
-                out.display()
-            );
+            eprintln!("memwatch: error: {e}");
             return Ok(Outcome::Code(end.status));
         }
     };
-    if let Err(e) = capture_out.commit() {
-        eprintln!("memwatch: error: {e}");
-        return Ok(Outcome::Code(end.status));
-    }
     let timing = std::env::var_os("MEMWATCH_RUN_TIMING").is_some_and(|v| v == "1");
     if timing {
         eprintln!(
             "memwatch: after the command: connections drained, capture written and synced {:.3} s",
-            cmd_ended.elapsed().as_secs_f64()
+            written_after.as_secs_f64()
         );
     }
     if !idle && still_open > 0 {
@@ -531,13 +545,12 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     }
     let stored_run = store_capture(&args, &out);
     let phase = Instant::now();
-    let folded = match fold {
-        Some(f) => f.finish(),
-        None => Err(super::run_doctor::NoFold::Failed),
+    let (folded, fold_s) = match folded {
+        Some((f, took)) => (f, took.as_secs_f64()),
+        None => (Err(super::run_doctor::NoFold::Failed), 0.0),
     };
     let (diagnosis, report) = match folded {
         Ok((f, caught_up)) => {
-            let fold_s = phase.elapsed().as_secs_f64();
             print_damage(&f.loaded);
             let phase = Instant::now();
             let diagnosis = super::run_doctor::diagnose_folded(
