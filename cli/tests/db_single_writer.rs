@@ -364,12 +364,27 @@ fn a_daemon_that_cannot_listen_leaves_no_database_and_logs_without_escape_codes(
     let mut c = serve_cmd(dbs, api);
     c.env("MEMWATCH_LOG", "info");
     let mut d = Daemon(c.spawn().unwrap());
-    wait_up(api);
+    // Its own log says when it listens (a port probe could reach another test's daemon
+    // that happened to take the same free port).
+    let stderr_pipe = d.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut log = String::new();
+        for line in std::io::BufReader::new(stderr_pipe).lines() {
+            let line = line.unwrap_or_default();
+            if line.contains("listening") {
+                let _ = tx.send(());
+            }
+            log.push_str(&line);
+            log.push('\n');
+        }
+        log
+    });
+    let up = rx.recv_timeout(Duration::from_secs(20)).is_ok();
     unsafe { libc::kill(d.0.id() as i32, libc::SIGTERM) };
-    let mut log = String::new();
-    use std::io::Read;
-    d.0.stderr.take().unwrap().read_to_string(&mut log).unwrap();
-    assert!(log.contains("listening"), "{log}");
+    let log = reader.join().unwrap();
+    assert!(up && log.contains("listening"), "{log}");
     assert!(
         !log.contains('\u{1b}'),
         "escape codes in a redirected log: {log:?}"
