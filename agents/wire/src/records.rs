@@ -272,6 +272,12 @@ wire_struct! {
 impl PjrtExecutable {
     pub const FLAG_STATS: u32 = 1;
     pub const FLAG_DESERIALIZED: u32 = 2;
+
+    /// Compiled statistic `v` (one of `stats`' fields) when the plugin answered
+    /// `GetCompiledMemoryStats` and the value is a size; `None` otherwise.
+    pub fn stat(&self, v: i64) -> Option<u64> {
+        (self.flags & Self::FLAG_STATS != 0 && v >= 0).then_some(v as u64)
+    }
 }
 
 wire_struct! {

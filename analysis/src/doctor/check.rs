@@ -55,7 +55,7 @@ pub fn run_trace(
     {
         let temp = pjrt
             .executable(pid, x.handle)
-            .and_then(|e| PjrtFacts::stat(e, e.stats.temp))
+            .and_then(|e| e.stat(e.stats.temp))
             .unwrap_or(0);
         if temp > 0 {
             ops.push((x.ts, 1, id, Some(temp)));

@@ -236,11 +236,6 @@ impl PjrtFacts {
             .unwrap_or_else(|| format!("executable {handle:#x}"))
     }
 
-    /// Compiled statistic `v` of an executable, when recorded.
-    pub fn stat(x: &PjrtExecutable, v: i64) -> Option<u64> {
-        (x.flags & PjrtExecutable::FLAG_STATS != 0 && v >= 0).then_some(v as u64)
-    }
-
     /// Buffers of `pid` on `device` live at runtime ns `ts`.
     pub fn live_at(&self, pid: u32, device: i32, ts: u64) -> impl Iterator<Item = &Buffer> {
         self.buffers.iter().filter(move |b| {

@@ -65,6 +65,27 @@ pub struct ExecutableSummary {
     pub call_time_ns: u64,
 }
 
+impl ExecutableSummary {
+    /// `x` as compiled: its name and compiled memory statistics, no executions counted.
+    pub fn compiled(x: &PjrtExecutable) -> Self {
+        ExecutableSummary {
+            pid: x.pid,
+            handle: x.handle,
+            name: x.name.clone(),
+            fingerprint: x.fingerprint.clone(),
+            deserialized: x.flags & PjrtExecutable::FLAG_DESERIALIZED != 0,
+            argument_bytes: x.stat(x.stats.argument),
+            output_bytes: x.stat(x.stats.output),
+            alias_bytes: x.stat(x.stats.alias),
+            temp_bytes: x.stat(x.stats.temp),
+            generated_code_bytes: x.stat(x.stats.generated_code),
+            executions: 0,
+            failed_executions: 0,
+            call_time_ns: 0,
+        }
+    }
+}
+
 /// Live buffers at the peak produced by one executable (or a transfer).
 #[derive(Debug, Clone, Serialize)]
 pub struct LiveGroup {
@@ -255,10 +276,6 @@ fn live_at(
     (total, v)
 }
 
-fn stat(x: &PjrtExecutable, v: i64) -> Option<u64> {
-    (x.flags & PjrtExecutable::FLAG_STATS != 0 && v >= 0).then_some(v as u64)
-}
-
 /// Computes the report. `timeline`: include every sample per device.
 pub fn analyse(cap: &RuntimeCapture, timeline: bool) -> RuntimeReport {
     let mut pids: Vec<u32> = cap
@@ -332,19 +349,10 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
         .map(|x| {
             let (ok, failed, t) = summary.get(&x.handle).copied().unwrap_or_default();
             ExecutableSummary {
-                pid,
-                handle: x.handle,
-                name: x.name.clone(),
-                fingerprint: x.fingerprint.clone(),
-                deserialized: x.flags & PjrtExecutable::FLAG_DESERIALIZED != 0,
-                argument_bytes: stat(x, x.stats.argument),
-                output_bytes: stat(x, x.stats.output),
-                alias_bytes: stat(x, x.stats.alias),
-                temp_bytes: stat(x, x.stats.temp),
-                generated_code_bytes: stat(x, x.stats.generated_code),
                 executions: ok,
                 failed_executions: failed,
                 call_time_ns: t,
+                ..ExecutableSummary::compiled(x)
             }
         })
         .collect();
@@ -354,7 +362,7 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
             .cloned()
             .unwrap_or_else(|| format!("executable {h:#x}"))
     };
-    let temp_of = |h: u64| by_handle.get(&h).and_then(|x| stat(x, x.stats.temp));
+    let temp_of = |h: u64| by_handle.get(&h).and_then(|x| x.stat(x.stats.temp));
 
     let mut devs: Vec<i32> = cap
         .stats

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use memwatch_analysis::runtime::peak::{find_module, ExecutableSummary};
 use memwatch_analysis::xla::{ModuleReport, OutputValue};
-use memwatch_wire::{Api, PjrtExecutable};
+use memwatch_wire::Api;
 use serde::Serialize;
 
 use crate::db::{Store, StoreError};
@@ -54,42 +54,6 @@ struct LiveRow {
     max_size: i64,
 }
 
-#[derive(sqlx::FromRow)]
-struct ExeRow {
-    pid: i64,
-    handle: i64,
-    name: String,
-    flags: i64,
-    argument_bytes: i64,
-    output_bytes: i64,
-    alias_bytes: i64,
-    temp_bytes: i64,
-}
-
-impl ExeRow {
-    /// What `find_module` joins on: the name and, when the shim had them, the compiled
-    /// memory statistics.
-    fn summary(&self) -> ExecutableSummary {
-        let stats = self.flags as u32 & PjrtExecutable::FLAG_STATS != 0;
-        let stat = |v: i64| stats.then_some(v.max(0) as u64);
-        ExecutableSummary {
-            pid: self.pid as u32,
-            handle: self.handle as u64,
-            name: self.name.clone(),
-            fingerprint: String::new(),
-            deserialized: false,
-            argument_bytes: stat(self.argument_bytes),
-            output_bytes: stat(self.output_bytes),
-            alias_bytes: stat(self.alias_bytes),
-            temp_bytes: stat(self.temp_bytes),
-            generated_code_bytes: None,
-            executions: 0,
-            failed_executions: 0,
-            call_time_ns: 0,
-        }
-    }
-}
-
 /// PJRT buffers of `device` live at `at_abs` (monotonic ns), largest producer first.
 pub(crate) async fn live_buffers_at(
     store: &Store,
@@ -111,13 +75,7 @@ pub(crate) async fn live_buffers_at(
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    let exes: Vec<ExeRow> = sqlx::query_as(
-        "SELECT pid, handle, name, flags, argument_bytes, output_bytes, alias_bytes, \
-         temp_bytes FROM pjrt_executables WHERE run_id = $1",
-    )
-    .bind(run)
-    .fetch_all(&store.pool)
-    .await?;
+    let exes = crate::runtime::executables(store, run, 0).await?;
     let modules = store.run_modules(run).await?;
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     for r in rows {
@@ -125,11 +83,11 @@ pub(crate) async fn live_buffers_at(
             Api::PjrtExecuteOutput => {
                 match exes
                     .iter()
-                    .find(|x| x.pid == r.pid && x.handle == r.producer)
+                    .find(|x| i64::from(x.pid) == r.pid && x.handle as i64 == r.producer)
                 {
                     Some(x) => (
                         x.name.clone(),
-                        find_module(&x.summary(), &modules).map(|(m, _)| m),
+                        find_module(&ExecutableSummary::compiled(x), &modules).map(|(m, _)| m),
                     ),
                     None => (format!("executable {:#x}", r.producer), None),
                 }

@@ -113,19 +113,12 @@ impl Span {
     }
 }
 
-/// Rebuilds the run's PJRT records as the analysis reads them from a capture file
-/// (timestamps relative to the run's start). None: no such run.
-pub(crate) async fn runtime_capture(
+/// The run's stored executables as the shim recorded them (times relative to `t0`).
+pub(crate) async fn executables(
     store: &Store,
     run: i64,
-) -> Result<Option<RuntimeCapture>, StoreError> {
-    let Some(t0) = store.run_t0(run).await? else {
-        return Ok(None);
-    };
-    let mut cap = RuntimeCapture {
-        origin_ns: t0,
-        ..RuntimeCapture::default()
-    };
+    t0: u64,
+) -> Result<Vec<PjrtExecutable>, StoreError> {
     let rows: Vec<Executable> = sqlx::query_as(
         "SELECT pid, handle, ts_ns, flags, devices, name, fingerprint, generated_code_bytes, \
          argument_bytes, output_bytes, alias_bytes, temp_bytes, host_generated_code_bytes, \
@@ -135,6 +128,7 @@ pub(crate) async fn runtime_capture(
     .bind(run)
     .fetch_all(&store.pool)
     .await?;
+    let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let devices = r
             .devices
@@ -145,7 +139,7 @@ pub(crate) async fn runtime_capture(
                     .map_err(|_| StoreError::Corrupt(format!("pjrt_executables.devices {d:?}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        cap.executables.push(PjrtExecutable {
+        out.push(PjrtExecutable {
             pid: r.pid as u32,
             handle: r.handle as u64,
             ts_ns: rel(r.ts_ns, t0),
@@ -167,6 +161,23 @@ pub(crate) async fn runtime_capture(
             fingerprint: r.fingerprint,
         });
     }
+    Ok(out)
+}
+
+/// Rebuilds the run's PJRT records as the analysis reads them from a capture file
+/// (timestamps relative to the run's start). None: no such run.
+pub(crate) async fn runtime_capture(
+    store: &Store,
+    run: i64,
+) -> Result<Option<RuntimeCapture>, StoreError> {
+    let Some(t0) = store.run_t0(run).await? else {
+        return Ok(None);
+    };
+    let mut cap = RuntimeCapture {
+        origin_ns: t0,
+        ..RuntimeCapture::default()
+    };
+    cap.executables = executables(store, run, t0).await?;
     let rows: Vec<Stats> = sqlx::query_as(
         "SELECT pid, device, ts_ns, flags, bytes_in_use, peak_bytes_in_use, largest_free_block, \
          pool_bytes, peak_pool_bytes, bytes_limit, num_allocs, largest_alloc_size \

@@ -231,10 +231,10 @@ impl<'a> Ctx<'a> {
             .filter(|x| x.name == name && pid.is_none_or(|p| x.pid == p))
             .filter_map(|x| {
                 Some(ExecutableBytes {
-                    arguments: PjrtFacts::stat(x, x.stats.argument)?,
-                    outputs: PjrtFacts::stat(x, x.stats.output)?,
-                    temp: PjrtFacts::stat(x, x.stats.temp)?,
-                    alias: PjrtFacts::stat(x, x.stats.alias).unwrap_or(0),
+                    arguments: x.stat(x.stats.argument)?,
+                    outputs: x.stat(x.stats.output)?,
+                    temp: x.stat(x.stats.temp)?,
+                    alias: x.stat(x.stats.alias).unwrap_or(0),
                 })
             })
             .max_by_key(|t| t.temp);
