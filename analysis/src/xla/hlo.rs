@@ -101,8 +101,6 @@ pub struct EntryValue {
     /// Operand names as written (`%` dropped; `name#k` is element k of a tuple-shaped
     /// instruction; a parameter's operand is its number).
     pub operands: Vec<String>,
-    /// `index=` of a `get-tuple-element`.
-    pub tuple_index: Option<u64>,
     /// Framework op name from metadata.
     pub op_name: Option<String>,
     /// `calls=` target (a fusion's computation).
@@ -206,15 +204,24 @@ pub fn parse_hlo_filtered<R: BufRead>(
         let Some((cidx, entry)) = current else {
             continue;
         };
+        let is_root = line.trim_start().starts_with("ROOT ");
         if entry {
-            let (name, value, root) =
-                parse_entry_value(line).map_err(|e| ParseError::new(file, no, e))?;
-            if root {
+            // Every ENTRY instruction is a value (whatever the filter); parsed once.
+            let (name, instr) = parse_instruction(line, cidx, entry, no)
+                .map_err(|e| ParseError::new(file, no, e))?;
+            if is_root {
                 m.entry_root = Some(name.clone());
             }
-            m.entry_values.insert(name, value);
-        } else if line.trim_start().starts_with("ROOT ") {
-            let (_, root, _) = parse_entry_value(line).map_err(|e| ParseError::new(file, no, e))?;
+            m.entry_values
+                .insert(name.clone(), entry_value(line, &instr));
+            if keep.is_none_or(|k| k.contains(&name)) {
+                m.instructions.insert(name, instr);
+            }
+            continue;
+        } else if is_root {
+            let (_, instr) = parse_instruction(line, cidx, entry, no)
+                .map_err(|e| ParseError::new(file, no, e))?;
+            let root = entry_value(line, &instr);
             if root.opcode == "tuple" {
                 let elements = root
                     .operands
@@ -448,11 +455,10 @@ fn split_metadata(s: &str) -> Vec<(&str, &str)> {
     out
 }
 
-/// One ENTRY line as a value: its name, what it reads, and whether it is the ROOT.
-fn parse_entry_value(line: &str) -> Result<(String, EntryValue, bool), String> {
+/// An instruction's line (already parsed into `instr`) as a value: what it is and what it
+/// reads.
+fn entry_value(line: &str, instr: &Instruction) -> EntryValue {
     let t = line.trim_start();
-    let root = t.starts_with("ROOT ");
-    let (name, instr) = parse_instruction(line, 0, true, 0)?;
     let rhs = t.split_once(" = ").map_or("", |(_, r)| r);
     let rest = if rhs.starts_with('(') {
         matching_close(rhs, 0).map_or("", |end| rhs[end..].trim_start())
@@ -460,10 +466,10 @@ fn parse_entry_value(line: &str) -> Result<(String, EntryValue, bool), String> {
         rhs.split_once(' ').map_or("", |(_, r)| r)
     };
     let mut value = EntryValue {
-        opcode: instr.opcode,
-        shape: instr.shape,
-        op_name: instr.op_name,
-        calls: instr.calls,
+        opcode: instr.opcode.clone(),
+        shape: instr.shape.clone(),
+        op_name: instr.op_name.clone(),
+        calls: instr.calls.clone(),
         ..Default::default()
     };
     if let Some(open) = rest.find('(') {
@@ -479,13 +485,9 @@ fn parse_entry_value(line: &str) -> Result<(String, EntryValue, bool), String> {
                     last.trim_start_matches('%').to_string()
                 })
                 .collect();
-            let attrs = rest[close..].trim_start_matches(',').trim();
-            value.tuple_index = split_top_level(attrs)
-                .into_iter()
-                .find_map(|a| a.strip_prefix("index=")?.parse().ok());
         }
     }
-    Ok((name, value, root))
+    value
 }
 
 fn parse_instruction(
