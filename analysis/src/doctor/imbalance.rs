@@ -22,8 +22,7 @@ use super::evidence::CaptureEvidence;
 use super::facts::{DriverFacts, PjrtFacts};
 use super::failure::Failure;
 use super::verdict::Verdict;
-use crate::capture::devices::MemoryKind;
-use crate::live::{Change, LiveSet, ProcKey};
+use crate::live::{is_runtime_segment, Change, LiveSet, ProcKey};
 use crate::size::format_bytes as b;
 
 /// What the shares are of.
@@ -274,11 +273,9 @@ fn walk(cap: &CaptureEvidence, until: u64) -> BTreeMap<(ProcKey, i32), Walked> {
     let mut live: LiveSet<bool> = LiveSet::new();
     let mut out: BTreeMap<(ProcKey, i32), Walked> = BTreeMap::new();
     for e in l.events.iter().take_while(|e| e.ts <= until) {
-        let segment = matches!(
-            MemoryKind::of(e.api(), e.mem_kind(), e.size, &[]),
-            MemoryKind::RuntimeMalloc
-        );
-        match live.apply(&l.mem_event(e), segment) {
+        let m = l.mem_event(e);
+        let segment = is_runtime_segment(&m);
+        match live.apply(&m, segment) {
             Change::Alloc {
                 family,
                 replaced,
