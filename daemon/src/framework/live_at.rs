@@ -188,3 +188,67 @@ fn label(v: &OutputValue) -> String {
         (None, None) => format!("{} (no op_name)", v.instruction),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// jit_update of the real H100 leak run: two f32[4096,4096] outputs.
+    fn jit_update() -> ModuleReport {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/oom-corpus/jax_leak_bfc/dump");
+        memwatch_analysis::xla::load_dump_dir(&dir)
+            .expect("the recorded dump")
+            .into_iter()
+            .find(|m| m.name == "jit_update")
+            .expect("jit_update")
+    }
+
+    fn row(output_index: Option<i64>, min_size: i64, max_size: i64) -> LiveRow {
+        LiveRow {
+            pid: 1,
+            api: 0,
+            producer: 1,
+            output_index,
+            bytes: min_size + max_size,
+            count: 2,
+            min_size,
+            max_size,
+        }
+    }
+
+    #[test]
+    fn an_output_is_named_only_when_its_index_and_size_agree_with_the_dump() {
+        let m = jit_update();
+        let mib64 = 64 << 20;
+        assert_eq!(
+            value_of(&m, &row(Some(0), mib64, mib64)),
+            (
+                "jit(update)/add".to_string(),
+                Some("loop_add_multiply_fusion#1 [output 0]".to_string())
+            )
+        );
+        assert_eq!(
+            value_of(&m, &row(None, mib64, mib64)),
+            (
+                "output not recorded (stored before output indices)".to_string(),
+                None
+            )
+        );
+        assert_eq!(
+            value_of(&m, &row(Some(5), mib64, mib64)),
+            ("output 5 (the dump's module has 2)".to_string(), None)
+        );
+        // A buffer of another size than the dump's output (another compile of the same
+        // name, or a wrong index): said, not named.
+        let (op, instr) = value_of(&m, &row(Some(1), mib64, mib64 + 4096));
+        assert_eq!(
+            op,
+            format!("output 1: {} bytes here, {mib64} in the dump", mib64 + 4096)
+        );
+        assert_eq!(
+            instr.as_deref(),
+            Some("loop_add_multiply_fusion#0 [output 1]")
+        );
+    }
+}
