@@ -2,7 +2,8 @@
 //!
 //! Owns the capture file: the preamble once, then frames exactly as received, each frame
 //! written whole under one lock (frames are self-describing by pid, so interleaving
-//! connections is fine). It does not decode, reorder or filter. An observer
+//! connections is fine), synced as it grows (`crate::early_sync`) and once more at its
+//! end. It does not decode, reorder or filter. An observer
 //! ([`CaptureFileSink::observe`]) may be shown every frame written, in file order (`memwatch
 //! run` folds the capture as it is written).
 
@@ -13,6 +14,7 @@ use std::sync::Mutex;
 
 use memwatch_wire::{FrameWriter, Record};
 
+use crate::early_sync::EarlySync;
 use crate::sink::{CloseReason, ConnId, FrameSink, SinkError};
 use crate::AgentError;
 
@@ -34,6 +36,8 @@ pub type FrameObserver = Box<dyn FnMut(&Record, &[u8]) + Send>;
 
 struct Inner {
     writer: Option<FrameWriter<BufWriter<File>>>,
+    /// Syncs what was written so far as the file grows (a regular file only).
+    early_sync: Option<EarlySync>,
     failed: Option<String>,
     stats: CaptureStats,
     observer: Option<FrameObserver>,
@@ -53,6 +57,11 @@ impl CaptureFileSink {
             path: path.to_path_buf(),
             error,
         })?;
+        let early_sync = file
+            .metadata()
+            .is_ok_and(|m| m.is_file())
+            .then(|| file.try_clone().ok().and_then(EarlySync::start))
+            .flatten();
         let writer =
             FrameWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(|error| {
                 AgentError::Wire {
@@ -64,6 +73,7 @@ impl CaptureFileSink {
             path: path.to_path_buf(),
             inner: Mutex::new(Inner {
                 writer: Some(writer),
+                early_sync,
                 failed: None,
                 stats: CaptureStats {
                     bytes: memwatch_wire::PREAMBLE_LEN as u64,
@@ -109,6 +119,13 @@ impl CaptureFileSink {
                 message: why.clone(),
             });
         }
+        if let Some(early) = inner.early_sync.take() {
+            early.finish().map_err(|error| AgentError::Io {
+                what: "cannot sync capture file",
+                path: self.path.clone(),
+                error,
+            })?;
+        }
         if let Some(writer) = inner.writer.take() {
             let buf = writer.into_inner().map_err(|error| AgentError::Wire {
                 path: self.path.clone(),
@@ -150,6 +167,9 @@ impl FrameSink for CaptureFileSink {
             inner.failed = Some(why.clone());
             inner.observer = None;
             return Err(SinkError(why));
+        }
+        if let Some(early) = &inner.early_sync {
+            early.wrote(bytes.len() as u64);
         }
         if let Some(observe) = inner.observer.as_mut() {
             observe(record, bytes);

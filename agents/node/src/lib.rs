@@ -10,6 +10,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod capture_sink;
+mod early_sync;
 pub mod forwarder;
 pub mod process_runs;
 pub mod receiver;
