@@ -197,12 +197,14 @@ macro_rules! apis {
         }
 
         impl Api {
-            /// Decodes the stored number; unknown numbers map to [`Api::Unknown`].
+            /// Decodes the stored number; unknown numbers map to [`Api::Unknown`]. A
+            /// table lookup: readers decode it for every event.
+            #[inline]
             pub fn from_u16(v: u16) -> Self {
-                match v {
-                    $($num => Self::$variant,)*
-                    _ => Self::Unknown,
-                }
+                API_BY_NUMBER
+                    .get(v as usize)
+                    .copied()
+                    .unwrap_or(Self::Unknown)
             }
 
             /// The C symbol name, e.g. `"hipMalloc"`.
@@ -224,6 +226,19 @@ macro_rules! apis {
             /// All known APIs, in numeric order.
             pub const ALL: &'static [Api] = &[$(Self::$variant,)*];
         }
+
+        /// Numbers below this are decoded by [`API_BY_NUMBER`] (every API's number is).
+        const API_NUMBERS: usize = 4096;
+
+        /// [`Api::from_u16`]'s table: each number's API, [`Api::Unknown`] where none.
+        static API_BY_NUMBER: [Api; API_NUMBERS] = {
+            let mut t = [Api::Unknown; API_NUMBERS];
+            $(
+                assert!(($num as usize) < API_NUMBERS, "an API number past the table");
+                t[$num as usize] = Api::$variant;
+            )*
+            t
+        };
     };
 }
 
