@@ -37,7 +37,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let opts = ReportOptions { top: 10 };
     let t = Instant::now();
-    let mut fold = CaptureFold::new(&path, &opts, usize::MAX);
+    // As many events as `memwatch run`'s fold may hold on a machine of 24 GiB (its room
+    // is reserved once, up to that).
+    let max_events = std::env::var("FOLD_MAX_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(32 << 20);
+    let mut fold = CaptureFold::new(&path, &opts, max_events);
     for (record, size) in &frames {
         fold.frame(record, *size);
     }

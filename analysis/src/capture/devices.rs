@@ -56,10 +56,7 @@ impl MemoryKind {
     /// The kind of a device-memory allocation; `pool_sizes`: the PJRT allocator's pool
     /// sizes on its (process, device).
     pub fn of(api: Api, mem: Option<MemKind>, size: u64, pool_sizes: &[u64]) -> Self {
-        let vmm = mem == Some(MemKind::VmmPhysical)
-            || (matches!(mem, None | Some(MemKind::None))
-                && matches!(api, Api::CuMemCreate | Api::HipMemCreate));
-        if vmm {
+        if Self::is_vmm(api, mem) {
             return if pool_sizes.contains(&size) {
                 Self::FrameworkPool
             } else {
@@ -82,6 +79,14 @@ impl MemoryKind {
                 _ => Self::RuntimeMalloc,
             },
         }
+    }
+
+    /// Whether a device-memory allocation is a VMM physical allocation (the only kind
+    /// [`Self::of`] reads the pool sizes for).
+    pub fn is_vmm(api: Api, mem: Option<MemKind>) -> bool {
+        mem == Some(MemKind::VmmPhysical)
+            || (matches!(mem, None | Some(MemKind::None))
+                && matches!(api, Api::CuMemCreate | Api::HipMemCreate))
     }
 
     /// Stable lower-case name used in JSON output.
@@ -247,7 +252,7 @@ struct StreamWalk {
 type Reading = (u64, u64);
 
 /// The PJRT allocator's pool sizes by (pid, device).
-pub type PoolSizes = HashMap<(u32, i32), Vec<u64>>;
+pub type PoolSizes = foldhash::HashMap<(u32, i32), Vec<u64>>;
 
 /// Adds the pool sizes `stats` name to `sizes`; whether one was new.
 pub fn add_pool_sizes(sizes: &mut PoolSizes, stats: &[memwatch_wire::PjrtMemoryStats]) -> bool {
@@ -282,9 +287,9 @@ pub(super) struct DeviceWalk {
     streams: Vec<StreamWalk>,
     pool_sizes: PoolSizes,
     /// Live PJRT buffers: (process image, buffer) -> (stream, size).
-    arrays: HashMap<(ProcKey, u64), (u32, u64)>,
+    arrays: foldhash::HashMap<(ProcKey, u64), (u32, u64)>,
     /// Mappings of imported handles: (process image, address) -> (stream, size).
-    imported: HashMap<(ProcKey, u64), (u32, u64)>,
+    imported: foldhash::HashMap<(ProcKey, u64), (u32, u64)>,
     /// NVML readings in time order: (raw ns, pid, used bytes); `next` is the first not
     /// yet compared.
     readings: Vec<(u64, u32, u64)>,
@@ -297,7 +302,7 @@ impl DeviceWalk {
     /// A walk of `loaded` (all of it known: its pool sizes), with NVML's per-process
     /// readings of the same run.
     pub fn new(loaded: &Loaded, samples: &[ProcessSample]) -> Self {
-        let mut pool_sizes = PoolSizes::new();
+        let mut pool_sizes = PoolSizes::default();
         add_pool_sizes(&mut pool_sizes, &loaded.pjrt.stats);
         // NVML's wall-clock readings on the capture's monotonic clock, through each
         // process's own anchor pair.
@@ -344,12 +349,17 @@ impl DeviceWalk {
     }
 
     fn kind(&self, e: &Ev, streams: &[(ProcKey, i32)]) -> MemoryKind {
-        let (k, d) = streams[e.stream as usize];
-        let pools = self
-            .pool_sizes
-            .get(&(k.pid, d))
-            .map_or(&[][..], Vec::as_slice);
-        MemoryKind::of(e.api(), e.mem_kind(), e.size, pools)
+        let (api, mem) = (e.api(), e.mem_kind());
+        // The pool sizes are looked up only for the kind that reads them.
+        let pools = if MemoryKind::is_vmm(api, mem) {
+            let (k, d) = streams[e.stream as usize];
+            self.pool_sizes
+                .get(&(k.pid, d))
+                .map_or(&[][..], Vec::as_slice)
+        } else {
+            &[]
+        };
+        MemoryKind::of(api, mem, e.size, pools)
     }
 
     fn add(&mut self, e: &Ev, streams: &[(ProcKey, i32)]) {

@@ -172,7 +172,7 @@ impl CaptureFold {
             max_events,
             batch_events: BATCH_EVENTS,
             anchors: Default::default(),
-            pool_sizes: PoolSizes::new(),
+            pool_sizes: PoolSizes::default(),
             pjrt_stats_seen: 0,
             gave_up: None,
             stats: FoldStats::default(),
@@ -261,9 +261,12 @@ impl CaptureFold {
     /// (pages are taken as events fill them), so that the folded events never move.
     /// Growing a vector of hundreds of MiB by doubling copies it each time into fresh
     /// pages the kernel must zero, which was most of the fold's work on a 10M-event
-    /// capture. Where the room cannot be had, the vector grows as usual.
+    /// capture. Where the room cannot be had, the vector grows as usual. The same for
+    /// the allocations' lifetimes (at most one per event).
     fn reserve_done(&mut self) {
-        let _ = self.done.try_reserve_exact(self.max_events);
+        if self.done.try_reserve_exact(self.max_events).is_ok() {
+            self.report.reserve_lifetimes(self.max_events);
+        }
     }
 
     /// Takes in the pool sizes of the PJRT samples read since the last call; a new one

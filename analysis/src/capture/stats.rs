@@ -378,6 +378,12 @@ impl ReportFold {
         }
     }
 
+    /// Reserves room for the lifetimes of `n` allocations (see
+    /// [`LiveHistory::reserve_lifetimes`]).
+    pub fn reserve_lifetimes(&mut self, n: usize) {
+        self.live.history.reserve_lifetimes(n);
+    }
+
     /// Events folded so far (the position of the next one).
     pub fn len(&self) -> usize {
         self.next

@@ -185,6 +185,16 @@ impl LiveHistory {
             .collect();
     }
 
+    /// Reserves room for the lifetimes of `n` allocations at once (address space: pages
+    /// are taken as releases fill them), so that the list never moves: growing a list
+    /// of tens of MiB by doubling copies it into fresh pages each time. Nothing happens
+    /// when lifetimes are not kept or the room cannot be had.
+    pub fn reserve_lifetimes(&mut self, n: usize) {
+        if let Some(r) = &mut self.released {
+            let _ = r.try_reserve_exact(n.saturating_sub(r.len()));
+        }
+    }
+
     /// Whether the lifetimes are kept ([`Self::live_before`] answers).
     pub fn keeps_lifetimes(&self) -> bool {
         self.released.is_some()
