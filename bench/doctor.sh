@@ -6,7 +6,11 @@
 #     agents/preload/tests/runtime standing in for the GPU driver) that ends with a real
 #     PyTorch OOM on its stderr (testdata/oom-corpus/torch_fraction), measured by memwatch
 #     itself (MEMWATCH_RUN_TIMING=1: what was left to fold or read, diagnosis, report and
-#     printing after exit);
+#     printing after exit). Twice: "flat out" (three threads making calls as fast as they
+#     can, about 3M calls/s, both cores busy with the program and memwatch: the fold falls
+#     behind and catches up after exit) and "paced" (the same 10M calls at 1M calls/s over
+#     10 s, still far more than a GPU program makes: what is left after exit is the end of
+#     the capture, not a backlog);
 #  2. the same work on the largest corpus scenarios (their captures were recorded on an
 #     H100, so the run cannot be repeated here): `memwatch report` + `memwatch diagnose`
 #     of their capture, stderr, samples and dump, each the best of 5 (an upper bound: two
@@ -58,10 +62,17 @@ cc -O2 -DDIRECT -o "$work/mwtest" "$t/c/mwtest.c" -L"$work" -lmemwatch_testrt -W
 # count recorded is printed.
 batches=$((events / 6000))
 oom="$root/testdata/oom-corpus/torch_fraction/stderr.log"
-run10m() { # label, memwatch binary
-  local label=$1 bin=$2
+run10m() { # label, memwatch binary, pace (calls/s; 0: flat out)
+  local label=$1 bin=$2 pace=${3:-0} calls
+  if [ "$pace" = 0 ]; then
+    calls="'$work/mwtest' direct bench 3 $batches 1000"
+    label="${label}flat out, "
+  else
+    calls="'$work/mwtest' direct rate 3 $(awk -v e="$events" -v p="$pace" 'BEGIN{print e / p}') $pace"
+    label="${label}paced at $pace calls/s, "
+  fi
   (cd "$work" && MEMWATCH_PRELOAD="$shim" MEMWATCH_RUN_TIMING=1 MEMWATCH_BUFFER_EVENTS=16777216 \
-    "$bin" run --out big.mwcap -- sh -c "'$work/mwtest' direct bench 3 $batches 1000 > /dev/null; cat '$oom' >&2; exit 1" \
+    "$bin" run --out big.mwcap -- sh -c "$calls > /dev/null; cat '$oom' >&2; exit 1" \
     2> run.err) || true
   local n
   n=$("$mw" report --json "$work/big.mwcap" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(sum(d.get("alloc_count",0)+d.get("free_count",0) for p in r["processes"] for d in p["devices"]))')
@@ -70,10 +81,12 @@ run10m() { # label, memwatch binary
 }
 if [ -n "$baseline" ]; then
   echo "A = baseline $baseline, B = this tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ', uncommitted changes'))"
-  run10m "A " "$baseline"; run10m "B " "$mw"; run10m "B " "$mw"; run10m "A " "$baseline"
+  for pace in 0 1000000; do
+    run10m "A " "$baseline" $pace; run10m "B " "$mw" $pace; run10m "B " "$mw" $pace; run10m "A " "$baseline" $pace
+  done
   builds=("A $baseline" "B $mw")
 else
-  run10m "" "$mw"
+  run10m "" "$mw" 0; run10m "" "$mw" 1000000
   builds=(" $mw")
 fi
 

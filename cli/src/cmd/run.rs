@@ -492,7 +492,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let timing = std::env::var_os("MEMWATCH_RUN_TIMING").is_some_and(|v| v == "1");
     if timing {
         eprintln!(
-            "memwatch: after the command: connections drained, capture written and synced {:.3} s",
+            "memwatch: after the command: connections drained {waited:.3} s, capture written \
+             and synced {:.3} s",
             written_after.as_secs_f64()
         );
     }
@@ -562,12 +563,13 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             );
             if timing {
                 eprintln!(
-                    "memwatch: after the command: capture folded while written ({} events; \
-                     the frames still queued taken in {:.3} s, then {} events folded, {} \
-                     folded again for {} late ones) and its report finished {fold_s:.3} s, \
-                     diagnosis {:.3} s",
+                    "memwatch: after the command: capture folded while written ({} events, \
+                     {:.3} s of the fold thread's CPU; the frames still queued taken in \
+                     {:.3} s, then {} events folded, {} folded again for {} late ones) and \
+                     its report finished {fold_s:.3} s, diagnosis {:.3} s",
                     f.stats.events,
-                    caught_up.as_secs_f64(),
+                    caught_up.thread_cpu.as_secs_f64(),
+                    caught_up.waited.as_secs_f64(),
                     f.stats.folded_at_end,
                     f.stats.refolded,
                     f.stats.late_events,

@@ -109,7 +109,8 @@ const QUEUE_SHARE: usize = 2;
 /// The capture folded on a thread of its own while the command runs, from the frames
 /// the capture sink writes (`memwatch_analysis::capture::fold`).
 pub struct RunFold {
-    thread: std::thread::JoinHandle<CaptureFold>,
+    /// The fold, and the CPU time its thread used taking in the frames.
+    thread: std::thread::JoinHandle<(CaptureFold, std::time::Duration)>,
     /// The fold's thread was more events behind the capture than the fold may hold.
     fell_behind: Arc<AtomicBool>,
 }
@@ -175,7 +176,7 @@ impl RunFold {
                         let _ = give_back.try_send(events);
                     }
                 }
-                fold
+                (fold, thread_cpu_time())
             })
             .ok()?;
         // Under the sink's lock: a copy of the record, and the frames' sizes. The
@@ -212,17 +213,42 @@ impl RunFold {
     }
 
     /// Waits for the fold to take in the last frame (call after the sink finished) and
-    /// folds the rest. Also says how long the wait was (the fold's thread taking in the
-    /// frames still queued for it).
-    pub fn finish(self) -> Result<(Folded, std::time::Duration), NoFold> {
+    /// folds the rest. Also says how long the wait was and what the fold's thread cost.
+    pub fn finish(self) -> Result<(Folded, FoldTimes), NoFold> {
         let waited = std::time::Instant::now();
-        let fold = self.thread.join().map_err(|_| NoFold::Failed)?;
+        let (fold, thread_cpu) = self.thread.join().map_err(|_| NoFold::Failed)?;
         let waited = waited.elapsed();
         if self.fell_behind.load(Ordering::Relaxed) {
             return Err(NoFold::FellBehind);
         }
-        Ok((fold.finish().map_err(NoFold::GaveUp)?, waited))
+        let times = FoldTimes { waited, thread_cpu };
+        Ok((fold.finish().map_err(NoFold::GaveUp)?, times))
     }
+}
+
+/// What finishing a [`RunFold`] waited for, and what its thread cost (for
+/// `MEMWATCH_RUN_TIMING`).
+pub struct FoldTimes {
+    /// The wait for the fold's thread to take in the frames still queued for it.
+    pub waited: std::time::Duration,
+    /// CPU time (user and system) the fold's thread used from its start.
+    pub thread_cpu: std::time::Duration,
+}
+
+/// CPU time the calling thread used so far (zero where it cannot be read).
+fn thread_cpu_time() -> std::time::Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 /// Diagnoses the finished run from its folded capture (events in time order, and the
