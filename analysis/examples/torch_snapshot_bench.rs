@@ -37,12 +37,6 @@ impl<W: Write> Write for Counting<W> {
     }
 }
 
-fn dict(items: Vec<(&str, Value)>) -> Value {
-    Value::Dict(Rc::new(
-        items.into_iter().map(|(k, v)| (Value::str(k), v)).collect(),
-    ))
-}
-
 /// An entry with its address, time and frames replaced.
 fn shifted(e: &Value, dt: i64, frames: &mut BTreeMap<usize, Value>) -> Value {
     let Value::Dict(items) = e else {
@@ -65,8 +59,9 @@ fn shifted(e: &Value, dt: i64, frames: &mut BTreeMap<usize, Value>) -> Value {
     Value::Dict(Rc::new(items))
 }
 
-/// Frees of what the trace holds at its end, and releases of its segments.
-fn cleanup(trace: &[Value], t: i64) -> Vec<Value> {
+/// The blocks the trace holds at its end and the segments it still has:
+/// (action, address, size) of the frees and releases that end a repetition.
+fn cleanup(trace: &[Value]) -> Vec<(&'static str, u64, i64)> {
     let mut blocks: BTreeMap<u64, i64> = BTreeMap::new();
     let mut segments: BTreeMap<u64, i64> = BTreeMap::new();
     for e in trace {
@@ -93,27 +88,64 @@ fn cleanup(trace: &[Value], t: i64) -> Vec<Value> {
             _ => {}
         }
     }
-    let entry = |action: &str, addr: u64, size: i64| {
-        dict(vec![
-            ("action", Value::str(action)),
+    let mut out = Vec::new();
+    for (&a, &n) in &blocks {
+        out.push(("free_requested", a, n));
+        out.push(("free_completed", a, n));
+    }
+    for (&a, &n) in &segments {
+        out.push(("segment_free", a, n));
+    }
+    out
+}
+
+/// The strings of the cleanup entries, taken from the trace where it has them: one
+/// object each, memoized once and then referred to (as Python's pickler does with
+/// interned keys), not a new string per entry.
+struct Texts {
+    known: BTreeMap<String, Value>,
+}
+
+impl Texts {
+    fn new(trace: &[Value]) -> Self {
+        let mut known = BTreeMap::new();
+        for e in trace {
+            if let Value::Dict(items) = e {
+                for (k, v) in items.iter() {
+                    for s in [k, v] {
+                        if let Some(text) = s.as_str() {
+                            known.entry(text.to_owned()).or_insert_with(|| s.clone());
+                        }
+                    }
+                }
+            }
+        }
+        Texts { known }
+    }
+
+    fn get(&mut self, text: &str) -> Value {
+        self.known
+            .entry(text.to_owned())
+            .or_insert_with(|| Value::str(text))
+            .clone()
+    }
+
+    /// A cleanup entry at time `t`.
+    fn entry(&mut self, action: &str, addr: u64, size: i64, t: i64) -> Value {
+        let items = [
+            ("action", self.get(action)),
             ("addr", Value::Int(addr as i64)),
             ("size", Value::Int(size)),
             ("stream", Value::Int(0)),
             ("time_us", Value::Int(t)),
-            ("compile_context", Value::str("N/A")),
-            ("user_metadata", Value::str("")),
+            ("compile_context", self.get("N/A")),
+            ("user_metadata", self.get("")),
             ("frames", Value::List(Rc::new(Vec::new()))),
-        ])
-    };
-    let mut out = Vec::new();
-    for (&a, &n) in &blocks {
-        out.push(entry("free_requested", a, n));
-        out.push(entry("free_completed", a, n));
+        ];
+        Value::Dict(Rc::new(
+            items.into_iter().map(|(k, v)| (self.get(k), v)).collect(),
+        ))
     }
-    for (&a, &n) in &segments {
-        out.push(entry("segment_free", a, n));
-    }
-    out
 }
 
 fn gen(src: &Path, out: &Path, target: u64) -> std::io::Result<()> {
@@ -130,6 +162,8 @@ fn gen(src: &Path, out: &Path, target: u64) -> std::io::Result<()> {
         .unwrap_or_default();
     let time = |e: &Value| e.get("time_us").and_then(Value::as_i64).unwrap_or(0);
     let span = trace.last().map_or(0, time) - trace.first().map_or(0, time) + 1000;
+    let frees = cleanup(&trace);
+    let mut texts = Texts::new(&trace);
     let mut w = Writer::new(
         Counting {
             inner: BufWriter::with_capacity(1 << 20, File::create(out)?),
@@ -176,8 +210,9 @@ fn gen(src: &Path, out: &Path, target: u64) -> std::io::Result<()> {
             if last {
                 break;
             }
-            for e in cleanup(&trace, trace.last().map_or(0, time) + dt + 1) {
-                batch.push(e);
+            let t = trace.last().map_or(0, time) + dt + 1;
+            for &(action, addr, size) in &frees {
+                batch.push(texts.entry(action, addr, size, t));
                 entries += 1;
                 if batch.len() == 1000 {
                     flush(&mut w, &mut batch)?;

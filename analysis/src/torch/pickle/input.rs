@@ -78,6 +78,19 @@ impl<R: Read> Input<R> {
         Ok(Some(b))
     }
 
+    /// The bytes read ahead and not yet consumed (possibly none).
+    #[inline]
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf[self.pos..self.end]
+    }
+
+    /// Consumes `n` bytes of [`Input::buffered`].
+    #[inline]
+    pub fn skip(&mut self, n: usize) {
+        debug_assert!(n <= self.end - self.pos);
+        self.pos += n.min(self.end - self.pos);
+    }
+
     #[inline]
     pub fn byte(&mut self) -> Result<u8, ErrorKind> {
         self.next_byte()?.ok_or(ErrorKind::Truncated)

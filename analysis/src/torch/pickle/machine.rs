@@ -12,6 +12,7 @@ use std::io::Read;
 use std::rc::Rc;
 
 use super::input::Input;
+use super::lists::GetLists;
 use super::memo::{Memo, Slot};
 use super::text;
 use super::value::Value;
@@ -170,6 +171,7 @@ pub fn load<R: Read>(
         router,
         limits,
         spare: Vec::new(),
+        get_lists: GetLists::default(),
     };
     let mut at = 0;
     m.run(&mut at)
@@ -215,6 +217,8 @@ struct Machine<'a, R> {
     limits: &'a Limits,
     /// Boxes of finished containers, for the next ones.
     spare: Spare,
+    /// Lists of back-references inside streamed elements, read at once.
+    get_lists: GetLists,
 }
 
 /// Opcode names, for messages.
@@ -487,6 +491,17 @@ impl<R: Read> Machine<'_, R> {
     /// first items).
     fn new_container(&mut self, kind: Kind, items: Vec<Nested>) -> Result<(), ErrorKind> {
         let (route, streaming) = self.route_new(kind);
+        self.new_routed(kind, items, route, streaming)
+    }
+
+    /// [`Machine::new_container`] with its route.
+    fn new_routed(
+        &mut self,
+        kind: Kind,
+        items: Vec<Nested>,
+        route: Route,
+        streaming: Streaming,
+    ) -> Result<(), ErrorKind> {
         let depth = self.depth_of(&items)?;
         let mut b = match self.spare.pop() {
             Some(b) => b,
@@ -524,6 +539,51 @@ impl<R: Read> Machine<'_, R> {
             }
         }
         self.push(Item::Build(b))
+    }
+
+    /// `EMPTY_LIST`. Inside an element of a [`Streaming::Forget`] list, a list of
+    /// back-references that its parent takes at once is read whole (see `lists`): what
+    /// the opcodes would leave (the list finished on the stack and memoized), with the
+    /// same limits checked; otherwise it is built opcode by opcode.
+    fn new_list(&mut self) -> Result<(), ErrorKind> {
+        // Python's batched layout: the streamed list, a mark, its elements (the last one
+        // being filled), a mark, that element's items.
+        let in_forgotten = self.marks.len() >= 2 && {
+            let m = self.marks[self.marks.len() - 2];
+            m > 0
+                && matches!(&self.stack[m - 1], Item::Build(b) if b.streaming == Streaming::Forget)
+        };
+        let whole = if in_forgotten {
+            self.get_lists.parse(self.input.buffered())
+        } else {
+            None
+        };
+        let (route, streaming) = self.route_new(Kind::List);
+        let Some((len, n)) = whole else {
+            return self.new_routed(Kind::List, Vec::new(), route, streaming);
+        };
+        let l = self.limits;
+        // Where an opcode would fail (a build and a mark then n items on the stack, one
+        // memo entry, n items of nesting below the limit), read the opcodes and fail there.
+        let fits = streaming == Streaming::No
+            && self.builds.len() < l.max_open
+            && self.stack.len() + n + 2 <= l.max_stack
+            && self.memo.len() < l.max_memo
+            && n <= l.max_items;
+        let found = if fits {
+            self.get_lists.list(&mut self.memo)
+        } else {
+            None
+        };
+        match found {
+            Some((list, depth)) if depth <= l.max_nesting => {
+                self.input.skip(len);
+                let idx = self.memo.next_index();
+                self.memo.put(idx, Slot::Ready(list.clone(), depth, false));
+                self.push_nested_value(list, depth)
+            }
+            _ => self.new_routed(Kind::List, Vec::new(), route, streaming),
+        }
     }
 
     /// Adds the items `stack[first..]` to the container being built at `stack[target]`
@@ -920,7 +980,7 @@ impl<R: Read> Machine<'_, R> {
                     self.push_value(Value::Bytes(Rc::new(bytes)))?;
                 }
                 // Mutable containers.
-                b']' => self.new_container(Kind::List, Vec::new())?,
+                b']' => self.new_list()?,
                 b'}' => self.new_container(Kind::Dict, Vec::new())?,
                 0x8f => self.new_container(Kind::Set, Vec::new())?,
                 b'l' => {
@@ -1197,6 +1257,43 @@ mod tests {
                 assert_eq!(top.get("xs").unwrap().as_seq().unwrap().len(), 0);
                 assert_eq!(top.get("z").unwrap().as_str(), Some("end"));
             }
+        }
+    }
+
+    #[test]
+    fn repeated_lists_of_back_references_are_shared_only_while_the_memo_agrees() {
+        // {'xs': [e0, e1, e2, e3, e4]}, xs streamed: e0 = {'f': [F1, F2]} (frame dicts
+        // made there), e1 and e2 = {'f': [GET F1, GET F2]} (a new list each, as Python
+        // writes them), e3 = {'g': F1', 'f': [GET 6, GET 8]} where F1' = {'n': 9} is put
+        // at F1's memo index, e4 = {'f': [GET 6, GET 8]}.
+        let bytes: &[u8] = b"\x80\x04}q\x00(\x8c\x02xsq\x01]q\x02(\
+            }q\x03(\x8c\x01fq\x04]\x94(}q\x06(\x8c\x01nq\x07K\x01u}q\x08(h\x07K\x02ueu\
+            }q\x09(h\x04]\x94(h\x06h\x08eu\
+            }q\x0b(h\x04]\x94(h\x06h\x08eu\
+            }q\x0d(\x8c\x01gq\x0e}q\x06(h\x07K\x09uh\x04]\x94(h\x06h\x08eu\
+            }q\x10(h\x04]\x94(h\x06h\x08eu\
+            eu.";
+        let whole = load_plain(bytes).unwrap();
+        let expected = whole.get("xs").unwrap().as_seq().unwrap();
+        let n = |v: &Value, i: usize| v.get("f").unwrap().as_seq().unwrap()[i].get("n").cloned();
+        assert_eq!(n(&expected[3], 0), Some(Value::Int(9)));
+        assert_eq!(n(&expected[4], 1), Some(Value::Int(2)));
+        for forget in [false, true] {
+            let mut r = Xs {
+                got: Vec::new(),
+                forget,
+            };
+            load(bytes, &mut r, &Limits::default()).unwrap();
+            let got: Vec<Value> = r.got.into_iter().map(|(_, v)| v).collect();
+            assert_eq!(got, expected);
+            let list = |i: usize| match got[i].get("f") {
+                Some(Value::List(l)) => l.clone(),
+                other => panic!("{other:?}"),
+            };
+            // Read whole only inside forgotten elements: e2 repeats e1's list there.
+            assert_eq!(Rc::ptr_eq(&list(1), &list(2)), forget);
+            assert!(!Rc::ptr_eq(&list(1), &list(4)));
+            assert!(!Rc::ptr_eq(&list(3), &list(4)));
         }
     }
 }

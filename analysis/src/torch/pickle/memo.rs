@@ -143,6 +143,19 @@ impl Memo {
         }
     }
 
+    /// Whether entry `idx` is a finished value that is the very object `like` (the same
+    /// `Rc`); marked as fetched when it is, as a `GET` would.
+    #[inline]
+    pub fn fetch_same(&mut self, idx: u32, like: &Value) -> bool {
+        match self.slot_mut(idx) {
+            Some(Slot::Ready(v, _, fetched)) if v.same_object(like) => {
+                *fetched = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Marks a streamed element's own entry as gone.
     pub fn gone(&mut self, idx: u32) {
         if let Some(s) = self.slot_mut(idx) {

@@ -11,10 +11,12 @@
 //! [`load`] can stream: a [`Router`] names the lists whose elements are handed to it as
 //! they are finished instead of being kept (the trace of a multi-GB PyTorch snapshot),
 //! and the memo then forgets what those elements held (see `memo`). Submodules: `input`
-//! (buffered bytes with offsets), `machine` (the opcodes), `memo`, `text` (protocol 0
+//! (buffered bytes with offsets), `machine` (the opcodes), `lists` (lists of
+//! back-references read at once), `memo`, `text` (protocol 0
 //! arguments), `value`, `write` (a writer of plain data, for tests and benchmarks).
 
 mod input;
+mod lists;
 mod machine;
 mod memo;
 mod text;

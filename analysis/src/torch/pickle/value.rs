@@ -50,6 +50,21 @@ impl Value {
         }
     }
 
+    /// Whether both are the same shared object (the same `Rc`); never for scalars.
+    pub fn same_object(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::Str(a), Value::Str(b)) => Rc::ptr_eq(a, b),
+            (Value::Bytes(a), Value::Bytes(b)) | (Value::BigInt(a), Value::BigInt(b)) => {
+                Rc::ptr_eq(a, b)
+            }
+            (Value::List(a), Value::List(b))
+            | (Value::Tuple(a), Value::Tuple(b))
+            | (Value::Set(a), Value::Set(b)) => Rc::ptr_eq(a, b),
+            (Value::Dict(a), Value::Dict(b)) => Rc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     /// Whether this is a list, tuple, dict or set.
     pub fn is_container(&self) -> bool {
         matches!(

@@ -89,9 +89,8 @@ impl<W: Write> Writer<W> {
         if idx < 256 {
             self.op(&[b'h', idx as u8]);
         } else {
-            let mut b = vec![b'j'];
-            b.extend_from_slice(&idx.to_le_bytes());
-            self.op(&b);
+            let i = idx.to_le_bytes();
+            self.op(&[b'j', i[0], i[1], i[2], i[3]]);
         }
     }
 
@@ -196,9 +195,8 @@ impl<W: Write> Writer<W> {
                 self.op(b);
             }
             Value::Float(f) => {
-                let mut b = vec![b'G'];
-                b.extend_from_slice(&f.to_be_bytes());
-                self.op(&b);
+                self.op(b"G");
+                self.op(&f.to_be_bytes());
             }
             Value::Str(s) => {
                 let n = s.len();
@@ -292,13 +290,11 @@ impl<W: Write> Writer<W> {
         if (0..256).contains(&i) {
             self.op(&[b'K', i as u8]);
         } else if (0..65536).contains(&i) {
-            let mut b = vec![b'M'];
-            b.extend_from_slice(&(i as u16).to_le_bytes());
-            self.op(&b);
+            let b = (i as u16).to_le_bytes();
+            self.op(&[b'M', b[0], b[1]]);
         } else if i32::try_from(i).is_ok() {
-            let mut b = vec![b'J'];
-            b.extend_from_slice(&(i as i32).to_le_bytes());
-            self.op(&b);
+            let b = (i as i32).to_le_bytes();
+            self.op(&[b'J', b[0], b[1], b[2], b[3]]);
         } else {
             // LONG1 with the fewest two's complement bytes, as Python's encode_long.
             let bytes = i.to_le_bytes();

@@ -1,0 +1,134 @@
+//! Lists of back-references read at once: `EMPTY_LIST MEMOIZE MARK GET… APPENDS` closed
+//! at once by its parent's `SETITEMS`/`SETITEM`, inside an element of a streamed list —
+//! the layout of a PyTorch trace entry's frame list, a list of frame dicts fetched from
+//! the memo. Most of them repeat a stack seen before.
+//!
+//! Such a list is keyed by the memo indices it fetches. When each index still holds the
+//! very object it held when the key was last seen, the list made then is used again (the
+//! same `Rc`): its items are the same objects a new list would hold, and a finished list
+//! is never changed. So a repeated stack costs a memo lookup per frame instead of a stack
+//! push, a move into a new list and a drop per frame, and a reader that caches stacks by
+//! the list's identity finds it with one lookup. Anything else — an index not holding a
+//! finished object, a scalar item, the bytes not all read ahead yet — is read opcode by
+//! opcode as before.
+
+use foldhash::HashMap as FastMap;
+
+use super::memo::Memo;
+use super::value::Value;
+
+/// Items of one list read at once (a batch of Python's pickler).
+const MAX_ITEMS: usize = 1000;
+/// Lists kept, and items they hold in all; the cache is emptied when either is reached.
+const MAX_LISTS: usize = 1 << 12;
+const MAX_HELD_ITEMS: usize = 1 << 20;
+
+/// The lists read at once so far, by the memo indices of their items.
+#[derive(Default)]
+pub struct GetLists {
+    lists: FastMap<Box<[u32]>, (Value, u16)>,
+    held_items: usize,
+    /// The indices of the list being read.
+    ids: Vec<u32>,
+}
+
+impl GetLists {
+    /// Reads the bytes after an `EMPTY_LIST`: `MEMOIZE MARK (BINGET|LONG_BINGET)…
+    /// APPENDS` followed by `SETITEMS` or `SETITEM`. Returns how many bytes that is
+    /// (up to the `APPENDS`, included) and how many items, or `None` when the bytes are
+    /// anything else or not all buffered.
+    pub fn parse(&mut self, bytes: &[u8]) -> Option<(usize, usize)> {
+        self.ids.clear();
+        let mut at = match bytes {
+            [0x94, b'(', ..] => 2,
+            _ => return None,
+        };
+        loop {
+            match *bytes.get(at)? {
+                b'h' => {
+                    self.ids.push(u32::from(*bytes.get(at + 1)?));
+                    at += 2;
+                }
+                b'j' => {
+                    let i = bytes.get(at + 1..at + 5)?;
+                    self.ids.push(u32::from_le_bytes([i[0], i[1], i[2], i[3]]));
+                    at += 5;
+                }
+                b'e' => {
+                    return match bytes.get(at + 1)? {
+                        b'u' | b's' if !self.ids.is_empty() => Some((at + 1, self.ids.len())),
+                        _ => None,
+                    };
+                }
+                _ => return None,
+            }
+            if self.ids.len() > MAX_ITEMS {
+                return None;
+            }
+        }
+    }
+
+    /// The list of the indices [`GetLists::parse`] read and its nesting depth: the one
+    /// made before when every index still holds the same object, else a new one (kept
+    /// for next time). Each item is marked fetched in the memo, as `GET` does. `None`
+    /// when an index does not hold a finished object, or holds a scalar (read those
+    /// opcode by opcode).
+    pub fn list(&mut self, memo: &mut Memo) -> Option<(Value, u16)> {
+        if let Some((list, depth)) = self.lists.get(self.ids.as_slice()) {
+            if let Value::List(items) = list {
+                if items.len() == self.ids.len()
+                    && self
+                        .ids
+                        .iter()
+                        .zip(items.iter())
+                        .all(|(&i, item)| memo.fetch_same(i, item))
+                {
+                    return Some((list.clone(), *depth));
+                }
+            }
+        }
+        let mut items = Vec::with_capacity(self.ids.len());
+        let mut deepest = 0;
+        for &i in &self.ids {
+            let (v, d) = memo.fetch_ready(i)?;
+            // Only objects are the same next time; a scalar is not one.
+            if !v.same_object(&v) {
+                return None;
+            }
+            deepest = deepest.max(d);
+            items.push(v);
+        }
+        let list = Value::List(std::rc::Rc::new(items));
+        let depth = deepest.saturating_add(1);
+        if self.lists.len() >= MAX_LISTS || self.held_items + self.ids.len() > MAX_HELD_ITEMS {
+            self.lists.clear();
+            self.held_items = 0;
+        }
+        self.held_items += self.ids.len();
+        self.lists
+            .insert(self.ids.as_slice().into(), (list.clone(), depth));
+        Some((list, depth))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_only_a_whole_list_of_gets_closed_by_its_parent() {
+        let mut g = GetLists::default();
+        assert_eq!(g.parse(b"\x94(h\x05j\x00\x01\x00\x00eu"), Some((10, 2)));
+        assert_eq!(g.ids, [5, 256]);
+        assert_eq!(g.parse(b"\x94(h\x05es"), Some((5, 1)));
+        // Not closed by SETITEMS/SETITEM: more items may follow.
+        assert_eq!(g.parse(b"\x94(h\x05e("), None);
+        // Not all read ahead.
+        assert_eq!(g.parse(b"\x94(h\x05j\x00\x01"), None);
+        assert_eq!(g.parse(b"\x94(h\x05e"), None);
+        // Anything but GETs, or no items.
+        assert_eq!(g.parse(b"\x94(K\x05eu"), None);
+        assert_eq!(g.parse(b"\x94(eu"), None);
+        assert_eq!(g.parse(b"(h\x05eu"), None);
+    }
+}
