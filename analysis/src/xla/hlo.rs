@@ -91,20 +91,29 @@ pub struct HloModule {
     pub tuple_root_op_names: HashMap<String, Vec<Option<String>>, foldhash::fast::RandomState>,
 }
 
-/// An ENTRY instruction as a value: what it is and what it reads.
+/// What an ENTRY instruction reads. The instruction itself is in
+/// [`HloModule::instructions`], or here when the parse filter left it out; read both with
+/// [`HloModule::entry_value`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EntryValue {
-    /// Opcode.
-    pub opcode: String,
-    /// Result shape as printed.
-    pub shape: String,
     /// Operand names as written (`%` dropped; `name#k` is element k of a tuple-shaped
-    /// instruction; a parameter's operand is its number).
+    /// instruction; a parameter's operand is its number), for the opcodes whose operands
+    /// are followed ([`super::outputs::follows_operands`]); empty for the others.
     pub operands: Vec<String>,
-    /// Framework op name from metadata.
-    pub op_name: Option<String>,
-    /// `calls=` target (a fusion's computation).
-    pub calls: Option<String>,
+    /// The instruction, when the parse filter did not keep it in `instructions`.
+    unkept: Option<Box<Instruction>>,
+}
+
+impl HloModule {
+    /// ENTRY instruction `name` and what it reads.
+    pub fn entry_value(&self, name: &str) -> Option<(&Instruction, &EntryValue)> {
+        let v = self.entry_values.get(name)?;
+        let instr = match &v.unkept {
+            Some(i) => i,
+            None => self.instructions.get(name)?,
+        };
+        Some((instr, v))
+    }
 }
 
 #[derive(Default)]
@@ -206,36 +215,54 @@ pub fn parse_hlo_filtered<R: BufRead>(
         };
         let is_root = line.trim_start().starts_with("ROOT ");
         if entry {
-            // Every ENTRY instruction is a value (whatever the filter); parsed once.
+            // Every ENTRY instruction is a value (whatever the filter); parsed once, kept
+            // once.
             let (name, instr) = parse_instruction(line, cidx, entry, no)
                 .map_err(|e| ParseError::new(file, no, e))?;
             if is_root {
                 m.entry_root = Some(name.clone());
             }
-            m.entry_values
-                .insert(name.clone(), entry_value(line, &instr));
+            let operands = if super::outputs::follows_operands(&instr.opcode) {
+                operands(line)
+            } else {
+                Vec::new()
+            };
             if keep.is_none_or(|k| k.contains(&name)) {
+                m.entry_values.insert(
+                    name.clone(),
+                    EntryValue {
+                        operands,
+                        unkept: None,
+                    },
+                );
                 m.instructions.insert(name, instr);
+            } else {
+                let unkept = Some(Box::new(instr));
+                m.entry_values.insert(name, EntryValue { operands, unkept });
             }
             continue;
         } else if is_root {
-            let (_, instr) = parse_instruction(line, cidx, entry, no)
-                .map_err(|e| ParseError::new(file, no, e))?;
-            let root = entry_value(line, &instr);
-            if root.opcode == "tuple" {
-                let elements = root
-                    .operands
-                    .iter()
-                    .map(|o| {
-                        let l = body_lines.get(o)?;
-                        parse_instruction(l, cidx, false, no).ok()?.1.op_name
-                    })
-                    .collect();
-                m.tuple_root_op_names
-                    .insert(m.computations[cidx as usize].clone(), elements);
+            // Only a tuple ROOT is parsed here (the text test spares parsing the others).
+            if line.contains(" tuple(") {
+                let (_, instr) = parse_instruction(line, cidx, entry, no)
+                    .map_err(|e| ParseError::new(file, no, e))?;
+                if instr.opcode == "tuple" {
+                    let elements = operands(line)
+                        .iter()
+                        .map(|o| {
+                            let l = body_lines.get(o)?;
+                            parse_instruction(l, cidx, false, no).ok()?.1.op_name
+                        })
+                        .collect();
+                    m.tuple_root_op_names
+                        .insert(m.computations[cidx as usize].clone(), elements);
+                }
             }
         } else if let Some((name, _)) = line.trim_start().split_once(" = ") {
-            body_lines.insert(name.trim_start_matches('%').to_string(), line.to_string());
+            // Only a line with an op_name can name a tuple element.
+            if line.contains("op_name=") {
+                body_lines.insert(name.trim_start_matches('%').to_string(), line.to_string());
+            }
         }
         if let Some(keep) = keep {
             let t = line.trim_start();
@@ -455,9 +482,8 @@ fn split_metadata(s: &str) -> Vec<(&str, &str)> {
     out
 }
 
-/// An instruction's line (already parsed into `instr`) as a value: what it is and what it
-/// reads.
-fn entry_value(line: &str, instr: &Instruction) -> EntryValue {
+/// The operand names of an instruction's line (see [`EntryValue::operands`]).
+fn operands(line: &str) -> Vec<String> {
     let t = line.trim_start();
     let rhs = t.split_once(" = ").map_or("", |(_, r)| r);
     let rest = if rhs.starts_with('(') {
@@ -465,29 +491,23 @@ fn entry_value(line: &str, instr: &Instruction) -> EntryValue {
     } else {
         rhs.split_once(' ').map_or("", |(_, r)| r)
     };
-    let mut value = EntryValue {
-        opcode: instr.opcode.clone(),
-        shape: instr.shape.clone(),
-        op_name: instr.op_name.clone(),
-        calls: instr.calls.clone(),
-        ..Default::default()
+    let Some(open) = rest.find('(') else {
+        return Vec::new();
     };
-    if let Some(open) = rest.find('(') {
-        if let Some(close) = matching_close(rest, open) {
-            value.operands = split_top_level(&rest[open + 1..close - 1])
-                .into_iter()
-                .filter(|o| !o.is_empty())
-                // `f32[4]{0} %a.1` (older dumps print operand shapes) or `%a.1`
-                .map(|o| {
-                    let last = o.rsplit(' ').next().unwrap_or(o);
-                    // `/*index=5*/%x`: XLA numbers every fifth operand in a comment
-                    let last = last.split_once("*/").map_or(last, |(_, r)| r);
-                    last.trim_start_matches('%').to_string()
-                })
-                .collect();
-        }
-    }
-    value
+    let Some(close) = matching_close(rest, open) else {
+        return Vec::new();
+    };
+    split_top_level(&rest[open + 1..close - 1])
+        .into_iter()
+        .filter(|o| !o.is_empty())
+        // `f32[4]{0} %a.1` (older dumps print operand shapes) or `%a.1`
+        .map(|o| {
+            let last = o.rsplit(' ').next().unwrap_or(o);
+            // `/*index=5*/%x`: XLA numbers every fifth operand in a comment
+            let last = last.split_once("*/").map_or(last, |(_, r)| r);
+            last.trim_start_matches('%').to_string()
+        })
+        .collect()
 }
 
 fn parse_instruction(

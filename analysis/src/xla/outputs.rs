@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::hlo::{EntryValue, HloModule};
+use super::hlo::{HloModule, Instruction};
 use crate::doctor::evidence::shape_bytes;
 
 /// One output of a module's executions.
@@ -34,7 +34,7 @@ pub fn entry_outputs(m: &HloModule) -> Vec<OutputValue> {
     let Some(root_name) = m.entry_root.as_deref() else {
         return Vec::new();
     };
-    let Some(root) = m.entry_values.get(root_name) else {
+    let Some((root, root_reads)) = m.entry_value(root_name) else {
         return Vec::new();
     };
     let elements: Vec<(String, String)> = if root.shape.starts_with('(') {
@@ -44,7 +44,7 @@ pub fn entry_outputs(m: &HloModule) -> Vec<OutputValue> {
             .enumerate()
             .map(|(i, shape)| {
                 let name = match root.opcode.as_str() {
-                    "tuple" => root.operands.get(i).cloned().unwrap_or_default(),
+                    "tuple" => root_reads.operands.get(i).cloned().unwrap_or_default(),
                     _ => format!("{root_name}#{i}"),
                 };
                 (name, shape.to_string())
@@ -73,6 +73,13 @@ pub fn entry_outputs(m: &HloModule) -> Vec<OutputValue> {
 /// Instructions followed back to find where a value came from.
 const PASS_THROUGH: [&str; 3] = ["bitcast", "copy", "get-tuple-element"];
 
+/// Whether the operands of an instruction of `opcode` are read here (a tuple ROOT's
+/// elements, what a pass-through reads, a parameter's number): the parser keeps no
+/// others.
+pub(crate) fn follows_operands(opcode: &str) -> bool {
+    opcode == "tuple" || opcode == "parameter" || PASS_THROUGH.contains(&opcode)
+}
+
 /// The `op_name` and the parameter number behind the value `name`.
 fn origin(m: &HloModule, name: &str) -> (Option<String>, Option<u64>) {
     let mut name = name;
@@ -81,20 +88,20 @@ fn origin(m: &HloModule, name: &str) -> (Option<String>, Option<u64>) {
     // malformed file.
     for _ in 0..=m.entry_values.len() {
         let base = name.split_once('#').map_or(name, |(b, _)| b);
-        let Some(v): Option<&EntryValue> = m.entry_values.get(base) else {
+        let Some((v, reads)) = m.entry_value(base) else {
             break;
         };
         if op_name.is_none() {
             op_name = element_op_name(m, v, name).or_else(|| v.op_name.clone());
         }
         if v.opcode == "parameter" {
-            let number = v.operands.first().and_then(|n| n.parse().ok());
+            let number = reads.operands.first().and_then(|n| n.parse().ok());
             return (op_name, number);
         }
         if op_name.is_some() || !PASS_THROUGH.contains(&v.opcode.as_str()) {
             break;
         }
-        match v.operands.first() {
+        match reads.operands.first() {
             Some(next) => name = next,
             None => break,
         }
@@ -104,7 +111,7 @@ fn origin(m: &HloModule, name: &str) -> (Option<String>, Option<u64>) {
 
 /// For `name#k`, element `k` of a multi-output fusion: the `op_name` of the instruction
 /// its body returns as element `k` (the fusion's own metadata names only one of them).
-fn element_op_name(m: &HloModule, v: &EntryValue, name: &str) -> Option<String> {
+fn element_op_name(m: &HloModule, v: &Instruction, name: &str) -> Option<String> {
     let k: usize = name.split_once('#')?.1.parse().ok()?;
     let body = v.calls.as_deref()?.trim_start_matches('%');
     m.tuple_root_op_names.get(body)?.get(k)?.clone()
