@@ -115,10 +115,7 @@ macro_rules! records {
                     })
                 }
             };
-            match c.remaining() {
-                0 => Ok(record),
-                extra => Err(WireError::TrailingBytes { frame_type: ty, extra }),
-            }
+            whole_payload(&c, ty, record)
         }
 
         /// [`decode_payload`], decoding an `events` frame into `spare` (taken: the
@@ -134,8 +131,14 @@ macro_rules! records {
             let mut c = Cursor::new(payload, ty);
             let mut events = std::mem::take(spare);
             crate::records::decode_events_into(&mut c, &mut events)?;
+            whole_payload(&c, ty, Record::Events(events))
+        }
+
+        /// `record`, decoded from a frame of type `ty`, when the decoding took the whole
+        /// payload (`c` at its end); bytes left over are an error.
+        fn whole_payload(c: &Cursor<'_>, ty: u8, record: Record) -> Result<Record, WireError> {
             match c.remaining() {
-                0 => Ok(Record::Events(events)),
+                0 => Ok(record),
                 extra => Err(WireError::TrailingBytes { frame_type: ty, extra }),
             }
         }
