@@ -13,6 +13,7 @@
 
 use crate::hooks::{lookup_exact, wrap_result, HOOKS};
 use crate::known_libs::remember_library;
+use crate::lifecycle::Lifecycle;
 use crate::panic_guard;
 use crate::real::{real_dlsym, real_dlvsym};
 use core::ffi::{c_char, c_void, CStr};
@@ -39,7 +40,7 @@ unsafe fn after_lookup(handle: *mut c_void, name: *const c_char, p: *mut c_void)
     match lookup_exact(bytes).and_then(|i| HOOKS.get(i)) {
         Some(h) => {
             remember_library(handle, p);
-            let r = wrap_result(h, p);
+            let r = wrap_result::<Lifecycle>(h, p);
             crate::debug::lookup(
                 "dlsym",
                 bytes,

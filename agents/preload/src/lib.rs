@@ -16,16 +16,19 @@
 //!   queue, sampled stacks, the fault switch), a leaf; `hooks::table`: the hooked
 //!   functions and their real-function slots; `abnormal_end`'s hand-off (abort /
 //!   _exit / _Exit ask the flusher for the last pass);
+//! - `hooks`: the wrappers of the hooked runtime functions (finding the real function,
+//!   recording through `record`), generic over what only the layers above know
+//!   (`hooks::Shim`: the start-up and the exported addresses);
 //! - delivery: `sink` (frames out), `backtrace_frames`, `device` (device_info queries,
 //!   through the real functions in `hooks::table`), `process_end` (the last pass),
 //!   `flusher` (the background thread), and PJRT's flusher side (`pjrt::sample`,
 //!   `pjrt::exec_frames`, and the tables the wrappers fill: `pjrt::registry`, …);
 //! - `lifecycle`: start-up, flusher start, fork and exit handlers; it calls down into
-//!   the hot path and delivery, never up into the wrappers;
-//! - the exported entry points: `hooks` (the wrappers, which hand `lifecycle`'s
-//!   start-up to the hot path), `dl` (dlsym, dlvsym), `unload` (dlclose), `exec`,
-//!   `pjrt::table` and `pjrt::wrap` (the PJRT C API table wrapping), `attach`,
-//!   `got_patch` and `pointer_scan` (late attach by `memwatch attach`).
+//!   the hot path and delivery, never up;
+//! - the exported entry points: `exports` (the hooked functions' symbols: `hooks`'
+//!   wrappers instantiated with `lifecycle`'s start-up), `dl` (dlsym, dlvsym), `unload`
+//!   (dlclose), `exec`, `pjrt::table` and `pjrt::wrap` (the PJRT C API table wrapping),
+//!   `attach`, `got_patch` and `pointer_scan` (late attach by `memwatch attach`).
 #![doc = include_str!("../README.md")]
 #![allow(non_snake_case)]
 // Unit-test builds do not export the hooks (the test binary must not interpose its own
@@ -41,6 +44,7 @@ pub mod debug;
 pub mod device;
 pub mod dl;
 pub mod exec;
+pub mod exports;
 pub mod flusher;
 pub mod got_patch;
 pub mod hooks;

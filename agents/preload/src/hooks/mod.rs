@@ -1,29 +1,31 @@
-//! The wrappers: one exported C function per intercepted API.
+//! The wrappers of the hooked runtime functions: what each does around the real call.
 //!
-//! Owns the exported wrappers of every hooked function (`list` names them, `table`
-//! holds their real-function slots), finding a wrapper's real function ([`resolve`]),
-//! and which wrapper a program is given for a hooked name it looks up at run time
-//! ([`wrap_result`]: for `dlsym`, in `dl`, and for the GetProcAddress family here,
-//! through which cudart gets the driver's functions). When a different real function
-//! is already remembered for that name, the real pointer is returned unwrapped (never a
-//! behaviour change, only a missed record). Every wrapper calls the real function with
-//! its arguments untouched and returns its result untouched; out-pointers are only read
-//! after a successful call; errno is restored to what the real call left.
+//! Owns the body of every wrapper (`list` names them, `table` holds their real-function
+//! slots): finding the real function ([`resolve`]), calling it with the caller's
+//! arguments untouched and returning its result untouched, and recording through the
+//! hot path (`record`); out-pointers are only read after a successful call; errno is
+//! restored to what the real call left. Also which wrapper a program is given for a
+//! hooked name it looks up at run time ([`wrap_result`]: for `dlsym`, in `dl`, and for
+//! the GetProcAddress family here, through which cudart gets the driver's functions).
+//! When a different real function is already remembered for that name, the real
+//! pointer is returned unwrapped (never a behaviour change, only a missed record).
 //!
-//! What each wrapper records is the hot path's (`record`); the wrappers sit on top of
-//! it and of `lifecycle`, whose start-up (`Lifecycle`) they hand to it.
+//! A leaf above `record`: the bodies are generic over [`Shim`], which brings what only
+//! the layers above know (the start-up of `lifecycle`, the exported addresses). The
+//! exported symbols themselves are `exports`', which instantiates every body with
+//! `lifecycle::Lifecycle`; `lifecycle`, the flusher and the sink never reach up into
+//! this module.
 
 use crate::config::Family;
 use crate::known_libs::lookup_in_known_handles;
-use crate::lifecycle::Lifecycle;
 use crate::panic_guard;
 use crate::real::real_dlsym;
-use crate::record::{self, state, thread_state, Pending};
+use crate::record::{self, state, thread_state, Pending, StartUp};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicPtr, Ordering};
 use memwatch_wire::{Api, MemKind};
 
-mod list;
+pub(crate) mod list;
 pub mod table;
 
 pub use table::{HookInfo, H, HOOKS};
@@ -32,43 +34,37 @@ pub use table::{HookInfo, H, HOOKS};
 /// CUDA_ERROR_NOT_INITIALIZED and cudaErrorInitializationError are all 3).
 const NOT_INITIALIZED: c_int = 3;
 
-#[derive(Clone, Copy)]
-struct Wrapper(*const ());
-// SAFETY: a function address, immutable.
-unsafe impl Sync for Wrapper {}
-
-impl HookInfo {
-    /// The exported wrapper of this hook (what the program is given instead of the real
-    /// function).
-    pub fn wrapper(&self) -> *mut c_void {
-        WRAPPERS
-            .get(self.idx)
-            .map_or(core::ptr::null_mut(), |w| w.0 as *mut c_void)
-    }
+/// What the wrappers need from the layers above them, handed in by `exports`, which
+/// instantiates every wrapper body with it: the start-up ([`StartUp`], `lifecycle`'s)
+/// and the address of each exported wrapper (what a program is given, and what a
+/// lookup must never take for the real function).
+pub trait Shim: StartUp {
+    /// The exported wrapper of hook `idx` (NULL for no such hook).
+    fn wrapper(idx: usize) -> *mut c_void;
 }
 
 /// The real function of hook `idx`, looked up with `dlsym(RTLD_NEXT)` the first time.
 #[inline]
-pub fn resolve(idx: usize) -> *mut c_void {
+pub fn resolve<S: Shim>(idx: usize) -> *mut c_void {
     let p = table::slot(idx);
     if !p.is_null() {
         return p;
     }
-    resolve_slow(idx)
+    resolve_slow::<S>(idx)
 }
 
 #[cold]
-fn resolve_slow(idx: usize) -> *mut c_void {
+fn resolve_slow<S: Shim>(idx: usize) -> *mut c_void {
     let Some(h) = HOOKS.get(idx) else {
         return core::ptr::null_mut();
     };
     // SAFETY: NUL-terminated name; RTLD_NEXT from our own code means "after this shim".
     let mut p = unsafe { real_dlsym()(libc::RTLD_NEXT, h.sym.as_ptr().cast()) };
-    if p.is_null() || p == h.wrapper() {
+    if p.is_null() || p == S::wrapper(h.idx) {
         // Not in the global scope: a library opened with RTLD_LOCAL whose own internal
         // references bound to our export. Ask the handles the program looked names up in.
         // SAFETY: NUL-terminated name.
-        p = unsafe { lookup_in_known_handles(h.sym.as_ptr().cast(), h.wrapper()) };
+        p = unsafe { lookup_in_known_handles(h.sym.as_ptr().cast(), S::wrapper(h.idx)) };
     }
     if p.is_null() {
         return core::ptr::null_mut();
@@ -160,121 +156,68 @@ macro_rules! hooks {
             fn $name:ident($($a:ident: $t:ty),*) |$p:ident, $r:ident| $body:block )* }
         custom { $( $cfam:ident $capi:ident $cbase:literal $cver:literal fn $cname:ident; )* }
     ) => {
-        /// The exported wrapper of each hook, in [`HOOKS`] order.
-        static WRAPPERS: [Wrapper; H::COUNT as usize] = [
-            $( Wrapper($name as *const ()), )*
-            $( Wrapper($cname as *const ()), )*
-        ];
-
-        // x86-64 Linux: each export is an entry trampoline that saves the program's
-        // frame pointer, return address and stack pointer in the thread block (unless a
-        // hooked call is already in progress on this thread) and jumps to the wrapper;
-        // `record::stack_sample` walks the program's stack from there. Five
-        // instructions.
         $(
-            /// Interposes the runtime function of the same name (see the module docs).
+            /// The body of the `exports` function of the same name (reached through its
+            /// entry trampoline). Memwatch's part and the real call run in one caught
+            /// block; `returned` says whether the real call was made: when memwatch's
+            /// part panicked before it, it is made after the catch, once, with the
+            /// caller's arguments (`panic_guard`).
             ///
             /// # Safety
-            /// Same contract as the runtime's function.
-            #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-            #[unsafe(naked)]
-            #[cfg_attr(not(test), no_mangle)]
-            #[allow(unused_variables)]
-            pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-                core::arch::naked_asm!(
-                    "mov r11, qword ptr [rip + memwatch_thread_state@GOTTPOFF]",
-                    "cmp byte ptr fs:[r11 + {guard}], 0",
-                    "jne 2f",
-                    "mov qword ptr fs:[r11 + {fp}], rbp",
-                    "mov r10, qword ptr [rsp]",
-                    "mov qword ptr fs:[r11 + {ret}], r10",
-                    "lea r10, [rsp + 8]",
-                    "mov qword ptr fs:[r11 + {sp}], r10",
-                    "2:",
-                    "jmp {inner}",
-                    guard = const thread_state::OFF_IN_HOOK,
-                    fp = const thread_state::OFF_CALLER_FP,
-                    ret = const thread_state::OFF_CALLER_RET,
-                    sp = const thread_state::OFF_CALLER_SP,
-                    inner = sym wrappers::$name,
-                )
-            }
-
-            /// Interposes the runtime function of the same name (see the module docs).
-            ///
-            /// # Safety
-            /// Same contract as the runtime's function.
-            #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-            #[cfg_attr(not(test), no_mangle)]
-            pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-                // SAFETY: the caller's arguments, under the runtime function's contract.
-                unsafe { wrappers::$name($($a),*) }
+            /// Same contract as the runtime's function of the same name.
+            #[allow(unused_variables, unused_unsafe)]
+            pub unsafe extern "C" fn $name<S: Shim>($($a: $t),*) -> c_int {
+                type F = unsafe extern "C" fn($($t),*) -> c_int;
+                let real = resolve_guarded::<S>(H::$name as usize);
+                if real.is_null() {
+                    return NOT_INITIALIZED;
+                }
+                // SAFETY: the real function of this hook has this C signature.
+                let real = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
+                let mut returned: Option<c_int> = None;
+                panic_guard::catch(|| {
+                    let Some(mut $p) = record::begin::<S>(Family::$fam, Api::$api) else {
+                        // SAFETY: the caller's arguments, passed on unchanged.
+                        returned = Some(unsafe { real($($a),*) });
+                        return;
+                    };
+                    // SAFETY: as above.
+                    let $r = unsafe { real($($a),*) };
+                    returned = Some($r);
+                    $p.finished($r);
+                    // SAFETY: the body reads out-pointers only through `optr` and
+                    // friends, after the real call succeeded and when non-null.
+                    unsafe { $body }
+                    $p.commit();
+                });
+                match returned {
+                    Some(r) => r,
+                    // SAFETY: memwatch's part panicked before the real call.
+                    None => unsafe { real($($a),*) },
+                }
             }
         )*
-
-        /// The wrapper bodies (reached through the exports above). Memwatch's part and
-        /// the real call run in one caught block; `returned` says whether the real call
-        /// was made: when memwatch's part panicked before it, it is made after the
-        /// catch, once, with the caller's arguments (`panic_guard`).
-        mod wrappers {
-            use super::*;
-            $(
-                /// # Safety
-                /// Same contract as the runtime's function of the same name.
-                #[allow(unused_variables, unused_unsafe)]
-                pub(super) unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-                    type F = unsafe extern "C" fn($($t),*) -> c_int;
-                    let real = resolve_guarded(H::$name as usize);
-                    if real.is_null() {
-                        return NOT_INITIALIZED;
-                    }
-                    // SAFETY: the real function of this hook has this C signature.
-                    let real = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
-                    let mut returned: Option<c_int> = None;
-                    panic_guard::catch(|| {
-                        let Some(mut $p) = record::begin::<Lifecycle>(Family::$fam, Api::$api) else {
-                            // SAFETY: the caller's arguments, passed on unchanged.
-                            returned = Some(unsafe { real($($a),*) });
-                            return;
-                        };
-                        // SAFETY: as above.
-                        let $r = unsafe { real($($a),*) };
-                        returned = Some($r);
-                        $p.finished($r);
-                        // SAFETY: the body reads out-pointers only through `optr` and
-                        // friends, after the real call succeeded and when non-null.
-                        unsafe { $body }
-                        $p.commit();
-                    });
-                    match returned {
-                        Some(r) => r,
-                        // SAFETY: memwatch's part panicked before the real call.
-                        None => unsafe { real($($a),*) },
-                    }
-                }
-            )*
-        }
     };
 }
 
 /// [`resolve`], or when memwatch's lookup itself panicked, the next definition of the
 /// hook's name as the dynamic loader gives it (NULL when none).
 #[inline(always)]
-fn resolve_guarded(idx: usize) -> *mut c_void {
-    match panic_guard::catch(|| resolve(idx)) {
+fn resolve_guarded<S: Shim>(idx: usize) -> *mut c_void {
+    match panic_guard::catch(|| resolve::<S>(idx)) {
         Some(p) => p,
-        None => resolve_plain(idx),
+        None => resolve_plain::<S>(idx),
     }
 }
 
 #[cold]
-fn resolve_plain(idx: usize) -> *mut c_void {
+fn resolve_plain<S: Shim>(idx: usize) -> *mut c_void {
     let Some(h) = HOOKS.get(idx) else {
         return core::ptr::null_mut();
     };
     // SAFETY: NUL-terminated name; RTLD_NEXT from our own code means "after this shim".
     let p = unsafe { real_dlsym()(libc::RTLD_NEXT, h.sym.as_ptr().cast()) };
-    if p == h.wrapper() {
+    if p == S::wrapper(h.idx) {
         core::ptr::null_mut()
     } else {
         p
@@ -296,7 +239,7 @@ list::hook_list!(hooks);
 /// # Safety
 /// `call` calls the real function with the caller's arguments; `new_device` may call
 /// into the runtime after a successful call.
-unsafe fn set_device_common(
+unsafe fn set_device_common<S: Shim>(
     idx: H,
     fam: Family,
     api: Api,
@@ -304,12 +247,11 @@ unsafe fn set_device_common(
     call: impl FnOnce(*mut c_void) -> c_int,
     new_device: impl FnOnce() -> i32,
 ) -> c_int {
-    let real = resolve_guarded(idx as usize);
+    let real = resolve_guarded::<S>(idx as usize);
     if real.is_null() {
         return NOT_INITIALIZED;
     }
-    let rec: Option<Pending> =
-        panic_guard::catch(|| record::begin::<Lifecycle>(fam, api)).flatten();
+    let rec: Option<Pending> = panic_guard::catch(|| record::begin::<S>(fam, api)).flatten();
     let r = call(real);
     panic_guard::catch(move || {
         let Some(mut p) = rec else {
@@ -335,16 +277,15 @@ unsafe fn set_device_common(
     r
 }
 
-/// Interposes `hipSetDevice` (see [`set_device_common`]).
+/// The body of the `hipSetDevice` export (see [`set_device_common`]).
 ///
 /// # Safety
 /// Same contract as the runtime's function.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn hipSetDevice(dev: c_int) -> c_int {
+pub unsafe extern "C" fn hipSetDevice<S: Shim>(dev: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_int) -> c_int;
     // SAFETY: the real function has this signature; the caller's argument.
     unsafe {
-        set_device_common(
+        set_device_common::<S>(
             H::hipSetDevice,
             Family::Hip,
             Api::HipSetDevice,
@@ -355,16 +296,15 @@ pub unsafe extern "C" fn hipSetDevice(dev: c_int) -> c_int {
     }
 }
 
-/// Interposes `cudaSetDevice` (see [`set_device_common`]).
+/// The body of the `cudaSetDevice` export (see [`set_device_common`]).
 ///
 /// # Safety
 /// Same contract as the runtime's function.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaSetDevice(dev: c_int) -> c_int {
+pub unsafe extern "C" fn cudaSetDevice<S: Shim>(dev: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_int) -> c_int;
     // SAFETY: the real function has this signature; the caller's argument.
     unsafe {
-        set_device_common(
+        set_device_common::<S>(
             H::cudaSetDevice,
             Family::CudaRuntime,
             Api::CudaSetDevice,
@@ -381,9 +321,9 @@ static CU_CTX_KEY: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The device of the current context, asked of the same library as cuCtxSetCurrent
 /// (looked up again when that function changed; no reference to the library is kept).
-fn ctx_device() -> i32 {
+fn ctx_device<S: Shim>() -> i32 {
     type F = unsafe extern "C" fn(*mut c_int) -> c_int;
-    let real = resolve(H::cuCtxSetCurrent as usize);
+    let real = resolve::<S>(H::cuCtxSetCurrent as usize);
     let mut f = CU_CTX_GET_DEVICE.load(Ordering::Acquire);
     if f.is_null() || CU_CTX_KEY.load(Ordering::Acquire) != real {
         f = core::ptr::null_mut();
@@ -413,33 +353,31 @@ fn ctx_device() -> i32 {
     d
 }
 
-/// Interposes `cuCtxSetCurrent` (see [`set_device_common`]).
+/// The body of the `cuCtxSetCurrent` export (see [`set_device_common`]).
 ///
 /// # Safety
 /// Same contract as the driver's function.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cuCtxSetCurrent(ctx: Ptr) -> c_int {
+pub unsafe extern "C" fn cuCtxSetCurrent<S: Shim>(ctx: Ptr) -> c_int {
     type F = unsafe extern "C" fn(Ptr) -> c_int;
     // SAFETY: the real function has this signature; the caller's argument.
     unsafe {
-        set_device_common(
+        set_device_common::<S>(
             H::cuCtxSetCurrent,
             Family::CudaDriver,
             Api::CuCtxSetCurrent,
             ctx as u64,
             |f| core::mem::transmute::<*mut c_void, F>(f)(ctx),
-            || if ctx.is_null() { -1 } else { ctx_device() },
+            || if ctx.is_null() { -1 } else { ctx_device::<S>() },
         )
     }
 }
 
-/// Interposes `hipGetProcAddress`: a hooked name's pointer is replaced by its wrapper
+/// The body of the `hipGetProcAddress` export: a hooked name's pointer is replaced by its wrapper
 /// after a successful lookup ([`wrap_proc`]).
 ///
 /// # Safety
 /// Same contract as the runtime's function.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn hipGetProcAddress(
+pub unsafe extern "C" fn hipGetProcAddress<S: Shim>(
     sym: *const c_char,
     pfn: PPtr,
     ver: c_int,
@@ -447,7 +385,7 @@ pub unsafe extern "C" fn hipGetProcAddress(
     status: Ptr,
 ) -> c_int {
     type F = unsafe extern "C" fn(*const c_char, PPtr, c_int, u64, Ptr) -> c_int;
-    let real = resolve_guarded(H::hipGetProcAddress as usize);
+    let real = resolve_guarded::<S>(H::hipGetProcAddress as usize);
     if real.is_null() {
         return NOT_INITIALIZED;
     }
@@ -455,24 +393,23 @@ pub unsafe extern "C" fn hipGetProcAddress(
     let r = unsafe { core::mem::transmute::<*mut c_void, F>(real)(sym, pfn, ver, flags, status) };
     if r == 0 {
         // SAFETY: the caller's arguments, valid after the successful real call.
-        panic_guard::catch(|| unsafe { wrap_proc(Family::Hip, sym, pfn, ver, flags) });
+        panic_guard::catch(|| unsafe { wrap_proc::<S>(Family::Hip, sym, pfn, ver, flags) });
     }
     r
 }
 
-/// Interposes `cuGetProcAddress` (see [`hipGetProcAddress`]).
+/// The body of the `cuGetProcAddress` export (see [`hipGetProcAddress`]).
 ///
 /// # Safety
 /// Same contract as the driver's function.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cuGetProcAddress(
+pub unsafe extern "C" fn cuGetProcAddress<S: Shim>(
     sym: *const c_char,
     pfn: PPtr,
     ver: c_int,
     flags: u64,
 ) -> c_int {
     type F = unsafe extern "C" fn(*const c_char, PPtr, c_int, u64) -> c_int;
-    let real = resolve_guarded(H::cuGetProcAddress as usize);
+    let real = resolve_guarded::<S>(H::cuGetProcAddress as usize);
     if real.is_null() {
         return NOT_INITIALIZED;
     }
@@ -480,17 +417,16 @@ pub unsafe extern "C" fn cuGetProcAddress(
     let r = unsafe { core::mem::transmute::<*mut c_void, F>(real)(sym, pfn, ver, flags) };
     if r == 0 {
         // SAFETY: the caller's arguments, valid after the successful real call.
-        panic_guard::catch(|| unsafe { wrap_proc(Family::CudaDriver, sym, pfn, ver, flags) });
+        panic_guard::catch(|| unsafe { wrap_proc::<S>(Family::CudaDriver, sym, pfn, ver, flags) });
     }
     r
 }
 
-/// Interposes `cuGetProcAddress_v2` (see [`hipGetProcAddress`]).
+/// The body of the `cuGetProcAddress_v2` export (see [`hipGetProcAddress`]).
 ///
 /// # Safety
 /// Same contract as the driver's function.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cuGetProcAddress_v2(
+pub unsafe extern "C" fn cuGetProcAddress_v2<S: Shim>(
     sym: *const c_char,
     pfn: PPtr,
     ver: c_int,
@@ -498,7 +434,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     status: Ptr,
 ) -> c_int {
     type F = unsafe extern "C" fn(*const c_char, PPtr, c_int, u64, Ptr) -> c_int;
-    let real = resolve_guarded(H::cuGetProcAddress_v2 as usize);
+    let real = resolve_guarded::<S>(H::cuGetProcAddress_v2 as usize);
     if real.is_null() {
         return NOT_INITIALIZED;
     }
@@ -506,7 +442,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     let r = unsafe { core::mem::transmute::<*mut c_void, F>(real)(sym, pfn, ver, flags, status) };
     if r == 0 {
         // SAFETY: the caller's arguments, valid after the successful real call.
-        panic_guard::catch(|| unsafe { wrap_proc(Family::CudaDriver, sym, pfn, ver, flags) });
+        panic_guard::catch(|| unsafe { wrap_proc::<S>(Family::CudaDriver, sym, pfn, ver, flags) });
     }
     r
 }
@@ -521,16 +457,16 @@ pub fn lookup_exact(name: &[u8]) -> Option<usize> {
 }
 
 /// What to give the program for hook `h` when its library handed out `p`.
-pub fn wrap_result(h: &HookInfo, p: *mut c_void) -> *mut c_void {
+pub fn wrap_result<S: Shim>(h: &HookInfo, p: *mut c_void) -> *mut c_void {
     if p.is_null() {
         return p;
     }
-    if p == h.wrapper() {
+    if p == S::wrapper(h.idx) {
         // Our own export came back (RTLD_DEFAULT or the global scope): without the shim
         // the lookup finds the runtime's function, or nothing when there is none. Checked
         // whether or not recording is on: "is CUDA here?" probes must get the answer
         // they get without the shim.
-        return if resolve_index(h).is_null() {
+        return if resolve_index::<S>(h).is_null() {
             core::ptr::null_mut()
         } else {
             p
@@ -540,17 +476,17 @@ pub fn wrap_result(h: &HookInfo, p: *mut c_void) -> *mut c_void {
         return p;
     }
     if h.offer_real(p) {
-        h.wrapper()
+        S::wrapper(h.idx)
     } else {
         p
     }
 }
 
-fn resolve_index(h: &HookInfo) -> *mut c_void {
+fn resolve_index<S: Shim>(h: &HookInfo) -> *mut c_void {
     HOOKS
         .iter()
         .position(|x| core::ptr::eq(x, h))
-        .map_or(core::ptr::null_mut(), resolve)
+        .map_or(core::ptr::null_mut(), resolve::<S>)
 }
 
 /// CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.
@@ -563,7 +499,7 @@ const PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
 ///
 /// # Safety
 /// `sym` NUL-terminated or NULL, `pfn` valid or NULL.
-pub unsafe fn wrap_proc(
+pub unsafe fn wrap_proc<S: Shim>(
     fam: Family,
     sym: *const c_char,
     pfn: *mut *mut c_void,
@@ -612,8 +548,8 @@ pub unsafe fn wrap_proc(
             };
         }
         if let Some(h) = chosen {
-            *pfn = wrap_result(h, p);
-            let what = if *pfn == h.wrapper() {
+            *pfn = wrap_result::<S>(h, p);
+            let what = if *pfn == S::wrapper(h.idx) {
                 h.name()
             } else {
                 "real"

@@ -24,7 +24,7 @@ pub struct HookInfo {
     pub api: Api,
     pub family: Family,
     /// Index in [`HOOKS`] (and the slots).
-    pub(super) idx: usize,
+    pub(crate) idx: usize,
 }
 
 impl HookInfo {

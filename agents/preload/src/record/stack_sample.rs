@@ -8,7 +8,7 @@
 //! when the budget is used up (about every N bytes, like heap profilers' sampling), the
 //! caller's stack is walked by frame pointers. The walk starts from what the x86-64 entry
 //! trampoline of the outermost hooked function saved (the program's return address,
-//! frame pointer and stack pointer at the call; `hooks`), so the shim's own code needs no
+//! frame pointer and stack pointer at the call; `exports`), so the shim's own code needs no
 //! frame pointers. It reads only stack memory between the caller's stack pointer and the
 //! thread's stack top, requires the chain to grow upwards, and stops after
 //! [`MAX_FRAMES`]: code built without frame pointers gives a short (or just the

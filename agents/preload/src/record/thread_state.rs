@@ -29,7 +29,7 @@ pub(crate) struct ThreadState {
     errno: Cell<*mut c_int>,
     /// The program's frame pointer, return address and stack pointer at its call of
     /// the outermost hooked function (stored by the x86-64 entry trampolines in
-    /// `hooks`, read by `stack_sample`).
+    /// `exports`, read by `stack_sample`).
     pub(super) caller_fp: Cell<u64>,
     pub(super) caller_ret: Cell<u64>,
     pub(super) caller_sp: Cell<u64>,
