@@ -4,7 +4,8 @@
 //! wrapper records (`record`: `p` is the call's [`crate::record::Pending`], `r` the
 //! real call's result), then the hooks whose wrappers are written out by hand
 //! (`custom`). `hook_list!(m)` hands the list to macro `m`: `table` builds the hook
-//! table from it, the parent module the exported wrappers.
+//! table from it, `hooks` the wrapper bodies, `exports` the exported symbols and their
+//! addresses.
 
 /// Calls macro `$then` with the list of hooked functions (see the module docs).
 macro_rules! hook_list {
