@@ -35,8 +35,8 @@ fn drain_until_done() {
         // Recording may have resumed while this loop was ending (an exec that failed
         // right after its last pass): then this thread goes on, unless a new flusher was
         // started meanwhile. The fence pairs with the one in `lifecycle`'s
-        // `resume_after_failed_exec`: one
-        // of the two sees the other's store, so a flusher always runs then.
+        // `resume_after_failed_exec`: one of the two sees the other's store, so a
+        // flusher always runs then.
         core::sync::atomic::fence(Ordering::SeqCst);
         if state::EXITING.load(Ordering::Acquire)
             || !state::is_active()
