@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The test suite. CI runs exactly this (.ci/run); so can anyone on a fresh Debian 12:
-#   formatting and lints, every Rust test (SQLite and PostgreSQL), the links, paths and
-#   commands the Markdown docs name (scripts/check-doc-paths.py), the dashboard in a real
-#   headless Chromium, the daemon's API against its OpenAPI document (schemathesis), the
-#   XLA dumps re-generated with jax[cpu]==0.10.2 and the CI gate on them, a short
-#   fuzzing run of every parser, and the container images built, started and tested
-#   (skipped, saying why, where no Docker engine can run). GPU tests: tests/gpu/ (how to
-#   run them: tests/gpu/results/README.md).
+#   formatting and lints, every Rust test (SQLite and PostgreSQL), no import cycle in the
+#   shim (scripts/module_cycles.py), no Rust file over 800 lines
+#   (scripts/check-file-size.py), the links, paths and commands the Markdown docs name
+#   (scripts/check-doc-paths.py), the dashboard in a real headless Chromium, the
+#   daemon's API against its OpenAPI document (schemathesis), the XLA dumps
+#   re-generated with jax[cpu]==0.10.2 and the CI gate on them, a short fuzzing run of
+#   every parser, and the container images built, started and tested (skipped, saying
+#   why, where no Docker engine can run). GPU tests: tests/gpu/ (how to run them:
+#   tests/gpu/results/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -24,6 +26,8 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
 
+echo "== the shim's modules import no module above them (no import cycle)"; python3 scripts/module_cycles.py agents/preload/src
+echo "== no Rust source file over 800 lines"; python3 scripts/check-file-size.py
 echo "== docs: links, paths and memwatch commands they name"; python3 scripts/check-doc-paths.py
 echo "== dashboard in headless Chromium"; bash tests/e2e/dashboard.sh
 echo "== daemon API against its OpenAPI document (schemathesis)"; bash tests/e2e/api_schema.sh

@@ -158,6 +158,16 @@ impl Converter {
     }
 }
 
+/// Sleeps `ns` nanoseconds (the flusher and the sink lock wait between tries).
+pub fn sleep_ns(ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: valid timespec.
+    unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@
 //! works for libraries loaded privately with `dlopen` as XLA does.
 
 use crate::config::Family;
-use crate::hooks::HOOKS;
+use crate::hooks::table::HOOKS;
 use crate::real::real_dlsym;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use memwatch_wire::{DeviceInfo, DeviceProps, Vendor};

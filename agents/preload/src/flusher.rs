@@ -34,8 +34,9 @@ fn drain_until_done() {
         state::FLUSHER_RUNNING.store(false, Ordering::SeqCst);
         // Recording may have resumed while this loop was ending (an exec that failed
         // right after its last pass): then this thread goes on, unless a new flusher was
-        // started meanwhile. The fence pairs with `crate::lifecycle::resume_after_failed_exec`'s: one
-        // of the two sees the other's store, so a flusher always runs then.
+        // started meanwhile. The fence pairs with the one in `lifecycle`'s
+        // `resume_after_failed_exec`: one of the two sees the other's store, so a
+        // flusher always runs then.
         core::sync::atomic::fence(Ordering::SeqCst);
         if state::EXITING.load(Ordering::Acquire)
             || !state::is_active()
@@ -68,7 +69,7 @@ fn poll_until_stopped() -> Stop {
             return Stop::ForGood;
         }
         let n = sink::flush_locked(false, 0, 50_000_000);
-        crate::pjrt::tick();
+        crate::pjrt::sample::tick();
         idle_ns = if n > busy {
             100_000
         } else if n > 0 {
@@ -89,7 +90,7 @@ fn poll_until_stopped() -> Stop {
                 }
             }
         }
-        sink::sleep_ns(idle_ns);
+        crate::clock::sleep_ns(idle_ns);
     }
     Stop::Recording
 }

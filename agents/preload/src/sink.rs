@@ -120,7 +120,7 @@ pub fn lock_raw(timeout_ns: u64) -> bool {
         if crate::clock::monotonic_ns().saturating_sub(start) > timeout_ns {
             return false;
         }
-        sleep_ns(200_000);
+        crate::clock::sleep_ns(200_000);
     }
 }
 
@@ -150,15 +150,6 @@ impl Drop for SinkLock {
     fn drop(&mut self) {
         unlock_raw();
     }
-}
-
-pub fn sleep_ns(ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    };
-    // SAFETY: valid timespec.
-    unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
 }
 
 /// Writes already-encoded frames (PJRT memory statistics) when the sink is open and
@@ -410,7 +401,7 @@ fn flush(st: &mut State, final_: bool, exit_code: i32) -> usize {
         }
     }
     if st.started {
-        crate::pjrt::pending_frames(|b| write_all(st, b));
+        crate::pjrt::exec_frames::pending_frames(|b| write_all(st, b));
     }
     let dropped = state::dropped_total();
     let pid = state::pid();

@@ -10,7 +10,7 @@
 //! function again (or returns "not initialised"). The result and errno of `dlclose` are
 //! the real call's; `dlerror` state is untouched after it (only `dladdr` runs there).
 
-use crate::hooks::HOOKS;
+use crate::hooks::table::HOOKS;
 use crate::panic_guard;
 use crate::real::real_dlclose;
 use crate::record::{state, thread_state};

@@ -7,12 +7,14 @@
 //! API minor >= [`abi::MIN_MINOR_LATE_SLOTS`]; any major version other than 0, a table
 //! larger than our copy buffer or smaller than the header passes through untouched.
 //! Everything past the last slot we know is copied byte for byte, so newer plugins keep
-//! every entry. The real table stays the one we call through.
+//! every entry. The real table stays the one we call through (its entries are saved in
+//! `plugin`). Also owns the wrapped plugin's API version ([`version`]).
 
 use super::abi::{self, slot, ApiHead};
-use super::wrap;
+use super::plugin::{CALL, REAL};
+use super::{switches, wrap};
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 type GetApiFn = unsafe extern "C" fn() -> *const c_void;
 
@@ -20,12 +22,28 @@ type GetApiFn = unsafe extern "C" fn() -> *const c_void;
 static REAL_GET: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 /// The plugin's real table (after the first call).
 static REAL_API: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
-/// Real function of each slot we wrap (null: not wrapped).
-static REAL: [AtomicPtr<c_void>; slot::MAX] =
-    [const { AtomicPtr::new(core::ptr::null_mut()) }; slot::MAX];
-/// Real function of each slot we only call (may be null).
-static CALL: [AtomicPtr<c_void>; slot::MAX] =
-    [const { AtomicPtr::new(core::ptr::null_mut()) }; slot::MAX];
+
+static MAJOR: AtomicI32 = AtomicI32::new(-1);
+static MINOR: AtomicI32 = AtomicI32::new(-1);
+static API_SIZE: AtomicU64 = AtomicU64::new(0);
+
+fn set_version(major: i32, minor: i32, size: usize) {
+    MAJOR.store(major, Ordering::Relaxed);
+    MINOR.store(minor, Ordering::Relaxed);
+    API_SIZE.store(size as u64, Ordering::Relaxed);
+}
+
+/// (major, minor, struct_size) of the wrapped plugin, when one was wrapped.
+pub fn version() -> Option<(i32, i32, u64)> {
+    let m = MAJOR.load(Ordering::Relaxed);
+    (m >= 0).then(|| {
+        (
+            m,
+            MINOR.load(Ordering::Relaxed),
+            API_SIZE.load(Ordering::Relaxed),
+        )
+    })
+}
 
 /// Bytes of table we can hold (512 entries; today's header has ~130).
 const COPY_BYTES: usize = 4096;
@@ -73,7 +91,7 @@ const WRAPPED_SLOTS: &[(usize, abi::ApiFn)] = &[
 /// Called by the `dlsym` hook when the program looked up `GetPjrtApi` and got `p`.
 /// Returns what the program should get.
 pub fn on_lookup(p: *mut c_void) -> *mut c_void {
-    if p.is_null() || !super::enabled() || BUILD.load(Ordering::Acquire) == IN_PLACE {
+    if p.is_null() || !switches::enabled() || BUILD.load(Ordering::Acquire) == IN_PLACE {
         // (In place: the plugin's own table, which its GetPjrtApi returns, is wrapped.)
         return p;
     }
@@ -87,25 +105,6 @@ pub fn on_lookup(p: *mut c_void) -> *mut c_void {
         Err(cur) if cur == p => get_pjrt_api_wrapper as *mut c_void,
         // A second, different plugin: left alone (one plugin per process is recorded).
         Err(_) => p,
-    }
-}
-
-/// The real function of wrapped slot `s` (null when `s` is not wrapped).
-#[inline]
-pub fn real(s: usize) -> *mut c_void {
-    REAL.get(s)
-        .map_or(core::ptr::null_mut(), |a| a.load(Ordering::Relaxed))
-}
-
-/// A real function we call (wrapped or not); null when the plugin lacks it.
-#[inline]
-pub fn callable(s: usize) -> Option<abi::ApiFn> {
-    let p = CALL.get(s)?.load(Ordering::Relaxed);
-    if p.is_null() {
-        None
-    } else {
-        // SAFETY: a function pointer taken from the plugin's own table for this slot.
-        Some(unsafe { core::mem::transmute::<*mut c_void, abi::ApiFn>(p) })
     }
 }
 
@@ -207,7 +206,7 @@ unsafe fn build(api: *const c_void) -> bool {
         }
     }
     REAL_API.store(api as *mut c_void, Ordering::Release);
-    super::set_version(head.major, minor, size);
+    set_version(head.major, minor, size);
     true
 }
 
@@ -239,7 +238,7 @@ pub unsafe fn wrap_live(get: *mut c_void) -> Result<usize, &'static str> {
     if get.is_null() {
         return Err("no GetPjrtApi");
     }
-    if !super::enabled() {
+    if !switches::enabled() {
         return Err("PJRT recording is off");
     }
     if BUILD
@@ -327,7 +326,7 @@ unsafe fn patch_live(api: *const c_void) -> Result<usize, &'static str> {
         }
     }
     REAL_API.store(api as *mut c_void, Ordering::Release);
-    super::set_version(head.major, minor, size);
+    set_version(head.major, minor, size);
     let n = patches.len();
     if let Ok(mut live) = LIVE_PATCHES.lock() {
         *live = patches;

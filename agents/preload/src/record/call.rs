@@ -2,11 +2,9 @@
 //! did, [`Pending::commit`] to queue the event.
 
 use super::state::{self, phase, BEGIN_FAULT, COMMIT_FAULT, COMMIT_SAMPLE_STACKS};
-use super::thread_ring::{self, ThreadRing};
-use super::thread_state::{ts, ThreadState};
+use super::thread_state::{take_ring, ts, ThreadState};
 use super::{fault, stack_sample};
 use crate::config::Family;
-use core::cell::Cell;
 use core::ffi::c_int;
 use core::sync::atomic::Ordering;
 use memwatch_wire::{Api, Event, EventKind, MemKind};
@@ -249,52 +247,6 @@ impl Drop for Pending {
         self.ts.in_hook.set(false);
         if self.errno != ERRNO_UNSAVED {
             self.ts.set_errno(self.errno);
-        }
-    }
-}
-
-thread_local! {
-    /// Hands the thread's ring back for reuse when the thread ends. Touched once per
-    /// thread (registering its destructor), when the ring is taken.
-    static RING_OWNER: RingOwner = const { RingOwner(Cell::new(core::ptr::null())) };
-}
-
-struct RingOwner(Cell<*const ThreadRing>);
-
-impl Drop for RingOwner {
-    fn drop(&mut self) {
-        // SAFETY: rings are never unmapped.
-        if let Some(r) = unsafe { self.0.get().as_ref() } {
-            r.orphan();
-        }
-    }
-}
-
-/// This thread's own ring, taken now if it has none yet (`None`: it uses the shared
-/// queue).
-pub(crate) fn own_ring(t: &ThreadState) -> Option<&'static ThreadRing> {
-    // SAFETY: rings are never unmapped.
-    if let Some(r) = unsafe { t.ring.get().as_ref() } {
-        return Some(r);
-    }
-    take_ring(t)
-}
-
-/// Gives the thread its own ring, unless none could be had before.
-#[cold]
-fn take_ring(t: &ThreadState) -> Option<&'static ThreadRing> {
-    if t.shared.get() {
-        return None;
-    }
-    match thread_ring::acquire(crate::config::get().buffer_events) {
-        Some(r) => {
-            t.ring.set(r);
-            RING_OWNER.with(|o| o.0.set(r));
-            Some(r)
-        }
-        None => {
-            t.shared.set(true);
-            None
         }
     }
 }

@@ -7,7 +7,7 @@
 //! at start-up (`config`). Any other value, or none, changes nothing; with the switch
 //! off the hot path pays nothing for it (its bits ride on loads the hot path makes
 //! anyway). A testing aid only: the program must behave exactly as without the shim
-//! either way (`tests/capture.rs`, `tests/pjrt.rs`), while nothing is recorded.
+//! either way (`tests/capture/lookups.rs`, `tests/pjrt.rs`), while nothing is recorded.
 
 use super::state;
 use crate::config::Fault;

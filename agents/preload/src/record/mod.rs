@@ -20,5 +20,4 @@ pub mod state;
 pub mod thread_ring;
 pub mod thread_state;
 
-pub(crate) use call::own_ring;
 pub use call::{begin, begin_at, Pending, StartUp};

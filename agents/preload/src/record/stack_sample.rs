@@ -8,7 +8,7 @@
 //! when the budget is used up (about every N bytes, like heap profilers' sampling), the
 //! caller's stack is walked by frame pointers. The walk starts from what the x86-64 entry
 //! trampoline of the outermost hooked function saved (the program's return address,
-//! frame pointer and stack pointer at the call; `hooks`), so the shim's own code needs no
+//! frame pointer and stack pointer at the call; `exports`), so the shim's own code needs no
 //! frame pointers. It reads only stack memory between the caller's stack pointer and the
 //! thread's stack top, requires the chain to grow upwards, and stops after
 //! [`MAX_FRAMES`]: code built without frame pointers gives a short (or just the
@@ -18,7 +18,7 @@
 //! `pthread_getattr_np`, which allocates a small cpuset once, for others). The frames travel in the thread's own ring
 //! as up to four extra slots of kind [`SLOT_KIND`] right after the allocation event.
 
-use super::thread_state::ThreadState;
+use super::thread_state::{own_ring, ThreadState};
 use core::sync::atomic::{AtomicU64, Ordering};
 use memwatch_wire::Event;
 
@@ -26,8 +26,7 @@ use memwatch_wire::Event;
 pub const MAX_FRAMES: usize = 16;
 /// Frames per ring slot (in `size`, `stream`, `aux`, `duration_ns`).
 pub const PER_SLOT: usize = 4;
-/// Event kind of a backtrace slot: internal to the shim, never written as an event.
-pub const SLOT_KIND: u8 = 0xB1;
+pub use super::thread_ring::SLOT_KIND;
 
 static EVERY: AtomicU64 = AtomicU64::new(0);
 
@@ -143,7 +142,7 @@ fn walk(t: &ThreadState, out: &mut [u64; MAX_FRAMES]) -> usize {
 #[cold]
 #[inline(never)]
 pub(super) fn push_with_stack(t: &ThreadState, ev: &Event) -> bool {
-    let Some(ring) = super::own_ring(t) else {
+    let Some(ring) = own_ring(t) else {
         return false;
     };
     let mut frames = [0u64; MAX_FRAMES];

@@ -21,6 +21,12 @@ use memwatch_wire::Event;
 
 /// Most per-thread rings per process.
 pub const MAX_RINGS: usize = 1024;
+
+/// Event kind of a slot that belongs to the group of the event after it (a sampled
+/// stack's frames, `stack_sample`): internal to the shim, never written as an event. A
+/// drain never ends inside such a group.
+pub const SLOT_KIND: u8 = 0xB1;
+
 /// Largest ring mapping populated when it is created.
 const POPULATE_MAX_BYTES: usize = (4 << 20) + 4096;
 /// How many slots ahead of the one written a push prefetches for writing.
@@ -195,7 +201,7 @@ impl ThreadRing {
                     .slots
                     .add(t.wrapping_add(n).wrapping_sub(1) & self.mask)
             };
-            if n == 0 || last.kind != super::stack_sample::SLOT_KIND {
+            if n == 0 || last.kind != SLOT_KIND {
                 break;
             }
             n += 1;

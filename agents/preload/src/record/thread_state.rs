@@ -4,7 +4,9 @@
 //! device, its ring pointer, the caller's frame the entry trampolines save (for sampled
 //! backtraces) and the stack bounds, all in one 128-byte block: a hooked call pays for
 //! one TLS lookup on entry and none on exit, with no lazy registration, no allocation
-//! and no `__tls_get_addr`. All-zero is the initial state.
+//! and no `__tls_get_addr`. All-zero is the initial state. Also owns which ring the
+//! thread records into ([`own_ring`]: its own, taken on its first recorded call and
+//! handed back when it ends, or the shared queue).
 
 use super::thread_ring::ThreadRing;
 use core::cell::Cell;
@@ -27,7 +29,7 @@ pub(crate) struct ThreadState {
     errno: Cell<*mut c_int>,
     /// The program's frame pointer, return address and stack pointer at its call of
     /// the outermost hooked function (stored by the x86-64 entry trampolines in
-    /// `hooks`, read by `stack_sample`).
+    /// `exports`, read by `stack_sample`).
     pub(super) caller_fp: Cell<u64>,
     pub(super) caller_ret: Cell<u64>,
     pub(super) caller_sp: Cell<u64>,
@@ -199,4 +201,50 @@ pub fn set_in_dlclose(v: bool) -> bool {
 /// An address that identifies the calling thread (its state block) while it runs.
 pub fn thread_key() -> usize {
     ts() as *const ThreadState as usize
+}
+
+thread_local! {
+    /// Hands the thread's ring back for reuse when the thread ends. Touched once per
+    /// thread (registering its destructor), when the ring is taken.
+    static RING_OWNER: RingOwner = const { RingOwner(Cell::new(core::ptr::null())) };
+}
+
+struct RingOwner(Cell<*const ThreadRing>);
+
+impl Drop for RingOwner {
+    fn drop(&mut self) {
+        // SAFETY: rings are never unmapped.
+        if let Some(r) = unsafe { self.0.get().as_ref() } {
+            r.orphan();
+        }
+    }
+}
+
+/// This thread's own ring, taken now if it has none yet (`None`: it uses the shared
+/// queue).
+pub(crate) fn own_ring(t: &ThreadState) -> Option<&'static ThreadRing> {
+    // SAFETY: rings are never unmapped.
+    if let Some(r) = unsafe { t.ring.get().as_ref() } {
+        return Some(r);
+    }
+    take_ring(t)
+}
+
+/// Gives the thread its own ring, unless none could be had before.
+#[cold]
+pub(super) fn take_ring(t: &ThreadState) -> Option<&'static ThreadRing> {
+    if t.shared.get() {
+        return None;
+    }
+    match super::thread_ring::acquire(crate::config::get().buffer_events) {
+        Some(r) => {
+            t.ring.set(r);
+            RING_OWNER.with(|o| o.0.set(r));
+            Some(r)
+        }
+        None => {
+            t.shared.set(true);
+            None
+        }
+    }
 }
