@@ -147,6 +147,17 @@ pub struct DeviceSummary {
     pub others_at_peak: Vec<(u32, Option<u64>)>,
 }
 
+/// The time readings count from: the capture's start (`Loaded::base_ns`), or the first
+/// reading in a capture with no process and no event.
+pub fn time_base(loaded: &Loaded) -> u64 {
+    if loaded.processes.is_empty() && loaded.min_event_ts.is_none() {
+        if let Some(first) = loaded.device_readings.iter().map(|r| r.ts_ns).min() {
+            return first;
+        }
+    }
+    loaded.base_ns()
+}
+
 fn secs(ns: u64, base: u64) -> f64 {
     ns.saturating_sub(base) as f64 / 1e9
 }
@@ -154,7 +165,7 @@ fn secs(ns: u64, base: u64) -> f64 {
 /// The summary of a capture's readings.
 pub fn summarize(loaded: &Loaded) -> ReadingsSummary {
     let devices = by_device(loaded);
-    let base = loaded.base_ns();
+    let base = time_base(loaded);
     let missing_why = loaded
         .tags
         .get(OFF_TAG)

@@ -431,7 +431,7 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
 /// The capture's own device readings (`memwatch run` / `attach` sampled NVML or ROCm
 /// SMI into it) as device series with a split per sample; empty when the capture has
 /// none (no readings: no series, never zeros). Times are ns since the capture's start
-/// (`Loaded::base_ns`), the time base of its events. A device the run's processes used
+/// (`Loaded::base_ns`, the time base of its events; `device_readings::time_base`). A device the run's processes used
 /// gets the capture's device ordinal when that can be told: the capture's events name
 /// one device and the readings listed the run's processes on exactly one device (that
 /// one is the ordinal, the others are left out: not the run's). Otherwise each series
@@ -439,7 +439,7 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
 /// CUDA_DEVICE_ORDER can make differ from the ordinals.
 pub fn capture_device_series(loaded: &Loaded) -> Vec<DeviceSeries> {
     let devices = crate::device_readings::by_device(loaded);
-    let base = loaded.base_ns();
+    let base = crate::device_readings::time_base(loaded);
     let mut ordinals: Vec<i32> = loaded
         .streams
         .iter()
