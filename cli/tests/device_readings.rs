@@ -107,6 +107,11 @@ fn a_capture_without_readings_shows_them_missing() {
     assert!(!text.contains("outside this run"), "{text}");
 }
 
+/// One hooked call (the ROCm runtime here answers hipErrorInvalidDevice without a GPU),
+/// so a process reaches the shim: a capture of nothing records nothing, not even why.
+const HIP_CALL: &str =
+    "import ctypes; ctypes.CDLL('libamdhip64.so').hipMalloc(ctypes.byref(ctypes.c_void_p()), 1 << 20)";
+
 /// On a machine without NVML and without an AMD GPU (CI, this VM) `memwatch run` says
 /// once why, records why in the capture and the report repeats it; with a GPU the
 /// capture has readings of this run.
@@ -121,9 +126,9 @@ fn run_records_readings_or_why_there_are_none() {
             "--out",
             cap.to_str().unwrap(),
             "--",
-            "sh",
+            "python3",
             "-c",
-            "exit 0",
+            HIP_CALL,
         ])
         .output()
         .unwrap();

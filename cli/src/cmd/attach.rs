@@ -484,13 +484,14 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
     });
     // Every device and its processes, every 100 ms and at each failed allocation; the
     // attached processes (and what they start) are the watched tree.
-    let readings =
-        super::device_readings::CaptureReadings::start(&file, args.json || args.live, |k, v| {
-            let tag = format!("{}{k}={v}", memwatch_analysis::capture::load::TAG_PREFIX);
-            if let Err(e) = write_marker(&file, std::process::id() as i32, tag) {
-                eprintln!("memwatch: error: {}", super::one_line(&e));
-            }
-        });
+    let mut readings = super::device_readings::CaptureReadings::start(&file);
+    if let Some((k, v)) = readings.off_tag() {
+        let tag = format!("{}{k}={v}", memwatch_analysis::capture::load::TAG_PREFIX);
+        write_marker(&file, std::process::id() as i32, tag)?;
+    }
+    if !args.json && !args.live {
+        readings.say_off();
+    }
     for &pid in &pids {
         readings.watch(pid as u32);
     }

@@ -2,8 +2,9 @@
 //! `memwatch-agent` sampler (NVML, ROCm SMI) reads every device and its processes every
 //! [`PERIOD`] and at each failed allocation a shim reports (its trigger goes to a
 //! `FailureTap` in front of the capture sink), marking the watched tree's pids. Without a
-//! library or a device it says why once, records why in the capture (tag
-//! [`OFF_TAG`]: the report then says why readings are missing) and the run goes on.
+//! library or a device it says why once (`run`: after the command's own output), records
+//! why in the capture (tag [`OFF_TAG`]: the report then says why readings are missing)
+//! and the run goes on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,28 +26,41 @@ pub const OFF_TAG: &str = memwatch_analysis::device_readings::OFF_TAG;
 pub struct CaptureReadings {
     sampling: Option<Sampling>,
     watch: Watch,
+    off: Option<String>,
 }
 
 impl CaptureReadings {
-    /// Starts reading into `sink`; `tag` writes a capture tag. With `quiet` the reason
-    /// readings are off is only recorded, not printed.
-    pub fn start(sink: &Arc<CaptureFileSink>, quiet: bool, tag: impl FnOnce(&str, &str)) -> Self {
+    /// Starts reading into `sink`. Why readings are off is said by
+    /// [`CaptureReadings::say_off`] and recorded by the caller ([`CaptureReadings::off_tag`]).
+    pub fn start(sink: &Arc<CaptureFileSink>) -> Self {
         let watch = Watch::new();
         let (readers, off) = detect_readers();
-        if readers.is_empty() {
-            let why = off.join("; ");
-            if !quiet {
-                eprintln!("memwatch: device readings off: {why}");
-            }
-            tag(OFF_TAG, &format!("off: {why}"));
-        }
+        let off = readers.is_empty().then(|| off.join("; "));
         let sampling = Sampling::start(
             readers,
             watch.clone(),
             Box::new(SinkOut(sink.clone() as Arc<dyn FrameSink>)),
             PERIOD,
         );
-        Self { sampling, watch }
+        Self {
+            sampling,
+            watch,
+            off,
+        }
+    }
+
+    /// The capture tag (key, value) that records why there are no readings.
+    pub fn off_tag(&self) -> Option<(&'static str, String)> {
+        self.off
+            .as_ref()
+            .map(|why| (OFF_TAG, format!("off: {why}")))
+    }
+
+    /// Says on stderr, once, why there are no readings (nothing when there are).
+    pub fn say_off(&self) {
+        if let Some(why) = &self.off {
+            eprintln!("memwatch: device readings off: {why}");
+        }
     }
 
     /// Marks `pid` and its descendants as the watched tree from now on.
@@ -65,7 +79,7 @@ impl CaptureReadings {
     }
 
     /// Stops sampling at once (no wait for the period).
-    pub fn stop(self) -> Option<SamplingStats> {
-        self.sampling.map(Sampling::stop)
+    pub fn stop(&mut self) -> Option<SamplingStats> {
+        self.sampling.take().map(Sampling::stop)
     }
 }

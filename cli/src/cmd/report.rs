@@ -177,7 +177,6 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
         return Ok(Outcome::Success);
     }
     let apu = memwatch_analysis::apu::analyze(&loaded);
-    let readings = memwatch_analysis::device_readings::summarize(&loaded);
     let samples = match &args.nvsmi_apps {
         Some(p) => memwatch_analysis::nvsmi::read_apps_csv(p)?,
         None => Vec::new(),
@@ -199,12 +198,6 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
                 serde_json::to_value(a).context("cannot encode the APU report")?,
             );
         }
-        if let Some(obj) = v.as_object_mut() {
-            obj.insert(
-                "device_readings".into(),
-                serde_json::to_value(&readings).context("cannot encode the device readings")?,
-            );
-        }
         serde_json::to_writer(&mut out, &v).context("cannot write JSON to stdout")?;
         writeln!(out).context("cannot write JSON to stdout")?;
     } else {
@@ -212,7 +205,10 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
         if let Some(a) = &apu {
             out!("{}", render_apu(a));
         }
-        out!("{}", super::report_readings::render(&readings));
+        out!(
+            "{}",
+            super::report_readings::render(&report.device_readings)
+        );
         if let Some(r) = &runtime {
             outln!("\nPJRT runtime (allocator statistics, executables; see `memwatch runtime`)");
             super::runtime::print_human(r, false)?;

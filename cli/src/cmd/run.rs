@@ -48,7 +48,10 @@ settings in the environment (XLA_PYTHON_CLIENT_ALLOCATOR, XLA_CLIENT_MEM_FRACTIO
 PYTORCH_CUDA_ALLOC_CONF, XLA_FLAGS, …) as `env.NAME` tags. On a machine with an amdgpu
 card the driver's VRAM/GTT counters (/sys/class/drm/card*/device/mem_info_*,
 $MEMWATCH_SYSFS_ROOT instead of /sys) are read into the capture at the start, once a
-second and at the end, for the report's APU section.
+second and at the end, for the report's APU section. Every GPU and the processes on it
+(NVML, ROCm SMI) are read into the capture every 100 ms and at each failed allocation, the
+command's processes marked (`memwatch report` shows them; without NVML or an AMD GPU
+memwatch says so after the command's output and records why).
 
 The command's stderr is passed through unchanged (a terminal stays a terminal: memwatch
 gives the command a pseudo-terminal of the same size when its own stderr is one) and
@@ -250,11 +253,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     }
     // Every device and its processes, every 100 ms and at each failed allocation (the
     // tap in front of the capture sink fires a reading).
-    let readings = super::device_readings::CaptureReadings::start(&sink, args.quiet, |k, v| {
-        if let Err(e) = write_tag(&sink, k, v) {
-            eprintln!("memwatch: error: {}", super::one_line(&e));
-        }
-    });
+    let mut readings = super::device_readings::CaptureReadings::start(&sink);
     let receiver = Receiver::start(None, readings.tap(sink.clone() as Arc<dyn FrameSink>))?;
     // amdgpu VRAM/GTT readings next to the shims' events (APU accounting in the report).
     let sampling = CaptureSampling::start(
@@ -371,10 +370,18 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         s.stop();
     }
     readings.stop();
-    // The allocator settings, for the diagnosis (now or later), when a process of the
-    // command reached the shim: a capture of nothing stays a capture of nothing.
+    if !args.quiet {
+        // After the command's own stderr, which comes first and unchanged.
+        readings.say_off();
+    }
+    // The allocator settings, for the diagnosis (now or later), and why there are no
+    // device readings, when a process of the command reached the shim: a capture of
+    // nothing stays a capture of nothing.
     if !stats.connections.is_empty() {
-        for (k, v) in super::run_doctor::env_tags() {
+        for (k, v) in super::run_doctor::env_tags()
+            .into_iter()
+            .chain(readings.off_tag().map(|(k, v)| (k.to_string(), v)))
+        {
             if let Err(e) = write_tag(&sink, &k, &v) {
                 eprintln!("memwatch: error: {}", super::one_line(&e));
             }
