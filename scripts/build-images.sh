@@ -120,8 +120,7 @@ fi
 
 # -- 2. The binaries of this work tree --
 echo "== memwatch + shim, $profile build"
-cargo_args=(build --locked -p memwatch -p memwatch-preload
-  --features memwatch-agent/rocm)
+cargo_args=(build --locked -p memwatch -p memwatch-preload)
 [[ $profile == release ]] && cargo_args+=(--release)
 # (memwatch-kernels' notes about HIP targets this hipcc lacks are left out.)
 cargo "${cargo_args[@]}" 2> >(grep -v '^warning: memwatch-kernels' >&2) || die "cargo ${cargo_args[*]} failed"

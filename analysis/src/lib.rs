@@ -11,6 +11,7 @@ pub mod alloc;
 
 pub mod apu;
 pub mod capture;
+pub mod device_readings;
 pub mod doctor;
 pub mod gate;
 pub mod live;

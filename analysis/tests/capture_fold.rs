@@ -131,6 +131,10 @@ fn check_same(path: &Path, bytes: &[u8], batch: usize) {
     assert_eq!(g.processes, w.processes, "{what}: processes");
     assert_eq!(g.device_samples, w.device_samples, "{what}: device samples");
     assert_eq!(
+        g.device_readings, w.device_readings,
+        "{what}: device readings"
+    );
+    assert_eq!(
         (g.frames, g.unknown_frames, g.file_bytes, &g.damage, &g.tags),
         (w.frames, w.unknown_frames, w.file_bytes, &w.damage, &w.tags),
         "{what}: file figures"

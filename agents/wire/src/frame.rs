@@ -30,9 +30,9 @@ use crate::event::Event;
 use crate::WireError;
 
 pub use crate::records::{
-    encode_events, Backtrace, CompiledMemoryStats, DeviceInfo, DeviceSample, Dropped, Marker,
-    Module, ModuleMap, PjrtExecutable, PjrtMemoryStats, ProcessEnd, ProcessStart, WireRecord,
-    EVENT_SIZE,
+    encode_events, Backtrace, CompiledMemoryStats, DeviceInfo, DeviceReading, DeviceSample,
+    Dropped, Marker, Module, ModuleMap, PjrtExecutable, PjrtMemoryStats, ProcessEnd, ProcessStart,
+    ProcessUse, WireRecord, EVENT_SIZE,
 };
 
 /// First 8 bytes of every stream.
@@ -176,6 +176,7 @@ macro_rules! records {
                 ("CompiledMemoryStats", <CompiledMemoryStats as Field>::FIXED_SIZE,
                     <CompiledMemoryStats as WireStruct>::fields()),
                 ("Module", <Module as Field>::FIXED_SIZE, <Module as WireStruct>::fields()),
+                ("ProcessUse", <ProcessUse as Field>::FIXED_SIZE, <ProcessUse as WireStruct>::fields()),
             ] {
                 let size = size.map_or("variable".to_string(), |n| format!("{n} bytes"));
                 out.push_str(&format!("| `{name}` | {size} | {} |\n", fields_text(&fields, true)));
@@ -197,6 +198,7 @@ records! {
     PjrtMemoryStats(PjrtMemoryStats) = PJRT_MEMORY_STATS,
     Backtrace(Backtrace) = BACKTRACE,
     ModuleMap(ModuleMap) = MODULE_MAP,
+    DeviceReading(DeviceReading) = DEVICE_READING,
 }
 
 /// `name:layout` pairs in backquotes, space-separated; with `offsets`, each prefixed by its byte

@@ -14,9 +14,9 @@ pub use device_props::{DeviceProps, DEVICE_PROPS_PREFIX};
 pub use event::{Api, ApiFamily, Event, EventKind, MemKind, Vendor};
 pub use frame::{
     encode_events_frame_into, encode_record, encode_record_into, encode_small_record_into,
-    Backtrace, CompiledMemoryStats, DeviceInfo, DeviceSample, Dropped, Marker, Module, ModuleMap,
-    PjrtExecutable, PjrtMemoryStats, ProcessEnd, ProcessStart, Record, EVENT_SIZE, FORMAT_VERSION,
-    MAGIC, PREAMBLE_LEN,
+    Backtrace, CompiledMemoryStats, DeviceInfo, DeviceReading, DeviceSample, Dropped, Marker,
+    Module, ModuleMap, PjrtExecutable, PjrtMemoryStats, ProcessEnd, ProcessStart, ProcessUse,
+    Record, EVENT_SIZE, FORMAT_VERSION, MAGIC, PREAMBLE_LEN,
 };
 pub use reader::{Damage, DamageKind, FrameReader, ReadMode};
 pub use writer::FrameWriter;

@@ -63,6 +63,7 @@ wire_record! {
     PjrtMemoryStats = 9 "pjrt_memory_stats";
     Backtrace = 10 "backtrace";
     ModuleMap = 11 "module_map";
+    DeviceReading = 12 "device_reading";
 }
 
 /// Frame type 2, `events`: `count:u32` then `count` [`Event`]s of
@@ -360,5 +361,96 @@ wire_struct! {
         pub pid: u32,
         pub ts_ns: u64,
         pub modules: Vec<Module>,
+    }
+}
+
+wire_struct! {
+    /// One process's use of a device in a [`DeviceReading`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct ProcessUse {
+        /// The pid as the sampler's library reports it (the pid namespace of the driver).
+        pub pid: u32,
+        /// [`ProcessUse::WATCHED`], [`ProcessUse::BYTES_KNOWN`].
+        pub flags: u32,
+        /// The process's device memory as the driver counts it (its allocations, its
+        /// context, its loaded code); valid with [`ProcessUse::BYTES_KNOWN`].
+        pub used_bytes: u64,
+    }
+}
+
+impl ProcessUse {
+    /// The pid belongs to the watched process tree (the command `memwatch run` started
+    /// and its descendants; the processes `memwatch attach` attached to and theirs).
+    pub const WATCHED: u32 = 1;
+    /// `used_bytes` holds a figure (NVML answers "not available" under some setups;
+    /// ROCm SMI gives one figure per process, not per device, to a process on several).
+    pub const BYTES_KNOWN: u32 = 2;
+
+    /// The process's bytes, when the sampler knew them.
+    pub fn bytes(&self) -> Option<u64> {
+        (self.flags & Self::BYTES_KNOWN != 0).then_some(self.used_bytes)
+    }
+
+    /// Whether the pid is in the watched process tree.
+    pub fn watched(&self) -> bool {
+        self.flags & Self::WATCHED != 0
+    }
+}
+
+wire_struct! {
+    /// One device's memory read by memwatch itself (NVML, ROCm SMI) in the `memwatch`
+    /// process, at one instant: the device-wide use and each process's use come from the
+    /// same reading, so the watched processes' bytes and the device's are taken together.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct DeviceReading {
+        /// CLOCK_MONOTONIC ns when the reading started (the events' clock).
+        pub ts_ns: u64,
+        /// The sampler library's device index (NVML: PCI bus order; ROCm SMI: its own
+        /// order), not a process's CUDA / HIP ordinal.
+        pub device: i32,
+        /// [`crate::Vendor`] code.
+        pub vendor: u8,
+        /// [`DeviceReading::PROCESSES`], [`DeviceReading::AT_FAILURE`].
+        pub flags: u32,
+        /// Device memory in use, all processes and the driver together.
+        pub used_bytes: u64,
+        pub total_bytes: u64,
+        /// "nvml" or "rocm_smi".
+        pub source: String,
+        /// The device's UUID (NVML `GPU-…`; ROCm SMI's unique id in hex), empty if unknown.
+        pub uuid: String,
+        /// PCI bus id (`00000000:18:00.0`), empty if unknown.
+        pub pci_bus_id: String,
+        /// Every process on the device at this instant (valid with
+        /// [`DeviceReading::PROCESSES`]).
+        pub processes: Vec<ProcessUse>,
+    }
+}
+
+impl DeviceReading {
+    /// `processes` was read (an empty list then means no process used the device);
+    /// without it the per-process figures are unknown, not zero.
+    pub const PROCESSES: u32 = 1;
+    /// Taken at once because a failed allocation of a watched process arrived, not on
+    /// the sampling period.
+    pub const AT_FAILURE: u32 = 2;
+
+    /// The processes, when the sampler read them.
+    pub fn process_list(&self) -> Option<&[ProcessUse]> {
+        (self.flags & Self::PROCESSES != 0).then_some(&self.processes[..])
+    }
+
+    /// Bytes of the watched processes at this instant: `None` when the processes were
+    /// not read or one watched process's figure is unknown.
+    pub fn watched_bytes(&self) -> Option<u64> {
+        self.process_list()?
+            .iter()
+            .filter(|p| p.watched())
+            .try_fold(0u64, |a, p| Some(a.saturating_add(p.bytes()?)))
+    }
+
+    /// Whether it was taken because of a failure.
+    pub fn at_failure(&self) -> bool {
+        self.flags & Self::AT_FAILURE != 0
     }
 }

@@ -164,6 +164,10 @@ pub struct Loaded {
     /// Device-level readings taken outside the processes (`device_sample` frames: amdgpu
     /// sysfs VRAM/GTT, ROCm SMI, NVML), in file order.
     pub device_samples: Vec<memwatch_wire::DeviceSample>,
+    /// Devices and their processes read by memwatch's own sampler (`device_reading`
+    /// frames: NVML, ROCm SMI), in file order; empty in captures made without it (read
+    /// that as "not sampled", never as 0 bytes).
+    pub device_readings: Vec<memwatch_wire::DeviceReading>,
     pub damage: Vec<DamageReport>,
     pub file_bytes: u64,
     /// Capture-level tags (see [`TAG_PREFIX`]).
@@ -532,6 +536,7 @@ impl LoadBuilder {
                 p.exit_code = e.known_exit_code();
             }
             Record::DeviceSample(d) => self.loaded.device_samples.push(d.clone()),
+            Record::DeviceReading(d) => self.loaded.device_readings.push(d.clone()),
             // PJRT executables and allocator statistics: read by `analysis::runtime`.
             Record::PjrtExecutable(x) => self.loaded.pjrt.executables.push(x.clone()),
             Record::PjrtMemoryStats(x) => self.loaded.pjrt.stats.push(*x),

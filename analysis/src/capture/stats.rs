@@ -66,6 +66,9 @@ pub struct CaptureReport {
     pub unknown_frames: u64,
     /// Capture-level tags (`memwatch run --tag K=V`).
     pub tags: std::collections::BTreeMap<String, String>,
+    /// memwatch's own device readings (`crate::device_readings`), or that they are
+    /// missing.
+    pub device_readings: crate::device_readings::ReadingsSummary,
 }
 
 /// One process image (a pid that called `exec` appears once per image).
@@ -657,6 +660,7 @@ impl ReportFold {
             unknown_events: loaded.unknown_events,
             unknown_frames: loaded.unknown_frames,
             tags: Default::default(),
+            device_readings: crate::device_readings::summarize(loaded),
         };
         (report, history)
     }

@@ -285,16 +285,64 @@ fn entry_parameter_bytes(m: &HloModule) -> Option<u64> {
 /// Device memory readings of one device from one source.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceSeries {
-    /// The file (or `capture`).
+    /// The file (or `CAPTURE (nvml)` for the capture's own readings).
     pub source: String,
+    /// The device: nvidia-smi's index (NVML's), or for the capture's readings the
+    /// capture's device ordinal when it could be matched ([`capture_device_series`]).
     pub device: i32,
     /// (unix ns when known, else capture-relative ns; used bytes; total bytes).
     pub samples: Vec<(u64, u64, u64)>,
     /// Whether the times are wall-clock (unix) ns.
     pub wall_clock: bool,
+    /// How each sample splits between the run's processes and the rest, read at the
+    /// sample's own instant: one entry per sample (`None`: the processes were not read
+    /// then), or empty when the source has no per-process figures (nvidia-smi's
+    /// `--query-gpu` CSV).
+    pub splits: Vec<Option<SampleSplit>>,
+}
+
+/// One sample's device use split at its instant: the run's process tree against
+/// everything else (`watched_bytes + other_bytes` = the sample's used bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleSplit {
+    /// The run's processes (the watched tree), as the driver counts them (allocations,
+    /// context, module code).
+    pub watched_bytes: u64,
+    /// The device's use minus `watched_bytes`: other processes and what the driver holds
+    /// outside any process.
+    pub other_bytes: u64,
+    /// Every process listed: (pid, bytes when known, in the watched tree).
+    pub processes: Vec<(u32, Option<u64>, bool)>,
+    /// Taken at once because a failed allocation arrived.
+    pub at_failure: bool,
 }
 
 impl DeviceSeries {
+    /// Each sample with its split, in time order: (time, used, total, split).
+    pub fn with_splits(&self) -> impl Iterator<Item = (u64, u64, u64, Option<&SampleSplit>)> {
+        self.samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.0, s.1, s.2, self.splits.get(i).and_then(Option::as_ref)))
+    }
+
+    /// The sample with the most memory held by others, with its split (taken at the
+    /// same instant as its used bytes).
+    pub fn others_peak(&self) -> Option<(u64, &SampleSplit)> {
+        self.with_splits()
+            .filter_map(|(t, _, _, s)| Some((t, s?)))
+            .max_by_key(|(t, s)| (s.other_bytes, std::cmp::Reverse(*t)))
+    }
+
+    /// The last sample at or before `ts` that has a split (same time base as
+    /// `samples`).
+    pub fn split_at(&self, ts: u64) -> Option<(u64, &SampleSplit)> {
+        self.with_splits()
+            .filter(|(t, ..)| *t <= ts)
+            .filter_map(|(t, _, _, s)| Some((t, s?)))
+            .last()
+    }
+
     /// The most memory any sample saw in use.
     pub fn max_used(&self) -> Option<u64> {
         self.samples.iter().map(|s| s.1).max()
@@ -363,6 +411,7 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
                     device,
                     samples: Vec::new(),
                     wall_clock: true,
+                    splits: Vec::new(),
                 });
                 series.len() - 1
             }
@@ -377,6 +426,85 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
         });
     }
     Ok(series)
+}
+
+/// The capture's own device readings (`memwatch run` / `attach` sampled NVML or ROCm
+/// SMI into it) as device series with a split per sample; empty when the capture has
+/// none (no readings: no series, never zeros). Times are ns since the capture's start
+/// (`Loaded::base_ns`, the time base of its events; `device_readings::time_base`). A device the run's processes used
+/// gets the capture's device ordinal when that can be told: the capture's events name
+/// one device and the readings listed the run's processes on exactly one device (that
+/// one is the ordinal, the others are left out: not the run's). Otherwise each series
+/// keeps the library's index (NVML's PCI order), which CUDA_VISIBLE_DEVICES and
+/// CUDA_DEVICE_ORDER can make differ from the ordinals.
+pub fn capture_device_series(loaded: &Loaded) -> Vec<DeviceSeries> {
+    let devices = crate::device_readings::by_device(loaded);
+    let base = crate::device_readings::time_base(loaded);
+    let mut ordinals: Vec<i32> = loaded
+        .streams
+        .iter()
+        .map(|s| s.1)
+        .filter(|d| *d >= 0)
+        .collect();
+    ordinals.sort_unstable();
+    ordinals.dedup();
+    let with_run: Vec<usize> = (0..devices.len())
+        .filter(|&i| devices[i].watched_seen())
+        .collect();
+    let matched = match (ordinals.as_slice(), with_run.as_slice()) {
+        ([ordinal], [k]) => Some((*k, *ordinal)),
+        _ => None,
+    };
+    devices
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| matched.is_none_or(|(k, _)| k == *i))
+        .map(|(_, d)| DeviceSeries {
+            source: format!("{} ({})", loaded.path.display(), d.source),
+            device: matched.map_or(d.device, |(_, ordinal)| ordinal),
+            samples: d
+                .readings
+                .iter()
+                .map(|r| (r.ts_ns.saturating_sub(base), r.used_bytes, r.total_bytes))
+                .collect(),
+            wall_clock: false,
+            splits: d
+                .readings
+                .iter()
+                .map(|r| {
+                    let watched = r.watched_bytes?;
+                    Some(SampleSplit {
+                        watched_bytes: watched,
+                        other_bytes: r.used_bytes.saturating_sub(watched),
+                        processes: r
+                            .processes
+                            .iter()
+                            .flatten()
+                            .map(|p| (p.pid, p.bytes(), p.watched()))
+                            .collect(),
+                        at_failure: r.at_failure,
+                    })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Adds the capture's own device readings to the evidence's device samples (once: a
+/// second call adds nothing).
+pub fn add_capture_samples(ev: &mut Evidence) {
+    let Some(c) = &ev.capture else {
+        return;
+    };
+    let series = capture_device_series(&c.loaded);
+    if ev
+        .device_samples
+        .iter()
+        .any(|s| series.iter().any(|x| x.source == s.source))
+    {
+        return;
+    }
+    ev.device_samples.extend(series);
 }
 
 /// Whether a text looks like nvidia-smi's CSV (its first line).

@@ -1,6 +1,6 @@
 //! `memwatch agent --daemon HOST:PORT`: the per-node agent. A Unix-socket receiver for
 //! shims (the same one `memwatch run` uses) feeding the forwarder (spool + TCP to the
-//! daemon), plus device sampling once a second. Owns argument parsing and wiring only.
+//! daemon), plus device sampling (every --sample-ms, 100 by default). Owns argument parsing and wiring only.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,8 +24,9 @@ The agent prints the socket to point shims at (MEMWATCH_SINK=unix:PATH, or run
 programs with `LD_PRELOAD=libmemwatch_preload.so`). Everything received is spooled to
 disk first and deleted only after the daemon acknowledged its commit: when the daemon
 is down, the agent keeps spooling (up to --spool-max-mib) and replays in order when it
-is back. Samples device memory (NVML, ROCm SMI with the `rocm` feature, amdgpu sysfs)
-every --sample-ms. Stops on SIGINT/SIGTERM after flushing for up to --drain-secs.
+is back. Reads each GPU and the processes on it (NVML, ROCm SMI) every --sample-ms
+and at once when a shim reports a failed allocation, and amdgpu sysfs counters where
+ROCm SMI is absent. Stops on SIGINT/SIGTERM after flushing for up to --drain-secs.
 
 Exit status: 0, or 1 when batches were lost (the spool was full or could not be
 written); what was lost is said on stderr.";
@@ -67,8 +68,10 @@ pub struct AgentArgs {
     /// Group of the --socket (a name or a number), for --socket-mode 0660.
     #[arg(long, value_name = "GROUP", value_parser = parse_group, requires = "socket")]
     pub socket_group: Option<u32>,
-    /// Device sampling period in ms (0: no sampling).
-    #[arg(long, default_value_t = 1000)]
+    /// Device sampling period in ms (0: no sampling): NVML / ROCm SMI read each device
+    /// and its processes this often, and at once when a shim reports a failed
+    /// allocation; amdgpu sysfs counters are read as often.
+    #[arg(long, default_value_t = 100)]
     pub sample_ms: u64,
     /// sysfs root for amdgpu sampling.
     #[arg(long, default_value = "/sys", hide = true)]
@@ -154,7 +157,30 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
     let fwd = Arc::new(
         Forwarder::start(cfg).with_context(|| format!("cannot open spool {}", spool.display()))?,
     );
-    let sink = fwd.clone() as Arc<dyn FrameSink>;
+    // Devices and their processes read every --sample-ms and at each failed allocation a
+    // shim reports (the node's view: no process tree is watched).
+    let (readers, off) = if args.sample_ms > 0 {
+        sampler::reader::detect_readers()
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let rocm_reads = readers.iter().any(|r| r.source() == "rocm_smi");
+    let names: Vec<&str> = readers.iter().map(|r| r.source()).collect();
+    let readings = (!readers.is_empty())
+        .then(|| {
+            let out = sampler::ForwarderOut::open(fwd.clone(), &readers);
+            sampler::sampling::Sampling::start(
+                readers,
+                sampler::watch::Watch::new(),
+                Box::new(out),
+                Duration::from_millis(args.sample_ms),
+            )
+        })
+        .flatten();
+    let sink = Arc::new(sampler::failure_tap::FailureTap::new(
+        fwd.clone() as Arc<dyn FrameSink>,
+        readings.as_ref().map(|s| s.trigger()),
+    )) as Arc<dyn FrameSink>;
     let receiver = match &args.socket {
         Some(path) => Receiver::start_at(
             path,
@@ -179,17 +205,21 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
         spool.display()
     );
     let sampling = if args.sample_ms > 0 {
-        let samplers = sampler::detect(&args.sysfs_root);
+        let samplers = sampler::detect(&args.sysfs_root, rocm_reads);
+        let all: Vec<&str> = names
+            .iter()
+            .copied()
+            .chain(samplers.iter().map(|s| s.name()))
+            .collect();
+        for why in &off {
+            eprintln!("memwatch agent: {why}");
+        }
         eprintln!(
             "memwatch agent: device sampling: {}",
-            if samplers.is_empty() {
+            if all.is_empty() {
                 "no GPU found".to_string()
             } else {
-                samplers
-                    .iter()
-                    .map(|s| s.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                all.join(", ")
             }
         );
         let f = fwd.clone();
@@ -206,6 +236,9 @@ pub fn run(args: AgentArgs) -> Result<Outcome> {
     let stats = receiver.shutdown();
     if let Some(t) = sampling {
         let _ = t.join();
+    }
+    if let Some(r) = readings {
+        r.stop();
     }
     let fwd = Arc::try_unwrap(fwd).map_err(|_| anyhow::anyhow!("forwarder still in use"))?;
     let refused = fwd.stats().batches_refused.load(Ordering::Relaxed);

@@ -482,7 +482,20 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
         first_event: Mutex::new(None),
         live: Mutex::new(LiveStats::default()),
     });
-    let receiver = Receiver::start(None, tee.clone() as Arc<dyn FrameSink>)?;
+    // Every device and its processes, every 100 ms and at each failed allocation; the
+    // attached processes (and what they start) are the watched tree.
+    let mut readings = super::device_readings::CaptureReadings::start(&file);
+    if let Some((k, v)) = readings.off_tag() {
+        let tag = format!("{}{k}={v}", memwatch_analysis::capture::load::TAG_PREFIX);
+        write_marker(&file, std::process::id() as i32, tag)?;
+    }
+    if !args.json && !args.live {
+        readings.say_off();
+    }
+    for &pid in &pids {
+        readings.watch(pid as u32);
+    }
+    let receiver = Receiver::start(None, readings.tap(tee.clone() as Arc<dyn FrameSink>))?;
     install_stop_handlers()?;
 
     for &pid in &pids {
@@ -536,6 +549,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
     }
     if !targets.iter().any(|t| t.attached) {
         let _ = receiver.shutdown();
+        readings.stop();
         let _ = file.finish();
         capture_out.discard();
         let why: Vec<String> = targets
@@ -602,6 +616,7 @@ pub fn run(args: AttachArgs) -> Result<Outcome> {
     let drain_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < drain_until && !receiver.wait_idle(Duration::from_millis(100)) {}
     let _stats = receiver.shutdown();
+    readings.stop();
     file.finish()
         .with_context(|| format!("capture {} is incomplete", out.display()))?;
     capture_out.commit().map_err(anyhow::Error::msg)?;

@@ -128,6 +128,7 @@ pub fn load_evidence(
     if !logs.is_empty() {
         ev.log = Some(LogEvidence::read(&logs)?);
     }
+    evidence::add_capture_samples(&mut ev);
     for d in dumps {
         ev.dumps.extend(doctor::dumps::read_dumps(d)?);
     }

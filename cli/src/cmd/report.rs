@@ -205,6 +205,10 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
         if let Some(a) = &apu {
             out!("{}", render_apu(a));
         }
+        out!(
+            "{}",
+            super::report_readings::render(&report.device_readings)
+        );
         if let Some(r) = &runtime {
             outln!("\nPJRT runtime (allocator statistics, executables; see `memwatch runtime`)");
             super::runtime::print_human(r, false)?;

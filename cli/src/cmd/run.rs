@@ -9,23 +9,24 @@
 //! events (memwatch-analysis) or read sockets (memwatch-agent).
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use memwatch_agent::sampler::capture::{self as capture_sampling, CaptureSampling};
-use memwatch_agent::{CaptureFileSink, ConnId, FrameSink, Receiver, ReceiverStats};
+use memwatch_agent::{CaptureFileSink, ConnId, FrameSink, Receiver};
 use memwatch_analysis::capture::{analyze, ReportOptions};
 use memwatch_wire::{encode_record, Marker, Record};
-use serde::Serialize;
 
 use super::import::StoreArgs;
-use super::report::{bytes, load_with_progress, print_damage};
+use super::report::{load_with_progress, print_damage};
+use super::run_child::{
+    become_subreaper, install_forwarding, interrupted, reap_left_behind, set_child, ChildEnd,
+};
+use super::run_output::{emit_json, print_verdicts, summary};
 use super::Outcome;
 
 /// File name of the LD_PRELOAD shim.
@@ -47,7 +48,10 @@ settings in the environment (XLA_PYTHON_CLIENT_ALLOCATOR, XLA_CLIENT_MEM_FRACTIO
 PYTORCH_CUDA_ALLOC_CONF, XLA_FLAGS, …) as `env.NAME` tags. On a machine with an amdgpu
 card the driver's VRAM/GTT counters (/sys/class/drm/card*/device/mem_info_*,
 $MEMWATCH_SYSFS_ROOT instead of /sys) are read into the capture at the start, once a
-second and at the end, for the report's APU section.
+second and at the end, for the report's APU section. Every GPU and the processes on it
+(NVML, ROCm SMI) are read into the capture every 100 ms and at each failed allocation, the
+command's processes marked (`memwatch report` shows them; without NVML or an AMD GPU
+memwatch says so after the command's output and records why).
 
 The command's stderr is passed through unchanged (a terminal stays a terminal: memwatch
 gives the command a pseudo-terminal of the same size when its own stderr is one) and
@@ -198,83 +202,6 @@ fn default_out(command: &OsString) -> PathBuf {
     path
 }
 
-static CHILD_PID: AtomicI32 = AtomicI32::new(0);
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
-
-extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    let pid = CHILD_PID.load(Ordering::SeqCst);
-    if pid <= 0 {
-        INTERRUPTED.store(true, Ordering::SeqCst);
-        return;
-    }
-    // SAFETY: the kernel passes a valid siginfo_t for SA_SIGINFO handlers.
-    let code = if info.is_null() {
-        0
-    } else {
-        unsafe { (*info).si_code }
-    };
-    // A terminal's Ctrl-C (SI_KERNEL) already went to CMD's process group: sending it
-    // again would deliver it twice. Signals sent with kill() are forwarded.
-    if code != libc::SI_KERNEL {
-        // SAFETY: kill is async-signal-safe.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
-}
-
-fn install_forwarding() -> Result<()> {
-    for sig in FORWARDED {
-        // SAFETY: a zeroed sigaction with a valid handler and empty mask is valid.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
-                return Err(std::io::Error::last_os_error())
-                    .with_context(|| format!("cannot install a handler for signal {sig}"));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// How CMD ended.
-#[derive(Debug, Clone, Copy, Serialize)]
-struct ChildEnd {
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    /// memwatch's own exit status.
-    status: u8,
-}
-
-#[derive(Serialize)]
-struct ConnJson {
-    pid: Option<u32>,
-    command: Option<String>,
-    frames: u64,
-    bytes: u64,
-    closed: String,
-    clean: bool,
-}
-
-#[derive(Serialize)]
-struct RunJson {
-    capture: String,
-    command: Vec<String>,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    connections: Vec<ConnJson>,
-    /// None when the capture went somewhere it cannot be read back from (/dev/null).
-    report: Option<memwatch_analysis::capture::CaptureReport>,
-    /// The copy of the command's stderr, when kept.
-    stderr_log: Option<String>,
-    /// The OOM doctor's diagnosis of the run (what a store keeps with the run).
-    diagnosis: Option<memwatch_analysis::doctor::Diagnosis>,
-}
-
 /// `--drain-timeout`: seconds, finite and not negative.
 fn parse_drain_timeout(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -321,10 +248,13 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         .map_or(true, |m| m.is_file())
         .then(|| super::run_doctor::RunFold::start(&sink, &out, &ReportOptions { top: args.top }))
         .flatten();
-    let receiver = Receiver::start(None, sink.clone() as Arc<dyn FrameSink>)?;
     for (k, v) in &args.tags {
         write_tag(&sink, k, v)?;
     }
+    // Every device and its processes, every 100 ms and at each failed allocation (the
+    // tap in front of the capture sink fires a reading).
+    let mut readings = super::device_readings::CaptureReadings::start(&sink);
+    let receiver = Receiver::start(None, readings.tap(sink.clone() as Arc<dyn FrameSink>))?;
     // amdgpu VRAM/GTT readings next to the shims' events (APU accounting in the report).
     let sampling = CaptureSampling::start(
         &capture_sampling::sysfs_root(),
@@ -374,6 +304,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         Err(e) => {
             // Nothing ran: leave no capture behind (but never remove what was there).
             drop(sampling);
+            readings.stop();
             receiver.shutdown();
             let _ = sink.finish();
             capture_out.discard();
@@ -395,28 +326,16 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             return Ok(Outcome::Code(code));
         }
     };
+    // CMD and what it starts; memwatch itself for what CMD leaves behind (reparented to
+    // memwatch, its subreaper).
+    readings.watch(child.id());
+    readings.watch(std::process::id());
     let stderr_copy = tee.start(&mut child)?;
-    CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
+    set_child(child.id() as i32);
     let status = child.wait();
-    CHILD_PID.store(0, Ordering::SeqCst);
+    set_child(0);
     let status = status.context("cannot wait for the command")?;
-    let end = match (status.code(), status.signal()) {
-        (Some(c), _) => ChildEnd {
-            exit_code: Some(c),
-            signal: None,
-            status: (c & 0xff) as u8,
-        },
-        (None, Some(s)) => ChildEnd {
-            exit_code: None,
-            signal: Some(s),
-            status: (128 + s).clamp(0, 255) as u8,
-        },
-        (None, None) => ChildEnd {
-            exit_code: None,
-            signal: None,
-            status: 1,
-        },
-    };
+    let end = ChildEnd::of(status);
 
     // Processes CMD left behind (reparented to us: we are their subreaper) may still
     // hold connections or not have opened one yet; give them a bounded time.
@@ -424,7 +343,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let deadline = cmd_ended + Duration::from_secs_f64(args.drain_timeout.max(0.0));
     let mut idle = false;
     let mut left_behind = reap_left_behind();
-    while !INTERRUPTED.load(Ordering::SeqCst) {
+    while !interrupted() {
         let now = Instant::now();
         let slice = deadline
             .saturating_duration_since(now)
@@ -450,10 +369,19 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     if let Some(s) = sampling {
         s.stop();
     }
-    // The allocator settings, for the diagnosis (now or later), when a process of the
-    // command reached the shim: a capture of nothing stays a capture of nothing.
+    readings.stop();
+    if !args.quiet {
+        // After the command's own stderr, which comes first and unchanged.
+        readings.say_off();
+    }
+    // The allocator settings, for the diagnosis (now or later), and why there are no
+    // device readings, when a process of the command reached the shim: a capture of
+    // nothing stays a capture of nothing.
     if !stats.connections.is_empty() {
-        for (k, v) in super::run_doctor::env_tags() {
+        for (k, v) in super::run_doctor::env_tags()
+            .into_iter()
+            .chain(readings.off_tag().map(|(k, v)| (k.to_string(), v)))
+        {
             if let Err(e) = write_tag(&sink, &k, &v) {
                 eprintln!("memwatch: error: {}", super::one_line(&e));
             }
@@ -658,9 +586,9 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
 
 /// What is left to do after the command ended: the stderr copy and XLA dump to clean
 /// up, and when it ended (for `MEMWATCH_RUN_TIMING`).
-struct PostExit<'a> {
-    stderr_path: &'a Path,
-    stderr_temporary: bool,
+pub struct PostExit<'a> {
+    pub stderr_path: &'a Path,
+    pub stderr_temporary: bool,
     xla_dump: Option<&'a super::run_doctor::XlaDump>,
     cmd_ended: Instant,
 }
@@ -680,85 +608,6 @@ impl PostExit<'_> {
                 "memwatch: report and verdict done {:.3} s after the command exited",
                 self.cmd_ended.elapsed().as_secs_f64()
             );
-        }
-    }
-}
-
-/// The doctor's verdicts after the summary, when there are any.
-fn print_verdicts(d: &memwatch_analysis::doctor::Diagnosis) {
-    if !d.verdicts.is_empty() {
-        eprint!("\n{}", super::diagnose::render(d));
-    }
-}
-
-/// Makes memwatch the subreaper of CMD's descendants: a process CMD leaves behind (a
-/// daemon, a worker that outlives its launcher) is reparented to memwatch instead of
-/// init, so the drain can wait for it and say when it is still running.
-fn become_subreaper() {
-    // SAFETY: prctl with integer arguments; failure only loses the wait for leftovers.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-}
-
-/// Reaps the left-behind processes that have exited; returns the pids of those still
-/// running and of their descendants (CMD itself is reaped by then).
-fn reap_left_behind() -> Vec<i32> {
-    loop {
-        let mut status = 0;
-        // SAFETY: waitpid with a valid status pointer.
-        let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if r > 0 {
-            continue; // one exited: reaped; look for more
-        }
-        if r < 0 {
-            return Vec::new(); // ECHILD: nobody left
-        }
-        break;
-    }
-    live_descendants(std::process::id() as i32)
-}
-
-/// Every live (not zombie) descendant of `root` (attach's /proc walk, which leaves
-/// zombies out), sorted.
-fn live_descendants(root: i32) -> Vec<i32> {
-    let Ok(tree) = memwatch_attach::procfs::Proc::default().descendants(root, None) else {
-        return Vec::new();
-    };
-    let mut out: Vec<i32> = tree.attachable.into_iter().filter(|&p| p != root).collect();
-    out.sort_unstable();
-    out
-}
-
-/// `--json` / `--json-out`: the run's JSON document, on stdout or into the file.
-fn emit_json(
-    args: &RunArgs,
-    out: &Path,
-    end: &ChildEnd,
-    stats: &ReceiverStats,
-    report: Option<memwatch_analysis::capture::CaptureReport>,
-    post: &PostExit<'_>,
-    diagnosis: Option<memwatch_analysis::doctor::Diagnosis>,
-) -> Result<()> {
-    let doc = RunJson {
-        capture: out.display().to_string(),
-        command: args
-            .command
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect(),
-        exit_code: end.exit_code,
-        signal: end.signal,
-        connections: conn_json(stats),
-        report,
-        stderr_log: (!post.stderr_temporary).then(|| post.stderr_path.display().to_string()),
-        diagnosis,
-    };
-    let text = serde_json::to_string(&doc).context("cannot encode the JSON report")?;
-    match &args.json_out {
-        Some(path) => std::fs::write(path, text + "\n")
-            .with_context(|| format!("--json-out {}: cannot write", path.display())),
-        None => {
-            outln!("{text}");
-            Ok(())
         }
     }
 }
@@ -807,94 +656,4 @@ fn monotonic_now_ns() -> u64 {
     // SAFETY: `t` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
     (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
-}
-
-fn conn_json(stats: &ReceiverStats) -> Vec<ConnJson> {
-    stats
-        .connections
-        .iter()
-        .map(|c| ConnJson {
-            pid: c.pid,
-            command: c.command.clone(),
-            frames: c.frames,
-            bytes: c.bytes,
-            closed: c
-                .reason
-                .as_ref()
-                .map_or_else(|| "open".into(), ToString::to_string),
-            clean: c.reason.as_ref().is_some_and(|r| r.is_clean()),
-        })
-        .collect()
-}
-
-fn summary(
-    out: &Path,
-    end: &ChildEnd,
-    took: Duration,
-    stats: &ReceiverStats,
-    events: u64,
-    report: &memwatch_analysis::capture::CaptureReport,
-) -> String {
-    let mut s = String::from("\nmemwatch: ");
-    match (end.exit_code, end.signal) {
-        (Some(c), _) => s.push_str(&format!("command exited with status {c}")),
-        (_, Some(sig)) => s.push_str(&format!("command killed by signal {sig}")),
-        _ => s.push_str("command ended"),
-    }
-    s.push_str(&format!(
-        " after {:.1} s; {} process(es), {} events\n",
-        took.as_secs_f64(),
-        report.processes.len(),
-        events
-    ));
-    for p in &report.processes {
-        let allocs: u64 = p.devices.iter().map(|d| d.alloc_count).sum();
-        let failed: u64 = p.devices.iter().map(|d| d.failed_count).sum();
-        let leaked: u64 = p.devices.iter().map(|d| d.live_bytes_at_exit).sum();
-        let devs = p.devices.iter().filter(|d| d.alloc_count > 0).count();
-        s.push_str(&format!(
-            "  pid {:<7} {:<28} peak {:>10} on {} device(s), {} allocs, {} failed, {} live at exit",
-            p.pid,
-            p.command.first().map_or("?", |c| c.as_str()),
-            bytes(p.peak_bytes),
-            devs,
-            allocs,
-            failed,
-            bytes(leaked)
-        ));
-        if p.dropped_events > 0 {
-            s.push_str(&format!(", {} DROPPED events", p.dropped_events));
-        }
-        s.push('\n');
-    }
-    let mut names: Vec<&str> = report
-        .failures
-        .iter()
-        .filter_map(|f| f.result_name.as_deref())
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    if report.failures_total > 0 {
-        s.push_str(&format!(
-            "  {} failed call(s): {}\n",
-            report.failures_total,
-            names.join(", ")
-        ));
-    }
-    for c in stats.failed() {
-        s.push_str(&format!(
-            "  connection {} (pid {}): {}\n",
-            c.id,
-            c.pid.map_or("?".into(), |p| p.to_string()),
-            c.reason
-                .as_ref()
-                .map_or_else(|| "open".into(), ToString::to_string)
-        ));
-    }
-    s.push_str(&format!(
-        "  capture: {}  (memwatch report {} for details)\n",
-        out.display(),
-        out.display()
-    ));
-    s
 }

@@ -328,5 +328,6 @@ fn diagnose_capture(
         }
     }
     apply_env(&mut ev, &[]);
+    doctor::evidence::add_capture_samples(&mut ev);
     doctor::diagnose(&ev)
 }

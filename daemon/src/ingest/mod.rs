@@ -454,6 +454,20 @@ impl Ingestor {
                     Record::DeviceSample(s) => {
                         records::device_sample(tx, node_id, s, now).await?;
                     }
+                    // memwatch's own device readings: the device-wide figure is a device
+                    // sample of the node (VRAM); the per-process figures stay in the
+                    // capture file (`memwatch report` / `diagnose` read them there).
+                    Record::DeviceReading(d) => {
+                        let s = memwatch_wire::DeviceSample {
+                            ts_ns: d.ts_ns,
+                            device: d.device,
+                            memory: 0,
+                            used_bytes: d.used_bytes,
+                            total_bytes: d.total_bytes,
+                            source: d.source.clone(),
+                        };
+                        records::device_sample(tx, node_id, &s, now).await?;
+                    }
                     // PJRT executable / allocator-statistics frames: `pjrt`.
                     Record::PjrtExecutable(x) => {
                         let t0 = earliest.unwrap_or(x.ts_ns);

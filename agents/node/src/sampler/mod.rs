@@ -1,20 +1,25 @@
-//! Device memory sampling, once a second, outside the workload process.
+//! Device memory sampling outside the workload process.
 //!
-//! Owns the [`DeviceSampler`] trait, the choice of samplers on this machine
-//! ([`detect`]) and the loop that turns readings into `device_info` / `device_sample`
-//! frames for the forwarder ([`run_sampling`]). Backends: NVIDIA through NVML (loaded at
-//! run time by `nvml-wrapper`: the agent starts on machines without the library), AMD
-//! through `librocm_smi64` (cargo feature `rocm`, loaded at run time) and amdgpu sysfs
-//! (`mem_info_vram_used` / `mem_info_gtt_used`, no dependency). VRAM (dedicated or the
-//! Strix Halo carve-out) and GTT are reported as separate samples (`memory` 0 and 1) and
-//! are never added together. `capture` writes the amdgpu readings into a `memwatch run`
-//! capture.
+//! Two kinds of reading. `device_reading` frames (the devices and every process on them
+//! at one instant, at least every 100 ms and at each failure): the vendor-neutral
+//! [`reader::DeviceReader`] with its backends NVIDIA through NVML (`nvml`, loaded at run
+//! time by `nvml-wrapper`) and AMD through `librocm_smi64` (`rocm`, loaded at run time
+//! by `libloading`), the thread that reads them (`sampling`, woken early by
+//! `failure_tap`), and which pids are the watched tree (`watch`); `memwatch run`,
+//! `attach` and `agent` all use these. `device_sample` frames (device-wide only): the
+//! [`DeviceSampler`] trait, for amdgpu sysfs (`mem_info_vram_used` / `mem_info_gtt_used`,
+//! no dependency; VRAM and GTT as separate samples, `memory` 0 and 1, never added
+//! together), sampled by the agent ([`run_sampling`]) and written into a `memwatch run`
+//! capture by `capture` for the APU section.
 
 pub mod capture;
+pub mod failure_tap;
 pub mod nvml;
-#[cfg(feature = "rocm")]
+pub mod reader;
 pub mod rocm;
+pub mod sampling;
 pub mod sysfs;
+pub mod watch;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -44,28 +49,12 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The samplers that work on this machine: NVML if it loads; ROCm SMI if built with
-/// `rocm` and it loads, else amdgpu sysfs if any card exposes memory counters.
-pub fn detect(sysfs_root: &std::path::Path) -> Vec<Box<dyn DeviceSampler>> {
+/// The device-wide samplers for the agent's `device_sample` frames: amdgpu sysfs when
+/// any card exposes memory counters and no ROCm SMI reader reads the AMD devices
+/// already (`rocm_reads`).
+pub fn detect(sysfs_root: &std::path::Path, rocm_reads: bool) -> Vec<Box<dyn DeviceSampler>> {
     let mut out: Vec<Box<dyn DeviceSampler>> = Vec::new();
-    match nvml::NvmlSampler::new() {
-        Ok(s) => out.push(Box::new(s)),
-        Err(e) => eprintln!("memwatch agent: NVIDIA sampling off: {e}"),
-    }
-    #[cfg(feature = "rocm")]
-    let have_rocm = match rocm::RocmSampler::new() {
-        Ok(s) => {
-            out.push(Box::new(s));
-            true
-        }
-        Err(e) => {
-            eprintln!("memwatch agent: ROCm SMI sampling off: {e}");
-            false
-        }
-    };
-    #[cfg(not(feature = "rocm"))]
-    let have_rocm = false;
-    if !have_rocm {
+    if !rocm_reads {
         let s = sysfs::SysfsSampler::new(sysfs_root);
         if s.card_count() > 0 {
             out.push(Box::new(s));
@@ -84,6 +73,33 @@ pub fn encode(infos: &[DeviceInfo], samples: &[DeviceSample]) -> Vec<u8> {
         let _ = encode_record(&Record::DeviceSample(s.clone()), &mut out);
     }
     out
+}
+
+/// The forwarder as a [`sampling::ReadingOut`]: readings on a node-level stream of their
+/// own, after the readers' `device_info` frames.
+pub struct ForwarderOut {
+    fwd: std::sync::Arc<Forwarder>,
+    key: StreamKey,
+}
+
+impl ForwarderOut {
+    /// Opens the stream and sends the devices the readers see.
+    pub fn open(fwd: std::sync::Arc<Forwarder>, readers: &[Box<dyn reader::DeviceReader>]) -> Self {
+        let key = fwd.open_stream("");
+        let infos: Vec<DeviceInfo> = readers.iter().flat_map(|r| r.infos()).collect();
+        if let Err(e) = fwd.push(key, &encode(&infos, &[])) {
+            eprintln!("memwatch agent: {e}");
+        }
+        Self { fwd, key }
+    }
+}
+
+impl sampling::ReadingOut for ForwarderOut {
+    fn write(&mut self, _record: &Record, bytes: &[u8]) {
+        if let Err(e) = self.fwd.push(self.key, bytes) {
+            eprintln!("memwatch agent: {e}");
+        }
+    }
 }
 
 /// Samples every `period` until `stop`, pushing frames to `fwd` on a node-level stream.

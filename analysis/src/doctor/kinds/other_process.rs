@@ -75,6 +75,32 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         .iter()
         .find(|s| s.device == dev)
         .and_then(|s| s.max_used());
+    // Device readings split at one instant (memwatch's own sampler): the device's use
+    // minus this run's processes' at that instant, preferring readings taken at a failure.
+    let split = ctx
+        .ev
+        .device_samples
+        .iter()
+        .filter(|s| s.device == dev)
+        .filter_map(|s| {
+            s.with_splits()
+                .filter_map(|(t, _, _, x)| Some((t, x?)))
+                .max_by_key(|(t, x)| (x.at_failure, x.other_bytes, std::cmp::Reverse(*t)))
+        })
+        .max_by_key(|(_, x)| (x.at_failure, x.other_bytes));
+    if held == 0 {
+        if let Some((_, x)) = split {
+            if x.other_bytes == 0 {
+                return None;
+            }
+            held = x.other_bytes;
+            names.push(format!(
+                "the device readings show {} in use outside this run while its processes held {}, at the same instant",
+                b(x.other_bytes),
+                b(x.watched_bytes)
+            ));
+        }
+    }
     if held == 0 {
         match sampled {
             Some(used) if used > ours => {
