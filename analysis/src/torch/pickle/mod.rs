@@ -11,7 +11,8 @@
 //! [`load`] can stream: a [`Router`] names the lists whose elements are handed to it as
 //! they are finished instead of being kept (the trace of a multi-GB PyTorch snapshot),
 //! and the memo then forgets what those elements held (see `memo`). Submodules: `input`
-//! (buffered bytes with offsets), `machine` (the opcodes), `lists` (lists of
+//! (buffered bytes with offsets), `machine` (the opcodes), `router` (what a streaming
+//! caller implements), `lists` (lists of
 //! back-references read at once), `memo`, `text` (protocol 0
 //! arguments), `value`, `write` (a writer of plain data, for tests and benchmarks).
 
@@ -19,11 +20,13 @@ mod input;
 mod lists;
 mod machine;
 mod memo;
+mod router;
 mod text;
 pub mod value;
 pub mod write;
 
-pub use machine::{load, load_plain, Element, Kind, Limits, NoStreaming, Route, Router, Streaming};
+pub use machine::{load, load_plain, Limits};
+pub use router::{Element, Kind, NoStreaming, Route, Router, Streaming};
 pub use value::Value;
 
 /// Why a pickle could not be read, and where.
