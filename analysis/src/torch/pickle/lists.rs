@@ -4,12 +4,12 @@
 //! the memo. Most of them repeat a stack seen before.
 //!
 //! Such a list is keyed by the memo indices it fetches. When each index still holds the
-//! very object it held when the key was last seen, the list made then is used again (the
-//! same `Rc`): its items are the same objects a new list would hold, and a finished list
-//! is never changed. So a repeated stack costs a memo lookup per frame instead of a stack
+//! very object it held when the key was last seen (the same memo handle), the list made
+//! then is used again (the same `Rc`, under the same handle in the memo): its items are
+//! the same objects a new list would hold, and a finished list is never changed. So a repeated stack costs a memo lookup per frame instead of a stack
 //! push, a move into a new list and a drop per frame, and a reader that caches stacks by
 //! the list's identity finds it with one lookup. Anything else — an index not holding a
-//! finished object, a scalar item, the bytes not all read ahead yet — is read opcode by
+//! finished object, the bytes not all read ahead yet — is read opcode by
 //! opcode as before.
 
 use foldhash::HashMap as FastMap;
@@ -23,10 +23,18 @@ const MAX_ITEMS: usize = 1000;
 const MAX_LISTS: usize = 1 << 12;
 const MAX_HELD_ITEMS: usize = 1 << 20;
 
+/// A list read at once: its handle in the memo and the handles its items had.
+struct Made {
+    list: Value,
+    depth: u16,
+    handle: u32,
+    items: Box<[u32]>,
+}
+
 /// The lists read at once so far, by the memo indices of their items.
 #[derive(Default)]
 pub struct GetLists {
-    lists: FastMap<Box<[u32]>, (Value, u16)>,
+    lists: FastMap<Box<[u32]>, Made>,
     held_items: usize,
     /// The indices of the list being read.
     ids: Vec<u32>,
@@ -68,45 +76,54 @@ impl GetLists {
         }
     }
 
-    /// The list of the indices [`GetLists::parse`] read and its nesting depth: the one
-    /// made before when every index still holds the same object, else a new one (kept
-    /// for next time). Each item is marked fetched in the memo, as `GET` does. `None`
-    /// when an index does not hold a finished object, or holds a scalar (read those
-    /// opcode by opcode).
-    pub fn list(&mut self, memo: &mut Memo) -> Option<(Value, u16)> {
-        if let Some((list, depth)) = self.lists.get(self.ids.as_slice()) {
-            if let Value::List(items) = list {
-                if items.len() == self.ids.len()
-                    && self
-                        .ids
-                        .iter()
-                        .zip(items.iter())
-                        .all(|(&i, item)| memo.fetch_same(i, item))
-                {
-                    return Some((list.clone(), *depth));
-                }
+    /// The list of the indices [`GetLists::parse`] read, stored in the memo at `idx`,
+    /// and its nesting depth: the one made before when every index still holds the same
+    /// object, else a new one (kept for next time). `None` when an index does not hold
+    /// a finished object, or the list would be nested deeper than `max_nesting` (read
+    /// those opcode by opcode, which fail where Python's reading would).
+    pub fn list(&mut self, memo: &mut Memo, idx: u32, max_nesting: u16) -> Option<(Value, u16)> {
+        if let Some(made) = self.lists.get(self.ids.as_slice()) {
+            if made.depth <= max_nesting
+                && self
+                    .ids
+                    .iter()
+                    .zip(made.items.iter())
+                    .all(|(&i, &h)| memo.handle(i) == Some(h))
+            {
+                memo.put_handle(idx, made.handle);
+                return Some((made.list.clone(), made.depth));
             }
         }
         let mut items = Vec::with_capacity(self.ids.len());
+        let mut handles = Vec::with_capacity(self.ids.len());
         let mut deepest = 0;
         for &i in &self.ids {
-            let (v, d) = memo.fetch_ready(i)?;
-            // Only objects are the same next time; a scalar is not one.
-            if !v.same_object(&v) {
-                return None;
-            }
-            deepest = deepest.max(d);
-            items.push(v);
+            let h = memo.handle(i)?;
+            let (v, d) = memo.object(h)?;
+            deepest = deepest.max(*d);
+            items.push(v.clone());
+            handles.push(h);
         }
         let list = Value::List(std::rc::Rc::new(items));
         let depth = deepest.saturating_add(1);
+        if depth > max_nesting {
+            return None;
+        }
+        let handle = memo.put_value(idx, list.clone(), depth);
         if self.lists.len() >= MAX_LISTS || self.held_items + self.ids.len() > MAX_HELD_ITEMS {
             self.lists.clear();
             self.held_items = 0;
         }
         self.held_items += self.ids.len();
-        self.lists
-            .insert(self.ids.as_slice().into(), (list.clone(), depth));
+        self.lists.insert(
+            self.ids.as_slice().into(),
+            Made {
+                list: list.clone(),
+                depth,
+                handle,
+                items: handles.into(),
+            },
+        );
         Some((list, depth))
     }
 }

@@ -28,11 +28,14 @@ pub enum Kind {
 pub enum Streaming {
     /// Kept in the list.
     No,
-    /// Handed to [`Router::element`], not kept; the memo keeps what they hold.
+    /// Handed to [`Router::element`], not kept in the list; the memo keeps them and
+    /// what they hold.
     Keep,
-    /// Handed out, and what they held is forgotten by the memo after a window (see
-    /// `memo`): for long lists whose elements later elements do not refer back to.
-    Forget,
+    /// Lent to [`Router::element`] and not kept at all: a dict element never becomes a
+    /// value. What it holds stays in the memo (a later element may fetch its frame list
+    /// or strings); the element itself cannot be fetched again (a `GET` of it is
+    /// refused): for long lists whose elements nothing refers back to (a trace).
+    Lend,
 }
 
 /// Decides which lists stream, and receives their elements.
@@ -57,7 +60,7 @@ pub trait Router {
 /// A finished element of a streaming list, lent to [`Router::element`].
 #[derive(Debug, Clone, Copy)]
 pub enum Element<'a> {
-    /// A dict of a [`Streaming::Forget`] list: its items (it is not kept, so it never
+    /// A dict of a [`Streaming::Lend`] list: its items (it is not kept, so it never
     /// becomes a [`Value`]: no allocation per element).
     Dict(&'a [(Value, Value)]),
     Value(&'a Value),

@@ -180,7 +180,7 @@ impl<W: Write> Writer<W> {
             }
         }
         match v {
-            Value::None | Value::Forgotten => self.op(b"N"),
+            Value::None => self.op(b"N"),
             Value::Bool(true) => self.op(&[0x88]),
             Value::Bool(false) => self.op(&[0x89]),
             Value::Int(i) => self.int(*i),

@@ -4,7 +4,6 @@
 use std::io::Read;
 
 use super::{recycle, seal, seal_build, Build, Item, Machine, Nested};
-use crate::torch::pickle::memo::Slot;
 use crate::torch::pickle::router::{Element, Kind, Route, Streaming};
 use crate::torch::pickle::ErrorKind;
 
@@ -86,14 +85,12 @@ impl<R: Read> Machine<'_, R> {
                 route,
                 streaming,
                 count: 0,
-                memo_mark: 0,
             }),
         };
         b.kind = kind;
         b.depth = depth;
         b.route = route;
         b.streaming = streaming;
-        b.memo_mark = self.memo.next_index();
         match kind {
             Kind::Dict => {
                 if !items.len().is_multiple_of(2) {
@@ -113,19 +110,18 @@ impl<R: Read> Machine<'_, R> {
         self.push(Item::Build(b))
     }
 
-    /// `EMPTY_LIST`. Inside an element of a [`Streaming::Forget`] list, a list of
+    /// `EMPTY_LIST`. Inside an element of a [`Streaming::Lend`] list, a list of
     /// back-references that its parent takes at once is read whole (see `lists`): what
     /// the opcodes would leave (the list finished on the stack and memoized), with the
     /// same limits checked; otherwise it is built opcode by opcode.
     pub(super) fn new_list(&mut self) -> Result<(), ErrorKind> {
         // Python's batched layout: the streamed list, a mark, its elements (the last one
         // being filled), a mark, that element's items.
-        let in_forgotten = self.marks.len() >= 2 && {
+        let in_lent = self.marks.len() >= 2 && {
             let m = self.marks[self.marks.len() - 2];
-            m > 0
-                && matches!(&self.stack[m - 1], Item::Build(b) if b.streaming == Streaming::Forget)
+            m > 0 && matches!(&self.stack[m - 1], Item::Build(b) if b.streaming == Streaming::Lend)
         };
-        let whole = if in_forgotten {
+        let whole = if in_lent {
             self.get_lists.parse(self.input.buffered())
         } else {
             None
@@ -143,15 +139,14 @@ impl<R: Read> Machine<'_, R> {
             && self.memo.len() < l.max_memo
             && n <= l.max_items;
         let found = if fits {
-            self.get_lists.list(&mut self.memo)
+            let idx = self.memo.next_index();
+            self.get_lists.list(&mut self.memo, idx, l.max_nesting)
         } else {
             None
         };
         match found {
-            Some((list, depth)) if depth <= l.max_nesting => {
+            Some((list, depth)) => {
                 self.input.skip(len);
-                let idx = self.memo.next_index();
-                self.memo.put(idx, Slot::Ready(list.clone(), depth, false));
                 self.push_nested_value(list, depth)
             }
             _ => self.new_routed(Kind::List, Vec::new(), route, streaming),
@@ -262,13 +257,13 @@ impl<R: Read> Machine<'_, R> {
                 b.count += n;
             }
             Kind::List | Kind::Set => {
-                let forget = b.streaming == Streaming::Forget;
+                let forget = b.streaming == Streaming::Lend;
                 for i in items.by_ref() {
                     let index = b.count;
                     b.count += 1;
                     let handed = match i {
                         // An element handed out is not kept for back-references itself
-                        // (what it holds follows the window); a dict of them is lent to
+                        // (what it holds stays in the memo); a dict of them is lent to
                         // the router as its items, never made a value.
                         Item::Build(mut e) if forget => {
                             for idx in e.memo.drain(..) {
@@ -289,11 +284,6 @@ impl<R: Read> Machine<'_, R> {
                         }
                     };
                     handed.map_err(ErrorKind::Rejected)?;
-                }
-                if forget {
-                    let now = memo.next_index();
-                    memo.handed_out(b.memo_mark, now);
-                    b.memo_mark = now;
                 }
             }
         }

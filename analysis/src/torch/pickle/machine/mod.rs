@@ -100,8 +100,6 @@ struct Build {
     streaming: Streaming,
     /// Elements added so far, streamed ones included.
     count: usize,
-    /// The memo's next index when elements were last handed out.
-    memo_mark: u32,
 }
 
 /// A finished value and its nesting depth (0 for scalars).
@@ -157,9 +155,7 @@ fn seal_build(mut b: Box<Build>, memo: &mut Memo, spare: &mut Spare) -> Nested {
         Kind::List => Value::List(Rc::new(std::mem::take(&mut b.list))),
         Kind::Dict => Value::Dict(Rc::new(std::mem::take(&mut b.dict))),
     };
-    for &i in &b.memo {
-        memo.fill(i, &v, b.depth);
-    }
+    memo.fill(&b.memo, &v, b.depth);
     let depth = b.depth;
     recycle(b, spare);
     (v, depth)

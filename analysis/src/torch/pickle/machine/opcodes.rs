@@ -78,11 +78,10 @@ impl<R: Read> Machine<'_, R> {
         match self.stack.last_mut() {
             Some(Item::Build(b)) => {
                 b.memo.push(idx);
-                self.memo.put(idx, Slot::Building);
+                self.memo.put_building(idx);
             }
             Some(Item::Value(v, d)) => {
-                let slot = Slot::Ready(v.clone(), *d, false);
-                self.memo.put(idx, slot);
+                self.memo.put_value(idx, v.clone(), *d);
             }
             _ => return Err(ErrorKind::StackUnderflow { op }),
         }
@@ -108,12 +107,10 @@ impl<R: Read> Machine<'_, R> {
     #[cold]
     #[inline(never)]
     fn memo_get_other(&mut self, idx: u32) -> Result<(), ErrorKind> {
-        let forgotten = self.memo.was_forgotten(idx);
-        let found = match self.memo.fetch(idx) {
-            Some(Slot::Ready(v, d, _)) => Some((v.clone(), *d)),
-            Some(Slot::Gone) => Some((Value::Forgotten, 0)),
+        let found = match self.memo.get(idx) {
+            Some(Slot::Ready(v, d)) => Some((v.clone(), d)),
+            Some(Slot::Gone) => return Err(ErrorKind::StreamedBack(idx)),
             Some(Slot::Building) => None,
-            None if forgotten => Some((Value::Forgotten, 0)),
             None => return Err(ErrorKind::MissingMemo(idx)),
         };
         let (v, d) = match found {
