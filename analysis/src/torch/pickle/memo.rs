@@ -7,7 +7,8 @@
 //! fetches the frame list of the `alloc` entry that made the block, however long ago.
 //! So nothing that can be fetched is dropped. What keeps memory at the file's distinct
 //! content rather than its length:
-//! - an index is 4 bytes: a handle into a table of distinct objects;
+//! - an index is 4 bytes (in chunks, never doubled): a handle into a table of distinct
+//!   objects;
 //! - strings are interned (PyTorch writes a new `'N/A'` in every trace entry: one
 //!   object here, whatever the number of indices naming it);
 //! - a list read again with the same items is one object under one handle (`lists`);
@@ -42,8 +43,10 @@ pub enum Slot<'a> {
 
 #[derive(Debug, Default)]
 pub struct Memo {
-    /// The handle of each index, for indices `0..dense.len()`.
-    dense: Vec<u32>,
+    /// The handle of each index, for indices `0..dense_len`, in chunks of [`CHUNK`] (no
+    /// doubling: 4 bytes an index, and no copy of them all when they grow).
+    dense: Vec<Box<[u32]>>,
+    dense_len: usize,
     /// Indices put far beyond the dense ones (a `PUT` may name any index).
     sparse: FastMap<u32, u32>,
     /// The distinct objects, by handle, with their nesting depth.
@@ -56,8 +59,12 @@ pub struct Memo {
     held: usize,
 }
 
-/// Gaps of unused indices a `PUT` may open in the dense part.
+/// Gaps of unused indices a `PUT` may open in the dense part (which stays under twice
+/// the indices stored plus this, so `PUT`s far apart cannot make it large).
 const MAX_GAP: usize = 1 << 16;
+/// Indices per chunk of the dense part.
+const CHUNK_BITS: u32 = 16;
+const CHUNK: usize = 1 << CHUNK_BITS;
 
 impl Memo {
     /// Indices stored.
@@ -77,11 +84,17 @@ impl Memo {
 
     fn set(&mut self, idx: u32, handle: u32) {
         let i = idx as usize;
-        let old = if i < self.dense.len() {
-            std::mem::replace(&mut self.dense[i], handle)
-        } else if i - self.dense.len() < MAX_GAP && self.sparse.is_empty() {
-            self.dense.resize(i, EMPTY);
-            self.dense.push(handle);
+        let old = if i < self.dense_len {
+            std::mem::replace(&mut self.dense[i >> CHUNK_BITS][i & (CHUNK - 1)], handle)
+        } else if i - self.dense_len < MAX_GAP
+            && i < 2 * self.held + MAX_GAP
+            && self.sparse.is_empty()
+        {
+            while self.dense.len() << CHUNK_BITS <= i {
+                self.dense.push(vec![EMPTY; CHUNK].into_boxed_slice());
+            }
+            self.dense_len = i + 1;
+            self.dense[i >> CHUNK_BITS][i & (CHUNK - 1)] = handle;
             EMPTY
         } else {
             self.sparse.insert(idx, handle).unwrap_or(EMPTY)
@@ -97,9 +110,11 @@ impl Memo {
     /// The handle at `idx`, if stored.
     #[inline(always)]
     pub fn handle(&self, idx: u32) -> Option<u32> {
-        let h = match self.dense.get(idx as usize) {
-            Some(&h) => h,
-            None => *self.sparse.get(&idx)?,
+        let i = idx as usize;
+        let h = if i < self.dense_len {
+            self.dense[i >> CHUNK_BITS][i & (CHUNK - 1)]
+        } else {
+            *self.sparse.get(&idx)?
         };
         (h != EMPTY).then_some(h)
     }
@@ -212,5 +227,17 @@ mod tests {
         m.gone(6);
         assert!(matches!(m.get(6), Some(Slot::Gone)));
         assert!(m.fetch_ready(6).is_none());
+    }
+
+    #[test]
+    fn puts_far_apart_do_not_grow_the_dense_part() {
+        let mut m = Memo::default();
+        for k in 0..10_000u32 {
+            m.put_value(k * 60_000, Value::Int(1), 0);
+        }
+        assert_eq!(m.len(), 10_000);
+        assert!(m.dense.len() <= 2, "{} chunks", m.dense.len());
+        assert_eq!(m.fetch_ready(9_999 * 60_000).unwrap().0, Value::Int(1));
+        assert!(m.get(60_001).is_none());
     }
 }

@@ -170,6 +170,15 @@ impl<W: Write> Writer<W> {
         });
     }
 
+    /// Forgets one object written before (the writer no longer holds it, and writes it
+    /// anew if it comes again): for a writer of long documents that knows an object will
+    /// not come again.
+    pub fn forget(&mut self, v: &Value) {
+        if let Some(p) = ptr(v) {
+            self.memo.remove(&p);
+        }
+    }
+
     /// Writes a value (a `GET` when the same object was written before).
     pub fn value(&mut self, v: &Value) -> io::Result<()> {
         self.start()?;
