@@ -7,8 +7,8 @@
 //! fetches the frame list of the `alloc` entry that made the block, however long ago.
 //! So nothing that can be fetched is dropped. What keeps memory at the file's distinct
 //! content rather than its length:
-//! - an index is 4 bytes (in chunks, never doubled): a handle into a table of distinct
-//!   objects;
+//! - an index is a handle into a table of distinct objects, about a byte each in a
+//!   trace (see `handles`);
 //! - strings are interned (PyTorch writes a new `'N/A'` in every trace entry: one
 //!   object here, whatever the number of indices naming it);
 //! - a list read again with the same items is one object under one handle (`lists`);
@@ -20,10 +20,9 @@ use std::rc::Rc;
 
 use foldhash::HashMap as FastMap;
 
+use super::handles::{Handles, EMPTY};
 use super::value::Value;
 
-/// A slot never stored.
-const EMPTY: u32 = u32::MAX;
 /// A container still being built on the stack (filled when it is finished).
 const BUILDING: u32 = u32::MAX - 1;
 /// An element of a streamed list, handed out and not kept.
@@ -43,10 +42,8 @@ pub enum Slot<'a> {
 
 #[derive(Debug, Default)]
 pub struct Memo {
-    /// The handle of each index, for indices `0..dense_len`, in chunks of [`CHUNK`] (no
-    /// doubling: 4 bytes an index, and no copy of them all when they grow).
-    dense: Vec<Box<[u32]>>,
-    dense_len: usize,
+    /// The handle of each index, for indices `0..dense.len()` (see `handles`).
+    dense: Handles,
     /// Indices put far beyond the dense ones (a `PUT` may name any index).
     sparse: FastMap<u32, u32>,
     /// The distinct objects, by handle, with their nesting depth.
@@ -62,9 +59,6 @@ pub struct Memo {
 /// Gaps of unused indices a `PUT` may open in the dense part (which stays under twice
 /// the indices stored plus this, so `PUT`s far apart cannot make it large).
 const MAX_GAP: usize = 1 << 16;
-/// Indices per chunk of the dense part.
-const CHUNK_BITS: u32 = 16;
-const CHUNK: usize = 1 << CHUNK_BITS;
 
 impl Memo {
     /// Indices stored.
@@ -84,17 +78,11 @@ impl Memo {
 
     fn set(&mut self, idx: u32, handle: u32) {
         let i = idx as usize;
-        let old = if i < self.dense_len {
-            std::mem::replace(&mut self.dense[i >> CHUNK_BITS][i & (CHUNK - 1)], handle)
-        } else if i - self.dense_len < MAX_GAP
-            && i < 2 * self.held + MAX_GAP
-            && self.sparse.is_empty()
-        {
-            while self.dense.len() << CHUNK_BITS <= i {
-                self.dense.push(vec![EMPTY; CHUNK].into_boxed_slice());
-            }
-            self.dense_len = i + 1;
-            self.dense[i >> CHUNK_BITS][i & (CHUNK - 1)] = handle;
+        let len = self.dense.len();
+        let old = if i < len {
+            self.dense.set(i, handle)
+        } else if i - len < MAX_GAP && i < 2 * self.held + MAX_GAP && self.sparse.is_empty() {
+            self.dense.grow_to(i, handle);
             EMPTY
         } else {
             self.sparse.insert(idx, handle).unwrap_or(EMPTY)
@@ -110,11 +98,9 @@ impl Memo {
     /// The handle at `idx`, if stored.
     #[inline(always)]
     pub fn handle(&self, idx: u32) -> Option<u32> {
-        let i = idx as usize;
-        let h = if i < self.dense_len {
-            self.dense[i >> CHUNK_BITS][i & (CHUNK - 1)]
-        } else {
-            *self.sparse.get(&idx)?
+        let h = match self.dense.get(idx as usize) {
+            Some(h) => h,
+            None => *self.sparse.get(&idx)?,
         };
         (h != EMPTY).then_some(h)
     }
@@ -236,7 +222,7 @@ mod tests {
             m.put_value(k * 60_000, Value::Int(1), 0);
         }
         assert_eq!(m.len(), 10_000);
-        assert!(m.dense.len() <= 2, "{} chunks", m.dense.len());
+        assert!(m.dense.len() <= 200_000, "{} indices", m.dense.len());
         assert_eq!(m.fetch_ready(9_999 * 60_000).unwrap().0, Value::Int(1));
         assert!(m.get(60_001).is_none());
     }

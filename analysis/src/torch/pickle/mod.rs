@@ -16,6 +16,7 @@
 //! back-references read at once), `memo`, `text` (protocol 0
 //! arguments), `value`, `write` (a writer of plain data, for tests and benchmarks).
 
+mod handles;
 mod input;
 mod lists;
 mod machine;

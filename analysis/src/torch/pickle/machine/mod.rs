@@ -37,7 +37,7 @@ pub struct Limits {
     pub max_nesting: u16,
     /// Items on the stack.
     pub max_stack: usize,
-    /// Objects held in the memo.
+    /// Indices stored in the memo (every one is kept: about a byte each in a trace).
     pub max_memo: usize,
     /// Items of one kept (not streamed) container.
     pub max_items: usize,
@@ -51,7 +51,7 @@ impl Default for Limits {
             max_open: 100_000,
             max_nesting: 200,
             max_stack: 1 << 22,
-            max_memo: 1 << 23,
+            max_memo: 1 << 28,
             max_items: 1 << 26,
             max_len: 1 << 30,
         }
