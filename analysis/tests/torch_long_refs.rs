@@ -211,3 +211,43 @@ fn a_reference_back_to_a_lent_trace_entry_is_refused_naming_it() {
         other => panic!("{:?}", other.map(|s| s.traces.len())),
     }
 }
+
+#[test]
+fn long_snapshots_cut_or_damaged_anywhere_are_refused_at_their_offset() {
+    let bytes = std::fs::read(long_dir().join("alloc_context.pickle")).unwrap();
+    let n = bytes.len();
+    // Cut: the reader needs the rest, and says where (the opcode whose bytes are cut, or
+    // the end).
+    for k in 1..=24 {
+        let cut = n * k / 25;
+        match scan_bytes(&bytes[..cut]) {
+            Err(SnapshotError::Pickle { error, .. }) => {
+                assert_eq!(error.kind, ErrorKind::Truncated, "cut at {cut}: {error}");
+                let at = error.offset as usize;
+                assert!(at <= cut && cut - at < 300, "cut at {cut}: {error}");
+            }
+            other => panic!("cut at {cut}: {:?}", other.map(|s| s.traces.len())),
+        }
+    }
+    // An opcode that would import or call, put where a GET was: refused there, the
+    // file named, nothing run.
+    let gets: Vec<usize> = (n / 2..n - 10)
+        .filter(|&i| bytes[i] == b'h')
+        .take(40)
+        .collect();
+    for &at in gets.iter().step_by(8) {
+        for op in [b'c', b'R', 0x93, b'b'] {
+            let mut damaged = bytes.clone();
+            damaged[at] = op;
+            let e = scan_bytes(&damaged).map(|_| ()).unwrap_err().to_string();
+            assert!(
+                e.starts_with("long.pickle: not a readable pickle: at byte "),
+                "{e}"
+            );
+            assert!(
+                e.contains("refused opcode") || e.contains("bad argument"),
+                "{at} {op}: {e}"
+            );
+        }
+    }
+}

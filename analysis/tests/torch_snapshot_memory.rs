@@ -104,6 +104,28 @@ fn reading_holds_distinct_content_not_length() {
     assert!(growth < 8.0, "{growth:.2} bytes per extra entry");
     assert!(p2 < b2 / 4, "peak {p2} for {b2} bytes");
 
+    // Hostile: 8 M MEMOIZEs of one value, 1 M of new empty tuples and 1 M of 1-tuples
+    // (1 to 4 bytes of file each): the indices, and each distinct object once — linear
+    // in the file, 12 times it for 1-tuples of 4 bytes, as Python's unpickler would.
+    let mut bomb = b"\x80\x04N".to_vec();
+    bomb.extend(std::iter::repeat_n(0x94u8, 8 << 20));
+    bomb.extend_from_slice(b"0");
+    for _ in 0..(1 << 20) {
+        bomb.extend_from_slice(b")\x940N\x85\x940");
+    }
+    bomb.extend_from_slice(b"N.");
+    let (v, peak) = peak_of(|| load(&bomb[..], &mut Drop, &Limits::default()).map(|_| ()));
+    eprintln!(
+        "memoize bomb: {} bytes, peak {peak} bytes: {v:?}",
+        bomb.len()
+    );
+    v.unwrap();
+    assert!(
+        peak < bomb.len() * 16,
+        "peak {peak} for {} bytes",
+        bomb.len()
+    );
+
     // Issue 33: 5,000 segments sharing one memoized list of 1,000 blocks (a few hundred
     // KiB naming 5 M blocks): the list is held once, and refused at the second segment
     // (its blocks lie outside it) before being decoded again.

@@ -9,8 +9,8 @@
 //! content rather than its length:
 //! - an index is a handle into a table of distinct objects, about a byte each in a
 //!   trace (see `handles`);
-//! - strings are interned (PyTorch writes a new `'N/A'` in every trace entry: one
-//!   object here, whatever the number of indices naming it);
+//! - strings, scalars and empty containers are interned (PyTorch writes a new `'N/A'` in every trace
+//!   entry: one object here, whatever the number of indices naming it);
 //! - a list read again with the same items is one object under one handle (`lists`);
 //! - an element of a streamed list is handed out, not kept ([`Memo::gone`]): the one
 //!   object a `GET` cannot fetch (PyTorch never refers back to a trace entry), refused
@@ -50,6 +50,8 @@ pub struct Memo {
     objects: Vec<(Value, u16)>,
     /// Handles of the interned strings.
     strings: FastMap<Rc<str>, u32>,
+    /// Handles of the interned scalars, by kind and bits.
+    scalars: FastMap<(u8, u64), u32>,
     /// The next index `MEMOIZE` uses (Python: `len(memo)`).
     next: u32,
     /// Indices stored.
@@ -112,6 +114,23 @@ impl Memo {
                 return h;
             }
         }
+        let scalar = match v {
+            Value::None => Some((0, 0)),
+            Value::Bool(b) => Some((1, u64::from(b))),
+            Value::Int(i) => Some((2, i as u64)),
+            Value::Float(f) => Some((3, f.to_bits())),
+            // Empty containers: finished values never change, so one of each kind.
+            Value::Tuple(ref t) if t.is_empty() => Some((4, 0)),
+            Value::List(ref l) if l.is_empty() => Some((5, 0)),
+            Value::Dict(ref d) if d.is_empty() => Some((6, 0)),
+            Value::Set(ref x) if x.is_empty() => Some((7, 0)),
+            _ => None,
+        };
+        if let Some(key) = scalar {
+            if let Some(&h) = self.scalars.get(&key) {
+                return h;
+            }
+        }
         let h = self.objects.len() as u32;
         if h >= MAX_OBJECTS {
             // Unreachable within `Limits::max_memo`; never hand out a reserved handle.
@@ -119,6 +138,9 @@ impl Memo {
         }
         if let Value::Str(s) = &v {
             self.strings.insert(s.clone(), h);
+        }
+        if let Some(key) = scalar {
+            self.scalars.insert(key, h);
         }
         self.objects.push((v, depth));
         h
@@ -196,12 +218,16 @@ mod tests {
         }
         assert_eq!(m.len(), 100_000);
         assert_eq!(m.objects(), 2);
+        m.put_value(200_000, Value::Int(7), 0);
+        m.put_value(200_001, Value::Int(7), 0);
+        m.put_value(200_002, Value::Float(7.0), 0);
+        assert_eq!(m.objects(), 4);
         assert_eq!(m.fetch_ready(0).unwrap().0.as_str(), Some("N/A"));
         assert_eq!(m.fetch_ready(99_999).unwrap().0.as_str(), Some("x"));
         // Far beyond the dense part, and then back in it.
-        m.put_value(4_000_000_000, Value::Int(7), 0);
+        m.put_value(4_000_000_000, Value::Int(9), 0);
         m.put_value(100_000, Value::Int(8), 0);
-        assert_eq!(m.fetch_ready(4_000_000_000).unwrap().0, Value::Int(7));
+        assert_eq!(m.fetch_ready(4_000_000_000).unwrap().0, Value::Int(9));
         assert_eq!(m.fetch_ready(100_000).unwrap().0, Value::Int(8));
         assert!(m.get(100_001).is_none());
         m.put_building(5);
