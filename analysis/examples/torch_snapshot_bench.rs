@@ -5,6 +5,10 @@
 //!       repetition but the last ends by freeing what it held and releasing its segments
 //!       (as `del` + `torch.cuda.empty_cache()` would), with fresh frame lists and later
 //!       times; the last is SRC's trace as recorded, so the dump's segments still match.
+//!   torch_snapshot_bench synth OUT.pickle BYTES [alloc|all]
+//!       writes a snapshot of about BYTES with `torch::synth` (memo references reaching
+//!       back across the whole file: a free sharing its alloc's frame list with
+//!       `alloc`, strings and frames memoized once at the start).
 //!   torch_snapshot_bench report FILE | records FILE
 //!       reads FILE as `memwatch report` does (scan + replay + report) or as
 //!       `memwatch import` does (scan + replay + capture records, encoded), and prints
@@ -19,6 +23,7 @@ use std::time::Instant;
 
 use memwatch_analysis::torch::pickle::write::Writer;
 use memwatch_analysis::torch::pickle::{load_plain, Value};
+use memwatch_analysis::torch::synth::{self, Context, Params};
 use memwatch_analysis::torch::{report, scan_path, to_records, ReportOptions};
 
 struct Counting<W> {
@@ -235,6 +240,38 @@ fn gen(src: &Path, out: &Path, target: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A `torch::synth` snapshot of about `target` bytes (the bytes per iteration measured on
+/// a short one first).
+fn synth_file(out: &Path, target: u64, context: Context) -> std::io::Result<()> {
+    let p = |iterations| Params {
+        iterations,
+        context,
+        devices: 1,
+        seed: 1,
+    };
+    let probe = 20_000;
+    let (sink, _) = synth::write_long(
+        Counting {
+            inner: std::io::sink(),
+            bytes: 0,
+        },
+        &p(probe),
+    )?;
+    let per = (sink.bytes / probe).max(1);
+    let file = Counting {
+        inner: BufWriter::with_capacity(1 << 20, File::create(out)?),
+        bytes: 0,
+    };
+    let (w, figures) = synth::write_long(file, &p(target / per + 1))?;
+    eprintln!(
+        "wrote {} ({:.0} MiB, {} trace entries)",
+        out.display(),
+        w.bytes as f64 / 1048576.0,
+        figures[0].entries
+    );
+    Ok(())
+}
+
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -305,9 +342,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("gen") if args.len() == 5 => {
             gen(Path::new(&args[2]), Path::new(&args[3]), args[4].parse()?)?
         }
+        Some("synth") if (4..=5).contains(&args.len()) => {
+            let context = match args.get(4).map(String::as_str) {
+                Some("all") => Context::All,
+                _ => Context::Alloc,
+            };
+            synth_file(Path::new(&args[2]), args[3].parse()?, context)?
+        }
         Some(m @ ("report" | "records")) if args.len() == 3 => read(m, Path::new(&args[2]))?,
         _ => {
-            eprintln!("usage: torch_snapshot_bench gen SRC OUT BYTES | report FILE | records FILE");
+            eprintln!(
+                "usage: torch_snapshot_bench gen SRC OUT BYTES | synth OUT BYTES [alloc|all] \
+                 | report FILE | records FILE"
+            );
             std::process::exit(2);
         }
     }

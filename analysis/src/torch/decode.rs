@@ -149,6 +149,9 @@ pub fn segment(v: &Value, index: usize, stacks: &mut StackTable) -> Result<Segme
         .as_i64()
         .and_then(|d| i32::try_from(d).ok())
         .ok_or_else(|| format!("{}: 'device' is not a device number", at()))?;
+    let address = u64_field(v, "address", &at)?;
+    let total_size = u64_field(v, "total_size", &at)?;
+    let end = address.saturating_add(total_size);
     let blocks_v = field(v, "blocks", &at)?;
     let items = blocks_v
         .as_seq()
@@ -162,9 +165,19 @@ pub fn segment(v: &Value, index: usize, stacks: &mut StackTable) -> Result<Segme
             .as_str()
             .and_then(BlockState::from_name)
             .ok_or_else(|| format!("{}: unknown block state {}", bat(), state_v.to_json()))?;
+        let (b_address, size) = (u64_field(b, "address", &bat)?, u64_field(b, "size", &bat)?);
+        // A block lies in its segment: what makes a blocks list that several segments
+        // share (one memoized list) wrong at the second, before it is copied out again.
+        if b_address < address || b_address.saturating_add(size) > end {
+            return Err(format!(
+                "{}: block 0x{b_address:x} + {size} lies outside its segment 0x{address:x} + \
+                 {total_size}",
+                bat()
+            ));
+        }
         blocks.push(Block {
-            address: u64_field(b, "address", &bat)?,
-            size: u64_field(b, "size", &bat)?,
+            address: b_address,
+            size,
             requested_size: b.get("requested_size").and_then(Value::as_u64).unwrap_or(0),
             state,
             stack: stack(b, stacks, &bat)?,
@@ -172,8 +185,8 @@ pub fn segment(v: &Value, index: usize, stacks: &mut StackTable) -> Result<Segme
     }
     Ok(Segment {
         device,
-        address: u64_field(v, "address", &at)?,
-        total_size: u64_field(v, "total_size", &at)?,
+        address,
+        total_size,
         allocated_size: v.get("allocated_size").and_then(Value::as_u64).unwrap_or(0),
         active_size: v.get("active_size").and_then(Value::as_u64).unwrap_or(0),
         requested_size: v.get("requested_size").and_then(Value::as_u64).unwrap_or(0),

@@ -27,6 +27,7 @@ pub mod report;
 pub mod scan;
 pub mod spill;
 pub mod stacks;
+pub mod synth;
 
 use std::path::PathBuf;
 

@@ -54,9 +54,6 @@ pub struct SnapshotReport {
     pub devices: Vec<DeviceReport>,
     pub annotations: usize,
     pub distinct_stacks: usize,
-    /// Trace entries whose frames referred back to an entry already forgotten by the
-    /// streaming reader (their stack is unknown).
-    pub forgotten_frames: u64,
     /// Trace actions this build does not know (skipped), with counts.
     pub unknown_actions: BTreeMap<String, u64>,
 }
@@ -212,7 +209,6 @@ pub fn report(scan: &Scan, opts: &ReportOptions) -> Result<SnapshotReport, Snaps
         devices: obs.devices,
         annotations: scan.annotations.len(),
         distinct_stacks: scan.stacks.stack_count(),
-        forgotten_frames: scan.forgotten_frames,
         unknown_actions: scan.unknown_actions.clone(),
     })
 }

@@ -16,7 +16,7 @@ use super::decode;
 use super::model::{Action, AllocatorSettings, Annotation, Entry, Segment};
 use super::pickle::{self, Element, Kind, Limits, Route, Router, Streaming, Value};
 use super::spill::{Range, Spill};
-use super::stacks::{StackId, StackTable};
+use super::stacks::StackTable;
 use super::SnapshotError;
 
 /// One device's trace.
@@ -60,9 +60,6 @@ pub struct Scan {
     pub annotations: Vec<Annotation>,
     pub stacks: StackTable,
     pub spill: Spill,
-    /// Entry frames that referred back to an entry the streaming reader had already
-    /// forgotten (their stack is unknown).
-    pub forgotten_frames: u64,
     /// Actions this build does not know, with counts (skipped).
     pub unknown_actions: BTreeMap<String, u64>,
 }
@@ -92,7 +89,6 @@ struct Reader {
     stacks: StackTable,
     spill: Spill,
     unknown_actions: BTreeMap<String, u64>,
-    forgotten_frames: u64,
 }
 
 impl Reader {
@@ -119,9 +115,6 @@ impl Reader {
     }
 
     fn push_entry(&mut self, device: usize, e: Entry) -> Result<(), String> {
-        if e.stack == StackId::FORGOTTEN {
-            self.forgotten_frames += 1;
-        }
         let pos = self.spill.len();
         self.spill
             .push(e)
@@ -262,8 +255,8 @@ impl Router for Reader {
         match route {
             // Trace entries refer back to the segments' frame lists: keep those.
             SEGMENTS => Streaming::Keep,
-            ANNOTATIONS => Streaming::Forget,
-            Route(r) if r >= TRACE0 => Streaming::Forget,
+            ANNOTATIONS => Streaming::Lend,
+            Route(r) if r >= TRACE0 => Streaming::Lend,
             _ => Streaming::No,
         }
     }
@@ -302,7 +295,6 @@ pub fn scan_reader<R: Read>(input: R, path: &Path, file_bytes: u64) -> Result<Sc
         stacks: StackTable::default(),
         spill: Spill::default(),
         unknown_actions: BTreeMap::new(),
-        forgotten_frames: 0,
     };
     // The pickle reader buffers its input itself.
     let top =
@@ -372,7 +364,6 @@ pub fn scan_reader<R: Read>(input: R, path: &Path, file_bytes: u64) -> Result<Sc
             .collect();
     }
     r.stacks.done_reading();
-    let forgotten_frames = r.forgotten_frames;
     Ok(Scan {
         file: path.display().to_string(),
         file_bytes,
@@ -382,7 +373,6 @@ pub fn scan_reader<R: Read>(input: R, path: &Path, file_bytes: u64) -> Result<Sc
         annotations: r.annotations,
         stacks: r.stacks,
         spill: r.spill,
-        forgotten_frames,
         unknown_actions: r.unknown_actions,
     })
 }

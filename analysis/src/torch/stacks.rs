@@ -19,11 +19,8 @@ pub struct StackId(pub u32);
 impl StackId {
     /// No frames recorded (empty list, or no `frames` key).
     pub const NONE: StackId = StackId(u32::MAX);
-    /// The frames were a back-reference the streaming reader had forgotten.
-    pub const FORGOTTEN: StackId = StackId(u32::MAX - 1);
-
     pub fn is_known(self) -> bool {
-        self.0 < u32::MAX - 1
+        self != StackId::NONE
     }
 }
 
@@ -104,7 +101,6 @@ impl StackTable {
     /// The stack of a `frames` value (a list of `{name, filename, line}` dicts).
     pub fn intern(&mut self, frames: &Value) -> Result<StackId, String> {
         let items = match frames {
-            Value::Forgotten => return Ok(StackId::FORGOTTEN),
             Value::None => return Ok(StackId::NONE),
             Value::List(l) | Value::Tuple(l) if l.is_empty() => return Ok(StackId::NONE),
             Value::List(l) | Value::Tuple(l) => l,
@@ -188,14 +184,6 @@ impl StackTable {
     }
 
     fn frame(&mut self, f: &Value) -> Result<u32, String> {
-        if *f == Value::Forgotten {
-            // A frame the streaming reader had forgotten (used once, long before).
-            return Ok(self.frame_id(Frame {
-                name: "<forgotten frame>".into(),
-                filename: String::new(),
-                line: 0,
-            }));
-        }
         let key = identity(f);
         if let Some(k) = key {
             if let Some((_, id)) = self.frame_cache.get(&k) {
@@ -244,7 +232,7 @@ impl StackTable {
         self.frame_cache = FastMap::default();
     }
 
-    /// The frames of a stack, innermost first (empty for none / forgotten).
+    /// The frames of a stack, innermost first (empty for none).
     pub fn frames(&self, id: StackId) -> impl Iterator<Item = &Frame> {
         let ids: &[u32] = if id.is_known() {
             self.stacks.get(id.0 as usize).map_or(&[][..], |b| &b[..])

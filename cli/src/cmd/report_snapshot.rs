@@ -183,12 +183,6 @@ pub fn render(r: &SnapshotReport, top: usize) -> String {
         settings.push(format!("PYTORCH_CUDA_ALLOC_CONF={c:?}"));
     }
     o.push_str(&format!("allocator: {}\n", settings.join(", ")));
-    if r.forgotten_frames > 0 {
-        o.push_str(&format!(
-            "note: {} trace entries refer to frames the streaming reader had dropped: their stacks are unknown\n",
-            r.forgotten_frames
-        ));
-    }
     for (name, n) in &r.unknown_actions {
         o.push_str(&format!(
             "note: {n} trace entries of unknown action {name:?} skipped\n"

@@ -3,14 +3,14 @@
 //! the layout of a PyTorch trace entry's frame list, a list of frame dicts fetched from
 //! the memo. Most of them repeat a stack seen before.
 //!
-//! Such a list is keyed by the memo indices it fetches. When each index still holds the
-//! very object it held when the key was last seen, the list made then is used again (the
-//! same `Rc`): its items are the same objects a new list would hold, and a finished list
-//! is never changed. So a repeated stack costs a memo lookup per frame instead of a stack
-//! push, a move into a new list and a drop per frame, and a reader that caches stacks by
-//! the list's identity finds it with one lookup. Anything else — an index not holding a
-//! finished object, a scalar item, the bytes not all read ahead yet — is read opcode by
-//! opcode as before.
+//! Such a list is keyed by the objects it holds (their memo handles): a list of the same
+//! objects as one made before is that list (the same `Rc`, under the same handle in the
+//! memo) — its items are the same objects a new list would hold, and a finished list is
+//! never changed. So a repeated stack costs a memo lookup per frame and one hash lookup
+//! instead of a new list, the memo holds each distinct stack once however many entries
+//! have it, and a reader that caches stacks by the list's identity finds it with one
+//! lookup. Anything else — an index not holding a finished object, the bytes not all
+//! read ahead yet — is read opcode by opcode as before.
 
 use foldhash::HashMap as FastMap;
 
@@ -19,17 +19,15 @@ use super::value::Value;
 
 /// Items of one list read at once (a batch of Python's pickler).
 const MAX_ITEMS: usize = 1000;
-/// Lists kept, and items they hold in all; the cache is emptied when either is reached.
-const MAX_LISTS: usize = 1 << 12;
-const MAX_HELD_ITEMS: usize = 1 << 20;
 
-/// The lists read at once so far, by the memo indices of their items.
+/// The lists read at once so far, by the handles of their items: each distinct list
+/// once (held by the memo anyway, so this costs its key).
 #[derive(Default)]
 pub struct GetLists {
-    lists: FastMap<Box<[u32]>, (Value, u16)>,
-    held_items: usize,
-    /// The indices of the list being read.
+    lists: FastMap<Box<[u32]>, (u32, u16)>,
+    /// The indices of the list being read, and their handles.
     ids: Vec<u32>,
+    handles: Vec<u32>,
 }
 
 impl GetLists {
@@ -68,45 +66,42 @@ impl GetLists {
         }
     }
 
-    /// The list of the indices [`GetLists::parse`] read and its nesting depth: the one
-    /// made before when every index still holds the same object, else a new one (kept
-    /// for next time). Each item is marked fetched in the memo, as `GET` does. `None`
-    /// when an index does not hold a finished object, or holds a scalar (read those
-    /// opcode by opcode).
-    pub fn list(&mut self, memo: &mut Memo) -> Option<(Value, u16)> {
-        if let Some((list, depth)) = self.lists.get(self.ids.as_slice()) {
-            if let Value::List(items) = list {
-                if items.len() == self.ids.len()
-                    && self
-                        .ids
-                        .iter()
-                        .zip(items.iter())
-                        .all(|(&i, item)| memo.fetch_same(i, item))
-                {
-                    return Some((list.clone(), *depth));
-                }
-            }
-        }
-        let mut items = Vec::with_capacity(self.ids.len());
-        let mut deepest = 0;
+    /// The list of the indices [`GetLists::parse`] read, stored in the memo at `idx`,
+    /// and its nesting depth: the one made before of the same objects, else a new one.
+    /// `None` when an index does not hold a finished object, or the list would be nested
+    /// deeper than `max_nesting` (read those opcode by opcode, which fail where Python's
+    /// reading would).
+    pub fn list(&mut self, memo: &mut Memo, idx: u32, max_nesting: u16) -> Option<(Value, u16)> {
+        self.handles.clear();
         for &i in &self.ids {
-            let (v, d) = memo.fetch_ready(i)?;
-            // Only objects are the same next time; a scalar is not one.
-            if !v.same_object(&v) {
+            let h = memo.handle(i)?;
+            memo.object(h)?;
+            self.handles.push(h);
+        }
+        if let Some(&(h, depth)) = self.lists.get(self.handles.as_slice()) {
+            let (list, _) = memo.object(h)?;
+            if depth > max_nesting {
                 return None;
             }
-            deepest = deepest.max(d);
-            items.push(v);
+            let list = list.clone();
+            memo.put_handle(idx, h);
+            return Some((list, depth));
+        }
+        let mut items = Vec::with_capacity(self.handles.len());
+        let mut deepest = 0;
+        for &h in &self.handles {
+            let (v, d) = memo.object(h)?;
+            deepest = deepest.max(*d);
+            items.push(v.clone());
+        }
+        let depth = deepest.saturating_add(1);
+        if depth > max_nesting {
+            return None;
         }
         let list = Value::List(std::rc::Rc::new(items));
-        let depth = deepest.saturating_add(1);
-        if self.lists.len() >= MAX_LISTS || self.held_items + self.ids.len() > MAX_HELD_ITEMS {
-            self.lists.clear();
-            self.held_items = 0;
-        }
-        self.held_items += self.ids.len();
+        let h = memo.put_value(idx, list.clone(), depth);
         self.lists
-            .insert(self.ids.as_slice().into(), (list.clone(), depth));
+            .insert(self.handles.as_slice().into(), (h, depth));
         Some((list, depth))
     }
 }

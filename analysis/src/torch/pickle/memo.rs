@@ -1,92 +1,95 @@
-//! The pickle memo (what `PUT`/`MEMOIZE` store and `GET` fetches), with forgetting for
-//! streamed elements.
+//! The pickle memo (what `PUT`/`MEMOIZE` store and `GET` fetches), kept whole and
+//! compactly.
 //!
-//! Python's unpickler keeps every memoized object to the end. Here, once
-//! [`Memo::WINDOW`] further batches of streamed elements (see `machine::Streaming::
-//! Forget`) have been handed out, the objects memoized inside a batch are dropped,
-//! except those that are shared: strings and dicts/tuples of scalars that were fetched
-//! again (`GET`) or that something kept still holds (PyTorch's dict keys, frame dicts
-//! and their file names). Lists, and containers holding containers (trace entries and
-//! their frame lists), always go. A `GET` of a dropped object gives
-//! [`Value::Forgotten`]. So memory follows the shared strings and frames and a window of
-//! elements, not the length of the trace.
-//!
-//! Recent entries are in a deque indexed by memo number, older survivors with small
-//! numbers in an array (fetches are array lookups), the rest in a hash map.
+//! Python's unpickler keeps every memoized object to the end, and a `GET` may reach back
+//! any distance: PyTorch's pickler memoizes `'action'`, `'segment_alloc'` or a frame
+//! dict once and fetches it wherever it appears again, and a `free_completed` entry
+//! fetches the frame list of the `alloc` entry that made the block, however long ago.
+//! So nothing that can be fetched is dropped. What keeps memory at the file's distinct
+//! content rather than its length:
+//! - an index is a handle into a table of distinct objects, about a byte each in a
+//!   trace (see `handles`);
+//! - strings, scalars and empty containers are interned (PyTorch writes a new `'N/A'` in every trace
+//!   entry: one object here, whatever the number of indices naming it);
+//! - a list read again with the same items is one object under one handle (`lists`);
+//! - an element of a streamed list is handed out, not kept ([`Memo::gone`]): the one
+//!   object a `GET` cannot fetch (PyTorch never refers back to a trace entry), refused
+//!   as [`ErrorKind::StreamedBack`](super::ErrorKind::StreamedBack).
 
-use std::collections::VecDeque;
+use std::rc::Rc;
 
 use foldhash::HashMap as FastMap;
 
+use super::handles::{Handles, EMPTY};
 use super::value::Value;
 
-/// One memo entry.
-#[derive(Debug, Clone)]
-pub enum Slot {
-    /// A finished value, its nesting depth, and whether a `GET` fetched it.
-    Ready(Value, u16, bool),
-    /// A container still being built on the stack (filled when it is finished).
+/// A container still being built on the stack (filled when it is finished).
+const BUILDING: u32 = u32::MAX - 1;
+/// An element of a streamed list, handed out and not kept.
+const GONE: u32 = u32::MAX - 2;
+/// Handles below this name objects of the table.
+const MAX_OBJECTS: u32 = u32::MAX - 3;
+
+/// What a memo index holds.
+#[derive(Debug)]
+pub enum Slot<'a> {
+    /// A finished value and its nesting depth.
+    Ready(&'a Value, u16),
     Building,
-    /// A streamed element: handed out and not kept (a `GET` gives `Forgotten`).
+    /// A streamed element (handed out, not kept).
     Gone,
 }
 
 #[derive(Debug, Default)]
 pub struct Memo {
-    /// Entries `base..base + recent.len()`.
-    recent: VecDeque<Option<Slot>>,
-    base: u32,
-    /// Survivors below `base` with small indices (where PyTorch's shared keys and frames
-    /// are: fetched all the time), by index.
-    dense: Vec<Option<Slot>>,
-    /// Other survivors below `base`, and entries put far out of order.
-    kept: FastMap<u32, Slot>,
+    /// The handle of each index, for indices `0..dense.len()` (see `handles`).
+    dense: Handles,
+    /// Indices put far beyond the dense ones (a `PUT` may name any index).
+    sparse: FastMap<u32, u32>,
+    /// The distinct objects, by handle, with their nesting depth.
+    objects: Vec<(Value, u16)>,
+    /// Handles of the interned strings.
+    strings: FastMap<Rc<str>, u32>,
+    /// Handles of the interned scalars, by kind and bits.
+    scalars: FastMap<(u8, u64), u32>,
     /// The next index `MEMOIZE` uses (Python: `len(memo)`).
     next: u32,
-    /// Entries held.
+    /// Indices stored.
     held: usize,
-    /// Index ranges of handed-out batches, oldest first, waiting to be forgotten.
-    pending: VecDeque<(u32, u32)>,
-    /// Indices below this may have been forgotten.
-    forgotten_below: u32,
-    pub forgotten: u64,
 }
 
-/// Gaps of unused indices a `PUT` may open in the deque.
-const MAX_GAP: u32 = 1 << 16;
-/// Survivors with indices below this are kept in an array.
-const DENSE: u32 = 1 << 18;
+/// Gaps of unused indices a `PUT` may open in the dense part (which stays under twice
+/// the indices stored plus this, so `PUT`s far apart cannot make it large).
+const MAX_GAP: usize = 1 << 16;
 
 impl Memo {
-    /// How many handed-out batches stay referable before their objects are forgotten
-    /// (PyTorch's pickler hands out 1,000 elements per batch, and its back-references
-    /// into trace entries reach the previous entry).
-    pub const WINDOW: usize = 8;
-
-    /// Entries held.
+    /// Indices stored.
     pub fn len(&self) -> usize {
         self.held
+    }
+
+    /// Distinct objects held for the indices.
+    #[cfg(test)]
+    pub fn objects(&self) -> usize {
+        self.objects.len()
     }
 
     pub fn next_index(&self) -> u32 {
         self.next
     }
 
-    pub fn put(&mut self, idx: u32, slot: Slot) {
-        let end = self.base + self.recent.len() as u32;
-        if idx >= self.base && idx < end {
-            let s = &mut self.recent[(idx - self.base) as usize];
-            if s.is_none() {
-                self.held += 1;
-            }
-            *s = Some(slot);
-        } else if idx >= end && idx - end < MAX_GAP {
-            while self.base + (self.recent.len() as u32) < idx {
-                self.recent.push_back(None);
-            }
-            self.recent.push_back(Some(slot));
-            self.held += 1;
-        } else if self.keep(idx, slot) {
+    fn set(&mut self, idx: u32, handle: u32) {
+        let i = idx as usize;
+        let len = self.dense.len();
+        let old = if i < len {
+            self.dense.set(i, handle)
+        } else if i - len < MAX_GAP && i < 2 * self.held + MAX_GAP && self.sparse.is_empty() {
+            self.dense.grow_to(i, handle);
+            EMPTY
+        } else {
+            self.sparse.insert(idx, handle).unwrap_or(EMPTY)
+        };
+        if old == EMPTY {
             self.held += 1;
         }
         if idx >= self.next {
@@ -94,136 +97,159 @@ impl Memo {
         }
     }
 
-    /// Stores a survivor; true when the index was free.
-    fn keep(&mut self, idx: u32, slot: Slot) -> bool {
-        if idx < DENSE {
-            let i = idx as usize;
-            if self.dense.len() <= i {
-                self.dense.resize(i + 1, None);
-            }
-            self.dense[i].replace(slot).is_none()
-        } else {
-            self.kept.insert(idx, slot).is_none()
-        }
-    }
-
+    /// The handle at `idx`, if stored.
     #[inline(always)]
-    fn slot_mut(&mut self, idx: u32) -> Option<&mut Slot> {
-        if idx >= self.base {
-            if let Some(Some(s)) = self.recent.get_mut((idx - self.base) as usize) {
-                return Some(s);
-            }
-        }
-        if idx < DENSE {
-            return self.dense.get_mut(idx as usize)?.as_mut();
-        }
-        self.kept.get_mut(&idx)
+    pub fn handle(&self, idx: u32) -> Option<u32> {
+        let h = match self.dense.get(idx as usize) {
+            Some(h) => h,
+            None => *self.sparse.get(&idx)?,
+        };
+        (h != EMPTY).then_some(h)
     }
 
-    /// The entry `idx`, marked as fetched.
-    #[inline]
-    pub fn fetch(&mut self, idx: u32) -> Option<&Slot> {
-        let s = self.slot_mut(idx)?;
-        if let Slot::Ready(_, _, fetched) = s {
-            *fetched = true;
+    /// A new handle for `v` (a string equal to one held gets that one's handle).
+    fn add(&mut self, v: Value, depth: u16) -> u32 {
+        if let Value::Str(s) = &v {
+            if let Some(&h) = self.strings.get(&**s) {
+                return h;
+            }
         }
-        Some(s)
+        let scalar = match v {
+            Value::None => Some((0, 0)),
+            Value::Bool(b) => Some((1, u64::from(b))),
+            Value::Int(i) => Some((2, i as u64)),
+            Value::Float(f) => Some((3, f.to_bits())),
+            // Empty containers: finished values never change, so one of each kind.
+            Value::Tuple(ref t) if t.is_empty() => Some((4, 0)),
+            Value::List(ref l) if l.is_empty() => Some((5, 0)),
+            Value::Dict(ref d) if d.is_empty() => Some((6, 0)),
+            Value::Set(ref x) if x.is_empty() => Some((7, 0)),
+            _ => None,
+        };
+        if let Some(key) = scalar {
+            if let Some(&h) = self.scalars.get(&key) {
+                return h;
+            }
+        }
+        let h = self.objects.len() as u32;
+        if h >= MAX_OBJECTS {
+            // Unreachable within `Limits::max_memo`; never hand out a reserved handle.
+            return GONE;
+        }
+        if let Value::Str(s) = &v {
+            self.strings.insert(s.clone(), h);
+        }
+        if let Some(key) = scalar {
+            self.scalars.insert(key, h);
+        }
+        self.objects.push((v, depth));
+        h
+    }
+
+    /// Stores the finished value `v` at `idx`; returns its handle.
+    pub fn put_value(&mut self, idx: u32, v: Value, depth: u16) -> u32 {
+        let h = self.add(v, depth);
+        self.set(idx, h);
+        h
+    }
+
+    /// Stores at `idx` the object another index holds (by its handle).
+    pub fn put_handle(&mut self, idx: u32, handle: u32) {
+        self.set(idx, handle);
+    }
+
+    /// Marks `idx` as a container being built.
+    pub fn put_building(&mut self, idx: u32) {
+        self.set(idx, BUILDING);
+    }
+
+    /// Marks a streamed element's own index as handed out.
+    pub fn gone(&mut self, idx: u32) {
+        if self.handle(idx).is_some() {
+            self.set(idx, GONE);
+        }
+    }
+
+    /// Fills the indices of a finished container (one object for all of them).
+    pub fn fill(&mut self, indices: &[u32], v: &Value, depth: u16) {
+        if let Some((&first, rest)) = indices.split_first() {
+            let h = self.put_value(first, v.clone(), depth);
+            for &i in rest {
+                self.set(i, h);
+            }
+        }
+    }
+
+    /// What `idx` holds; `None` when it was never stored.
+    pub fn get(&self, idx: u32) -> Option<Slot<'_>> {
+        Some(match self.handle(idx)? {
+            BUILDING => Slot::Building,
+            GONE => Slot::Gone,
+            h => {
+                let (v, d) = self.objects.get(h as usize)?;
+                Slot::Ready(v, *d)
+            }
+        })
     }
 
     /// A copy of the finished value `idx` (a reference count, not a deep copy) and its
-    /// nesting, marked as fetched; `None` when it is not a finished value.
+    /// nesting; `None` when it is not a finished value.
     #[inline(always)]
-    pub fn fetch_ready(&mut self, idx: u32) -> Option<(Value, u16)> {
-        match self.slot_mut(idx)? {
-            Slot::Ready(v, d, fetched) => {
-                *fetched = true;
-                Some((v.clone(), *d))
-            }
-            _ => None,
-        }
+    pub fn fetch_ready(&self, idx: u32) -> Option<(Value, u16)> {
+        let (v, d) = self.objects.get(self.handle(idx)? as usize)?;
+        Some((v.clone(), *d))
     }
 
-    /// Whether entry `idx` is a finished value that is the very object `like` (the same
-    /// `Rc`); marked as fetched when it is, as a `GET` would.
-    #[inline]
-    pub fn fetch_same(&mut self, idx: u32, like: &Value) -> bool {
-        match self.slot_mut(idx) {
-            Some(Slot::Ready(v, _, fetched)) if v.same_object(like) => {
-                *fetched = true;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Marks a streamed element's own entry as gone.
-    pub fn gone(&mut self, idx: u32) {
-        if let Some(s) = self.slot_mut(idx) {
-            *s = Slot::Gone;
-        }
-    }
-
-    /// Whether a missing index is one that was forgotten (not one never stored).
-    pub fn was_forgotten(&self, idx: u32) -> bool {
-        idx < self.forgotten_below
-    }
-
-    /// Fills the slot of a finished container.
-    pub fn fill(&mut self, idx: u32, v: &Value, depth: u16) {
-        if let Some(s) = self.slot_mut(idx) {
-            *s = Slot::Ready(v.clone(), depth, false);
-        }
-    }
-
-    /// Records that the objects memoized in `[from, to)` belong to a handed-out batch,
-    /// and forgets the oldest batch beyond the window.
-    pub fn handed_out(&mut self, from: u32, to: u32) {
-        if from < to {
-            self.pending.push_back((from, to));
-        }
-        while self.pending.len() > Self::WINDOW {
-            let Some((a, b)) = self.pending.pop_front() else {
-                break;
-            };
-            // Entries before the batch belong to no batch: they stay.
-            while self.base < a.min(b) && !self.recent.is_empty() {
-                if let Some(Some(s)) = self.recent.pop_front() {
-                    self.keep(self.base, s);
-                }
-                self.base += 1;
-            }
-            while self.base < b && !self.recent.is_empty() {
-                match self.recent.pop_front() {
-                    Some(Some(s)) if !forgettable(&s) => {
-                        self.keep(self.base, s);
-                    }
-                    Some(Some(_)) => {
-                        self.held -= 1;
-                        self.forgotten += 1;
-                    }
-                    _ => {}
-                }
-                self.base += 1;
-            }
-            self.forgotten_below = self.forgotten_below.max(b);
-        }
+    /// The object of handle `h` and its nesting.
+    pub fn object(&self, h: u32) -> Option<&(Value, u16)> {
+        self.objects.get(h as usize)
     }
 }
 
-/// What a handed-out batch's memo entries lose: lists and sets, containers that hold
-/// containers, and strings and scalar containers nobody fetched or holds.
-fn forgettable(s: &Slot) -> bool {
-    let (v, fetched) = match s {
-        Slot::Ready(v, _, fetched) => (v, fetched),
-        Slot::Gone => return true,
-        Slot::Building => return false,
-    };
-    match v {
-        Value::List(_) | Value::Set(_) => true,
-        Value::Dict(d) => v.holds_containers() || !(*fetched || std::rc::Rc::strong_count(d) > 1),
-        Value::Tuple(t) => v.holds_containers() || !(*fetched || std::rc::Rc::strong_count(t) > 1),
-        Value::Str(s) => !(*fetched || std::rc::Rc::strong_count(s) > 1),
-        Value::Bytes(b) | Value::BigInt(b) => !(*fetched || std::rc::Rc::strong_count(b) > 1),
-        _ => true,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_index_stays_fetchable_and_equal_strings_are_one_object() {
+        let mut m = Memo::default();
+        for i in 0..100_000u32 {
+            m.put_value(i, Value::str(if i % 2 == 0 { "N/A" } else { "x" }), 0);
+        }
+        assert_eq!(m.len(), 100_000);
+        assert_eq!(m.objects(), 2);
+        m.put_value(200_000, Value::Int(7), 0);
+        m.put_value(200_001, Value::Int(7), 0);
+        m.put_value(200_002, Value::Float(7.0), 0);
+        assert_eq!(m.objects(), 4);
+        assert_eq!(m.fetch_ready(0).unwrap().0.as_str(), Some("N/A"));
+        assert_eq!(m.fetch_ready(99_999).unwrap().0.as_str(), Some("x"));
+        // Far beyond the dense part, and then back in it.
+        m.put_value(4_000_000_000, Value::Int(9), 0);
+        m.put_value(100_000, Value::Int(8), 0);
+        assert_eq!(m.fetch_ready(4_000_000_000).unwrap().0, Value::Int(9));
+        assert_eq!(m.fetch_ready(100_000).unwrap().0, Value::Int(8));
+        assert!(m.get(100_001).is_none());
+        m.put_building(5);
+        assert!(matches!(m.get(5), Some(Slot::Building)));
+        let l = Value::List(Rc::new(vec![Value::Int(1)]));
+        m.fill(&[5, 6], &l, 1);
+        assert!(m.fetch_ready(5).unwrap().0.same_object(&l));
+        assert_eq!(m.handle(5), m.handle(6));
+        m.gone(6);
+        assert!(matches!(m.get(6), Some(Slot::Gone)));
+        assert!(m.fetch_ready(6).is_none());
+    }
+
+    #[test]
+    fn puts_far_apart_do_not_grow_the_dense_part() {
+        let mut m = Memo::default();
+        for k in 0..10_000u32 {
+            m.put_value(k * 60_000, Value::Int(1), 0);
+        }
+        assert_eq!(m.len(), 10_000);
+        assert!(m.dense.len() <= 200_000, "{} indices", m.dense.len());
+        assert_eq!(m.fetch_ready(9_999 * 60_000).unwrap().0, Value::Int(1));
+        assert!(m.get(60_001).is_none());
     }
 }

@@ -9,21 +9,25 @@
 //! into errors, not exhausted memory.
 //!
 //! [`load`] can stream: a [`Router`] names the lists whose elements are handed to it as
-//! they are finished instead of being kept (the trace of a multi-GB PyTorch snapshot),
-//! and the memo then forgets what those elements held (see `memo`). Submodules: `input`
-//! (buffered bytes with offsets), `machine` (the opcodes), `lists` (lists of
+//! they are finished instead of being kept (the trace of a multi-GB PyTorch snapshot);
+//! what those elements hold stays fetchable, compactly (see `memo`). Submodules: `input`
+//! (buffered bytes with offsets), `machine` (the opcodes), `router` (what a streaming
+//! caller implements), `lists` (lists of
 //! back-references read at once), `memo`, `text` (protocol 0
 //! arguments), `value`, `write` (a writer of plain data, for tests and benchmarks).
 
+mod handles;
 mod input;
 mod lists;
 mod machine;
 mod memo;
+mod router;
 mod text;
 pub mod value;
 pub mod write;
 
-pub use machine::{load, load_plain, Element, Kind, Limits, NoStreaming, Route, Router, Streaming};
+pub use machine::{load, load_plain, Limits};
+pub use router::{Element, Kind, NoStreaming, Route, Router, Streaming};
 pub use value::Value;
 
 /// Why a pickle could not be read, and where.
@@ -74,6 +78,11 @@ pub enum ErrorKind {
     OddPairs { op: &'static str },
     #[error("memo index {0} was never stored")]
     MissingMemo(u32),
+    #[error(
+        "memo index {0} refers back to an element of a streamed list (a trace entry), which \
+         is handed out as it is read and not kept"
+    )]
+    StreamedBack(u32),
     #[error("a container refers to itself (recursive structure): not plain data")]
     Recursive,
     #[error("bad argument: {0}")]

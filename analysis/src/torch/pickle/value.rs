@@ -23,9 +23,6 @@ pub enum Value {
     Dict(Rc<Vec<(Value, Value)>>),
     /// `set` and `frozenset`.
     Set(Rc<Vec<Value>>),
-    /// An object the streaming reader no longer holds: a memo reference, far behind, into
-    /// an element it had already handed out and forgotten (see `machine::Streaming`).
-    Forgotten,
 }
 
 impl Value {
@@ -46,7 +43,6 @@ impl Value {
             Value::Tuple(_) => "tuple",
             Value::Dict(_) => "dict",
             Value::Set(_) => "set",
-            Value::Forgotten => "forgotten object",
         }
     }
 
@@ -73,17 +69,13 @@ impl Value {
         )
     }
 
-    /// A container, or a forgotten object (which was one).
-    fn is_nested(&self) -> bool {
-        self.is_container() || matches!(self, Value::Forgotten)
-    }
-
     /// Whether this is a container that holds another container (a dict of scalars does
-    /// not): what the streaming reader may forget (see `memo`).
+    /// not): what [`Writer::forget_containers`](super::write::Writer::forget_containers)
+    /// writes anew.
     pub fn holds_containers(&self) -> bool {
         match self {
-            Value::List(v) | Value::Tuple(v) | Value::Set(v) => v.iter().any(Value::is_nested),
-            Value::Dict(d) => d.iter().any(|(k, v)| k.is_nested() || v.is_nested()),
+            Value::List(v) | Value::Tuple(v) | Value::Set(v) => v.iter().any(Value::is_container),
+            Value::Dict(d) => d.iter().any(|(k, v)| k.is_container() || v.is_container()),
             _ => false,
         }
     }
@@ -163,7 +155,7 @@ impl Value {
     pub fn to_json(&self) -> serde_json::Value {
         use serde_json::Value as J;
         match self {
-            Value::None | Value::Forgotten => J::Null,
+            Value::None => J::Null,
             Value::Bool(b) => J::Bool(*b),
             Value::Int(i) => J::from(*i),
             Value::BigInt(b) => match big_to_i128(b) {

@@ -170,6 +170,15 @@ impl<W: Write> Writer<W> {
         });
     }
 
+    /// Forgets one object written before (the writer no longer holds it, and writes it
+    /// anew if it comes again): for a writer of long documents that knows an object will
+    /// not come again.
+    pub fn forget(&mut self, v: &Value) {
+        if let Some(p) = ptr(v) {
+            self.memo.remove(&p);
+        }
+    }
+
     /// Writes a value (a `GET` when the same object was written before).
     pub fn value(&mut self, v: &Value) -> io::Result<()> {
         self.start()?;
@@ -180,7 +189,7 @@ impl<W: Write> Writer<W> {
             }
         }
         match v {
-            Value::None | Value::Forgotten => self.op(b"N"),
+            Value::None => self.op(b"N"),
             Value::Bool(true) => self.op(&[0x88]),
             Value::Bool(false) => self.op(&[0x89]),
             Value::Int(i) => self.int(*i),

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Long PyTorch memory snapshots, recorded on the GPU and read by memwatch on the same
+# machine (issue 35): about 1 MB with each setting varied (stacks all/python, context
+# all/state/alloc, enabled=state, a wrapped ring, expandable segments, two devices when
+# there are two, a snapshot the user pickled from torch.cuda.memory._snapshot()), about
+# 5 MB (stacks all), about 250 MB and at least 1 GB (stacks python, one recording dumped
+# twice). Each dump has PyTorch's figures beside it (NAME.json); `memwatch report --json`
+# must equal them (allocated, reserved, segments, active blocks, the replay ending on
+# the dump) and, up to 300 MB, Python's own reading of the file (segments, blocks,
+# bytes, bytes by Python line, trace entries): "NAME: OK" / "NAME: FAIL" per snapshot.
+# Then memwatch report, memwatch import --db (SQLite) and Python's pickle.load side by
+# side on the >= 1 GB snapshot: seconds and peak RSS.
+#   bash tests/gpu/torch_snapshots_long.sh OUT [MEMWATCH]    (default target/release/memwatch)
+# OUT gets summary.txt, every NAME.json / NAME.report.json, bench.txt, and the snapshots
+# under 2 MB (small/, for testdata); large ones are recorded in $WORK (default a
+# temporary directory, removed at the end unless KEEP=1).
+# LONG_GB=1.1 sets the large target in GB; LONG_2GB=1 also dumps a ~2.2 GB snapshot.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out="$(mkdir -p "${1:?usage: torch_snapshots_long.sh OUT [MEMWATCH]}" && cd "$1" && pwd)"
+mw="$(realpath "${2:-target/release/memwatch}")"
+py="${PYTHON:-python3}"
+tool=tests/gpu/torch_snapshots_long.py
+work="${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/mw-long-snap.XXXXXX")}"
+mkdir -p "$work" "$out/small"
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$work"' EXIT
+summary="$out/summary.txt"
+: > "$summary"
+start=$SECONDS
+say() { echo "[$((SECONDS - start)) s] $*" | tee -a "$summary"; }
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; "$py" -c 'import torch; print("torch", torch.__version__, "devices", torch.cuda.device_count())'; git rev-parse --short HEAD 2>/dev/null; nproc; } >> "$summary" 2>&1
+[ -x "$mw" ] || { say "no memwatch at $mw"; exit 2; }
+fail=0
+
+# record CASE ITERATIONS...: records in $work, logs in $out.
+record() {
+    local case=$1; shift
+    local conf=""
+    [ "$case" = expandable ] && conf="expandable_segments:True"
+    PYTORCH_CUDA_ALLOC_CONF="$conf" "$py" "$tool" record "$case" "$work" "$@" > "$out/$case.log" 2>&1 \
+        || { say "$case: recording failed: $(tail -3 "$out/$case.log")"; fail=1; return 1; }
+    grep -h SKIP "$out/$case.log" | tee -a "$summary"
+    return 0
+}
+
+# check NAME: memwatch report, then the comparison (with Python's reading up to 300 MB).
+check() {
+    local name=$1 snap="$work/$1.pickle"
+    [ -f "$snap" ] || return 0
+    cp "$work/$name.json" "$out/$name.json"
+    local t=$SECONDS
+    "$mw" report "$snap" --json > "$out/$name.report.json" 2> "$out/$name.report.err" \
+        || { say "$name: FAIL memwatch report: $(head -c 400 "$out/$name.report.err")"; fail=1; return; }
+    local mw_s=$((SECONDS - t))
+    local size; size=$(stat -c %s "$snap")
+    local pyflag=""
+    [ "$size" -le 300000000 ] && pyflag=--python
+    "$py" "$tool" check "$snap" "$work/$name.json" "$out/$name.report.json" $pyflag >> "$out/checks.txt" 2>&1 || fail=1
+    say "$(tail -1 "$out/checks.txt") [memwatch report ${mw_s} s]"
+    [ "$size" -lt 2000000 ] && cp "$snap" "$work/$name.json" "$out/small/"
+}
+
+say "small snapshots (about 1 MB), one setting varied each"
+for c in python_all python_alloc python_ring state_only expandable user_pickled two_devices; do
+    record "$c" 2000 && check "$c"
+done
+for c in all_all all_state; do
+    record "$c" 1200 && check "$c"
+done
+say "medium (stacks all, 20,000 iterations: the issue's 4.9 MB refusal)"
+record medium 20000 && check medium
+
+# Bytes per iteration of the large case's settings, from python_all.
+bpi=$("$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(max(1, j["bytes"] // j["iterations"]))' "$work/python_all.json" 2>/dev/null || echo 500)
+gb="${LONG_GB:-1.1}"
+counts=$("$py" -c 'import sys; b=int(sys.argv[1]); g=float(sys.argv[2]); two=sys.argv[3]=="1"
+ts=[0.25e9, g*1e9] + ([2.2e9] if two else [])
+print(" ".join(str(int(t/b*1.03)) for t in ts))' "$bpi" "$gb" "${LONG_2GB:-0}")
+say "large (stacks python): $bpi bytes per iteration -> iterations $counts"
+if record large $counts; then
+    for n in large large_2 large_3; do check "$n"; done
+fi
+
+big="$work/large_2.pickle"
+[ -f "$work/large_3.pickle" ] && big="$work/large_3.pickle"
+if [ -f "$big" ]; then
+    say "side by side on $(basename "$big") ($(stat -c %s "$big") bytes)"
+    timev=""
+    /usr/bin/time -v true 2>/dev/null && timev=/usr/bin/time
+    run() {  # run LABEL CMD...: seconds and peak RSS
+        local label=$1; shift
+        if [ -n "$timev" ]; then
+            "$timev" -v "$@" > /dev/null 2> "$out/bench.$label.time"
+            local rc=$?
+            local wall rss
+            wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/bench.$label.time")
+            rss=$(awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2/1024}' "$out/bench.$label.time")
+            printf '%-28s %12s %14s %4s\n' "$label" "$wall" "${rss} MiB" "$rc"
+        else
+            "$py" "$tool" measure "$out/bench.$label.json" -- "$@"
+            "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%-28s %12s %14s %4s" % (sys.argv[2], "%.2f s" % j["seconds"], "%.0f MiB" % (j["max_rss_kib"]/1024), j["rc"]))' "$out/bench.$label.json" "$label"
+        fi
+    }
+    {
+        echo "file: $(basename "$big"), $(stat -c %s "$big") bytes; $(nproc) CPUs; $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+        printf '%-28s %12s %14s %4s\n' "reader" "wall" "peak RSS" "rc"
+        run "memwatch report --json" "$mw" report "$big" --json
+        rm -f "$work/bench.db"
+        run "memwatch import --db" "$mw" import "$big" --db "$work/bench.db"
+        run "python3 pickle.load" "$py" "$tool" load "$big"
+    } | tee "$out/bench.txt" | tee -a "$summary"
+fi
+say "done; $(grep -c ': OK' "$out/checks.txt" 2>/dev/null || echo 0) OK, $(grep -c ': FAIL' "$out/checks.txt" 2>/dev/null || echo 0) FAIL"
+exit $fail
