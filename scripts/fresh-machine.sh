@@ -18,12 +18,13 @@
 #     --keep          leave the container (stopped) for inspection
 #
 # The container reaches the package registries (Debian, crates.io, PyPI) through the
-# host's network (--network host: the engine has no bridge, see docker/engine.sh). It has
-# what root has on a machine for the tests that trace processes (ptrace, gdb: SYS_PTRACE,
-# no seccomp filter) and an init that reaps orphans, as a machine's pid 1 does; it gets no
-# other privilege, so it cannot start a Docker engine of its own and the container test
-# says SKIPPED with the reason (that test runs where an engine can). The full log goes to
-# stdout; the summary is its last lines.
+# host's network (--network host: the engine has no bridge, see docker/engine.sh) and trusts
+# the certificate authorities the host adds to Debian's (/usr/local/share/ca-certificates).
+# It has what root has on a machine for the tests that trace processes (ptrace, gdb:
+# SYS_PTRACE, no seccomp filter) and an init that reaps orphans, as a machine's pid 1 does;
+# it gets no other privilege, so it cannot start a Docker engine of its own and the
+# container test says SKIPPED with the reason (that test runs where an engine can). The
+# full log goes to stdout; the summary is its last lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -128,8 +129,21 @@ tail -n 8 /root/test.log | sed "s/^/  /"
 [[ $qs == 0 && $ts == 0 ]]
 '
 
+# The network's own certificate authorities (a network that inspects TLS has them in the
+# host's /usr/local/share/ca-certificates; every machine on it needs them), added to the
+# system store when install-deps.sh installs ca-certificates, and the variables that point
+# programs (pip, requests, curl) at that store.
+net=()
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  net+=(-v /usr/local/share/ca-certificates:/usr/local/share/ca-certificates:ro)
+fi
+for v in SSL_CERT_FILE SSL_CERT_DIR PIP_CERT REQUESTS_CA_BUNDLE CURL_CA_BUNDLE GIT_SSL_CAINFO \
+  http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+  [[ -n ${!v:-} ]] && net+=(-e "$v=${!v}")
+done
+
 echo "== fresh-machine: commit $sha, toolchain $toolchain ($rust_version), base $BASE"
-cid=$(docker create --init --network host --shm-size 2g \
+cid=$(docker create --init --network host --shm-size 2g "${net[@]}" \
   --cap-add SYS_PTRACE --security-opt seccomp=unconfined \
   -v "$rustup_home:/opt/rustup:ro" -e RUSTUP_HOME=/opt/rustup -e RUSTUP_TOOLCHAIN="$toolchain" \
   -e CARGO_HOME=/root/.cargo -e PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
