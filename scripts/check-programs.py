@@ -89,27 +89,16 @@ WRAPPERS = {
 }
 # Variables that hold a wrapper ($SUDO apt-get, "${AS_PG[@]}" psql).
 WRAPPER_VARS = {"SUDO", "AS_PG"}
-# Commands of wrappers after which a command follows a count of positional values.
+# Wrappers whose command follows a number of positional values (timeout DURATION CMD).
 POSITIONAL_BEFORE_COMMAND = {"timeout": 1}
-# apt-get's and dpkg's own programs are dpkg's business, not ours.
-
-
-def rel(p):
-    return str(Path(p).relative_to(ROOT))
 
 
 def tracked_files():
-    out = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False
-    )
-    if out.returncode == 0:
-        files = [f for f in out.stdout.decode().split("\0") if f]
-    else:  # not a git checkout: every file but the build outputs
-        files = [
-            rel(p)
-            for p in ROOT.rglob("*")
-            if p.is_file() and not any(part in ("target", ".git") for part in p.parts)
-        ]
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True)
+    if out.returncode != 0:
+        sys.exit(f"check-programs: git ls-files failed in {ROOT} (a checkout is needed): "
+                 f"{out.stderr.decode().strip()}")
+    files = [f for f in out.stdout.decode().split("\0") if f]
     return [f for f in files if not f.startswith(NOT_HERE) and (ROOT / f).is_file()]
 
 
