@@ -3,6 +3,7 @@
 # to reach a Docker engine on Debian 12 without any image registry.
 #
 #   mw_engine_packages   installs Debian's docker.io, docker-compose and mmdebstrap if missing
+#                        (the --engine group of scripts/install-deps.sh)
 #   mw_packages PKG...   installs those of the Debian packages PKG that are missing
 #   mw_engine_up         makes sure an engine answers; when none does and we are root, starts
 #                        Debian's dockerd in the background (sets MW_ENGINE_STARTED=1)
@@ -12,7 +13,8 @@
 # Functions return non-zero with the reason in MW_ENGINE_WHY instead of exiting, so the
 # caller decides whether that is an error (building) or a reason to skip (the test).
 
-MW_ENGINE_PACKAGES=(docker.io docker-compose mmdebstrap)
+# The engine's packages: scripts/install-deps.sh --engine (the one list of what is installed).
+mapfile -t MW_ENGINE_PACKAGES < <(bash scripts/install-deps.sh --list --engine)
 MW_ENGINE_STATE=${MW_ENGINE_STATE:-/var/lib/memwatch-engine}
 MW_ENGINE_STARTED=0
 MW_ENGINE_WHY=""

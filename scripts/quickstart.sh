@@ -10,7 +10,7 @@
 #      terminal; a short self-check otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --build
 cargo build --release --locked -p memwatch -p memwatch-preload
 mw="$PWD/target/release/memwatch"
 demo="$PWD/target/quickstart"

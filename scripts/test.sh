@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The test suite. CI runs exactly this (.ci/run); so can anyone on a fresh Debian 12:
+# The test suite. CI runs exactly this (.ci/run); so can anyone on a fresh Debian 12
+# (scripts/fresh-machine.sh shows it, in a new container):
+#   that every program the suite calls is installed (scripts/check-programs.py),
 #   formatting and lints, every Rust test (SQLite and PostgreSQL), no import cycle in the
 #   shim (scripts/module_cycles.py), no Rust file over 800 lines
 #   (scripts/check-file-size.py), the links, paths and commands the Markdown docs name
@@ -12,6 +14,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+# Every program the tests, scripts and build files call comes from install-deps.sh, Debian's
+# essential set or the Rust toolchain.
+python3 scripts/check-programs.py
 # A one-shot CI build gains nothing from incremental state, which would double its disk use.
 if [[ "${CI:-}" == true ]]; then export CARGO_INCREMENTAL=0; fi
 cargo fmt --all -- --check

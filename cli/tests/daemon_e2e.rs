@@ -311,13 +311,13 @@ fn run_db_import_idempotent_and_bad_capture() {
     daemon.wait().unwrap();
 }
 
-/// `serve --db postgres://…` at a closed port fails fast (not after sqlx's 30 s pool
-/// timeout) with exit 2 and one line naming the URL, without its password, and the cause.
+/// `serve --db postgres://…` at a closed port fails at the first refused connection (not
+/// at sqlx's 30 s pool timeout, whose error names no cause) with exit 2 and one line naming
+/// the URL, without its password, and the cause: "refused".
 #[test]
 fn serve_postgres_closed_port_fails_fast_naming_the_url() {
     let closed = free_port();
     let url = format!("postgres://mw:hunter2@127.0.0.1:{closed}/memwatch");
-    let t = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))
         .args(["serve", "--db", &url])
         .args(["--listen", &format!("127.0.0.1:{}", free_port())])
@@ -325,13 +325,8 @@ fn serve_postgres_closed_port_fails_fast_naming_the_url() {
         .env("MEMWATCH_LOG", "warn")
         .output()
         .unwrap();
-    let took = t.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(
-        took < Duration::from_secs(5),
-        "took {took:?}; stderr: {err}"
-    );
     let shown = format!("postgres://mw:***@127.0.0.1:{closed}/memwatch");
     assert!(err.contains("cannot connect to database"), "{err}");
     assert!(err.contains(&shown), "{err}");

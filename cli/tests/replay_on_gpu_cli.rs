@@ -5,7 +5,6 @@
 mod common;
 
 use common::mw as memwatch;
-use std::process::Command;
 
 const SEED12: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -58,20 +57,13 @@ fn a_missing_cuda_driver_is_a_clear_error() {
 }
 
 fn memwatch_kernels_code_object() -> Vec<u8> {
-    // Built by kernels/build.rs with hipcc; gfx90a is supported by every ROCm in use.
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../kernels/src/gpu/replay_kernels.cu");
-    let out = tempfile::tempdir().unwrap();
-    let obj = out.path().join("k.hsaco");
-    let st = Command::new("hipcc")
-        .args(["--genco", "--offload-arch=gfx90a", "-x", "hip"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj)
-        .status()
-        .expect("hipcc (scripts/install-deps.sh installs it)");
-    assert!(st.success());
-    std::fs::read(obj).unwrap()
+    // The code objects kernels/build.rs compiled with clang-19 (scripts/install-deps.sh
+    // installs it) and embedded in memwatch: the same bytes `--on-gpu` loads.
+    use memwatch_kernels::code_object::{HIP_CODE_OBJECTS, HIP_COMPILER, HIP_SKIPPED};
+    let Some((_, bytes)) = HIP_CODE_OBJECTS.first() else {
+        panic!("memwatch-kernels embedded no HIP code object (compiler {HIP_COMPILER}): {HIP_SKIPPED:?}")
+    };
+    bytes.to_vec()
 }
 
 #[test]

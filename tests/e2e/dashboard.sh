@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of the memwatch dashboard in a real browser (Debian's chromium, headless).
 #
-# Installs chromium when missing (idempotent), records synthetic runs into a fresh SQLite
+# Installs chromium when missing (scripts/install-deps.sh), records synthetic runs into a fresh SQLite
 # database through the daemon's own ingest code (daemon/examples/dash_fixture.rs), starts
 # `memwatch serve` on loopback, loads every page headless, checks the rendered DOM for
 # content, checks that the browser logged no JavaScript errors, and saves screenshots to
@@ -16,12 +16,7 @@ TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 SHOTS=$ROOT/target/dashboard-screenshots
 mkdir -p "$SHOTS"
 
-if ! command -v chromium >/dev/null 2>&1; then
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  echo "e2e: installing chromium"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
-fi
+command -v chromium >/dev/null 2>&1 || bash scripts/install-deps.sh
 
 cargo build -q -p memwatch --bin memwatch
 cargo build -q -p memwatch-daemon --example dash_fixture

@@ -74,24 +74,41 @@ mod tests {
                 flag.store(true, Ordering::Release);
             })
         };
-        let t0 = std::time::Instant::now();
-        assert!(wait_until(|| flag.load(Ordering::Acquire), 5_000_000_000));
-        assert!(t0.elapsed() >= std::time::Duration::from_millis(90));
+        // The set-up takes 100 ms, far past the yields (0.2 ms): the wait goes on napping
+        // until it is done (the deadline, generous here, only catches a hang).
+        assert!(wait_until(|| flag.load(Ordering::Acquire), 120_000_000_000));
         setter.join().unwrap();
     }
 
     #[test]
     fn gives_up_at_the_deadline_and_keeps_errno() {
-        // SAFETY: this thread's errno location.
-        unsafe { *libc::__errno_location() = libc::EAGAIN };
-        let t0 = std::time::Instant::now();
-        assert!(!wait_until(|| false, 20_000_000));
-        let waited = t0.elapsed();
-        assert!(waited >= std::time::Duration::from_millis(20), "{waited:?}");
-        // The deadline holds even when every yield hands the core to another thread for
-        // a whole time slice (a count of yields was no bound on a loaded machine).
-        assert!(waited < std::time::Duration::from_secs(2), "{waited:?}");
-        // SAFETY: as above.
-        assert_eq!(unsafe { *libc::__errno_location() }, libc::EAGAIN);
+        // The predicate notes the wait's own clock at each look: the wait gives up only
+        // once that clock is past the deadline, whatever the machine's load (the deadline
+        // holds even when every yield hands the core away for a whole time slice; a count
+        // of yields was no bound). A generous deadline on the whole only catches a hang.
+        let (done, gave_up) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: this thread's errno location.
+            unsafe { *libc::__errno_location() = libc::EAGAIN };
+            let looks = std::cell::RefCell::new(Vec::new());
+            let start = crate::clock::monotonic_ns();
+            let ok = wait_until(
+                || {
+                    looks.borrow_mut().push(crate::clock::monotonic_ns());
+                    false
+                },
+                20_000_000,
+            );
+            // SAFETY: as above.
+            let errno = unsafe { *libc::__errno_location() };
+            let _ = done.send((ok, start, looks.into_inner(), errno));
+        });
+        let (ok, start, looks, errno) = gave_up
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("wait_until hung past its deadline");
+        assert!(!ok);
+        let last = *looks.last().expect("the predicate was asked");
+        assert!(last - start >= 20_000_000, "gave up before the deadline");
+        assert_eq!(errno, libc::EAGAIN);
     }
 }

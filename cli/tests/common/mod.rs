@@ -46,6 +46,24 @@ pub fn run_memwatch(args: &[&str]) -> std::process::Output {
         .expect("run memwatch")
 }
 
+/// Waits for `child` to end; past a generous deadline (120 s: it only tells a hang from a
+/// busy machine) kills it and fails the test with "hung: `what`". For tests whose subject
+/// is that something ends, checked by what happened, never by how long it took.
+pub fn wait_or_hung(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("hung: {what}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A loopback TCP port free right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

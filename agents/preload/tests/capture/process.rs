@@ -223,15 +223,10 @@ fn underscore_exit_under_the_loader_lock_does_not_hang() {
     let plain = run_direct(b, &args, None);
     assert_eq!(plain.status.code(), Some(3));
     let cap = tmp.path().join("ctor.mwcap");
-    let t0 = std::time::Instant::now();
+    // It ends, with its own status (run_direct fails the test as hung otherwise): the
+    // hand-off waits a bounded time, never for the loader.
     let shimmed = run_direct(b, &args, Some(&cap));
     assert_eq!(shimmed.status.code(), Some(3));
-    // At most the hand-off's bounded wait (250 ms) on top of the program's own time.
-    assert!(
-        t0.elapsed() < std::time::Duration::from_secs(5),
-        "{:?}",
-        t0.elapsed()
-    );
 }
 
 /// The same when the library that dlopens is one the program links against: its
