@@ -290,8 +290,12 @@ pub struct DeviceSeries {
     pub device: i32,
     /// (unix ns when known, else capture-relative ns; used bytes; total bytes).
     pub samples: Vec<(u64, u64, u64)>,
-    /// Whether the times are wall-clock (unix) ns.
+    /// Whether the times are wall-clock (unix) ns; else they are on the capture's own
+    /// clock (raw monotonic ns, the events' clock).
     pub wall_clock: bool,
+    /// Per-process readings on the same clock, in time order: (time, pid, used bytes)
+    /// (NVML's per-process used memory; empty when the source has none).
+    pub processes: Vec<(u64, u32, u64)>,
 }
 
 impl DeviceSeries {
@@ -304,6 +308,32 @@ impl DeviceSeries {
     pub fn total(&self) -> Option<u64> {
         self.samples.iter().map(|s| s.2).max()
     }
+}
+
+/// The capture's own device readings (NVML's, taken by `memwatch run` / the agent on the
+/// capture's monotonic clock): one series per device, VRAM only, in time order.
+pub fn capture_series(loaded: &Loaded) -> Vec<DeviceSeries> {
+    let mut out: Vec<DeviceSeries> = Vec::new();
+    for s in loaded.device_samples.iter().filter(|s| s.memory == 0) {
+        let k = match out.iter().position(|x| x.device == s.device) {
+            Some(k) => k,
+            None => {
+                out.push(DeviceSeries {
+                    source: format!("{} (device samples: {})", loaded.path.display(), s.source),
+                    device: s.device,
+                    samples: Vec::new(),
+                    wall_clock: false,
+                    processes: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        out[k].samples.push((s.ts_ns, s.used_bytes, s.total_bytes));
+    }
+    for x in &mut out {
+        x.samples.sort_unstable();
+    }
+    out
 }
 
 /// Reads `nvidia-smi --query-gpu=timestamp,memory.used,memory.total
@@ -363,6 +393,7 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
                     device,
                     samples: Vec::new(),
                     wall_clock: true,
+                    processes: Vec::new(),
                 });
                 series.len() - 1
             }

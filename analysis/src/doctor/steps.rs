@@ -101,6 +101,8 @@ pub struct AllocationGrowth {
     pub total: u64,
     /// Raw ns of the run's first allocation.
     pub started_ts: u64,
+    /// Raw ns of the run's last allocation.
+    pub ended_ts: u64,
 }
 
 /// Finds the longest run at the end of `live` (allocations live at one moment, in time
@@ -134,7 +136,34 @@ pub fn allocation_growth(live: &[(u64, u64)]) -> Option<AllocationGrowth> {
         per_group,
         total: run.iter().map(|a| a.1).sum(),
         started_ts: run[0].0,
+        ended_ts: run[len - 1].0,
     })
+}
+
+/// Repeats of one allocation size that count as a ramp (a period of one).
+pub const MIN_RAMP_REPETITIONS: usize = 32;
+
+/// The one growth rule (the doctor's leaks, the ledger's and the dashboard's trends):
+/// allocations live at `until` (raw ns) that repeat in a fixed group and were never
+/// released, growing up to `until`. A group of ≥ 2 allocations repeated ≥ 3 times is
+/// growth wherever it stands; one size over and over is growth only as a ramp that goes
+/// on until `until` — ≥ [`MIN_RAMP_REPETITIONS`] of them, spread over time, holding at
+/// least half of what is live, the last no further from `until` than four of the ramp's
+/// own intervals. A load at the start followed by other work is not a ramp (its last
+/// allocation is far from `until`), nor are a few arrays of one size kept on purpose.
+pub fn growth_until(live: &[(u64, u64)], until: u64) -> Option<AllocationGrowth> {
+    let g = allocation_growth(live)?;
+    if g.period >= 2 {
+        return Some(g);
+    }
+    let span = g.ended_ts.saturating_sub(g.started_ts);
+    let reps = g.repetitions as u64;
+    let live_bytes: u64 = live.iter().map(|a| a.1).sum();
+    if g.repetitions < MIN_RAMP_REPETITIONS || span == 0 || g.total.saturating_mul(2) < live_bytes {
+        return None;
+    }
+    let interval = span / (reps - 1).max(1);
+    (until.saturating_sub(g.ended_ts) <= interval.saturating_mul(4).max(1)).then_some(g)
 }
 
 /// The longest step a loop is looked for in (allocations per step).
