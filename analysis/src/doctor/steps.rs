@@ -293,6 +293,57 @@ mod tests {
         assert_eq!(allocation_growth(&seq(&[1, 1])), None);
     }
 
+    /// Allocations `(ts, size)` of `sizes` repeated `reps` times, one every `dt` ns from
+    /// `t0`.
+    fn ramp(t0: u64, dt: u64, sizes: &[u64], reps: usize) -> Vec<(u64, u64)> {
+        (0..reps)
+            .flat_map(|_| sizes.iter().copied())
+            .enumerate()
+            .map(|(i, s)| (t0 + i as u64 * dt, s))
+            .collect()
+    }
+
+    /// The one growth rule on generated runs: periods one to three, sizes from 2 MiB to
+    /// 96 MiB, ramps that go on to the moment and loads that stop long before it.
+    #[test]
+    fn growth_until_the_moment() {
+        const MIB: u64 = 1 << 20;
+        for sizes in [
+            vec![32 * MIB],
+            vec![2 * MIB],
+            vec![96 * MIB],
+            vec![8 * MIB, 32 * MIB],
+            vec![16 * MIB, 64 * MIB, 8 * MIB],
+        ] {
+            for reps in [40usize, 300, 4442] {
+                let dt = 1_000_000; // 1 ms
+                                    // set-up allocations first (weights), then the ramp
+                let per: u64 = sizes.iter().sum();
+                let mut live = vec![(0, 10 * per + 5 * MIB), (10, 3 * MIB)];
+                live.extend(ramp(1_000, dt, &sizes, reps));
+                let last = live.last().unwrap().0;
+                let g = growth_until(&live, last + dt).unwrap_or_else(|| {
+                    panic!("{sizes:?} x {reps}: {:?}", allocation_growth(&live))
+                });
+                assert_eq!(g.period, sizes.len(), "{sizes:?} x {reps}");
+                assert_eq!(g.per_group, sizes.iter().sum::<u64>());
+                assert!(g.repetitions >= reps - 1, "{} of {reps}", g.repetitions);
+                // The same allocations as a load that ended long before the moment: one
+                // size is no ramp then; a repeating group of several still is growth.
+                let late = last + 1_000 * dt * reps as u64;
+                assert_eq!(growth_until(&live, late).is_some(), sizes.len() >= 2);
+            }
+        }
+        // Too few of one size (arrays kept on purpose): not a ramp.
+        let live = ramp(0, 1_000, &[96 * MIB], MIN_RAMP_REPETITIONS - 1);
+        assert_eq!(growth_until(&live, live.last().unwrap().0 + 1), None);
+        // A ramp holding less than half of what is live (a large model beside it): not
+        // the growth that filled the device.
+        let mut live = vec![(0, 40 << 30)];
+        live.extend(ramp(10, 1_000, &[32 * MIB], 100));
+        assert_eq!(growth_until(&live, live.last().unwrap().0 + 1), None);
+    }
+
     #[test]
     fn loop_steps_in_allocation_sequences() {
         // set-up, then [a, b, c] five times, then the failing step's first two

@@ -165,7 +165,7 @@ pub fn from_growth(ctx: &Ctx<'_>, g: &AllocationGrowth, limit: Option<(&str, u64
     };
     v.why = if g.period == 1 {
         format!(
-            "From {:.3} s to the failure the process allocated {} of {} each over {secs:.1} s and released none: {} kept, a straight ramp to the failure. Memory kept across iterations that the next iteration does not reuse.",
+            "From {:.3} s to the failure the process allocated {} of {} each over {secs:.3} s and released none: {} kept, a straight ramp to the failure. Memory kept across iterations that the next iteration does not reuse.",
             start as f64 / 1e9,
             g.repetitions,
             exact(g.per_group),

@@ -574,3 +574,6 @@ pub fn label(kind: HolderKind) -> &'static str {
         HolderKind::Unattributed => "unattributed",
     }
 }
+
+#[cfg(test)]
+mod tests;
