@@ -93,9 +93,7 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
     let dumps = dumps::choose(ev, failure.as_ref().and_then(|f| f.pid));
     // What ended the run decides a failure: refusals of a run that exited 0 are a
     // warning, and its ledger is taken at its peak.
-    let recovered = failure
-        .as_ref()
-        .is_some_and(|f| !kinds::ended_run(ev, f.pid));
+    let recovered = failure.as_ref().is_some_and(|f| !kinds::ended_run(ev, f));
     let ledger = ledger::compute(&ledger::Inputs {
         ev,
         log,

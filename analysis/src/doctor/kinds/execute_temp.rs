@@ -38,6 +38,11 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         d.modules
             .iter()
             .filter(|m| m.name == exe)
+            // The process's own compilation (a folder several processes dumped into holds
+            // others' modules of the same name).
+            .filter(|m| {
+                (m.argument_bytes, m.output_bytes, m.temp_bytes) == (args, need.outputs, temp)
+            })
             .max_by_key(|m| m.temp_bytes)
     });
     let mut biggest = String::new();

@@ -11,18 +11,28 @@ use crate::live::Family;
 use crate::size::format_bytes as b;
 use memwatch_wire::{EventKind, MemKind};
 
-/// Whether the failure ended the run: `false` when the failing process (else the run)
-/// exited 0; unknown exits count as ending it.
-pub fn ended_run(ctx_ev: &crate::doctor::Evidence, pid: Option<u32>) -> bool {
-    let own = ctx_ev.capture.as_ref().and_then(|c| {
-        c.loaded
-            .processes
-            .values()
-            .filter(|p| pid.is_some_and(|x| p.pid == x))
-            .filter_map(|p| p.exit_code)
-            .next_back()
-    });
-    own.or(ctx_ev.run.exit_code) != Some(0)
+/// Whether the failure ended the run: `false` when the process the capture saw fail
+/// exited 0 (a failure only a log states, in a process the capture did not tie it to:
+/// when the run exited 0); unknown exits count as ending it.
+pub fn ended_run(ev: &crate::doctor::Evidence, f: &crate::doctor::failure::Failure) -> bool {
+    let own = ev
+        .capture
+        .as_ref()
+        .filter(|_| f.seen_in_capture)
+        .and_then(|c| {
+            c.loaded
+                .processes
+                .values()
+                .filter(|p| f.pid.is_some_and(|x| p.pid == x))
+                .filter_map(|p| p.exit_code)
+                .next_back()
+        });
+    let exit = if f.seen_in_capture {
+        own
+    } else {
+        ev.run.exit_code
+    };
+    exit != Some(0)
 }
 
 pub fn warning(ctx: &Ctx<'_>) -> Option<Verdict> {
