@@ -114,7 +114,8 @@ pub fn choose(ev: &Evidence, pid: Option<u32>) -> DumpChoice {
     };
     let of = |d: &DumpEvidence, p: u32| compare(d, exes.iter().copied().filter(|x| x.pid == p));
     // A dump whole of the failing process first; else one folder several processes dumped
-    // into, matched module by module (partly the failing process's, wholly no other's).
+    // into, matched module by module: it holds a module of the failing process's own
+    // compilation (`distinct`), the others may be another process's.
     let whole = |d: &DumpEvidence| {
         wanted
             .iter()
@@ -157,12 +158,12 @@ pub fn choose(ev: &Evidence, pid: Option<u32>) -> DumpChoice {
     };
     if let Some(i) = ev.dumps.iter().position(whole) {
         choice.chosen = Some(i);
-    } else if let Some((i, note)) = ev.dumps.iter().enumerate().find_map(|(i, d)| {
-        (other_whole(d).is_none() || distinct(d))
-            .then(|| partial(d))
-            .flatten()
-            .map(|n| (i, n))
-    }) {
+    } else if let Some((i, note)) = ev
+        .dumps
+        .iter()
+        .enumerate()
+        .find_map(|(i, d)| distinct(d).then(|| partial(d)).flatten().map(|n| (i, n)))
+    {
         choice.chosen = Some(i);
         choice.notes[i] = Some(note);
     }
@@ -170,7 +171,7 @@ pub fn choose(ev: &Evidence, pid: Option<u32>) -> DumpChoice {
         if choice.chosen == Some(i) {
             continue;
         }
-        let mine = whole(d) || (partial(d).is_some() && (other_whole(d).is_none() || distinct(d)));
+        let mine = whole(d) || (partial(d).is_some() && distinct(d));
         choice.notes[i] = Some(match (mine, other_whole(d), pid) {
             (true, _, _) => "another dump of the same process is used".to_string(),
             (false, Some(q), Some(p)) => {

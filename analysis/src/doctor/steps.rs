@@ -52,17 +52,32 @@ pub fn execution_leak(pjrt: &PjrtFacts, pid: u32, device: i32, at: u64) -> Optio
             continue;
         }
         let live = |k: usize| survivors.get(&execs[k]).copied().unwrap_or(0);
+        // The run of steps before the last whose outputs are still live, back to the first
+        // of them; a step here and there whose outputs the capture did not tie to it (at
+        // most one in twenty) does not break it, three in a row do.
         let mut start = n - 1;
-        while start > 0 && live(start - 1) > 0 {
-            start -= 1;
+        let (mut dead, mut dead_run) = (0usize, 0usize);
+        for k in (0..n - 1).rev() {
+            if live(k) > 0 {
+                dead_run = 0;
+                if dead * 20 <= n - 1 - k {
+                    start = k;
+                }
+            } else {
+                dead += 1;
+                dead_run += 1;
+                if dead_run >= 3 || dead * 20 > n - 1 - k + 20 {
+                    break;
+                }
+            }
         }
-        let leaked_steps = n - 1 - start;
+        let leaked_steps = (start..n - 1).filter(|k| live(*k) > 0).count();
         if leaked_steps < MIN_LEAKED_STEPS {
             continue;
         }
         let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
         let mut leaked = 0u64;
-        for k in start..n - 1 {
+        for k in (start..n - 1).filter(|k| live(*k) > 0) {
             *counts.entry(live(k)).or_default() += 1;
             leaked += live(k);
         }
@@ -149,7 +164,7 @@ pub const MIN_RAMP_REPETITIONS: usize = 32;
 /// growth wherever it stands; one size over and over is growth only as a ramp that goes
 /// on until `until` — ≥ [`MIN_RAMP_REPETITIONS`] of them, spread over time, holding at
 /// least half of what is live, the last no further from `until` than four of the ramp's
-/// own intervals. A load at the start followed by other work is not a ramp (its last
+/// own intervals or a quarter of its span. A load at the start followed by other work is not a ramp (its last
 /// allocation is far from `until`), nor are a few arrays of one size kept on purpose.
 pub fn growth_until(live: &[(u64, u64)], until: u64) -> Option<AllocationGrowth> {
     let g = allocation_growth(live)?;
@@ -162,8 +177,11 @@ pub fn growth_until(live: &[(u64, u64)], until: u64) -> Option<AllocationGrowth>
     if g.repetitions < MIN_RAMP_REPETITIONS || span == 0 || g.total.saturating_mul(2) < live_bytes {
         return None;
     }
+    // The failing request comes after the framework's own retry (freeing its cache,
+    // collecting garbage): a gap of a quarter of the ramp's span at most.
     let interval = span / (reps - 1).max(1);
-    (until.saturating_sub(g.ended_ts) <= interval.saturating_mul(4).max(1)).then_some(g)
+    let gap = until.saturating_sub(g.ended_ts);
+    (gap <= interval.saturating_mul(4).max(span / 4)).then_some(g)
 }
 
 /// The longest step a loop is looked for in (allocations per step).

@@ -363,6 +363,16 @@ pub fn classify(ctx: &Ctx<'_>) -> Vec<Verdict> {
     if failing.is_none() && out.is_empty() {
         out.extend(leak::warning(ctx));
     }
+    // Warnings about the whole run name the process they are about; the XLA warnings
+    // (a limit its allocator ignored, its step outputs piling up) are XLA's memory.
+    for v in out.iter_mut().filter(|v| !v.holder.other_process) {
+        if v.holder.pid.is_none() {
+            v.holder.pid = v.what.pid;
+        }
+        if v.holder.framework.is_none() && matches!(v.kind, Kind::PoolLimitIgnored | Kind::Leak) {
+            v.holder.framework = Some("xla".into());
+        }
+    }
     out
 }
 

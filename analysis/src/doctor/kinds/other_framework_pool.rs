@@ -156,8 +156,8 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
                 .map(|h| h.bytes)
                 .sum();
             let room = total.saturating_sub(rest.saturating_add(req));
-            let fraction = check::fraction_for(room, total)
-                .map(|fr| (fr * 100.0).floor() / 100.0)
+            // Two decimals, rounded down: the pool must leave the room.
+            let fraction = Some((room as f64 * 100.0 / total as f64).floor() / 100.0)
                 .filter(|fr| *fr > 0.0 && check::pool_of_fraction(*fr, total) >= peak.max(1));
             let frac = fraction
                 .map(|fr| {
