@@ -88,6 +88,25 @@ fn check(dir: &Path) -> Vec<String> {
             bad.push(format!("advice lacks {advice}: {}", v["fix"]["advice"]));
         }
     }
+    // The device ledger closes on every recorded run: every byte of the device by holder
+    // adds up to its total within the stated tolerance, nothing unattributed.
+    let l = &d["ledger"];
+    if l["closes"] != Value::Bool(true) {
+        bad.push(format!("the ledger does not close: {l}"));
+    } else {
+        let sum: u64 = l["holders"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|h| h["bytes"].as_u64().unwrap_or(0))
+            .sum();
+        let total = l["total_bytes"].as_u64().unwrap_or(0);
+        if sum.abs_diff(total) > l["tolerance_bytes"].as_u64().unwrap_or(0)
+            || sum != l["accounted_bytes"]
+        {
+            bad.push(format!("ledger holders sum to {sum} of {total}: {l}"));
+        }
+    }
     // Every failure verdict says something in each part and cites evidence with a file.
     if failure {
         for part in ["headline", "why"] {

@@ -190,10 +190,10 @@ fn a_healthy_snapshot_has_no_verdict() {
         .any(|s| s["kind"] == "torch_snapshot"));
 }
 
-/// Without the snapshot, torch_leak_b's driver view is 48 MiB segments kept one after
-/// another (what loading data looks like too): no leak is proven, but packing the 60.94
-/// MiB of split cache would not hold one more of them, so the verdict is the cap with the
-/// growth, and fragmentation only an `also`.
+/// Without the snapshot, torch_leak_b's driver view is 39 segments of 48 MiB kept one
+/// after another up to the failure, holding most of what is live: a ramp to the failure,
+/// so a leak (the growth rule, `steps::growth_until`), with the cap that refused and the
+/// split cache (packing its 60.94 MiB would not hold one more) only `also`s.
 #[test]
 fn without_the_snapshot_a_split_cache_that_growth_outruns_is_not_the_cause() {
     let dir = "testdata/oom-corpus/torch_leak_b";
@@ -202,7 +202,9 @@ fn without_the_snapshot_a_split_cache_that_growth_outruns_is_not_the_cause() {
         path(&format!("{dir}/stderr.log")),
     ]);
     let v = &d["verdicts"][0];
-    assert_eq!(v["kind"], "torch_fraction_limit", "{v}");
+    assert_eq!(v["kind"], "leak", "{v}");
+    assert_eq!(v["figures"]["growth_per_step_bytes"], 48 << 20, "{v}");
+    assert!(also(v).contains(&"torch_fraction_limit".into()), "{v}");
     assert!(also(v).contains(&"fragmentation".into()), "{v}");
     assert!(!v["fix"]["advice"]
         .as_str()

@@ -209,6 +209,55 @@ fn the_failing_workers_own_dump_is_used() {
         .any(|m| m["evidence"] == "xla_dump"));
 }
 
+/// Several processes dumping into one folder (the same module ids: the last writer's file
+/// stays): the other worker's modules with the failing worker's own `jit_stage_loss`
+/// written over the other's. The folder is matched module by module: it is used (the
+/// HLO join is kept), whatever other modules are the other worker's. Without the failing
+/// worker's own module it is not used.
+#[test]
+fn one_folder_several_processes_dumped_into_is_matched_per_process() {
+    let figs = figures("jax_uneven");
+    let (f, _) = failing(&figs);
+    let other = figs.iter().find(|w| w["pid"] != f["pid"]).unwrap();
+    let rank = |w: &Value| w["rank"].as_u64().unwrap();
+    let own = dir("jax_uneven").join(format!("dump/rank{}", rank(f)));
+    let theirs = dir("jax_uneven").join(format!("dump/rank{}", rank(other)));
+    let shared = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&theirs).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, shared.path().join(p.file_name().unwrap())).unwrap();
+    }
+    let d = diagnose("jax_uneven", &[shared.path().to_path_buf()]);
+    assert!(d["verdicts"][0]["who"]["hlo_instruction"].is_null(), "{d}");
+    for e in std::fs::read_dir(&own).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if name.contains("jit_stage_loss") {
+            std::fs::copy(&p, shared.path().join(name)).unwrap();
+        }
+    }
+    let d = diagnose("jax_uneven", &[shared.path().to_path_buf()]);
+    let v = &d["verdicts"][0];
+    assert!(v["who"]["hlo_instruction"].is_string(), "{v}");
+    assert!(!d["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["evidence"] == "xla_dump"));
+    let src = d["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "xla_dump")
+        .unwrap();
+    assert!(
+        src["note"]
+            .as_str()
+            .is_none_or(|n| n.contains("another process's compilation")),
+        "{src}"
+    );
+}
+
 /// A folder with neither XLA modules nor per-rank dumps in it: exit 2, the folder named.
 #[test]
 fn a_folder_without_dumps_is_refused() {

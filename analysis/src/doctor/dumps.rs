@@ -62,8 +62,10 @@ impl DumpChoice {
 
 /// How a dump compares with one process's compiled executables.
 enum Match {
-    /// Every executable of the process named like a module of the dump has its figures.
-    Same,
+    /// Every executable of the process named like a module of the dump has its figures
+    /// in one of them; or some do and the others' modules are another process's
+    /// compilation (several processes dumping into one folder): what is said of those.
+    Same(Option<String>),
     /// A module named like one of its executables has other figures.
     Differs(String),
     /// No module named like any of its executables.
@@ -110,23 +112,73 @@ pub fn choose(ev: &Evidence, pid: Option<u32>) -> DumpChoice {
         Some(p) => vec![p],
         None => pids.clone(),
     };
+    let of = |d: &DumpEvidence, p: u32| compare(d, exes.iter().copied().filter(|x| x.pid == p));
+    // A dump whole of the failing process first; else one folder several processes dumped
+    // into, matched module by module: it holds a module of the failing process's own
+    // compilation (`distinct`), the others may be another process's.
+    let whole = |d: &DumpEvidence| {
+        wanted
+            .iter()
+            .any(|p| matches!(of(d, *p), Match::Same(None)))
+    };
+    let partial = |d: &DumpEvidence| {
+        wanted.iter().find_map(|p| match of(d, *p) {
+            Match::Same(Some(note)) => Some(note),
+            _ => None,
+        })
+    };
+    let other_whole = |d: &DumpEvidence| {
+        pids.iter()
+            .copied()
+            .find(|p| !wanted.contains(p) && matches!(of(d, *p), Match::Same(None)))
+    };
+    // A module of the failing process's own compilation: its figures are those of the
+    // failing process's executable and not of another process's of the same name.
+    let fig = |v: i64| u64::try_from(v).unwrap_or(0);
+    let figs = |x: &memwatch_wire::PjrtExecutable| {
+        (
+            fig(x.stats.argument),
+            fig(x.stats.output),
+            fig(x.stats.temp),
+        )
+    };
+    let distinct = |d: &DumpEvidence| {
+        exes.iter().filter(|x| wanted.contains(&x.pid)).any(|x| {
+            let f = figs(x);
+            d.modules
+                .iter()
+                .any(|m| m.name == x.name && (m.argument_bytes, m.output_bytes, m.temp_bytes) == f)
+                && exes
+                    .iter()
+                    .any(|y| !wanted.contains(&y.pid) && y.name == x.name)
+                && !exes
+                    .iter()
+                    .any(|y| !wanted.contains(&y.pid) && y.name == x.name && figs(y) == f)
+        })
+    };
+    if let Some(i) = ev.dumps.iter().position(whole) {
+        choice.chosen = Some(i);
+    } else if let Some((i, note)) = ev
+        .dumps
+        .iter()
+        .enumerate()
+        .find_map(|(i, d)| distinct(d).then(|| partial(d)).flatten().map(|n| (i, n)))
+    {
+        choice.chosen = Some(i);
+        choice.notes[i] = Some(note);
+    }
     for (i, d) in ev.dumps.iter().enumerate() {
-        let of = |p: u32| compare(d, exes.iter().copied().filter(|x| x.pid == p));
-        let mine = wanted.iter().find(|p| matches!(of(**p), Match::Same));
-        if mine.is_some() && choice.chosen.is_none() {
-            choice.chosen = Some(i);
+        if choice.chosen == Some(i) {
             continue;
         }
-        let other = pids
-            .iter()
-            .find(|p| !wanted.contains(p) && matches!(of(**p), Match::Same));
-        choice.notes[i] = Some(match (mine, other, pid) {
-            (Some(_), _, _) => "another dump of the same process is used".to_string(),
-            (None, Some(q), Some(p)) => {
+        let mine = whole(d) || (partial(d).is_some() && distinct(d));
+        choice.notes[i] = Some(match (mine, other_whole(d), pid) {
+            (true, _, _) => "another dump of the same process is used".to_string(),
+            (false, Some(q), Some(p)) => {
                 format!("it is the dump of pid {q}, not of the failing process (pid {p}): not used")
             }
-            (None, _, _) => match wanted.first().map(|p| of(*p)) {
-                Some(Match::Differs(why)) => {
+            (false, _, _) => match wanted.first().map(|p| of(d, *p)) {
+                Some(Match::Differs(why)) | Some(Match::Same(Some(why))) => {
                     format!("{why}: the dump is from another compilation, so it is not used")
                 }
                 _ => "it has no module named like any executable of the capture: it is from \
@@ -143,33 +195,39 @@ fn compare<'a>(
     exes: impl Iterator<Item = &'a memwatch_wire::PjrtExecutable>,
 ) -> Match {
     let fig = |v: i64| u64::try_from(v).unwrap_or(0);
-    let mut common = 0;
+    let mut matched = 0;
+    let mut differs: Vec<String> = Vec::new();
     for x in exes {
         let same: Vec<_> = d.modules.iter().filter(|m| m.name == x.name).collect();
         if same.is_empty() {
             continue;
         }
-        common += 1;
         let (a, o, t) = (
             fig(x.stats.argument),
             fig(x.stats.output),
             fig(x.stats.temp),
         );
-        if !same
+        if same
             .iter()
             .any(|m| (m.argument_bytes, m.output_bytes, m.temp_bytes) == (a, o, t))
         {
+            matched += 1;
+        } else {
             let m = same[0];
-            return Match::Differs(format!(
+            differs.push(format!(
                 "its module {} has argument/output/temp {}/{}/{} B but pid {}'s {} compiled to \
                  {a}/{o}/{t} B",
                 m.name, m.argument_bytes, m.output_bytes, m.temp_bytes, x.pid, x.name
             ));
         }
     }
-    if common == 0 {
-        Match::NoneInCommon
-    } else {
-        Match::Same
+    match (matched, differs.first()) {
+        (0, None) => Match::NoneInCommon,
+        (0, Some(why)) => Match::Differs(why.clone()),
+        (_, None) => Match::Same(None),
+        (k, Some(why)) => Match::Same(Some(format!(
+            "used for the {k} module(s) that match the process's executables; {} other(s) are another process's compilation (several processes dumping into one folder), not used: {why}",
+            differs.len()
+        ))),
     }
 }

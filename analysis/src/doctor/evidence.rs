@@ -290,15 +290,20 @@ pub struct DeviceSeries {
     /// The device: nvidia-smi's index (NVML's), or for the capture's readings the
     /// capture's device ordinal when it could be matched ([`capture_device_series`]).
     pub device: i32,
-    /// (unix ns when known, else capture-relative ns; used bytes; total bytes).
+    /// (unix ns when `wall_clock`, else the capture's raw monotonic ns; used bytes; total
+    /// bytes).
     pub samples: Vec<(u64, u64, u64)>,
-    /// Whether the times are wall-clock (unix) ns.
+    /// Whether the times are wall-clock (unix) ns; else they are on the capture's own
+    /// clock (raw monotonic ns, the events' clock).
     pub wall_clock: bool,
     /// How each sample splits between the run's processes and the rest, read at the
     /// sample's own instant: one entry per sample (`None`: the processes were not read
     /// then), or empty when the source has no per-process figures (nvidia-smi's
     /// `--query-gpu` CSV).
     pub splits: Vec<Option<SampleSplit>>,
+    /// Per-process readings on the same clock, in time order: (time, pid, used bytes)
+    /// (NVML's per-process used memory; empty when the source has none).
+    pub processes: Vec<(u64, u32, u64)>,
 }
 
 /// One sample's device use split at its instant: the run's process tree against
@@ -352,6 +357,33 @@ impl DeviceSeries {
     pub fn total(&self) -> Option<u64> {
         self.samples.iter().map(|s| s.2).max()
     }
+}
+
+/// The capture's own device readings (NVML's, taken by `memwatch run` / the agent on the
+/// capture's monotonic clock): one series per device, VRAM only, in time order.
+pub fn capture_series(loaded: &Loaded) -> Vec<DeviceSeries> {
+    let mut out: Vec<DeviceSeries> = Vec::new();
+    for s in loaded.device_samples.iter().filter(|s| s.memory == 0) {
+        let k = match out.iter().position(|x| x.device == s.device) {
+            Some(k) => k,
+            None => {
+                out.push(DeviceSeries {
+                    source: format!("{} (device samples: {})", loaded.path.display(), s.source),
+                    device: s.device,
+                    samples: Vec::new(),
+                    wall_clock: false,
+                    splits: Vec::new(),
+                    processes: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        out[k].samples.push((s.ts_ns, s.used_bytes, s.total_bytes));
+    }
+    for x in &mut out {
+        x.samples.sort_unstable();
+    }
+    out
 }
 
 /// Reads `nvidia-smi --query-gpu=timestamp,memory.used,memory.total
@@ -412,6 +444,7 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
                     samples: Vec::new(),
                     wall_clock: true,
                     splits: Vec::new(),
+                    processes: Vec::new(),
                 });
                 series.len() - 1
             }
@@ -430,8 +463,8 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
 
 /// The capture's own device readings (`memwatch run` / `attach` sampled NVML or ROCm
 /// SMI into it) as device series with a split per sample; empty when the capture has
-/// none (no readings: no series, never zeros). Times are ns since the capture's start
-/// (`Loaded::base_ns`, the time base of its events; `device_readings::time_base`). A device the run's processes used
+/// none (no readings: no series, never zeros). Times are on the capture's own clock (raw
+/// monotonic ns, as its events), so a sample matches an event's instant. A device the run's processes used
 /// gets the capture's device ordinal when that can be told: the capture's events name
 /// one device and the readings listed the run's processes on exactly one device (that
 /// one is the ordinal, the others are left out: not the run's). Otherwise each series
@@ -439,7 +472,6 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
 /// CUDA_DEVICE_ORDER can make differ from the ordinals.
 pub fn capture_device_series(loaded: &Loaded) -> Vec<DeviceSeries> {
     let devices = crate::device_readings::by_device(loaded);
-    let base = crate::device_readings::time_base(loaded);
     let mut ordinals: Vec<i32> = loaded
         .streams
         .iter()
@@ -465,9 +497,19 @@ pub fn capture_device_series(loaded: &Loaded) -> Vec<DeviceSeries> {
             samples: d
                 .readings
                 .iter()
-                .map(|r| (r.ts_ns.saturating_sub(base), r.used_bytes, r.total_bytes))
+                .map(|r| (r.ts_ns, r.used_bytes, r.total_bytes))
                 .collect(),
             wall_clock: false,
+            processes: d
+                .readings
+                .iter()
+                .flat_map(|r| {
+                    r.processes
+                        .iter()
+                        .flatten()
+                        .filter_map(move |p| Some((r.ts_ns, p.pid, p.bytes()?)))
+                })
+                .collect(),
             splits: d
                 .readings
                 .iter()

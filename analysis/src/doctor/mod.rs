@@ -28,6 +28,7 @@ pub mod facts;
 pub mod failure;
 pub mod imbalance;
 mod kinds;
+pub mod ledger;
 pub mod need;
 pub mod snapshot;
 pub mod steps;
@@ -90,6 +91,16 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
         .map(|c| facts::DriverFacts::compute(c, checkpoint))
         .unwrap_or_default();
     let dumps = dumps::choose(ev, failure.as_ref().and_then(|f| f.pid));
+    // What ended the run decides a failure: refusals of a run that exited 0 are a
+    // warning, and its ledger is taken at its peak.
+    let recovered = failure.as_ref().is_some_and(|f| !kinds::ended_run(ev, f));
+    let ledger = ledger::compute(&ledger::Inputs {
+        ev,
+        log,
+        pjrt: &pjrt,
+        drivers: &drivers,
+        failure: failure.as_ref().filter(|_| !recovered),
+    });
     let ctx = kinds::Ctx {
         ev,
         dump: dumps.chosen.and_then(|i| ev.dumps.get(i)),
@@ -97,6 +108,8 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
         pjrt: &pjrt,
         drivers: &drivers,
         failure: failure.as_ref(),
+        ledger: ledger.as_ref(),
+        recovered,
     };
     let mut verdicts = kinds::classify(&ctx);
     let imbalance = match (&ev.capture, &failure) {
@@ -127,6 +140,7 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
         headline,
         devices: device_peaks(ev, &drivers),
         imbalance,
+        ledger,
         sources: sources(ev, &dumps),
         missing: missing(ev, failure.as_ref(), &verdicts, dumps.chosen.is_none()),
         verdicts,

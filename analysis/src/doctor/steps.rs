@@ -52,17 +52,32 @@ pub fn execution_leak(pjrt: &PjrtFacts, pid: u32, device: i32, at: u64) -> Optio
             continue;
         }
         let live = |k: usize| survivors.get(&execs[k]).copied().unwrap_or(0);
+        // The run of steps before the last whose outputs are still live, back to the first
+        // of them; a step here and there whose outputs the capture did not tie to it (at
+        // most one in twenty) does not break it, three in a row do.
         let mut start = n - 1;
-        while start > 0 && live(start - 1) > 0 {
-            start -= 1;
+        let (mut dead, mut dead_run) = (0usize, 0usize);
+        for k in (0..n - 1).rev() {
+            if live(k) > 0 {
+                dead_run = 0;
+                if dead * 20 <= n - 1 - k {
+                    start = k;
+                }
+            } else {
+                dead += 1;
+                dead_run += 1;
+                if dead_run >= 3 || dead * 20 > n - 1 - k + 20 {
+                    break;
+                }
+            }
         }
-        let leaked_steps = n - 1 - start;
+        let leaked_steps = (start..n - 1).filter(|k| live(*k) > 0).count();
         if leaked_steps < MIN_LEAKED_STEPS {
             continue;
         }
         let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
         let mut leaked = 0u64;
-        for k in start..n - 1 {
+        for k in (start..n - 1).filter(|k| live(*k) > 0) {
             *counts.entry(live(k)).or_default() += 1;
             leaked += live(k);
         }
@@ -101,6 +116,8 @@ pub struct AllocationGrowth {
     pub total: u64,
     /// Raw ns of the run's first allocation.
     pub started_ts: u64,
+    /// Raw ns of the run's last allocation.
+    pub ended_ts: u64,
 }
 
 /// Finds the longest run at the end of `live` (allocations live at one moment, in time
@@ -134,7 +151,37 @@ pub fn allocation_growth(live: &[(u64, u64)]) -> Option<AllocationGrowth> {
         per_group,
         total: run.iter().map(|a| a.1).sum(),
         started_ts: run[0].0,
+        ended_ts: run[len - 1].0,
     })
+}
+
+/// Repeats of one allocation size that count as a ramp (a period of one).
+pub const MIN_RAMP_REPETITIONS: usize = 32;
+
+/// The one growth rule (the doctor's leaks, the ledger's and the dashboard's trends):
+/// allocations live at `until` (raw ns) that repeat in a fixed group and were never
+/// released, growing up to `until`. A group of ≥ 2 allocations repeated ≥ 3 times is
+/// growth wherever it stands; one size over and over is growth only as a ramp that goes
+/// on until `until` — ≥ [`MIN_RAMP_REPETITIONS`] of them, spread over time, holding at
+/// least half of what is live, the last no further from `until` than four of the ramp's
+/// own intervals or a quarter of its span. A load at the start followed by other work is not a ramp (its last
+/// allocation is far from `until`), nor are a few arrays of one size kept on purpose.
+pub fn growth_until(live: &[(u64, u64)], until: u64) -> Option<AllocationGrowth> {
+    let g = allocation_growth(live)?;
+    if g.period >= 2 {
+        return Some(g);
+    }
+    let span = g.ended_ts.saturating_sub(g.started_ts);
+    let reps = g.repetitions as u64;
+    let live_bytes: u64 = live.iter().map(|a| a.1).sum();
+    if g.repetitions < MIN_RAMP_REPETITIONS || span == 0 || g.total.saturating_mul(2) < live_bytes {
+        return None;
+    }
+    // The failing request comes after the framework's own retry (freeing its cache,
+    // collecting garbage): a gap of a quarter of the ramp's span at most.
+    let interval = span / (reps - 1).max(1);
+    let gap = until.saturating_sub(g.ended_ts);
+    (gap <= interval.saturating_mul(4).max(span / 4)).then_some(g)
 }
 
 /// The longest step a loop is looked for in (allocations per step).
@@ -262,6 +309,57 @@ mod tests {
         // no repetition
         assert_eq!(allocation_growth(&seq(&[1, 2, 3, 4, 5, 6, 7])), None);
         assert_eq!(allocation_growth(&seq(&[1, 1])), None);
+    }
+
+    /// Allocations `(ts, size)` of `sizes` repeated `reps` times, one every `dt` ns from
+    /// `t0`.
+    fn ramp(t0: u64, dt: u64, sizes: &[u64], reps: usize) -> Vec<(u64, u64)> {
+        (0..reps)
+            .flat_map(|_| sizes.iter().copied())
+            .enumerate()
+            .map(|(i, s)| (t0 + i as u64 * dt, s))
+            .collect()
+    }
+
+    /// The one growth rule on generated runs: periods one to three, sizes from 2 MiB to
+    /// 96 MiB, ramps that go on to the moment and loads that stop long before it.
+    #[test]
+    fn growth_until_the_moment() {
+        const MIB: u64 = 1 << 20;
+        for sizes in [
+            vec![32 * MIB],
+            vec![2 * MIB],
+            vec![96 * MIB],
+            vec![8 * MIB, 32 * MIB],
+            vec![16 * MIB, 64 * MIB, 8 * MIB],
+        ] {
+            for reps in [40usize, 300, 4442] {
+                let dt = 1_000_000; // 1 ms
+                                    // set-up allocations first (weights), then the ramp
+                let per: u64 = sizes.iter().sum();
+                let mut live = vec![(0, 10 * per + 5 * MIB), (10, 3 * MIB)];
+                live.extend(ramp(1_000, dt, &sizes, reps));
+                let last = live.last().unwrap().0;
+                let g = growth_until(&live, last + dt).unwrap_or_else(|| {
+                    panic!("{sizes:?} x {reps}: {:?}", allocation_growth(&live))
+                });
+                assert_eq!(g.period, sizes.len(), "{sizes:?} x {reps}");
+                assert_eq!(g.per_group, sizes.iter().sum::<u64>());
+                assert!(g.repetitions >= reps - 1, "{} of {reps}", g.repetitions);
+                // The same allocations as a load that ended long before the moment: one
+                // size is no ramp then; a repeating group of several still is growth.
+                let late = last + 1_000 * dt * reps as u64;
+                assert_eq!(growth_until(&live, late).is_some(), sizes.len() >= 2);
+            }
+        }
+        // Too few of one size (arrays kept on purpose): not a ramp.
+        let live = ramp(0, 1_000, &[96 * MIB], MIN_RAMP_REPETITIONS - 1);
+        assert_eq!(growth_until(&live, live.last().unwrap().0 + 1), None);
+        // A ramp holding less than half of what is live (a large model beside it): not
+        // the growth that filled the device.
+        let mut live = vec![(0, 40 << 30)];
+        live.extend(ramp(10, 1_000, &[32 * MIB], 100));
+        assert_eq!(growth_until(&live, live.last().unwrap().0 + 1), None);
     }
 
     #[test]

@@ -37,6 +37,15 @@ pub enum Kind {
     LargerThanDevice,
     /// Other processes (or memory outside the framework's pool) held the device.
     OtherProcess,
+    /// Another framework's pool in the same process took the room (JAX's preallocated
+    /// pool in a PyTorch process, PyTorch's cache in a JAX one).
+    OtherFrameworkPool,
+    /// An executable's outputs could have reused its undonated arguments of the same size
+    /// (`donate_argnums`), and without them it fits.
+    MissingDonation,
+    /// Memory was refused but the program recovered (XLA's preallocation backed off, an
+    /// out-of-memory error caught and retried) and did not fail: a warning with its cost.
+    Recovered,
     /// The live set plus the request exceed the pool; none of the causes above fits.
     PoolTooSmall,
     /// An out-of-memory failure whose cause the evidence does not show.
@@ -58,6 +67,9 @@ impl Kind {
             Self::HostPinned => "host_pinned",
             Self::LargerThanDevice => "larger_than_device",
             Self::OtherProcess => "other_process",
+            Self::OtherFrameworkPool => "other_framework_pool",
+            Self::MissingDonation => "missing_donation",
+            Self::Recovered => "recovered",
             Self::PoolTooSmall => "pool_too_small",
             Self::Unexplained => "unexplained",
         }
@@ -152,6 +164,17 @@ impl Cite {
     }
 }
 
+/// Who held the memory the verdict blames: the process and framework whose pool ran out
+/// (a leak, a temp, fragmentation), the framework whose pool took the room (another
+/// framework's pool in the same process), or another process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Blame {
+    pub pid: Option<u32>,
+    /// `xla`, `torch`, `cupy`, `driver` (memory outside any framework), or none known.
+    pub framework: Option<String>,
+    pub other_process: bool,
+}
+
 /// One verdict.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verdict {
@@ -171,6 +194,8 @@ pub struct Verdict {
     /// Other kinds the evidence also shows (a leak behind a limit, …).
     pub also: Vec<Kind>,
     pub evidence: Vec<Cite>,
+    /// Who held the memory this verdict blames.
+    pub holder: Blame,
 }
 
 /// Peak device memory of one process on one device (driver level).
@@ -218,6 +243,10 @@ pub struct Diagnosis {
     /// the figure that shows the split (`super::imbalance`); omitted otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub imbalance: Option<super::imbalance::Imbalance>,
+    /// Every byte of the failing device at the failure (or of the busiest device at its
+    /// peak) by holder (`super::ledger`); omitted when no evidence names a device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<super::ledger::Ledger>,
     pub sources: Vec<Source>,
     pub missing: Vec<Missing>,
 }

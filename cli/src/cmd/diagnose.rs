@@ -273,6 +273,9 @@ pub fn render(d: &Diagnosis) -> String {
             let _ = writeln!(s, "      {}  {}", c.location(), c.what);
         }
     }
+    if let Some(l) = &d.ledger {
+        s.push_str(&render_ledger(l));
+    }
     if d.devices.len() > 1 {
         let _ = writeln!(s, "\nper device (driver-level peaks):");
         for p in &d.devices {
@@ -327,5 +330,80 @@ pub fn render(d: &Diagnosis) -> String {
             let _ = writeln!(s, "  - {}: {}", m.evidence, m.would_add);
         }
     }
+    s
+}
+
+/// The device ledger as a small table: holder, bytes, share of the device, trend; then
+/// whether it closes.
+pub fn render_ledger(l: &memwatch_analysis::doctor::ledger::Ledger) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let at = l
+        .at_ns
+        .map(|t| format!(" at {:.3} s", t as f64 / 1e9))
+        .unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "\ndevice {} ledger ({}{at}{}):",
+        l.device,
+        if l.moment == "failure" {
+            "at the failure"
+        } else {
+            "at the peak; the run did not fail"
+        },
+        l.total_bytes
+            .map(|t| format!(", total {}", bytes(t)))
+            .unwrap_or_default()
+    );
+    let share = |n: u64| match l.total_bytes.filter(|t| *t > 0) {
+        Some(t) => format!("{:>5.1}%", n as f64 * 100.0 / t as f64),
+        None => "    ?".into(),
+    };
+    for h in &l.holders {
+        let mut inside = Vec::new();
+        if let Some(u) = h.in_use_bytes {
+            inside.push(format!("in use {}", bytes(u)));
+        }
+        if let Some(f) = h.free_inside_bytes {
+            inside.push(format!("free inside {}", bytes(f)));
+        }
+        if let Some(f) = h.largest_free_block_bytes {
+            inside.push(format!("largest free {}", bytes(f)));
+        }
+        let trend = h
+            .trend
+            .as_ref()
+            .map(|t| {
+                if t.steps > 0 {
+                    format!(
+                        "+{} per {} ({} steps)",
+                        bytes(t.bytes_per_unit),
+                        t.unit,
+                        t.steps
+                    )
+                } else {
+                    format!("+{} per {}", bytes(t.bytes_per_unit), t.unit)
+                }
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "  {:<58} {:>11} {}{}{}",
+            super::fmt::clip(&h.name, 58),
+            bytes(h.bytes),
+            share(h.bytes),
+            if inside.is_empty() {
+                String::new()
+            } else {
+                format!("  [{}]", inside.join(", "))
+            },
+            if trend.is_empty() {
+                String::new()
+            } else {
+                format!("  {trend}")
+            }
+        );
+    }
+    let _ = writeln!(s, "  {}", l.closing_line());
     s
 }

@@ -12,16 +12,17 @@ pub fn verdict(ctx: &Ctx<'_>, i: usize) -> Option<Verdict> {
     if held.saturating_add(c.request_bytes) <= limit {
         return None;
     }
-    let growth = ctx
-        .at()
-        .and_then(|(pid, dev)| ctx.drivers.of(pid, dev))
-        .and_then(|d| crate::doctor::steps::allocation_growth(&d.live_at_checkpoint));
+    let live = ctx.at().and_then(|(pid, dev)| ctx.drivers.of(pid, dev));
+    let growth = live.and_then(|d| crate::doctor::steps::allocation_growth(&d.live_at_checkpoint));
+    let ramp = live.and_then(|d| {
+        crate::doctor::steps::growth_until(&d.live_at_checkpoint, ctx.drivers.checkpoint_ts)
+    });
     let fill = |v: &mut Verdict| {
         v.figures.insert("request_bytes".into(), c.request_bytes);
         v.figures.insert("limit_bytes".into(), limit);
         v.figures.insert("allocated_bytes".into(), held);
     };
-    if let Some(g) = growth.as_ref().filter(|g| g.period >= 2) {
+    if let Some(g) = &ramp {
         let mut v = leak::from_growth(ctx, g, Some(("pool limit", limit)));
         fill(&mut v);
         v.also.push(Kind::CupyPoolLimit);

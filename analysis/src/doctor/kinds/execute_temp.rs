@@ -22,6 +22,9 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
     if need.alone() <= p && f.request.is_none_or(|r| r <= p) {
         return None;
     }
+    if let Some(v) = super::missing_donation::verdict(ctx, exe, &need, p) {
+        return Some(v);
+    }
     let mut v = ctx.base(Kind::ExecuteTemp);
     if let Some(r) = f.request {
         v.figures.insert("request_bytes".into(), r);
@@ -35,6 +38,11 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         d.modules
             .iter()
             .filter(|m| m.name == exe)
+            // The process's own compilation (a folder several processes dumped into holds
+            // others' modules of the same name).
+            .filter(|m| {
+                (m.argument_bytes, m.output_bytes, m.temp_bytes) == (args, need.outputs, temp)
+            })
             .max_by_key(|m| m.temp_bytes)
     });
     let mut biggest = String::new();
@@ -76,12 +84,20 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
     } else {
         String::new()
     };
-    v.headline = format!(
-        "{exe} needs a {} temp buffer at execute time; with its {} of arguments{with_outputs} that is more than the {} pool.",
-        b(temp),
-        b(args),
-        b(p)
-    );
+    v.headline = if temp > 0 {
+        format!(
+            "{exe} needs a {} temp buffer at execute time; with its {} of arguments{with_outputs} that is more than the {} pool.",
+            b(temp),
+            b(args),
+            b(p)
+        )
+    } else {
+        format!(
+            "{exe}'s {} of arguments{with_outputs} are more than the {} pool on their own.",
+            b(args),
+            b(p)
+        )
+    };
     v.why = format!(
         "The compiled executable asks for its temp buffer ({}) when it runs; its arguments ({}) are already in the pool ({}){}, so it needs {} on its own and cannot fit whatever else is live.{biggest}",
         exact(temp),
@@ -107,10 +123,20 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         None => String::new(),
     };
     let check = sized.as_ref().map(|sp| sp.check());
+    let shrink = if temp > 0 {
+        "rematerialize (jax.checkpoint), a smaller batch or sequence, or shard the computation across devices."
+    } else {
+        "smaller arguments and outputs (a smaller batch or model, lower precision), or shard them across devices."
+    };
+    let advice = if temp > 0 {
+        advice
+    } else {
+        advice
+            .replace(", or shrink the temp: ", ", or ")
+            .replace("shrink the temp: ", "")
+    };
     v.fix = Fix {
-        advice: format!(
-            "{advice}rematerialize (jax.checkpoint), a smaller batch or sequence, or shard the computation across devices."
-        ),
+        advice: format!("{advice}{shrink}"),
         check,
     };
     Some(v)

@@ -101,6 +101,19 @@ fn fill(v: &mut Verdict, l: &steps::ExecutionLeak) {
     v.figures.insert("leaked_bytes".into(), l.leaked_bytes);
 }
 
+/// A leak the failing process's driver allocations show by themselves: growth up to the
+/// failure by the one growth rule (`steps::growth_until`).
+pub fn ramp(ctx: &Ctx<'_>) -> Option<Verdict> {
+    let (pid, dev) = ctx.at()?;
+    let d = ctx.drivers.of(pid, dev)?;
+    let g = steps::growth_until(&d.live_at_checkpoint, ctx.drivers.checkpoint_ts)?;
+    let mut v = from_growth(ctx, &g, None);
+    if let Some(r) = ctx.failure.and_then(|f| f.request) {
+        v.figures.insert("request_bytes".into(), r);
+    }
+    Some(v)
+}
+
 /// A leak seen as repeating driver allocations (a framework's segments); `limit`: the
 /// limit it ran into (name, bytes).
 pub fn from_growth(ctx: &Ctx<'_>, g: &AllocationGrowth, limit: Option<(&str, u64)>) -> Verdict {
@@ -125,26 +138,60 @@ pub fn from_growth(ctx: &Ctx<'_>, g: &AllocationGrowth, limit: Option<(&str, u64
             start as f64 / 1e9
         ),
     });
-    v.headline = format!(
-        "A leak: memory grew by {} per step, {} steps in a row, never released{}.",
-        b(g.per_group),
-        g.repetitions,
-        limit
-            .map(|(n, l)| format!(", until the {} {n} refused more", b(l)))
-            .unwrap_or_default()
-    );
-    v.why = format!(
-        "From {:.3} s on, the process allocated the same group of {} device allocations ({} in all per group) {} times and released none: {} kept in all. Each group is one step's memory that the next step does not reuse.",
-        start as f64 / 1e9,
-        g.period,
-        exact(g.per_group),
-        g.repetitions,
-        b(g.total)
-    );
+    let secs = g.ended_ts.saturating_sub(g.started_ts) as f64 / 1e9;
+    let rate = if secs > 0.0 {
+        format!(" ({}/s)", b((g.total as f64 / secs) as u64))
+    } else {
+        String::new()
+    };
+    v.headline = if g.period == 1 {
+        format!(
+            "A leak: {} allocations of {} one after another, none released, up to the failure{}{rate}.",
+            g.repetitions,
+            b(g.per_group),
+            limit
+                .map(|(n, l)| format!(" (the {} {n} refused more)", b(l)))
+                .unwrap_or_default()
+        )
+    } else {
+        format!(
+            "A leak: memory grew by {} per step, {} steps in a row, never released{}.",
+            b(g.per_group),
+            g.repetitions,
+            limit
+                .map(|(n, l)| format!(", until the {} {n} refused more", b(l)))
+                .unwrap_or_default()
+        )
+    };
+    v.why = if g.period == 1 {
+        format!(
+            "From {:.3} s to the failure the process allocated {} of {} each over {secs:.3} s and released none: {} kept, a straight ramp to the failure. Memory kept across iterations that the next iteration does not reuse.",
+            start as f64 / 1e9,
+            g.repetitions,
+            exact(g.per_group),
+            b(g.total)
+        )
+    } else {
+        format!(
+            "From {:.3} s on, the process allocated the same group of {} device allocations ({} in all per group) {} times and released none: {} kept in all. Each group is one step's memory that the next step does not reuse.",
+            start as f64 / 1e9,
+            g.period,
+            exact(g.per_group),
+            g.repetitions,
+            b(g.total)
+        )
+    };
+    let frame = v
+        .who
+        .python_frame
+        .as_deref()
+        .map(|f| format!(" The frame that allocates them: {f}."))
+        .unwrap_or_default();
     v.fix = Fix {
         advice: format!(
-            "Release what each step keeps: tensors stored across steps (a loss kept with its graph: store loss.item() or loss.detach(); lists of outputs). Raising the limit only moves the crash by {} per step.",
-            b(g.per_group)
+            "Release what each iteration keeps. Possible causes: outputs kept with their autograd graph (store loss.item() / out.detach(), or run evaluation under torch.no_grad()), caches that only grow, lists of tensors appended every step.{frame} Raising the limit only moves the crash by {} per {}.",
+            b(g.per_group),
+            if g.period == 1 { "allocation" } else { "step" }
         ),
         check: None,
     };

@@ -11,9 +11,12 @@ mod fragmentation;
 mod host_pinned;
 mod larger_than_device;
 mod leak;
+mod missing_donation;
+mod other_framework_pool;
 mod other_process;
 mod pool_limit_ignored;
 mod pool_too_small;
+mod recovered;
 mod torch;
 
 use super::evidence::{DumpEvidence, Evidence};
@@ -22,6 +25,7 @@ use super::failure::{Failure, Origin};
 use super::verdict::{Cite, Fix, Kind, Verdict, What, When, Who};
 use crate::log::LogReport;
 use crate::size::format_bytes as b;
+pub use recovered::ended_run;
 use std::collections::BTreeMap;
 
 /// What the kinds read.
@@ -33,6 +37,10 @@ pub struct Ctx<'a> {
     pub pjrt: &'a PjrtFacts,
     pub drivers: &'a DriverFacts,
     pub failure: Option<&'a Failure>,
+    /// The failing device's ledger (`super::ledger`).
+    pub ledger: Option<&'a super::ledger::Ledger>,
+    /// The failure did not end the run (it exited 0): a `recovered` warning.
+    pub recovered: bool,
 }
 
 /// The framework allocator's state at the failure, from the most exact source.
@@ -218,6 +226,40 @@ impl<'a> Ctx<'a> {
             fix: Fix::default(),
             also: Vec::new(),
             evidence: f.map(|f| f.cites.clone()).unwrap_or_default(),
+            holder: self.failing_holder(),
+        }
+    }
+
+    /// The process and framework whose memory ran out: the failure's own, else what the
+    /// ledger shows the failing process holding most of.
+    pub fn failing_holder(&self) -> super::verdict::Blame {
+        use super::ledger::HolderKind as H;
+        let f = self.failure;
+        let framework = f.and_then(|f| match f.origin {
+            Origin::Torch(_) | Origin::TorchSnapshot(_) => Some("torch"),
+            Origin::Cupy(_) => Some("cupy"),
+            Origin::Xla | Origin::Compile => Some("xla"),
+            Origin::Driver => None,
+        });
+        let from_ledger = || {
+            let l = self.ledger?;
+            let h = l
+                .holders
+                .iter()
+                .filter(|h| h.pid.is_some() && h.pid == f.and_then(|f| f.pid))
+                .filter(|h| !matches!(h.kind, H::OtherProcessUnrecorded | H::ContextAndModules))
+                .max_by_key(|h| h.bytes)?;
+            Some(match h.kind {
+                H::XlaBfcPool | H::XlaAsyncPool | H::XlaDriver => "xla",
+                H::TorchCaching | H::TorchExpandable => "torch",
+                H::CupyPool => "cupy",
+                _ => "driver",
+            })
+        };
+        super::verdict::Blame {
+            pid: f.and_then(|f| f.pid),
+            framework: framework.or_else(from_ledger).map(str::to_string),
+            other_process: false,
         }
     }
 
@@ -283,26 +325,33 @@ pub fn exact(n: u64) -> String {
 /// The verdicts for the run: the failure's (if any), then the warnings.
 pub fn classify(ctx: &Ctx<'_>) -> Vec<Verdict> {
     let mut out = Vec::new();
-    if let Some(f) = ctx.failure {
+    if ctx.recovered {
+        out.extend(recovered::warning(ctx));
+    } else if let Some(f) = ctx.failure {
         let v = match f.origin {
             Origin::Torch(_) | Origin::TorchSnapshot(_) => host_pinned::verdict(ctx)
                 .or_else(|| larger_than_device::verdict(ctx))
+                .or_else(|| other_framework_pool::verdict(ctx))
                 .or_else(|| torch::verdict(ctx)),
             Origin::Cupy(i) => larger_than_device::verdict(ctx)
                 .or_else(|| cupy_pool_limit::verdict(ctx, i))
-                .or_else(|| other_process::verdict(ctx)),
+                .or_else(|| other_framework_pool::verdict(ctx))
+                .or_else(|| other_process::verdict(ctx))
+                .or_else(|| leak::ramp(ctx)),
             Origin::Compile => compile_scratch::verdict(ctx),
             Origin::Xla | Origin::Driver => host_pinned::verdict(ctx)
                 .or_else(|| larger_than_device::verdict(ctx))
+                .or_else(|| other_framework_pool::verdict(ctx))
                 .or_else(|| other_process::verdict(ctx))
                 .or_else(|| execute_temp::verdict(ctx))
                 .or_else(|| leak::verdict(ctx))
+                .or_else(|| leak::ramp(ctx))
                 .or_else(|| co_resident::verdict(ctx))
                 .or_else(|| fragmentation::verdict(ctx)),
         };
         out.push(v.unwrap_or_else(|| pool_too_small::verdict(ctx)));
     }
-    let failing = out.first().map(|v| v.kind);
+    let failing = out.first().filter(|v| v.failure).map(|v| v.kind);
     for w in pool_limit_ignored::warnings(ctx) {
         if let Some(first) = out.first_mut() {
             if first.kind != w.kind && !first.also.contains(&w.kind) {
@@ -313,6 +362,16 @@ pub fn classify(ctx: &Ctx<'_>) -> Vec<Verdict> {
     }
     if failing.is_none() && out.is_empty() {
         out.extend(leak::warning(ctx));
+    }
+    // Warnings about the whole run name the process they are about; the XLA warnings
+    // (a limit its allocator ignored, its step outputs piling up) are XLA's memory.
+    for v in out.iter_mut().filter(|v| !v.holder.other_process) {
+        if v.holder.pid.is_none() {
+            v.holder.pid = v.what.pid;
+        }
+        if v.holder.framework.is_none() && matches!(v.kind, Kind::PoolLimitIgnored | Kind::Leak) {
+            v.holder.framework = Some("xla".into());
+        }
     }
     out
 }

@@ -4,6 +4,7 @@
 //! or the device samples.
 
 use super::{exact, Ctx};
+use crate::doctor::ledger::HolderKind;
 use crate::doctor::verdict::{Check, Cite, Fix, Kind, Verdict};
 use crate::size::format_bytes as b;
 
@@ -68,53 +69,37 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
             })
             .unwrap_or_default();
     }
-    // Without other captured processes: the device samples say what was used in all.
-    let sampled = ctx
-        .ev
-        .device_samples
-        .iter()
-        .find(|s| s.device == dev)
-        .and_then(|s| s.max_used());
-    // Device readings split at one instant (memwatch's own sampler): the device's use
-    // minus this run's processes' at that instant, preferring readings taken at a failure.
-    let split = ctx
-        .ev
-        .device_samples
-        .iter()
-        .filter(|s| s.device == dev)
-        .filter_map(|s| {
-            s.with_splits()
-                .filter_map(|(t, _, _, x)| Some((t, x?)))
-                .max_by_key(|(t, x)| (x.at_failure, x.other_bytes, std::cmp::Reverse(*t)))
-        })
-        .max_by_key(|(_, x)| (x.at_failure, x.other_bytes));
+    // Without other captured processes: the ledger at the failure (device samples
+    // matched to its instant) says what was held outside the capture.
     if held == 0 {
-        if let Some((_, x)) = split {
-            if x.other_bytes == 0 {
-                return None;
-            }
-            held = x.other_bytes;
+        let l = ctx
+            .ledger
+            .filter(|l| l.pid == Some(pid) && l.device == dev && l.moment == "failure")?;
+        let unrecorded = l.bytes_of(HolderKind::OtherProcessUnrecorded);
+        let unknown = l.unattributed_bytes.unwrap_or(0);
+        if unrecorded.saturating_add(unknown) <= l.tolerance_bytes {
+            return None;
+        }
+        held = unrecorded.saturating_add(unknown);
+        if unrecorded > 0 {
             names.push(format!(
-                "the device readings show {} in use outside this run while its processes held {}, at the same instant",
-                b(x.other_bytes),
-                b(x.watched_bytes)
+                "processes the capture did not record held {} (device samples)",
+                b(unrecorded)
+            ));
+        }
+        if unknown > 0 {
+            names.push(format!(
+                "{} more was in use outside the capture, by no holder the evidence names",
+                b(unknown)
             ));
         }
     }
-    if held == 0 {
-        match sampled {
-            Some(used) if used > ours => {
-                held = used - ours;
-                names.push(format!(
-                    "the device samples show up to {} in use, {} more than this process",
-                    b(used),
-                    b(held)
-                ));
-            }
-            _ => return None,
-        }
-    }
     let mut v = ctx.base(Kind::OtherProcess);
+    v.holder = crate::doctor::verdict::Blame {
+        pid: (others.len() == 1).then(|| others[0].0),
+        framework: None,
+        other_process: true,
+    };
     if let Some(r) = f.request {
         v.figures.insert("request_bytes".into(), r);
     }

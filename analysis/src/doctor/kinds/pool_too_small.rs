@@ -3,8 +3,9 @@
 //! in which case the verdict says which evidence would.
 
 use super::{exact, Ctx};
+use crate::doctor::ledger::{Holder, HolderKind};
 use crate::doctor::need::{NeedVerdict, PoolNeed};
-use crate::doctor::verdict::{Fix, Kind, Verdict};
+use crate::doctor::verdict::{Cite, Fix, Kind, Verdict};
 use crate::size::format_bytes as b;
 
 pub fn verdict(ctx: &Ctx<'_>) -> Verdict {
@@ -14,9 +15,19 @@ pub fn verdict(ctx: &Ctx<'_>) -> Verdict {
         (Some(u), Some(r)) => Some(PoolNeed::new(u, r, pool.pool, pool.limit)),
         _ => None,
     };
-    let mut v = ctx.base(match need.map(|n| n.verdict()) {
-        Some(NeedVerdict::PoolTooSmall) | Some(NeedVerdict::PoolCouldNotGrow) => Kind::PoolTooSmall,
-        _ => Kind::Unexplained,
+    let by_need = matches!(
+        need.map(|n| n.verdict()),
+        Some(NeedVerdict::PoolTooSmall) | Some(NeedVerdict::PoolCouldNotGrow)
+    );
+    if !by_need {
+        if let Some(v) = from_ledger(ctx, req) {
+            return v;
+        }
+    }
+    let mut v = ctx.base(if by_need {
+        Kind::PoolTooSmall
+    } else {
+        Kind::Unexplained
     });
     v.evidence.extend(pool.cites.clone());
     if let Some(r) = req {
@@ -62,12 +73,139 @@ pub fn verdict(ctx: &Ctx<'_>) -> Verdict {
                 ),
                 None => "Out of memory; the evidence does not show why.".into(),
             };
-            v.why = "The failure is reported, but what was live and how large the pool was are not both known (see the missing evidence).".into();
+            let missing = ctx
+                .ledger
+                .filter(|l| !l.missing.is_empty())
+                .map(|l| format!(" The device's ledger does not close: {}.", l.closing_line()))
+                .unwrap_or_default();
+            v.why = format!("The failure is reported, but what was live and how large the pool was are not both known (see the missing evidence).{missing}");
             v.fix = Fix {
-                advice: "Record the run with `memwatch run` (a capture with the allocator's statistics) and keep its stderr; for XLA, TF_CPP_MIN_LOG_LEVEL=0 prints the allocator's chunk dump.".into(),
+                advice: if ctx.ev.capture.is_some() {
+                    match ctx.ledger.and_then(|l| l.missing.first()) {
+                        Some(m) => format!("Add what the ledger misses: {m}; for XLA, TF_CPP_MIN_LOG_LEVEL=0 prints the allocator's chunk dump."),
+                        None => "Keep the run's stderr with the capture (the framework's own message names the request and its allocator); for XLA, TF_CPP_MIN_LOG_LEVEL=0 prints the allocator's chunk dump.".into(),
+                    }
+                } else {
+                    "Record the run with `memwatch run` (a capture with the allocator's statistics) and keep its stderr; for XLA, TF_CPP_MIN_LOG_LEVEL=0 prints the allocator's chunk dump.".into()
+                },
                 check: None,
             };
         }
     }
     v
+}
+
+/// A failure no kind explains, on a ledger that closes: the ledger itself says where the
+/// device's memory was — the device had less free than the request, or the holder that
+/// served the request had less free inside it.
+fn from_ledger(ctx: &Ctx<'_>, req: Option<u64>) -> Option<Verdict> {
+    let l = ctx.ledger.filter(|l| l.closes && l.moment == "failure")?;
+    let req = req.filter(|r| *r > 0)?;
+    let free = l.free()?;
+    let total = l.total_bytes?;
+    let mut v = ctx.base(Kind::PoolTooSmall);
+    v.figures.insert("request_bytes".into(), req);
+    v.figures.insert("device_free_bytes".into(), free);
+    v.figures.insert("device_total_bytes".into(), total);
+    let held: Vec<&Holder> = l
+        .holders
+        .iter()
+        .filter(|h| !matches!(h.kind, HolderKind::Free) && h.bytes > 0)
+        .take(3)
+        .collect();
+    let list = held
+        .iter()
+        .map(|h| {
+            format!(
+                "{} {} ({:.0}%){}",
+                h.name,
+                b(h.bytes),
+                h.bytes as f64 * 100.0 / total as f64,
+                h.in_use_bytes
+                    .map(|u| format!(", {} in use", b(u)))
+                    .unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mine: u64 = l
+        .holders
+        .iter()
+        .filter(|h| {
+            h.pid.is_some() && h.pid == l.pid && h.kind != HolderKind::OtherProcessUnrecorded
+        })
+        .map(|h| h.bytes)
+        .sum();
+    v.figures.insert("process_bytes".into(), mine);
+    v.evidence.push(Cite {
+        file: held.first().map(|h| h.source.clone()).unwrap_or_default(),
+        line: None,
+        what: format!("the device's ledger at the failure: {}", l.closing_line()),
+    });
+    if free < req {
+        v.headline = format!(
+            "Device {} was full: {} free, less than the {} request; {list}.",
+            l.device,
+            b(free),
+            b(req)
+        );
+        v.why = format!(
+            "The device's ledger at the failure closes ({}): this process held {}, and {} was free, less than the request of {}. The largest holders: {list}.",
+            l.closing_line(),
+            exact(mine),
+            exact(free),
+            exact(req)
+        );
+        v.fix = Fix {
+            advice: format!(
+                "This process needs {} more than the device had free: shrink what its largest holder keeps ({}), or use a device with more memory.",
+                b(req - free),
+                held.first().map_or("?".into(), |h| h.name.clone())
+            ),
+            check: Some(crate::doctor::verdict::Check {
+                method: "recorded_figures".into(),
+                passed: true,
+                detail: format!(
+                    "the ledger closes within {}; free {} < request {}",
+                    b(l.tolerance_bytes),
+                    b(free),
+                    b(req)
+                ),
+            }),
+        };
+    } else {
+        let pool = l
+            .holders
+            .iter()
+            .filter(|h| h.pid == l.pid && h.free_inside_bytes.is_some_and(|f| f < req))
+            .max_by_key(|h| h.bytes)?;
+        v.figures.insert("pool_bytes".into(), pool.bytes);
+        if let Some(u) = pool.in_use_bytes {
+            v.figures.insert("in_use_bytes".into(), u);
+        }
+        v.headline = format!(
+            "The {} ({}) had {} free inside, less than the {} request, while the device had {} free.",
+            pool.name,
+            b(pool.bytes),
+            b(pool.free_inside_bytes.unwrap_or(0)),
+            b(req),
+            b(free)
+        );
+        v.why = format!(
+            "The request is served from {}: {} of it in use, {} free inside; the device outside it had {} free. Its limit, not the device, refused.",
+            pool.name,
+            pool.in_use_bytes.map_or("?".into(), b),
+            b(pool.free_inside_bytes.unwrap_or(0)),
+            b(free)
+        );
+        v.fix = Fix {
+            advice: format!(
+                "Give {} at least {} more (a larger memory fraction), or keep less live in it.",
+                pool.name,
+                b(req.saturating_sub(pool.free_inside_bytes.unwrap_or(0)))
+            ),
+            check: None,
+        };
+    }
+    Some(v)
 }

@@ -140,11 +140,12 @@ pub fn verdict(ctx: &Ctx<'_>) -> Option<Verdict> {
         with_split(&mut v);
         return Some(v);
     }
-    let growth = ctx
-        .at()
-        .and_then(|(pid, dev)| ctx.drivers.of(pid, dev))
-        .and_then(|d| crate::doctor::steps::allocation_growth(&d.live_at_checkpoint));
-    let leak_growth = growth.as_ref().filter(|g| g.period >= 2);
+    let live = ctx.at().and_then(|(pid, dev)| ctx.drivers.of(pid, dev));
+    let growth = live.and_then(|d| crate::doctor::steps::allocation_growth(&d.live_at_checkpoint));
+    let ramp = live.and_then(|d| {
+        crate::doctor::steps::growth_until(&d.live_at_checkpoint, ctx.drivers.checkpoint_ts)
+    });
+    let leak_growth = ramp.as_ref();
     // Allocations of one size kept one after another (not called a leak: loading data
     // looks the same) also outgrow a split cache when packing it would not hold even one
     // more of them.

@@ -1,0 +1,101 @@
+//! Device samples matched to an instant of the capture's clock: the last sample at or
+//! before the instant (else the first after it), within [`MATCH_WINDOW_NS`]. Wall-clock
+//! samples (nvidia-smi) are placed on the capture's monotonic clock through the
+//! process's own anchor pair (its monotonic and wall-clock times at start); samples
+//! already on the capture's clock (the capture's own NVML readings) need none.
+
+use crate::doctor::evidence::{CaptureEvidence, DeviceSeries};
+
+/// How far a sample may be from the instant it is matched to.
+pub const MATCH_WINDOW_NS: u64 = 1_000_000_000;
+
+/// A device sample matched to an instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatchedSample {
+    /// The sample's time on the capture's clock (raw monotonic ns).
+    pub raw_ts: u64,
+    /// Device memory in use (every process).
+    pub used: u64,
+    pub total: u64,
+    /// Sample time minus the instant, in ms.
+    pub offset_ms: i64,
+    /// Where it came from (file, or `capture`).
+    pub source: String,
+    /// Per-process readings at the sample (pid, used), when the source has them.
+    pub processes: Vec<(u32, u64)>,
+    /// In use on the device before the recorded processes started (the least any sample
+    /// before the capture's start saw), when the samples reach back that far.
+    pub used_before_run: Option<u64>,
+}
+
+/// Capture raw ns -> the series' clock: (offset to add) for wall-clock series.
+fn wall_offset(cap: &CaptureEvidence, pid: Option<u32>) -> Option<u64> {
+    let procs = &cap.loaded.processes;
+    procs
+        .values()
+        .filter(|p| pid.is_none_or(|x| p.pid == x))
+        .chain(procs.values())
+        .find_map(|p| Some(p.wall_anchor_unix_ns.saturating_sub(p.mono_anchor_ns?)))
+        .filter(|o| *o > 0)
+}
+
+/// The sample of `device` matched to raw ns `raw` (see the module docs); `None` when no
+/// series of the device has one within [`MATCH_WINDOW_NS`].
+pub fn matched_sample(
+    series: &[DeviceSeries],
+    cap: &CaptureEvidence,
+    device: i32,
+    pid: Option<u32>,
+    raw: u64,
+) -> Option<MatchedSample> {
+    let s = series.iter().find(|s| s.device == device)?;
+    let off = if s.wall_clock {
+        wall_offset(cap, pid)?
+    } else {
+        0
+    };
+    let target = raw.saturating_add(off);
+    let k = s.samples.partition_point(|x| x.0 <= target);
+    let before = k
+        .checked_sub(1)
+        .map(|i| s.samples[i])
+        .filter(|x| target - x.0 <= MATCH_WINDOW_NS);
+    let after = s
+        .samples
+        .get(k)
+        .copied()
+        .filter(|x| x.0 - target <= MATCH_WINDOW_NS);
+    let (ts, used, total) = before.or(after)?;
+    let start = cap.loaded.base_ns().saturating_add(off);
+    // The least in use before the run: the recorded processes' own contexts appear
+    // just before their first recorded call, other processes' memory throughout.
+    let used_before_run = s
+        .samples
+        .iter()
+        .take_while(|x| x.0 < start)
+        .map(|x| x.1)
+        .min();
+    // Per-process readings at the same sample time (within the sampling gap).
+    let mut processes: Vec<(u32, u64)> = Vec::new();
+    for (t, p, u) in s
+        .processes
+        .iter()
+        .filter(|x| x.0 <= ts && ts - x.0 <= MATCH_WINDOW_NS)
+    {
+        let _ = t;
+        match processes.iter_mut().find(|x| x.0 == *p) {
+            Some(x) => x.1 = *u,
+            None => processes.push((*p, *u)),
+        }
+    }
+    Some(MatchedSample {
+        raw_ts: ts.saturating_sub(off),
+        used,
+        total,
+        offset_ms: (ts as i128 - target as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
+            / 1_000_000,
+        source: s.source.clone(),
+        processes,
+        used_before_run,
+    })
+}
