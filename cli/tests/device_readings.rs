@@ -148,3 +148,107 @@ fn run_records_readings_or_why_there_are_none() {
         assert!(r["devices"][0]["readings"].as_u64().unwrap() >= 1);
     }
 }
+
+/// The recovered-run shape of the issue, failing this time: another process holds
+/// `other` on the GPU; the run's driver allocation of `pool` succeeded, its next one was
+/// refused. The doctor's "other processes held" is the device's use minus the run's at
+/// the same instant (from the readings), not the device's maximum against the run's
+/// bytes at another time.
+#[test]
+fn the_doctor_takes_what_others_held_from_one_instant() {
+    let dir = tempfile::tempdir().unwrap();
+    for (other, pool) in [(110 * GIB, 26 * GIB + 650 * MIB), (60 * GIB, 70 * GIB)] {
+        let p = dir.path().join("oom.mwcap");
+        let mut w = FrameWriter::new(std::fs::File::create(&p).unwrap()).unwrap();
+        let t0 = 1_000_000_000u64;
+        w.write_record(&Record::ProcessStart(ProcessStart {
+            pid: 31,
+            ppid: 1,
+            mono_anchor_ns: t0,
+            wall_anchor_unix_ns: 1_790_000_000_000_000_000,
+            shim_version: "test".into(),
+            hostname: "h".into(),
+            argv: vec!["python3".into(), "train.py".into()],
+            pid_ns: None,
+        }))
+        .unwrap();
+        w.write_record(&Record::DeviceInfo(DeviceInfo {
+            pid: 31,
+            device: 0,
+            vendor: Vendor::Nvidia as u8,
+            total_bytes: 140 * GIB,
+            name: "NVIDIA H200".into(),
+        }))
+        .unwrap();
+        let ev = |ts: u64, kind: EventKind, size: u64, result: i32| Event {
+            ts_ns: ts,
+            ptr: if result == 0 { 0x7f00_0000_0000 } else { 0 },
+            size,
+            pid: 31,
+            tid: 31,
+            result,
+            ..Event::new(kind, MemKind::Device, Api::CuMemAlloc)
+        };
+        w.write_record(&Record::Events(vec![
+            ev(t0 + 100_000_000, EventKind::Alloc, pool, 0),
+            ev(t0 + 450_000_000, EventKind::AllocFailed, 8 * GIB, 2),
+        ]))
+        .unwrap();
+        // Readings: the other process all along; the run's bytes follow its pool (plus
+        // its context), the device's maximum comes with the run's pool.
+        for i in 0..6u64 {
+            let ts = t0 + i * 100_000_000;
+            let own = 500 * MIB + if ts >= t0 + 100_000_000 { pool } else { 0 };
+            w.write_record(&Record::DeviceReading(DeviceReading {
+                ts_ns: ts,
+                device: 0,
+                vendor: Vendor::Nvidia as u8,
+                flags: DeviceReading::PROCESSES,
+                used_bytes: other + own + 300 * MIB,
+                total_bytes: 140 * GIB,
+                source: "nvml".into(),
+                uuid: "GPU-1".into(),
+                pci_bus_id: "00000000:18:00.0".into(),
+                processes: vec![
+                    ProcessUse {
+                        pid: 31,
+                        flags: ProcessUse::WATCHED | ProcessUse::BYTES_KNOWN,
+                        used_bytes: own,
+                    },
+                    ProcessUse {
+                        pid: 77,
+                        flags: ProcessUse::BYTES_KNOWN,
+                        used_bytes: other,
+                    },
+                ],
+            }))
+            .unwrap();
+        }
+        w.write_record(&Record::ProcessEnd(ProcessEnd {
+            pid: 31,
+            ts_ns: t0 + 600_000_000,
+            exit_code: 1,
+        }))
+        .unwrap();
+        w.into_inner().unwrap();
+        let (_, out, err) = mw(&["diagnose", "--json", p.to_str().unwrap()]);
+        let v: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+        let verdict = v["verdicts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["kind"] == "other_process")
+            .unwrap_or_else(|| panic!("no other_process verdict: {out}"));
+        assert_eq!(
+            verdict["figures"]["other_process_bytes"],
+            other + 300 * MIB,
+            "{verdict}"
+        );
+        let sources = v["sources"].as_array().unwrap();
+        assert!(
+            sources.iter().any(|s| s["kind"] == "device_samples"),
+            "the capture's readings are named as device samples: {out}"
+        );
+    }
+}

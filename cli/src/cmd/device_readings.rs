@@ -26,18 +26,17 @@ pub const OFF_TAG: &str = memwatch_analysis::device_readings::OFF_TAG;
 pub struct CaptureReadings {
     sampling: Option<Sampling>,
     watch: Watch,
-    off: Option<String>,
+    /// Why there are no readings, once asked (`Some(None)`: there are).
+    off: Option<Option<String>>,
 }
 
 impl CaptureReadings {
-    /// Starts reading into `sink`. Why readings are off is said by
-    /// [`CaptureReadings::say_off`] and recorded by the caller ([`CaptureReadings::off_tag`]).
+    /// Starts reading into `sink`; the libraries are loaded on the sampler's thread
+    /// (NVML can take a while to start: the command does not wait for it).
     pub fn start(sink: &Arc<CaptureFileSink>) -> Self {
         let watch = Watch::new();
-        let (readers, off) = detect_readers();
-        let off = readers.is_empty().then(|| off.join("; "));
-        let sampling = Sampling::start(
-            readers,
+        let sampling = Sampling::detecting(
+            detect_readers,
             watch.clone(),
             Box::new(SinkOut(sink.clone() as Arc<dyn FrameSink>)),
             PERIOD,
@@ -45,20 +44,29 @@ impl CaptureReadings {
         Self {
             sampling,
             watch,
-            off,
+            off: None,
         }
     }
 
+    /// Why there are no readings (`None`: there are), once the sampler knows.
+    fn why_off(&mut self) -> Option<&str> {
+        if self.off.is_none() {
+            self.off = Some(match &self.sampling {
+                Some(s) => s.off(),
+                None => Some("the sampler's thread could not start".into()),
+            });
+        }
+        self.off.as_ref().and_then(|o| o.as_deref())
+    }
+
     /// The capture tag (key, value) that records why there are no readings.
-    pub fn off_tag(&self) -> Option<(&'static str, String)> {
-        self.off
-            .as_ref()
-            .map(|why| (OFF_TAG, format!("off: {why}")))
+    pub fn off_tag(&mut self) -> Option<(&'static str, String)> {
+        self.why_off().map(|why| (OFF_TAG, format!("off: {why}")))
     }
 
     /// Says on stderr, once, why there are no readings (nothing when there are).
-    pub fn say_off(&self) {
-        if let Some(why) = &self.off {
+    pub fn say_off(&mut self) {
+        if let Some(why) = self.why_off() {
             eprintln!("memwatch: device readings off: {why}");
         }
     }
@@ -78,8 +86,10 @@ impl CaptureReadings {
         Arc::new(FailureTap::new(sink, self.trigger()))
     }
 
-    /// Stops sampling at once (no wait for the period).
+    /// Stops sampling at once (no wait for the period; a library still loading is
+    /// waited for) and keeps why there were no readings.
     pub fn stop(&mut self) -> Option<SamplingStats> {
+        self.why_off();
         self.sampling.take().map(Sampling::stop)
     }
 }

@@ -42,6 +42,9 @@ struct State {
     stop: bool,
     /// Failures seen since the last reading.
     failures: u64,
+    /// Set once the readers are known: `Some(None)` some were found, `Some(Some(why))`
+    /// none (why each library was left out).
+    off: Option<Option<String>>,
 }
 
 #[derive(Default)]
@@ -157,20 +160,39 @@ impl Sampling {
     /// Starts reading every `period` (the first round at once) until [`Sampling::stop`].
     /// `None` without readers, or when the thread cannot start.
     pub fn start(
-        mut readers: Vec<Box<dyn DeviceReader>>,
+        readers: Vec<Box<dyn DeviceReader>>,
         watch: Watch,
-        mut out: Box<dyn ReadingOut>,
+        out: Box<dyn ReadingOut>,
         period: Duration,
     ) -> Option<Self> {
         if readers.is_empty() {
             return None;
         }
+        Self::detecting(move || (readers, Vec::new()), watch, out, period)
+    }
+
+    /// [`Sampling::start`] with the readers found on the thread itself by `detect`
+    /// (loading NVML can take a while: the caller goes on meanwhile); without readers
+    /// the thread ends and [`Sampling::off`] says why. `None` when the thread cannot
+    /// start.
+    pub fn detecting(
+        detect: impl FnOnce() -> (Vec<Box<dyn DeviceReader>>, Vec<String>) + Send + 'static,
+        watch: Watch,
+        mut out: Box<dyn ReadingOut>,
+        period: Duration,
+    ) -> Option<Self> {
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("memwatch-sampler".into())
             .spawn(move || {
                 let mut stats = SamplingStats::default();
+                let (mut readers, why) = detect();
+                s.lock().off = Some(readers.is_empty().then(|| why.join("; ")));
+                s.wake.notify_all();
+                if readers.is_empty() {
+                    return stats;
+                }
                 let mut next = Instant::now();
                 loop {
                     let at_failure = {
@@ -213,6 +235,25 @@ impl Sampling {
             shared,
             thread: Some(thread),
         })
+    }
+
+    /// Why there are no readers (`None`: there are); waits for the detection to end.
+    pub fn off(&self) -> Option<String> {
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(off) = &st.off {
+                return off.clone();
+            }
+            if self.thread.as_ref().is_none_or(|t| t.is_finished()) {
+                return Some("the sampler ended before finding its devices".into());
+            }
+            st = self
+                .shared
+                .wake
+                .wait_timeout(st, Duration::from_millis(50))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
     }
 
     /// What fires a reading now.
@@ -413,6 +454,44 @@ mod tests {
             .recv_timeout(Duration::from_secs(60))
             .expect("stop returned without waiting for the period");
         assert_eq!((stats.rounds, stats.failure_rounds), (2, 1));
+    }
+
+    #[test]
+    fn readers_found_on_the_thread_or_why_none() {
+        let (tx, rx) = mpsc::channel();
+        let s = Sampling::detecting(
+            || {
+                (
+                    vec![Box::new(TwoDevices { reads: 0 }) as Box<dyn DeviceReader>],
+                    Vec::new(),
+                )
+            },
+            Watch::new(),
+            Box::new(Collect(tx)),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        assert_eq!(s.off(), None);
+        assert_eq!(next(&rx).device, 0);
+        s.stop();
+        let (tx, _rx) = mpsc::channel();
+        let s = Sampling::detecting(
+            || {
+                (
+                    Vec::new(),
+                    vec!["NVML not available: x".into(), "ROCm SMI: y".into()],
+                )
+            },
+            Watch::new(),
+            Box::new(Collect(tx)),
+            Duration::from_millis(100),
+        )
+        .unwrap();
+        assert_eq!(
+            s.off().as_deref(),
+            Some("NVML not available: x; ROCm SMI: y")
+        );
+        assert_eq!(s.stop(), SamplingStats::default());
     }
 
     #[test]
