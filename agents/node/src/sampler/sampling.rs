@@ -221,11 +221,14 @@ impl Sampling {
                     if at_failure {
                         stats.failure_rounds += 1;
                     } else {
-                        // The period's grid; a late round starts the grid again from now.
+                        // The period's grid. A round that ended past its successor's time
+                        // (a read held up in the driver) is followed at once, and the grid
+                        // goes on from there: waiting a whole period more would double
+                        // the gap between two readings.
                         next += period;
                         let now = Instant::now();
                         if next <= now {
-                            next = now + period;
+                            next = now;
                         }
                     }
                 }
