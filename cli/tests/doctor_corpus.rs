@@ -75,6 +75,30 @@ fn check(dir: &Path) -> Vec<String> {
             (g, w) => bad.push(format!("figure {name} {g:?} (expected {w:?} ± {tol})")),
         }
     }
+    // Who held the memory the verdict blames: the framework, another process, or the
+    // process a figures file of the run names (a launcher's failing worker).
+    let holder = &want["holder"];
+    if let Some(fw) = holder["framework"].as_str() {
+        if v["holder"]["framework"] != fw {
+            bad.push(format!(
+                "holder framework {} (expected {fw})",
+                v["holder"]["framework"]
+            ));
+        }
+    }
+    if holder["other_process"] == Value::Bool(true) && v["holder"]["other_process"] != true {
+        bad.push(format!("holder is not another process: {}", v["holder"]));
+    }
+    if let Some(f) = holder["pid_from"].as_str() {
+        let figs: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap();
+        if v["holder"]["pid"] != figs["pid"] {
+            bad.push(format!(
+                "holder pid {} (expected {} from {f})",
+                v["holder"]["pid"], figs["pid"]
+            ));
+        }
+    }
     for also in want["also"].as_array().into_iter().flatten() {
         if !v["also"].as_array().is_some_and(|a| a.contains(also)) {
             bad.push(format!("also lacks {also}: {}", v["also"]));

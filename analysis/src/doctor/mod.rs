@@ -134,6 +134,13 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
         },
         |v| v.headline.clone(),
     );
+    let missing = missing(
+        ev,
+        failure.as_ref(),
+        &verdicts,
+        dumps.chosen.is_none(),
+        ledger.as_ref(),
+    );
     Diagnosis {
         schema: verdict::SCHEMA,
         failed,
@@ -142,7 +149,7 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
         imbalance,
         ledger,
         sources: sources(ev, &dumps),
-        missing: missing(ev, failure.as_ref(), &verdicts, dumps.chosen.is_none()),
+        missing,
         verdicts,
     }
 }
@@ -235,6 +242,7 @@ fn missing(
     f: Option<&failure::Failure>,
     verdicts: &[Verdict],
     no_usable_dump: bool,
+    ledger: Option<&ledger::Ledger>,
 ) -> Vec<Missing> {
     let mut out = Vec::new();
     let mut add = |e: &str, w: &str| {
@@ -310,6 +318,24 @@ fn missing(
             "torch_snapshot",
             "PyTorch's allocation history (torch.cuda.memory._record_memory_history + _dump_snapshot): which tensors were live, from which Python frames, step by step",
         );
+    }
+    // What the device's ledger needs to close (device samples, per-process readings).
+    if let Some(l) = ledger.filter(|l| !l.closes && f.is_some()) {
+        for m in &l.missing {
+            let evidence = if m.starts_with("per-process") {
+                "per_process_device_samples"
+            } else if m.starts_with("device samples") || m.contains("free memory") {
+                "device_samples"
+            } else {
+                continue;
+            };
+            if !out.iter().any(|x| x.evidence == evidence) {
+                out.push(Missing {
+                    evidence: evidence.into(),
+                    would_add: format!("what closes the device's ledger: {m}"),
+                });
+            }
+        }
     }
     out
 }
