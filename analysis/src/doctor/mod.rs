@@ -96,6 +96,7 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
     let recovered = failure.as_ref().is_some_and(|f| !kinds::ended_run(ev, f));
     let ledger = ledger::compute(&ledger::Inputs {
         ev,
+        prefer_pid: failure.as_ref().and_then(|f| f.pid),
         log,
         pjrt: &pjrt,
         drivers: &drivers,

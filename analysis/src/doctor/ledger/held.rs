@@ -253,6 +253,21 @@ pub fn holders(
     out
 }
 
+/// Bytes and allocations of each holder of `pid` in `h` (the same names [`holders`]
+/// gives).
+pub fn by_holder(h: &Held, x: &Inputs<'_>, pid: u32) -> BTreeMap<HolderKind, (u64, u64)> {
+    let fw = Frameworks::of(x, pid, true);
+    let mut out: BTreeMap<HolderKind, (u64, u64)> = BTreeMap::new();
+    for ((p, kind), (bytes, n)) in &h.by {
+        if *p == pid {
+            let e = out.entry(holder_kind(*kind, &fw)).or_default();
+            e.0 += bytes;
+            e.1 += n;
+        }
+    }
+    out
+}
+
 /// PyTorch's own figures for its holder: the snapshot's OOM record (exact), else its
 /// message (two decimals); the snapshot's steps as the trend.
 fn torch_figures(x: &Inputs<'_>, holder: &mut Holder, device: i32) {

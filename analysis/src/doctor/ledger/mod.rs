@@ -202,6 +202,9 @@ impl Ledger {
 /// What the ledger reads.
 pub struct Inputs<'a> {
     pub ev: &'a Evidence,
+    /// Without a failure: the process whose peak the ledger is taken at (a run that
+    /// recovered: its own process), else the one that held the most.
+    pub prefer_pid: Option<u32>,
     pub log: &'a LogReport,
     pub pjrt: &'a PjrtFacts,
     pub drivers: &'a DriverFacts,
@@ -241,6 +244,7 @@ pub fn at(x: &Inputs<'_>, pid: Option<u32>, device: i32, raw: Option<u64>, momen
     };
     if let (Some(h), Some(c)) = (&held, cap) {
         holders.extend(held::holders(h, c, x, pid, device, raw.unwrap_or(u64::MAX)));
+        per_second(&mut holders, c, x, pid, device, raw.unwrap_or(u64::MAX));
     } else if let Some(t) = torch {
         holders.extend(held::torch_message_holders(t, pid));
     }
@@ -317,6 +321,20 @@ pub fn at(x: &Inputs<'_>, pid: Option<u32>, device: i32, raw: Option<u64>, momen
         if let Some(t) = total {
             let used_now = captured.saturating_add(outside);
             free = Some(t.saturating_sub(used_now));
+            // The sample was taken at another instant than the moment (the capture's
+            // memory grew since): what it says of the context is at most what the
+            // device had left beside the capture's memory at the moment.
+            let mut excess = used_now.saturating_sub(t);
+            if excess <= tol {
+                for h in holders
+                    .iter_mut()
+                    .filter(|h| h.kind == HolderKind::ContextAndModules)
+                {
+                    let cut = excess.min(h.bytes);
+                    h.bytes -= cut;
+                    excess -= cut;
+                }
+            }
             if used_now > t + tol {
                 missing.push(format!(
                     "a consistent reading: the capture's {} and the sample's {} outside it exceed the device's {}",
@@ -436,6 +454,52 @@ pub fn at(x: &Inputs<'_>, pid: Option<u32>, device: i32, raw: Option<u64>, momen
     }
 }
 
+/// The window a holder's growth per second is measured over (the last 10 s, or the run
+/// so far when shorter; at least 1 s).
+const TREND_WINDOW_NS: u64 = 10_000_000_000;
+
+/// Growth per second of the holders of `pid` whose steps the evidence does not show: what
+/// each held at the moment less what it held one window earlier, when it made at least
+/// three more allocations in that window.
+fn per_second(
+    holders: &mut [Holder],
+    cap: &crate::doctor::evidence::CaptureEvidence,
+    x: &Inputs<'_>,
+    pid: Option<u32>,
+    device: i32,
+    raw: u64,
+) {
+    let Some(pid) = pid else {
+        return;
+    };
+    let window = raw
+        .saturating_sub(cap.loaded.base_ns())
+        .min(TREND_WINDOW_NS);
+    if window < 1_000_000_000
+        || !holders
+            .iter()
+            .any(|h| h.pid == Some(pid) && h.trend.is_none() && h.allocations.is_some())
+    {
+        return;
+    }
+    let before = held::by_holder(&held::at(cap, device, Some(pid), raw - window), x, pid);
+    for h in holders
+        .iter_mut()
+        .filter(|h| h.pid == Some(pid) && h.trend.is_none() && h.allocations.is_some())
+    {
+        // Growth, not one allocation: at least three more allocations than a window ago.
+        let (then, n_then) = before.get(&h.kind).copied().unwrap_or((0, 0));
+        if h.bytes > then && h.allocations.unwrap_or(0) >= n_then + 3 {
+            h.trend = Some(Trend {
+                bytes_per_unit: ((h.bytes - then) as u128 * 1_000_000_000 / window as u128) as u64,
+                unit: "second".into(),
+                steps: 0,
+                span_ms: window / 1_000_000,
+            });
+        }
+    }
+}
+
 fn context_holder(bytes: u64, source: &str) -> Holder {
     Holder {
         kind: HolderKind::ContextAndModules,
@@ -489,7 +553,7 @@ fn moment(x: &Inputs<'_>) -> Option<(Option<u32>, i32, Option<u64>, &'static str
         .per
         .iter()
         .filter(|((_, d), v)| *d >= 0 && v.peak_bytes > 0)
-        .max_by_key(|(_, v)| v.peak_bytes)?;
+        .max_by_key(|((k, _), v)| (x.prefer_pid == Some(k.pid), v.peak_bytes))?;
     Some((Some(k.pid), *d, Some(v.peak_ts), "peak"))
 }
 
