@@ -353,6 +353,46 @@ mod tests {
             .join(f)
     }
 
+    /// What ended the run decides a failure: the same refusals are a failure when the
+    /// process exited non-zero and a `recovered` warning when it exited 0 — for a failure
+    /// the capture saw (the process's own exit) and for one only a log states (the run's).
+    #[test]
+    fn what_ended_the_run_decides() {
+        let cap = || CaptureEvidence::read(&corpus("h200_jax_recovered", "capture.mwcap")).unwrap();
+        let d = diagnose(&Evidence {
+            capture: Some(cap()),
+            ..Evidence::default()
+        });
+        assert!(!d.failed);
+        let v = &d.verdicts[0];
+        assert_eq!((v.kind, v.failure), (Kind::Recovered, false));
+        assert_eq!(v.figures["refused_allocations"], 13);
+        assert!(v.figures["got_bytes"] < v.figures["asked_bytes"]);
+        assert!(v.holder.other_process);
+        // The ledger is taken at the run's own process's peak, not the holder's.
+        let l = d.ledger.as_ref().unwrap();
+        assert_eq!((l.moment.as_str(), l.pid), ("peak", v.what.pid));
+        // A log alone: the run's exit status decides.
+        for (exit, failed) in [(Some(0), false), (Some(1), true), (None, true)] {
+            let ev = Evidence {
+                log: Some(LogEvidence::read(&[corpus("torch_fraction", "stderr.log")]).unwrap()),
+                run: RunFacts {
+                    exit_code: exit,
+                    ..RunFacts::default()
+                },
+                ..Evidence::default()
+            };
+            let d = diagnose(&ev);
+            assert_eq!(d.failed, failed, "exit {exit:?}");
+            assert_eq!(
+                d.verdicts[0].kind == Kind::Recovered,
+                !failed,
+                "exit {exit:?}: {:?}",
+                d.verdicts[0].kind
+            );
+        }
+    }
+
     /// A framework state (what a PyTorch snapshot reader fills) plugs in: torch_leak's
     /// own per-step figures (figures.json) make the leak exact, steps included.
     #[test]

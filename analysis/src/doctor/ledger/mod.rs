@@ -460,7 +460,7 @@ const TREND_WINDOW_NS: u64 = 10_000_000_000;
 
 /// Growth per second of the holders of `pid` whose steps the evidence does not show: what
 /// each held at the moment less what it held one window earlier, when it made at least
-/// three more allocations in that window.
+/// three more allocations and 1 MiB more in that window.
 fn per_second(
     holders: &mut [Holder],
     cap: &crate::doctor::evidence::CaptureEvidence,
@@ -489,7 +489,7 @@ fn per_second(
     {
         // Growth, not one allocation: at least three more allocations than a window ago.
         let (then, n_then) = before.get(&h.kind).copied().unwrap_or((0, 0));
-        if h.bytes > then && h.allocations.unwrap_or(0) >= n_then + 3 {
+        if h.bytes >= then + (1 << 20) && h.allocations.unwrap_or(0) >= n_then + 3 {
             h.trend = Some(Trend {
                 bytes_per_unit: ((h.bytes - then) as u128 * 1_000_000_000 / window as u128) as u64,
                 unit: "second".into(),
