@@ -257,3 +257,47 @@ fn the_failing_device_is_named_among_several() {
     let (_, text, _) = mw(&["diagnose", path.to_str().unwrap()]);
     assert!(text.contains("per device (driver-level peaks):"), "{text}");
 }
+
+/// The text shows the ledger under the verdicts: a row per holder with its share, and the
+/// closing line; without device samples (the capture alone), it says it does not close
+/// and what is missing, and shows no free memory rather than 0 B.
+#[test]
+fn the_text_shows_the_ledger_and_whether_it_closes() {
+    let dir = repo("testdata/oom-corpus/h200_jax_torch_same");
+    let cap = dir.join("capture.mwcap").display().to_string();
+    let log = dir.join("stderr.log").display().to_string();
+    let csv = dir.join("nvsmi.csv").display().to_string();
+    let (code, out, err) = mw(&["diagnose", &cap, &log, &csv]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("[1] other_framework_pool — failure"), "{out}");
+    let table: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("device 0 ledger (at the failure"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(
+        table
+            .iter()
+            .any(|l| l.contains("XLA BFC pool") && l.contains("75.0%")),
+        "{out}"
+    );
+    assert!(
+        table.iter().any(|l| l.trim_start().starts_with("free ")),
+        "{out}"
+    );
+    assert!(table.last().unwrap().contains("sums to"), "{out}");
+    let (code, out, err) = mw(&["diagnose", &cap]);
+    assert_eq!(code, 0, "{err}");
+    let close = out
+        .lines()
+        .find(|l| l.contains("does not close") || l.contains("sums to"))
+        .unwrap();
+    assert!(
+        close.contains("does not close") && close.contains("missing: device samples"),
+        "{out}"
+    );
+    assert!(
+        !out.lines().any(|l| l.trim_start().starts_with("free ")),
+        "{out}"
+    );
+}

@@ -504,7 +504,7 @@ fn context_holder(bytes: u64, source: &str) -> Holder {
     Holder {
         kind: HolderKind::ContextAndModules,
         pid: None,
-        name: "context, modules and runtime (no allocation call shows them)".into(),
+        name: "context, modules, runtime (made by no call seen)".into(),
         bytes,
         in_use_bytes: None,
         free_inside_bytes: None,
