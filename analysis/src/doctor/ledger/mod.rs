@@ -140,6 +140,9 @@ pub struct Ledger {
     pub sample_offset_ms: Option<i64>,
 }
 
+/// Samples up to the moment the memory outside the capture is taken from (their median).
+const SAMPLES_NEAR: usize = 5;
+
 /// The tolerance: 1% of the device's total per process recorded on it (each process's
 /// context and modules, which no allocation call shows, are about 0.5 GiB on an H100).
 pub fn tolerance(total: u64, processes: usize) -> u64 {
@@ -251,12 +254,38 @@ pub fn at(x: &Inputs<'_>, pid: Option<u32>, device: i32, raw: Option<u64>, momen
     let captured: u64 = held.as_ref().map_or(0, |h| h.device_total());
     // In use per the device samples (time-matched), else per the framework's message.
     // The samples given, else the capture's own readings.
+    // A sample after the moment only when the capture held the same then (memory
+    // released in between, at exit say, is still in use in a lagging reading).
+    let usable = |s: &MatchedSample, c: &crate::doctor::evidence::CaptureEvidence| {
+        s.offset_ms <= 0 || held::at(c, device, pid, s.raw_ts).device_total() == captured
+    };
+    // Of the last few samples up to the moment (a reading's time can be off by a sampling
+    // period or two while memory changes fast), the one whose memory outside the capture
+    // is the median.
     let sample = match (cap, raw) {
-        (Some(c), Some(t)) => samples::matched_sample(&x.ev.device_samples, c, device, pid, t)
-            .or_else(|| {
-                let own = crate::doctor::evidence::capture_series(&c.loaded);
-                samples::matched_sample(&own, c, device, pid, t)
-            }),
+        (Some(c), Some(t)) => {
+            let own;
+            let series =
+                if samples::matched_sample(&x.ev.device_samples, c, device, pid, t).is_some() {
+                    &x.ev.device_samples
+                } else {
+                    own = crate::doctor::evidence::capture_series(&c.loaded);
+                    &own
+                };
+            let mut near: Vec<(u64, MatchedSample)> = (0..SAMPLES_NEAR)
+                .map_while(|n| samples::nth_sample(series, c, device, pid, t, n))
+                .filter(|s| usable(s, c))
+                .map(|s| {
+                    let outside = s
+                        .used
+                        .saturating_sub(held::at(c, device, pid, s.raw_ts).device_total());
+                    (outside, s)
+                })
+                .collect();
+            near.sort_by_key(|n| n.0);
+            let mid = near.len() / 2;
+            (!near.is_empty()).then(|| near.swap_remove(mid).1)
+        }
         _ => None,
     };
     let tol = total.map_or(0, |t| {
