@@ -75,6 +75,30 @@ fn check(dir: &Path) -> Vec<String> {
             (g, w) => bad.push(format!("figure {name} {g:?} (expected {w:?} ± {tol})")),
         }
     }
+    // Who held the memory the verdict blames: the framework, another process, or the
+    // process a figures file of the run names (a launcher's failing worker).
+    let holder = &want["holder"];
+    if let Some(fw) = holder["framework"].as_str() {
+        if v["holder"]["framework"] != fw {
+            bad.push(format!(
+                "holder framework {} (expected {fw})",
+                v["holder"]["framework"]
+            ));
+        }
+    }
+    if holder["other_process"] == Value::Bool(true) && v["holder"]["other_process"] != true {
+        bad.push(format!("holder is not another process: {}", v["holder"]));
+    }
+    if let Some(f) = holder["pid_from"].as_str() {
+        let figs: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap();
+        if v["holder"]["pid"] != figs["pid"] {
+            bad.push(format!(
+                "holder pid {} (expected {} from {f})",
+                v["holder"]["pid"], figs["pid"]
+            ));
+        }
+    }
     for also in want["also"].as_array().into_iter().flatten() {
         if !v["also"].as_array().is_some_and(|a| a.contains(also)) {
             bad.push(format!("also lacks {also}: {}", v["also"]));
@@ -232,4 +256,48 @@ fn the_failing_device_is_named_among_several() {
     assert_eq!(peaks, vec![(0, 10 * GIB), (1, 75 * GIB)]);
     let (_, text, _) = mw(&["diagnose", path.to_str().unwrap()]);
     assert!(text.contains("per device (driver-level peaks):"), "{text}");
+}
+
+/// The text shows the ledger under the verdicts: a row per holder with its share, and the
+/// closing line; without device samples (the capture alone), it says it does not close
+/// and what is missing, and shows no free memory rather than 0 B.
+#[test]
+fn the_text_shows_the_ledger_and_whether_it_closes() {
+    let dir = repo("testdata/oom-corpus/h200_jax_torch_same");
+    let cap = dir.join("capture.mwcap").display().to_string();
+    let log = dir.join("stderr.log").display().to_string();
+    let csv = dir.join("nvsmi.csv").display().to_string();
+    let (code, out, err) = mw(&["diagnose", &cap, &log, &csv]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("[1] other_framework_pool — failure"), "{out}");
+    let table: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("device 0 ledger (at the failure"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(
+        table
+            .iter()
+            .any(|l| l.contains("XLA BFC pool") && l.contains("75.0%")),
+        "{out}"
+    );
+    assert!(
+        table.iter().any(|l| l.trim_start().starts_with("free ")),
+        "{out}"
+    );
+    assert!(table.last().unwrap().contains("sums to"), "{out}");
+    let (code, out, err) = mw(&["diagnose", &cap]);
+    assert_eq!(code, 0, "{err}");
+    let close = out
+        .lines()
+        .find(|l| l.contains("does not close") || l.contains("sums to"))
+        .unwrap();
+    assert!(
+        close.contains("does not close") && close.contains("missing: device samples"),
+        "{out}"
+    );
+    assert!(
+        !out.lines().any(|l| l.trim_start().starts_with("free ")),
+        "{out}"
+    );
 }

@@ -2,7 +2,8 @@
 //! (`testdata/oom-corpus-heldout/`, recorded by `tests/gpu/oom_corpus/heldout.sh` with
 //! other shapes, sizes, fractions and allocators than the corpus): each verdict's kind
 //! must be the kind its program was written to produce (`design_kind`, from the
-//! program's docstring and its allocator setting, never from memwatch's output).
+//! program's docstring and its allocator setting, never from memwatch's output), and the
+//! device ledger must close.
 
 mod common;
 
@@ -29,6 +30,14 @@ fn held_out_failures_get_the_kind_their_program_produces() {
                 "{}: want {want}, got {got} ({})",
                 dir.display(),
                 doc["headline"]
+            ));
+        }
+        // The device ledger closes on these runs too (held out from its tuning as well).
+        if doc["ledger"]["closes"] != Value::Bool(true) {
+            wrong.push(format!(
+                "{}: the ledger does not close: {}",
+                dir.display(),
+                doc["ledger"]
             ));
         }
     }

@@ -96,6 +96,7 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
     let recovered = failure.as_ref().is_some_and(|f| !kinds::ended_run(ev, f));
     let ledger = ledger::compute(&ledger::Inputs {
         ev,
+        prefer_pid: failure.as_ref().and_then(|f| f.pid),
         log,
         pjrt: &pjrt,
         drivers: &drivers,
@@ -134,6 +135,13 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
         },
         |v| v.headline.clone(),
     );
+    let missing = missing(
+        ev,
+        failure.as_ref(),
+        &verdicts,
+        dumps.chosen.is_none(),
+        ledger.as_ref(),
+    );
     Diagnosis {
         schema: verdict::SCHEMA,
         failed,
@@ -142,7 +150,7 @@ pub fn diagnose(ev: &Evidence) -> Diagnosis {
         imbalance,
         ledger,
         sources: sources(ev, &dumps),
-        missing: missing(ev, failure.as_ref(), &verdicts, dumps.chosen.is_none()),
+        missing,
         verdicts,
     }
 }
@@ -235,6 +243,7 @@ fn missing(
     f: Option<&failure::Failure>,
     verdicts: &[Verdict],
     no_usable_dump: bool,
+    ledger: Option<&ledger::Ledger>,
 ) -> Vec<Missing> {
     let mut out = Vec::new();
     let mut add = |e: &str, w: &str| {
@@ -311,6 +320,24 @@ fn missing(
             "PyTorch's allocation history (torch.cuda.memory._record_memory_history + _dump_snapshot): which tensors were live, from which Python frames, step by step",
         );
     }
+    // What the device's ledger needs to close (device samples, per-process readings).
+    if let Some(l) = ledger.filter(|l| !l.closes && f.is_some()) {
+        for m in &l.missing {
+            let evidence = if m.starts_with("per-process") {
+                "per_process_device_samples"
+            } else if m.starts_with("device samples") || m.contains("free memory") {
+                "device_samples"
+            } else {
+                continue;
+            };
+            if !out.iter().any(|x| x.evidence == evidence) {
+                out.push(Missing {
+                    evidence: evidence.into(),
+                    would_add: format!("what closes the device's ledger: {m}"),
+                });
+            }
+        }
+    }
     out
 }
 
@@ -324,6 +351,46 @@ mod tests {
             .join("../testdata/oom-corpus")
             .join(s)
             .join(f)
+    }
+
+    /// What ended the run decides a failure: the same refusals are a failure when the
+    /// process exited non-zero and a `recovered` warning when it exited 0 — for a failure
+    /// the capture saw (the process's own exit) and for one only a log states (the run's).
+    #[test]
+    fn what_ended_the_run_decides() {
+        let cap = || CaptureEvidence::read(&corpus("h200_jax_recovered", "capture.mwcap")).unwrap();
+        let d = diagnose(&Evidence {
+            capture: Some(cap()),
+            ..Evidence::default()
+        });
+        assert!(!d.failed);
+        let v = &d.verdicts[0];
+        assert_eq!((v.kind, v.failure), (Kind::Recovered, false));
+        assert_eq!(v.figures["refused_allocations"], 13);
+        assert!(v.figures["got_bytes"] < v.figures["asked_bytes"]);
+        assert!(v.holder.other_process);
+        // The ledger is taken at the run's own process's peak, not the holder's.
+        let l = d.ledger.as_ref().unwrap();
+        assert_eq!((l.moment.as_str(), l.pid), ("peak", v.what.pid));
+        // A log alone: the run's exit status decides.
+        for (exit, failed) in [(Some(0), false), (Some(1), true), (None, true)] {
+            let ev = Evidence {
+                log: Some(LogEvidence::read(&[corpus("torch_fraction", "stderr.log")]).unwrap()),
+                run: RunFacts {
+                    exit_code: exit,
+                    ..RunFacts::default()
+                },
+                ..Evidence::default()
+            };
+            let d = diagnose(&ev);
+            assert_eq!(d.failed, failed, "exit {exit:?}");
+            assert_eq!(
+                d.verdicts[0].kind == Kind::Recovered,
+                !failed,
+                "exit {exit:?}: {:?}",
+                d.verdicts[0].kind
+            );
+        }
     }
 
     /// A framework state (what a PyTorch snapshot reader fills) plugs in: torch_leak's

@@ -29,9 +29,13 @@ leak's growth per step), and logs (the program's stderr:
 XLA/TSL, PyTorch, CuPy, CUDA/HIP errors, Python tracebacks). One verdict per failure:
 its kind (execute_temp, compile_scratch, leak, fragmentation, pool_limit_ignored,
 co_resident, torch_fraction_limit, cupy_pool_limit, host_pinned, larger_than_device,
-other_process, pool_too_small, unexplained), what/when/who/why with the figures, the fix
-and whether memwatch checked it, and the evidence as file:line. Evidence that is missing
-is named with what it would add; a log memwatch does not understand is said, not fatal.
+other_process, other_framework_pool, missing_donation, pool_too_small, unexplained; a run
+that exited 0 after refusals gets a `recovered` warning), what/when/who/why with the
+figures and the holder it blames, the fix and whether memwatch checked it, and the
+evidence as file:line. Under the verdicts, the device ledger: every byte of the failing
+device by holder (framework pools, driver allocations, context, other processes, free)
+and whether it adds up to the device's total. Evidence that is missing is named with
+what it would add; a log memwatch does not understand is said, not fatal.
 --env gives the allocator settings the run had (memwatch run records them itself).";
 
 /// Arguments of `memwatch diagnose`.

@@ -452,8 +452,12 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     if !out.metadata().is_ok_and(|m| m.is_file()) {
         // /dev/null, a pipe, a device: nothing to read back for a report; the stderr
         // copy alone for the diagnosis.
-        let diagnosis =
-            super::run_doctor::diagnose(Some(&stderr_path), None, args.torch_snapshot.as_deref());
+        let diagnosis = super::run_doctor::diagnose(
+            Some(&stderr_path),
+            None,
+            args.torch_snapshot.as_deref(),
+            end.exit_code,
+        );
         if args.json || args.json_out.is_some() {
             if let Err(e) = emit_json(&args, &out, &end, &stats, None, &post, Some(diagnosis)) {
                 eprintln!("memwatch: error: {}", super::one_line(&e));
@@ -488,6 +492,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
                 &stderr_path,
                 xla_dump.as_ref(),
                 args.torch_snapshot.as_deref(),
+                end.exit_code,
             );
             if timing {
                 eprintln!(
@@ -524,6 +529,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
                 &stderr_path,
                 xla_dump.as_ref(),
                 args.torch_snapshot.as_deref(),
+                end.exit_code,
                 move |l| analyze(l, &ReportOptions { top }),
             );
             if timing {

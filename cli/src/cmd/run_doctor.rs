@@ -259,9 +259,10 @@ pub fn diagnose_folded(
     stderr_copy: &Path,
     dump: Option<&XlaDump>,
     snapshot: Option<&Path>,
+    exit_code: Option<i32>,
 ) -> Diagnosis {
     let cap = CaptureEvidence::from_folded(loaded, history);
-    diagnose_capture(Some(cap), Some(stderr_copy), dump, snapshot)
+    diagnose_capture(Some(cap), Some(stderr_copy), dump, snapshot, exit_code)
 }
 
 /// Diagnoses the finished run and computes its report: the capture's events are sorted
@@ -272,16 +273,18 @@ pub fn diagnose_and_report(
     stderr_copy: &Path,
     dump: Option<&XlaDump>,
     snapshot: Option<&Path>,
+    exit_code: Option<i32>,
     report: impl FnOnce(Loaded) -> memwatch_analysis::capture::CaptureReport + Send,
 ) -> (Diagnosis, memwatch_analysis::capture::CaptureReport) {
     let cap = CaptureEvidence::from_loaded(loaded);
     let copy = cap.loaded.clone();
     std::thread::scope(|s| {
-        let doctor = s.spawn(|| diagnose_capture(Some(cap), Some(stderr_copy), dump, snapshot));
+        let doctor =
+            s.spawn(|| diagnose_capture(Some(cap), Some(stderr_copy), dump, snapshot, exit_code));
         let r = report(copy);
-        let d = doctor
-            .join()
-            .unwrap_or_else(|_| diagnose_capture(None, Some(stderr_copy), dump, snapshot));
+        let d = doctor.join().unwrap_or_else(|_| {
+            diagnose_capture(None, Some(stderr_copy), dump, snapshot, exit_code)
+        });
         (d, r)
     })
 }
@@ -291,18 +294,22 @@ pub fn diagnose(
     stderr_copy: Option<&Path>,
     dump: Option<&XlaDump>,
     snapshot: Option<&Path>,
+    exit_code: Option<i32>,
 ) -> Diagnosis {
-    diagnose_capture(None, stderr_copy, dump, snapshot)
+    diagnose_capture(None, stderr_copy, dump, snapshot, exit_code)
 }
 
 /// Evidence that cannot be read (a dump the program never wrote, a stderr copy that is
 /// not text) is left out and named by the diagnosis as missing; a snapshot the program
 /// did not write, or that cannot be read, is said on stderr.
+/// `exit_code`: the command's own exit status, as `memwatch run` saw it (it decides
+/// whether a failure only a log states ended the run).
 fn diagnose_capture(
     capture: Option<CaptureEvidence>,
     stderr_copy: Option<&Path>,
     dump: Option<&XlaDump>,
     snapshot: Option<&Path>,
+    exit_code: Option<i32>,
 ) -> Diagnosis {
     let mut ev = Evidence {
         capture,
@@ -329,5 +336,8 @@ fn diagnose_capture(
     }
     apply_env(&mut ev, &[]);
     doctor::evidence::add_capture_samples(&mut ev);
+    if exit_code.is_some() {
+        ev.run.exit_code = exit_code;
+    }
     doctor::diagnose(&ev)
 }

@@ -81,8 +81,10 @@ pub fn verdict(ctx: &Ctx<'_>, exe: &str, need: &ExecutableBytes, pool: u64) -> O
     // The replay: the run's buffers and temps, with only the temp asked for (the outputs
     // land in the donated arguments), against the same with the failing request.
     let check = ctx.at().and_then(|(pid, dev)| {
-        let with = check::run_trace(ctx.pjrt, pid, dev, rt, &[f.request?])?;
-        let without = check::run_trace(ctx.pjrt, pid, dev, rt, &[need.temp])?;
+        // Up to just before the failing call: its own outputs are the request.
+        let before = rt.saturating_sub(1);
+        let with = check::run_trace(ctx.pjrt, pid, dev, before, &[f.request?])?;
+        let without = check::run_trace(ctx.pjrt, pid, dev, before, &[need.temp])?;
         (with.buffers > 0).then(|| {
             let fails = !check::fits(&with, pool);
             let fits = check::fits(&without, pool);
@@ -90,12 +92,16 @@ pub fn verdict(ctx: &Ctx<'_>, exe: &str, need: &ExecutableBytes, pool: u64) -> O
                 method: "bfc_replay".into(),
                 passed: fails && fits,
                 detail: format!(
-                    "the run's {} buffers and temps replayed through the BFC model at the run's {} pool: with the {} output request it {}; with the outputs donated (only the {} temp asked for) it {}",
+                    "the run's {} buffers and temps replayed through the BFC model at the run's {} pool: with the {} output request it {}; with the outputs donated ({}) it {}",
                     with.buffers,
                     b(pool),
                     b(f.request.unwrap_or(0)),
                     if fails { "fails, as the run did" } else { "fits (the replay misses what made the run fail)" },
-                    b(need.temp),
+                    if need.temp > 0 {
+                        format!("only the {} temp asked for", b(need.temp))
+                    } else {
+                        "nothing more asked for".to_string()
+                    },
                     if fits { "fits" } else { "still fails" }
                 ),
             }

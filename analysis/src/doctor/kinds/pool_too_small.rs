@@ -128,11 +128,19 @@ fn from_ledger(ctx: &Ctx<'_>, req: Option<u64>) -> Option<Verdict> {
         })
         .collect::<Vec<_>>()
         .join("; ");
+    // This process's holders (from a framework's message alone they carry no pid).
     let mine: u64 = l
         .holders
         .iter()
+        .filter(|h| h.pid == l.pid)
         .filter(|h| {
-            h.pid.is_some() && h.pid == l.pid && h.kind != HolderKind::OtherProcessUnrecorded
+            !matches!(
+                h.kind,
+                HolderKind::OtherProcess
+                    | HolderKind::OtherProcessUnrecorded
+                    | HolderKind::Free
+                    | HolderKind::Unattributed
+            )
         })
         .map(|h| h.bytes)
         .sum();

@@ -104,6 +104,7 @@ pub fn warning(ctx: &Ctx<'_>) -> Option<Verdict> {
         ledger::at(
             &ledger::Inputs {
                 ev: ctx.ev,
+                prefer_pid: pid,
                 log: ctx.log,
                 pjrt: ctx.pjrt,
                 drivers: ctx.drivers,

@@ -253,6 +253,21 @@ pub fn holders(
     out
 }
 
+/// Bytes and allocations of each holder of `pid` in `h` (the same names [`holders`]
+/// gives).
+pub fn by_holder(h: &Held, x: &Inputs<'_>, pid: u32) -> BTreeMap<HolderKind, (u64, u64)> {
+    let fw = Frameworks::of(x, pid, true);
+    let mut out: BTreeMap<HolderKind, (u64, u64)> = BTreeMap::new();
+    for ((p, kind), (bytes, n)) in &h.by {
+        if *p == pid {
+            let e = out.entry(holder_kind(*kind, &fw)).or_default();
+            e.0 += bytes;
+            e.1 += n;
+        }
+    }
+    out
+}
+
 /// PyTorch's own figures for its holder: the snapshot's OOM record (exact), else its
 /// message (two decimals); the snapshot's steps as the trend.
 fn torch_figures(x: &Inputs<'_>, holder: &mut Holder, device: i32) {
@@ -322,11 +337,23 @@ pub fn torch_message_holders(t: &TorchOom, pid: Option<u32>) -> Vec<Holder> {
         h.free_inside_bytes = t.reserved_unallocated_approx_bytes;
         out.push(h);
         if let Some(u) = t.process_in_use_approx_bytes {
+            // Its context is about half a GiB; more is another allocator's memory in the
+            // process (another framework's pool, a library's buffers).
+            let outside = u.saturating_sub(r);
+            let (kind, what) = if outside <= super::tolerance(t.total_approx_bytes.unwrap_or(0), 1)
+            {
+                (HolderKind::ContextAndModules, "context, modules")
+            } else {
+                (
+                    HolderKind::Driver,
+                    "another framework's pool, other libraries, context",
+                )
+            };
             out.push(holder(
-                HolderKind::ContextAndModules,
+                kind,
                 pid,
-                format!("{who} outside PyTorch's allocator (context, modules, other libraries)"),
-                u.saturating_sub(r),
+                format!("{who} outside PyTorch's allocator ({what})"),
+                outside,
             ));
         }
     }

@@ -140,6 +140,9 @@ pub struct Ledger {
     pub sample_offset_ms: Option<i64>,
 }
 
+/// Samples up to the moment the memory outside the capture is taken from (their median).
+const SAMPLES_NEAR: usize = 5;
+
 /// The tolerance: 1% of the device's total per process recorded on it (each process's
 /// context and modules, which no allocation call shows, are about 0.5 GiB on an H100).
 pub fn tolerance(total: u64, processes: usize) -> u64 {
@@ -202,6 +205,9 @@ impl Ledger {
 /// What the ledger reads.
 pub struct Inputs<'a> {
     pub ev: &'a Evidence,
+    /// Without a failure: the process whose peak the ledger is taken at (a run that
+    /// recovered: its own process), else the one that held the most.
+    pub prefer_pid: Option<u32>,
     pub log: &'a LogReport,
     pub pjrt: &'a PjrtFacts,
     pub drivers: &'a DriverFacts,
@@ -241,18 +247,45 @@ pub fn at(x: &Inputs<'_>, pid: Option<u32>, device: i32, raw: Option<u64>, momen
     };
     if let (Some(h), Some(c)) = (&held, cap) {
         holders.extend(held::holders(h, c, x, pid, device, raw.unwrap_or(u64::MAX)));
+        per_second(&mut holders, c, x, pid, device, raw.unwrap_or(u64::MAX));
     } else if let Some(t) = torch {
         holders.extend(held::torch_message_holders(t, pid));
     }
     let captured: u64 = held.as_ref().map_or(0, |h| h.device_total());
     // In use per the device samples (time-matched), else per the framework's message.
     // The samples given, else the capture's own readings.
+    // A sample after the moment only when the capture held the same then (memory
+    // released in between, at exit say, is still in use in a lagging reading).
+    let usable = |s: &MatchedSample, c: &crate::doctor::evidence::CaptureEvidence| {
+        s.offset_ms <= 0 || held::at(c, device, pid, s.raw_ts).device_total() == captured
+    };
+    // Of the last few samples up to the moment (a reading's time can be off by a sampling
+    // period or two while memory changes fast), the one whose memory outside the capture
+    // is the median.
     let sample = match (cap, raw) {
-        (Some(c), Some(t)) => samples::matched_sample(&x.ev.device_samples, c, device, pid, t)
-            .or_else(|| {
-                let own = crate::doctor::evidence::capture_series(&c.loaded);
-                samples::matched_sample(&own, c, device, pid, t)
-            }),
+        (Some(c), Some(t)) => {
+            let own;
+            let series =
+                if samples::matched_sample(&x.ev.device_samples, c, device, pid, t).is_some() {
+                    &x.ev.device_samples
+                } else {
+                    own = crate::doctor::evidence::capture_series(&c.loaded);
+                    &own
+                };
+            let mut near: Vec<(u64, MatchedSample)> = (0..SAMPLES_NEAR)
+                .map_while(|n| samples::nth_sample(series, c, device, pid, t, n))
+                .filter(|s| usable(s, c))
+                .map(|s| {
+                    let outside = s
+                        .used
+                        .saturating_sub(held::at(c, device, pid, s.raw_ts).device_total());
+                    (outside, s)
+                })
+                .collect();
+            near.sort_by_key(|n| n.0);
+            let mid = near.len() / 2;
+            (!near.is_empty()).then(|| near.swap_remove(mid).1)
+        }
         _ => None,
     };
     let tol = total.map_or(0, |t| {
@@ -317,6 +350,20 @@ pub fn at(x: &Inputs<'_>, pid: Option<u32>, device: i32, raw: Option<u64>, momen
         if let Some(t) = total {
             let used_now = captured.saturating_add(outside);
             free = Some(t.saturating_sub(used_now));
+            // The sample was taken at another instant than the moment (the capture's
+            // memory grew since): what it says of the context is at most what the
+            // device had left beside the capture's memory at the moment.
+            let mut excess = used_now.saturating_sub(t);
+            if excess <= tol {
+                for h in holders
+                    .iter_mut()
+                    .filter(|h| h.kind == HolderKind::ContextAndModules)
+                {
+                    let cut = excess.min(h.bytes);
+                    h.bytes -= cut;
+                    excess -= cut;
+                }
+            }
             if used_now > t + tol {
                 missing.push(format!(
                     "a consistent reading: the capture's {} and the sample's {} outside it exceed the device's {}",
@@ -436,11 +483,57 @@ pub fn at(x: &Inputs<'_>, pid: Option<u32>, device: i32, raw: Option<u64>, momen
     }
 }
 
+/// The window a holder's growth per second is measured over (the last 10 s, or the run
+/// so far when shorter; at least 1 s).
+const TREND_WINDOW_NS: u64 = 10_000_000_000;
+
+/// Growth per second of the holders of `pid` whose steps the evidence does not show: what
+/// each held at the moment less what it held one window earlier, when it made at least
+/// three more allocations and 1 MiB more in that window.
+fn per_second(
+    holders: &mut [Holder],
+    cap: &crate::doctor::evidence::CaptureEvidence,
+    x: &Inputs<'_>,
+    pid: Option<u32>,
+    device: i32,
+    raw: u64,
+) {
+    let Some(pid) = pid else {
+        return;
+    };
+    let window = raw
+        .saturating_sub(cap.loaded.base_ns())
+        .min(TREND_WINDOW_NS);
+    if window < 1_000_000_000
+        || !holders
+            .iter()
+            .any(|h| h.pid == Some(pid) && h.trend.is_none() && h.allocations.is_some())
+    {
+        return;
+    }
+    let before = held::by_holder(&held::at(cap, device, Some(pid), raw - window), x, pid);
+    for h in holders
+        .iter_mut()
+        .filter(|h| h.pid == Some(pid) && h.trend.is_none() && h.allocations.is_some())
+    {
+        // Growth, not one allocation: at least three more allocations than a window ago.
+        let (then, n_then) = before.get(&h.kind).copied().unwrap_or((0, 0));
+        if h.bytes >= then + (1 << 20) && h.allocations.unwrap_or(0) >= n_then + 3 {
+            h.trend = Some(Trend {
+                bytes_per_unit: ((h.bytes - then) as u128 * 1_000_000_000 / window as u128) as u64,
+                unit: "second".into(),
+                steps: 0,
+                span_ms: window / 1_000_000,
+            });
+        }
+    }
+}
+
 fn context_holder(bytes: u64, source: &str) -> Holder {
     Holder {
         kind: HolderKind::ContextAndModules,
         pid: None,
-        name: "context, modules and runtime (no allocation call shows them)".into(),
+        name: "context, modules, runtime (made by no call seen)".into(),
         bytes,
         in_use_bytes: None,
         free_inside_bytes: None,
@@ -489,7 +582,7 @@ fn moment(x: &Inputs<'_>) -> Option<(Option<u32>, i32, Option<u64>, &'static str
         .per
         .iter()
         .filter(|((_, d), v)| *d >= 0 && v.peak_bytes > 0)
-        .max_by_key(|(_, v)| v.peak_bytes)?;
+        .max_by_key(|((k, _), v)| (x.prefer_pid == Some(k.pid), v.peak_bytes))?;
     Some((Some(k.pid), *d, Some(v.peak_ts), "peak"))
 }
 

@@ -48,6 +48,19 @@ pub fn matched_sample(
     pid: Option<u32>,
     raw: u64,
 ) -> Option<MatchedSample> {
+    nth_sample(series, cap, device, pid, raw, 0)
+}
+
+/// The `back`-th sample before the matched one (0: the matched one; later ones only
+/// before the instant, within the window).
+pub fn nth_sample(
+    series: &[DeviceSeries],
+    cap: &CaptureEvidence,
+    device: i32,
+    pid: Option<u32>,
+    raw: u64,
+    back: usize,
+) -> Option<MatchedSample> {
     let s = series.iter().find(|s| s.device == device)?;
     let off = if s.wall_clock {
         wall_offset(cap, pid)?
@@ -56,16 +69,17 @@ pub fn matched_sample(
     };
     let target = raw.saturating_add(off);
     let k = s.samples.partition_point(|x| x.0 <= target);
-    let before = k
-        .checked_sub(1)
-        .map(|i| s.samples[i])
-        .filter(|x| target - x.0 <= MATCH_WINDOW_NS);
+    let nth_before = |n: usize| {
+        k.checked_sub(n + 1)
+            .map(|i| s.samples[i])
+            .filter(|x| target - x.0 <= MATCH_WINDOW_NS)
+    };
     let after = s
         .samples
         .get(k)
         .copied()
         .filter(|x| x.0 - target <= MATCH_WINDOW_NS);
-    let (ts, used, total) = before.or(after)?;
+    let (ts, used, total) = nth_before(back).or(if back == 0 { after } else { None })?;
     let start = cap.loaded.base_ns().saturating_add(off);
     // The least in use before the run: the recorded processes' own contexts appear
     // just before their first recorded call, other processes' memory throughout.
