@@ -22,9 +22,11 @@ fn scan_bytes(b: &[u8]) -> Result<Scan, SnapshotError> {
     scan_reader(b, Path::new("long.pickle"), b.len() as u64)
 }
 
-/// Every trace entry as the streaming reader stored it, as (action, addr, size, frame
-/// names), per device.
-fn streamed(scan: &Scan) -> Vec<Vec<(String, u64, u64, Vec<String>)>> {
+/// One trace entry: action, addr, size, frame names.
+type Seen = (String, u64, u64, Vec<String>);
+
+/// Every trace entry as the streaming reader stored it, per device.
+fn streamed(scan: &Scan) -> Vec<Vec<Seen>> {
     scan.traces
         .iter()
         .map(|t| {
@@ -46,7 +48,7 @@ fn streamed(scan: &Scan) -> Vec<Vec<(String, u64, u64, Vec<String>)>> {
 }
 
 /// The same from the whole document, read without streaming (every object kept).
-fn whole(bytes: &[u8]) -> Vec<Vec<(String, u64, u64, Vec<String>)>> {
+fn whole(bytes: &[u8]) -> Vec<Vec<Seen>> {
     let doc = load_plain(bytes).unwrap();
     let traces = doc.get("device_traces").and_then(Value::as_seq).unwrap();
     traces

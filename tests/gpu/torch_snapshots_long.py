@@ -3,9 +3,11 @@
 iteration (tensors kept for a few iterations, a few kept for thousands, now and then a
 large one and `empty_cache()`), dumped with PyTorch's figures at that moment.
 
-  record CASE OUT_DIR ITERATIONS [ITERATIONS ...]
+  record CASE OUT_DIR ITERATIONS [ITERATIONS|BYTESb ...]
       Records with CASE's settings (see CASES) and dumps OUT_DIR/CASE.pickle after the
-      first count of iterations; later counts (cumulative) dump CASE_2.pickle, ...
+      first count of iterations; later counts (cumulative) dump CASE_2.pickle, ...; a
+      count written as BYTESb (e.g. 1100000000b) is the iterations that make a file of
+      about that size, at the bytes per iteration of the dump before.
       Writes NAME.json beside each: per device memory_allocated, memory_reserved,
       segments and active blocks (memory_stats), and the record/dump seconds.
   check NAME.pickle NAME.json REPORT.json [--python]
@@ -97,12 +99,16 @@ def record(case, out, counts):
         del scratch
 
     done = 0
+    per_iteration = None
     t0 = time.monotonic()
     for n, count in enumerate(counts):
+        if isinstance(count, str):
+            count = done + int((float(count[:-1]) - last_bytes) / per_iteration * 1.02)
         for i in range(done, count):
             step(i)
         done = count
-        torch.cuda.synchronize()
+        for d in devs:
+            torch.cuda.synchronize(d)
         name = case if n == 0 else f"{case}_{n + 1}"
         path = os.path.join(out, name + ".pickle")
         fig = {"case": case, "iterations": count, "at_dump": figures(devices),
@@ -120,7 +126,8 @@ def record(case, out, counts):
         else:
             torch.cuda.memory._dump_snapshot(path)
         fig["dump_s"] = round(time.monotonic() - t1, 2)
-        fig["bytes"] = os.path.getsize(path)
+        fig["bytes"] = last_bytes = os.path.getsize(path)
+        per_iteration = max(1.0, last_bytes / max(1, count))
         with open(os.path.join(out, name + ".json"), "w") as f:
             json.dump(fig, f, indent=1)
         print(f"{name}: {count} iterations, {fig['bytes']} bytes, record {fig['record_s']} s, dump {fig['dump_s']} s")
@@ -206,7 +213,7 @@ def measure(out, cmd):
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "record":
-        record(sys.argv[2], sys.argv[3], [int(x) for x in sys.argv[4:]])
+        record(sys.argv[2], sys.argv[3], [x if x.endswith("b") else int(x) for x in sys.argv[4:]])
     elif mode == "check":
         sys.exit(0 if check(sys.argv[2], sys.argv[3], sys.argv[4], "--python" in sys.argv[5:]) else 1)
     elif mode == "load":

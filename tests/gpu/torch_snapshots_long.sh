@@ -4,7 +4,7 @@
 # all/state/alloc, enabled=state, a wrapped ring, expandable segments, two devices when
 # there are two, a snapshot the user pickled from torch.cuda.memory._snapshot()), about
 # 5 MB (stacks all), about 250 MB and at least 1 GB (stacks python, one recording dumped
-# twice). Each dump has PyTorch's figures beside it (NAME.json); `memwatch report --json`
+# twice; LONG_2GB=1: three times). Each dump has PyTorch's figures beside it (NAME.json); `memwatch report --json`
 # must equal them (allocated, reserved, segments, active blocks, the replay ending on
 # the dump) and, up to 300 MB, Python's own reading of the file (segments, blocks,
 # bytes, bytes by Python line, trace entries): "NAME: OK" / "NAME: FAIL" per snapshot.
@@ -70,13 +70,13 @@ done
 say "medium (stacks all, 20,000 iterations: the issue's 4.9 MB refusal)"
 record medium 20000 && check medium
 
-# Bytes per iteration of the large case's settings, from python_all.
-bpi=$("$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(max(1, j["bytes"] // j["iterations"]))' "$work/python_all.json" 2>/dev/null || echo 500)
+# The large recording: dumped after 500,000 iterations (about 250 MB), then at the sizes
+# asked (iterations from the bytes per iteration of the dump before).
 gb="${LONG_GB:-1.1}"
-counts=$("$py" -c 'import sys; b=int(sys.argv[1]); g=float(sys.argv[2]); two=sys.argv[3]=="1"
-ts=[0.25e9, g*1e9] + ([2.2e9] if two else [])
-print(" ".join(str(int(t/b*1.03)) for t in ts))' "$bpi" "$gb" "${LONG_2GB:-0}")
-say "large (stacks python): $bpi bytes per iteration -> iterations $counts"
+targets="$("$py" -c 'import sys; print(int(float(sys.argv[1]) * 1e9))' "$gb")b"
+[ "${LONG_2GB:-0}" = 1 ] && targets="$targets 2200000000b"
+counts="500000 $targets"
+say "large (stacks python): iterations/sizes $counts"
 if record large $counts; then
     for n in large large_2 large_3; do check "$n"; done
 fi

@@ -179,7 +179,13 @@ mod tests {
     fn chunks_of_few_handles_are_coded_and_read_the_same() {
         let mut h = Handles::default();
         let n = 10 * CHUNK;
-        let f = |i: usize| if i % 3 == 0 { 7 } else { (i % 40) as u32 };
+        let f = |i: usize| {
+            if i.is_multiple_of(3) {
+                7
+            } else {
+                (i % 40) as u32
+            }
+        };
         for i in 0..n {
             h.grow_to(i, f(i));
         }
