@@ -436,3 +436,112 @@ fn driver_facts_are_the_live_set_where_the_fold_would_stop() {
         }
     }
 }
+
+/// A JAX loop that keeps every step's output (a live PJRT buffer per execution), its
+/// completions flushed by their own thread, sometimes before the executions they
+/// complete, and killed (no process_end): the fold gives what reading the file gives,
+/// and its checkpoints copy fewer entries than it folds events, however many buffers
+/// stay live (copying them before every batch cost time and memory quadratic in the
+/// run: issue 38).
+#[test]
+fn a_long_jax_loop_folds_with_checkpoints_bounded_by_its_events() {
+    let pid = 77;
+    let ev = |kind, mem, api, tid, ts, ptr, size, aux| Event {
+        ts_ns: ts,
+        pid,
+        tid,
+        ptr,
+        size,
+        aux,
+        duration_ns: 20_000,
+        device: 0,
+        ..Event::new(kind, mem, api)
+    };
+    for steps in [2_000u64, 6_000] {
+        let mut recs = vec![
+            Record::ProcessStart(ProcessStart {
+                pid,
+                ppid: 1,
+                mono_anchor_ns: T0,
+                wall_anchor_unix_ns: 1_700_000_000_000_000_000,
+                shim_version: "t".into(),
+                hostname: "h".into(),
+                argv: vec!["python3".into()],
+                pid_ns: None,
+            }),
+            Record::Events(vec![ev(
+                EventKind::Alloc,
+                MemKind::Device,
+                Api::CuMemAlloc,
+                pid,
+                T0 + 1,
+                0x7000_0000,
+                1 << 30,
+                0,
+            )]),
+        ];
+        let (mut main, mut callback) = (Vec::new(), Vec::new());
+        for i in 0..steps {
+            let ts = T0 + MS + i * 50_000;
+            let span = EventKind::ApiSpan;
+            main.push(ev(
+                span,
+                MemKind::None,
+                Api::PjrtExecute,
+                pid,
+                ts,
+                0xe,
+                0,
+                0,
+            ));
+            main.push(ev(
+                EventKind::Alloc,
+                MemKind::PjrtBuffer,
+                Api::PjrtExecuteOutput,
+                pid,
+                ts,
+                0x9000_0000 + i * 64,
+                1 << 20,
+                0xe,
+            ));
+            callback.push(ev(
+                span,
+                MemKind::None,
+                Api::PjrtExecuteComplete,
+                999,
+                ts,
+                0xe,
+                0,
+                0,
+            ));
+            if i % 100 == 99 {
+                // A flush: the callback thread's batch first every other time.
+                let (a, b) = (std::mem::take(&mut main), std::mem::take(&mut callback));
+                if i % 200 == 99 {
+                    recs.extend([Record::Events(b), Record::Events(a)]);
+                } else {
+                    recs.extend([Record::Events(a), Record::Events(b)]);
+                }
+            }
+        }
+        recs.extend([Record::Events(main), Record::Events(callback)]);
+        let mut w = FrameWriter::new(Vec::new()).expect("writer");
+        for r in &recs {
+            w.write_record(r).expect("encodes");
+        }
+        let bytes = w.into_inner().expect("bytes");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("jax-loop.mwcap");
+        std::fs::write(&path, &bytes).expect("written");
+        for batch in [64, 1000] {
+            check_same(&path, &bytes, batch);
+            let f = fold(&path, &bytes, batch).expect("folds");
+            let folded = f.stats.events + f.stats.refolded;
+            assert!(
+                f.stats.copied <= folded,
+                "{steps} steps, batches of {batch}: checkpoints copied {} entries for {folded} events folded",
+                f.stats.copied
+            );
+        }
+    }
+}

@@ -329,6 +329,11 @@ impl DeviceWalk {
         }
     }
 
+    /// Entries a clone copies (streams, live PJRT buffers, imported mappings).
+    pub fn entries(&self) -> usize {
+        self.streams.len() + self.arrays.len() + self.imported.len()
+    }
+
     /// Sets the pool sizes; whether they changed.
     pub fn set_pool_sizes(&mut self, sizes: &PoolSizes) -> bool {
         let changed = self.pool_sizes != *sizes;

@@ -70,6 +70,9 @@ pub struct FoldStats {
     pub late_events: u64,
     /// Events folded again because late ones had to be put before them.
     pub refolded: u64,
+    /// Entries the checkpoints copied (live allocations, live PJRT buffers, per-stream
+    /// figures): at most the events folded (see `CaptureFold::checkpoint`).
+    pub copied: u64,
 }
 
 /// Why a fold gave up (then the file is read back, as without a fold).
@@ -380,10 +383,24 @@ impl CaptureFold {
         c.position()
     }
 
+    /// Checkpoints the fold before a batch, unless fewer events were folded since the
+    /// last checkpoint than a checkpoint copies: then the copies never cost more than
+    /// the fold (a run that keeps a million buffers live would otherwise copy them
+    /// before every batch) and the kept checkpoints hold no more entries than the
+    /// events folded.
     fn checkpoint(&mut self) {
+        let last = self
+            .checkpoints
+            .back()
+            .map_or(self.start.position(), |c| c.position());
+        let since = self.report.len().saturating_sub(last);
+        if since < self.report.checkpoint_size() {
+            return;
+        }
         if self.checkpoints.len() == CHECKPOINTS {
             self.checkpoints.pop_front();
         }
+        self.stats.copied += self.report.checkpoint_size() as u64;
         self.checkpoints.push_back(self.report.checkpoint());
     }
 

@@ -10,6 +10,7 @@
 //! code names per API family), `symbolize` (sampled native stacks -> module, offset,
 //! symbol), `trace` (trace export). Nothing here prints or exits.
 
+mod api_table;
 pub mod codes;
 pub mod devices;
 pub mod fold;

@@ -48,15 +48,20 @@ pub fn run_trace(
         }
         id += 1;
     }
+    // Each executable's temp, looked up once per handle (the first record of a handle,
+    // as `PjrtFacts::executable` finds it), not once per execution.
+    let mut temps: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    for e in pjrt.executables.iter().filter(|e| e.pid == pid) {
+        temps
+            .entry(e.handle)
+            .or_insert_with(|| e.stat(e.stats.temp).unwrap_or(0));
+    }
     for x in pjrt
         .executions
         .iter()
         .filter(|x| x.pid == pid && x.device == device && x.ok && x.end <= at)
     {
-        let temp = pjrt
-            .executable(pid, x.handle)
-            .and_then(|e| e.stat(e.stats.temp))
-            .unwrap_or(0);
+        let temp = temps.get(&x.handle).copied().unwrap_or(0);
         if temp > 0 {
             ops.push((x.ts, 1, id, Some(temp)));
             ops.push((x.end, 0, id, None));

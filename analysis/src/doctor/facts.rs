@@ -244,7 +244,7 @@ impl PjrtFacts {
     }
 
     /// The allocator's samples of (pid, device), in time order.
-    pub fn samples(&self, pid: u32, device: i32) -> Vec<runtime::peak::Sample> {
+    pub fn samples(&self, pid: u32, device: i32) -> Vec<runtime::Sample> {
         self.report
             .as_ref()
             .and_then(|r| r.processes.iter().find(|p| p.pid == pid))
@@ -254,7 +254,7 @@ impl PjrtFacts {
     }
 
     /// The last sample at or before runtime ns `ts`.
-    pub fn sample_before(&self, pid: u32, device: i32, ts: u64) -> Option<runtime::peak::Sample> {
+    pub fn sample_before(&self, pid: u32, device: i32, ts: u64) -> Option<runtime::Sample> {
         self.samples(pid, device)
             .into_iter()
             .take_while(|s| s.ts_ns <= ts)

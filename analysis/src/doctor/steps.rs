@@ -40,9 +40,19 @@ pub fn execution_leak(pjrt: &PjrtFacts, pid: u32, device: i32, at: u64) -> Optio
         }
     }
     let mut by_name: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    // Each handle named once, not once per execution.
+    let mut names: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
     for (i, x) in pjrt.executions.iter().enumerate() {
         if x.pid == pid && x.device == device && x.ok && x.ts <= at {
-            by_name.entry(pjrt.name(pid, x.handle)).or_default().push(i);
+            let name = names
+                .entry(x.handle)
+                .or_insert_with(|| pjrt.name(pid, x.handle));
+            match by_name.get_mut(name.as_str()) {
+                Some(v) => v.push(i),
+                None => {
+                    by_name.insert(name.clone(), vec![i]);
+                }
+            }
         }
     }
     let mut best: Option<ExecutionLeak> = None;

@@ -1,4 +1,4 @@
-//! The runtime peak per device and what made it up; OOM incidents; the XLA dump join.
+//! The runtime peak per device and what made it up; OOM incidents.
 //!
 //! Definitions (documented in the report too):
 //! - *runtime peak* of a device: the largest `peak_bytes_in_use` (else `bytes_in_use`)
@@ -10,204 +10,23 @@
 //!   The main one is the running executable with the largest compiled temp.
 //! - *co-resident*: `jax.Array` buffers (PJRT buffers) alive at the window's end, grouped
 //!   by the executable that produced them (or "host transfer" / "copy").
+//!
+//! Each process's records are gathered in one pass and walked once: a completion finds
+//! its execution by (executable, device, start), an incident its last allocator sample
+//! by a search in time order, and what was live at every peak and incident comes from
+//! one sweep (`super::live`), so the work is linear in the capture however many
+//! executions failed.
 
-use super::load::RuntimeCapture;
-use crate::xla::{Group, ModuleReport, PeakBuffer};
-use memwatch_wire::{Api, Event, EventKind, PjrtExecutable, PjrtMemoryStats};
-use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
-/// One memory-statistics sample as reported (absent fields: null).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Sample {
-    pub ts_ns: u64,
-    pub bytes_in_use: u64,
-    pub peak_bytes_in_use: Option<u64>,
-    pub pool_bytes: Option<u64>,
-    pub largest_free_block_bytes: Option<u64>,
-    pub bytes_limit: Option<u64>,
-}
+use memwatch_wire::{Api, Event, PjrtExecutable, PjrtMemoryStats};
 
-impl Sample {
-    fn of(s: &PjrtMemoryStats) -> Self {
-        Sample {
-            ts_ns: s.ts_ns,
-            bytes_in_use: s.bytes_in_use.max(0) as u64,
-            peak_bytes_in_use: s.get(PjrtMemoryStats::PEAK_BYTES_IN_USE, s.peak_bytes_in_use),
-            pool_bytes: s.get(PjrtMemoryStats::POOL_BYTES, s.pool_bytes),
-            largest_free_block_bytes: s
-                .get(PjrtMemoryStats::LARGEST_FREE_BLOCK, s.largest_free_block),
-            bytes_limit: s.get(PjrtMemoryStats::BYTES_LIMIT, s.bytes_limit),
-        }
-    }
-    fn peak(&self) -> u64 {
-        self.peak_bytes_in_use
-            .unwrap_or(self.bytes_in_use)
-            .max(self.bytes_in_use)
-    }
-}
-
-/// An executable as compiled (compiled memory statistics, per device).
-#[derive(Debug, Clone, Serialize)]
-pub struct ExecutableSummary {
-    pub pid: u32,
-    pub handle: u64,
-    pub name: String,
-    pub fingerprint: String,
-    pub deserialized: bool,
-    pub argument_bytes: Option<u64>,
-    pub output_bytes: Option<u64>,
-    pub alias_bytes: Option<u64>,
-    pub temp_bytes: Option<u64>,
-    pub generated_code_bytes: Option<u64>,
-    pub executions: u64,
-    pub failed_executions: u64,
-    pub call_time_ns: u64,
-}
-
-impl ExecutableSummary {
-    /// `x` as compiled: its name and compiled memory statistics, no executions counted.
-    pub fn compiled(x: &PjrtExecutable) -> Self {
-        ExecutableSummary {
-            pid: x.pid,
-            handle: x.handle,
-            name: x.name.clone(),
-            fingerprint: x.fingerprint.clone(),
-            deserialized: x.flags & PjrtExecutable::FLAG_DESERIALIZED != 0,
-            argument_bytes: x.stat(x.stats.argument),
-            output_bytes: x.stat(x.stats.output),
-            alias_bytes: x.stat(x.stats.alias),
-            temp_bytes: x.stat(x.stats.temp),
-            generated_code_bytes: x.stat(x.stats.generated_code),
-            executions: 0,
-            failed_executions: 0,
-            call_time_ns: 0,
-        }
-    }
-}
-
-/// Live buffers at the peak produced by one executable (or a transfer).
-#[derive(Debug, Clone, Serialize)]
-pub struct LiveGroup {
-    pub producer: String,
-    pub bytes: u64,
-    pub count: u64,
-}
-
-/// The dump module an executable was joined to and its peak's make-up.
-#[derive(Debug, Clone, Serialize)]
-pub struct DumpJoin {
-    pub module: String,
-    pub file: String,
-    /// "name+stats" when the dump's argument/output/temp bytes equal the compiled
-    /// statistics, "name" when only the name matched.
-    pub matched_by: String,
-    pub argument_bytes: u64,
-    pub output_bytes: u64,
-    pub temp_bytes: u64,
-    pub peak_buffers: Vec<PeakBuffer>,
-    pub by_op_name: Vec<Group>,
-    /// The module's peak bytes by HLO op category (fusion, dot/conv, ...).
-    pub by_category: Vec<Group>,
-}
-
-/// One execution overlapping the peak window.
-#[derive(Debug, Clone, Serialize)]
-pub struct Running {
-    pub executable: String,
-    pub handle: u64,
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub completed: bool,
-    pub temp_bytes: Option<u64>,
-}
-
-/// A device's runtime peak and its attribution.
-#[derive(Debug, Clone, Serialize)]
-pub struct PeakAttribution {
-    pub ts_ns: u64,
-    pub window_start_ns: u64,
-    pub peak_bytes_in_use: u64,
-    pub pool_bytes: Option<u64>,
-    pub bytes_limit: Option<u64>,
-    /// The main executable running at the peak (largest compiled temp among `running`).
-    pub executable: Option<String>,
-    pub running: Vec<Running>,
-    /// Live PJRT buffers at the window's end.
-    pub live_buffer_bytes: u64,
-    pub co_resident: Vec<LiveGroup>,
-    /// Compiled temp of the main executable (its scratch while it runs).
-    pub running_temp_bytes: u64,
-    /// `live_buffer_bytes + running_temp_bytes`, capped at the peak.
-    pub explained_bytes: u64,
-    /// What the two do not cover (allocator rounding, buffers outside PJRT, ...).
-    pub unexplained_bytes: u64,
-    pub xla: Option<DumpJoin>,
-}
-
-/// One device of one process.
-#[derive(Debug, Clone, Serialize)]
-pub struct DeviceRuntime {
-    pub device: i32,
-    pub samples: u64,
-    pub first: Option<Sample>,
-    pub last: Option<Sample>,
-    pub max_pool_bytes: Option<u64>,
-    pub peak: Option<PeakAttribution>,
-    /// Every sample (only when asked for).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub timeline: Vec<Sample>,
-}
-
-/// An execute that failed with RESOURCE_EXHAUSTED.
-#[derive(Debug, Clone, Serialize)]
-pub struct OomIncident {
-    pub ts_ns: u64,
-    pub device: i32,
-    pub executable: String,
-    pub handle: u64,
-    pub result: i32,
-    /// The size named in the error message; JAX prints it in human units ("3.25GiB"),
-    /// so it is only as exact as the message.
-    pub requested_bytes: Option<u64>,
-    pub compiled_temp_bytes: Option<u64>,
-    /// The failed request is the executable's temp buffer: the compiled temp size,
-    /// rounded up to BFC's 256 bytes, lies within the message's rounding of the request.
-    pub request_is_temp_buffer: bool,
-    /// The exact size of that request when it is the temp buffer (temp rounded to 256).
-    pub exact_request_bytes: Option<u64>,
-    pub last_stats: Option<Sample>,
-    pub live_buffer_bytes: u64,
-    pub co_resident: Vec<LiveGroup>,
-    pub xla: Option<DumpJoin>,
-}
-
-/// A compile that failed (no executable came of it): memory asked for while compiling
-/// (autotuning scratch) is not in the allocator's peak.
-#[derive(Debug, Clone, Serialize)]
-pub struct FailedCompile {
-    pub ts_ns: u64,
-    pub duration_ns: u64,
-    /// The PJRT error code (8: RESOURCE_EXHAUSTED).
-    pub result: i32,
-}
-
-/// One process's runtime report.
-#[derive(Debug, Clone, Serialize)]
-pub struct ProcessRuntime {
-    pub pid: u32,
-    pub executables: Vec<ExecutableSummary>,
-    pub devices: Vec<DeviceRuntime>,
-    pub ooms: Vec<OomIncident>,
-    pub failed_compiles: Vec<FailedCompile>,
-}
-
-/// `memwatch runtime`'s document.
-#[derive(Debug, Clone, Serialize)]
-pub struct RuntimeReport {
-    pub processes: Vec<ProcessRuntime>,
-    pub damaged_regions: u64,
-}
+use super::live::{live_at_each, SweepWork};
+use super::load::RuntimeCapture;
+use super::report::{
+    DeviceRuntime, ExecutableSummary, FailedCompile, OomIncident, PeakAttribution, ProcessRuntime,
+    Running, RuntimeReport, Sample,
+};
 
 const RESOURCE_EXHAUSTED: i32 = 8;
 
@@ -219,94 +38,60 @@ struct Span {
     completed: bool,
 }
 
-fn producer_name(api: Api, aux: u64, names: &HashMap<u64, String>) -> String {
-    match api {
-        Api::PjrtExecuteOutput => names
-            .get(&aux)
-            .cloned()
-            .unwrap_or_else(|| format!("executable {aux:#x}")),
-        Api::PjrtBufferFromHostBuffer => "host transfer".into(),
-        Api::PjrtBufferPreAttach => "before attach".into(),
-        _ => "device copy".into(),
-    }
+/// One process's records, each kind in the capture's (time) order.
+#[derive(Default)]
+struct Records<'a> {
+    exes: Vec<&'a PjrtExecutable>,
+    stats: Vec<&'a PjrtMemoryStats>,
+    events: Vec<&'a Event>,
 }
 
-/// Live PJRT buffers at `ts` on `device` (all devices when the free events lack one).
-fn live_at(
-    events: &[&Event],
-    ts: u64,
-    device: i32,
-    names: &HashMap<u64, String>,
-) -> (u64, Vec<LiveGroup>) {
-    let mut live: HashMap<u64, (u64, String, i32)> = HashMap::new();
-    for e in events.iter().take_while(|e| e.ts_ns <= ts) {
-        match e.kind() {
-            Some(EventKind::Alloc) if e.is_mem(memwatch_wire::MemKind::PjrtBuffer) => {
-                live.insert(
-                    e.ptr,
-                    (e.size, producer_name(e.api(), e.aux, names), e.device),
-                );
-            }
-            Some(EventKind::Free) => {
-                live.remove(&e.ptr);
-            }
-            _ => {}
-        }
+/// Computes the report. `timeline`: include every sample per device. The capture's
+/// events and samples are in time order (as [`super::load`] gives them).
+pub fn analyse(cap: &RuntimeCapture, timeline: bool) -> RuntimeReport {
+    analyse_counting(cap, timeline).0
+}
+
+/// [`analyse`], and the work its sweeps of what was live did (all processes together).
+pub fn analyse_counting(cap: &RuntimeCapture, timeline: bool) -> (RuntimeReport, SweepWork) {
+    let mut by_pid: BTreeMap<u32, Records> = BTreeMap::new();
+    for x in &cap.executables {
+        by_pid.entry(x.pid).or_default().exes.push(x);
     }
-    let mut groups: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    let mut total = 0;
-    for (size, who, dev) in live.values() {
-        if *dev != device {
-            continue;
-        }
-        total += size;
-        let g = groups.entry(who.clone()).or_default();
-        g.0 += size;
-        g.1 += 1;
+    for s in &cap.stats {
+        by_pid.entry(s.pid).or_default().stats.push(s);
     }
-    let mut v: Vec<LiveGroup> = groups
+    for e in &cap.events {
+        by_pid.entry(e.pid).or_default().events.push(e);
+    }
+    let mut work = SweepWork::default();
+    let processes = by_pid
         .into_iter()
-        .map(|(producer, (bytes, count))| LiveGroup {
-            producer,
-            bytes,
-            count,
+        .map(|(pid, r)| {
+            let (p, w) = process(pid, &r, timeline);
+            work.events_applied += w.events_applied;
+            work.groups_read += w.groups_read;
+            p
         })
         .collect();
-    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.producer.cmp(&b.producer)));
-    (total, v)
-}
-
-/// Computes the report. `timeline`: include every sample per device.
-pub fn analyse(cap: &RuntimeCapture, timeline: bool) -> RuntimeReport {
-    let mut pids: Vec<u32> = cap
-        .executables
-        .iter()
-        .map(|x| x.pid)
-        .chain(cap.stats.iter().map(|s| s.pid))
-        .chain(cap.events.iter().map(|e| e.pid))
-        .collect();
-    pids.sort_unstable();
-    pids.dedup();
-    let processes = pids
-        .into_iter()
-        .map(|pid| process(cap, pid, timeline))
-        .collect();
-    RuntimeReport {
+    let report = RuntimeReport {
         processes,
         damaged_regions: cap.damage.len() as u64,
-    }
+    };
+    (report, work)
 }
 
-fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
-    let exes: Vec<&PjrtExecutable> = cap.executables.iter().filter(|x| x.pid == pid).collect();
-    let by_handle: HashMap<u64, &PjrtExecutable> = exes.iter().map(|x| (x.handle, *x)).collect();
-    let names: HashMap<u64, String> = exes.iter().map(|x| (x.handle, x.name.clone())).collect();
-    let events: Vec<&Event> = cap.events.iter().filter(|e| e.pid == pid).collect();
+fn process(pid: u32, r: &Records, timeline: bool) -> (ProcessRuntime, SweepWork) {
+    let by_handle: HashMap<u64, &PjrtExecutable> = r.exes.iter().map(|x| (x.handle, *x)).collect();
+    let names: HashMap<u64, String> = r.exes.iter().map(|x| (x.handle, x.name.clone())).collect();
+    let events = &r.events;
 
-    // Execute spans, extended to completion where a completion event exists.
+    // Execute spans, extended to completion where a completion event exists (the latest
+    // execution of the same executable, device and start before it).
     let mut spans: Vec<Span> = Vec::new();
+    let mut span_at: HashMap<(u64, i32, u64), usize> = HashMap::new();
     let mut summary: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new();
-    for e in &events {
+    for e in events {
         match e.api() {
             Api::PjrtExecute => {
                 let s = summary.entry(e.ptr).or_default();
@@ -316,6 +101,7 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
                     s.1 += 1;
                 }
                 s.2 += e.duration_ns;
+                span_at.insert((e.ptr, e.device, e.ts_ns), spans.len());
                 spans.push(Span {
                     handle: e.ptr,
                     device: e.device,
@@ -325,11 +111,8 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
                 });
             }
             Api::PjrtExecuteComplete => {
-                if let Some(sp) = spans
-                    .iter_mut()
-                    .rev()
-                    .find(|s| s.handle == e.ptr && s.device == e.device && s.start == e.ts_ns)
-                {
+                if let Some(&i) = span_at.get(&(e.ptr, e.device, e.ts_ns)) {
+                    let sp = &mut spans[i];
                     sp.end = sp.end.max(e.ts_ns + e.duration_ns);
                     sp.completed = true;
                 }
@@ -344,7 +127,8 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
             _ => {}
         }
     }
-    let executables = exes
+    let executables = r
+        .exes
         .iter()
         .map(|x| {
             let (ok, failed, t) = summary.get(&x.handle).copied().unwrap_or_default();
@@ -363,65 +147,82 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
             .unwrap_or_else(|| format!("executable {h:#x}"))
     };
     let temp_of = |h: u64| by_handle.get(&h).and_then(|x| x.stat(x.stats.temp));
+    let running_of = |sp: &Span| Running {
+        executable: name_of(sp.handle),
+        handle: sp.handle,
+        start_ns: sp.start,
+        end_ns: sp.end,
+        completed: sp.completed,
+        temp_bytes: temp_of(sp.handle),
+    };
+    // Each device's spans (in start order) and samples (in time order).
+    let mut spans_of: HashMap<i32, Vec<&Span>> = HashMap::new();
+    for sp in &spans {
+        spans_of.entry(sp.device).or_default().push(sp);
+    }
+    let mut stats_of: BTreeMap<i32, Vec<&PjrtMemoryStats>> = BTreeMap::new();
+    for s in &r.stats {
+        stats_of.entry(s.device).or_default().push(s);
+    }
 
-    let mut devs: Vec<i32> = cap
-        .stats
+    let oom_events: Vec<&Event> = events
         .iter()
-        .filter(|s| s.pid == pid)
-        .map(|s| s.device)
+        .copied()
+        .filter(|e| {
+            // Synchronous: Execute itself returned the error. Asynchronous: Execute
+            // returned success and the error came with the completion event (the
+            // wrapper only asks for completion after a successful Execute, so one
+            // failure is never counted twice).
+            matches!(e.api(), Api::PjrtExecute | Api::PjrtExecuteComplete)
+                && e.result == RESOURCE_EXHAUSTED
+        })
         .collect();
-    devs.sort_unstable();
-    devs.dedup();
-    let devices = devs
+    // The peak of each device: (device, its samples, index of the peak sample).
+    let peaks: Vec<(i32, Vec<Sample>, Option<usize>)> = stats_of
+        .iter()
+        .map(|(&device, stats)| {
+            let samples: Vec<Sample> = stats.iter().map(|s| Sample::of(s)).collect();
+            let peak = peak_of(&samples);
+            (device, samples, peak)
+        })
+        .collect();
+    // What was live at every peak and every incident, in one sweep.
+    let instants: Vec<(u64, i32)> = peaks
+        .iter()
+        .filter_map(|(device, samples, i)| i.map(|i| (samples[i].ts_ns, *device)))
+        .chain(oom_events.iter().map(|e| (e.ts_ns, e.device)))
+        .collect();
+    let (mut live, work) = live_at_each(events, &instants, &names);
+    let mut live = live.drain(..);
+
+    let no_spans = Vec::new();
+    let devices = peaks
         .into_iter()
-        .map(|device| {
-            let samples: Vec<Sample> = cap
-                .stats
-                .iter()
-                .filter(|s| s.pid == pid && s.device == device)
-                .map(Sample::of)
-                .collect();
-            let peak = peak_of(&samples).map(|i| {
+        .map(|(device, samples, peak_i)| {
+            let peak = peak_i.map(|i| {
                 let s = &samples[i];
                 let window_start = if i > 0 { samples[i - 1].ts_ns } else { 0 };
+                let spans = spans_of.get(&device).unwrap_or(&no_spans);
                 let mut running: Vec<Running> = spans
                     .iter()
-                    .filter(|sp| {
-                        sp.device == device && sp.start <= s.ts_ns && sp.end >= window_start
-                    })
-                    .map(|sp| Running {
-                        executable: name_of(sp.handle),
-                        handle: sp.handle,
-                        start_ns: sp.start,
-                        end_ns: sp.end,
-                        completed: sp.completed,
-                        temp_bytes: temp_of(sp.handle),
-                    })
+                    .filter(|sp| sp.start <= s.ts_ns && sp.end >= window_start)
+                    .map(|sp| running_of(sp))
                     .collect();
                 if running.is_empty() {
-                    if let Some(sp) = spans
-                        .iter()
-                        .rev()
-                        .find(|sp| sp.device == device && sp.start <= s.ts_ns)
-                    {
-                        running.push(Running {
-                            executable: name_of(sp.handle),
-                            handle: sp.handle,
-                            start_ns: sp.start,
-                            end_ns: sp.end,
-                            completed: sp.completed,
-                            temp_bytes: temp_of(sp.handle),
-                        });
+                    // The last execution that started by the peak sample.
+                    let n = spans.partition_point(|sp| sp.start <= s.ts_ns);
+                    if let Some(sp) = n.checked_sub(1).map(|k| spans[k]) {
+                        running.push(running_of(sp));
                     }
                 }
                 let main = running
                     .iter()
                     .max_by_key(|r| (r.temp_bytes.unwrap_or(0), r.start_ns))
                     .cloned();
-                let (live, groups) = live_at(&events, s.ts_ns, device, &names);
+                let at = live.next().unwrap_or_default();
                 let temp = main.as_ref().and_then(|m| m.temp_bytes).unwrap_or(0);
                 let peak_bytes = s.peak();
-                let explained = (live + temp).min(peak_bytes);
+                let explained = (at.bytes + temp).min(peak_bytes);
                 PeakAttribution {
                     ts_ns: s.ts_ns,
                     window_start_ns: window_start,
@@ -430,8 +231,8 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
                     bytes_limit: s.bytes_limit,
                     executable: main.map(|m| m.executable),
                     running,
-                    live_buffer_bytes: live,
-                    co_resident: groups,
+                    live_buffer_bytes: at.bytes,
+                    co_resident: at.groups,
                     running_temp_bytes: temp,
                     explained_bytes: explained,
                     unexplained_bytes: peak_bytes - explained,
@@ -450,26 +251,15 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
         })
         .collect();
 
-    let ooms = events
+    let no_stats = Vec::new();
+    let ooms = oom_events
         .iter()
-        .filter(|e| {
-            // Synchronous: Execute itself returned the error. Asynchronous: Execute
-            // returned success and the error came with the completion event (the
-            // wrapper only asks for completion after a successful Execute, so one
-            // failure is never counted twice).
-            matches!(e.api(), Api::PjrtExecute | Api::PjrtExecuteComplete)
-                && e.result == RESOURCE_EXHAUSTED
-        })
         .map(|e| {
-            let last = cap
-                .stats
-                .iter()
-                .rev()
-                .find(|s| {
-                    s.pid == pid && s.device == e.device && s.ts_ns <= e.ts_ns + e.duration_ns
-                })
-                .map(Sample::of);
-            let (live, groups) = live_at(&events, e.ts_ns, e.device, &names);
+            // The device's last sample by the end of the call.
+            let stats = stats_of.get(&e.device).unwrap_or(&no_stats);
+            let n = stats.partition_point(|s| s.ts_ns <= e.ts_ns + e.duration_ns);
+            let last = n.checked_sub(1).map(|k| Sample::of(stats[k]));
+            let at = live.next().unwrap_or_default();
             let requested = (e.size > 0).then_some(e.size);
             let temp = temp_of(e.ptr);
             let exact = match (requested, temp) {
@@ -489,8 +279,8 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
                 request_is_temp_buffer: exact.is_some(),
                 exact_request_bytes: exact,
                 last_stats: last,
-                live_buffer_bytes: live,
-                co_resident: groups,
+                live_buffer_bytes: at.bytes,
+                co_resident: at.groups,
                 xla: None,
             }
         })
@@ -504,13 +294,14 @@ fn process(cap: &RuntimeCapture, pid: u32, timeline: bool) -> ProcessRuntime {
             result: e.result,
         })
         .collect();
-    ProcessRuntime {
+    let p = ProcessRuntime {
         pid,
         executables,
         devices,
         ooms,
         failed_compiles,
-    }
+    };
+    (p, work)
 }
 
 fn round_up_256(b: u64) -> u64 {
@@ -540,76 +331,11 @@ fn peak_of(samples: &[Sample]) -> Option<usize> {
     samples.iter().position(|s| s.peak() == max)
 }
 
-/// `jit_mlp`, `jit(mlp)`, `pjit_mlp`, `jit__mlp` ... -> comparable key.
-pub fn normalise(name: &str) -> String {
-    name.chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect::<String>()
-        .to_ascii_lowercase()
-        .trim_start_matches("pjit")
-        .trim_start_matches("jit")
-        .to_string()
-}
-
-/// Finds `exe`'s module among `mods`: same normalised name; among several, the one whose
-/// argument/output/temp bytes equal the compiled statistics.
-pub fn find_module<'a>(
-    exe: &ExecutableSummary,
-    mods: &'a [ModuleReport],
-) -> Option<(&'a ModuleReport, &'static str)> {
-    let key = normalise(&exe.name);
-    let same: Vec<&ModuleReport> = mods.iter().filter(|m| normalise(&m.name) == key).collect();
-    let stats_match = |m: &&&ModuleReport| {
-        exe.temp_bytes == Some(m.temp_bytes)
-            && exe.argument_bytes == Some(m.argument_bytes)
-            && exe.output_bytes == Some(m.output_bytes)
-    };
-    if let Some(m) = same.iter().find(stats_match) {
-        return Some((m, "name+stats"));
-    }
-    same.last().map(|m| (*m, "name"))
-}
-
-fn join(exe: &ExecutableSummary, mods: &[ModuleReport], top: usize) -> Option<DumpJoin> {
-    let (m, how) = find_module(exe, mods)?;
-    Some(DumpJoin {
-        module: m.name.clone(),
-        file: m.file.clone(),
-        matched_by: how.to_string(),
-        argument_bytes: m.argument_bytes,
-        output_bytes: m.output_bytes,
-        temp_bytes: m.temp_bytes,
-        peak_buffers: m.peak_buffers.iter().take(top).cloned().collect(),
-        by_op_name: m.by_op_name.iter().take(top).cloned().collect(),
-        by_category: m.by_category.clone(),
-    })
-}
-
-/// Adds the dump join to every peak and OOM of `report`.
-pub fn join_dump(report: &mut RuntimeReport, mods: &[ModuleReport], top: usize) {
-    for p in &mut report.processes {
-        let exes = p.executables.clone();
-        let find = |h: u64| exes.iter().find(|x| x.handle == h);
-        for d in &mut p.devices {
-            if let Some(peak) = &mut d.peak {
-                let main = peak
-                    .running
-                    .iter()
-                    .max_by_key(|r| (r.temp_bytes.unwrap_or(0), r.start_ns))
-                    .map(|r| r.handle);
-                peak.xla = main.and_then(find).and_then(|x| join(x, mods, top));
-            }
-        }
-        for o in &mut p.ooms {
-            o.xla = find(o.handle).and_then(|x| join(x, mods, top));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memwatch_wire::{CompiledMemoryStats, MemKind};
+    use crate::runtime::join_dump;
+    use memwatch_wire::{CompiledMemoryStats, EventKind, MemKind};
 
     const GIB: u64 = 1 << 30;
 
@@ -776,12 +502,73 @@ mod tests {
         assert_eq!(pk.executable.as_deref(), Some("jit_init"));
     }
 
+    /// A JAX loop that keeps every step's output and, once the pool is full, fails every
+    /// execution through its completion: each failure is an incident listing the loop's
+    /// outputs live then and the last sample by then, and the one sweep that lists what
+    /// was live applies each event once however many incidents ask (the work is linear
+    /// in the capture: 3 events and one group read per step).
     #[test]
-    fn names_normalise() {
-        assert_eq!(normalise("jit_mlp"), "mlp");
-        assert_eq!(normalise("jit(mlp)"), "mlp");
-        assert_eq!(normalise("pjit_mlp"), "mlp");
-        assert_ne!(normalise("jit_mlp"), normalise("jit_padf"));
+    fn a_long_loop_of_failed_executions_is_swept_once() {
+        const OUT: u64 = 1 << 20;
+        for (steps, full) in [(100u64, 40u64), (1000, 40), (4000, 700)] {
+            let mut c = RuntimeCapture {
+                executables: vec![exe(
+                    0xb,
+                    "jit_refine",
+                    2 * OUT as i64,
+                    OUT as i64,
+                    OUT as i64,
+                )],
+                ..RuntimeCapture::default()
+            };
+            for i in 0..steps {
+                let ts = 1000 + i * 100;
+                let failed = i >= full;
+                c.events
+                    .push(ev(Api::PjrtExecute, EventKind::ApiSpan, ts, 10, 0xb));
+                c.events.push(buf(
+                    Api::PjrtExecuteOutput,
+                    ts,
+                    0x10_0000 + i * 64,
+                    OUT,
+                    0xb,
+                ));
+                c.events.push(Event {
+                    result: if failed { 8 } else { 0 },
+                    size: if failed { 2 * OUT } else { 0 },
+                    ..ev(Api::PjrtExecuteComplete, EventKind::ApiSpan, ts, 50, 0xb)
+                });
+                if i % 10 == 9 {
+                    let in_use = (i + 1).min(full) * OUT;
+                    c.stats.push(stats(ts + 60, in_use, in_use + 2 * OUT));
+                }
+            }
+            let (r, work) = analyse_counting(&c, false);
+            let p = &r.processes[0];
+            assert_eq!(p.ooms.len() as u64, steps - full);
+            for (k, o) in p.ooms.iter().enumerate() {
+                let step = full + k as u64;
+                let ts = 1000 + step * 100;
+                assert_eq!(o.ts_ns, ts);
+                assert_eq!(o.live_buffer_bytes, (step + 1) * OUT, "step {step}");
+                assert_eq!(o.co_resident.len(), 1);
+                assert_eq!(o.co_resident[0].producer, "jit_refine");
+                assert_eq!(o.co_resident[0].count, step + 1);
+                // The last sample by the call's end (ts + 50).
+                let last = o.last_stats.as_ref().map(|s| s.ts_ns);
+                let want = c.stats.iter().rev().find(|s| s.ts_ns <= ts + 50);
+                let want = want.map(|s| s.ts_ns);
+                assert_eq!(last, want, "step {step}");
+            }
+            let x = &p.executables[0];
+            assert_eq!((x.executions, x.failed_executions), (full, steps - full));
+            assert!(work.events_applied <= c.events.len() as u64);
+            assert_eq!(
+                work.groups_read,
+                p.ooms.len() as u64 + 1,
+                "one group per answer"
+            );
+        }
     }
 
     #[test]

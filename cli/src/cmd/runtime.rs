@@ -222,7 +222,7 @@ pub fn print_human(r: &RuntimeReport, timeline: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_join(j: &runtime::peak::DumpJoin) -> anyhow::Result<()> {
+fn print_join(j: &runtime::DumpJoin) -> anyhow::Result<()> {
     outln!(
         "      XLA module {} (matched by {}): argument {}, output {}, temp {}",
         j.module,

@@ -289,6 +289,7 @@ async fn sweep_pjrt(
     let mut span: i64 = 1 << 30;
     let mut records = 0u64;
     let mut pids: HashMap<i64, (i64, i64, i64)> = HashMap::new();
+    let mut sum = (0i64, 0i64, 0i64);
     while from <= last {
         let to = from.saturating_add(span);
         let mut changes: Vec<(i64, u8, Change)> = Vec::new();
@@ -360,10 +361,14 @@ async fn sweep_pjrt(
                     pool,
                     limit,
                 } => {
-                    pids.insert(pid, (in_use, pool, limit));
-                    let sum = pids
-                        .values()
-                        .fold((0i64, 0i64, 0i64), |a, v| (a.0 + v.0, a.1 + v.1, a.2 + v.2));
+                    // The device's figures are every process's last sample summed: kept
+                    // as a running sum (a sample replaces its process's last one).
+                    let old = pids.insert(pid, (in_use, pool, limit)).unwrap_or_default();
+                    sum = (
+                        sum.0 - old.0 + in_use,
+                        sum.1 - old.1 + pool,
+                        sum.2 - old.2 + limit,
+                    );
                     r.set(series::IN_USE, t, sum.0);
                     r.set(series::POOL, t, sum.1);
                     r.set(series::LIMIT, t, sum.2);

@@ -3,12 +3,12 @@
 //! attached XLA dump has that executable's module, by the HLO value each output is
 //! (`op_name`, instruction): output `i` of an execution is the module's output `i`
 //! (`memwatch_analysis::xla::OutputValue`), joined to the executable by
-//! `memwatch_analysis::runtime::peak::find_module`. An output whose size differs from the
+//! `memwatch_analysis::runtime::find_module`. An output whose size differs from the
 //! dump's says so instead of borrowing a name.
 
 use std::collections::BTreeMap;
 
-use memwatch_analysis::runtime::peak::{find_module, ExecutableSummary};
+use memwatch_analysis::runtime::{find_module, ExecutableSummary};
 use memwatch_analysis::xla::{ModuleReport, OutputValue};
 use memwatch_wire::Api;
 use serde::Serialize;

@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use memwatch_analysis::runtime::peak::{find_module, ExecutableSummary, LiveGroup};
 use memwatch_analysis::runtime::{analyse, RuntimeCapture};
+use memwatch_analysis::runtime::{find_module, ExecutableSummary, LiveGroup};
 use memwatch_analysis::xla::{Group, PeakBuffer};
 use memwatch_wire::{Api, PjrtMemoryStats};
 use serde::Serialize;

@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use memwatch_analysis::runtime::peak::{
+use memwatch_analysis::runtime::{analyse, join_dump, RuntimeCapture};
+use memwatch_analysis::runtime::{
     DeviceRuntime, ExecutableSummary, OomIncident, PeakAttribution, Sample,
 };
-use memwatch_analysis::runtime::{analyse, join_dump, RuntimeCapture};
 use memwatch_analysis::xla::ModuleReport;
 use memwatch_wire::{Api, EventKind};
 use serde::Serialize;
