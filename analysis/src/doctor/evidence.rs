@@ -285,20 +285,64 @@ fn entry_parameter_bytes(m: &HloModule) -> Option<u64> {
 /// Device memory readings of one device from one source.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceSeries {
-    /// The file (or `capture`).
+    /// The file (or `CAPTURE (nvml)` for the capture's own readings).
     pub source: String,
+    /// The device: nvidia-smi's index (NVML's), or for the capture's readings the
+    /// capture's device ordinal when it could be matched ([`capture_device_series`]).
     pub device: i32,
     /// (unix ns when known, else capture-relative ns; used bytes; total bytes).
     pub samples: Vec<(u64, u64, u64)>,
-    /// Whether the times are wall-clock (unix) ns; else they are on the capture's own
-    /// clock (raw monotonic ns, the events' clock).
+    /// Whether the times are wall-clock (unix) ns.
     pub wall_clock: bool,
-    /// Per-process readings on the same clock, in time order: (time, pid, used bytes)
-    /// (NVML's per-process used memory; empty when the source has none).
-    pub processes: Vec<(u64, u32, u64)>,
+    /// How each sample splits between the run's processes and the rest, read at the
+    /// sample's own instant: one entry per sample (`None`: the processes were not read
+    /// then), or empty when the source has no per-process figures (nvidia-smi's
+    /// `--query-gpu` CSV).
+    pub splits: Vec<Option<SampleSplit>>,
+}
+
+/// One sample's device use split at its instant: the run's process tree against
+/// everything else (`watched_bytes + other_bytes` = the sample's used bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleSplit {
+    /// The run's processes (the watched tree), as the driver counts them (allocations,
+    /// context, module code).
+    pub watched_bytes: u64,
+    /// The device's use minus `watched_bytes`: other processes and what the driver holds
+    /// outside any process.
+    pub other_bytes: u64,
+    /// Every process listed: (pid, bytes when known, in the watched tree).
+    pub processes: Vec<(u32, Option<u64>, bool)>,
+    /// Taken at once because a failed allocation arrived.
+    pub at_failure: bool,
 }
 
 impl DeviceSeries {
+    /// Each sample with its split, in time order: (time, used, total, split).
+    pub fn with_splits(&self) -> impl Iterator<Item = (u64, u64, u64, Option<&SampleSplit>)> {
+        self.samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.0, s.1, s.2, self.splits.get(i).and_then(Option::as_ref)))
+    }
+
+    /// The sample with the most memory held by others, with its split (taken at the
+    /// same instant as its used bytes).
+    pub fn others_peak(&self) -> Option<(u64, &SampleSplit)> {
+        self.with_splits()
+            .filter_map(|(t, _, _, s)| Some((t, s?)))
+            .max_by_key(|(t, s)| (s.other_bytes, std::cmp::Reverse(*t)))
+    }
+
+    /// The last sample at or before `ts` that has a split (same time base as
+    /// `samples`).
+    pub fn split_at(&self, ts: u64) -> Option<(u64, &SampleSplit)> {
+        self.with_splits()
+            .filter(|(t, ..)| *t <= ts)
+            .filter_map(|(t, _, _, s)| Some((t, s?)))
+            .last()
+    }
+
     /// The most memory any sample saw in use.
     pub fn max_used(&self) -> Option<u64> {
         self.samples.iter().map(|s| s.1).max()
@@ -310,25 +354,29 @@ impl DeviceSeries {
     }
 }
 
-/// The capture's own device readings (NVML's, taken by `memwatch run` / the agent on the
-/// capture's monotonic clock): one series per device, VRAM only, in time order.
+/// The device samples an agent's sampler wrote into a capture (`device_sample` records,
+/// CLOCK_MONOTONIC): one series per device, VRAM only, in time order, on the capture's
+/// time base (ns since `Loaded::base_ns`, as [`DeviceSeries`] keeps non-wall-clock times).
 pub fn capture_series(loaded: &Loaded) -> Vec<DeviceSeries> {
+    let base = loaded.base_ns();
     let mut out: Vec<DeviceSeries> = Vec::new();
     for s in loaded.device_samples.iter().filter(|s| s.memory == 0) {
         let k = match out.iter().position(|x| x.device == s.device) {
             Some(k) => k,
             None => {
                 out.push(DeviceSeries {
-                    source: format!("{} (device samples: {})", loaded.path.display(), s.source),
+                    source: format!("{} ({})", loaded.path.display(), s.source),
                     device: s.device,
                     samples: Vec::new(),
                     wall_clock: false,
-                    processes: Vec::new(),
+                    splits: Vec::new(),
                 });
                 out.len() - 1
             }
         };
-        out[k].samples.push((s.ts_ns, s.used_bytes, s.total_bytes));
+        out[k]
+            .samples
+            .push((s.ts_ns.saturating_sub(base), s.used_bytes, s.total_bytes));
     }
     for x in &mut out {
         x.samples.sort_unstable();
@@ -393,7 +441,7 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
                     device,
                     samples: Vec::new(),
                     wall_clock: true,
-                    processes: Vec::new(),
+                    splits: Vec::new(),
                 });
                 series.len() - 1
             }
