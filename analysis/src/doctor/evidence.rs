@@ -290,20 +290,15 @@ pub struct DeviceSeries {
     /// The device: nvidia-smi's index (NVML's), or for the capture's readings the
     /// capture's device ordinal when it could be matched ([`capture_device_series`]).
     pub device: i32,
-    /// (unix ns when `wall_clock`, else the capture's raw monotonic ns; used bytes; total
-    /// bytes).
+    /// (unix ns when known, else capture-relative ns; used bytes; total bytes).
     pub samples: Vec<(u64, u64, u64)>,
-    /// Whether the times are wall-clock (unix) ns; else they are on the capture's own
-    /// clock (raw monotonic ns, the events' clock).
+    /// Whether the times are wall-clock (unix) ns.
     pub wall_clock: bool,
     /// How each sample splits between the run's processes and the rest, read at the
     /// sample's own instant: one entry per sample (`None`: the processes were not read
     /// then), or empty when the source has no per-process figures (nvidia-smi's
     /// `--query-gpu` CSV).
     pub splits: Vec<Option<SampleSplit>>,
-    /// Per-process readings on the same clock, in time order: (time, pid, used bytes)
-    /// (NVML's per-process used memory; empty when the source has none).
-    pub processes: Vec<(u64, u32, u64)>,
 }
 
 /// One sample's device use split at its instant: the run's process tree against
@@ -359,26 +354,29 @@ impl DeviceSeries {
     }
 }
 
-/// The capture's own device readings (NVML's, taken by `memwatch run` / the agent on the
-/// capture's monotonic clock): one series per device, VRAM only, in time order.
+/// The device samples an agent's sampler wrote into a capture (`device_sample` records,
+/// CLOCK_MONOTONIC): one series per device, VRAM only, in time order, on the capture's
+/// time base (ns since `Loaded::base_ns`, as [`DeviceSeries`] keeps non-wall-clock times).
 pub fn capture_series(loaded: &Loaded) -> Vec<DeviceSeries> {
+    let base = loaded.base_ns();
     let mut out: Vec<DeviceSeries> = Vec::new();
     for s in loaded.device_samples.iter().filter(|s| s.memory == 0) {
         let k = match out.iter().position(|x| x.device == s.device) {
             Some(k) => k,
             None => {
                 out.push(DeviceSeries {
-                    source: format!("{} (device samples: {})", loaded.path.display(), s.source),
+                    source: format!("{} ({})", loaded.path.display(), s.source),
                     device: s.device,
                     samples: Vec::new(),
                     wall_clock: false,
                     splits: Vec::new(),
-                    processes: Vec::new(),
                 });
                 out.len() - 1
             }
         };
-        out[k].samples.push((s.ts_ns, s.used_bytes, s.total_bytes));
+        out[k]
+            .samples
+            .push((s.ts_ns.saturating_sub(base), s.used_bytes, s.total_bytes));
     }
     for x in &mut out {
         x.samples.sort_unstable();
@@ -444,7 +442,6 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
                     samples: Vec::new(),
                     wall_clock: true,
                     splits: Vec::new(),
-                    processes: Vec::new(),
                 });
                 series.len() - 1
             }
@@ -459,94 +456,6 @@ pub fn read_nvsmi_csv(path: &Path) -> Result<Vec<DeviceSeries>, DoctorError> {
         });
     }
     Ok(series)
-}
-
-/// The capture's own device readings (`memwatch run` / `attach` sampled NVML or ROCm
-/// SMI into it) as device series with a split per sample; empty when the capture has
-/// none (no readings: no series, never zeros). Times are on the capture's own clock (raw
-/// monotonic ns, as its events), so a sample matches an event's instant. A device the run's processes used
-/// gets the capture's device ordinal when that can be told: the capture's events name
-/// one device and the readings listed the run's processes on exactly one device (that
-/// one is the ordinal, the others are left out: not the run's). Otherwise each series
-/// keeps the library's index (NVML's PCI order), which CUDA_VISIBLE_DEVICES and
-/// CUDA_DEVICE_ORDER can make differ from the ordinals.
-pub fn capture_device_series(loaded: &Loaded) -> Vec<DeviceSeries> {
-    let devices = crate::device_readings::by_device(loaded);
-    let mut ordinals: Vec<i32> = loaded
-        .streams
-        .iter()
-        .map(|s| s.1)
-        .filter(|d| *d >= 0)
-        .collect();
-    ordinals.sort_unstable();
-    ordinals.dedup();
-    let with_run: Vec<usize> = (0..devices.len())
-        .filter(|&i| devices[i].watched_seen())
-        .collect();
-    let matched = match (ordinals.as_slice(), with_run.as_slice()) {
-        ([ordinal], [k]) => Some((*k, *ordinal)),
-        _ => None,
-    };
-    devices
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| matched.is_none_or(|(k, _)| k == *i))
-        .map(|(_, d)| DeviceSeries {
-            source: format!("{} ({})", loaded.path.display(), d.source),
-            device: matched.map_or(d.device, |(_, ordinal)| ordinal),
-            samples: d
-                .readings
-                .iter()
-                .map(|r| (r.ts_ns, r.used_bytes, r.total_bytes))
-                .collect(),
-            wall_clock: false,
-            processes: d
-                .readings
-                .iter()
-                .flat_map(|r| {
-                    r.processes
-                        .iter()
-                        .flatten()
-                        .filter_map(move |p| Some((r.ts_ns, p.pid, p.bytes()?)))
-                })
-                .collect(),
-            splits: d
-                .readings
-                .iter()
-                .map(|r| {
-                    let watched = r.watched_bytes?;
-                    Some(SampleSplit {
-                        watched_bytes: watched,
-                        other_bytes: r.used_bytes.saturating_sub(watched),
-                        processes: r
-                            .processes
-                            .iter()
-                            .flatten()
-                            .map(|p| (p.pid, p.bytes(), p.watched()))
-                            .collect(),
-                        at_failure: r.at_failure,
-                    })
-                })
-                .collect(),
-        })
-        .collect()
-}
-
-/// Adds the capture's own device readings to the evidence's device samples (once: a
-/// second call adds nothing).
-pub fn add_capture_samples(ev: &mut Evidence) {
-    let Some(c) = &ev.capture else {
-        return;
-    };
-    let series = capture_device_series(&c.loaded);
-    if ev
-        .device_samples
-        .iter()
-        .any(|s| series.iter().any(|x| x.source == s.source))
-    {
-        return;
-    }
-    ev.device_samples.extend(series);
 }
 
 /// Whether a text looks like nvidia-smi's CSV (its first line).

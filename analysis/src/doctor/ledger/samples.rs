@@ -1,8 +1,8 @@
 //! Device samples matched to an instant of the capture's clock: the last sample at or
 //! before the instant (else the first after it), within [`MATCH_WINDOW_NS`]. Wall-clock
 //! samples (nvidia-smi) are placed on the capture's monotonic clock through the
-//! process's own anchor pair (its monotonic and wall-clock times at start); samples
-//! already on the capture's clock (the capture's own NVML readings) need none.
+//! process's own anchor pair (its monotonic and wall-clock times at start); samples on
+//! the capture's time base (its own readings: ns since its start) through that start.
 
 use crate::doctor::evidence::{CaptureEvidence, DeviceSeries};
 
@@ -62,48 +62,59 @@ pub fn nth_sample(
     back: usize,
 ) -> Option<MatchedSample> {
     let s = series.iter().find(|s| s.device == device)?;
-    let off = if s.wall_clock {
-        wall_offset(cap, pid)?
+    // The series' clock: wall-clock through the anchor pair, else ns since the capture's
+    // start.
+    let base = cap.loaded.base_ns();
+    // (added, taken away) going from the capture's clock to the series'.
+    let (add, sub) = if s.wall_clock {
+        (wall_offset(cap, pid)?, 0)
     } else {
-        0
+        (0, base)
     };
-    let target = raw.saturating_add(off);
+    let to = |r: u64| r.saturating_add(add).saturating_sub(sub);
+    let from = |t: u64| t.saturating_add(sub).saturating_sub(add);
+    let target = to(raw);
     let k = s.samples.partition_point(|x| x.0 <= target);
     let nth_before = |n: usize| {
         k.checked_sub(n + 1)
-            .map(|i| s.samples[i])
-            .filter(|x| target - x.0 <= MATCH_WINDOW_NS)
+            .map(|i| (i, s.samples[i]))
+            .filter(|(_, x)| target - x.0 <= MATCH_WINDOW_NS)
     };
     let after = s
         .samples
         .get(k)
         .copied()
-        .filter(|x| x.0 - target <= MATCH_WINDOW_NS);
-    let (ts, used, total) = nth_before(back).or(if back == 0 { after } else { None })?;
-    let start = cap.loaded.base_ns().saturating_add(off);
+        .map(|x| (k, x))
+        .filter(|(_, x)| x.0 - target <= MATCH_WINDOW_NS);
+    let (i, (ts, used, total)) = nth_before(back).or(if back == 0 { after } else { None })?;
     // The least in use before the run: the recorded processes' own contexts appear
-    // just before their first recorded call, other processes' memory throughout.
+    // just before their first recorded call, other processes' memory throughout. (A
+    // series on the capture's own time base starts with the run: none then.)
     let used_before_run = s
-        .samples
-        .iter()
-        .take_while(|x| x.0 < start)
-        .map(|x| x.1)
-        .min();
-    // Per-process readings at the same sample time (within the sampling gap).
-    let mut processes: Vec<(u32, u64)> = Vec::new();
-    for (t, p, u) in s
-        .processes
-        .iter()
-        .filter(|x| x.0 <= ts && ts - x.0 <= MATCH_WINDOW_NS)
-    {
-        let _ = t;
-        match processes.iter_mut().find(|x| x.0 == *p) {
-            Some(x) => x.1 = *u,
-            None => processes.push((*p, *u)),
-        }
-    }
+        .wall_clock
+        .then(|| {
+            let start = to(base);
+            s.samples
+                .iter()
+                .take_while(|x| x.0 < start)
+                .map(|x| x.1)
+                .min()
+        })
+        .flatten();
+    // The per-process figures read at the sample's own instant.
+    let processes: Vec<(u32, u64)> = s
+        .splits
+        .get(i)
+        .and_then(Option::as_ref)
+        .map(|sp| {
+            sp.processes
+                .iter()
+                .filter_map(|(p, bytes, _)| Some((*p, (*bytes)?)))
+                .collect()
+        })
+        .unwrap_or_default();
     Some(MatchedSample {
-        raw_ts: ts.saturating_sub(off),
+        raw_ts: from(ts),
         used,
         total,
         offset_ms: (ts as i128 - target as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64

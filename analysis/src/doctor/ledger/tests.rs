@@ -3,7 +3,7 @@
 //! during it, with and without per-process readings.
 
 use super::*;
-use crate::doctor::evidence::{CaptureEvidence, DeviceSeries, Evidence, LogEvidence};
+use crate::doctor::evidence::{CaptureEvidence, DeviceSeries, Evidence, LogEvidence, SampleSplit};
 use crate::doctor::facts::DriverFacts;
 use std::path::{Path, PathBuf};
 
@@ -26,8 +26,8 @@ fn evidence(s: &str) -> Evidence {
     }
 }
 
-/// Device samples on the capture's clock every 20 ms from 2 s before the run to its end:
-/// what the capture held on `device` then, plus `context` once the run started, plus
+/// Device samples on the capture's time base (ns since its start) every 20 ms from its
+/// start to its end: what the capture held on `device` then, plus `context`, plus
 /// `others` (from `others_from` raw ns on).
 fn samples(
     ev: &Evidence,
@@ -46,7 +46,7 @@ fn samples(
         .find_map(|p| p.devices.get(&device).map(|d| d.total_bytes))
         .unwrap();
     let mut out = Vec::new();
-    let mut t = start.saturating_sub(2_000_000_000);
+    let mut t = start;
     while t <= end {
         let held: u64 = DriverFacts::compute(cap, t)
             .per
@@ -54,9 +54,9 @@ fn samples(
             .filter(|((_, d), _)| *d == device)
             .map(|(_, v)| v.at_checkpoint)
             .sum();
-        let ctx = if t >= start { context } else { 0 };
+        let ctx = context;
         let oth = if t >= others_from { others } else { 0 };
-        out.push((t, held + ctx + oth, total));
+        out.push((t - start, held + ctx + oth, total));
         t += 20_000_000;
     }
     DeviceSeries {
@@ -65,7 +65,30 @@ fn samples(
         samples: out,
         wall_clock: false,
         splits: Vec::new(),
-        processes: Vec::new(),
+    }
+}
+
+/// The same samples on nvidia-smi's wall clock (through the capture's anchor pair), with
+/// two seconds before the run in which `others` alone were in use.
+fn wall(ev: &Evidence, s: DeviceSeries, others: u64) -> DeviceSeries {
+    let cap = ev.capture.as_ref().unwrap();
+    let p = cap
+        .loaded
+        .processes
+        .values()
+        .find(|p| p.mono_anchor_ns.is_some())
+        .unwrap();
+    let start_wall = cap.loaded.base_ns() + (p.wall_anchor_unix_ns - p.mono_anchor_ns.unwrap());
+    let total = s.samples[0].2;
+    let mut out: Vec<(u64, u64, u64)> = (1..=100u64)
+        .rev()
+        .map(|k| (start_wall - k * 20_000_000, others, total))
+        .collect();
+    out.extend(s.samples.iter().map(|(t, u, tt)| (t + start_wall, *u, *tt)));
+    DeviceSeries {
+        samples: out,
+        wall_clock: true,
+        ..s
     }
 }
 
@@ -73,9 +96,9 @@ fn holder_bytes(l: &Ledger, k: HolderKind) -> u64 {
     l.bytes_of(k)
 }
 
-/// Other processes present before the run are attributed to them, the rest to context,
-/// on XLA, PyTorch and CuPy runs, for several sizes; the ledger closes and free is what
-/// is left.
+/// Other processes present before the run (nvidia-smi's samples reach back before it)
+/// are attributed to them, the rest to context, on XLA, PyTorch and CuPy runs, for
+/// several sizes; the ledger closes and free is what is left.
 #[test]
 fn closes_with_others_and_context_of_several_sizes() {
     for s in [
@@ -88,7 +111,8 @@ fn closes_with_others_and_context_of_several_sizes() {
             let mut ev = evidence(s);
             let d0 = crate::doctor::diagnose(&ev);
             let l0 = d0.ledger.clone().unwrap();
-            ev.device_samples = vec![samples(&ev, l0.device, context, others, 0)];
+            let own = samples(&ev, l0.device, context, others, 0);
+            ev.device_samples = vec![wall(&ev, own, others)];
             let d = crate::doctor::diagnose(&ev);
             let l = d.ledger.unwrap();
             assert!(l.closes, "{s} {context} {others}: {}", l.closing_line());
@@ -139,22 +163,22 @@ fn memory_taken_during_the_run_needs_per_process_readings() {
         assert!(l.closing_line().starts_with("does not close"));
         // Per-process readings: the run's process (its memory and context) and pid 4242.
         let pid = l0.pid.unwrap();
-        let mine: Vec<(u64, u32, u64)> = series
+        let mid_rel = mid - ev.capture.as_ref().unwrap().loaded.base_ns();
+        series.splits = series
             .samples
             .iter()
             .map(|(t, used, _)| {
-                (
-                    *t,
-                    pid,
-                    used.saturating_sub(if *t >= mid { others } else { 0 }),
-                )
-            })
-            .collect();
-        series.processes = mine
-            .into_iter()
-            .flat_map(|(t, p, u)| {
-                let o = (t >= mid).then_some((t, 4242, others));
-                std::iter::once((t, p, u)).chain(o)
+                let o = if *t >= mid_rel { others } else { 0 };
+                let mut processes = vec![(pid, Some(used - o), true)];
+                if o > 0 {
+                    processes.push((4242, Some(o), false));
+                }
+                Some(SampleSplit {
+                    watched_bytes: used - o,
+                    other_bytes: o,
+                    processes,
+                    at_failure: false,
+                })
             })
             .collect();
         ev.device_samples = vec![series];
