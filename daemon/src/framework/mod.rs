@@ -10,6 +10,7 @@ mod builder;
 mod growth;
 mod live_at;
 mod read;
+mod reconcile;
 mod rollup;
 mod series;
 mod view;

@@ -84,7 +84,9 @@ async fn device_chart(
         .ok_or_else(|| AppError::not_found(format!("no run {}", run.id)))?;
     let d = run.devices.iter().find(|d| d.device == device);
     let (notes, _) = sql::annotations_in(&st.store, run.id, run.t0, from, to, 401).await?;
+    let capacity = sql::device_capacity(&st.store, run.id, device).await?;
     let marks = Marks {
+        capacity: capacity.map(|(_, b)| (format!("GPU {device} capacity"), b)),
         peak: d.map(|d| (d.peak_ts_ns.max(0) as u64, d.peak_bytes)),
         failures: failures.to_vec(),
         annotations: notes
@@ -105,6 +107,7 @@ async fn device_chart(
         points: &tl.points,
         bucket_ns: tl.bucket_ns,
         color: PALETTE[0],
+        style: chart::Style::Band,
     }];
     if !used.is_empty() {
         series.push(Series {
@@ -112,6 +115,7 @@ async fn device_chart(
             points: &used,
             bucket_ns: tl.bucket_ns,
             color: PALETTE[2],
+            style: chart::Style::Band,
         });
     }
     chart::timeline((CHART_W, CHART_H), tl.from_ns, tl.to_ns, &series, &marks)

@@ -492,6 +492,24 @@ pub(crate) async fn processes(store: &Store, run: i64) -> Result<Vec<ProcessRow>
         .collect())
 }
 
+/// The memory of device `device` of the node that recorded `run`, as its device info
+/// said (name, bytes); `None` when the node sent none or said 0 bytes.
+pub(crate) async fn device_capacity(
+    store: &Store,
+    run: i64,
+    device: i64,
+) -> Result<Option<(String, i64)>, StoreError> {
+    let row: Option<(String, i64)> = sqlx::query_as(
+        "SELECT d.name, d.total_bytes FROM devices d JOIN runs r ON r.node_id = d.node_id \
+         WHERE r.id = $1 AND d.ordinal = $2",
+    )
+    .bind(run)
+    .bind(device)
+    .fetch_optional(&store.pool)
+    .await?;
+    Ok(row.filter(|r| r.1 > 0))
+}
+
 /// Whether run `run` is still going: a process without an end, and data within a minute.
 pub(crate) async fn run_active(store: &Store, run: i64) -> Result<bool, StoreError> {
     let open: i64 = sqlx::query_scalar(
