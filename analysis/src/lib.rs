@@ -13,6 +13,7 @@ pub mod apu;
 pub mod capture;
 pub mod doctor;
 pub mod gate;
+pub mod growth;
 pub mod live;
 pub mod log;
 pub mod nvsmi;

@@ -59,8 +59,12 @@ fn growth_row(g: &ExecutableGrowth) -> GrowthRow {
         executions: g.executions,
         live_end: fmt::bytes(g.live_end),
         live_peak: fmt::bytes(g.live_peak),
-        growth: fmt::delta_bytes(g.growth_bytes),
-        per_execution: if g.executions > 0 && g.per_execution != 0 {
+        growth: if g.growing {
+            fmt::delta_bytes(g.growth_bytes)
+        } else {
+            "–".into()
+        },
+        per_execution: if g.growing && g.per_execution > 0 {
             fmt::delta_bytes(g.per_execution)
         } else {
             "–".into()
