@@ -8,6 +8,7 @@ mod api;
 mod events;
 mod identity;
 mod model;
+mod outcome;
 mod overview;
 mod pages;
 mod samples;

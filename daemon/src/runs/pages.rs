@@ -13,6 +13,7 @@ use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 
 use super::model::RunLite;
+use super::outcome::{self, Outcome};
 use super::views::{ProcessView, RunDeviceView, RunPage};
 use super::{events, sql};
 use crate::app::error::AppError;
@@ -190,12 +191,38 @@ pub async fn run(
     let end = run_end(&run);
     let (from, to) = range(&q, end)?;
     let incidents = st.store.incidents(Some(id), 10_000).await?;
+    let diagnosis = st.store.diagnosis(id).await?;
+    let active = sql::run_active(&st.store, id).await?;
+    let ended = outcome::decide(&outcome::Facts {
+        active,
+        exits: outcome::exits(&st.store, id).await?,
+        oom_incidents: incidents.iter().filter(|i| is_oom(i)).count(),
+        diagnosis: diagnosis.as_ref().map(|d| (d.failed != 0, d.kind.clone())),
+    });
+    let verdict = diagnosis.as_ref().and_then(verdict_view);
+    let framework = crate::framework::sections(
+        &st,
+        &run,
+        from,
+        to,
+        verdict.as_ref().map(|v| v.kind.as_str()),
+    )
+    .await?;
     let t0 = run.t0;
     let mut devices = Vec::new();
     for d in run.devices.iter().filter(|d| d.shown()) {
         let fails = failure_times(&incidents, d.device, t0);
         let c = device_chart(&st, &run, d.device, from, to, &fails).await?;
+        let growing = if framework.iter().any(|f| f.device == d.device) || d.device < 0 {
+            String::new()
+        } else {
+            crate::framework::driver_growing(&st.store, id, d.device, end)
+                .await?
+                .map(|g| format!("{}/s", fmt::delta_bytes(g.bytes_per_s as i64)))
+                .unwrap_or_default()
+        };
         devices.push(RunDeviceView {
+            growing,
             device: d.device,
             label: d.label(),
             peak: fmt::bytes(d.peak_bytes),
@@ -242,16 +269,6 @@ pub async fn run(
         }
         None => Vec::new(),
     };
-    let diagnosis = st.store.diagnosis(id).await?;
-    let verdict = diagnosis.as_ref().and_then(verdict_view);
-    let framework = crate::framework::sections(
-        &st,
-        &run,
-        from,
-        to,
-        verdict.as_ref().map(|v| v.kind.as_str()),
-    )
-    .await?;
     let page = RunPage {
         id,
         framework,
@@ -271,8 +288,23 @@ pub async fn run(
         events: run.event_count,
         dropped: run.dropped_events,
         failures: incidents.len(),
-        oom: incidents.iter().any(is_oom) || diagnosis.as_ref().is_some_and(|d| d.failed != 0),
-        active: sql::run_active(&st.store, id).await?,
+        active,
+        status: outcome::badge(&ended),
+        crash: match ended {
+            Outcome::Crashed(code) => {
+                let line = outcome::logged_error(&st.store, id).await?;
+                format!(
+                    "It ended with {}{}",
+                    outcome::exit_text(code),
+                    line.map_or_else(
+                        || " (no log with an error line is stored with the run)".to_string(),
+                        |l| format!(": {l}")
+                    )
+                )
+            }
+            _ => String::new(),
+        },
+        recovered: ended == Outcome::Recovered,
         from,
         to,
         end,

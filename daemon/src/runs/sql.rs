@@ -510,8 +510,23 @@ pub(crate) async fn device_capacity(
     Ok(row.filter(|r| r.1 > 0))
 }
 
-/// Whether run `run` is still going: a process without an end, and data within a minute.
+/// How recent a run's own last event must be (on the wall clock of its node) for it to
+/// count as running: an imported recording's events are as old as the recording.
+const ACTIVE_WINDOW_NS: i64 = 120_000_000_000;
+
+/// Whether run `run` is still going: a process without an end, its node heard from
+/// within a minute, and the run's own last event within [`ACTIVE_WINDOW_NS`] (so a
+/// finished attach or an imported capture, which has no exit record, is not running).
 pub(crate) async fn run_active(store: &Store, run: i64) -> Result<bool, StoreError> {
+    let last_wall: Option<i64> = sqlx::query_scalar(
+        "SELECT wall_anchor_unix_ns + (last_ts_ns - t0_mono_ns) FROM runs WHERE id = $1",
+    )
+    .bind(run)
+    .fetch_optional(&store.pool)
+    .await?;
+    if !last_wall.is_some_and(|w| now_unix_ns() - w < ACTIVE_WINDOW_NS) {
+        return Ok(false);
+    }
     let open: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM processes WHERE run_id = $1 AND end_ts_ns IS NULL AND exit_code IS NULL \
          AND argv NOT LIKE $2",
