@@ -90,8 +90,9 @@ pub fn ramp(samples: &[Sample], reference: i64) -> Option<Ramp> {
     let has_steps = samples.iter().any(|s| s.own_steps > 0);
     let own = sum(a + 1..b + 1, |s| s.own_steps);
     let t = |i: usize| samples.get(i).map_or(0, |s| s.t_ns);
-    // The tail is measured up to the series' last change: a process that frees
-    // everything at its exit (or a run that fails) has ended what it was doing.
+    // The tail is measured up to the series' last change after the rise (a process that
+    // frees everything at its exit has ended what it was doing; the recording may go on
+    // idle), else to the end of the series.
     let last_change = (1..values.len())
         .rev()
         .find(|&i| values[i] != values[i - 1])
@@ -125,11 +126,8 @@ pub fn ramp(samples: &[Sample], reference: i64) -> Option<Ramp> {
         if longest * 4 > b - a {
             return None;
         }
-        let tail_end = if last_change > b {
-            t(last_change)
-        } else {
-            t(b)
-        };
+        let end = samples.last().map_or(0, |s| s.t_ns);
+        let tail_end = if last_change > b { t(last_change) } else { end };
         if tail_end.saturating_sub(t(b)) > t(b).saturating_sub(t(a)) {
             return None;
         }
@@ -216,6 +214,8 @@ mod tests {
         let mut v: Vec<i64> = (0..10).map(|i| i * 100 * MIB).collect();
         v.extend(std::iter::repeat_n(900 * MIB, 40));
         v.push(0);
+        assert_eq!(ramp(&series(&v, &[], &[]), 0), None);
+        v.pop();
         assert_eq!(ramp(&series(&v, &[], &[]), 0), None);
         // Idle for five seconds, then a ramp until the run fails: growth.
         let mut v: Vec<i64> = vec![0; 50];

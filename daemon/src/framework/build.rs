@@ -361,6 +361,9 @@ async fn sweep_pjrt(
                     limit,
                 } => {
                     pids.insert(pid, (in_use, pool, limit));
+                    r.set(series::of_process(pid, series::PROCESS_IN_USE), t, in_use);
+                    r.set(series::of_process(pid, series::PROCESS_POOL), t, pool);
+                    r.set(series::of_process(pid, series::PROCESS_LIMIT), t, limit);
                     let sum = pids
                         .values()
                         .fold((0i64, 0i64, 0i64), |a, v| (a.0 + v.0, a.1 + v.1, a.2 + v.2));

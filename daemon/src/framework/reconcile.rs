@@ -58,7 +58,26 @@ pub(crate) fn reconcile(tl: &FrameworkTimeline, driver: Option<(&[Point], u64)>)
         let pool = last(series::POOL, i).filter(|&p| p > 0);
         let live = last(series::LIVE_BUFFERS, i);
         s.push_str(&in_use_parts(in_use, pool, live));
-        if let Some(limit) = last(series::LIMIT, i).filter(|&l| l > 0) {
+        let pids = super::view::process_pools(tl);
+        if pids.len() > 1 {
+            // Each process has its own pool; the figure above is their sum.
+            let parts: Vec<(i64, i64)> = pids
+                .iter()
+                .map(|&p| {
+                    (p, last(series::of_process(p, series::PROCESS_POOL), i).unwrap_or(0))
+                })
+                .collect();
+            s.push_str(&format!(
+                "; each of the {} processes has its own pool: {} = {}",
+                parts.len(),
+                parts
+                    .iter()
+                    .map(|(p, b)| format!("pid {p} {}", fmt::bytes(*b)))
+                    .collect::<Vec<_>>()
+                    .join(" + "),
+                fmt::bytes(parts.iter().map(|x| x.1).sum())
+            ));
+        } else if let Some(limit) = last(series::LIMIT, i).filter(|&l| l > 0) {
             s.push_str(&format!("; limit {}", fmt::bytes(limit)));
         }
         match (driver_at(t), pool) {

@@ -197,6 +197,27 @@ fn marks_of(tl: &FrameworkTimeline, oom: &OomMarks, peak_series: i64) -> Marks {
     }
 }
 
+/// Colours of the per-process pool lines (after the four of the summed series).
+const PROCESS_COLORS: [plotters::style::RGBColor; 4] = [
+    plotters::style::RGBColor(0, 158, 115),
+    plotters::style::RGBColor(213, 94, 0),
+    plotters::style::RGBColor(86, 140, 200),
+    plotters::style::RGBColor(120, 120, 40),
+];
+
+/// The processes whose allocator statistics have their own series on this device.
+pub(crate) fn process_pools(tl: &FrameworkTimeline) -> Vec<i64> {
+    let mut pids: Vec<i64> = tl
+        .series
+        .keys()
+        .filter_map(|&s| series::process_of(s))
+        .filter(|&(_, k)| k == series::PROCESS_POOL)
+        .map(|(pid, _)| pid)
+        .collect();
+    pids.dedup();
+    pids
+}
+
 fn memory_chart(
     tl: &FrameworkTimeline,
     driver: Option<(&[Point], u64)>,
@@ -223,16 +244,51 @@ fn memory_chart(
         }
         series::TORCH_ALLOCATED
     } else {
-        lines.extend(named(series::IN_USE, "allocator in use", PALETTE[0]));
-        lines.extend(named(series::POOL, "allocator pool", PALETTE[1]));
-        // The limit dashed over the pool: where the pool is preallocated to its limit
-        // the two coincide and both stay visible.
-        lines.extend(
-            named(series::LIMIT, "allocator limit", PALETTE[2]).map(|s| Series {
-                style: Style::Dashed,
-                ..s
-            }),
-        );
+        let pids = process_pools(tl);
+        if pids.len() > 1 {
+            // One line per process's pool (and its limit, dashed, in the same colour);
+            // the device's total is their sum, in use summed over the processes.
+            lines.extend(named(
+                series::IN_USE,
+                &format!("in use, {} processes summed", pids.len()),
+                PALETTE[0],
+            ));
+            lines.extend(named(
+                series::POOL,
+                &format!("pools summed ({} processes)", pids.len()),
+                PALETTE[1],
+            ));
+            for (k, &pid) in pids.iter().enumerate() {
+                let c = PROCESS_COLORS[k % PROCESS_COLORS.len()];
+                lines.extend(named(
+                    series::of_process(pid, series::PROCESS_POOL),
+                    &format!("pid {pid} pool"),
+                    c,
+                ));
+                lines.extend(
+                    named(
+                        series::of_process(pid, series::PROCESS_LIMIT),
+                        &format!("pid {pid} limit"),
+                        c,
+                    )
+                    .map(|s| Series {
+                        style: Style::Dashed,
+                        ..s
+                    }),
+                );
+            }
+        } else {
+            lines.extend(named(series::IN_USE, "allocator in use", PALETTE[0]));
+            lines.extend(named(series::POOL, "allocator pool", PALETTE[1]));
+            // The limit dashed over the pool: where the pool is preallocated to its
+            // limit the two coincide and both stay visible.
+            lines.extend(
+                named(series::LIMIT, "allocator limit", PALETTE[2]).map(|s| Series {
+                    style: Style::Dashed,
+                    ..s
+                }),
+            );
+        }
         lines.extend(named(
             series::LIVE_BUFFERS,
             "live buffers (jax.Array)",
