@@ -24,7 +24,7 @@ MAX_PAGE = 300 * 1024
 NEG_BYTES = re.compile(r"(?<![\w.])-\s?\d+(\.\d+)?\s?(B|KiB|MiB|GiB|TiB)\b")
 TWO_SIGNS = re.compile(r"[+-]\s*[+-]\s?\d+(\.\d+)?\s?(B|KiB|MiB|GiB|TiB)\b")
 TITLE = re.compile(r"<h1>(.*?)</h1>", re.S)
-BADGE = re.compile(r'<span class="badge (\w+)"[^>]*>([^<]*)</span>')
+BADGE = re.compile(r'<span[^>]*class="badge (\w+)"[^>]*>([^<]*)</span>')
 
 
 def expected_status(scenario):

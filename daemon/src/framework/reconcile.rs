@@ -64,7 +64,10 @@ pub(crate) fn reconcile(tl: &FrameworkTimeline, driver: Option<(&[Point], u64)>)
             let parts: Vec<(i64, i64)> = pids
                 .iter()
                 .map(|&p| {
-                    (p, last(series::of_process(p, series::PROCESS_POOL), i).unwrap_or(0))
+                    (
+                        p,
+                        last(series::of_process(p, series::PROCESS_POOL), i).unwrap_or(0),
+                    )
                 })
                 .collect();
             s.push_str(&format!(

@@ -112,9 +112,15 @@ pub fn ledger_view(l: &StoredLedger) -> LedgerView {
                 .map_or_else(String::new, |s| format!(" ({s})"))
         ),
         Some(t) => {
-            let mut s = format!("the device's total is {}; the holders do not close on it", fmt::bytes_u64(t));
+            let mut s = format!(
+                "the device's total is {}; the holders do not close on it",
+                fmt::bytes_u64(t)
+            );
             if let Some(u) = l.unattributed_bytes {
-                s.push_str(&format!(" ({} in use by no known holder)", fmt::bytes_u64(u)));
+                s.push_str(&format!(
+                    " ({} in use by no known holder)",
+                    fmt::bytes_u64(u)
+                ));
             }
             s
         }
@@ -154,8 +160,14 @@ mod tests {
         assert_eq!(v.sum, "3.00 GiB");
         assert!(v.closing.starts_with("the device's total is 3.00 GiB"));
         assert_eq!(v.rows[0].2, "1.50 GiB in use, 512.00 MiB free inside");
-        assert_eq!(v.rows[0].3, "+64.00 MiB per execute of jit_update (30 steps)");
-        let none = ledger_view(&StoredLedger { closes: false, ..StoredLedger::default() });
+        assert_eq!(
+            v.rows[0].3,
+            "+64.00 MiB per execute of jit_update (30 steps)"
+        );
+        let none = ledger_view(&StoredLedger {
+            closes: false,
+            ..StoredLedger::default()
+        });
         assert!(none.closing.contains("not recorded") && !none.closing.contains("0 B"));
     }
 }

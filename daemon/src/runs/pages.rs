@@ -221,7 +221,13 @@ pub async fn run(
                 .map(|g| format!("{}/s", fmt::delta_bytes(g.bytes_per_s as i64)))
                 .unwrap_or_default()
         };
+        let note = if d.alloc_count == 0 && d.peak_bytes == 0 {
+            "No allocation was recorded on this device: memory allocated before the recording began (a pool made before an attach) is not in the driver view; the framework view and the device's samples show it where they were recorded.".to_string()
+        } else {
+            String::new()
+        };
         devices.push(RunDeviceView {
+            note,
             growing,
             device: d.device,
             label: d.label(),

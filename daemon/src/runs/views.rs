@@ -138,6 +138,8 @@ pub struct RunDeviceView {
     /// "+X/s" when its raw live bytes keep growing (`framework::driver_growing`; only
     /// where no framework view says more), else empty.
     pub growing: String,
+    /// Said instead of a flat 0 B chart: no allocation was recorded on the device.
+    pub note: String,
     pub svg: String,
     pub plot_left: i32,
     pub plot_right: i32,
