@@ -322,14 +322,14 @@ async fn framework(
         get(&fa, |f| f.at_end),
         get(&fb, |f| f.at_end),
     ));
-    let mut producers: BTreeMap<String, (Option<i64>, Option<i64>)> = BTreeMap::new();
+    let mut producers: BTreeMap<String, Sides> = BTreeMap::new();
     for (name, peak) in fa.iter().flat_map(|f| f.producers.iter()) {
         producers.entry(name.clone()).or_default().0 = Some(*peak);
     }
     for (name, peak) in fb.iter().flat_map(|f| f.producers.iter()) {
         producers.entry(name.clone()).or_default().1 = Some(*peak);
     }
-    let mut v: Vec<(String, (Option<i64>, Option<i64>))> = producers.into_iter().collect();
+    let mut v: Vec<(String, Sides)> = producers.into_iter().collect();
     v.sort_by_key(|(_, (x, y))| -(x.max(y).unwrap_or(0)));
     if !v.is_empty() {
         page.fw_rows.push(CompareRow {
@@ -346,6 +346,9 @@ async fn framework(
     }
     Ok(())
 }
+
+/// A figure of run A and of run B (`None`: that run has none).
+type Sides = (Option<i64>, Option<i64>);
 
 /// One compared figure; a side without it shows "—" (not recorded), never 0 B, and
 /// then no difference is given.

@@ -493,7 +493,9 @@ pub(crate) async fn processes(store: &Store, run: i64) -> Result<Vec<ProcessRow>
 }
 
 /// The memory of device `device` of the node that recorded `run`, as its device info
-/// said (name, bytes); `None` when the node sent none or said 0 bytes.
+/// said (name, bytes); `None` when the node sent none, said 0 bytes, or said less than the
+/// run's own peak there (the node's devices are kept by ordinal: another machine's
+/// capture imported under the same host name describes another device).
 pub(crate) async fn device_capacity(
     store: &Store,
     run: i64,
@@ -501,7 +503,8 @@ pub(crate) async fn device_capacity(
 ) -> Result<Option<(String, i64)>, StoreError> {
     let row: Option<(String, i64)> = sqlx::query_as(
         "SELECT d.name, d.total_bytes FROM devices d JOIN runs r ON r.node_id = d.node_id \
-         WHERE r.id = $1 AND d.ordinal = $2",
+         LEFT JOIN run_devices rd ON rd.run_id = r.id AND rd.device = d.ordinal \
+         WHERE r.id = $1 AND d.ordinal = $2 AND d.total_bytes >= COALESCE(rd.peak_bytes, 0)",
     )
     .bind(run)
     .bind(device)
@@ -524,7 +527,7 @@ pub(crate) async fn run_active(store: &Store, run: i64) -> Result<bool, StoreErr
     .bind(run)
     .fetch_optional(&store.pool)
     .await?;
-    if !last_wall.is_some_and(|w| now_unix_ns() - w < ACTIVE_WINDOW_NS) {
+    if last_wall.is_none_or(|w| now_unix_ns() - w >= ACTIVE_WINDOW_NS) {
         return Ok(false);
     }
     let open: i64 = sqlx::query_scalar(
