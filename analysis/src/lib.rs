@@ -14,6 +14,7 @@ pub mod capture;
 pub mod device_readings;
 pub mod doctor;
 pub mod gate;
+pub mod growth;
 pub mod live;
 pub mod log;
 pub mod nvsmi;

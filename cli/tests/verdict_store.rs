@@ -39,6 +39,25 @@ fn stored(db: &Path, run: i64) -> (String, String, String) {
     })
 }
 
+/// The logs stored with `run`: (source, bytes).
+fn logs_of(db: &Path, run: i64) -> Vec<(String, i64)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = memwatch_daemon::Store::open(db.to_str().unwrap())
+            .await
+            .unwrap();
+        let logs = store.incident_logs().await.unwrap();
+        store.close().await.unwrap();
+        logs.into_iter()
+            .filter(|l| l.run_id == Some(run))
+            .map(|l| (l.source, l.bytes))
+            .collect()
+    })
+}
+
 #[test]
 fn memwatch_run_db_stores_the_verdict() {
     let dir = tempfile::tempdir().unwrap();
@@ -97,6 +116,11 @@ fn import_with_the_runs_stderr_stores_the_verdict() {
     assert_eq!(kind, "leak");
     assert_eq!(summary["verdict"].as_str(), Some(headline.as_str()));
     assert_eq!(source, "memwatch import --log");
+    // The log is kept with the run (the Incident page lists it, the run page reads its
+    // error line).
+    let logs = logs_of(&dir.path().join("mw.db"), run);
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_eq!(logs[0].1 as u64, std::fs::metadata(&log).unwrap().len());
     // The same verdict as `memwatch diagnose` of the same files.
     let d = mw(
         dir.path(),

@@ -45,6 +45,28 @@ TORCH_RUN=$("$TARGET/debug/memwatch" import testdata/torch-snapshots/leak.pickle
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 TORCH2_RUN=$("$TARGET/debug/memwatch" import testdata/torch-snapshots/train_snapshot.pickle --db "$DB" --json \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+# Real H200 recordings of each way a run ends (testdata/h200-gen: a leak, a crash that is
+# not memory, a recovered run, a launcher with workers, two frameworks in one process…),
+# each with its stderr and XLA dump; dash_pages.py checks their pages against how the
+# program exited (scenario.json).
+REAL_PAGES=()
+for d in testdata/h200-gen/*/; do
+  args=("$d/capture.mwcap" --log "$d/stderr.log" --db "$DB" --run "gen-$(basename "$d")" --json)
+  [ -d "$d/dump" ] && args+=(--xla-dump "$d/dump")
+  id=$("$TARGET/debug/memwatch" import "${args[@]}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+  REAL_PAGES+=("$id:${d}scenario.json")
+done
+# Two workers of one job on two H100s (testdata/multi-gpu), both exit 0.
+for s in jax_train torch_ddp; do
+  d=testdata/multi-gpu/$s/
+  args=("$d/capture.mwcap" --log "$d/stderr.log" --db "$DB" --run "mg-$s" --json)
+  [ -d "$d/dump/rank0" ] && args+=(--xla-dump "$d/dump/rank0")
+  id=$("$TARGET/debug/memwatch" import "${args[@]}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+  REAL_PAGES+=("$id:${d}scenario.json")
+done
+C=testdata/oom-corpus
+REAL_PAGES+=("$LEAK_RUN:$C/jax_leak_bfc/scenario.json" "$TEMP_RUN:$C/jax_exec_temp/scenario.json"
+  "$FITS_RUN:$C/jax_mlp_fits/scenario.json" "$TORCH_RUN:" "$TORCH2_RUN:")
 # Gate history: a baseline from run 1, a passing check of run 1, a failing one of run 2
 # (each stores its verdicts in gate_results, a second apart).
 "$TARGET/debug/memwatch" gate --baseline "$WORK/baseline.toml" --run train=1 --db "$DB" --update >/dev/null
@@ -116,6 +138,15 @@ for r in "$LEAK_RUN" "$TORCH_RUN"; do
   "${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,2600 \
     --screenshot="$SHOTS/23-framework-full-$r.png" "$B/runs/$r" >/dev/null 2>&1 || true
 done
+
+python3 tests/e2e/dash_pages.py "$B" "${REAL_PAGES[@]}" || FAILED=1
+for p in "${REAL_PAGES[@]}"; do
+  r=${p%%:*}
+  "${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,3200 \
+    --screenshot="$SHOTS/30-real-run-$r.png" "$B/runs/$r" >/dev/null 2>&1 || true
+done
+check 31-overview-real "$B/" "crashed: exit 1" "recovered"
+if grep -qF "(unknown)" "$WORK/31-overview-real.html"; then echo "e2e: FAIL overview lists a device no driver described"; FAILED=1; fi
 
 # Empty states of the new pages (no log, dump or gate result stored).
 stop_server

@@ -604,6 +604,11 @@ pub fn run(args: ImportArgs) -> Result<Outcome> {
         };
         attach_diagnosis(&target, run, d, "memwatch import --log")?;
         s.verdict = Some(d.headline.clone());
+        if let (Target::Db(db), Some(log)) = (&target, &args.log) {
+            with_store(db, async |store| {
+                super::import_log::keep_with_run(store, run, log, args.mem_fraction).await
+            })?;
+        }
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&s)?);

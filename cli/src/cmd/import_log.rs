@@ -39,6 +39,53 @@ pub struct LogImport<'a> {
     pub json: bool,
 }
 
+/// A log's text: at most [`MAX_LOG_BYTES`], UTF-8.
+fn read_log(path: &Path) -> Result<String> {
+    let f = File::open(path).with_context(|| format!("{}: cannot open log", path.display()))?;
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > MAX_LOG_BYTES {
+        bail!(
+            "{}: log is {len} bytes; at most {MAX_LOG_BYTES} are stored",
+            path.display()
+        );
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    BufReader::new(f)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("{}: cannot read log", path.display()))?;
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not UTF-8 text (byte {}); is this a log file?",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// Keeps the stderr a capture was imported with (`memwatch import CAPTURE --log`) beside
+/// its run, for the Incident page and the run's error line; a log of the same name
+/// already stored with the run is not stored again. Returns its id.
+pub async fn keep_with_run(
+    store: &Store,
+    run: i64,
+    path: &Path,
+    mem_fraction: Option<f64>,
+) -> Result<i64> {
+    let source = path.display().to_string();
+    let text = read_log(path)?;
+    if let Some(l) = store
+        .incident_logs()
+        .await?
+        .into_iter()
+        .find(|l| l.run_id == Some(run) && l.source == source)
+    {
+        return Ok(l.id);
+    }
+    Ok(store
+        .insert_incident_log(Some(run), None, &source, &text, mem_fraction)
+        .await?)
+}
+
 /// Runs the `--log` / `--xla-dump` form of `memwatch import` (no capture).
 pub fn run(a: &LogImport<'_>) -> Result<Outcome> {
     let Some(db) = a.db else {
@@ -56,26 +103,7 @@ pub fn run(a: &LogImport<'_>) -> Result<Outcome> {
     };
     let log = match a.log {
         Some(path) => {
-            let f =
-                File::open(path).with_context(|| format!("{}: cannot open log", path.display()))?;
-            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            if len > MAX_LOG_BYTES {
-                bail!(
-                    "{}: log is {len} bytes; at most {MAX_LOG_BYTES} are stored",
-                    path.display()
-                );
-            }
-            let mut bytes = Vec::with_capacity(len as usize);
-            BufReader::new(f)
-                .read_to_end(&mut bytes)
-                .with_context(|| format!("{}: cannot read log", path.display()))?;
-            let text = String::from_utf8(bytes).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: not UTF-8 text (byte {}); is this a log file?",
-                    path.display(),
-                    e.utf8_error().valid_up_to()
-                )
-            })?;
+            let text = read_log(path)?;
             let mut report = LogReport::default();
             log::parse_log(text.as_bytes(), path, &mut report)?;
             Some((path, text, report))

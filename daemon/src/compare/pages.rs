@@ -188,12 +188,14 @@ pub(super) async fn compare(
             points: &pa_pts,
             bucket_ns: ta.bucket_ns,
             color: PALETTE[0],
+            style: chart::Style::Band,
         },
         Series {
             label: format!("B: {}", page.b_label),
             points: &pb_pts,
             bucket_ns: tb.bucket_ns,
             color: PALETTE[1],
+            style: chart::Style::Band,
         },
     ];
     let marks = Marks {
@@ -241,21 +243,13 @@ pub(super) async fn compare(
         }
         let mut v: Vec<(String, (i64, i64))> = m.into_iter().collect();
         v.sort_by_key(|(_, (x, y))| -(x.max(y)));
+        // A run without a stored peak has no composition: its side is missing, not 0 B.
         for (k, (x, y)) in v.into_iter().take(30) {
-            page.rows.push(CompareRow {
-                header: false,
-                key: if sized { size_class_label(&k) } else { k },
-                a: fmt::bytes(x),
-                b: fmt::bytes(y),
-                delta: fmt::delta_bytes(y - x),
-                cls: if y > x {
-                    "up"
-                } else if y < x {
-                    "down"
-                } else {
-                    ""
-                },
-            });
+            page.rows.push(row(
+                if sized { size_class_label(&k) } else { k },
+                pa.as_ref().map(|_| x),
+                pb.as_ref().map(|_| y),
+            ));
         }
     }
     html(&page)
@@ -299,6 +293,7 @@ async fn framework(
             points: &pa,
             bucket_ns: f.bucket_ns,
             color: PALETTE[0],
+            style: chart::Style::Band,
         });
     }
     if let Some(f) = &fb {
@@ -307,30 +302,16 @@ async fn framework(
             points: &pb,
             bucket_ns: f.bucket_ns,
             color: PALETTE[1],
+            style: chart::Style::Band,
         });
     }
     page.fw_svg = chart::timeline((CHART_W, CHART_H), 0, end, &series, &Marks::default())
         .map_err(AppError::internal)?
         .svg;
-    let row = |key: String, x: i64, y: i64| CompareRow {
-        header: false,
-        key,
-        a: fmt::bytes(x),
-        b: fmt::bytes(y),
-        delta: fmt::delta_bytes(y - x),
-        cls: if y > x {
-            "up"
-        } else if y < x {
-            "down"
-        } else {
-            ""
-        },
-    };
     let what = fa.as_ref().or(fb.as_ref()).map_or("", |f| f.what);
-    let get = |f: &Option<crate::framework::FrameworkSummary>,
-               pick: fn(&crate::framework::FrameworkSummary) -> i64| {
-        f.as_ref().map_or(0, pick)
-    };
+    let get =
+        |f: &Option<crate::framework::FrameworkSummary>,
+         pick: fn(&crate::framework::FrameworkSummary) -> i64| { f.as_ref().map(pick) };
     page.fw_rows.push(row(
         format!("peak {what}"),
         get(&fa, |f| f.peak),
@@ -341,15 +322,15 @@ async fn framework(
         get(&fa, |f| f.at_end),
         get(&fb, |f| f.at_end),
     ));
-    let mut producers: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let mut producers: BTreeMap<String, Sides> = BTreeMap::new();
     for (name, peak) in fa.iter().flat_map(|f| f.producers.iter()) {
-        producers.entry(name.clone()).or_default().0 = *peak;
+        producers.entry(name.clone()).or_default().0 = Some(*peak);
     }
     for (name, peak) in fb.iter().flat_map(|f| f.producers.iter()) {
-        producers.entry(name.clone()).or_default().1 = *peak;
+        producers.entry(name.clone()).or_default().1 = Some(*peak);
     }
-    let mut v: Vec<(String, (i64, i64))> = producers.into_iter().collect();
-    v.sort_by_key(|(_, (x, y))| -(x.max(y)));
+    let mut v: Vec<(String, Sides)> = producers.into_iter().collect();
+    v.sort_by_key(|(_, (x, y))| -(x.max(y).unwrap_or(0)));
     if !v.is_empty() {
         page.fw_rows.push(CompareRow {
             header: true,
@@ -364,4 +345,40 @@ async fn framework(
         page.fw_rows.push(row(name, x, y));
     }
     Ok(())
+}
+
+/// A figure of run A and of run B (`None`: that run has none).
+type Sides = (Option<i64>, Option<i64>);
+
+/// One compared figure; a side without it shows "—" (not recorded), never 0 B, and
+/// then no difference is given.
+fn row(key: String, x: Option<i64>, y: Option<i64>) -> CompareRow {
+    let (a, b) = (
+        x.map_or_else(|| "—".into(), fmt::bytes),
+        y.map_or_else(|| "—".into(), fmt::bytes),
+    );
+    match (x, y) {
+        (Some(x), Some(y)) => CompareRow {
+            header: false,
+            key,
+            a,
+            b,
+            delta: fmt::delta_bytes(y - x),
+            cls: if y > x {
+                "up"
+            } else if y < x {
+                "down"
+            } else {
+                ""
+            },
+        },
+        _ => CompareRow {
+            header: false,
+            key,
+            a,
+            b,
+            delta: "—".into(),
+            cls: "",
+        },
+    }
 }

@@ -369,6 +369,9 @@ async fn sweep_pjrt(
                         sum.1 - old.1 + pool,
                         sum.2 - old.2 + limit,
                     );
+                    r.set(series::of_process(pid, series::PROCESS_IN_USE), t, in_use);
+                    r.set(series::of_process(pid, series::PROCESS_POOL), t, pool);
+                    r.set(series::of_process(pid, series::PROCESS_LIMIT), t, limit);
                     r.set(series::IN_USE, t, sum.0);
                     r.set(series::POOL, t, sum.1);
                     r.set(series::LIMIT, t, sum.2);

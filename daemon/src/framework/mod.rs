@@ -1,7 +1,8 @@
 //! The framework view: what lives inside the framework's pool (JAX/XLA through the PJRT
 //! records, PyTorch through a snapshot's blocks), per device over time. `build` sweeps the
 //! stored records into rollups (`rollup`, series numbered in `series`), `builder` keeps
-//! them current in the background, `read` reads them at any zoom, `growth` finds what
+//! them current in the background, `read` reads them at any zoom, `growth` (the rule of
+//! `memwatch_analysis::growth`, also on raw driver memory) finds what
 //! keeps accumulating, `live_at` says what was live at an instant, `view` draws the run page's section; `GET
 //! /api/runs/{id}/framework` answers the same as JSON.
 
@@ -10,6 +11,7 @@ mod builder;
 mod growth;
 mod live_at;
 mod read;
+mod reconcile;
 mod rollup;
 mod series;
 mod view;
@@ -39,14 +41,38 @@ pub(crate) async fn run_growing(
     devices: &[i64],
     end: u64,
 ) -> Result<Option<Growing>, crate::db::StoreError> {
+    let mut framework = false;
     for &d in devices {
         if let Some(tl) = read::read(store, run, d, 0, end, growth::GROWTH_POINTS).await? {
+            framework = true;
             if let Some(g) = growth::growing(&tl) {
                 return Ok(Some(g));
             }
         }
     }
+    if framework {
+        return Ok(None);
+    }
+    // No framework records: the devices' raw live bytes, by the same rule.
+    for &d in devices.iter().filter(|&&d| d >= 0) {
+        if let Some(g) = driver_growing(store, run, d, end).await? {
+            return Ok(Some(g));
+        }
+    }
     Ok(None)
+}
+
+/// Whether a device's raw live bytes keep growing over the whole run (per second).
+pub(crate) async fn driver_growing(
+    store: &crate::db::Store,
+    run: i64,
+    device: i64,
+    end: u64,
+) -> Result<Option<Growing>, crate::db::StoreError> {
+    Ok(store
+        .timeline(run, device, Some(0), Some(end), growth::GROWTH_POINTS)
+        .await?
+        .and_then(|t| growth::driver_growing(&t.points)))
 }
 
 /// One device's framework memory over a whole run, for comparing runs: the main series

@@ -13,12 +13,13 @@ use serde::Deserialize;
 
 use super::growth::{self, ExecutableGrowth, GROWTH_POINTS};
 use super::read::{ensure_built, read, FrameworkTimeline};
+use super::reconcile::reconcile;
 use super::series;
 use crate::app::error::AppError;
 use crate::app::extract::{Path, Query};
 use crate::app::state::AppState;
 use crate::codes;
-use crate::render::chart::{self, Marks, Series, Span, PALETTE};
+use crate::render::chart::{self, Marks, Series, Span, Style, PALETTE};
 use crate::render::stack::{stacked, Buckets, Layer};
 use crate::render::{fmt, Point};
 use crate::runs::{load_run, range, run_end, RangeQ, RunLite, CHART_H, CHART_W};
@@ -58,8 +59,12 @@ fn growth_row(g: &ExecutableGrowth) -> GrowthRow {
         executions: g.executions,
         live_end: fmt::bytes(g.live_end),
         live_peak: fmt::bytes(g.live_peak),
-        growth: fmt::delta_bytes(g.growth_bytes),
-        per_execution: if g.executions > 0 && g.per_execution != 0 {
+        growth: if g.growing {
+            fmt::delta_bytes(g.growth_bytes)
+        } else {
+            "–".into()
+        },
+        per_execution: if g.growing && g.per_execution > 0 {
             fmt::delta_bytes(g.per_execution)
         } else {
             "–".into()
@@ -74,6 +79,8 @@ pub(crate) struct OomMarks {
     pub failures: Vec<u64>,
     /// The stored verdict's badge, carried by the mark.
     pub verdict: Option<String>,
+    /// The device's memory (label, bytes), when the node said.
+    pub capacity: Option<(String, i64)>,
 }
 
 /// The framework view of every device of `run` that has framework records.
@@ -90,6 +97,7 @@ pub(crate) async fn sections(
         let oom = OomMarks {
             failures: failure_times(st, run, d.device).await?,
             verdict: verdict.map(str::to_string),
+            capacity: capacity_of(st, run.id, d.device).await?,
         };
         if let Some(s) = section(st, run, d.device, from, to, &oom).await? {
             out.push(s);
@@ -178,6 +186,7 @@ fn marks_of(tl: &FrameworkTimeline, oom: &OomMarks, peak_series: i64) -> Marks {
         .map_or_else(|| "OOM".to_string(), |kind| format!("OOM: {kind}"));
     Marks {
         peak,
+        capacity: oom.capacity.clone(),
         failures: oom.failures.to_vec(),
         annotations: oom
             .failures
@@ -188,6 +197,27 @@ fn marks_of(tl: &FrameworkTimeline, oom: &OomMarks, peak_series: i64) -> Marks {
     }
 }
 
+/// Colours of the per-process pool lines (after the four of the summed series).
+const PROCESS_COLORS: [plotters::style::RGBColor; 4] = [
+    plotters::style::RGBColor(0, 158, 115),
+    plotters::style::RGBColor(213, 94, 0),
+    plotters::style::RGBColor(86, 140, 200),
+    plotters::style::RGBColor(120, 120, 40),
+];
+
+/// The processes whose allocator statistics have their own series on this device.
+pub(crate) fn process_pools(tl: &FrameworkTimeline) -> Vec<i64> {
+    let mut pids: Vec<i64> = tl
+        .series
+        .keys()
+        .filter_map(|&s| series::process_of(s))
+        .filter(|&(_, k)| k == series::PROCESS_POOL)
+        .map(|(pid, _)| pid)
+        .collect();
+    pids.dedup();
+    pids
+}
+
 fn memory_chart(
     tl: &FrameworkTimeline,
     driver: Option<(&[Point], u64)>,
@@ -195,12 +225,8 @@ fn memory_chart(
 ) -> Result<chart::Rendered, AppError> {
     let mut lines: Vec<Series> = Vec::new();
     let named = |s: i64, label: &str, color| {
-        tl.get(s).map(|points| Series {
-            label: label.to_string(),
-            points,
-            bucket_ns: tl.bucket_ns,
-            color,
-        })
+        tl.get(s)
+            .map(|points| Series::band(label, points, tl.bucket_ns, color))
     };
     let peak_series = if tl.is_torch() {
         lines.extend(named(
@@ -209,18 +235,60 @@ fn memory_chart(
             PALETTE[0],
         ));
         if let Some((points, bucket_ns)) = driver {
-            lines.push(Series {
-                label: "reserved (cudaMalloc segments)".into(),
+            lines.push(Series::band(
+                "reserved (cudaMalloc segments)",
                 points,
                 bucket_ns,
-                color: PALETTE[1],
-            });
+                PALETTE[1],
+            ));
         }
         series::TORCH_ALLOCATED
     } else {
-        lines.extend(named(series::IN_USE, "allocator in use", PALETTE[0]));
-        lines.extend(named(series::POOL, "allocator pool", PALETTE[1]));
-        lines.extend(named(series::LIMIT, "allocator limit", PALETTE[2]));
+        let pids = process_pools(tl);
+        if pids.len() > 1 {
+            // One line per process's pool (and its limit, dashed, in the same colour);
+            // the device's total is their sum, in use summed over the processes.
+            lines.extend(named(
+                series::IN_USE,
+                &format!("in use, {} processes summed", pids.len()),
+                PALETTE[0],
+            ));
+            lines.extend(named(
+                series::POOL,
+                &format!("pools summed ({} processes)", pids.len()),
+                PALETTE[1],
+            ));
+            for (k, &pid) in pids.iter().enumerate() {
+                let c = PROCESS_COLORS[k % PROCESS_COLORS.len()];
+                lines.extend(named(
+                    series::of_process(pid, series::PROCESS_POOL),
+                    &format!("pid {pid} pool"),
+                    c,
+                ));
+                lines.extend(
+                    named(
+                        series::of_process(pid, series::PROCESS_LIMIT),
+                        &format!("pid {pid} limit"),
+                        c,
+                    )
+                    .map(|s| Series {
+                        style: Style::Dashed,
+                        ..s
+                    }),
+                );
+            }
+        } else {
+            lines.extend(named(series::IN_USE, "allocator in use", PALETTE[0]));
+            lines.extend(named(series::POOL, "allocator pool", PALETTE[1]));
+            // The limit dashed over the pool: where the pool is preallocated to its
+            // limit the two coincide and both stay visible.
+            lines.extend(
+                named(series::LIMIT, "allocator limit", PALETTE[2]).map(|s| Series {
+                    style: Style::Dashed,
+                    ..s
+                }),
+            );
+        }
         lines.extend(named(
             series::LIVE_BUFFERS,
             "live buffers (jax.Array)",
@@ -368,91 +436,6 @@ async fn lanes_chart(
         .map_err(AppError::internal)
 }
 
-/// The one line that reconciles the framework's figures with the driver's, at the
-/// bucket where the framework's memory was highest in the range.
-pub(crate) fn reconcile(tl: &FrameworkTimeline, driver: Option<(&[Point], u64)>) -> String {
-    let at_of = |s: i64| {
-        tl.get(s).and_then(|p| {
-            p.iter()
-                .enumerate()
-                .max_by_key(|(i, x)| (x.last, std::cmp::Reverse(*i)))
-                .map(|(i, x)| (i, x.t_ns))
-        })
-    };
-    let last = |s: i64, i: usize| tl.get(s).and_then(|p| p.get(i)).map_or(0, |x| x.last);
-    let driver_at = |t: u64| {
-        driver.and_then(|(pts, bw)| {
-            pts.iter()
-                .rev()
-                .find(|p| p.t_ns <= t)
-                .filter(|p| t < p.t_ns + bw.max(1) || pts.last().is_some_and(|l| l.t_ns == p.t_ns))
-                .map(|p| p.last)
-        })
-    };
-    if tl.is_torch() {
-        let Some((i, t)) = at_of(series::TORCH_ALLOCATED) else {
-            return String::new();
-        };
-        let alloc = last(series::TORCH_ALLOCATED, i);
-        return match driver_at(t) {
-            Some(res) => format!(
-                "At {} (most allocated): reserved {} = {} allocated + {} cached in the allocator's segments (free blocks, fragmentation).",
-                fmt::duration(t as i64),
-                fmt::bytes(res),
-                fmt::bytes(alloc),
-                fmt::bytes(res - alloc)
-            ),
-            None => format!("At {}: {} allocated.", fmt::duration(t as i64), fmt::bytes(alloc)),
-        };
-    }
-    if tl.has_allocator() {
-        let Some((i, t)) = at_of(series::IN_USE) else {
-            return String::new();
-        };
-        let (in_use, pool, limit, live) = (
-            last(series::IN_USE, i),
-            last(series::POOL, i),
-            last(series::LIMIT, i),
-            last(series::LIVE_BUFFERS, i),
-        );
-        let mut s = format!(
-            "At {} (most in use): pool {} = {} live arrays + {} other allocator use (temporaries of running executables, rounding) + {} free in the pool",
-            fmt::duration(t as i64),
-            fmt::bytes(pool),
-            fmt::bytes(live),
-            fmt::bytes(in_use - live),
-            fmt::bytes(pool - in_use),
-        );
-        if limit > 0 {
-            s.push_str(&format!("; limit {}", fmt::bytes(limit)));
-        }
-        if let Some(d) = driver_at(t) {
-            s.push_str(&format!(
-                ". The driver saw {}: the pool + {} outside it (runtime, other allocations).",
-                fmt::bytes(d),
-                fmt::delta_bytes(d - pool)
-            ));
-        } else {
-            s.push('.');
-        }
-        return s;
-    }
-    let Some((i, t)) = at_of(series::LIVE_BUFFERS) else {
-        return String::new();
-    };
-    let live = last(series::LIVE_BUFFERS, i);
-    match driver_at(t) {
-        Some(d) => format!(
-            "At {} (most live arrays; no allocator statistics, e.g. the platform allocator): the driver saw {} = {} live arrays + {} unexplained (temporaries, runtime).",
-            fmt::duration(t as i64),
-            fmt::bytes(d),
-            fmt::bytes(live),
-            fmt::bytes(d - live)
-        ),
-        None => format!("At {}: {} live arrays.", fmt::duration(t as i64), fmt::bytes(live)),
-    }
-}
-
 #[derive(Deserialize, Default)]
 pub(crate) struct PartQ {
     pub device: Option<i64>,
@@ -488,6 +471,7 @@ pub(crate) async fn part_svg(
     let oom = OomMarks {
         failures: failure_times(&st, &run, device).await?,
         verdict: None,
+        capacity: capacity_of(&st, id, device).await?,
     };
     let r = match part.as_str() {
         "memory.svg" => {
@@ -529,6 +513,16 @@ pub(crate) async fn part_svg(
         r.svg,
     )
         .into_response())
+}
+
+async fn capacity_of(
+    st: &AppState,
+    run: i64,
+    device: i64,
+) -> Result<Option<(String, i64)>, AppError> {
+    Ok(crate::runs::device_capacity(&st.store, run, device)
+        .await?
+        .map(|(_, b)| (format!("GPU {device} capacity"), b)))
 }
 
 /// Times (ns since the run's start) of the failed requests of `device`: failed

@@ -31,6 +31,8 @@ pub struct Stored {
     pub headline: String,
     pub verdicts: Vec<StoredVerdict>,
     pub missing: Vec<StoredMissing>,
+    /// The device ledger, where the doctor made one.
+    pub ledger: Option<super::ledger::StoredLedger>,
 }
 
 /// One verdict, as shown.
@@ -326,6 +328,7 @@ pub fn verdict_view(row: &DiagnosisRow) -> Option<VerdictView> {
         ));
     }
     Some(VerdictView {
+        ledger: d.ledger.as_ref().map(super::ledger::ledger_view),
         kind: v.kind.clone(),
         failure: v.failure,
         headline: if v.headline.is_empty() {

@@ -6,6 +6,7 @@
 
 mod api;
 mod diagnosis;
+mod ledger;
 mod pages;
 mod sql;
 mod views;

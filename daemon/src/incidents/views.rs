@@ -88,4 +88,6 @@ pub struct VerdictView {
     pub missing: Vec<(String, String)>,
     /// What computed it and when it was stored.
     pub source: String,
+    /// The device ledger at the failure (or peak), where the doctor made one.
+    pub ledger: Option<super::ledger::LedgerView>,
 }

@@ -9,8 +9,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::fmt;
-use super::Point;
+use super::legend::{self, Swatch};
+use super::{axis, columns, fmt, Point};
 
 /// Colour-blind-safe palette (Okabe-Ito), dark enough for text contrast on white.
 pub const PALETTE: [RGBColor; 4] = [
@@ -20,16 +20,46 @@ pub const PALETTE: [RGBColor; 4] = [
     RGBColor(150, 60, 150),
 ];
 pub(super) const FAIL: RGBColor = RGBColor(200, 0, 30);
-const PEAK: RGBColor = RGBColor(170, 0, 40);
-const NOTE: RGBColor = RGBColor(90, 90, 90);
+pub(super) const PEAK: RGBColor = RGBColor(170, 0, 40);
+pub(super) const NOTE: RGBColor = RGBColor(90, 90, 90);
+/// The device's capacity line.
+const CAPACITY: RGBColor = RGBColor(110, 110, 110);
+
+/// How a timeline series is drawn.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub enum Style {
+    /// A solid line at each bucket's maximum over the min–max band of the bucket.
+    #[default]
+    Band,
+    /// A dashed line (a limit), drawn over the others so a line it equals shows through.
+    Dashed,
+}
 
 /// One line of a timeline chart.
 pub struct Series<'a> {
     pub label: String,
-    /// Offset added to every point's time (aligning runs for comparison).
     pub points: &'a [Point],
     pub bucket_ns: u64,
     pub color: RGBColor,
+    pub style: Style,
+}
+
+impl<'a> Series<'a> {
+    /// A solid line with its min–max band.
+    pub fn band(
+        label: impl Into<String>,
+        points: &'a [Point],
+        bucket_ns: u64,
+        color: RGBColor,
+    ) -> Self {
+        Series {
+            label: label.into(),
+            points,
+            bucket_ns,
+            color,
+            style: Style::Band,
+        }
+    }
 }
 
 /// Markers drawn over the timeline (times relative to the run's start).
@@ -38,7 +68,14 @@ pub struct Marks {
     pub peak: Option<(u64, i64)>,
     pub failures: Vec<u64>,
     pub annotations: Vec<(u64, String)>,
+    /// The device's memory (label, bytes): a line when it is within a few times the data
+    /// (else the legend says it is above the chart).
+    pub capacity: Option<(String, i64)>,
 }
+
+/// A capacity more than this many times the data's maximum is named, not drawn (the
+/// data would be a flat line at the bottom).
+const CAPACITY_SCALE: i64 = 4;
 
 /// A rendered chart.
 pub struct Rendered {
@@ -50,34 +87,39 @@ pub struct Rendered {
 
 pub(super) type DrawResult<T> = Result<T, String>;
 
-/// The plot area of a bytes-over-time chart: time since the run's start across, bytes
-/// up to `ytop`, with the dashboard's margins, grid and labels.
+pub(super) type TimeBytes<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// The plot area of a bytes-over-time chart below a legend `legend_h` pixels high: time
+/// since the run's start across, bytes up to a round binary value at or above `ymax`
+/// (`render::axis`), with the dashboard's margins, grid and labels. Returns the chart and
+/// its top in bytes.
 pub(super) fn time_bytes_chart<'a, 'b>(
     root: &'a DrawingArea<SVGBackend<'b>, Shift>,
     x: std::ops::Range<f64>,
-    ytop: f64,
-) -> DrawResult<
-    ChartContext<
-        'a,
-        SVGBackend<'b>,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
-    >,
-> {
+    ymax: f64,
+    legend_h: u32,
+) -> DrawResult<(TimeBytes<'a, 'b>, f64)> {
+    let (step, top) = axis::byte_ticks(ymax * 1.04, 6);
+    let ytop = top as f64;
     let mut chart = ChartBuilder::on(root)
         .margin(12)
-        .margin_top(34)
+        .margin_top(legend_h.max(20) + 6)
         .margin_right(24)
         .x_label_area_size(34)
         .y_label_area_size(84)
-        .build_cartesian_2d(x, 0f64..ytop)
+        .build_cartesian_2d(x.clone(), 0f64..ytop)
         .map_err(err)?;
     chart
         .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
         .x_labels(8)
-        .y_labels(6)
         .x_label_formatter(&|x| fmt::axis_time(*x))
-        .y_label_formatter(&|y| fmt::axis_bytes(*y))
-        .light_line_style(RGBColor(235, 235, 235))
+        .light_line_style(RGBColor(240, 240, 240))
         .bold_line_style(RGBColor(215, 215, 215))
         .axis_style(RGBColor(80, 80, 80))
         .label_style(("sans-serif", 13).into_font().color(&RGBColor(40, 40, 40)))
@@ -85,11 +127,39 @@ pub(super) fn time_bytes_chart<'a, 'b>(
         .axis_desc_style(("sans-serif", 13).into_font().color(&RGBColor(40, 40, 40)))
         .draw()
         .map_err(err)?;
-    Ok(chart)
+    let font = ("sans-serif", 13).into_font().color(&RGBColor(40, 40, 40));
+    for v in axis::tick_values(step, top) {
+        let y = v as f64;
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(x.start, y), (x.end, y)],
+                RGBColor(222, 222, 222).stroke_width(1),
+            )))
+            .map_err(err)?;
+        let (px, py) = chart.backend_coord(&(x.start, y));
+        root.draw(&PathElement::new(
+            vec![(px - 5, py), (px, py)],
+            RGBColor(80, 80, 80).stroke_width(1),
+        ))
+        .map_err(err)?;
+        root.draw(&Text::new(
+            axis::tick_label(v),
+            (px - 8, py),
+            font.clone().pos(Pos::new(HPos::Right, VPos::Center)),
+        ))
+        .map_err(err)?;
+    }
+    Ok((chart, ytop))
 }
 
 pub(super) fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("chart drawing failed: {e:?}")
+}
+
+/// Columns a series is folded into: two plot pixels each, so a step line has at most
+/// one vertex per pixel and a band two.
+pub(super) fn columns_of(size: (u32, u32)) -> usize {
+    (size.0.saturating_sub(120) / 2).max(50) as usize
 }
 
 /// Draws the live-bytes timeline over `[from, to)` ns.
@@ -105,7 +175,7 @@ pub fn timeline(
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        (l, r) = draw_timeline(&root, from, to, series, marks)?;
+        (l, r) = draw_timeline(&root, size, from, to, series, marks)?;
         root.present().map_err(err)?;
     }
     Ok(Rendered {
@@ -117,6 +187,7 @@ pub fn timeline(
 
 fn draw_timeline(
     root: &DrawingArea<SVGBackend, Shift>,
+    size: (u32, u32),
     from: u64,
     to: u64,
     series: &[Series],
@@ -132,11 +203,25 @@ fn draw_timeline(
             ymax = ymax.max(b);
         }
     }
-    let ytop = (ymax.max(1) as f64) * 1.12;
+    let capacity = marks
+        .capacity
+        .as_ref()
+        .filter(|(_, c)| *c > 0)
+        .map(|(label, c)| (label, *c, *c <= ymax.max(1).saturating_mul(CAPACITY_SCALE)));
+    if let Some((_, c, true)) = capacity {
+        ymax = ymax.max(c);
+    }
     let (x0, x1) = (from as f64, to.max(from + 1) as f64);
-    let legend = legend_items(series, marks, from, to);
-    draw_legend(root, &legend)?;
-    let mut chart = time_bytes_chart(root, x0..x1, ytop)?;
+    let legend = legend_items(
+        series,
+        marks,
+        from,
+        to,
+        capacity.map(|c| (c.0.as_str(), c.1, c.2)),
+    );
+    let legend_h = legend::height(size.0, &legend);
+    legend::draw(root, &legend)?;
+    let (mut chart, ytop) = time_bytes_chart(root, x0..x1, ymax.max(1) as f64, legend_h)?;
 
     let visible: Vec<&(u64, String)> = marks
         .annotations
@@ -144,6 +229,8 @@ fn draw_timeline(
         .filter(|(t, _)| *t >= from && *t < to)
         .collect();
     let few = visible.len() <= 12;
+    let (plot_x, _) = chart.plotting_area().get_pixel_range();
+    let mut label_free_from = i32::MIN;
     for (i, &&(t, ref text)) in visible.iter().enumerate() {
         if i >= 400 {
             break;
@@ -156,43 +243,60 @@ fn draw_timeline(
                 NOTE.mix(0.45).stroke_width(1),
             )))
             .map_err(err)?;
-        if few {
+        let text = short(text, 24);
+        let (px, _) = chart.backend_coord(&(x, ytop));
+        let w = (7.0 * text.chars().count() as f64) as i32;
+        // A label only where it does not run into the previous one or off the plot.
+        if few && px >= label_free_from && px + w <= plot_x.end {
             chart
                 .draw_series(std::iter::once(Text::new(
-                    short(text, 24),
+                    text,
                     (x, ytop * 0.99),
                     ("sans-serif", 11).into_font().color(&NOTE),
                 )))
                 .map_err(err)?;
+            label_free_from = px + w + 6;
         }
     }
 
-    for s in series {
-        if s.points.is_empty() {
-            continue;
-        }
-        let bw = s.bucket_ns.max(1) as f64;
-        let mut upper = Vec::with_capacity(s.points.len() * 2);
-        let mut lower = Vec::with_capacity(s.points.len() * 2);
-        for p in s.points {
-            let a = (p.t_ns as f64).max(x0);
-            let b = (p.t_ns as f64 + bw).min(x1);
-            upper.push((a, p.max as f64));
-            upper.push((b, p.max as f64));
-            lower.push((a, p.min as f64));
-            lower.push((b, p.min as f64));
-        }
-        let mut band = upper.clone();
-        band.extend(lower.iter().rev().copied());
+    if let Some((_, c, true)) = capacity {
         chart
-            .draw_series(std::iter::once(Polygon::new(
-                band,
-                s.color.mix(0.22).filled(),
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(x0, c as f64), (x1, c as f64)],
+                CAPACITY.stroke_width(2),
             )))
             .map_err(err)?;
-        let color = s.color;
+    }
+    let cols = columns_of(size);
+    for s in series.iter().filter(|s| s.style == Style::Band) {
+        let (pts, w) = columns::fold(s.points, s.bucket_ns, from, to, cols);
+        let tri: Vec<(u64, i64, i64)> = pts.iter().map(|p| (p.t_ns, p.min, p.max)).collect();
+        if let Some(poly) = columns::band(&tri, w, x0, x1) {
+            chart
+                .draw_series(std::iter::once(Polygon::new(
+                    poly,
+                    s.color.mix(0.22).filled(),
+                )))
+                .map_err(err)?;
+        }
+        let upper: Vec<(u64, i64)> = pts.iter().map(|p| (p.t_ns, p.max)).collect();
         chart
-            .draw_series(LineSeries::new(upper, color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                columns::step_line(&upper, w, x0, x1),
+                s.color.stroke_width(2),
+            ))
+            .map_err(err)?;
+    }
+    for s in series.iter().filter(|s| s.style == Style::Dashed) {
+        let (pts, w) = columns::fold(s.points, s.bucket_ns, from, to, cols);
+        let upper: Vec<(u64, i64)> = pts.iter().map(|p| (p.t_ns, p.max)).collect();
+        chart
+            .draw_series(DashedLineSeries::new(
+                columns::step_line(&upper, w, x0, x1),
+                7,
+                5,
+                s.color.stroke_width(3),
+            ))
             .map_err(err)?;
     }
 
@@ -249,18 +353,28 @@ fn draw_timeline(
     Ok((xr.start, xr.end))
 }
 
-pub(super) enum Swatch {
-    Band(RGBColor),
-    Triangle,
-    Dot,
-    Tick,
-}
-
-fn legend_items(series: &[Series], marks: &Marks, from: u64, to: u64) -> Vec<(Swatch, String)> {
+fn legend_items(
+    series: &[Series],
+    marks: &Marks,
+    from: u64,
+    to: u64,
+    capacity: Option<(&str, i64, bool)>,
+) -> Vec<(Swatch, String)> {
     let mut v: Vec<(Swatch, String)> = series
         .iter()
-        .map(|s| (Swatch::Band(s.color), s.label.clone()))
+        .map(|s| match s.style {
+            Style::Band => (Swatch::Band(s.color), s.label.clone()),
+            Style::Dashed => (Swatch::Dashed(s.color), s.label.clone()),
+        })
         .collect();
+    if let Some((label, c, drawn)) = capacity {
+        let text = if drawn {
+            format!("{label} {}", fmt::bytes(c))
+        } else {
+            format!("{label} {} (above this chart)", fmt::bytes(c))
+        };
+        v.push((Swatch::Line(CAPACITY), text));
+    }
     if let Some((t, b)) = marks.peak {
         let where_ = if t >= from && t < to {
             ""
@@ -294,43 +408,6 @@ fn legend_items(series: &[Series], marks: &Marks, from: u64, to: u64) -> Vec<(Sw
     v
 }
 
-/// A one-row legend above the plot, so it never covers data (or the peak).
-pub(super) fn draw_legend(
-    root: &DrawingArea<SVGBackend, Shift>,
-    items: &[(Swatch, String)],
-) -> DrawResult<()> {
-    let mut x = 96i32;
-    let y = 16i32;
-    let font = ("sans-serif", 13).into_font().color(&RGBColor(30, 30, 30));
-    for (sw, text) in items {
-        match sw {
-            Swatch::Band(c) => root
-                .draw(&Rectangle::new([(x, y - 5), (x + 16, y + 5)], c.filled()))
-                .map_err(err)?,
-            Swatch::Triangle => root
-                .draw(&TriangleMarker::new((x + 8, y), 6, FAIL.filled()))
-                .map_err(err)?,
-            Swatch::Dot => root
-                .draw(&Circle::new((x + 8, y), 5, PEAK.filled()))
-                .map_err(err)?,
-            Swatch::Tick => root
-                .draw(&PathElement::new(
-                    vec![(x + 8, y - 7), (x + 8, y + 7)],
-                    NOTE.stroke_width(2),
-                ))
-                .map_err(err)?,
-        }
-        root.draw(&Text::new(
-            text.clone(),
-            (x + 22, y),
-            font.clone().pos(Pos::new(HPos::Left, VPos::Center)),
-        ))
-        .map_err(err)?;
-        x += 22 + 7 * text.chars().count() as i32 + 24;
-    }
-    Ok(())
-}
-
 /// One API span: lane index, start and end (ns since run start), name.
 pub struct Span {
     pub lane: usize,
@@ -338,7 +415,32 @@ pub struct Span {
     pub end: u64,
 }
 
-/// Draws one lane per thread with its API spans over `[from, to)` ns.
+/// Spans of one lane closer than `gap` ns merged into one bar (a bar narrower than a
+/// pixel column is drawn as one anyway), so a lane has at most one bar per column.
+fn merge_spans(spans: &[Span], from: u64, to: u64, gap: u64) -> Vec<Span> {
+    let mut v: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.end >= from && s.start < to)
+        .collect();
+    v.sort_by_key(|s| (s.lane, s.start));
+    let mut out: Vec<Span> = Vec::new();
+    for s in v {
+        match out.last_mut() {
+            Some(p) if p.lane == s.lane && s.start <= p.end.saturating_add(gap) => {
+                p.end = p.end.max(s.end);
+            }
+            _ => out.push(Span {
+                lane: s.lane,
+                start: s.start,
+                end: s.end.max(s.start),
+            }),
+        }
+    }
+    out
+}
+
+/// Draws one lane per thread with its API spans over `[from, to)` ns, under a legend
+/// naming each lane's colour.
 pub fn lanes(
     width: u32,
     from: u64,
@@ -347,15 +449,24 @@ pub fn lanes(
     spans: &[Span],
 ) -> DrawResult<Rendered> {
     let n = lane_names.len().max(1);
-    let height = (40 + 26 * n as u32).min(2000);
+    let legend: Vec<(Swatch, String)> = lane_names
+        .iter()
+        .enumerate()
+        .take(16)
+        .map(|(i, name)| (Swatch::Band(PALETTE[i % PALETTE.len()]), name.clone()))
+        .collect();
+    let legend_h = legend::height(width, &legend);
+    let height = (legend_h + 34 + 26 * n as u32).min(2000);
     let mut svg = String::new();
     let (l, r);
     {
         let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
+        legend::draw(&root, &legend)?;
         let (x0, x1) = (from as f64, to.max(from + 1) as f64);
         let mut chart = ChartBuilder::on(&root)
             .margin(8)
+            .margin_top(legend_h)
             .margin_right(24)
             .x_label_area_size(26)
             .y_label_area_size(84)
@@ -371,23 +482,19 @@ pub fn lanes(
             .label_style(("sans-serif", 12).into_font().color(&RGBColor(40, 40, 40)))
             .draw()
             .map_err(err)?;
+        let gap = (to.saturating_sub(from) / columns_of((width, 0)) as u64).max(1);
         chart
-            .draw_series(
-                spans
-                    .iter()
-                    .filter(|s| s.end >= from && s.start < to)
-                    .map(|s| {
-                        let y = s.lane as f64;
-                        let c = PALETTE[s.lane % PALETTE.len()];
-                        Rectangle::new(
-                            [
-                                ((s.start as f64).max(x0), y + 0.15),
-                                ((s.end as f64).min(x1).max(s.start as f64), y + 0.85),
-                            ],
-                            c.filled(),
-                        )
-                    }),
-            )
+            .draw_series(merge_spans(spans, from, to, gap).into_iter().map(|s| {
+                let y = s.lane as f64;
+                let c = PALETTE[s.lane % PALETTE.len()];
+                Rectangle::new(
+                    [
+                        ((s.start as f64).max(x0), y + 0.15),
+                        ((s.end as f64).min(x1).max(s.start as f64), y + 0.85),
+                    ],
+                    c.filled(),
+                )
+            }))
             .map_err(err)?;
         // Lane names, drawn in pixel space left of the plot (the axis is numeric).
         let label_font = ("sans-serif", 12).into_font().color(&RGBColor(40, 40, 40));
@@ -435,21 +542,48 @@ mod tests {
                 last: 1 << 20,
             })
             .collect();
-        let s = [Series {
-            label: "device 0".into(),
-            points: &pts,
-            bucket_ns: 10,
-            color: PALETTE[0],
-        }];
+        let s = [Series::band("device 0", &pts, 10, PALETTE[0])];
         let marks = Marks {
             peak: Some((575, 1 << 30)),
             failures: vec![900],
             annotations: vec![(100, "step 1".into())],
+            capacity: Some(("GPU capacity".into(), 3 << 30)),
         };
         let r = timeline((900, 300), 0, 1000, &s, &marks).unwrap();
         assert!(r.svg.starts_with("<svg"));
         assert!(r.svg.contains("peak 1.00 GiB"));
         assert!(r.svg.contains("failed allocation (1 here, 1 in run)"));
         assert!(r.plot_left > 0 && r.plot_right > r.plot_left && r.plot_right < 900);
+        assert!(r.svg.contains("GPU capacity 3.00 GiB") && !r.svg.contains("above this chart"));
+        assert!(r.svg.contains("\n3 GiB\n") && !r.svg.contains("MiB\n"));
+    }
+
+    #[test]
+    fn lines_have_at_most_two_vertices_per_pixel() {
+        // 8,000 buckets changing every bucket, on a 1200 px chart.
+        let pts: Vec<Point> = (0..8000u64)
+            .map(|i| {
+                let v = (((i * 7919) % 1000) as i64) << 20;
+                Point {
+                    t_ns: i * 10,
+                    min: v / 2,
+                    max: v,
+                    last: v,
+                }
+            })
+            .collect();
+        let s = [Series::band("GPU 0", &pts, 10, PALETTE[0])];
+        let r = timeline((1200, 320), 0, 80_000, &s, &Marks::default()).unwrap();
+        let width = (r.plot_right - r.plot_left) as usize;
+        for list in r.svg.split("points=\"").skip(1) {
+            let n = list
+                .split('"')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .count();
+            assert!(n <= 2 * width + 8, "{n} vertices for {width} px");
+        }
+        assert!(r.svg.len() < 120_000, "{} bytes", r.svg.len());
     }
 }

@@ -1,11 +1,15 @@
 //! Drawing and formatting for the dashboard, with no store access: SVG charts with
-//! plotters (`chart`: timelines and API-span lanes; `page_charts`: composition bars, the
+//! plotters (`chart`: timelines and API-span lanes, on `axis`'s binary byte ticks, under
+//! `legend`'s wrapped colour legend, folded by `columns` to the chart's pixels; `page_charts`: composition bars, the
 //! BFC chunk map, gate history, sparklines), PNG rasterising (`png`), human formatting of
 //! bytes, durations and times (`fmt`), and the plain data they draw ([`Point`],
 //! [`Cells`], [`Fact`]). Features gather the numbers and call these.
 
+pub(crate) mod axis;
 pub(crate) mod chart;
+pub(crate) mod columns;
 pub(crate) mod fmt;
+pub(crate) mod legend;
 pub(crate) mod page_charts;
 pub(crate) mod png;
 pub(crate) mod stack;

@@ -5,8 +5,9 @@
 
 use plotters::prelude::*;
 
-use super::chart::{draw_legend, err, time_bytes_chart, DrawResult, Rendered, Swatch, FAIL};
-use super::Point;
+use super::chart::{columns_of, err, time_bytes_chart, DrawResult, Rendered, FAIL};
+use super::legend::{self, Swatch};
+use super::{columns, Point};
 
 /// Colours of the stacked layers (Okabe-Ito and tints), "other" last in grey.
 const LAYERS: [RGBColor; 8] = [
@@ -55,20 +56,50 @@ pub fn stacked(
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let n = starts.len();
+        // Layers and the total folded into the chart's pixel columns (each layer's last
+        // value of a column; the total's min and max), then stacked.
+        let cols = columns_of(size);
+        let as_points = |values: &[i64]| -> Vec<Point> {
+            starts
+                .iter()
+                .zip(values.iter().chain(std::iter::repeat(&0)))
+                .map(|(&t_ns, &v)| Point {
+                    t_ns,
+                    min: v,
+                    max: v,
+                    last: v.max(0),
+                })
+                .collect()
+        };
+        let mut width = bucket_ns.max(1);
+        let folded: Vec<Vec<Point>> = layers
+            .iter()
+            .map(|layer| {
+                let (p, w) = columns::fold(&as_points(&layer.values), bucket_ns, from, to, cols);
+                width = w;
+                p
+            })
+            .collect();
+        let n = folded.first().map_or(0, Vec::len);
+        let col_starts: Vec<u64> = folded
+            .first()
+            .map_or_else(Vec::new, |f| f.iter().map(|p| p.t_ns).collect());
         let mut cum = vec![vec![0i64; n]; layers.len() + 1];
-        for (k, layer) in layers.iter().enumerate() {
+        for (k, layer) in folded.iter().enumerate() {
             let (below, above) = cum.split_at_mut(k + 1);
             for (i, c) in above[0].iter_mut().enumerate() {
-                *c = below[k][i] + layer.values.get(i).copied().unwrap_or(0).max(0);
+                *c = below[k][i] + layer.get(i).map_or(0, |p| p.last);
             }
         }
+        let total = total.map(|t| columns::fold(t, bucket_ns, from, to, cols));
         let top_stack = cum
             .last()
             .and_then(|c| c.iter().max().copied())
             .unwrap_or(0);
-        let top_total = total.map_or(0, |t| t.iter().map(|p| p.max).max().unwrap_or(0));
-        let ytop = (top_stack.max(top_total).max(1) as f64) * 1.1;
+        let top_total = total
+            .as_ref()
+            .map_or(0, |t| t.0.iter().map(|p| p.max).max().unwrap_or(0));
+        let ymax = top_stack.max(top_total).max(1) as f64;
         let (x0, x1) = (from as f64, to.max(from + 1) as f64);
         let mut legend: Vec<(Swatch, String)> = layers
             .iter()
@@ -82,46 +113,45 @@ pub fn stacked(
             .collect();
         if total.is_some() {
             legend.push((
-                Swatch::Band(RGBColor(20, 20, 20)),
-                "all live buffers (min–max)".into(),
+                Swatch::Line(RGBColor(20, 20, 20)),
+                "all live buffers (highest per column)".into(),
             ));
         }
         if !failures.is_empty() {
             legend.push((Swatch::Triangle, "failed request".into()));
         }
-        draw_legend(&root, &legend)?;
-        let mut chart = time_bytes_chart(&root, x0..x1, ytop)?;
-        let bw = bucket_ns.max(1) as f64;
+        let legend_h = legend::height(size.0, &legend);
+        legend::draw(&root, &legend)?;
+        let (mut chart, ytop) = time_bytes_chart(&root, x0..x1, ymax, legend_h)?;
         // Each layer is the area between the stack below it and its own top.
         for k in 0..layers.len() {
-            let mut upper = Vec::with_capacity(2 * n);
-            let mut lower = Vec::with_capacity(2 * n);
-            for (i, &s) in starts.iter().enumerate() {
-                let a = (s as f64).max(x0);
-                let b = (s as f64 + bw).min(x1);
-                upper.push((a, cum[k + 1][i] as f64));
-                upper.push((b, cum[k + 1][i] as f64));
-                lower.push((a, cum[k][i] as f64));
-                lower.push((b, cum[k][i] as f64));
+            let upper: Vec<(u64, i64)> = col_starts
+                .iter()
+                .copied()
+                .zip(cum[k + 1].iter().copied())
+                .collect();
+            let lower: Vec<(u64, i64)> = col_starts
+                .iter()
+                .copied()
+                .zip(cum[k].iter().copied())
+                .collect();
+            if upper == lower {
+                continue;
             }
-            let mut poly = upper;
-            poly.extend(lower.into_iter().rev());
+            let mut poly = columns::step_line(&upper, width, x0, x1);
+            poly.extend(columns::step_line(&lower, width, x0, x1).into_iter().rev());
             let c = LAYERS[k.min(LAYERS.len() - 1)];
             chart
                 .draw_series(std::iter::once(Polygon::new(poly, c.mix(0.75).filled())))
                 .map_err(err)?;
         }
-        if let Some(t) = total {
-            let line: Vec<(f64, f64)> = t
-                .iter()
-                .flat_map(|p| {
-                    let a = (p.t_ns as f64).max(x0);
-                    let b = (p.t_ns as f64 + bw).min(x1);
-                    [(a, p.max as f64), (b, p.max as f64)]
-                })
-                .collect();
+        if let Some((t, w)) = &total {
+            let hi: Vec<(u64, i64)> = t.iter().map(|p| (p.t_ns, p.max)).collect();
             chart
-                .draw_series(LineSeries::new(line, RGBColor(20, 20, 20).stroke_width(1)))
+                .draw_series(LineSeries::new(
+                    columns::step_line(&hi, *w, x0, x1),
+                    RGBColor(20, 20, 20).stroke_width(1),
+                ))
                 .map_err(err)?;
         }
         let fail_y = ytop * 0.94;

@@ -8,6 +8,7 @@ mod api;
 mod events;
 mod identity;
 mod model;
+mod outcome;
 mod overview;
 mod pages;
 mod samples;
@@ -29,6 +30,7 @@ pub use model::{
 pub(crate) use pages::{
     load_run, range, range_chart, run_end, RangeChart, RangeQ, CHART_H, CHART_W,
 };
+pub(crate) use sql::device_capacity;
 pub use sql::run_lite;
 pub use timeline::Timeline;
 

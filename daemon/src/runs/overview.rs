@@ -1,13 +1,14 @@
 //! The overview page: nodes with their devices' latest memory samples and a sparkline
 //! of the last hour, the newest runs, and the processes still running.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use axum::extract::State;
 use axum::response::Response;
 
 use super::identity;
 use super::model::RunRow;
+use super::outcome;
 use super::sql;
 use super::views::{DeviceView, JobView, MemView, NodeView, Overview, RunListRow};
 use crate::app::error::AppError;
@@ -28,14 +29,16 @@ fn device_peak(r: &RunRow) -> (i64, String) {
 pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> {
     let nodes = st.store.nodes().await?;
     let runs = st.store.runs(100).await?;
-    let oom_runs: BTreeSet<i64> = st
+    let mut oom_runs: BTreeMap<i64, usize> = BTreeMap::new();
+    for i in st
         .store
         .incidents(None, 10_000)
         .await?
         .iter()
         .filter(|i| is_oom(i))
-        .map(|i| i.run_id)
-        .collect();
+    {
+        *oom_runs.entry(i.run_id).or_default() += 1;
+    }
     let heads: Vec<(i64, String, String, i64, i64)> = runs
         .iter()
         .map(|r| {
@@ -82,8 +85,12 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
             peak: fmt::bytes(peak),
             peak_device,
             failures: r.devices.iter().map(|d| d.failed_count).sum(),
-            oom: oom_runs.contains(&r.id) || verdict.is_some_and(|d| d.failed != 0),
-            active: sql::run_active(&st.store, r.id).await?,
+            status: outcome::badge(&outcome::decide(&outcome::Facts {
+                active: sql::run_active(&st.store, r.id).await?,
+                exits: outcome::exits(&st.store, r.id).await?,
+                oom_incidents: oom_runs.get(&r.id).copied().unwrap_or(0),
+                diagnosis: verdict.map(|d| (d.failed != 0, d.kind.clone())),
+            })),
             dropped: r.dropped_events,
         });
     }
@@ -92,7 +99,17 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
     for n in nodes {
         let node_id = ids.get(&n.name).copied().unwrap_or(-1);
         let mut devices = Vec::with_capacity(n.devices.len());
-        for d in n.devices {
+        // A device no driver described (no name, no memory, no samples: an imported
+        // snapshot names only an ordinal) is not shown; nor a node left with none.
+        let real: Vec<_> = n
+            .devices
+            .into_iter()
+            .filter(|d| !(d.name.is_empty() && d.total_bytes <= 0 && d.samples.is_empty()))
+            .collect();
+        if real.is_empty() && n.samples.is_empty() {
+            continue;
+        }
+        for d in real {
             let mut mems = Vec::with_capacity(d.samples.len());
             for s in &d.samples {
                 let code = match s.memory {
@@ -150,10 +167,15 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
     }
     let nodes = views;
     // Processes with no recorded end whose node reported in the last 10 minutes.
-    let running: Vec<(i64, String, i64, String, String)> = st
-        .store
-        .running_processes(600_000_000_000)
-        .await?
+    let mut running: Vec<(i64, String, i64, String, String)> = Vec::new();
+    for p in st.store.running_processes(600_000_000_000).await? {
+        // Only runs still sending (`sql::run_active`): a finished attach or an imported
+        // capture has processes without an exit record too.
+        if sql::run_active(&st.store, p.0).await? {
+            running.push(p);
+        }
+    }
+    let running: Vec<(i64, String, i64, String, String)> = running
         .into_iter()
         .map(|(id, key, pid, argv, node)| {
             // Titled like the run list (tags, command), not by the machine-made key.

@@ -13,6 +13,7 @@ use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 
 use super::model::RunLite;
+use super::outcome::{self, Outcome};
 use super::views::{ProcessView, RunDeviceView, RunPage};
 use super::{events, sql};
 use crate::app::error::AppError;
@@ -84,7 +85,9 @@ async fn device_chart(
         .ok_or_else(|| AppError::not_found(format!("no run {}", run.id)))?;
     let d = run.devices.iter().find(|d| d.device == device);
     let (notes, _) = sql::annotations_in(&st.store, run.id, run.t0, from, to, 401).await?;
+    let capacity = sql::device_capacity(&st.store, run.id, device).await?;
     let marks = Marks {
+        capacity: capacity.map(|(_, b)| (format!("GPU {device} capacity"), b)),
         peak: d.map(|d| (d.peak_ts_ns.max(0) as u64, d.peak_bytes)),
         failures: failures.to_vec(),
         annotations: notes
@@ -105,6 +108,7 @@ async fn device_chart(
         points: &tl.points,
         bucket_ns: tl.bucket_ns,
         color: PALETTE[0],
+        style: chart::Style::Band,
     }];
     if !used.is_empty() {
         series.push(Series {
@@ -112,6 +116,7 @@ async fn device_chart(
             points: &used,
             bucket_ns: tl.bucket_ns,
             color: PALETTE[2],
+            style: chart::Style::Band,
         });
     }
     chart::timeline((CHART_W, CHART_H), tl.from_ns, tl.to_ns, &series, &marks)
@@ -186,12 +191,44 @@ pub async fn run(
     let end = run_end(&run);
     let (from, to) = range(&q, end)?;
     let incidents = st.store.incidents(Some(id), 10_000).await?;
+    let diagnosis = st.store.diagnosis(id).await?;
+    let active = sql::run_active(&st.store, id).await?;
+    let ended = outcome::decide(&outcome::Facts {
+        active,
+        exits: outcome::exits(&st.store, id).await?,
+        oom_incidents: incidents.iter().filter(|i| is_oom(i)).count(),
+        diagnosis: diagnosis.as_ref().map(|d| (d.failed != 0, d.kind.clone())),
+    });
+    let verdict = diagnosis.as_ref().and_then(verdict_view);
+    let framework = crate::framework::sections(
+        &st,
+        &run,
+        from,
+        to,
+        verdict.as_ref().map(|v| v.kind.as_str()),
+    )
+    .await?;
     let t0 = run.t0;
     let mut devices = Vec::new();
     for d in run.devices.iter().filter(|d| d.shown()) {
         let fails = failure_times(&incidents, d.device, t0);
         let c = device_chart(&st, &run, d.device, from, to, &fails).await?;
+        let growing = if framework.iter().any(|f| f.device == d.device) || d.device < 0 {
+            String::new()
+        } else {
+            crate::framework::driver_growing(&st.store, id, d.device, end)
+                .await?
+                .map(|g| format!("{}/s", fmt::delta_bytes(g.bytes_per_s as i64)))
+                .unwrap_or_default()
+        };
+        let note = if d.alloc_count == 0 && d.peak_bytes == 0 {
+            "No allocation was recorded on this device: memory allocated before the recording began (a pool made before an attach) is not in the driver view; the framework view and the device's samples show it where they were recorded.".to_string()
+        } else {
+            String::new()
+        };
         devices.push(RunDeviceView {
+            note,
+            growing,
             device: d.device,
             label: d.label(),
             peak: fmt::bytes(d.peak_bytes),
@@ -238,16 +275,6 @@ pub async fn run(
         }
         None => Vec::new(),
     };
-    let diagnosis = st.store.diagnosis(id).await?;
-    let verdict = diagnosis.as_ref().and_then(verdict_view);
-    let framework = crate::framework::sections(
-        &st,
-        &run,
-        from,
-        to,
-        verdict.as_ref().map(|v| v.kind.as_str()),
-    )
-    .await?;
     let page = RunPage {
         id,
         framework,
@@ -267,8 +294,23 @@ pub async fn run(
         events: run.event_count,
         dropped: run.dropped_events,
         failures: incidents.len(),
-        oom: incidents.iter().any(is_oom) || diagnosis.as_ref().is_some_and(|d| d.failed != 0),
-        active: sql::run_active(&st.store, id).await?,
+        active,
+        status: outcome::badge(&ended),
+        crash: match ended {
+            Outcome::Crashed(code) => {
+                let line = outcome::logged_error(&st.store, id).await?;
+                format!(
+                    "It ended with {}{}",
+                    outcome::exit_text(code),
+                    line.map_or_else(
+                        || " (no log with an error line is stored with the run)".to_string(),
+                        |l| format!(": {l}")
+                    )
+                )
+            }
+            _ => String::new(),
+        },
+        recovered: ended == Outcome::Recovered,
         from,
         to,
         end,

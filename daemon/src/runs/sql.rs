@@ -492,8 +492,44 @@ pub(crate) async fn processes(store: &Store, run: i64) -> Result<Vec<ProcessRow>
         .collect())
 }
 
-/// Whether run `run` is still going: a process without an end, and data within a minute.
+/// The memory of device `device` of the node that recorded `run`, as its device info
+/// said (name, bytes); `None` when the node sent none, said 0 bytes, or said less than the
+/// run's own peak there (the node's devices are kept by ordinal: another machine's
+/// capture imported under the same host name describes another device).
+pub(crate) async fn device_capacity(
+    store: &Store,
+    run: i64,
+    device: i64,
+) -> Result<Option<(String, i64)>, StoreError> {
+    let row: Option<(String, i64)> = sqlx::query_as(
+        "SELECT d.name, d.total_bytes FROM devices d JOIN runs r ON r.node_id = d.node_id \
+         LEFT JOIN run_devices rd ON rd.run_id = r.id AND rd.device = d.ordinal \
+         WHERE r.id = $1 AND d.ordinal = $2 AND d.total_bytes >= COALESCE(rd.peak_bytes, 0)",
+    )
+    .bind(run)
+    .bind(device)
+    .fetch_optional(&store.pool)
+    .await?;
+    Ok(row.filter(|r| r.1 > 0))
+}
+
+/// How recent a run's own last event must be (on the wall clock of its node) for it to
+/// count as running: an imported recording's events are as old as the recording.
+const ACTIVE_WINDOW_NS: i64 = 120_000_000_000;
+
+/// Whether run `run` is still going: a process without an end, its node heard from
+/// within a minute, and the run's own last event within [`ACTIVE_WINDOW_NS`] (so a
+/// finished attach or an imported capture, which has no exit record, is not running).
 pub(crate) async fn run_active(store: &Store, run: i64) -> Result<bool, StoreError> {
+    let last_wall: Option<i64> = sqlx::query_scalar(
+        "SELECT wall_anchor_unix_ns + (last_ts_ns - t0_mono_ns) FROM runs WHERE id = $1",
+    )
+    .bind(run)
+    .fetch_optional(&store.pool)
+    .await?;
+    if last_wall.is_none_or(|w| now_unix_ns() - w >= ACTIVE_WINDOW_NS) {
+        return Ok(false);
+    }
     let open: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM processes WHERE run_id = $1 AND end_ts_ns IS NULL AND exit_code IS NULL \
          AND argv NOT LIKE $2",

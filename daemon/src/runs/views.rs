@@ -74,8 +74,8 @@ pub struct RunListRow {
     pub peak: String,
     pub peak_device: String,
     pub failures: i64,
-    pub oom: bool,
-    pub active: bool,
+    /// How it ended (`outcome`): badge class, text and tooltip.
+    pub status: (&'static str, String, String),
     pub dropped: i64,
 }
 
@@ -102,8 +102,13 @@ pub struct RunPage {
     pub dropped: i64,
     /// Failed allocations and executes (incidents).
     pub failures: usize,
-    pub oom: bool,
     pub active: bool,
+    /// How it ended (`outcome`): badge class, text and tooltip.
+    pub status: (&'static str, String, String),
+    /// For a crash: the exit and the error line of its log (empty: none).
+    pub crash: String,
+    /// Every process exited 0 after refused requests.
+    pub recovered: bool,
     pub from: u64,
     pub to: u64,
     pub end: u64,
@@ -130,6 +135,11 @@ pub struct RunDeviceView {
     pub allocs: i64,
     pub frees: i64,
     pub failed: i64,
+    /// "+X/s" when its raw live bytes keep growing (`framework::driver_growing`; only
+    /// where no framework view says more), else empty.
+    pub growing: String,
+    /// Said instead of a flat 0 B chart: no allocation was recorded on the device.
+    pub note: String,
     pub svg: String,
     pub plot_left: i32,
     pub plot_right: i32,

@@ -22,10 +22,8 @@ pub struct RuntimePanel {
     pub pool: String,
     pub limit: String,
     pub largest_free: String,
-    pub live_buffers: String,
-    pub temp: String,
-    pub explained: String,
-    pub unexplained: String,
+    /// Live buffers + the running temp, summed against the bytes in use.
+    pub accounted: String,
     pub fingerprint: String,
     pub compiled: Vec<(String, String)>,
     pub modules: Vec<ShareRow>,
@@ -73,6 +71,32 @@ pub struct BufferRow {
     pub op_name: String,
 }
 
+/// "Live jax.Array buffers A + the running executable's temp B = C of the D in use; E
+/// unexplained", or, when A + B is more than was in use, that not all of the temp was
+/// allocated then (never a negative or clamped remainder).
+fn accounted(live: u64, temp: u64, in_use: u64) -> String {
+    let sum = live.saturating_add(temp);
+    let head = format!(
+        "Live jax.Array buffers {} + the running executable's temp {} = {}",
+        fmt::bytes_u64(live),
+        fmt::bytes_u64(temp),
+        fmt::bytes_u64(sum)
+    );
+    if sum <= in_use {
+        format!(
+            "{head} of the {} in use; {} unexplained.",
+            fmt::bytes_u64(in_use),
+            fmt::bytes_u64(in_use - sum)
+        )
+    } else {
+        format!(
+            "{head}, {} more than the {} in use then: not all of that temp was allocated at this instant.",
+            fmt::bytes_u64(sum - in_use),
+            fmt::bytes_u64(in_use)
+        )
+    }
+}
+
 fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "—".into(), |b| fmt::bytes(b as i64))
 }
@@ -111,10 +135,11 @@ pub async fn panel(
         pool: opt(p.pool_bytes),
         limit: opt(p.bytes_limit),
         largest_free: opt(p.largest_free_block_bytes),
-        live_buffers: fmt::bytes(p.live_buffer_bytes as i64),
-        temp: fmt::bytes(p.running_temp_bytes as i64),
-        explained: fmt::bytes(p.explained_bytes as i64),
-        unexplained: fmt::bytes(p.unexplained_bytes as i64),
+        accounted: accounted(
+            p.live_buffer_bytes,
+            p.running_temp_bytes,
+            p.peak_bytes_in_use,
+        ),
         fingerprint: p
             .executable_stats
             .as_ref()

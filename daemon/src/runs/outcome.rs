@@ -1,0 +1,216 @@
+//! How a run ended, the one rule the overview and the run page show: out of memory (with
+//! the doctor's kind), crashed for another reason (exit status and the error line of its
+//! log), finished after refusals it recovered from, finished, running (only while data is
+//! still arriving) or ended without an exit recorded (an attach, a snapshot, a killed
+//! recorder). Reads what the store has about the run; the rule itself is [`decide`].
+
+use crate::db::{Store, StoreError};
+
+/// What the rule looks at.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Facts {
+    /// Data is still arriving (`sql::run_active`).
+    pub active: bool,
+    /// Exit status of each recorded process (`None`: no exit recorded).
+    pub exits: Vec<Option<i64>>,
+    /// Failed requests the store holds as out-of-memory incidents.
+    pub oom_incidents: usize,
+    /// The stored diagnosis: (failed, first verdict's kind).
+    pub diagnosis: Option<(bool, Option<String>)>,
+}
+
+/// How the run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Running,
+    /// Out of memory, with the doctor's kind when it has one.
+    Oom(Option<String>),
+    /// A non-zero exit the doctor does not put down to memory.
+    Crashed(i64),
+    /// Every process exited 0 after refused requests (or a failure verdict).
+    Recovered,
+    Finished,
+    /// No exit recorded and no data arriving.
+    Ended,
+}
+
+/// The rule: how the processes exited decides, the doctor names the kind.
+pub(crate) fn decide(f: &Facts) -> Outcome {
+    if f.active {
+        return Outcome::Running;
+    }
+    let diag_failed = f.diagnosis.as_ref().is_some_and(|d| d.0);
+    let kind = f.diagnosis.as_ref().and_then(|d| d.1.clone());
+    let failed_exit = f.exits.iter().flatten().copied().find(|&c| c != 0);
+    let exited = f.exits.iter().any(Option::is_some);
+    match failed_exit {
+        Some(code) => {
+            if diag_failed || (f.diagnosis.is_none() && f.oom_incidents > 0) {
+                Outcome::Oom(kind)
+            } else {
+                Outcome::Crashed(code)
+            }
+        }
+        None if exited => {
+            if diag_failed || f.oom_incidents > 0 {
+                Outcome::Recovered
+            } else {
+                Outcome::Finished
+            }
+        }
+        None => {
+            if diag_failed || f.oom_incidents > 0 {
+                Outcome::Oom(kind)
+            } else {
+                Outcome::Ended
+            }
+        }
+    }
+}
+
+/// The badge of an outcome: (CSS class, text, tooltip).
+pub(crate) fn badge(o: &Outcome) -> (&'static str, String, String) {
+    match o {
+        Outcome::Running => ("live", "live".into(), "data is still arriving".into()),
+        Outcome::Oom(_) => (
+            "bad",
+            "OOM".into(),
+            "ended in an out-of-memory failure".into(),
+        ),
+        Outcome::Crashed(code) => (
+            "crash",
+            format!("crashed: {}", exit_text(*code)),
+            "ended with a non-zero exit that is not an out-of-memory failure".into(),
+        ),
+        Outcome::Recovered => (
+            "warn",
+            "recovered".into(),
+            "requests were refused, and the program went on and exited 0".into(),
+        ),
+        Outcome::Finished => ("ok", "ok".into(), "every process exited 0".into()),
+        Outcome::Ended => (
+            "muted",
+            "no exit recorded".into(),
+            "the recording ended without a process exit (attach, snapshot, killed recorder)".into(),
+        ),
+    }
+}
+
+/// "exit 1", or "signal 9" for a status the recorder stored as a negative signal number.
+pub(crate) fn exit_text(code: i64) -> String {
+    if code < 0 {
+        format!("signal {}", -code)
+    } else {
+        format!("exit {code}")
+    }
+}
+
+/// The error line of a log: the last line that names an exception (`ValueError: …`,
+/// `jaxlib…XlaRuntimeError: …`), a fatal signal or an abort; `None` when there is none.
+pub(crate) fn error_line(log: &str) -> Option<String> {
+    log.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| is_error_line(l))
+        .map(|l| l.chars().take(300).collect())
+}
+
+fn is_error_line(l: &str) -> bool {
+    let head = l.split(':').next().unwrap_or("");
+    let name = head.rsplit('.').next().unwrap_or("");
+    let exception = !head.is_empty()
+        && !head.contains(' ')
+        && head
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        && (name.ends_with("Error") || name.ends_with("Exception") || name == "KeyboardInterrupt");
+    exception
+        || l.starts_with("Segmentation fault")
+        || l.starts_with("Fatal Python error")
+        || l.starts_with("terminate called")
+        || l.contains("Aborted (core dumped)")
+}
+
+/// The facts of run `id` that are not already on the page: exits and the newest log.
+pub(crate) async fn exits(store: &Store, id: i64) -> Result<Vec<Option<i64>>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT exit_code FROM processes WHERE run_id = $1 AND argv NOT LIKE $2 ORDER BY pid",
+    )
+    .bind(id)
+    .bind(crate::codes::snapshot_argv_pattern())
+    .fetch_all(&store.pool)
+    .await?)
+}
+
+/// The error line of the newest log stored with run `id`, if any.
+pub(crate) async fn logged_error(store: &Store, id: i64) -> Result<Option<String>, StoreError> {
+    let text: Option<String> = sqlx::query_scalar(
+        "SELECT log_text FROM incident_logs WHERE run_id = $1 ORDER BY id DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_optional(&store.pool)
+    .await?;
+    Ok(text.as_deref().and_then(error_line))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(exits: &[Option<i64>], ooms: usize, diag: Option<(bool, &str)>) -> Facts {
+        Facts {
+            active: false,
+            exits: exits.to_vec(),
+            oom_incidents: ooms,
+            diagnosis: diag.map(|(f, k)| (f, Some(k.to_string()))),
+        }
+    }
+
+    #[test]
+    fn the_exit_decides_and_the_doctor_names_the_kind() {
+        let leak = facts(&[Some(1)], 1, Some((true, "leak")));
+        assert_eq!(decide(&leak), Outcome::Oom(Some("leak".into())));
+        // A ValueError: exit 1, the doctor found no memory failure.
+        let crash = facts(&[Some(1)], 0, Some((false, "")));
+        assert_eq!(decide(&crash), Outcome::Crashed(1));
+        assert_eq!(decide(&facts(&[Some(1)], 0, None)), Outcome::Crashed(1));
+        // Refused preallocations, then exit 0: recovered, never OOM.
+        assert_eq!(
+            decide(&facts(&[Some(0)], 3, Some((true, "pool_limit")))),
+            Outcome::Recovered
+        );
+        assert_eq!(
+            decide(&facts(&[Some(0), Some(0)], 0, None)),
+            Outcome::Finished
+        );
+        // A launcher and its worker: the worker's OOM decides.
+        assert_eq!(
+            decide(&facts(&[Some(0), Some(1)], 1, None)),
+            Outcome::Oom(None)
+        );
+        // An attach or snapshot: no exit, no data arriving.
+        assert_eq!(decide(&facts(&[None], 0, None)), Outcome::Ended);
+        assert_eq!(decide(&facts(&[], 1, None)), Outcome::Oom(None));
+        let live = Facts {
+            active: true,
+            ..facts(&[None], 0, None)
+        };
+        assert_eq!(decide(&live), Outcome::Running);
+        assert_eq!(badge(&Outcome::Crashed(1)).1, "crashed: exit 1");
+        assert_eq!(badge(&Outcome::Crashed(-9)).1, "crashed: signal 9");
+    }
+
+    #[test]
+    fn error_line_is_the_last_exception() {
+        let log = "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n    \
+                   raise ValueError('bad shape')\nValueError: bad shape (3, 4)\n";
+        assert_eq!(
+            error_line(log).as_deref(),
+            Some("ValueError: bad shape (3, 4)")
+        );
+        let log = "W0000 warning\njaxlib._jax.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory\n";
+        assert!(error_line(log).is_some_and(|l| l.starts_with("jaxlib._jax.XlaRuntimeError")));
+        assert_eq!(error_line("all good\nStep 3: loss 0.1\n"), None);
+        assert_eq!(error_line("During handling: see above\n"), None);
+    }
+}
