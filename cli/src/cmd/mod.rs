@@ -43,6 +43,7 @@ mod report_devices;
 pub mod report_snapshot;
 pub mod run;
 pub mod run_doctor;
+mod run_handoff;
 pub mod run_stderr;
 pub mod runtime;
 pub mod serve;
