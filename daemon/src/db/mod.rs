@@ -76,8 +76,20 @@ impl Store {
             open::check_writable_dir(path)?;
             open::refuse_foreign_sqlite(path, db).await?;
         }
-        let mut opts =
-            AnyPoolOptions::new().max_connections(if backend == Backend::Sqlite { 4 } else { 8 });
+        let mut opts = AnyPoolOptions::new()
+            .max_connections(if backend == Backend::Sqlite { 4 } else { 8 })
+            // A connection whose transaction could not end (a COMMIT, then the ROLLBACK
+            // after it, failed: a full disk, an I/O error; SQLite had already rolled back)
+            // is closed instead of going back to the pool: sqlx would keep counting it as
+            // inside a transaction and refuse every later BEGIN on it ("begin_with at
+            // non-zero transaction depth") until a restart. The ping first runs the
+            // rollback that dropping the transaction queued.
+            .after_release(|conn, _meta| {
+                Box::pin(async move {
+                    conn.ping().await?;
+                    Ok(!conn.is_in_transaction())
+                })
+            });
         if backend == Backend::Postgres {
             probe_postgres(&url, CONNECT_TIMEOUT).await?;
             opts = opts.acquire_timeout(Duration::from_secs(10));
