@@ -328,8 +328,12 @@ async fn extractor_rejections_are_json_errors() {
         assert!(msg.contains(names), "{uri}: {msg}");
     }
     let post = |uri: &str, body: Vec<u8>| {
-        app.clone()
-            .oneshot(Request::post(uri).body(Body::from(body)).unwrap())
+        app.clone().oneshot(
+            Request::post(uri)
+                .header("content-type", "application/octet-stream")
+                .body(Body::from(body))
+                .unwrap(),
+        )
     };
     for (uri, body, status, says) in [
         (
