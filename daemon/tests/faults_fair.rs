@@ -7,10 +7,12 @@
 //! - connections that idle after their hello cannot keep a working client out: at the
 //!   connection limit the longest-idle one is closed, and the newcomer is served. Before,
 //!   the newcomer was refused ("too many connections").
+//! - the same for HTTP connections that trickle a request's headers: at the limit the
+//!   oldest is closed and a request is answered. Before: 503 for the header timeout (30 s).
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,6 +33,7 @@ async fn daemon(max_connections: usize) -> (Running, tempfile::TempDir) {
     cfg.listen = "127.0.0.1:0".parse().unwrap();
     cfg.ingest = "127.0.0.1:0".parse().unwrap();
     cfg.tcp.max_connections = max_connections;
+    cfg.http.max_connections = max_connections;
     (memwatch_daemon::start(cfg).await.unwrap(), dir)
 }
 
@@ -141,5 +144,50 @@ async fn idle_connections_make_room_for_a_working_client() {
         matches!(&closed[0].1, Reply::Error(m) if m.contains("closed while idle")),
         "{closed:?}"
     );
+    running.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_http_headers_make_room_for_a_request() {
+    const LIMIT: usize = 16;
+    let (running, _dir) = daemon(LIMIT).await;
+    let api = running.api_addr;
+    let (slow, answer) = tokio::task::spawn_blocking(move || {
+        let mut slow = Vec::new();
+        for _ in 0..LIMIT {
+            let mut s = TcpStream::connect(api).unwrap();
+            // Headers begun, never finished.
+            s.write_all(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                .unwrap();
+            slow.push(s);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let mut s = TcpStream::connect(api).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.write_all(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        (slow, answer)
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Exactly the oldest slow connection was closed (it reads the end of the stream).
+    let closed: Vec<usize> = tokio::task::spawn_blocking(move || {
+        slow.into_iter()
+            .enumerate()
+            .filter_map(|(i, mut s)| {
+                s.set_read_timeout(Some(Duration::from_millis(300)))
+                    .unwrap();
+                let mut b = [0u8; 64];
+                matches!(s.read(&mut b), Ok(0)).then_some(i)
+            })
+            .collect()
+    })
+    .await
+    .unwrap();
+    assert_eq!(closed, vec![0]);
     running.shutdown().await.unwrap();
 }

@@ -1,7 +1,8 @@
-//! Ingest connections that sit idle between batches, oldest first, so that a new
-//! connection at the connection limit closes the longest-idle one instead of being
-//! refused: idle connections (an agent with nothing to send, or a client that opened
-//! many and sends nothing) cannot keep a working client out.
+//! Connections that sit idle, oldest first (ingest connections between batches, HTTP
+//! connections that have not completed a request), so that a new connection at the
+//! connection limit closes the longest-idle one instead of being refused: idle
+//! connections (an agent with nothing to send, or a client that opened many and sends
+//! nothing or trickles headers) cannot keep a working client out.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -65,6 +66,11 @@ impl Idle {
     /// Resolves when another connection needs this one's place.
     pub(crate) async fn evicted(&self) {
         self.notify.notified().await
+    }
+
+    /// What [`Self::evicted`] waits on, to wait on it after this stay has ended.
+    pub(crate) fn signal(&self) -> Arc<Notify> {
+        self.notify.clone()
     }
 }
 

@@ -18,7 +18,7 @@
 
 pub mod budget;
 pub(crate) mod http;
-mod idle;
+pub(crate) mod idle;
 mod pjrt;
 mod records;
 pub mod rollup;
