@@ -62,7 +62,7 @@ pub fn database_url(db: &str) -> Result<(String, Backend), StoreError> {
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Store {
-    /// Connects (SQLite: creates the file, WAL mode, NORMAL sync) and migrates.
+    /// Connects (SQLite: creates the file, WAL mode, FULL sync) and migrates.
     /// A PostgreSQL server that refuses or does not answer fails within
     /// [`CONNECT_TIMEOUT`]; a file that is not a SQLite database fails at once.
     pub async fn open(db: &str) -> Result<Self, StoreError> {
@@ -101,7 +101,10 @@ impl Store {
                     // event chunks' blobs in short overflow chains.
                     conn.execute("PRAGMA page_size=65536").await?;
                     conn.execute("PRAGMA journal_mode=WAL").await?;
-                    conn.execute("PRAGMA synchronous=NORMAL").await?;
+                    // FULL: the write-ahead log is synced at every commit, so a batch
+                    // acknowledged after its commit survives a power loss (NORMAL syncs
+                    // only at checkpoints).
+                    conn.execute("PRAGMA synchronous=FULL").await?;
                     conn.execute("PRAGMA busy_timeout=10000").await?;
                     conn.execute("PRAGMA cache_size=-65536").await?;
                     Ok(())
