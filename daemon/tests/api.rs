@@ -328,8 +328,12 @@ async fn extractor_rejections_are_json_errors() {
         assert!(msg.contains(names), "{uri}: {msg}");
     }
     let post = |uri: &str, body: Vec<u8>| {
-        app.clone()
-            .oneshot(Request::post(uri).body(Body::from(body)).unwrap())
+        app.clone().oneshot(
+            Request::post(uri)
+                .header("content-type", "application/octet-stream")
+                .body(Body::from(body))
+                .unwrap(),
+        )
     };
     for (uri, body, status, says) in [
         (
@@ -701,4 +705,32 @@ async fn browsers_sign_in_with_a_cookie() {
     .await
     .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+}
+
+/// `/runs/{id}?format=json` answers the run's data (the `/api/runs/{id}` document), as
+/// the pages' `format` rule says; before, it answered the HTML page.
+#[tokio::test]
+async fn the_run_page_answers_json_when_asked() {
+    let d = dbs("run_page_json").await;
+    let (app, store) = app(&d.urls[0], None).await;
+    let mut ing = Ingestor::new(store.clone());
+    ing.commit(vec![batch(
+        1,
+        vec![
+            start(42, 1_000),
+            Record::Events(vec![ev(2_000, EventKind::Alloc, 0x10, 4096, 0)]),
+        ],
+    )])
+    .await
+    .unwrap();
+    let id = store.runs(1).await.unwrap()[0].id;
+    let (st, page) = get(&app, &format!("/runs/{id}?format=json")).await;
+    assert_eq!(st, StatusCode::OK);
+    let (_, api) = get(&app, &format!("/api/runs/{id}")).await;
+    assert_eq!(page, api);
+    assert_eq!(page["id"], id);
+    let (st, _) = get(&app, &format!("/runs/{id}?format=xml")).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    let (st, _) = get(&app, "/runs/999?format=json").await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
 }

@@ -52,8 +52,8 @@ fn post(api: SocketAddr, path: &str, declared: usize, body: &[u8]) -> u16 {
     let mut s = TcpStream::connect(api).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n\
-         Connection: close\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: {declared}\r\nConnection: close\r\n\r\n"
     );
     s.write_all(head.as_bytes()).unwrap();
     // The daemon may answer (and close) before the body is sent.

@@ -37,7 +37,14 @@ async fn get(app: &axum::Router, uri: &str) -> (StatusCode, serde_json::Value) {
 }
 
 async fn post(app: &axum::Router, uri: &str, body: Vec<u8>) -> (StatusCode, serde_json::Value) {
-    call(app, Request::post(uri).body(Body::from(body)).unwrap()).await
+    call(
+        app,
+        Request::post(uri)
+            .header("content-type", "application/octet-stream")
+            .body(Body::from(body))
+            .unwrap(),
+    )
+    .await
 }
 
 fn exe(handle: u64, name: &str, arg: i64, out: i64, temp: i64) -> Record {

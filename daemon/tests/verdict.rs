@@ -30,7 +30,14 @@ async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String) {
 }
 
 async fn post(app: &axum::Router, uri: &str, body: String) -> (StatusCode, String) {
-    send(app, Request::post(uri).body(Body::from(body)).unwrap()).await
+    send(
+        app,
+        Request::post(uri)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap(),
+    )
+    .await
 }
 
 fn json(s: &str) -> serde_json::Value {

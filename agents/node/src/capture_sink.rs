@@ -7,7 +7,6 @@
 //! ([`CaptureFileSink::observe`]) may be shown every frame written, in file order (`memwatch
 //! run` folds the capture as it is written).
 
-use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -15,6 +14,7 @@ use std::sync::Mutex;
 use memwatch_wire::{FrameWriter, Record};
 
 use crate::early_sync::EarlySync;
+use crate::out_pipe::{self, OutFile};
 use crate::sink::{CloseReason, ConnId, FrameSink, SinkError};
 use crate::AgentError;
 
@@ -35,7 +35,7 @@ pub struct CaptureStats {
 pub type FrameObserver = Box<dyn FnMut(&Record, &[u8]) + Send>;
 
 struct Inner {
-    writer: Option<FrameWriter<BufWriter<File>>>,
+    writer: Option<FrameWriter<BufWriter<OutFile>>>,
     /// Syncs what was written so far as the file grows (a regular file only).
     early_sync: Option<EarlySync>,
     failed: Option<String>,
@@ -50,17 +50,17 @@ pub struct CaptureFileSink {
 }
 
 impl CaptureFileSink {
-    /// Creates (truncates) `path` and writes the preamble.
+    /// Creates (truncates) `path` and writes the preamble. A FIFO or device is opened and
+    /// written without waiting on its reader beyond `out_pipe`'s bounds.
     pub fn create(path: &Path) -> Result<Self, AgentError> {
-        let file = File::create(path).map_err(|error| AgentError::Io {
+        let file = out_pipe::open(path, true).map_err(|error| AgentError::Io {
             what: "cannot create capture file",
             path: path.to_path_buf(),
             error,
         })?;
         let early_sync = file
-            .metadata()
-            .is_ok_and(|m| m.is_file())
-            .then(|| file.try_clone().ok().and_then(EarlySync::start))
+            .is_regular()
+            .then(|| file.file().try_clone().ok().and_then(EarlySync::start))
             .flatten();
         let writer =
             FrameWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(|error| {
@@ -138,8 +138,8 @@ impl CaptureFileSink {
             })?;
             // Only regular files can be synced; a capture sent to /dev/null or a pipe has
             // nothing to make durable (fsync says EINVAL there).
-            if file.metadata().is_ok_and(|m| m.is_file()) {
-                file.sync_all().map_err(|error| AgentError::Io {
+            if file.is_regular() {
+                file.file().sync_all().map_err(|error| AgentError::Io {
                     what: "cannot sync capture file",
                     path: self.path.clone(),
                     error,

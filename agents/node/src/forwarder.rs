@@ -107,6 +107,10 @@ struct Inner {
     next_stream: AtomicU64,
     stop: AtomicBool,
     stats: ForwarderStats,
+    /// The sender's connection while it has one: [`Forwarder::shutdown`] cuts it, so a
+    /// send blocked on a daemon that stopped reading (SIGSTOP, a full socket buffer)
+    /// ends when the drain does.
+    current: Mutex<Option<TcpStream>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -142,6 +146,7 @@ impl Forwarder {
             next_stream: AtomicU64::new(1),
             stop: AtomicBool::new(false),
             stats: ForwarderStats::default(),
+            current: Mutex::new(None),
         });
         let mut threads = Vec::new();
         let i = inner.clone();
@@ -188,7 +193,8 @@ impl Forwarder {
 
     /// Seals all open batches and waits up to `timeout` for the daemon to acknowledge
     /// everything spooled. Returns whether everything was acknowledged (if not, it stays
-    /// in the spool for the next start).
+    /// in the spool for the next start). Returns soon after `timeout` whatever the daemon
+    /// does: the connection is cut then.
     pub fn shutdown(mut self, timeout: Duration) -> bool {
         self.inner.seal_all();
         let deadline = Instant::now() + timeout;
@@ -202,6 +208,9 @@ impl Forwarder {
         }
         self.inner.stop.store(true, Ordering::Relaxed);
         self.inner.data.notify_all();
+        if let Some(s) = lock(&self.inner.current).as_ref() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -394,6 +403,9 @@ fn connect(cfg: &ForwarderConfig) -> std::io::Result<TcpStream> {
         match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
             Ok(s) => {
                 s.set_nodelay(true)?;
+                // A daemon that stops reading (stopped, overloaded) cannot hold a send
+                // forever: the connection is dropped and the batches resent later.
+                s.set_write_timeout(Some(SEND_STALL))?;
                 let mut hello = Vec::new();
                 encode_hello(&cfg.token, &cfg.node, &mut hello);
                 hello.extend_from_slice(&encode_preamble());
@@ -405,6 +417,9 @@ fn connect(cfg: &ForwarderConfig) -> std::io::Result<TcpStream> {
     }
     Err(last)
 }
+
+/// The longest a send waits for the daemon to take bytes.
+const SEND_STALL: Duration = Duration::from_secs(30);
 
 /// The longest pause between attempts to reach a daemon that is down or refuses us.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -440,6 +455,11 @@ fn sender(inner: &Inner) {
             Err(_) => continue,
         };
         let reader_thread = std::thread::spawn(move || read_acks(reader, tx));
+        *lock(&inner.current) = sock.try_clone().ok();
+        if inner.stop.load(Ordering::Relaxed) {
+            // Stopped while connecting: `shutdown` may have looked before we stored it.
+            let _ = sock.shutdown(std::net::Shutdown::Both);
+        }
         let mut out = &sock;
         let mut pos = acked;
         let mut inflight: VecDeque<(u64, u64, Pos)> = VecDeque::new();
@@ -509,6 +529,7 @@ fn sender(inner: &Inner) {
             }
         };
         let _ = sock.shutdown(std::net::Shutdown::Both);
+        *lock(&inner.current) = None;
         let _ = reader_thread.join();
         if inner.stats.batches_acked.load(Ordering::Relaxed) != acked_before {
             // The daemon took data: retry soon after the next break.

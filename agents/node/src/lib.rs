@@ -12,6 +12,7 @@
 pub mod capture_sink;
 mod early_sync;
 pub mod forwarder;
+pub mod out_pipe;
 pub mod process_runs;
 pub mod receiver;
 pub mod sampler;

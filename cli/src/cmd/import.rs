@@ -15,7 +15,7 @@ use memwatch_wire::{encode_record, FrameReader, ReadMode, Record};
 use serde::Serialize;
 
 use super::import_log::LogImport;
-use super::store_target::{daemon_base, post_json, with_store, Target};
+use super::store_target::{daemon_base, http, post_json, with_store, Target};
 use super::Outcome;
 
 const AFTER_HELP: &str = "\
@@ -308,7 +308,7 @@ impl<'a> Destination<'a> {
                     urlencode(node),
                     urlencode(run_key)
                 );
-                let v = call(ureq::get(&endpoint), *token, base, None)?;
+                let v = call(http().get(&endpoint), *token, base, None)?;
                 Ok((v["last_seq"].as_u64().unwrap_or(0), v["run_id"].as_i64()))
             }
         }
@@ -348,7 +348,9 @@ impl<'a> Destination<'a> {
                     urlencode(&batch.run_key),
                     batch.stream
                 );
-                let req = ureq::post(&endpoint).set("content-type", "application/octet-stream");
+                let req = http()
+                    .post(&endpoint)
+                    .set("content-type", "application/octet-stream");
                 let v = call(req, *token, base, Some(&body))?;
                 Ok(Sent {
                     run_id: v["run_id"].as_i64(),

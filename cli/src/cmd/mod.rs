@@ -47,6 +47,7 @@ pub mod run;
 pub mod run_child;
 pub mod run_doctor;
 pub mod run_output;
+mod run_handoff;
 pub mod run_stderr;
 pub mod runtime;
 pub mod serve;

@@ -230,11 +230,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             );
         }
         // Writable? Found now, not after CMD ran. (Written when CMD ends.)
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(j)
+        memwatch_agent::out_pipe::open(j, true)
             .with_context(|| format!("--json-out {}: cannot write", j.display()))?;
     }
     // An existing regular file (also behind a symlink) is replaced only once CMD ran:
@@ -476,7 +472,6 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         post.done();
         return Ok(Outcome::Code(end.status));
     }
-    let stored_run = store_capture(&args, &out);
     let phase = Instant::now();
     let (folded, fold_s) = match folded {
         Some((f, took)) => (f, took.as_secs_f64()),
@@ -542,13 +537,13 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             (diagnosis, report)
         }
     };
-    // The verdict is stored with the run (the dashboard shows it, `GET
-    // /api/runs/{id}/diagnosis` answers it).
-    if let (Some(target), Some(run)) = (args.store.target(), stored_run) {
-        if let Err(e) = super::import::attach_diagnosis(&target, run, &diagnosis, "memwatch run") {
-            eprintln!("memwatch: error: {}", super::one_line(&e));
-        }
-    }
+    super::run_handoff::store_and_attach(
+        &args.store,
+        &out,
+        run_key(&args),
+        &diagnosis,
+        super::run_child::interrupted_flag(),
+    );
     if args.json || args.json_out.is_some() {
         if let Err(e) = emit_json(
             &args,
@@ -618,22 +613,12 @@ impl PostExit<'_> {
     }
 }
 
-/// `--db` / `--daemon`: loads the finished capture into the store. A storage failure is
-/// reported but does not change memwatch's exit status (that is CMD's).
-/// Stores the capture when `--db`/`--daemon` asked for it; the run it became.
-fn store_capture(args: &RunArgs, out: &Path) -> Option<i64> {
-    let run_key = args
-        .tags
+/// The run key a `--tag run=KEY` names (None: import's default).
+fn run_key(args: &RunArgs) -> Option<String> {
+    args.tags
         .iter()
         .find(|(k, _)| k == "run")
-        .map(|(_, v)| v.clone());
-    match args.store.store(out, run_key) {
-        Ok(s) => s.and_then(|s| s.run_id),
-        Err(e) => {
-            eprintln!("memwatch: error: {}", super::one_line(&e));
-            None
-        }
-    }
+        .map(|(_, v)| v.clone())
 }
 
 fn write_tag(sink: &CaptureFileSink, k: &str, v: &str) -> Result<()> {

@@ -16,6 +16,8 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut
     let pid = CHILD_PID.load(Ordering::SeqCst);
     if pid <= 0 {
         INTERRUPTED.store(true, Ordering::SeqCst);
+        // Writes to a FIFO or device nobody reads stop now (async-signal-safe).
+        memwatch_agent::out_pipe::abandon();
         return;
     }
     // SAFETY: the kernel passes a valid siginfo_t for SA_SIGINFO handlers.
@@ -91,6 +93,12 @@ pub fn set_child(pid: i32) {
 /// Whether a forwarded signal arrived while no CMD ran.
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// The flag [`interrupted`] reads, for work that must stop when it is set (the daemon
+/// hand-off).
+pub fn interrupted_flag() -> &'static AtomicBool {
+    &INTERRUPTED
 }
 
 /// Makes memwatch the subreaper of CMD's descendants: a process CMD leaves behind (a

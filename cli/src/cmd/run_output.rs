@@ -70,7 +70,8 @@ pub fn emit_json(
     };
     let text = serde_json::to_string(&doc).context("cannot encode the JSON report")?;
     match &args.json_out {
-        Some(path) => std::fs::write(path, text + "\n")
+        Some(path) => memwatch_agent::out_pipe::open(path, true)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, (text + "\n").as_bytes()))
             .with_context(|| format!("--json-out {}: cannot write", path.display())),
         None => {
             outln!("{text}");

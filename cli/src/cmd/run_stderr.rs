@@ -7,6 +7,7 @@
 //! thread; nothing else.
 
 use anyhow::{Context, Result};
+use memwatch_agent::out_pipe::OutFile;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -23,7 +24,7 @@ static PTY_MASTER: AtomicI32 = AtomicI32::new(-1);
 pub struct Tee {
     /// Pseudo-terminal: (master, slave).
     pty: Option<(File, File)>,
-    copy: File,
+    copy: OutFile,
     path: PathBuf,
 }
 
@@ -97,11 +98,7 @@ impl Tee {
     pub fn new(copy_path: &Path) -> Result<Self> {
         // Truncated only once the command runs (`start`): a file that was there stays
         // whole when the command cannot be started.
-        let copy = File::options()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(copy_path)
+        let copy = memwatch_agent::out_pipe::open(copy_path, false)
             .with_context(|| format!("{}: cannot write the stderr copy", copy_path.display()))?;
         let pty = if is_tty(2) { open_pty().ok() } else { None };
         Ok(Self {
@@ -122,8 +119,11 @@ impl Tee {
     /// Starts copying once the command runs.
     pub fn start(self, child: &mut Child) -> Result<Running> {
         let Tee { pty, copy, path } = self;
-        copy.set_len(0)
-            .with_context(|| format!("{}: cannot write the stderr copy", path.display()))?;
+        if copy.is_regular() {
+            copy.file()
+                .set_len(0)
+                .with_context(|| format!("{}: cannot write the stderr copy", path.display()))?;
+        }
         let source: Box<dyn Read + Send> = match pty {
             Some((master, slave)) => {
                 // Only the command holds the slave now: the master reads EIO when it
@@ -154,7 +154,7 @@ impl Tee {
     }
 }
 
-fn copy_loop(mut source: Box<dyn Read + Send>, mut copy: File) {
+fn copy_loop(mut source: Box<dyn Read + Send>, mut copy: OutFile) {
     // SAFETY: fd 2 stays open for the life of the process; ManuallyDrop keeps this
     // File from closing it.
     let mut out = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(2) });

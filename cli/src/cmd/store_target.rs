@@ -24,6 +24,20 @@ pub fn daemon_base(url: &str) -> Result<&str> {
     Ok(base)
 }
 
+/// The HTTP client of every call to a daemon: no call waits without end on a daemon that
+/// stopped answering (stopped, hung, a full socket buffer). Each deadline bounds one
+/// step (connecting, or a read or write that makes no progress), not a whole transfer.
+pub fn http() -> &'static ureq::Agent {
+    static AGENT: std::sync::OnceLock<ureq::Agent> = std::sync::OnceLock::new();
+    AGENT.get_or_init(|| {
+        ureq::AgentBuilder::new()
+            .timeout_connect(std::time::Duration::from_secs(10))
+            .timeout_read(std::time::Duration::from_secs(120))
+            .timeout_write(std::time::Duration::from_secs(120))
+            .build()
+    })
+}
+
 /// Opens the database `db`, runs `f` on it in a one-thread runtime, and closes it
 /// (folding a SQLite write-ahead log into the file) whatever `f` returned.
 pub fn with_store<T>(db: &str, f: impl AsyncFnOnce(&Store) -> Result<T>) -> Result<T> {
@@ -57,7 +71,9 @@ pub fn post_json(
     what: &str,
 ) -> Result<()> {
     let base = daemon_base(url)?;
-    let mut req = ureq::post(&format!("{base}{path}")).set("content-type", "application/json");
+    let mut req = http()
+        .post(&format!("{base}{path}"))
+        .set("content-type", "application/json");
     if let Some(t) = token {
         req = req.set("authorization", &format!("Bearer {t}"));
     }

@@ -1,8 +1,16 @@
 //! Signing in from a browser when the daemon has a token. Browsers cannot add an
-//! `Authorization` header to page loads, so `/login` takes the token in a form and keeps
-//! it in an HttpOnly, SameSite=Strict cookie (`memwatch_token`) that the auth check
-//! accepts like the header. Page loads without either are sent to `/login`; API calls
-//! still get a JSON 401. Owns the form, the cookie and where to go back to.
+//! `Authorization` header to page loads, so `/login` takes the token in a form and gives
+//! back an HttpOnly, SameSite=Strict cookie (`memwatch_token`) holding a random session
+//! id (never the token), which the auth check accepts like the header while this daemon
+//! runs. Wrong tokens are rate-limited: after [`FREE_FAILURES`] in a row, each later
+//! attempt waits a pause that doubles up to [`MAX_PAUSE`] (429 before then, whatever
+//! the token). Page loads without either are sent to `/login`; API calls still get a JSON
+//! 401. Owns the form, the sessions, the rate limit and where to go back to.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Read;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -25,12 +33,97 @@ pub fn token_matches(got: &str, want: &str) -> bool {
             == 0
 }
 
-/// A token as the cookie carries it: hex, so that any token is a valid cookie value.
-pub fn cookie_value(token: &str) -> String {
-    token.bytes().map(|b| format!("{b:02x}")).collect()
+/// Wrong tokens accepted in a row before attempts are paced.
+pub const FREE_FAILURES: u32 = 5;
+/// The longest pause between paced attempts.
+pub const MAX_PAUSE: Duration = Duration::from_secs(60);
+/// Sessions kept; the oldest goes when a new one would exceed it.
+const MAX_SESSIONS: usize = 4096;
+
+/// Signed-in sessions: id -> the token it was given for (a daemon of another token in the
+/// same process does not accept it), in creation order for eviction.
+#[derive(Default)]
+struct Sessions {
+    by_id: HashMap<String, String>,
+    order: VecDeque<String>,
 }
 
-/// The `memwatch_token` cookie's value (hex of the token), if any.
+/// Failed sign-ins in a row and when the next attempt may come.
+#[derive(Default)]
+struct Pacing {
+    failures: u32,
+    next: Option<Instant>,
+}
+
+fn lock<T: Default>(cell: &'static OnceLock<Mutex<T>>) -> MutexGuard<'static, T> {
+    cell.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+static SESSIONS: OnceLock<Mutex<Sessions>> = OnceLock::new();
+/// By the daemon's token (one per daemon; tests run several in one process).
+static PACING: OnceLock<Mutex<HashMap<String, Pacing>>> = OnceLock::new();
+
+/// 32 random bytes in hex, from the kernel.
+fn random_id() -> std::io::Result<String> {
+    let mut b = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// A new session for `token`; its id goes into the cookie.
+fn new_session(token: &str) -> std::io::Result<String> {
+    let id = random_id()?;
+    let mut s = lock(&SESSIONS);
+    while s.order.len() >= MAX_SESSIONS {
+        if let Some(old) = s.order.pop_front() {
+            s.by_id.remove(&old);
+        }
+    }
+    s.by_id.insert(id.clone(), token.to_string());
+    s.order.push_back(id.clone());
+    Ok(id)
+}
+
+/// Whether the request's cookie names a session given for `token`.
+pub fn session_valid(headers: &HeaderMap, token: &str) -> bool {
+    let Some(id) = cookie_token(headers) else {
+        return false;
+    };
+    lock(&SESSIONS)
+        .by_id
+        .get(id)
+        .is_some_and(|t| token_matches(t, token))
+}
+
+/// How long until a sign-in attempt is taken, when it must wait.
+fn paced(token: &str) -> Option<Duration> {
+    lock(&PACING)
+        .get(token)
+        .and_then(|p| p.next)
+        .and_then(|n| n.checked_duration_since(Instant::now()))
+        .filter(|d| !d.is_zero())
+}
+
+/// Records an attempt's result: a success clears the count, a failure past
+/// [`FREE_FAILURES`] sets the next pause (1 s, doubling, at most [`MAX_PAUSE`]).
+fn attempt(token: &str, ok: bool) {
+    let mut all = lock(&PACING);
+    if ok {
+        all.remove(token);
+        return;
+    }
+    let p = all.entry(token.to_string()).or_default();
+    p.failures = p.failures.saturating_add(1);
+    if p.failures >= FREE_FAILURES {
+        let doublings = (p.failures - FREE_FAILURES).min(6);
+        let pause = Duration::from_secs(1 << doublings).min(MAX_PAUSE);
+        p.next = Some(Instant::now() + pause);
+    }
+}
+
+/// The `memwatch_token` cookie's value (a session id), if any.
 pub fn cookie_token(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
@@ -112,24 +205,50 @@ pub async fn page(Query(q): Query<Next>) -> Html<String> {
     Html(form(local_path(q.next.as_deref()), false))
 }
 
-/// `POST /login`: sets the cookie and goes back, or shows the form again.
+/// `POST /login`: sets the cookie and goes back, or shows the form again (429 while
+/// wrong attempts are paced).
 pub async fn submit(State(st): State<AppState>, Form(f): Form<Login>) -> Response {
     let next = local_path(f.next.as_deref()).to_string();
-    match &st.token {
-        Some(want) if token_matches(&f.token, want) => {
-            let cookie = format!(
-                "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
-                cookie_value(&f.token)
-            );
-            let mut r = Redirect::to(&next).into_response();
-            if let Ok(v) = cookie.parse() {
-                r.headers_mut().insert(header::SET_COOKIE, v);
-            }
-            r
+    let Some(want) = &st.token else {
+        return Redirect::to(&next).into_response();
+    };
+    if let Some(wait) = paced(want) {
+        let secs = wait.as_secs() + 1;
+        let mut r = (
+            StatusCode::TOO_MANY_REQUESTS,
+            Html(format!(
+                "<!doctype html><p>Too many wrong tokens: try again in {secs} s.</p>"
+            )),
+        )
+            .into_response();
+        if let Ok(v) = secs.to_string().parse() {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
         }
-        Some(_) => (StatusCode::UNAUTHORIZED, Html(form(&next, true))).into_response(),
-        None => Redirect::to(&next).into_response(),
+        return r;
     }
+    let ok = token_matches(&f.token, want);
+    attempt(want, ok);
+    if !ok {
+        return (StatusCode::UNAUTHORIZED, Html(form(&next, true))).into_response();
+    }
+    let id = match new_session(want) {
+        Ok(id) => id,
+        Err(e) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Html(format!(
+                    "<!doctype html><p>cannot make a session id: {e}</p>"
+                )),
+            )
+                .into_response()
+        }
+    };
+    let cookie = format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict");
+    let mut r = Redirect::to(&next).into_response();
+    if let Ok(v) = cookie.parse() {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
 }
 
 /// Where a page load without a token is sent.
@@ -174,7 +293,13 @@ mod tests {
             "a=1; memwatch_token=733363; b=2".parse().unwrap(),
         );
         assert_eq!(cookie_token(&h), Some("733363"));
-        assert_eq!(cookie_value("s3c"), "733363");
+        assert!(!session_valid(&h, "s3c"));
+        let id = new_session("s3c").expect("an id");
+        assert_eq!(id.len(), 64);
+        assert_ne!(id, new_session("s3c").expect("an id"));
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, format!("{COOKIE}={id}").parse().unwrap());
+        assert!(session_valid(&h, "s3c") && !session_valid(&h, "other"));
         assert!(token_matches("s3cret", "s3cret") && !token_matches("s3creT", "s3cret"));
         assert!(!token_matches("s3cre", "s3cret"));
         assert_eq!(url_encode("/runs/3?device=0&x"), "/runs/3%3Fdevice%3D0%26x");

@@ -1,5 +1,6 @@
 //! The HTTP face of the daemon: the router (each feature's routes merged), the
-//! bearer-token check, the security headers of every answer, the request size limit, the one error type ([`error`]) and its
+//! bearer-token check (and, before it, the refusal of requests a web page could forge:
+//! `same_origin`), the security headers of every answer, the request size limit, the one error type ([`error`]) and its
 //! extractors ([`extract`]), page rendering helpers ([`page`]), sign-in for browsers
 //! (`login`), `/api/openapi.json` (`openapi`), `/metrics` and the static CSS/JS
 //! (`web/static/`, compiled in). Features import only the leaf modules `state`, `error`,
@@ -10,6 +11,7 @@ pub(crate) mod extract;
 mod login;
 pub mod openapi;
 pub(crate) mod page;
+mod same_origin;
 pub(crate) mod state;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -59,6 +61,9 @@ async fn auth(
     req: Request,
     next: Next,
 ) -> Response {
+    if let Some(refused) = same_origin::refusal(req.method(), &headers, st.token.is_some()) {
+        return refused.into_response();
+    }
     if let Some(want) = &st.token {
         if req.uri().path() == "/login" {
             return next.run(req).await;
@@ -68,8 +73,7 @@ async fn auth(
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token);
         let ok = bearer.is_some_and(|g| login::token_matches(g, want))
-            || login::cookie_token(&headers)
-                .is_some_and(|c| login::token_matches(c, &login::cookie_value(want)));
+            || login::session_valid(&headers, want);
         if !ok {
             if login::wants_page(req.uri().path(), &headers) {
                 let pq = req

@@ -62,7 +62,7 @@ pub fn database_url(db: &str) -> Result<(String, Backend), StoreError> {
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Store {
-    /// Connects (SQLite: creates the file, WAL mode, NORMAL sync) and migrates.
+    /// Connects (SQLite: creates the file, WAL mode, FULL sync) and migrates.
     /// A PostgreSQL server that refuses or does not answer fails within
     /// [`CONNECT_TIMEOUT`]; a file that is not a SQLite database fails at once.
     pub async fn open(db: &str) -> Result<Self, StoreError> {
@@ -76,8 +76,20 @@ impl Store {
             open::check_writable_dir(path)?;
             open::refuse_foreign_sqlite(path, db).await?;
         }
-        let mut opts =
-            AnyPoolOptions::new().max_connections(if backend == Backend::Sqlite { 4 } else { 8 });
+        let mut opts = AnyPoolOptions::new()
+            .max_connections(if backend == Backend::Sqlite { 4 } else { 8 })
+            // A connection whose transaction could not end (a COMMIT, then the ROLLBACK
+            // after it, failed: a full disk, an I/O error; SQLite had already rolled back)
+            // is closed instead of going back to the pool: sqlx would keep counting it as
+            // inside a transaction and refuse every later BEGIN on it ("begin_with at
+            // non-zero transaction depth") until a restart. The ping first runs the
+            // rollback that dropping the transaction queued.
+            .after_release(|conn, _meta| {
+                Box::pin(async move {
+                    conn.ping().await?;
+                    Ok(!conn.is_in_transaction())
+                })
+            });
         if backend == Backend::Postgres {
             probe_postgres(&url, CONNECT_TIMEOUT).await?;
             opts = opts.acquire_timeout(Duration::from_secs(10));
@@ -89,7 +101,10 @@ impl Store {
                     // event chunks' blobs in short overflow chains.
                     conn.execute("PRAGMA page_size=65536").await?;
                     conn.execute("PRAGMA journal_mode=WAL").await?;
-                    conn.execute("PRAGMA synchronous=NORMAL").await?;
+                    // FULL: the write-ahead log is synced at every commit, so a batch
+                    // acknowledged after its commit survives a power loss (NORMAL syncs
+                    // only at checkpoints).
+                    conn.execute("PRAGMA synchronous=FULL").await?;
                     conn.execute("PRAGMA busy_timeout=10000").await?;
                     conn.execute("PRAGMA cache_size=-65536").await?;
                     Ok(())

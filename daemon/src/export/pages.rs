@@ -5,8 +5,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use futures_util::stream;
+use futures_util::stream::{self, StreamExt};
 
 use super::{perfetto, trace};
 use crate::app::error::AppError;
@@ -80,15 +79,26 @@ pub(super) async fn export_perfetto(
     State(st): State<AppState>,
     Path(id): Path<i64>,
 ) -> Result<Response, AppError> {
-    let doc = perfetto::perfetto(&st.store, id)
+    let (doc, head) = perfetto::Perfetto::start(st.store.clone(), id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("There is no run #{id}.")))?;
+    let first = stream::once(async move { Ok::<_, std::io::Error>(head) });
+    let rest = stream::unfold(doc, |mut d| async move {
+        match d.next_chunk().await {
+            Ok(Some(s)) => Some((Ok::<_, std::io::Error>(s), d)),
+            Ok(None) => None,
+            Err(e) => Some((Err(std::io::Error::other(e.to_string())), d)),
+        }
+    });
     Ok((
-        [(
-            header::CONTENT_DISPOSITION,
-            format!("attachment; filename=\"memwatch-run{id}.perfetto.json\""),
-        )],
-        Json(doc),
+        [
+            (header::CONTENT_TYPE, "application/json".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"memwatch-run{id}.perfetto.json\""),
+            ),
+        ],
+        Body::from_stream(first.chain(rest)),
     )
         .into_response())
 }

@@ -18,6 +18,7 @@
 
 pub mod budget;
 pub(crate) mod http;
+pub(crate) mod idle;
 mod pjrt;
 mod records;
 pub mod rollup;

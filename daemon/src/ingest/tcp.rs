@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::{timeout, timeout_at, Instant};
 
 use super::budget::{decoded_bound, ClientBudget};
+use super::idle::IdleConns;
 use super::writer::{Reply, WriterHandle};
 use super::{Batch, Sequencing};
 use crate::metrics::Metrics;
@@ -68,6 +69,14 @@ impl Default for TcpConfig {
     }
 }
 
+/// The slowest a batch body may arrive, in bytes per second, after [`RATE_GRACE`].
+const MIN_BODY_RATE: f64 = (1 << 20) as f64;
+/// How long a batch body may take before [`MIN_BODY_RATE`] applies.
+const RATE_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a connection at the limit waits for the idle one it closed to go.
+const EVICTION_WAIT: Duration = Duration::from_secs(2);
+
 /// Size of a connection's read buffer (headers and small reads; bodies are read into
 /// their own buffer).
 const READ_BUFFER: usize = 64 << 10;
@@ -100,6 +109,7 @@ pub async fn serve_ingest(
     cfg: TcpConfig,
 ) {
     let open = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
+    let idle = IdleConns::default();
     loop {
         let (mut sock, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -110,25 +120,35 @@ pub async fn serve_ingest(
             }
         };
         let _ = sock.set_nodelay(true);
-        let Ok(slot) = open.clone().try_acquire_owned() else {
-            Metrics::add(&metrics.connections_rejected_total, 1);
-            tracing::warn!(%peer, "refusing an ingest connection: {} open", cfg.max_connections);
-            let msg = encode_error(&format!(
-                "too many connections ({} open); try again later",
-                cfg.max_connections
-            ));
-            tokio::spawn(async move {
-                let _ = timeout(Duration::from_secs(1), sock.write_all(&msg)).await;
-            });
-            continue;
-        };
+        let slot = open.clone().try_acquire_owned().ok();
+        let (open, idle) = (open.clone(), idle.clone());
         let writer = writer.lane();
         let metrics = metrics.clone();
         let cfg = cfg.clone();
         tokio::spawn(async move {
+            // At the limit, the connection idle the longest makes room; refused only
+            // when none is idle (every open connection is sending).
+            let slot = match slot {
+                Some(s) => Some(s),
+                None if idle.close_oldest() => timeout(EVICTION_WAIT, open.acquire_owned())
+                    .await
+                    .ok()
+                    .and_then(Result::ok),
+                None => None,
+            };
+            let Some(slot) = slot else {
+                Metrics::add(&metrics.connections_rejected_total, 1);
+                tracing::warn!(%peer, "refusing an ingest connection: {} open", cfg.max_connections);
+                let msg = encode_error(&format!(
+                    "too many connections ({} open, none idle); try again later",
+                    cfg.max_connections
+                ));
+                let _ = timeout(Duration::from_secs(1), sock.write_all(&msg)).await;
+                return;
+            };
             Metrics::add(&metrics.connections_total, 1);
             metrics.connections_open.fetch_add(1, Ordering::Relaxed);
-            handle(sock, peer, writer, metrics.clone(), cfg).await;
+            handle(sock, peer, writer, metrics.clone(), cfg, idle).await;
             metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
             drop(slot);
         });
@@ -141,6 +161,7 @@ async fn handle(
     writer: WriterHandle,
     metrics: Arc<Metrics>,
     cfg: TcpConfig,
+    idle: IdleConns,
 ) {
     let (rd, mut wr) = sock.into_split();
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
@@ -169,7 +190,7 @@ async fn handle(
         wr
     });
     let result = tokio::select! {
-        r = read_loop(&mut rd, peer, &writer, &metrics, &cfg, &ack_tx) => r,
+        r = read_loop(&mut rd, peer, &writer, &metrics, &cfg, &ack_tx, &idle) => r,
         Some(msg) = fail_rx.recv() => Err(proto(msg)),
     };
     drop(ack_tx);
@@ -216,17 +237,28 @@ async fn read_body<R: AsyncRead + Unpin>(
     deadline: Instant,
 ) -> Result<Vec<u8>, ConnError> {
     const STEP: usize = 1 << 20;
+    let started = Instant::now();
     let mut buf: Vec<u8> = Vec::with_capacity(n.min(STEP));
     while buf.len() < n {
         if buf.len() == buf.capacity() {
             buf.reserve_exact((n - buf.len()).min(buf.capacity().max(STEP)));
         }
         let room = (buf.capacity() - buf.len()).min(n - buf.len());
+        let have = buf.len();
+        // The body holds its whole size of the raw budget while it arrives: after a
+        // short grace, bytes must keep coming at MIN_BODY_RATE, so a sender that
+        // trickles cannot hold it (and every batch queued behind it) for long.
+        let pace = started + RATE_GRACE + Duration::from_secs_f64(have as f64 / MIN_BODY_RATE);
         let mut limited = (&mut *rd).take(room as u64);
         let read = limited.read_buf(&mut buf);
-        let got = timeout_at(deadline, timeout(read_timeout, read))
+        let got = timeout_at(deadline.min(pace), timeout(read_timeout, read))
             .await
-            .map_err(|_| proto(format!("a batch of {n} bytes arrived too slowly")))?
+            .map_err(|_| {
+                proto(format!(
+                    "a batch of {n} bytes arrived slower than 1 MiB/s ({have} bytes in {:.0} s)",
+                    started.elapsed().as_secs_f64()
+                ))
+            })?
             .map_err(|_| {
                 proto(format!(
                     "a batch stalled: nothing received for {} s",
@@ -247,6 +279,7 @@ async fn read_loop<R: AsyncBufRead + Unpin>(
     metrics: &Metrics,
     cfg: &TcpConfig,
     ack_tx: &mpsc::Sender<(u64, u64, oneshot::Receiver<Reply>)>,
+    idle: &IdleConns,
 ) -> Result<(), ConnError> {
     let hello = async {
         let mut magic = [0u8; 8];
@@ -276,7 +309,18 @@ async fn read_loop<R: AsyncBufRead + Unpin>(
     let budget: ClientBudget = writer.budget().client();
     loop {
         let mut magic = [0u8; 4];
-        match timeout(cfg.idle_timeout, rd.read_exact(&mut magic)).await {
+        let waiting = idle.enter();
+        let next = tokio::select! {
+            r = timeout(cfg.idle_timeout, rd.read_exact(&mut magic)) => r,
+            () = waiting.evicted() => {
+                return Err(proto(
+                    "closed while idle: the connection limit was reached and another client \
+                     connected (reconnect to send more)",
+                ))
+            }
+        };
+        drop(waiting);
+        match next {
             Ok(Ok(_)) => {}
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Ok(Err(e)) => return Err(e.into()),

@@ -182,11 +182,34 @@ async fn lanes(
     ))
 }
 
+/// The run page's `format`: `json` for the run's data (the `/api/runs/{id}` document).
+#[derive(Deserialize)]
+pub(crate) struct FormatQ {
+    format: Option<String>,
+}
+
 pub async fn run(
     State(st): State<AppState>,
     Path(id): Path<i64>,
     Query(q): Query<RangeQ>,
+    Query(f): Query<FormatQ>,
 ) -> Result<Response, AppError> {
+    match f.format.as_deref() {
+        None | Some("html") => {}
+        Some("json") => {
+            return match st.store.run(id).await? {
+                Some(r) => Ok(axum::Json(r).into_response()),
+                None => Err(AppError::not_found(format!(
+                    "There is no run #{id} in this database."
+                ))),
+            }
+        }
+        Some(other) => {
+            return Err(AppError::bad(format!(
+                "unknown format {other:?} (use format=json or leave it out)"
+            )))
+        }
+    }
     let run = load_run(&st, id).await?;
     let end = run_end(&run);
     let (from, to) = range(&q, end)?;
