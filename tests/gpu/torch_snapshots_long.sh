@@ -89,28 +89,28 @@ if [ -f "$big" ]; then
     say "side by side on $(basename "$big") ($(stat -c %s "$big") bytes)"
     timev=""
     /usr/bin/time -v true 2>/dev/null && timev=/usr/bin/time
-    run() {  # run LABEL CMD...: seconds and peak RSS
-        local label=$1; shift
+    run() {  # run FILE LABEL CMD...: wall time and peak RSS (details in bench.FILE.*)
+        local file=$1 label=$2; shift 2
         if [ -n "$timev" ]; then
-            "$timev" -v "$@" > /dev/null 2> "$out/bench.$label.time"
+            "$timev" -v "$@" > /dev/null 2> "$out/bench.$file.time"
             local rc=$?
             local wall rss
-            wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/bench.$label.time")
-            rss=$(awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2/1024}' "$out/bench.$label.time")
+            wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/bench.$file.time")
+            rss=$(awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2/1024}' "$out/bench.$file.time")
             printf '%-28s %12s %14s %4s\n' "$label" "$wall" "${rss} MiB" "$rc"
         else
-            "$py" "$tool" measure "$out/bench.$label.json" -- "$@"
-            "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%-28s %12s %14s %4s" % (sys.argv[2], "%.2f s" % j["seconds"], "%.0f MiB" % (j["max_rss_kib"]/1024), j["rc"]))' "$out/bench.$label.json" "$label"
+            "$py" "$tool" measure "$out/bench.$file.json" -- "$@"
+            "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%-28s %12s %14s %4s" % (sys.argv[2], "%.2f s" % j["seconds"], "%.0f MiB" % (j["max_rss_kib"]/1024), j["rc"]))' "$out/bench.$file.json" "$label"
         fi
     }
     {
         echo "file: $(basename "$big"), $(stat -c %s "$big") bytes; $(nproc) CPUs; $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
         printf '%-28s %12s %14s %4s\n' "reader" "wall" "peak RSS" "rc"
-        run "memwatch report --json" "$mw" report "$big" --json
+        run report "memwatch report --json" "$mw" report "$big" --json
         rm -f "$work/bench.db"
-        run "memwatch import --db" "$mw" import "$big" --db "$work/bench.db"
-        run "python3 pickle.load" "$py" "$tool" load "$big"
+        run import "memwatch import --db" "$mw" import "$big" --db "$work/bench.db"
+        run pickle_load "python3 pickle.load" "$py" "$tool" load "$big"
     } | tee "$out/bench.txt" | tee -a "$summary"
 fi
-say "done; $(grep -c ': OK' "$out/checks.txt" 2>/dev/null || echo 0) OK, $(grep -c ': FAIL' "$out/checks.txt" 2>/dev/null || echo 0) FAIL"
+say "done; $(grep -c ': OK' "$out/checks.txt" 2>/dev/null) OK, $(grep -c ': FAIL' "$out/checks.txt" 2>/dev/null) FAIL"
 exit $fail

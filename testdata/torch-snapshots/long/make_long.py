@@ -12,7 +12,8 @@ What reaches far back: a block allocated first and freed last (its frame list), 
 used only at the start and the end, `'segment_alloc'` once at the start (the loop reuses
 segments made before the trace, as after a wrapped ring) and again at the end.
 
-argv: OUT_STEM ITERATIONS CONTEXT(all|alloc) [SEED]. Writes OUT_STEM.pickle and
+argv: OUT_STEM ITERATIONS CONTEXT(all|alloc) [SEED [PROTOCOL]] (protocol 2: BINPUT and
+LONG_BINPUT instead of MEMOIZE, as PyTorch's C++ pickler writes). Writes OUT_STEM.pickle and
 OUT_STEM.json (what the dump holds: allocated, reserved, segments, active blocks, and
 entries per action).
 """
@@ -100,7 +101,7 @@ def main():
         "external_annotations": [],
     }
     with open(stem + ".pickle", "wb") as f:
-        pickle.dump(snapshot, f)
+        pickle.dump(snapshot, f, protocol=int(sys.argv[5]) if len(sys.argv) > 5 else 4)
     actions = {}
     for e in trace:
         actions[e["action"]] = actions.get(e["action"], 0) + 1

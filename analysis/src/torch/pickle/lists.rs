@@ -28,17 +28,29 @@ pub struct GetLists {
     /// The indices of the list being read, and their handles.
     ids: Vec<u32>,
     handles: Vec<u32>,
+    /// The memo index a `BINPUT`/`LONG_BINPUT` gives the list (`None`: `MEMOIZE`'s).
+    put: Option<u32>,
 }
 
 impl GetLists {
-    /// Reads the bytes after an `EMPTY_LIST`: `MEMOIZE MARK (BINGET|LONG_BINGET)…
-    /// APPENDS` followed by `SETITEMS` or `SETITEM`. Returns how many bytes that is
+    /// Reads the bytes after an `EMPTY_LIST`: `(MEMOIZE|BINPUT|LONG_BINPUT) MARK
+    /// (BINGET|LONG_BINGET)… APPENDS` followed by `SETITEMS` or `SETITEM`. Returns how many bytes that is
     /// (up to the `APPENDS`, included) and how many items, or `None` when the bytes are
     /// anything else or not all buffered.
     pub fn parse(&mut self, bytes: &[u8]) -> Option<(usize, usize)> {
         self.ids.clear();
-        let mut at = match bytes {
+        self.put = None;
+        let mut at = match *bytes {
             [0x94, b'(', ..] => 2,
+            // Protocol 2 (BINPUT / LONG_BINPUT, as PyTorch's C++ pickler writes).
+            [b'q', i, b'(', ..] => {
+                self.put = Some(u32::from(i));
+                3
+            }
+            [b'r', a, b, c, d, b'(', ..] => {
+                self.put = Some(u32::from_le_bytes([a, b, c, d]));
+                6
+            }
             _ => return None,
         };
         loop {
@@ -64,6 +76,12 @@ impl GetLists {
                 return None;
             }
         }
+    }
+
+    /// The memo index the list read by [`GetLists::parse`] is stored at: its `BINPUT`'s,
+    /// else the next one (`MEMOIZE`).
+    pub fn index(&self, memo: &Memo) -> u32 {
+        self.put.unwrap_or_else(|| memo.next_index())
     }
 
     /// The list of the indices [`GetLists::parse`] read, stored in the memo at `idx`,
@@ -116,6 +134,11 @@ mod tests {
         assert_eq!(g.parse(b"\x94(h\x05j\x00\x01\x00\x00eu"), Some((10, 2)));
         assert_eq!(g.ids, [5, 256]);
         assert_eq!(g.parse(b"\x94(h\x05es"), Some((5, 1)));
+        // Protocol 2's puts.
+        assert_eq!(g.parse(b"q\x07(h\x05es"), Some((6, 1)));
+        assert_eq!(g.put, Some(7));
+        assert_eq!(g.parse(b"r\x00\x01\x00\x00(h\x05eu"), Some((9, 1)));
+        assert_eq!(g.put, Some(256));
         // Not closed by SETITEMS/SETITEM: more items may follow.
         assert_eq!(g.parse(b"\x94(h\x05e("), None);
         // Not all read ahead.

@@ -139,7 +139,7 @@ impl<R: Read> Machine<'_, R> {
             && self.memo.len() < l.max_memo
             && n <= l.max_items;
         let found = if fits {
-            let idx = self.memo.next_index();
+            let idx = self.get_lists.index(&self.memo);
             self.get_lists.list(&mut self.memo, idx, l.max_nesting)
         } else {
             None
