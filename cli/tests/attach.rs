@@ -131,7 +131,7 @@ impl Target {
                 }
             }
         });
-        let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let first = rx.recv_timeout(Duration::from_secs(120)).unwrap();
         assert!(first.starts_with("iter 0 "), "{first}");
         let mut lines = vec![first];
         let _ = &mut lines;
@@ -868,7 +868,7 @@ fn attach_ends_when_its_target_exits_unreaped() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
         if child.try_wait().unwrap().is_some() {
             break;
