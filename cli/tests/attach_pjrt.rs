@@ -119,7 +119,7 @@ impl Job {
 
     /// Reads lines until one starts with `prefix` (bounded: 30 s).
     fn wait_for(&mut self, prefix: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(120);
         while !self.out.last().is_some_and(|l| l.starts_with(prefix)) {
             let left = deadline.saturating_duration_since(Instant::now());
             let l = self
@@ -216,7 +216,7 @@ fn attach_wraps_a_running_jobs_pjrt_table_and_detach_restores_it() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while !markers(&records(&cap))
         .iter()
         .any(|m| m.starts_with("memwatch-attach start"))

@@ -59,7 +59,7 @@ fn serve(db: &std::path::Path, api: u16, ingest: u16) -> Daemon {
 }
 
 fn get(api: u16, path: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         match ureq::get(&format!("http://127.0.0.1:{api}{path}")).call() {
             Ok(r) => return serde_json::from_str(&r.into_string().unwrap()).unwrap(),
@@ -168,7 +168,7 @@ fn agent_to_daemon_survives_kill_9_exactly_once() {
     .unwrap();
     shim.write_all(&buf).unwrap();
     drop(shim);
-    assert!(receiver.wait_idle(Duration::from_secs(20)));
+    assert!(receiver.wait_idle(Duration::from_secs(120)));
     let stats = receiver.shutdown();
     assert!(stats.failed().next().is_none(), "{stats:?}");
     let fwd = Arc::try_unwrap(fwd).ok().unwrap();

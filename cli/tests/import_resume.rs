@@ -122,7 +122,7 @@ fn the_same_through_a_daemon() {
         .spawn()
         .unwrap();
     let url = format!("http://127.0.0.1:{api}");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while ureq::get(&format!("{url}/api/runs")).call().is_err() {
         assert!(Instant::now() < deadline, "daemon did not come up");
         std::thread::sleep(Duration::from_millis(50));

@@ -129,7 +129,7 @@ impl Target {
                 }
             }
         });
-        let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let first = rx.recv_timeout(Duration::from_secs(120)).unwrap();
         assert!(first.starts_with("iter 0 "), "{first}");
         let mut lines = vec![first];
         let _ = &mut lines;
