@@ -384,6 +384,85 @@ pub fn capture_series(loaded: &Loaded) -> Vec<DeviceSeries> {
     out
 }
 
+/// The capture's own device readings (`memwatch run` / `attach` sampled NVML or ROCm
+/// SMI into it) as device series with a split per sample; empty when the capture has
+/// none (no readings: no series, never zeros). Times are ns since the capture's start
+/// (`Loaded::base_ns`, the time base of its events; `device_readings::time_base`). A device the run's processes used
+/// gets the capture's device ordinal when that can be told: the capture's events name
+/// one device and the readings listed the run's processes on exactly one device (that
+/// one is the ordinal, the others are left out: not the run's). Otherwise each series
+/// keeps the library's index (NVML's PCI order), which CUDA_VISIBLE_DEVICES and
+/// CUDA_DEVICE_ORDER can make differ from the ordinals.
+pub fn capture_device_series(loaded: &Loaded) -> Vec<DeviceSeries> {
+    let devices = crate::device_readings::by_device(loaded);
+    let base = crate::device_readings::time_base(loaded);
+    let mut ordinals: Vec<i32> = loaded
+        .streams
+        .iter()
+        .map(|s| s.1)
+        .filter(|d| *d >= 0)
+        .collect();
+    ordinals.sort_unstable();
+    ordinals.dedup();
+    let with_run: Vec<usize> = (0..devices.len())
+        .filter(|&i| devices[i].watched_seen())
+        .collect();
+    let matched = match (ordinals.as_slice(), with_run.as_slice()) {
+        ([ordinal], [k]) => Some((*k, *ordinal)),
+        _ => None,
+    };
+    devices
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| matched.is_none_or(|(k, _)| k == *i))
+        .map(|(_, d)| DeviceSeries {
+            source: format!("{} ({})", loaded.path.display(), d.source),
+            device: matched.map_or(d.device, |(_, ordinal)| ordinal),
+            samples: d
+                .readings
+                .iter()
+                .map(|r| (r.ts_ns.saturating_sub(base), r.used_bytes, r.total_bytes))
+                .collect(),
+            wall_clock: false,
+            splits: d
+                .readings
+                .iter()
+                .map(|r| {
+                    let watched = r.watched_bytes?;
+                    Some(SampleSplit {
+                        watched_bytes: watched,
+                        other_bytes: r.used_bytes.saturating_sub(watched),
+                        processes: r
+                            .processes
+                            .iter()
+                            .flatten()
+                            .map(|p| (p.pid, p.bytes(), p.watched()))
+                            .collect(),
+                        at_failure: r.at_failure,
+                    })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Adds the capture's own device readings to the evidence's device samples (once: a
+/// second call adds nothing).
+pub fn add_capture_samples(ev: &mut Evidence) {
+    let Some(c) = &ev.capture else {
+        return;
+    };
+    let series = capture_device_series(&c.loaded);
+    if ev
+        .device_samples
+        .iter()
+        .any(|s| series.iter().any(|x| x.source == s.source))
+    {
+        return;
+    }
+    ev.device_samples.extend(series);
+}
+
 /// Reads `nvidia-smi --query-gpu=timestamp,memory.used,memory.total
 /// --format=csv,noheader,nounits` output (MiB; one line per sample and GPU in index
 /// order), or the same with the GPU's index first (`--query-gpu=index,timestamp,...`,
