@@ -226,14 +226,27 @@ fn a_rest_within_the_tolerance_closes() {
         let d = crate::doctor::diagnose(&ev);
         let l = d.ledger.unwrap();
         let rest = l.unattributed_bytes.unwrap_or(0);
-        assert_eq!(l.closes, rest <= l.tolerance_bytes, "{extra}: {}", l.closing_line());
-        assert_eq!(l.closes, extra < l.tolerance_bytes, "{extra}: {}", l.closing_line());
+        assert_eq!(
+            l.closes,
+            rest <= l.tolerance_bytes,
+            "{extra}: {}",
+            l.closing_line()
+        );
+        assert_eq!(
+            l.closes,
+            extra < l.tolerance_bytes,
+            "{extra}: {}",
+            l.closing_line()
+        );
         if l.closes {
             assert_ne!(d.verdicts[0].kind, crate::doctor::Kind::Unexplained);
             closed_with_rest |= rest > 0;
         }
     }
-    assert!(closed_with_rest, "no case closed with a rest left unattributed");
+    assert!(
+        closed_with_rest,
+        "no case closed with a rest left unattributed"
+    );
 }
 
 /// Without samples the ledger says what is missing and never makes up free memory.
