@@ -22,7 +22,7 @@
 # the certificate authorities the host adds to Debian's (/usr/local/share/ca-certificates).
 # It has what root has on a machine for the tests that trace processes (ptrace, gdb:
 # SYS_PTRACE, no seccomp filter) and an init that reaps orphans, as a machine's pid 1 does;
-# it gets no other privilege, so it cannot start a Docker engine of its own and the
+# it gets no other privilege, so the Docker engine it starts cannot unpack images and the
 # container test says SKIPPED with the reason (that test runs where an engine can). The
 # full log goes to stdout; the summary is its last lines.
 set -euo pipefail

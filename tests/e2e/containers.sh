@@ -3,7 +3,8 @@
 # with no image registry:
 #   1. docker/memwatch-agent.service passes `systemd-analyze verify` (no engine needed);
 #   2. an engine answers, or Debian's dockerd is started (root needed: otherwise SKIPPED,
-#      said on stdout; MEMWATCH_REQUIRE_CONTAINERS=1 turns a skip into a failure);
+#      said on stdout, as when the engine cannot unpack an image, inside a container
+#      without privileges; MEMWATCH_REQUIRE_CONTAINERS=1 turns a skip into a failure);
 #   3. scripts/build-images.sh builds the images (profile: release when the work tree has
 #      a release build, else debug, the build `cargo test` made; MEMWATCH_IMAGE_PROFILE
 #      overrides) and the stack of docker/compose.yaml starts, healthy;
@@ -73,6 +74,19 @@ step "Docker engine"
 mw_engine_packages || skip "$MW_ENGINE_WHY"
 mw_engine_up || skip "no Docker engine can run here: $MW_ENGINE_WHY"
 say "engine $(docker version -f '{{.Server.Version}}'), storage driver $(docker info -f '{{.Driver}}'), started by this test: $MW_ENGINE_STARTED"
+# An engine that runs but cannot unpack an image (inside a container without privileges:
+# no mount namespaces) cannot run this test either: a one-file image tells.
+probe_dir=$(mktemp -d)
+: >"$probe_dir/probe"
+if ! probe=$(tar -C "$probe_dir" -c probe | docker import - memwatch-e2e-probe:latest 2>&1); then
+  rm -rf "$probe_dir"
+  mw_engine_down
+  grep -q -i -E 'namespace|permission denied|operation not permitted' <<<"$probe" &&
+    skip "the engine cannot unpack an image here: $probe"
+  fail "docker import of a one-file image failed: $probe"
+fi
+docker rmi memwatch-e2e-probe:latest >/dev/null 2>&1 || true
+rm -rf "$probe_dir"
 
 PROJECT=mwe2e$$
 WORK=$(mktemp -d)

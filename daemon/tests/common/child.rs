@@ -97,6 +97,14 @@ impl ChildDaemon {
     }
 }
 
+/// A test that fails before its `kill` does not leave its daemon serving for ever.
+impl Drop for ChildDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
