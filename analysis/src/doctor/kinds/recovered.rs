@@ -27,6 +27,11 @@ pub fn ended_run(ev: &crate::doctor::Evidence, f: &crate::doctor::failure::Failu
                 .filter_map(|p| p.exit_code)
                 .next_back()
         });
+    // A run that as a whole ended with a failing status after the refusal did not recover
+    // from it, whichever of its processes the failure is placed in.
+    if ev.run.exit_code.is_some_and(|c| c != 0) {
+        return true;
+    }
     let exit = if f.seen_in_capture {
         own
     } else {
