@@ -5,6 +5,7 @@
 //! keeps.
 
 use super::{exact, Ctx};
+use crate::doctor::ledger::HolderKind;
 use crate::doctor::steps::{self, AllocationGrowth};
 use crate::doctor::verdict::{Check, Cite, Fix, Kind, Verdict};
 use crate::size::format_bytes as b;
@@ -286,6 +287,72 @@ pub fn warning(ctx: &Ctx<'_>) -> Option<Verdict> {
     v.fix = Fix {
         advice: "Stop keeping each step's output alive; with a longer run this fills any pool."
             .into(),
+        check: None,
+    };
+    Some(v)
+}
+
+/// A leak the device's ledger shows: when it closes at the failure, the failing process's
+/// framework pool holds most of the device, and the pool's own trend is an unbroken run
+/// of at least `steps::MIN_RAMP_REPETITIONS` steps that adds up to most of what it holds
+/// — memory kept step after step up to the failure, whatever the framework did between
+/// its last step and the error it raised (CuPy frees its cache and retries first).
+pub fn from_ledger_trend(ctx: &Ctx<'_>) -> Option<Verdict> {
+    let l = ctx.ledger.filter(|l| l.closes && l.moment == "failure")?;
+    let total = l.total_bytes?;
+    let h = l
+        .holders
+        .iter()
+        .filter(|h| h.pid.is_some() && h.pid == l.pid)
+        .filter(|h| {
+            matches!(
+                h.kind,
+                HolderKind::CupyPool | HolderKind::TorchCaching | HolderKind::XlaBfcPool
+            )
+        })
+        .max_by_key(|h| h.bytes)?;
+    let t = h.trend.as_ref()?;
+    let grown = t.bytes_per_unit.saturating_mul(t.steps);
+    if t.steps < steps::MIN_RAMP_REPETITIONS as u64
+        || t.bytes_per_unit == 0
+        || grown.saturating_mul(2) < h.bytes
+        || h.bytes.saturating_mul(2) < total
+    {
+        return None;
+    }
+    let mut v = ctx.base(Kind::Leak);
+    v.figures
+        .insert("growth_per_step_bytes".into(), t.bytes_per_unit);
+    v.figures.insert("repetitions".into(), t.steps);
+    v.figures.insert("leaked_bytes".into(), grown);
+    if let Some(r) = ctx.failure.and_then(|f| f.request) {
+        v.figures.insert("request_bytes".into(), r);
+    }
+    v.evidence.push(Cite {
+        file: h.source.clone(),
+        line: None,
+        what: format!("the device's ledger at the failure: {}", l.closing_line()),
+    });
+    v.headline = format!(
+        "A leak: {} grew by {} per {} for {} steps in a row up to the failure and held {} of the device's {}.",
+        h.name,
+        b(t.bytes_per_unit),
+        t.unit,
+        t.steps,
+        b(h.bytes),
+        b(total)
+    );
+    v.why = format!(
+        "The device's ledger at the failure closes; {} held {} ({:.0}% of the device), {} of it added {} at a time over {} steps without a release: memory kept across iterations that the next iteration does not reuse.",
+        h.name,
+        exact(h.bytes),
+        h.bytes as f64 * 100.0 / total as f64,
+        b(grown),
+        exact(t.bytes_per_unit),
+        t.steps
+    );
+    v.fix = Fix {
+        advice: "Release what each step keeps (a list or dict of results, a cache, outputs kept with their autograd graph); a larger limit only moves the failure.".into(),
         check: None,
     };
     Some(v)

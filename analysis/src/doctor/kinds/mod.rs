@@ -337,7 +337,8 @@ pub fn classify(ctx: &Ctx<'_>) -> Vec<Verdict> {
                 .or_else(|| cupy_pool_limit::verdict(ctx, i))
                 .or_else(|| other_framework_pool::verdict(ctx))
                 .or_else(|| other_process::verdict(ctx))
-                .or_else(|| leak::ramp(ctx)),
+                .or_else(|| leak::ramp(ctx))
+                .or_else(|| leak::from_ledger_trend(ctx)),
             Origin::Compile => compile_scratch::verdict(ctx),
             Origin::Xla | Origin::Driver => host_pinned::verdict(ctx)
                 .or_else(|| larger_than_device::verdict(ctx))
