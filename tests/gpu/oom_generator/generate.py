@@ -20,11 +20,6 @@ def frac_for(pool_gib, total):
     return round(pool_gib * GiB / total, 4)
 
 
-def jax_alloc(rng):
-    """XLA allocator settings drawn for a JAX scenario that uses the BFC pool."""
-    return {}
-
-
 def truth(failed, kind, holder=None, figures=None, fatal=True):
     return {"failed": failed, "kind": kind, "holder": holder, "figures": figures or {},
             "fatal": fatal}
