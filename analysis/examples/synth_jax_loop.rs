@@ -366,7 +366,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             last_sample = t0 + done;
             w.write_record(&sample(last_sample, in_use, peak, o.pool_bytes))?;
             flushes += 1;
-            let lanes = if flushes % 2 == 0 {
+            let lanes = if flushes.is_multiple_of(2) {
                 [&mut main, &mut callback, &mut driver]
             } else {
                 [&mut callback, &mut main, &mut driver]
