@@ -61,8 +61,9 @@ impl Frame {
 }
 
 /// Caches keyed by object identity hold the object, so its address is not reused while
-/// cached; they are cleared when this large. Frame lists are shared by neighbouring
-/// entries (a free and its completion) only; frame dicts across the whole trace.
+/// cached; they are cleared when this large. The reader gives a repeated stack's frame
+/// list one object across the whole trace (`pickle::lists`), and frame dicts are shared
+/// across it too.
 const LIST_CACHE_MAX: usize = 1 << 12;
 /// Stacks by the identities of their frame dicts: a new frame list (one per `alloc`)
 /// whose frames were all seen in that order costs one lookup, not one per frame.
