@@ -15,7 +15,8 @@
 # under 2 MB (small/, for testdata); large ones are recorded in $WORK (default a
 # temporary directory, removed at the end unless KEEP=1).
 # LONG_GB=1.1 sets the large target in GB; LONG_2GB=1 also dumps a ~2.2 GB snapshot.
-# SMALL_CASES="python_all all_state" runs only those small cases; MEDIUM=0 skips the medium one.
+# SMALL_CASES="python_all all_state" runs only those small cases; MEDIUM=0 skips the medium one;
+# LARGE=0 skips the large ones.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="$(mkdir -p "${1:?usage: torch_snapshots_long.sh OUT [MEMWATCH]}" && cd "$1" && pwd)"
@@ -78,8 +79,9 @@ gb="${LONG_GB:-1.1}"
 targets="$("$py" -c 'import sys; print(int(float(sys.argv[1]) * 1e9))' "$gb")b"
 [ "${LONG_2GB:-0}" = 1 ] && targets="$targets 2200000000b"
 counts="500000 $targets"
-say "large (stacks python): iterations/sizes $counts"
-if record large $counts; then
+if [ "${LARGE:-1}" = 0 ]; then
+    say "large skipped (LARGE=0)"
+elif say "large (stacks python): iterations/sizes $counts"; record large $counts; then
     for n in large large_2 large_3; do check "$n"; done
 fi
 

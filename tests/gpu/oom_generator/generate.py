@@ -46,18 +46,54 @@ def c_leak_jax(rng, total):
     return env, CORPUS + "jax_leak.py", [steps, rows, cols, leak_from], t, "jax"
 
 
+def torch_driver_group(sizes, expandable):
+    """Bytes of one repeating group of the driver allocations that PyTorch's caching allocator
+    makes for a loop that keeps tensors of these sizes (bytes, each > 1 MiB) every iteration and
+    frees none: what memwatch can see of the loop's step. The allocator's rules (PyTorch 2.x
+    CUDACachingAllocator): a request takes the smallest cached free block that fits, split when
+    more than 1 MiB would remain; otherwise a new segment, 20 MiB for a request under 10 MiB,
+    else the request rounded up to 2 MiB. With expandable segments the one segment grows by
+    mapping 20 MiB pages. So one driver group can be several iterations (8 MiB tensors share
+    20 MiB segments) or part of one (a 96 MiB tensor is five 20 MiB pages)."""
+    if expandable:
+        return 20 * MiB
+    free, seq = [], []
+    for _ in range(240):
+        for s in sizes:
+            fits = sorted(b for b in free if b >= s)
+            if fits:
+                free.remove(fits[0])
+                rest = fits[0] - s
+            else:
+                seg = 20 * MiB if s < 10 * MiB else -(-s // (2 * MiB)) * 2 * MiB
+                seq.append(seg)
+                rest = seg - s
+            if rest > MiB:
+                free.append(rest)
+    tail = seq[len(seq) // 3:]
+    for p in range(1, len(tail) // 3):
+        if all(tail[i] == tail[i + p] for i in range(len(tail) - p)):
+            return sum(tail[:p])
+    raise ValueError(f"no repeating driver group for sizes {sizes}")
+
+
 def c_leak_torch(rng, total):
+    sizes = None
     if rng.random() < 0.6:
         period = rng.choice([1, 1, 2, 3])
         sizes = [rng.choice([8, 16, 32, 64, 96]) for _ in range(period)]
         args = ["tensors", ",".join(map(str, sizes))]
-        figs = {"growth_per_step_bytes": sum(sizes) * MiB}
     else:
         args = ["graph", rng.choice([1024, 2048, 4096]), rng.choice([2048, 4096])]
-        figs = {}
     env = {}
     if rng.random() < 0.4:
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    figs = {}
+    if sizes:
+        # The step memwatch sees is the repeating group of driver allocations, not the
+        # program's iteration (which makes no driver call of its own).
+        figs["growth_per_step_bytes"] = torch_driver_group([s * MiB for s in sizes],
+                                                           "PYTORCH_CUDA_ALLOC_CONF" in env)
     t = truth(True, "leak", {"framework": "torch", "process": "self"}, figs)
     return env, "programs/torch_leak_ramp.py", args, t, "torch"
 
@@ -136,9 +172,16 @@ def c_fragmentation(rng, total):
 def c_limit_small(rng, total):
     fw = rng.choice(["torch", "cupy", "jax"])
     if fw == "torch":
+        # Weights of different sizes (a load, not a loop that keeps one size: that is a leak
+        # stopped by the cap) that add up to more than the fraction allows.
+        frac = round(rng.uniform(0.02, 0.06), 3)
+        cap_mib = frac * total / MiB
+        sizes, want = [], cap_mib * rng.uniform(1.2, 1.8)
+        while sum(sizes) < want:
+            sizes.append(2 * rng.randrange(32, 512))
         t = truth(True, "torch_fraction_limit", {"framework": "torch", "process": "self"})
-        return ({}, CORPUS + "torch_fraction.py",
-                [round(rng.uniform(0.02, 0.06), 3), rng.choice([128, 192, 256, 320])], t, fw)
+        return ({}, "programs/torch_weights_over_fraction.py",
+                [frac, ",".join(map(str, sizes))], t, fw)
     if fw == "cupy":
         t = truth(True, "cupy_pool_limit", {"framework": "cupy", "process": "self"})
         return ({}, CORPUS + "cupy_limit.py",

@@ -8,7 +8,9 @@ OUTDIR/NAME with capture.mwcap, stdout.log, stderr.log, run.json (memwatch's own
 verdict at exit), figures*.json (what the framework itself said), dump/ (XLA text dump of
 JAX scenarios), nvsmi.csv (nvidia-smi's samples of that GPU, kept for comparison only) and
 scenario.json (the plan entry with its truth, the exit code and the wall time).
-GEN_GPUS=0,2 limits the run to those GPUs.
+GEN_GPUS=0,2 limits the run to those GPUs. --part K/M records every M-th scenario from the K-th
+(1-based) of the same plan, so a long run on one GPU fits in several calls of limited length;
+score all parts together with `score.py OUTDIR --from-run`.
 """
 import argparse
 import concurrent.futures as cf
@@ -87,7 +89,13 @@ def main():
     ap.add_argument("-n", type=int, default=60)
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--only", help="comma-separated causes to keep")
+    ap.add_argument("--part", default="1/1", help="K/M: record every M-th scenario from the K-th")
     a = ap.parse_args()
+    try:
+        part, parts = (int(x) for x in a.part.split("/"))
+        assert 1 <= part <= parts
+    except (ValueError, AssertionError):
+        ap.error(f"--part {a.part!r}: want K/M with 1 <= K <= M")
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1, 10**9)
     mw = os.path.abspath(a.mw)
     os.makedirs(a.out, exist_ok=True)
@@ -100,7 +108,8 @@ def main():
     if a.only:
         keep = set(a.only.split(","))
         scenarios = [s for s in scenarios if s["cause"] in keep]
-    print(f"seed {seed}: {len(scenarios)} scenarios on {len(devs)} GPU(s) of {total / 2**30:.2f} GiB", flush=True)
+    scenarios = scenarios[part - 1::parts]
+    print(f"seed {seed} (part {part}/{parts}): {len(scenarios)} scenarios on {len(devs)} GPU(s) of {total / 2**30:.2f} GiB", flush=True)
     free = queue.Queue()
     for i, _ in devs:
         free.put(i)
@@ -116,8 +125,9 @@ def main():
 
     with cf.ThreadPoolExecutor(len(devs)) as ex:
         list(ex.map(task, scenarios))
-    json.dump({"seed": seed, "n": len(scenarios), "device_total_bytes": total},
-              open(os.path.join(a.out, f"seed-{seed}.json"), "w"))
+    json.dump({"seed": seed, "n": a.n, "part": a.part, "recorded": len(scenarios),
+               "device_total_bytes": total},
+              open(os.path.join(a.out, f"seed-{seed}-part{part}of{parts}.json"), "w"))
     ok = score.main([a.out, "--from-run"] + [s["name"] for s in scenarios])
     sys.exit(0 if ok else 1)
 

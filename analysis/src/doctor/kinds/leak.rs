@@ -156,8 +156,9 @@ pub fn from_growth(ctx: &Ctx<'_>, g: &AllocationGrowth, limit: Option<(&str, u64
         )
     } else {
         format!(
-            "A leak: memory grew by {} per step, {} steps in a row, never released{}.",
+            "A leak: memory grew by {} per repeating group of {} device allocations (one step of the program, or several), {} groups in a row, never released{}.",
             b(g.per_group),
+            g.period,
             g.repetitions,
             limit
                 .map(|(n, l)| format!(", until the {} {n} refused more", b(l)))
@@ -174,7 +175,7 @@ pub fn from_growth(ctx: &Ctx<'_>, g: &AllocationGrowth, limit: Option<(&str, u64
         )
     } else {
         format!(
-            "From {:.3} s on, the process allocated the same group of {} device allocations ({} in all per group) {} times and released none: {} kept in all. Each group is one step's memory that the next step does not reuse.",
+            "From {:.3} s on, the process allocated the same group of {} device allocations ({} in all per group) {} times and released none: {} kept in all. Each group is memory the program's next steps do not reuse (a group is what its allocator asks the driver for: one step, or several steps whose tensors share segments).",
             start as f64 / 1e9,
             g.period,
             exact(g.per_group),
@@ -192,7 +193,7 @@ pub fn from_growth(ctx: &Ctx<'_>, g: &AllocationGrowth, limit: Option<(&str, u64
         advice: format!(
             "Release what each iteration keeps. Possible causes: outputs kept with their autograd graph (store loss.item() / out.detach(), or run evaluation under torch.no_grad()), caches that only grow, lists of tensors appended every step.{frame} Raising the limit only moves the crash by {} per {}.",
             b(g.per_group),
-            if g.period == 1 { "allocation" } else { "step" }
+            if g.period == 1 { "allocation" } else { "group" }
         ),
         check: None,
     };
