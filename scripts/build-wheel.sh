@@ -80,7 +80,7 @@ VENV=$ROOT/.venv-wheel
 MATURIN_PIN=1.16.0
 AUDITWHEEL_PIN=6.8.2
 if ! "$VENV/bin/maturin" --version 2>/dev/null | grep -qx "maturin $MATURIN_PIN" ||
-  ! "$VENV/bin/python" -c "import auditwheel, sys; sys.exit(auditwheel.__version__ != '$AUDITWHEEL_PIN')" 2>/dev/null; then
+  ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('auditwheel') != '$AUDITWHEEL_PIN')" 2>/dev/null; then
   echo "build-wheel: installing maturin==$MATURIN_PIN auditwheel==$AUDITWHEEL_PIN into $VENV"
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q "maturin==$MATURIN_PIN" "auditwheel==$AUDITWHEEL_PIN"
