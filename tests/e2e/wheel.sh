@@ -13,7 +13,7 @@
 #      memwatch log` of a real H200 OOM), report, diagnose, gate, attach (ptrace) and serve,
 #      the shim found where the wheel put it. Where no container can run (no engine, or
 #      inside a container without privileges) the same script runs on the host, in a venv,
-#      and the test says so.
+#      and the test says so (MEMWATCH_REQUIRE_CONTAINERS=1 makes that a failure).
 #   3. Every output of step 2 that depends only on its input equals the source build's
 #      (target/PROFILE/memwatch) on the same files; the live ones (attach, serve) are
 #      checked for what the programs did.
@@ -71,13 +71,28 @@ where=""
 source docker/engine.sh
 IMAGE=memwatch/wheel-test:bookworm
 container_why=""
-if ! mw_engine_packages || ! mw_engine_up; then
-  container_why=$MW_ENGINE_WHY
-elif ! mw_fresh_base; then
-  container_why=$MW_ENGINE_WHY
-elif ! docker run --rm --network none "$MW_FRESH_BASE" true >/dev/null 2>&1; then
-  container_why="the engine cannot start a container here (inside a container without privileges?)"
-fi
+engine_probe() {
+  mw_engine_packages || return 1
+  mw_engine_up || return 1
+  # An engine that runs but cannot unpack an image (inside a container without
+  # privileges: no mount namespaces) tells with a one-file image, before any base is made.
+  local d p
+  d=$(mktemp -d)
+  : >"$d/probe"
+  p=$(tar -C "$d" -c probe | docker import - memwatch-wheel-probe:latest 2>&1) || {
+    rm -rf "$d"
+    MW_ENGINE_WHY="the engine cannot unpack an image here: $p"
+    return 1
+  }
+  rm -rf "$d"
+  docker rmi memwatch-wheel-probe:latest >/dev/null 2>&1 || true
+  mw_fresh_base || return 1
+  p=$(docker run --rm --network none "$MW_FRESH_BASE" true 2>&1) || {
+    MW_ENGINE_WHY="the engine cannot start a container here: $p"
+    return 1
+  }
+}
+engine_probe || container_why=$MW_ENGINE_WHY
 if [[ -z $container_why ]]; then
   recipe="$(docker image inspect -f '{{.Id}}' "$MW_FRESH_BASE")+python3-venv"
   if [[ $(docker image inspect -f '{{index .Config.Labels "memwatch.wheel-recipe"}}' "$IMAGE" 2>/dev/null) != "$recipe" ]]; then
@@ -109,6 +124,10 @@ if [[ -z $container_why ]]; then
   set -e
 else
   say "no container: $container_why; running wheel_inside.sh on the host instead"
+  if [[ ${MEMWATCH_REQUIRE_CONTAINERS:-0} == 1 ]]; then
+    echo "wheel: MEMWATCH_REQUIRE_CONTAINERS=1: no container is a failure"
+    exit 1
+  fi
   where="the host (no container: $container_why)"
   step "on the host: venv, pip install --no-index, capture, diagnose, gate, attach, serve"
   set +e

@@ -63,7 +63,10 @@ set -e
 say "memwatch attach (ptrace) to a running program"
 demo/attach_loop 600 10 direct >attach-target.out &
 target=$!
-for _ in $(seq 100); do [[ -s attach-target.out ]] && break; sleep 0.05; done
+for _ in $(seq 100); do
+  [[ -s attach-target.out ]] && break
+  sleep 0.05
+done
 for try in 1 2 3 4 5; do
   if "$mw" attach "$target" --method ptrace --duration 600ms --json --out attach.mwcap >attach.json 2>attach.stderr; then
     break
@@ -81,7 +84,7 @@ set -e
 say "memwatch serve --db demo/memwatch.db"
 "$mw" serve --db demo/memwatch.db --listen 127.0.0.1:17373 --ingest 127.0.0.1:17374 >serve.log 2>&1 &
 server=$!
-"$venv/bin/python" - <<'EOF' || { kill "$server"; fail "memwatch serve did not answer: $(tail -n 5 serve.log)"; }
+"$venv/bin/python" - <<'EOF' || {
 import time, urllib.request
 for _ in range(150):
     try:
@@ -93,6 +96,9 @@ for _ in range(150):
 else:
     raise SystemExit("no answer from /api/runs")
 EOF
+  kill "$server"
+  fail "memwatch serve did not answer: $(tail -n 5 serve.log)"
+}
 kill "$server"
 wait "$server" || true
 
