@@ -33,16 +33,30 @@ check() { # ok(0/1) what
 
 echo "== machine: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1); $("$py" -c 'import platform; print("Python", platform.python_version())'); glibc $(ldd --version | head -n 1 | awk '{print $NF}')"
 echo "== wheel: $(basename "$wheel"), $(stat -c %s "$wheel") bytes"
-rm -rf "$out/venv"
-"$py" -m venv --system-site-packages "$out/venv" || exit 2
 v=$out/venv
+pip=("$v/bin/pip")
+if ! "$py" -m venv --system-site-packages "$v" 2>"$out/venv.err"; then
+  # A Python without ensurepip (Debian's without python3-venv): a venv without pip, the
+  # wheel installed into it by $py's own pip.
+  echo "== venv with pip failed ($(tail -n 1 "$out/venv.err")): a venv without pip, $py's pip installs into it"
+  rm -rf "$v"
+  "$py" -m venv --system-site-packages --without-pip "$v" || exit 2
+  pip=("$py" -m pip --python "$v/bin/python")
+fi
 t0=$(date +%s.%N)
-"$v/bin/pip" install -q --no-index --disable-pip-version-check "$wheel" || exit 2
+"${pip[@]}" install -q --no-index --disable-pip-version-check "$wheel" || exit 2
 t1=$(date +%s.%N)
 echo "== pip install --no-index: $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s"
 mw=$v/bin/memwatch
 [[ -x $mw && -f $v/lib/memwatch/libmemwatch_preload.so ]]
 check $? "the venv has bin/memwatch and lib/memwatch/libmemwatch_preload.so"
+if ! "$v/bin/python" -c 'import jax, torch' 2>/dev/null && "$py" -c 'import jax, torch' 2>/dev/null; then
+  # $py is itself a venv's, whose packages --system-site-packages does not reach: its
+  # site-packages through a .pth file (same Python version: the venv was made by $py).
+  sp=$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  "$py" -c 'import site; print("\n".join(site.getsitepackages()))' >"$sp/_memwatch_outer.pth"
+  echo "== $py is a venv's: its site-packages reached through $sp/_memwatch_outer.pth"
+fi
 "$v/bin/python" -c 'import jax, torch; print("== JAX", jax.__version__, jax.devices()[0].device_kind, "| PyTorch", torch.__version__, torch.cuda.get_device_name(0))'
 check $? "the venv sees the machine's JAX and PyTorch"
 
@@ -78,8 +92,8 @@ print(f"   {len(r['processes'])} process(es), {r['events']} events, {n} device a
 sys.exit(0 if n > 0 and peak >= 64 << 20 else 1)
 EOF
 check $? "jax: device allocations captured, the 64 MiB input among them"
-"$mw" runtime "$out/jax/capture.mwcap" >"$out/jax/runtime.txt" 2>&1
-check $? "jax: memwatch runtime (PJRT executables) reads the capture"
+"$mw" runtime "$out/jax/capture.mwcap" >"$out/jax/runtime.txt" 2>&1 && ! grep -q "no PJRT records" "$out/jax/runtime.txt"
+check $? "jax: memwatch runtime finds the PJRT records (executables) the shim wrote"
 sed -n '1,8p' "$out/jax/runtime.txt" | sed 's/^/   /'
 
 # -- 2. PyTorch --
