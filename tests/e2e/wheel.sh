@@ -19,6 +19,8 @@
 #      checked for what the programs did.
 #   4. The wheel installs and runs (`python -m memwatch --version`, `import memwatch_jax`)
 #      under every Python 3.9 or newer found here (python3.N on PATH, pyenv's versions).
+#   5. `pip install --prefix P` (the layout of --user and system installs): P/bin/memwatch
+#      finds the shim in P/lib/memwatch/.
 # Exit 0: passed; 1: a check failed; 2: the wheel could not be built.
 #   bash tests/e2e/wheel.sh
 set -euo pipefail
@@ -117,9 +119,11 @@ if [[ -z $container_why ]]; then
   step "a fresh $IMAGE container, no network: venv, pip install --no-index, capture, diagnose, gate, attach, serve"
   where="a fresh container of $IMAGE (Debian $(docker run --rm --network none "$IMAGE" cat /etc/debian_version), no network)"
   set +e
+  # Root inside (ptrace needs it there); what it writes is given back to the caller's uid.
   docker run --rm --init --network none --cap-add SYS_PTRACE --security-opt seccomp=unconfined \
     -v "$IN:/in:ro" -v "$OUT:/out" -v "$ROOT/tests/e2e/wheel_inside.sh:/wheel_inside.sh:ro" \
-    "$IMAGE" bash /wheel_inside.sh /in /out | sed 's/^/   /'
+    -e OWNER="$(id -u):$(id -g)" "$IMAGE" \
+    bash -c 'bash /wheel_inside.sh /in /out; s=$?; chown -R "$OWNER" /out; exit $s' | sed 's/^/   /'
   status=${PIPESTATUS[0]}
   set -e
 else
@@ -250,6 +254,20 @@ for pv in "${pythons[@]}"; do
   fi
 done
 ((${#pythons[@]})) || failed "no Python 3.9 or newer found"
+
+# -- 5. Outside a venv: `pip install --prefix P` puts the binary in P/bin and the shim in
+# P/lib/memwatch (as for --user, ~/.local); memwatch run finds it there --
+step "pip install --prefix: the binary finds its shim"
+# (A venv's pip: Debian's python3 has none, and refuses installs outside a venv.)
+python3 -m venv "$WORK/pip-venv" &&
+  "$WORK/pip-venv/bin/pip" install -q --no-index --disable-pip-version-check --prefix "$WORK/prefix" "$wheel" ||
+  failed "pip install --prefix failed"
+if (cd "$WORK" && env -u MEMWATCH_PRELOAD "$WORK/prefix/bin/memwatch" run --out prefix.mwcap -- true >/dev/null 2>&1) &&
+  [[ -s $WORK/prefix.mwcap && -f $WORK/prefix/lib/memwatch/libmemwatch_preload.so ]]; then
+  say "--prefix: bin/memwatch run found lib/memwatch/libmemwatch_preload.so"
+else
+  failed "--prefix: bin/memwatch run did not find its shim in lib/memwatch/"
+fi
 
 if ((${#FAILED[@]})); then
   echo "wheel: FAILED (${#FAILED[@]}): ${FAILED[*]}"
