@@ -4,7 +4,7 @@
 #   - the shim libmemwatch_preload.so, stripped, as a data file installed to
 #     <prefix>/lib/memwatch/ (where `memwatch` looks: ../lib/memwatch of its own folder),
 #   - the Python modules `memwatch` (`python -m memwatch`) and `memwatch_jax`
-#     (python/memwatch-jax/src/memwatch_jax, the same file).
+#     (copied from python/memwatch-jax/src/memwatch_jax at each build).
 # Then it checks the wheel: auditwheel's report (saved beside the wheel as
 # WHEEL.auditwheel.txt; the platform tag auditwheel finds must be the wheel's own), the
 # libraries each ELF file needs, its size (the release wheel must be under 40 MB), and
@@ -14,6 +14,9 @@
 #   bash scripts/build-wheel.sh [--profile release|debug] [--out DIR]
 #     --profile release  (default) cargo's release profile (target/release, reused when
 #                        fresh): the wheel to publish, into dist/
+#                        (maturin compiles the cli crate once more with its strip flag, ~2
+#                        min here; target/PROFILE/memwatch is then that stripped binary until
+#                        the next cargo build of it, which compiles the crate back)
 #     --profile debug    the dev profile `cargo test` leaves in target/debug (the suite's
 #                        wheel test: a release build costs 20-50 min on 2 cores), into
 #                        target/wheel/debug/; larger, no size limit
