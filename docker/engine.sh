@@ -9,6 +9,8 @@
 #                        Debian's dockerd in the background (sets MW_ENGINE_STARTED=1)
 #   mw_engine_down       stops the dockerd that mw_engine_up started (and only that one)
 #   mw_compose           runs `docker compose` (plugin) or Debian's `docker-compose`
+#   mw_fresh_base [--rebuild]  makes $MW_FRESH_BASE (a minimal Debian 12) unless the engine
+#                        has it (scripts/fresh-machine.sh, tests/e2e/wheel.sh)
 #
 # Functions return non-zero with the reason in MW_ENGINE_WHY instead of exiting, so the
 # caller decides whether that is an error (building) or a reason to skip (the test).
@@ -108,4 +110,25 @@ mw_compose() {
   else
     docker-compose "$@"
   fi
+}
+
+# A fresh Debian 12 machine as an image: what a minimal install has (mmdebstrap
+# --variant=minbase bookworm, from Debian's mirror), made once per recipe.
+MW_FRESH_BASE=memwatch/fresh-debian:bookworm
+MW_FRESH_RECIPE=minbase-bookworm
+mw_fresh_base() {
+  if [[ ${1:-} != --rebuild ]] &&
+    [[ $(docker image inspect -f '{{index .Config.Labels "memwatch.fresh-recipe"}}' "$MW_FRESH_BASE" 2>/dev/null) == "$MW_FRESH_RECIPE" ]]; then
+    return 0
+  fi
+  local tmp
+  tmp=$(mktemp -d)
+  echo "engine: making $MW_FRESH_BASE (mmdebstrap --variant=minbase bookworm)" >&2
+  if ! mmdebstrap --variant=minbase bookworm "$tmp/base.tar" >"$tmp/mmdebstrap.log" 2>&1; then
+    MW_ENGINE_WHY="mmdebstrap failed (it needs Debian's package mirror): $(tail -n 3 "$tmp/mmdebstrap.log" | tr '\n' ' ')"
+    rm -rf "$tmp"
+    return 1
+  fi
+  docker import --change "LABEL memwatch.fresh-recipe=$MW_FRESH_RECIPE" "$tmp/base.tar" "$MW_FRESH_BASE" >/dev/null
+  rm -rf "$tmp"
 }

@@ -65,8 +65,7 @@ rust_version=$(rustc --version)
 source docker/engine.sh
 mw_engine_packages || die "$MW_ENGINE_WHY"
 mw_engine_up || die "$MW_ENGINE_WHY"
-BASE=memwatch/fresh-debian:bookworm
-RECIPE=minbase-bookworm  # (mmdebstrap --variant=minbase bookworm)
+BASE=$MW_FRESH_BASE
 work=$(mktemp -d /tmp/memwatch-fresh.XXXXXX)
 cid=""
 cleanup() {
@@ -76,16 +75,9 @@ cleanup() {
   exit "$status"
 }
 trap cleanup EXIT
-if [[ $rebuild_base == 1 ]] ||
-  [[ $(docker image inspect -f '{{index .Config.Labels "memwatch.fresh-recipe"}}' "$BASE" 2>/dev/null) != "$RECIPE" ]]; then
-  echo "== fresh-machine: making $BASE (mmdebstrap --variant=minbase bookworm)"
-  mmdebstrap --variant=minbase bookworm "$work/base.tar" >"$work/mmdebstrap.log" 2>&1 || {
-    tail -n 20 "$work/mmdebstrap.log" >&2
-    die "mmdebstrap failed (it needs Debian's package mirror)"
-  }
-  docker import --change "LABEL memwatch.fresh-recipe=$RECIPE" "$work/base.tar" "$BASE" >/dev/null
-  rm -f "$work/base.tar"
-fi
+rebuild=()
+[[ $rebuild_base == 1 ]] && rebuild=(--rebuild)
+mw_fresh_base "${rebuild[@]}" || die "$MW_ENGINE_WHY"
 
 # -- A clean clone of COMMIT (made here: the fresh machine has no git until a script
 # installs it, and a checkout is where the README starts) --

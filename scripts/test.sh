@@ -8,8 +8,10 @@
 #   (scripts/check-doc-paths.py), the dashboard in a real headless Chromium, the
 #   daemon's API against its OpenAPI document (schemathesis), the XLA dumps
 #   re-generated with jax[cpu]==0.10.2 and the CI gate on them, a short fuzzing run of
-#   every parser, and the container images built, started and tested (skipped, saying
-#   why, where no Docker engine can run). GPU tests: tests/gpu/ (how to run them:
+#   every parser, the container images built, started and tested (skipped, saying
+#   why, where no Docker engine can run), and the pip wheel built, installed from the
+#   file alone in a fresh Debian 12 container (on the host where none can run) and
+#   compared with the source build. GPU tests: tests/gpu/ (how to run them:
 #   tests/gpu/results/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +42,7 @@ echo "== CPU XLA dumps re-generated with jax[cpu]==0.10.2"; bash tests/python/ch
 echo "== memwatch gate on a real JAX model"; bash scripts/gate-jax-test.sh
 echo "== fuzzing every parser briefly"; bash scripts/fuzz-smoke.sh 5
 echo "== container images: built, started, tested (docker/)"; bash tests/e2e/containers.sh
+echo "== the pip wheel: built, installed in a fresh container, same as the source build"; bash tests/e2e/wheel.sh
 
 # The closing line CI reads: every Rust test (the four suites above exit non-zero on any
 # failure, so they never reach this line when they fail).
