@@ -6,7 +6,7 @@
 #   1. a real JAX run captured (`memwatch run`, XLA_PYTHON_CLIENT_ALLOCATOR=platform),
 #      set against JAX's own figures (capture_frameworks.py compare) and `memwatch runtime`;
 #   2. a real PyTorch run captured, set against PyTorch's own figures;
-#   3. a PyTorch out-of-memory failure (oom_corpus/torch_fraction.py 0.06 256: tensors kept
+#   3. a PyTorch out-of-memory failure (oom_corpus/torch_fraction.py 0.03 256: tensors kept
 #      until the per-process memory fraction stops the next one) captured, with the
 #      doctor's verdict from `memwatch run` and from `memwatch diagnose` (must be
 #      torch_fraction_limit, as tests/gpu/oom_corpus/run_verdict.sh expects);
@@ -113,7 +113,7 @@ EOF
 check $? "torch: the capture's peak covers what PyTorch reserved"
 
 # -- 3. A PyTorch out-of-memory failure, diagnosed --
-capture torch_oom -- "$here/oom_corpus/torch_fraction.py" 0.06 256
+capture torch_oom -- "$here/oom_corpus/torch_fraction.py" 0.03 256
 line=$(grep -m1 "^\[1\] " "$out/torch_oom/run.stderr")
 echo "   memwatch run's verdict: $line"
 [[ $line == *"torch_fraction_limit — failure"* ]]
