@@ -112,6 +112,24 @@ fn check(dir: &Path) -> Vec<String> {
             bad.push(format!("advice lacks {advice}: {}", v["fix"]["advice"]));
         }
     }
+    // Figures add up: what is in use never exceeds the pool that holds it, in a verdict or
+    // in a ledger row (the outputs of a failed execution hold no memory).
+    if let (Some(u), Some(p)) = (
+        v["figures"]["in_use_bytes"].as_u64(),
+        v["figures"]["pool_bytes"].as_u64(),
+    ) {
+        if u > p {
+            bad.push(format!("in_use_bytes {u} above pool_bytes {p}"));
+        }
+    }
+    for h in d["ledger"]["holders"].as_array().into_iter().flatten() {
+        if let (Some(u), Some(b)) = (h["in_use_bytes"].as_u64(), h["bytes"].as_u64()) {
+            let free = h["free_inside_bytes"].as_u64();
+            if u > b || free.is_some_and(|f| f + u != b) {
+                bad.push(format!("ledger row does not add up: {h}"));
+            }
+        }
+    }
     // The device ledger closes on every recorded run: every byte of the device by holder
     // adds up to its total within the stated tolerance, nothing unattributed.
     let l = &d["ledger"];

@@ -212,13 +212,50 @@ pub fn warning(ctx: &Ctx<'_>) -> Option<Verdict> {
         asked.map_or("memory".into(), |a| format!("a request of {}", exact(a))),
         if n > 1 { format!(" and {} more after it", n - 1) } else { String::new() },
     );
+    // The advice follows from who held the memory and what was asked: more than the
+    // device has, memory other processes held, or XLA's pool sized by a fraction.
+    let others = at_first.as_ref().map_or(0, |l| l.others());
+    let total = ctx.device_total(pid, dev);
+    let xla = matches!(got, Some((_, "the allocator's pool")))
+        || pid
+            .zip(dev)
+            .is_some_and(|(p, d)| !ctx.pjrt.samples(p, d).is_empty());
+    let mut ways: Vec<String> = Vec::new();
+    if let (Some(a), Some(t)) = (asked, total) {
+        if a > t {
+            ways.push(format!(
+                "ask for at most what the device has ({} asked of its {})",
+                b(a),
+                b(t)
+            ));
+        }
+    }
+    if others > 0 {
+        ways.push(format!(
+            "give it a device the other processes ({} at the first refusal) do not use (CUDA_VISIBLE_DEVICES)",
+            b(others)
+        ));
+    }
+    if xla {
+        ways.push(
+            "size XLA's pool to what the run needs (XLA_PYTHON_CLIENT_MEM_FRACTION, or XLA_PYTHON_CLIENT_PREALLOCATE=false)"
+                .into(),
+        );
+    }
+    if ways.is_empty() {
+        ways.push("ask for what the run needs".into());
+    }
     v.fix = Fix {
         advice: match got {
             Some((g, _)) if asked.is_some_and(|a| g < a) => format!(
-                "Nothing failed, but the run had {} less than it asked for: give it a device the other processes do not use (CUDA_VISIBLE_DEVICES), or ask for what it needs (XLA_PYTHON_CLIENT_MEM_FRACTION / XLA_PYTHON_CLIENT_PREALLOCATE=false) so a later step does not run short.",
-                b(asked.unwrap_or(0) - g)
+                "Nothing failed, but the run had {} less than it asked for: {} so a later step does not run short.",
+                b(asked.unwrap_or(0) - g),
+                ways.join(", or ")
             ),
-            _ => "Nothing failed; a later, larger step may: give the run a device of its own (CUDA_VISIBLE_DEVICES) or leave room for the other processes.".into(),
+            _ => format!(
+                "Nothing failed; a later, larger step may: {}.",
+                ways.join(", or ")
+            ),
         },
         check: None,
     };

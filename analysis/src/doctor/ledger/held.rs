@@ -181,14 +181,22 @@ pub fn holders(
         match hk {
             HolderKind::XlaBfcPool | HolderKind::XlaAsyncPool => {
                 if let Some(s) = x.pjrt.sample_before(p, device, rt) {
-                    holder.in_use_bytes = Some(s.bytes_in_use);
-                    holder.free_inside_bytes = Some(bytes.saturating_sub(s.bytes_in_use));
+                    // The sample can be older than the moment: what is in use then is at
+                    // least the buffers live at it, and never more than the pool.
+                    let used = x
+                        .pjrt
+                        .in_use_at(p, device, rt)
+                        .unwrap_or(s.bytes_in_use)
+                        .min(bytes);
+                    holder.in_use_bytes = Some(used);
+                    holder.free_inside_bytes = Some(bytes - used);
                     // cuda_async states no largest free block (it reads 0).
                     holder.largest_free_block_bytes = s
                         .largest_free_block_bytes
-                        .filter(|l| *l > 0 || s.bytes_in_use >= bytes);
+                        .filter(|l| *l > 0 || used >= bytes)
+                        .map(|l| l.min(bytes - used));
                     holder.source = format!(
-                        "{src} (live allocations; allocator statistics at {:.3} s)",
+                        "{src} (live allocations; allocator statistics at {:.3} s, buffers live at the moment)",
                         s.ts_ns as f64 / 1e9
                     );
                 }
@@ -284,8 +292,10 @@ fn torch_figures(x: &Inputs<'_>, holder: &mut Holder, device: i32) {
         .and_then(|s| s.oom.as_ref().map(|o| o.allocated_bytes))
         .or(msg.and_then(|t| t.allocated_approx_bytes));
     if let Some(a) = allocated {
+        // A printed figure has two decimals: it can read above the segments that hold it.
+        let a = a.min(holder.bytes);
         holder.in_use_bytes = Some(a);
-        holder.free_inside_bytes = Some(holder.bytes.saturating_sub(a));
+        holder.free_inside_bytes = Some(holder.bytes - a);
         holder.source = match (snap.filter(|s| s.oom.is_some()), msg) {
             (Some(s), _) => format!("{}; allocated from {}", holder.source, s.source),
             (None, Some(t)) => format!(
