@@ -602,6 +602,12 @@ pub struct RunFacts {
     pub env: BTreeMap<String, String>,
 }
 
+/// The capture tags in which `memwatch run` records how its command ended (an exit
+/// status, or the signal that killed it), so a later `memwatch diagnose` of the file knows
+/// it as the run did.
+pub const COMMAND_EXIT_TAG: &str = "command.exit_code";
+pub const COMMAND_SIGNAL_TAG: &str = "command.signal";
+
 /// The environment variables that decide how frameworks allocate device memory.
 pub const ALLOCATOR_ENV: [&str; 10] = [
     "XLA_PYTHON_CLIENT_ALLOCATOR",

@@ -150,7 +150,15 @@ pub fn apply_env(ev: &mut Evidence, env: &[(String, String)]) {
             }
         }
         ev.env_known |= c.loaded.tags.contains_key("env");
-        if ev.run.exit_code.is_none() {
+        // How the command ended, as `memwatch run` recorded it; else the processes' own
+        // exits (a capture of another tool, or of an older memwatch).
+        let tag = |k: &str| c.loaded.tags.get(k).and_then(|v| v.parse::<i32>().ok());
+        use memwatch_analysis::doctor::evidence::{COMMAND_EXIT_TAG, COMMAND_SIGNAL_TAG};
+        if ev.run.exit_code.is_none() && ev.run.signal.is_none() {
+            ev.run.exit_code = tag(COMMAND_EXIT_TAG);
+            ev.run.signal = tag(COMMAND_SIGNAL_TAG);
+        }
+        if ev.run.exit_code.is_none() && ev.run.signal.is_none() {
             ev.run.exit_code = c
                 .loaded
                 .processes

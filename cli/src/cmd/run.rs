@@ -376,6 +376,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     if !stats.connections.is_empty() {
         for (k, v) in super::run_doctor::env_tags()
             .into_iter()
+            .chain(super::run_doctor::exit_tags(&end))
             .chain(readings.off_tag().map(|(k, v)| (k.to_string(), v)))
         {
             if let Err(e) = write_tag(&sink, &k, &v) {

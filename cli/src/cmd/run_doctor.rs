@@ -30,6 +30,19 @@ pub fn env_tags() -> Vec<(String, String)> {
     tags
 }
 
+/// How the command ended, for a later diagnosis of the capture file.
+pub fn exit_tags(end: &super::run_child::ChildEnd) -> Vec<(String, String)> {
+    use memwatch_analysis::doctor::evidence::{COMMAND_EXIT_TAG, COMMAND_SIGNAL_TAG};
+    let mut tags = Vec::new();
+    if let Some(c) = end.exit_code {
+        tags.push((COMMAND_EXIT_TAG.to_string(), c.to_string()));
+    }
+    if let Some(s) = end.signal {
+        tags.push((COMMAND_SIGNAL_TAG.to_string(), s.to_string()));
+    }
+    tags
+}
+
 /// Where the run's XLA dump goes.
 pub struct XlaDump {
     pub dir: PathBuf,
