@@ -237,21 +237,17 @@ impl PjrtFacts {
     }
 
     /// Buffers of `pid` on `device` live at runtime ns `ts`.
-    /// The outputs of an execution that failed are error buffers: they hold no memory.
     pub fn live_at(&self, pid: u32, device: i32, ts: u64) -> impl Iterator<Item = &Buffer> {
         self.buffers.iter().filter(move |b| {
-            b.pid == pid
-                && b.device == device
-                && b.created <= ts
-                && b.freed.is_none_or(|f| f > ts)
-                && !matches!(b.producer, Producer::Execution(i)
-                    if self.executions.get(i).is_some_and(|x| !x.ok))
+            b.pid == pid && b.device == device && b.created <= ts && b.freed.is_none_or(|f| f > ts)
         })
     }
 
     /// Bytes in use in the pool of (pid, device) at runtime ns `ts`: the allocator's last
     /// sample, raised to the PJRT buffers live at `ts` (samples come every 100 ms or so; the
-    /// buffers are exact and later). None when neither says anything.
+    /// buffers are later). None when neither says anything. The buffers of an execution
+    /// that failed include the output whose allocation was refused, which holds nothing:
+    /// callers cap this at the pool.
     pub fn in_use_at(&self, pid: u32, device: i32, ts: u64) -> Option<u64> {
         let live: u64 = self.live_at(pid, device, ts).map(|b| b.size).sum();
         match (self.sample_before(pid, device, ts), live) {

@@ -197,6 +197,11 @@ impl<'a> Ctx<'a> {
                 });
             }
         }
+        // The live buffers include a failed execution's refused output, which holds
+        // nothing: what is in use is never more than the pool.
+        if let (Some(u), Some(p)) = (s.in_use, s.pool) {
+            s.in_use = Some(u.min(p));
+        }
         s
     }
 
