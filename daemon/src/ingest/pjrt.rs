@@ -6,7 +6,7 @@
 //! (synchronously, through its completion event, or through an output buffer's ready
 //! event). The `runtime` feature reads these tables back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use memwatch_analysis::runtime::OutputOrder;
 use memwatch_wire::{Api, Event, EventKind, MemKind, PjrtExecutable, PjrtMemoryStats};
@@ -105,7 +105,10 @@ const PENDING_ROWS: usize = 1 << 16;
 /// failed executes, each table's rows in arrival order (so ids are what writing each
 /// row at once would give), written in a few multi-row statements (each statement is a
 /// round trip to the database). A completion or free of a row still held is applied to
-/// it; one of a row written before becomes an UPDATE.
+/// it; those of rows written before are held too and written first, as multi-row
+/// UPDATEs, with what one UPDATE each at its time would store: a free ends every
+/// buffer of its pointer not yet freed (a second free of the pointer finds none), a
+/// completion overwrites its execution's (the last one stays).
 pub(super) struct Pending {
     backend: Backend,
     execs: Vec<ExecRow>,
@@ -114,6 +117,13 @@ pub(super) struct Pending {
     live_at: HashMap<(i64, i64, i64), usize>,
     stats: Vec<(i64, PjrtMemoryStats)>,
     incidents: Vec<IncidentRow>,
+    /// Frees of buffers written before: run, pid, ptr, time; the first of each pointer.
+    frees: Vec<[i64; 4]>,
+    freed: HashSet<(i64, i64, i64)>,
+    /// Completions of executions written before: run, pid, handle, device, start, end,
+    /// result, requested bytes; the last of each execution.
+    completes: Vec<[i64; 8]>,
+    complete_at: HashMap<[i64; 5], usize>,
 }
 
 impl Pending {
@@ -126,11 +136,20 @@ impl Pending {
             live_at: HashMap::new(),
             stats: Vec::new(),
             incidents: Vec::new(),
+            frees: Vec::new(),
+            freed: HashSet::new(),
+            completes: Vec::new(),
+            complete_at: HashMap::new(),
         }
     }
 
     fn rows(&self) -> usize {
-        self.execs.len() + self.bufs.len() + self.stats.len() + self.incidents.len()
+        self.execs.len()
+            + self.bufs.len()
+            + self.stats.len()
+            + self.incidents.len()
+            + self.frees.len()
+            + self.completes.len()
     }
 
     /// A `pjrt_memory_stats` record of run `run`; `pool` learns its bytes in use.
@@ -208,22 +227,17 @@ impl Pending {
                     match self.exec_at.get(&(run, pid, ptr, device, e.ts_ns as i64)) {
                         Some(&i) => self.execs[i].complete = Some(done),
                         None => {
-                            sqlx::query(
-                                "UPDATE pjrt_executions SET complete_ns = $1, \
-                                 complete_result = $2, complete_requested_bytes = $3 \
-                                 WHERE run_id = $4 AND pid = $5 AND handle = $6 \
-                                 AND device = $7 AND start_ns = $8",
-                            )
-                            .bind(done.0)
-                            .bind(done.1)
-                            .bind(done.2)
-                            .bind(run)
-                            .bind(pid)
-                            .bind(ptr)
-                            .bind(device)
-                            .bind(e.ts_ns as i64)
-                            .execute(&mut **tx)
-                            .await?;
+                            let key = [run, pid, ptr, device, e.ts_ns as i64];
+                            let row = [
+                                key[0], key[1], key[2], key[3], key[4], done.0, done.1, done.2,
+                            ];
+                            match self.complete_at.get(&key) {
+                                Some(&i) => self.completes[i] = row,
+                                None => {
+                                    self.complete_at.insert(key, self.completes.len());
+                                    self.completes.push(row);
+                                }
+                            }
                         }
                     }
                     if e.result != 0 {
@@ -250,16 +264,9 @@ impl Pending {
                 (_, Some(EventKind::Free)) => match self.live_at.remove(&(run, pid, ptr)) {
                     Some(i) => self.bufs[i].freed = Some(e.ts_ns as i64),
                     None => {
-                        sqlx::query(
-                            "UPDATE pjrt_buffers SET freed_ts_ns = $1 WHERE run_id = $2 \
-                             AND pid = $3 AND ptr = $4 AND freed_ts_ns IS NULL",
-                        )
-                        .bind(e.ts_ns as i64)
-                        .bind(run)
-                        .bind(pid)
-                        .bind(ptr)
-                        .execute(&mut **tx)
-                        .await?;
+                        if self.freed.insert((run, pid, ptr)) {
+                            self.frees.push([run, pid, ptr, e.ts_ns as i64]);
+                        }
                     }
                 },
                 _ => {}
@@ -313,13 +320,29 @@ impl Pending {
         Ok(())
     }
 
-    /// Writes every row held; later completions and frees of them are UPDATEs.
+    /// Writes everything held: first the completions and frees of rows written before
+    /// (so they end no row held here), then the rows.
     pub(super) async fn write(&mut self, tx: &mut Tx) -> Result<(), StoreError> {
         let b = self.backend;
+        self.freed.clear();
+        self.complete_at.clear();
+        let frees = std::mem::take(&mut self.frees);
+        write_rows(tx, b, FREE_UPDATE, FREE_WHERE, 4, &frees, bind_all).await?;
+        let completes = std::mem::take(&mut self.completes);
+        write_rows(
+            tx,
+            b,
+            COMPLETE_UPDATE,
+            COMPLETE_WHERE,
+            8,
+            &completes,
+            bind_all,
+        )
+        .await?;
         self.exec_at.clear();
         self.live_at.clear();
         let stats = std::mem::take(&mut self.stats);
-        insert_rows(tx, b, STATS_INSERT, 13, &stats, |q, (run, s)| {
+        write_rows(tx, b, STATS_INSERT, "", 13, &stats, |q, (run, s)| {
             q.bind(*run)
                 .bind(s.pid as i64)
                 .bind(s.device as i64)
@@ -336,7 +359,7 @@ impl Pending {
         })
         .await?;
         let execs = std::mem::take(&mut self.execs);
-        insert_rows(tx, b, EXEC_INSERT, 11, &execs, |q, r| {
+        write_rows(tx, b, EXEC_INSERT, "", 11, &execs, |q, r| {
             q.bind(r.run)
                 .bind(r.pid)
                 .bind(r.device)
@@ -351,7 +374,7 @@ impl Pending {
         })
         .await?;
         let bufs = std::mem::take(&mut self.bufs);
-        insert_rows(tx, b, BUF_INSERT, 10, &bufs, |q, r| {
+        write_rows(tx, b, BUF_INSERT, "", 10, &bufs, |q, r| {
             q.bind(r.run)
                 .bind(r.pid)
                 .bind(r.device)
@@ -365,7 +388,7 @@ impl Pending {
         })
         .await?;
         let incidents = std::mem::take(&mut self.incidents);
-        insert_rows(tx, b, INCIDENT_INSERT, 10, &incidents, |q, r| {
+        write_rows(tx, b, INCIDENT_INSERT, "", 10, &incidents, |q, r| {
             let e = &r.event;
             q.bind(r.run)
                 .bind(e.pid as i64)
@@ -393,28 +416,51 @@ const BUF_INSERT: &str = "INSERT INTO pjrt_buffers (run_id, pid, device, ptr, si
 const INCIDENT_INSERT: &str = "INSERT INTO incidents (run_id, pid, tid, device, ts_ns, size, \
      result, api, live_bytes, created_unix_ns) VALUES ";
 
-/// Rows per multi-row INSERT of these tables: at most 13 parameters a row, under SQLite's
-/// 32,766 and PostgreSQL's 65,535 per statement.
-const ROWS_PER_INSERT: usize = 1024;
+/// The frees of buffers written before (run, pid, ptr, time: `v.column1..4`, as SQLite and
+/// PostgreSQL name the columns of a VALUES list).
+const FREE_UPDATE: &str = "UPDATE pjrt_buffers SET freed_ts_ns = v.column4 FROM (VALUES ";
+const FREE_WHERE: &str = ") AS v WHERE pjrt_buffers.run_id = v.column1 \
+     AND pjrt_buffers.pid = v.column2 AND pjrt_buffers.ptr = v.column3 \
+     AND pjrt_buffers.freed_ts_ns IS NULL";
+/// The completions of executions written before (run, pid, handle, device, start; end,
+/// result, requested bytes).
+const COMPLETE_UPDATE: &str = "UPDATE pjrt_executions SET complete_ns = v.column6, \
+     complete_result = v.column7, complete_requested_bytes = v.column8 FROM (VALUES ";
+const COMPLETE_WHERE: &str = ") AS v WHERE pjrt_executions.run_id = v.column1 \
+     AND pjrt_executions.pid = v.column2 AND pjrt_executions.handle = v.column3 \
+     AND pjrt_executions.device = v.column4 AND pjrt_executions.start_ns = v.column5";
+
+/// Rows per multi-row statement of these tables: at most 13 parameters a row, under
+/// SQLite's 32,766 and PostgreSQL's 65,535 per statement.
+const ROWS_PER_STATEMENT: usize = 1024;
 
 type Query<'q> = sqlx::query::Query<'q, Any, AnyArguments<'q>>;
 
-/// Inserts `rows` in order with `head` and `cols` values a row, in statements of
+fn bind_all<'q, const N: usize>(mut q: Query<'q>, row: &[i64; N]) -> Query<'q> {
+    for v in row {
+        q = q.bind(*v);
+    }
+    q
+}
+
+/// Writes `rows` in order: `head`, `cols` values a row, `tail`, in statements of
 /// power-of-two sizes (each shape prepared once per connection).
-async fn insert_rows<'r, T>(
+async fn write_rows<'r, T>(
     tx: &mut Tx,
     backend: Backend,
     head: &str,
+    tail: &str,
     cols: usize,
     rows: &'r [T],
     bind: impl for<'q> Fn(Query<'q>, &'r T) -> Query<'q>,
 ) -> Result<(), StoreError> {
     let mut rest = rows;
     while !rest.is_empty() {
-        let (group, tail) = rest.split_at(group_len(rest.len(), ROWS_PER_INSERT));
-        rest = tail;
+        let (group, after) = rest.split_at(group_len(rest.len(), ROWS_PER_STATEMENT));
+        rest = after;
         let mut sql = String::from(head);
         push_values(&mut sql, backend, group.len(), cols);
+        sql.push_str(tail);
         let mut q = sqlx::query(&sql);
         for r in group {
             q = bind(q, r);
