@@ -35,12 +35,6 @@ struct ByResult {
 }
 
 #[derive(sqlx::FromRow)]
-struct Column {
-    ts: i64,
-    n: i64,
-}
-
-#[derive(sqlx::FromRow)]
 struct DeviceTotal {
     n: i64,
     first: Option<i64>,
@@ -77,17 +71,34 @@ impl Store {
     ) -> Result<FailureMarks, StoreError> {
         let start = t0.saturating_add(from as i64);
         let width = to.saturating_sub(from).div_ceil(columns.max(1)).max(1) as i64;
-        let cols: Vec<Column> = sqlx::query_as(
-            "SELECT MIN(ts_ns) AS ts, COUNT(*) AS n FROM incidents WHERE run_id = $1 \
-             AND device = $2 AND ts_ns >= $3 AND ts_ns < $4 GROUP BY (ts_ns - $3) / $5 \
-             ORDER BY 1",
+        let end = t0.saturating_add(to as i64);
+        // One index seek per column (incidents_by_device): the first failure at or after
+        // the start of the column after the last one found.
+        let times: Vec<i64> = sqlx::query_scalar(
+            "WITH RECURSIVE marks(ts) AS (\
+             SELECT (SELECT MIN(ts_ns) FROM incidents WHERE run_id = $1 AND device = $2 \
+             AND ts_ns >= $3 AND ts_ns < $4) \
+             UNION ALL SELECT (SELECT MIN(i.ts_ns) FROM incidents i WHERE i.run_id = $1 \
+             AND i.device = $2 AND i.ts_ns >= $3 + ((m.ts - $3) / $5 + 1) * $5 \
+             AND i.ts_ns < $4) FROM marks m WHERE m.ts IS NOT NULL) \
+             SELECT ts FROM marks WHERE ts IS NOT NULL",
         )
         .bind(run)
         .bind(device)
         .bind(start)
-        .bind(t0.saturating_add(to as i64))
+        .bind(end)
         .bind(width)
         .fetch_all(&self.pool)
+        .await?;
+        let in_range: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM incidents WHERE run_id = $1 AND device = $2 \
+             AND ts_ns >= $3 AND ts_ns < $4",
+        )
+        .bind(run)
+        .bind(device)
+        .bind(start)
+        .bind(end)
+        .fetch_one(&self.pool)
         .await?;
         let total: DeviceTotal = sqlx::query_as(
             "SELECT COUNT(*) AS n, MIN(ts_ns) AS first FROM incidents WHERE run_id = $1 \
@@ -99,8 +110,8 @@ impl Store {
         .await?;
         let rel = |ts: i64| (ts - t0).max(0) as u64;
         Ok(FailureMarks {
-            times: cols.iter().map(|c| rel(c.ts)).collect(),
-            in_range: cols.iter().map(|c| c.n as u64).sum(),
+            times: times.into_iter().map(rel).collect(),
+            in_range: in_range as u64,
             in_run: total.n as u64,
             first: total.first.map(rel),
         })
