@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The dashboard's run page of long captures (issue 38): imports each capture with the
-# first memwatch binary, serves the database with each binary named in turn and prints
+# The dashboard's run page of long captures (issue 38): imports each capture with each
+# memwatch binary named (a database of one build may hold migrations another does not
+# know), serves it with that binary and prints
 # the wall time of the run page (/runs/1) and of the images it loads (the framework
 # view's memory/stack/lanes SVGs of device 0) and their bytes: the first request after
 # the server started (the framework builder may still be working) and the median of 5
@@ -27,9 +28,8 @@ echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-16s %-26s %-40s %12s %10s %10s\n' capture build url bytes "first s" "median s"
 for cap in "$@"; do
   name=$(basename "$cap" .mwcap)
-  "${builds[0]}" import "$cap" --db "$work/$name.db" > /dev/null
   for bin in "${builds[@]}"; do
-    cp "$work/$name.db" "$work/serve.db"
+    "$bin" import "$cap" --db "$work/serve.db" > /dev/null
     "$bin" serve --db "$work/serve.db" --listen "127.0.0.1:$port" \
       --ingest "127.0.0.1:$((port + 1))" > "$work/serve.log" 2>&1 &
     server=$!
@@ -50,7 +50,7 @@ for cap in "$@"; do
       printf '%-16s %-26s %-40s %12s %10s %10s\n' "$name" "$(basename "$(dirname "$bin")")/$(basename "$bin")" \
         "$url" "$bytes" "${times[0]}" "$med"
     done
-    kill "$server"
+    kill "$server" 2>/dev/null || true
     wait "$server" 2>/dev/null || true
     server=""
     rm -f "$work/serve.db"*
