@@ -166,7 +166,7 @@ impl Pending {
             s.ts_ns as i64,
             s.bytes_in_use,
         );
-        self.stats.push((run, s.clone()));
+        self.stats.push((run, *s));
         self.write_if_full(tx).await
     }
 
