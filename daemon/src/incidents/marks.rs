@@ -1,8 +1,9 @@
 //! What a run's pages say of its failed requests however many there are: how many the
-//! run holds and how many of them ran out of memory, and the marks of one device's chart
+//! run holds and whether one of them ran out of memory, and the marks of one device's chart
 //! (the first failure in each column of the chart, counted per range and per run), so
 //! a run with a million failed executes draws at most one mark per column.
 
+use super::IncidentRow;
 use crate::codes;
 use crate::db::{Store, StoreError};
 
@@ -10,8 +11,8 @@ use crate::db::{Store, StoreError};
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct IncidentCounts {
     pub all: i64,
-    /// Of those, the out-of-memory ones ([`codes::is_oom`]).
-    pub oom: i64,
+    /// Whether one of them ran out of memory ([`codes::is_oom`]).
+    pub any_oom: bool,
 }
 
 /// The failure marks of one device's chart over a range (times in ns since the run's
@@ -31,7 +32,6 @@ pub(crate) struct FailureMarks {
 struct ByResult {
     api: String,
     result: i64,
-    n: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -41,22 +41,33 @@ struct DeviceTotal {
 }
 
 impl Store {
-    /// How many failed requests run `run` holds.
-    pub(crate) async fn incident_counts(&self, run: i64) -> Result<IncidentCounts, StoreError> {
-        let rows: Vec<ByResult> = sqlx::query_as(
-            "SELECT api, result, COUNT(*) AS n FROM incidents WHERE run_id = $1 \
-             GROUP BY api, result",
-        )
-        .bind(run)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.iter().fold(IncidentCounts::default(), |mut c, r| {
-            c.all += r.n;
-            if codes::is_oom(&r.api, r.result) {
-                c.oom += r.n;
-            }
-            c
-        }))
+    /// How many failed requests run `run` holds, and whether one ran out of memory,
+    /// given its newest ones (`listed`, [`Store::incidents`]): only when none of those
+    /// did and there are more is every incident looked at.
+    pub(crate) async fn incident_counts(
+        &self,
+        run: i64,
+        listed: &[IncidentRow],
+    ) -> Result<IncidentCounts, StoreError> {
+        let all: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM incidents WHERE run_id = $1")
+            .bind(run)
+            .fetch_one(&self.pool)
+            .await?;
+        if listed.iter().any(|i| codes::is_oom(&i.api, i.result)) || all as usize <= listed.len() {
+            return Ok(IncidentCounts {
+                all,
+                any_oom: listed.iter().any(|i| codes::is_oom(&i.api, i.result)),
+            });
+        }
+        let rows: Vec<ByResult> =
+            sqlx::query_as("SELECT DISTINCT api, result FROM incidents WHERE run_id = $1")
+                .bind(run)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(IncidentCounts {
+            all,
+            any_oom: rows.iter().any(|r| codes::is_oom(&r.api, r.result)),
+        })
     }
 
     /// The failure marks of `device` of run `run` (started at `t0`) for a chart of

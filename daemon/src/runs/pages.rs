@@ -219,13 +219,13 @@ pub async fn run(
     let end = run_end(&run);
     let (from, to) = range(&q, end)?;
     let incidents = st.store.incidents(Some(id), INCIDENTS_LISTED).await?;
-    let counts = st.store.incident_counts(id).await?;
+    let counts = st.store.incident_counts(id, &incidents).await?;
     let diagnosis = st.store.diagnosis(id).await?;
     let active = sql::run_active(&st.store, id).await?;
     let ended = outcome::decide(&outcome::Facts {
         active,
         exits: outcome::exits(&st.store, id).await?,
-        oom_incidents: counts.oom as usize,
+        any_oom: counts.any_oom,
         diagnosis: diagnosis.as_ref().map(|d| (d.failed != 0, d.kind.clone())),
     });
     let verdict = diagnosis.as_ref().and_then(verdict_view);
