@@ -13,7 +13,8 @@
 #    RESOURCE_EXHAUSTED, XLA's warning for each in the stderr log), killed (no
 #    process_end), as `memwatch run` recorded the program of the issue.
 # Each figure is the best of 3 (user + sys CPU seconds, the work done: wall time
-# suffers when other work shares the CPUs), per million events of its capture.
+# suffers when other work shares the CPUs), per million events of its capture, and the
+# largest peak RSS of the 3 runs (MB).
 #
 # Usage: bash bench/long_jax.sh [STEPS [BASELINE]]   (default 1000000 steps: 3M events)
 # BASELINE: another memwatch binary (e.g. a release build of an earlier commit), run on
@@ -70,26 +71,32 @@ n10m=$(events "$work/10m.mwcap")
 njax=$(events "$work/jax.mwcap")
 echo "10M: $n10m events ($(du -m "$work/10m.mwcap" | cut -f1) MiB); JAX loop: $njax events, $steps steps ($(du -m "$work/jax.mwcap" | cut -f1) MiB, no process_end)"
 
-cpu() { # best user+sys seconds of 3 runs of a command (stdout discarded); "> LIMIT" if stopped
-  local b="" s rc
+cpu() { # "S RSS": best user+sys seconds of 3 runs of a command (stdout discarded) and
+  # the largest peak RSS in MB; "> LIMIT -" if stopped
+  local b="" s rc m=0 r
   for _ in 1 2 3; do
-    rm -f "$work/import.db"
+    rm -f "$work/import.db" "$work/import.db-wal" "$work/import.db-shm"
     rc=0
-    /usr/bin/time -o "$work/time" -f '%U %S' timeout -s KILL "$limit" "$@" > /dev/null 2>&1 || rc=$?
+    /usr/bin/time -o "$work/time" -f '%U %S %M' timeout -s KILL "$limit" "$@" > /dev/null 2>&1 || rc=$?
     if [ "$rc" = 137 ]; then
-      echo "> $limit"
+      echo "> $limit -"
       return
     fi
     s=$(tail -1 "$work/time" | awk '{print $1 + $2}')
+    r=$(tail -1 "$work/time" | awk '{printf "%d", $3 / 1024}')
+    [ "$r" -gt "$m" ] && m=$r
     b=$(awk -v s="$s" -v b="$b" 'BEGIN { if (b == "" || s < b) print s; else print b }')
   done
-  echo "$b"
+  echo "$b $m"
 }
-per() { awk -v s="$1" -v n="$2" 'BEGIN { if (s ~ /^>/) print s " s"; else printf "%.3f", s / (n / 1e6) }'; }
+per() { # "S RSS" N -> "s/M (S s, RSS MB)"
+  awk -v s="${1% *}" -v m="${1##* }" -v n="$2" 'BEGIN {
+    if (s ~ /^>/) print s " s"; else printf "%.3f (%.1f s, %s MB)", s / (n / 1e6), s, m }'
+}
 
 builds=("$mw")
 [ -n "$baseline" ] && builds+=("$baseline")
-printf '%-9s %-10s %14s %14s\n' command build "10M s/M ev" "JAX loop s/M ev"
+printf '%-9s %-9s %-30s %-30s\n' command build "10M: s/M ev (CPU s, peak RSS)" "JAX loop: s/M ev (CPU s, peak RSS)"
 for cmd in report diagnose runtime import; do
   for bin in "${builds[@]}"; do
     label=$([ "$bin" = "$mw" ] && echo this || echo baseline)
@@ -104,6 +111,6 @@ for cmd in report diagnose runtime import; do
       n=$([ $c = 10m ] && echo "$n10m" || echo "$njax")
       row+=("$(per "$s" "$n")")
     done
-    printf '%-9s %-10s %14s %14s\n' "$cmd" "$label" "${row[0]}" "${row[1]}"
+    printf '%-9s %-9s %-30s %-30s\n' "$cmd" "$label" "${row[0]}" "${row[1]}"
   done
 done

@@ -306,3 +306,66 @@ fn a_capture_without_allocator_samples_says_so() {
     assert!(out.contains("jit_mlp"), "{out}");
     assert!(out.contains("no allocator samples"), "{out}");
 }
+
+/// A loop whose executes keep failing once its pool is full: `report --json` and
+/// `runtime --json` list the first 20 OOMs of the process and count them all; with
+/// `--all-ooms` they list every one (and the text says how many it left out).
+#[test]
+fn many_ooms_are_listed_first_twenty_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    for failures in [3u64, 20, 21, 500] {
+        let mut recs = records();
+        let evs = (0..failures)
+            .map(|i| Event {
+                ts_ns: 10_000 + i * 1_000,
+                duration_ns: 100,
+                pid: 9,
+                ptr: 0xb,
+                result: 8,
+                size: 239_103_760,
+                ..Event::new(EventKind::ApiSpan, MemKind::None, Api::PjrtExecute)
+            })
+            .collect();
+        recs.push(Record::Events(evs));
+        let cap = dir.path().join(format!("oom{failures}.mwcap"));
+        write_capture(&cap, &recs);
+        let c = cap.to_str().unwrap();
+        for (args, at) in [
+            (vec!["report", c, "--json"], "/runtime/processes/0"),
+            (vec!["runtime", c, "--json"], "/processes/0"),
+        ] {
+            for all in [false, true] {
+                let mut a = args.clone();
+                if all {
+                    a.push("--all-ooms");
+                }
+                let (code, out, err) = mw(&a);
+                assert_eq!(code, 0, "{err}");
+                let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+                let p = v.pointer(at).unwrap();
+                let listed = p["ooms"].as_array().unwrap();
+                assert_eq!(p["ooms_total"], failures, "{a:?}");
+                let want = if all { failures } else { failures.min(20) };
+                assert_eq!(listed.len() as u64, want, "{a:?}");
+                // The first ones, in time order (ns since the process's start, 1,000).
+                let ts: Vec<u64> = listed
+                    .iter()
+                    .map(|o| o["ts_ns"].as_u64().unwrap())
+                    .collect();
+                let first: Vec<u64> = (0..want).map(|i| 9_000 + i * 1_000).collect();
+                assert_eq!(ts, first, "{a:?}");
+            }
+        }
+        let (code, out, _) = mw(&["runtime", c]);
+        assert_eq!(code, 0);
+        let more = format!(
+            "... {} more OOMs in execute ({failures} in all",
+            failures.saturating_sub(20)
+        );
+        assert_eq!(out.contains(&more), failures > 20, "{out}");
+        assert_eq!(
+            out.matches("OOM in execute of").count() as u64,
+            failures.min(20)
+        );
+    }
+}

@@ -24,5 +24,5 @@ pub use output_order::OutputOrder;
 pub use peak::{analyse, analyse_counting};
 pub use report::{
     DeviceRuntime, DumpJoin, ExecutableSummary, FailedCompile, LiveGroup, OomIncident,
-    PeakAttribution, ProcessRuntime, Running, RuntimeReport, Sample,
+    PeakAttribution, ProcessRuntime, Running, RuntimeReport, Sample, OOMS_LISTED,
 };

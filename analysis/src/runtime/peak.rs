@@ -252,7 +252,7 @@ fn process(pid: u32, r: &Records, timeline: bool) -> (ProcessRuntime, SweepWork)
         .collect();
 
     let no_stats = Vec::new();
-    let ooms = oom_events
+    let ooms: Vec<OomIncident> = oom_events
         .iter()
         .map(|e| {
             // The device's last sample by the end of the call.
@@ -298,6 +298,7 @@ fn process(pid: u32, r: &Records, timeline: bool) -> (ProcessRuntime, SweepWork)
         pid,
         executables,
         devices,
+        ooms_total: ooms.len() as u64,
         ooms,
         failed_compiles,
     };

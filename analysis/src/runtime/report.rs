@@ -189,13 +189,34 @@ pub struct ProcessRuntime {
     pub pid: u32,
     pub executables: Vec<ExecutableSummary>,
     pub devices: Vec<DeviceRuntime>,
+    /// Executes of this process that failed with RESOURCE_EXHAUSTED.
+    pub ooms_total: u64,
+    /// Those OOMs in time order: every one, or the first ones
+    /// ([`RuntimeReport::list_ooms`]).
     pub ooms: Vec<OomIncident>,
     pub failed_compiles: Vec<FailedCompile>,
 }
+
+/// OOMs a process lists by default: the first ones in time. A loop that keeps failing
+/// once its pool is full repeats the same incident at every step (a million steps made
+/// 455 MB of JSON); `ooms_total` counts them all.
+pub const OOMS_LISTED: usize = 20;
 
 /// `memwatch runtime`'s document.
 #[derive(Debug, Clone, Serialize)]
 pub struct RuntimeReport {
     pub processes: Vec<ProcessRuntime>,
     pub damaged_regions: u64,
+}
+
+impl RuntimeReport {
+    /// Keeps the first `max` OOMs of each process (`None`: all); `ooms_total` still
+    /// counts every one.
+    pub fn list_ooms(&mut self, max: Option<usize>) {
+        if let Some(max) = max {
+            for p in &mut self.processes {
+                p.ooms.truncate(max);
+            }
+        }
+    }
 }

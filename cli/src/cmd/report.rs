@@ -89,6 +89,10 @@ pub struct ReportArgs {
     /// How many largest allocations to list per device.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
+    /// List every OOM inside a PJRT execute (default: the first 20 of each process;
+    /// `runtime.processes[].ooms_total` counts them all).
+    #[arg(long)]
+    pub all_ooms: bool,
     /// Print the device allocations as a JSON-lines trace (alloc/free with ids), the
     /// input format of `memwatch replay`.
     #[arg(long)]
@@ -182,7 +186,12 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
         None => Vec::new(),
     };
     let report = analyze_with(loaded, &ReportOptions { top: args.top }, &samples);
-    let runtime = super::runtime::for_report(&args.capture, args.xla_dump.as_deref(), args.top)?;
+    let runtime = super::runtime::for_report(
+        &args.capture,
+        args.xla_dump.as_deref(),
+        args.top,
+        args.all_ooms,
+    )?;
     if args.json {
         let mut out = std::io::stdout().lock();
         let mut v = serde_json::to_value(&report).context("cannot encode the report")?;

@@ -30,6 +30,10 @@ pub struct RuntimeArgs {
     /// One JSON document on stdout.
     #[arg(long)]
     json: bool,
+    /// List every OOM inside execute (default: the first 20 of each process;
+    /// `ooms_total` counts them all).
+    #[arg(long)]
+    all_ooms: bool,
 }
 
 /// Runs `memwatch runtime`.
@@ -37,6 +41,7 @@ pub fn run(a: RuntimeArgs) -> Result<Outcome> {
     super::fmt::quiet_broken_pipe();
     let cap = runtime::load_capture(&a.capture).context("reading capture")?;
     let mut report = runtime::analyse(&cap, a.timeline);
+    report.list_ooms(ooms_listed(a.all_ooms));
     if report.damaged_regions > 0 {
         // On stderr, like `memwatch report`'s (which reads the same capture and says it
         // there): stdout stays the report, or one JSON document (`damaged_regions`).
@@ -79,17 +84,24 @@ pub fn for_report(
     capture: &std::path::Path,
     xla_dump: Option<&std::path::Path>,
     top: usize,
+    all_ooms: bool,
 ) -> Result<Option<RuntimeReport>> {
     let cap = runtime::load_capture(capture).context("reading capture")?;
     if cap.executables.is_empty() && cap.stats.is_empty() && cap.events.is_empty() {
         return Ok(None);
     }
     let mut report = runtime::analyse(&cap, false);
+    report.list_ooms(ooms_listed(all_ooms));
     if let Some(d) = xla_dump {
         let mods = super::xla::load(d)?;
         runtime::join_dump(&mut report, &mods, top);
     }
     Ok(Some(report))
+}
+
+/// How many OOMs per process `--all-ooms` (or its absence) lists.
+pub fn ooms_listed(all: bool) -> Option<usize> {
+    (!all).then_some(runtime::OOMS_LISTED)
 }
 
 fn opt(b: Option<u64>) -> String {
@@ -217,6 +229,13 @@ pub fn print_human(r: &RuntimeReport, timeline: bool) -> anyhow::Result<()> {
             if let Some(j) = &o.xla {
                 print_join(j)?;
             }
+        }
+        let more = p.ooms_total.saturating_sub(p.ooms.len() as u64);
+        if more > 0 {
+            outln!(
+                "  ... {more} more OOMs in execute ({} in all; --all-ooms lists them)",
+                p.ooms_total
+            );
         }
     }
     Ok(())

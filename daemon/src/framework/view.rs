@@ -19,6 +19,7 @@ use crate::app::error::AppError;
 use crate::app::extract::{Path, Query};
 use crate::app::state::AppState;
 use crate::codes;
+use crate::incidents::FailureMarks;
 use crate::render::chart::{self, Marks, Series, Span, Style, PALETTE};
 use crate::render::stack::{stacked, Buckets, Layer};
 use crate::render::{fmt, Point};
@@ -75,8 +76,8 @@ fn growth_row(g: &ExecutableGrowth) -> GrowthRow {
 
 /// Where the OOM marks go and what they say.
 pub(crate) struct OomMarks {
-    /// Failure times on this device (ns since run start).
-    pub failures: Vec<u64>,
+    /// Failures on this device in the range shown, one per chart column.
+    pub failures: FailureMarks,
     /// The stored verdict's badge, carried by the mark.
     pub verdict: Option<String>,
     /// The device's memory (label, bytes), when the node said.
@@ -95,7 +96,7 @@ pub(crate) async fn sections(
     let mut out = Vec::new();
     for d in run.devices.iter().filter(|d| d.shown()) {
         let oom = OomMarks {
-            failures: failure_times(st, run, d.device).await?,
+            failures: failure_marks(st, run, d.device, (from, to)).await?,
             verdict: verdict.map(str::to_string),
             capacity: capacity_of(st, run.id, d.device).await?,
         };
@@ -127,7 +128,7 @@ async fn section(
         driver.as_ref().map(|t| (&t.points[..], t.bucket_ns)),
         oom,
     )?;
-    let stack = stack_chart(&tl, &oom.failures)?;
+    let stack = stack_chart(&tl, &oom.failures.times)?;
     let lanes = lanes_chart(st, run, &tl).await?;
     let whole = read(&st.store, run.id, device, 0, run_end(run), GROWTH_POINTS).await?;
     let (rows, growing) = match &whole {
@@ -187,12 +188,13 @@ fn marks_of(tl: &FrameworkTimeline, oom: &OomMarks, peak_series: i64) -> Marks {
     Marks {
         peak,
         capacity: oom.capacity.clone(),
-        failures: oom.failures.to_vec(),
+        failures: oom.failures.times.clone(),
+        failure_counts: Some((oom.failures.in_range, oom.failures.in_run)),
         annotations: oom
             .failures
-            .iter()
-            .take(1)
-            .map(|&t| (t, text.clone()))
+            .first
+            .map(|t| (t, text.clone()))
+            .into_iter()
             .collect(),
     }
 }
@@ -469,7 +471,7 @@ pub(crate) async fn part_svg(
             AppError::not_found(format!("run {id} has no framework records on GPU {device}"))
         })?;
     let oom = OomMarks {
-        failures: failure_times(&st, &run, device).await?,
+        failures: failure_marks(&st, &run, device, (from, to)).await?,
         verdict: None,
         capacity: capacity_of(&st, id, device).await?,
     };
@@ -485,7 +487,7 @@ pub(crate) async fn part_svg(
                 &oom,
             )?)
         }
-        "stack.svg" => stack_chart(&tl, &oom.failures)?,
+        "stack.svg" => stack_chart(&tl, &oom.failures.times)?,
         "lanes.svg" => lanes_chart(&st, &run, &tl).await?,
         other => {
             return Err(AppError::not_found(format!(
@@ -525,16 +527,16 @@ async fn capacity_of(
         .map(|(_, b)| (format!("GPU {device} capacity"), b)))
 }
 
-/// Times (ns since the run's start) of the failed requests of `device`: failed
-/// allocations and failed executes, as the incidents list has them.
-async fn failure_times(st: &AppState, run: &RunLite, device: i64) -> Result<Vec<u64>, AppError> {
-    let ts: Vec<i64> = sqlx::query_scalar(
-        "SELECT ts_ns FROM incidents WHERE run_id = $1 AND device = $2 ORDER BY ts_ns LIMIT 10000",
-    )
-    .bind(run.id)
-    .bind(device)
-    .fetch_all(&st.store.pool)
-    .await
-    .map_err(crate::db::StoreError::from)?;
-    Ok(ts.into_iter().map(|t| (t - run.t0).max(0) as u64).collect())
+/// The failed requests of `device` (failed allocations and failed executes, as the
+/// incidents list has them) over [from, to): one mark per chart column.
+async fn failure_marks(
+    st: &AppState,
+    run: &RunLite,
+    device: i64,
+    range: (u64, u64),
+) -> Result<FailureMarks, AppError> {
+    Ok(st
+        .store
+        .failure_marks(run.id, run.t0, device, range, u64::from(CHART_W - 100))
+        .await?)
 }

@@ -20,6 +20,7 @@ pub mod budget;
 pub(crate) mod http;
 pub(crate) mod idle;
 mod pjrt;
+mod pool_samples;
 mod records;
 pub mod rollup;
 mod run_state;
@@ -31,7 +32,6 @@ mod writer;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use memwatch_analysis::runtime::OutputOrder;
 use memwatch_wire::{Event, Record};
 use sqlx::{Any, Transaction};
 
@@ -353,6 +353,7 @@ impl Ingestor {
         // Events to apply, in arrival order; applied after the other records (whose rows
         // do not depend on them) so that applying overlaps writing (`apply_and_write`).
         let mut work: Vec<Work<'b>> = Vec::new();
+        let mut pjrt_rows = pjrt::Pending::new(self.store.backend);
         for (b, rule) in batches {
             let node_id = self.node_id(tx, &b.node, now).await?;
             if b.seq != 0 {
@@ -416,12 +417,10 @@ impl Ingestor {
                         touched.insert(r);
                         work.push(Work::Events(r, evs.as_slice()));
                         events += evs.len() as u64;
-                        let mut fresh = OutputOrder::default();
-                        let outputs = self
-                            .runs
-                            .get_mut(&r)
-                            .map_or(&mut fresh, |st| &mut st.outputs);
-                        pjrt::store_events(tx, r, evs, outputs).await?;
+                        let st = self.state(r)?;
+                        pjrt_rows
+                            .events(tx, r, evs, &mut st.outputs, &st.pool)
+                            .await?;
                     }
                     Record::DeviceInfo(d) => {
                         records::device_info(tx, node_id, d).await?;
@@ -480,7 +479,8 @@ impl Ingestor {
                         let t0 = earliest.unwrap_or(s.ts_ns);
                         let r = self.run_for(tx, node_id, key, t0, 0, now).await?;
                         run_id = Some(r);
-                        pjrt::store_memory_stats(tx, r, s).await?;
+                        let st = self.state(r)?;
+                        pjrt_rows.memory_stats(tx, r, s, &mut st.pool).await?;
                     }
                     // Sampled native stacks: read by `memwatch report` from the capture file.
                     Record::Backtrace(_) | Record::ModuleMap(_) => {}
@@ -508,6 +508,7 @@ impl Ingestor {
                 refused: None,
             });
         }
+        pjrt_rows.write(tx).await?;
         let execs = self.apply_and_write(tx, &work, now).await?;
         for x in &execs {
             records::process_image(tx, x).await?;
@@ -516,6 +517,13 @@ impl Ingestor {
             self.flush_run(tx, r, now).await?;
         }
         Ok((outcomes, pending))
+    }
+
+    /// The in-memory state of run `r` ([`Ingestor::run_for`] made or loaded it).
+    fn state(&mut self, r: i64) -> Result<&mut RunState, StoreError> {
+        self.runs
+            .get_mut(&r)
+            .ok_or_else(|| StoreError::Corrupt(format!("run {r} vanished from memory")))
     }
 
     async fn node_id(&mut self, tx: &mut Tx, name: &str, now: i64) -> Result<i64, StoreError> {
@@ -622,6 +630,7 @@ impl Ingestor {
         for p in &procs {
             st.replay_announce(p.pid as u32);
         }
+        st.pool.load_stored(tx, run).await?;
         let images = StoredImages::load(&mut **tx, run).await?;
         let mut execs = images.exec_points();
         execs.reverse(); // popped in time order

@@ -6,14 +6,18 @@
 //! (synchronously, through its completion event, or through an output buffer's ready
 //! event). The `runtime` feature reads these tables back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use memwatch_analysis::runtime::OutputOrder;
 use memwatch_wire::{Api, Event, EventKind, MemKind, PjrtExecutable, PjrtMemoryStats};
+use sqlx::any::AnyArguments;
+use sqlx::Any;
 
+use super::pool_samples::{Lookup, PoolSamples};
+use super::write::{group_len, push_values};
 use super::Tx;
 use crate::codes;
-use crate::db::{now_unix_ns, StoreError};
+use crate::db::{now_unix_ns, Backend, StoreError};
 
 /// Stores one `pjrt_executable` record of run `run`.
 pub(super) async fn store_executable(
@@ -58,38 +62,9 @@ pub(super) async fn store_executable(
     Ok(())
 }
 
-/// Stores one `pjrt_memory_stats` record of run `run`.
-pub(super) async fn store_memory_stats(
-    tx: &mut Tx,
-    run: i64,
-    s: &PjrtMemoryStats,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO pjrt_memory_stats (run_id, pid, device, ts_ns, flags, bytes_in_use, \
-         peak_bytes_in_use, largest_free_block, pool_bytes, peak_pool_bytes, bytes_limit, \
-         num_allocs, largest_alloc_size) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
-         $12, $13)",
-    )
-    .bind(run)
-    .bind(s.pid as i64)
-    .bind(s.device as i64)
-    .bind(s.ts_ns as i64)
-    .bind(s.flags as i64)
-    .bind(s.bytes_in_use)
-    .bind(s.peak_bytes_in_use)
-    .bind(s.largest_free_block)
-    .bind(s.pool_bytes)
-    .bind(s.peak_pool_bytes)
-    .bind(s.bytes_limit)
-    .bind(s.num_allocs)
-    .bind(s.largest_alloc_size)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
 /// One execution row not yet written.
 struct ExecRow {
+    run: i64,
     pid: i64,
     device: i64,
     handle: i64,
@@ -102,6 +77,7 @@ struct ExecRow {
 
 /// One buffer row not yet written.
 struct BufRow {
+    run: i64,
     pid: i64,
     device: i64,
     ptr: i64,
@@ -114,127 +90,277 @@ struct BufRow {
     output_index: Option<i64>,
 }
 
-/// Stores the PJRT events among `events` (the rest are left to the event chunks, which
-/// hold every event anyway): executions, completions, buffers, failed executes.
-/// Executions and buffers of the batch are written with multi-row inserts; a completion
-/// or free of a row of the same batch is applied before writing, one of an earlier batch
-/// with an UPDATE. Execute outputs are numbered by `outputs`, the run's [`OutputOrder`].
-pub(super) async fn store_events(
-    tx: &mut Tx,
+/// One incident row (a failed execute) not yet written.
+struct IncidentRow {
     run: i64,
-    events: &[Event],
-    outputs: &mut OutputOrder,
-) -> Result<(), StoreError> {
-    let mut execs: Vec<ExecRow> = Vec::new();
-    let mut exec_at: HashMap<(i64, i64, i64, i64), usize> = HashMap::new();
-    let mut bufs: Vec<BufRow> = Vec::new();
-    let mut live_at: HashMap<(i64, i64), usize> = HashMap::new();
-    for e in events.iter().filter(|e| codes::is_pjrt(e)) {
-        let (pid, device, ptr) = (e.pid as i64, e.device as i64, e.ptr as i64);
-        match (codes::api(e.api), codes::event_kind(e.kind)) {
-            // Compiles and loads (few): the framework view's compile lane.
-            (Api::PjrtClientCompile | Api::PjrtDeserializeAndLoad, Some(EventKind::ApiSpan)) => {
-                sqlx::query(
-                    "INSERT INTO pjrt_compiles (run_id, pid, api, handle, ts_ns, duration_ns, \
-                     result) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .bind(run)
-                .bind(pid)
-                .bind(e.api as i64)
-                .bind(ptr)
-                .bind(e.ts_ns as i64)
-                .bind(e.duration_ns as i64)
-                .bind(e.result as i64)
-                .execute(&mut **tx)
-                .await?;
-            }
-            (Api::PjrtExecute, _) => {
-                exec_at.insert((pid, ptr, device, e.ts_ns as i64), execs.len());
-                execs.push(ExecRow {
-                    pid,
-                    device,
-                    handle: ptr,
-                    start: e.ts_ns as i64,
-                    call: e.duration_ns as i64,
-                    result: e.result as i64,
-                    requested: e.size as i64,
-                    complete: None,
-                });
-                if e.result != 0 {
-                    incident(tx, run, e).await?;
-                }
-            }
-            (Api::PjrtExecuteComplete, _) => {
-                let done = (e.duration_ns as i64, e.result as i64, e.size as i64);
-                match exec_at.get(&(pid, ptr, device, e.ts_ns as i64)) {
-                    Some(&i) => execs[i].complete = Some(done),
-                    None => {
-                        sqlx::query(
-                            "UPDATE pjrt_executions SET complete_ns = $1, complete_result = $2, \
-                             complete_requested_bytes = $3 WHERE run_id = $4 AND pid = $5 \
-                             AND handle = $6 AND device = $7 AND start_ns = $8",
-                        )
-                        .bind(done.0)
-                        .bind(done.1)
-                        .bind(done.2)
-                        .bind(run)
-                        .bind(pid)
-                        .bind(ptr)
-                        .bind(device)
-                        .bind(e.ts_ns as i64)
-                        .execute(&mut **tx)
-                        .await?;
-                    }
-                }
-                if e.result != 0 {
-                    incident(tx, run, e).await?;
-                }
-            }
-            (_, Some(EventKind::Alloc))
-                if codes::mem_kind(e.mem_kind) == Some(MemKind::PjrtBuffer) =>
-            {
-                live_at.insert((pid, ptr), bufs.len());
-                bufs.push(BufRow {
-                    pid,
-                    device,
-                    ptr,
-                    size: e.size as i64,
-                    api: e.api as i64,
-                    producer: e.aux as i64,
-                    ts: e.ts_ns as i64,
-                    freed: None,
-                    output_index: outputs.index(e).map(i64::from),
-                });
-            }
-            (_, Some(EventKind::Free)) => match live_at.remove(&(pid, ptr)) {
-                Some(i) => bufs[i].freed = Some(e.ts_ns as i64),
-                None => {
+    event: Event,
+    live: i64,
+    created: i64,
+}
+
+/// Rows held before they are written (see [`Pending::write`]).
+const PENDING_ROWS: usize = 1 << 16;
+
+/// The PJRT rows of a commit not yet written: executions, buffers, allocator samples and
+/// failed executes, each table's rows in arrival order (so ids are what writing each
+/// row at once would give), written in a few multi-row statements (each statement is a
+/// round trip to the database). A completion or free of a row still held is applied to
+/// it; those of rows written before are held too and written first, as multi-row
+/// UPDATEs, with what one UPDATE each at its time would store: a free ends every
+/// buffer of its pointer not yet freed (a second free of the pointer finds none), a
+/// completion overwrites its execution's (the last one stays).
+pub(super) struct Pending {
+    backend: Backend,
+    execs: Vec<ExecRow>,
+    exec_at: HashMap<(i64, i64, i64, i64, i64), usize>,
+    bufs: Vec<BufRow>,
+    live_at: HashMap<(i64, i64, i64), usize>,
+    stats: Vec<(i64, PjrtMemoryStats)>,
+    incidents: Vec<IncidentRow>,
+    /// Frees of buffers written before: run, pid, ptr, time; the first of each pointer.
+    frees: Vec<[i64; 4]>,
+    freed: HashSet<(i64, i64, i64)>,
+    /// Completions of executions written before: run, pid, handle, device, start, end,
+    /// result, requested bytes; the last of each execution.
+    completes: Vec<[i64; 8]>,
+    complete_at: HashMap<[i64; 5], usize>,
+}
+
+impl Pending {
+    pub(super) fn new(backend: Backend) -> Self {
+        Self {
+            backend,
+            execs: Vec::new(),
+            exec_at: HashMap::new(),
+            bufs: Vec::new(),
+            live_at: HashMap::new(),
+            stats: Vec::new(),
+            incidents: Vec::new(),
+            frees: Vec::new(),
+            freed: HashSet::new(),
+            completes: Vec::new(),
+            complete_at: HashMap::new(),
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.execs.len()
+            + self.bufs.len()
+            + self.stats.len()
+            + self.incidents.len()
+            + self.frees.len()
+            + self.completes.len()
+    }
+
+    /// A `pjrt_memory_stats` record of run `run`; `pool` learns its bytes in use.
+    pub(super) async fn memory_stats(
+        &mut self,
+        tx: &mut Tx,
+        run: i64,
+        s: &PjrtMemoryStats,
+        pool: &mut PoolSamples,
+    ) -> Result<(), StoreError> {
+        pool.record(
+            s.pid as i64,
+            s.device as i64,
+            s.ts_ns as i64,
+            s.bytes_in_use,
+        );
+        self.stats.push((run, *s));
+        self.write_if_full(tx).await
+    }
+
+    /// The PJRT events among `events` of run `run` (the rest are left to the event
+    /// chunks, which hold every event anyway): executions, completions, buffers, failed
+    /// executes. Execute outputs are numbered by `outputs`, the run's [`OutputOrder`];
+    /// a failed execute's live bytes come from `pool`.
+    pub(super) async fn events(
+        &mut self,
+        tx: &mut Tx,
+        run: i64,
+        events: &[Event],
+        outputs: &mut OutputOrder,
+        pool: &PoolSamples,
+    ) -> Result<(), StoreError> {
+        for e in events.iter().filter(|e| codes::is_pjrt(e)) {
+            let (pid, device, ptr) = (e.pid as i64, e.device as i64, e.ptr as i64);
+            match (codes::api(e.api), codes::event_kind(e.kind)) {
+                // Compiles and loads (few): the framework view's compile lane.
+                (
+                    Api::PjrtClientCompile | Api::PjrtDeserializeAndLoad,
+                    Some(EventKind::ApiSpan),
+                ) => {
                     sqlx::query(
-                        "UPDATE pjrt_buffers SET freed_ts_ns = $1 WHERE run_id = $2 AND pid = $3 \
-                         AND ptr = $4 AND freed_ts_ns IS NULL",
+                        "INSERT INTO pjrt_compiles (run_id, pid, api, handle, ts_ns, \
+                         duration_ns, result) VALUES ($1, $2, $3, $4, $5, $6, $7)",
                     )
-                    .bind(e.ts_ns as i64)
                     .bind(run)
                     .bind(pid)
+                    .bind(e.api as i64)
                     .bind(ptr)
+                    .bind(e.ts_ns as i64)
+                    .bind(e.duration_ns as i64)
+                    .bind(e.result as i64)
                     .execute(&mut **tx)
                     .await?;
                 }
-            },
-            _ => {}
+                (Api::PjrtExecute, _) => {
+                    self.exec_at
+                        .insert((run, pid, ptr, device, e.ts_ns as i64), self.execs.len());
+                    self.execs.push(ExecRow {
+                        run,
+                        pid,
+                        device,
+                        handle: ptr,
+                        start: e.ts_ns as i64,
+                        call: e.duration_ns as i64,
+                        result: e.result as i64,
+                        requested: e.size as i64,
+                        complete: None,
+                    });
+                    if e.result != 0 {
+                        self.incident(tx, run, e, pool).await?;
+                    }
+                }
+                (Api::PjrtExecuteComplete, _) => {
+                    let done = (e.duration_ns as i64, e.result as i64, e.size as i64);
+                    match self.exec_at.get(&(run, pid, ptr, device, e.ts_ns as i64)) {
+                        Some(&i) => self.execs[i].complete = Some(done),
+                        None => {
+                            let key = [run, pid, ptr, device, e.ts_ns as i64];
+                            let row = [
+                                key[0], key[1], key[2], key[3], key[4], done.0, done.1, done.2,
+                            ];
+                            match self.complete_at.get(&key) {
+                                Some(&i) => self.completes[i] = row,
+                                None => {
+                                    self.complete_at.insert(key, self.completes.len());
+                                    self.completes.push(row);
+                                }
+                            }
+                        }
+                    }
+                    if e.result != 0 {
+                        self.incident(tx, run, e, pool).await?;
+                    }
+                }
+                (_, Some(EventKind::Alloc))
+                    if codes::mem_kind(e.mem_kind) == Some(MemKind::PjrtBuffer) =>
+                {
+                    self.live_at.insert((run, pid, ptr), self.bufs.len());
+                    self.bufs.push(BufRow {
+                        run,
+                        pid,
+                        device,
+                        ptr,
+                        size: e.size as i64,
+                        api: e.api as i64,
+                        producer: e.aux as i64,
+                        ts: e.ts_ns as i64,
+                        freed: None,
+                        output_index: outputs.index(e).map(i64::from),
+                    });
+                }
+                (_, Some(EventKind::Free)) => match self.live_at.remove(&(run, pid, ptr)) {
+                    Some(i) => self.bufs[i].freed = Some(e.ts_ns as i64),
+                    None => {
+                        if self.freed.insert((run, pid, ptr)) {
+                            self.frees.push([run, pid, ptr, e.ts_ns as i64]);
+                        }
+                    }
+                },
+                _ => {}
+            }
         }
+        self.write_if_full(tx).await
     }
-    for group in execs.chunks(ROWS_PER_INSERT) {
-        let sql = multi_row(
-            "INSERT INTO pjrt_executions (run_id, pid, device, handle, start_ns, call_ns, \
-             result, requested_bytes, complete_ns, complete_result, complete_requested_bytes) VALUES ",
-            11,
-            group.len(),
-        );
-        let mut q = sqlx::query(&sql);
-        for r in group {
-            q = q
+
+    /// A failed execute becomes an incident; its live bytes are the allocator's bytes in
+    /// use of the last memory-statistics sample of that device at or before the
+    /// execution's end (0 when none was taken yet), from `pool` or else the database.
+    async fn incident(
+        &mut self,
+        tx: &mut Tx,
+        run: i64,
+        e: &Event,
+        pool: &PoolSamples,
+    ) -> Result<(), StoreError> {
+        let (pid, device) = (e.pid as i64, e.device as i64);
+        let end = e.ts_ns.saturating_add(e.duration_ns) as i64;
+        let live = match pool.last_at(pid, device, end) {
+            Lookup::Known(b) => b,
+            Lookup::Ask => {
+                // The samples held back are the database's too.
+                self.write(tx).await?;
+                sqlx::query_scalar(
+                    "SELECT bytes_in_use FROM pjrt_memory_stats WHERE run_id = $1 AND pid = $2 \
+                     AND device = $3 AND ts_ns <= $4 ORDER BY ts_ns DESC LIMIT 1",
+                )
                 .bind(run)
+                .bind(pid)
+                .bind(device)
+                .bind(end)
+                .fetch_optional(&mut **tx)
+                .await?
+            }
+        };
+        self.incidents.push(IncidentRow {
+            run,
+            event: *e,
+            live: live.unwrap_or(0),
+            created: now_unix_ns(),
+        });
+        Ok(())
+    }
+
+    async fn write_if_full(&mut self, tx: &mut Tx) -> Result<(), StoreError> {
+        if self.rows() >= PENDING_ROWS {
+            self.write(tx).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes everything held: first the completions and frees of rows written before
+    /// (so they end no row held here), then the rows.
+    pub(super) async fn write(&mut self, tx: &mut Tx) -> Result<(), StoreError> {
+        let b = self.backend;
+        self.freed.clear();
+        self.complete_at.clear();
+        let frees = std::mem::take(&mut self.frees);
+        write_rows(tx, b, FREE_UPDATE, FREE_WHERE, 4, &frees, bind_all).await?;
+        let completes = std::mem::take(&mut self.completes);
+        write_rows(
+            tx,
+            b,
+            COMPLETE_UPDATE,
+            COMPLETE_WHERE,
+            8,
+            &completes,
+            bind_all,
+        )
+        .await?;
+        self.exec_at.clear();
+        self.live_at.clear();
+        let stats = std::mem::take(&mut self.stats);
+        write_rows(tx, b, STATS_INSERT, "", 13, &stats, |q, (run, s)| {
+            q.bind(*run)
+                .bind(s.pid as i64)
+                .bind(s.device as i64)
+                .bind(s.ts_ns as i64)
+                .bind(s.flags as i64)
+                .bind(s.bytes_in_use)
+                .bind(s.peak_bytes_in_use)
+                .bind(s.largest_free_block)
+                .bind(s.pool_bytes)
+                .bind(s.peak_pool_bytes)
+                .bind(s.bytes_limit)
+                .bind(s.num_allocs)
+                .bind(s.largest_alloc_size)
+        })
+        .await?;
+        let execs = std::mem::take(&mut self.execs);
+        write_rows(tx, b, EXEC_INSERT, "", 11, &execs, |q, r| {
+            q.bind(r.run)
                 .bind(r.pid)
                 .bind(r.device)
                 .bind(r.handle)
@@ -244,21 +370,12 @@ pub(super) async fn store_events(
                 .bind(r.requested)
                 .bind(r.complete.map(|c| c.0))
                 .bind(r.complete.map(|c| c.1))
-                .bind(r.complete.map(|c| c.2));
-        }
-        q.execute(&mut **tx).await?;
-    }
-    for group in bufs.chunks(ROWS_PER_INSERT) {
-        let sql = multi_row(
-            "INSERT INTO pjrt_buffers (run_id, pid, device, ptr, size, api, producer, ts_ns, \
-             freed_ts_ns, output_index) VALUES ",
-            10,
-            group.len(),
-        );
-        let mut q = sqlx::query(&sql);
-        for r in group {
-            q = q
-                .bind(run)
+                .bind(r.complete.map(|c| c.2))
+        })
+        .await?;
+        let bufs = std::mem::take(&mut self.bufs);
+        write_rows(tx, b, BUF_INSERT, "", 10, &bufs, |q, r| {
+            q.bind(r.run)
                 .bind(r.pid)
                 .bind(r.device)
                 .bind(r.ptr)
@@ -267,66 +384,88 @@ pub(super) async fn store_events(
                 .bind(r.producer)
                 .bind(r.ts)
                 .bind(r.freed)
-                .bind(r.output_index);
+                .bind(r.output_index)
+        })
+        .await?;
+        let incidents = std::mem::take(&mut self.incidents);
+        write_rows(tx, b, INCIDENT_INSERT, "", 10, &incidents, |q, r| {
+            let e = &r.event;
+            q.bind(r.run)
+                .bind(e.pid as i64)
+                .bind(e.tid as i64)
+                .bind(e.device as i64)
+                .bind(e.ts_ns as i64)
+                .bind(e.size as i64)
+                .bind(e.result as i64)
+                .bind(codes::api_name(e.api).to_string())
+                .bind(r.live)
+                .bind(r.created)
+        })
+        .await
+    }
+}
+
+const STATS_INSERT: &str = "INSERT INTO pjrt_memory_stats (run_id, pid, device, ts_ns, flags, \
+     bytes_in_use, peak_bytes_in_use, largest_free_block, pool_bytes, peak_pool_bytes, \
+     bytes_limit, num_allocs, largest_alloc_size) VALUES ";
+const EXEC_INSERT: &str = "INSERT INTO pjrt_executions (run_id, pid, device, handle, start_ns, \
+     call_ns, result, requested_bytes, complete_ns, complete_result, \
+     complete_requested_bytes) VALUES ";
+const BUF_INSERT: &str = "INSERT INTO pjrt_buffers (run_id, pid, device, ptr, size, api, \
+     producer, ts_ns, freed_ts_ns, output_index) VALUES ";
+const INCIDENT_INSERT: &str = "INSERT INTO incidents (run_id, pid, tid, device, ts_ns, size, \
+     result, api, live_bytes, created_unix_ns) VALUES ";
+
+/// The frees of buffers written before (run, pid, ptr, time: `v.column1..4`, as SQLite and
+/// PostgreSQL name the columns of a VALUES list).
+const FREE_UPDATE: &str = "UPDATE pjrt_buffers SET freed_ts_ns = v.column4 FROM (VALUES ";
+const FREE_WHERE: &str = ") AS v WHERE pjrt_buffers.run_id = v.column1 \
+     AND pjrt_buffers.pid = v.column2 AND pjrt_buffers.ptr = v.column3 \
+     AND pjrt_buffers.freed_ts_ns IS NULL";
+/// The completions of executions written before (run, pid, handle, device, start; end,
+/// result, requested bytes).
+const COMPLETE_UPDATE: &str = "UPDATE pjrt_executions SET complete_ns = v.column6, \
+     complete_result = v.column7, complete_requested_bytes = v.column8 FROM (VALUES ";
+const COMPLETE_WHERE: &str = ") AS v WHERE pjrt_executions.run_id = v.column1 \
+     AND pjrt_executions.pid = v.column2 AND pjrt_executions.handle = v.column3 \
+     AND pjrt_executions.device = v.column4 AND pjrt_executions.start_ns = v.column5";
+
+/// Rows per multi-row statement of these tables: at most 13 parameters a row, under
+/// SQLite's 32,766 and PostgreSQL's 65,535 per statement.
+const ROWS_PER_STATEMENT: usize = 1024;
+
+type Query<'q> = sqlx::query::Query<'q, Any, AnyArguments<'q>>;
+
+fn bind_all<'q, const N: usize>(mut q: Query<'q>, row: &[i64; N]) -> Query<'q> {
+    for v in row {
+        q = q.bind(*v);
+    }
+    q
+}
+
+/// Writes `rows` in order: `head`, `cols` values a row, `tail`, in statements of
+/// power-of-two sizes (each shape prepared once per connection).
+async fn write_rows<'r, T>(
+    tx: &mut Tx,
+    backend: Backend,
+    head: &str,
+    tail: &str,
+    cols: usize,
+    rows: &'r [T],
+    bind: impl for<'q> Fn(Query<'q>, &'r T) -> Query<'q>,
+) -> Result<(), StoreError> {
+    let mut rest = rows;
+    while !rest.is_empty() {
+        let (group, after) = rest.split_at(group_len(rest.len(), ROWS_PER_STATEMENT));
+        rest = after;
+        let mut sql = String::from(head);
+        push_values(&mut sql, backend, group.len(), cols);
+        sql.push_str(tail);
+        let mut q = sqlx::query(&sql);
+        for r in group {
+            q = bind(q, r);
         }
         q.execute(&mut **tx).await?;
     }
-    Ok(())
-}
-
-/// Rows per multi-row INSERT: sqlx binds SQLite parameters by name, which costs time
-/// quadratic in the parameters of one statement, so statements stay small.
-const ROWS_PER_INSERT: usize = 8;
-
-/// `head` followed by `rows` groups of `cols` numbered placeholders.
-fn multi_row(head: &str, cols: usize, rows: usize) -> String {
-    let mut sql = String::with_capacity(head.len() + rows * cols * 5);
-    sql.push_str(head);
-    for r in 0..rows {
-        if r > 0 {
-            sql.push(',');
-        }
-        sql.push('(');
-        for c in 0..cols {
-            if c > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&format!("${}", r * cols + c + 1));
-        }
-        sql.push(')');
-    }
-    sql
-}
-
-/// A failed execute becomes an incident; its live bytes are the allocator's bytes in use
-/// of the last memory-statistics sample of that device (0 when none was taken yet).
-async fn incident(tx: &mut Tx, run: i64, e: &Event) -> Result<(), StoreError> {
-    let row: Option<i64> = sqlx::query_scalar(
-        "SELECT bytes_in_use FROM pjrt_memory_stats WHERE run_id = $1 AND pid = $2 \
-         AND device = $3 AND ts_ns <= $4 ORDER BY ts_ns DESC LIMIT 1",
-    )
-    .bind(run)
-    .bind(e.pid as i64)
-    .bind(e.device as i64)
-    .bind(e.ts_ns.saturating_add(e.duration_ns) as i64)
-    .fetch_optional(&mut **tx)
-    .await?;
-    let live = row.unwrap_or(0);
-    sqlx::query(
-        "INSERT INTO incidents (run_id, pid, tid, device, ts_ns, size, result, api, \
-         live_bytes, created_unix_ns) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-    )
-    .bind(run)
-    .bind(e.pid as i64)
-    .bind(e.tid as i64)
-    .bind(e.device as i64)
-    .bind(e.ts_ns as i64)
-    .bind(e.size as i64)
-    .bind(e.result as i64)
-    .bind(codes::api_name(e.api).to_string())
-    .bind(live)
-    .bind(now_unix_ns())
-    .execute(&mut **tx)
-    .await?;
     Ok(())
 }

@@ -18,6 +18,7 @@ use memwatch_analysis::live::{Change, Held, ImageClock, LiveKey, LiveSet, MemEve
 use memwatch_analysis::runtime::OutputOrder;
 use memwatch_wire::{Event, EventKind, MemKind, EVENT_SIZE};
 
+use super::pool_samples::PoolSamples;
 use super::rollup::{Accumulator, RollupRow};
 use crate::codes;
 use crate::db::chunk::{self, CHUNK_EVENTS};
@@ -111,6 +112,8 @@ pub struct RunState {
     /// Numbers execute outputs that carry no recorded index (older captures) across the
     /// run's batches: a call's outputs split over two batches keep counting.
     pub outputs: OutputOrder,
+    /// The framework allocator's samples, for the live bytes of failed executes.
+    pub pool: PoolSamples,
 }
 
 impl RunState {
@@ -132,6 +135,7 @@ impl RunState {
             running: HashSet::new(),
             touched: Instant::now(),
             outputs: OutputOrder::default(),
+            pool: PoolSamples::default(),
         }
     }
 

@@ -196,7 +196,7 @@ const CHUNK_ROWS_PER_INSERT: usize = 8;
 
 /// Power-of-two statement sizes up to `max`: at most a few statement shapes, each
 /// prepared once per connection and then reused from sqlx's cache.
-fn group_len(rest: usize, max: usize) -> usize {
+pub(super) fn group_len(rest: usize, max: usize) -> usize {
     if rest >= max {
         max
     } else {

@@ -67,6 +67,9 @@ impl<'a> Series<'a> {
 pub struct Marks {
     pub peak: Option<(u64, i64)>,
     pub failures: Vec<u64>,
+    /// How many failures the range and the run hold, when `failures` draws fewer (one
+    /// per column); else the legend counts `failures`.
+    pub failure_counts: Option<(u64, u64)>,
     pub annotations: Vec<(u64, String)>,
     /// The device's memory (label, bytes): a line when it is within a few times the data
     /// (else the legend says it is above the chart).
@@ -383,18 +386,18 @@ fn legend_items(
         };
         v.push((Swatch::Dot, format!("peak {}{where_}", fmt::bytes(b))));
     }
-    let nf = marks
-        .failures
-        .iter()
-        .filter(|&&t| t >= from && t < to)
-        .count();
-    if !marks.failures.is_empty() {
+    let (nf, total) = marks.failure_counts.unwrap_or_else(|| {
+        let here = marks
+            .failures
+            .iter()
+            .filter(|&&t| t >= from && t < to)
+            .count();
+        (here as u64, marks.failures.len() as u64)
+    });
+    if total > 0 {
         v.push((
             Swatch::Triangle,
-            format!(
-                "failed allocation ({nf} here, {} in run)",
-                marks.failures.len()
-            ),
+            format!("failed allocation ({nf} here, {total} in run)"),
         ));
     }
     let na = marks
@@ -546,6 +549,7 @@ mod tests {
         let marks = Marks {
             peak: Some((575, 1 << 30)),
             failures: vec![900],
+            failure_counts: None,
             annotations: vec![(100, "step 1".into())],
             capacity: Some(("GPU capacity".into(), 3 << 30)),
         };
@@ -553,6 +557,15 @@ mod tests {
         assert!(r.svg.starts_with("<svg"));
         assert!(r.svg.contains("peak 1.00 GiB"));
         assert!(r.svg.contains("failed allocation (1 here, 1 in run)"));
+        // Marks drawn one per column say how many they stand for.
+        let counted = Marks {
+            failure_counts: Some((40_000, 816_705)),
+            ..marks
+        };
+        let r2 = timeline((900, 300), 0, 1000, &s, &counted).unwrap();
+        assert!(r2
+            .svg
+            .contains("failed allocation (40000 here, 816705 in run)"));
         assert!(r.plot_left > 0 && r.plot_right > r.plot_left && r.plot_right < 900);
         assert!(r.svg.contains("GPU capacity 3.00 GiB") && !r.svg.contains("above this chart"));
         assert!(r.svg.contains("\n3 GiB\n") && !r.svg.contains("MiB\n"));

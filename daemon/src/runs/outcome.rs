@@ -13,8 +13,8 @@ pub(crate) struct Facts {
     pub active: bool,
     /// Exit status of each recorded process (`None`: no exit recorded).
     pub exits: Vec<Option<i64>>,
-    /// Failed requests the store holds as out-of-memory incidents.
-    pub oom_incidents: usize,
+    /// The store holds an out-of-memory incident of the run.
+    pub any_oom: bool,
     /// The stored diagnosis: (failed, first verdict's kind).
     pub diagnosis: Option<(bool, Option<String>)>,
 }
@@ -45,21 +45,21 @@ pub(crate) fn decide(f: &Facts) -> Outcome {
     let exited = f.exits.iter().any(Option::is_some);
     match failed_exit {
         Some(code) => {
-            if diag_failed || (f.diagnosis.is_none() && f.oom_incidents > 0) {
+            if diag_failed || (f.diagnosis.is_none() && f.any_oom) {
                 Outcome::Oom(kind)
             } else {
                 Outcome::Crashed(code)
             }
         }
         None if exited => {
-            if diag_failed || f.oom_incidents > 0 {
+            if diag_failed || f.any_oom {
                 Outcome::Recovered
             } else {
                 Outcome::Finished
             }
         }
         None => {
-            if diag_failed || f.oom_incidents > 0 {
+            if diag_failed || f.any_oom {
                 Outcome::Oom(kind)
             } else {
                 Outcome::Ended
@@ -161,7 +161,7 @@ mod tests {
         Facts {
             active: false,
             exits: exits.to_vec(),
-            oom_incidents: ooms,
+            any_oom: ooms > 0,
             diagnosis: diag.map(|(f, k)| (f, Some(k.to_string()))),
         }
     }

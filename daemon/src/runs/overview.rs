@@ -88,7 +88,7 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
             status: outcome::badge(&outcome::decide(&outcome::Facts {
                 active: sql::run_active(&st.store, r.id).await?,
                 exits: outcome::exits(&st.store, r.id).await?,
-                oom_incidents: oom_runs.get(&r.id).copied().unwrap_or(0),
+                any_oom: oom_runs.contains_key(&r.id),
                 diagnosis: verdict.map(|d| (d.failed != 0, d.kind.clone())),
             })),
             dropped: r.dropped_events,

@@ -21,12 +21,14 @@ use crate::app::extract::{Path, Query};
 use crate::app::page::html;
 use crate::app::state::AppState;
 use crate::db::chunk;
-use crate::incidents::{incident_view, is_oom, verdict_view, IncidentRow};
+use crate::incidents::{incident_view, verdict_view, FailureMarks};
 use crate::render::chart::{self, Marks, Series, PALETTE};
 use crate::render::fmt;
 
 /// Pixel size of timeline charts (the SVG scales to the page width).
 pub const CHART_W: u32 = 1200;
+/// Incidents the run page lists (the newest); the page says how many there are.
+pub(crate) const INCIDENTS_LISTED: i64 = 100;
 pub const CHART_H: u32 = 320;
 
 #[derive(Deserialize, Default)]
@@ -60,17 +62,13 @@ pub(crate) fn range(q: &RangeQ, end: u64) -> Result<(u64, u64), AppError> {
     Ok((from, to.max(from + 1)))
 }
 
-fn rel(ts: i64, t0: i64) -> u64 {
-    (ts - t0).max(0) as u64
-}
-
 async fn device_chart(
     st: &AppState,
     run: &RunLite,
     device: i64,
     from: u64,
     to: u64,
-    failures: &[u64],
+    failures: FailureMarks,
 ) -> Result<chart::Rendered, AppError> {
     let tl = st
         .store
@@ -89,7 +87,8 @@ async fn device_chart(
     let marks = Marks {
         capacity: capacity.map(|(_, b)| (format!("GPU {device} capacity"), b)),
         peak: d.map(|d| (d.peak_ts_ns.max(0) as u64, d.peak_bytes)),
-        failures: failures.to_vec(),
+        failure_counts: Some((failures.in_range, failures.in_run)),
+        failures: failures.times,
         annotations: notes
             .into_iter()
             .filter(|(_, d, _)| *d == device || *d < 0)
@@ -123,12 +122,18 @@ async fn device_chart(
         .map_err(AppError::internal)
 }
 
-fn failure_times(incidents: &[IncidentRow], device: i64, t0: i64) -> Vec<u64> {
-    incidents
-        .iter()
-        .filter(|i| i.device == device)
-        .map(|i| rel(i.ts_ns, t0))
-        .collect()
+/// The failure marks of `device`'s chart over [from, to): one per chart column.
+async fn failure_marks(
+    st: &AppState,
+    run: &RunLite,
+    device: i64,
+    from: u64,
+    to: u64,
+) -> Result<FailureMarks, AppError> {
+    Ok(st
+        .store
+        .failure_marks(run.id, run.t0, device, (from, to), u64::from(CHART_W - 100))
+        .await?)
 }
 
 /// The lanes fragment: a note plus (when the range is small enough) the SVG.
@@ -213,13 +218,14 @@ pub async fn run(
     let run = load_run(&st, id).await?;
     let end = run_end(&run);
     let (from, to) = range(&q, end)?;
-    let incidents = st.store.incidents(Some(id), 10_000).await?;
+    let incidents = st.store.incidents(Some(id), INCIDENTS_LISTED).await?;
+    let counts = st.store.incident_counts(id, &incidents).await?;
     let diagnosis = st.store.diagnosis(id).await?;
     let active = sql::run_active(&st.store, id).await?;
     let ended = outcome::decide(&outcome::Facts {
         active,
         exits: outcome::exits(&st.store, id).await?,
-        oom_incidents: incidents.iter().filter(|i| is_oom(i)).count(),
+        any_oom: counts.any_oom,
         diagnosis: diagnosis.as_ref().map(|d| (d.failed != 0, d.kind.clone())),
     });
     let verdict = diagnosis.as_ref().and_then(verdict_view);
@@ -234,8 +240,8 @@ pub async fn run(
     let t0 = run.t0;
     let mut devices = Vec::new();
     for d in run.devices.iter().filter(|d| d.shown()) {
-        let fails = failure_times(&incidents, d.device, t0);
-        let c = device_chart(&st, &run, d.device, from, to, &fails).await?;
+        let fails = failure_marks(&st, &run, d.device, from, to).await?;
+        let c = device_chart(&st, &run, d.device, from, to, fails).await?;
         let growing = if framework.iter().any(|f| f.device == d.device) || d.device < 0 {
             String::new()
         } else {
@@ -316,7 +322,7 @@ pub async fn run(
         duration: fmt::duration(run.duration_ns),
         events: run.event_count,
         dropped: run.dropped_events,
-        failures: incidents.len(),
+        failures: counts.all,
         active,
         status: outcome::badge(&ended),
         crash: match ended {
@@ -508,9 +514,8 @@ pub(crate) async fn range_chart(
     let run = load_run(st, id).await?;
     let (from, to) = range(q, run_end(&run))?;
     let device = q.device.unwrap_or(0);
-    let incidents = st.store.incidents(Some(id), 10_000).await?;
-    let fails = failure_times(&incidents, device, run.t0);
-    let chart = device_chart(st, &run, device, from, to, &fails).await?;
+    let fails = failure_marks(st, &run, device, from, to).await?;
+    let chart = device_chart(st, &run, device, from, to, fails).await?;
     Ok(RangeChart {
         device,
         from,

@@ -101,7 +101,7 @@ pub struct RunPage {
     pub events: i64,
     pub dropped: i64,
     /// Failed allocations and executes (incidents).
-    pub failures: usize,
+    pub failures: i64,
     pub active: bool,
     /// How it ended (`outcome`): badge class, text and tooltip.
     pub status: (&'static str, String, String),
@@ -120,6 +120,7 @@ pub struct RunPage {
     pub lanes_note: String,
     pub lanes_left: i32,
     pub lanes_right: i32,
+    /// The newest incidents (at most [`INCIDENTS_LISTED`](super::pages)), of `failures`.
     pub incidents: Vec<IncidentView>,
     pub processes: Vec<ProcessView>,
     pub annotations: Vec<(String, String)>,
