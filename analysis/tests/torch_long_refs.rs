@@ -228,6 +228,40 @@ fn python_made_snapshots_with_far_references_are_read_whole() {
 }
 
 #[test]
+fn real_state_context_snapshots_attribute_bytes_by_the_dumps_frames() {
+    // H200, PyTorch 2.11: with context="state" no trace entry has frames.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/torch-snapshots/h200");
+    for name in ["all_state", "state_only"] {
+        let bytes = std::fs::read(dir.join(format!("{name}.pickle"))).unwrap();
+        let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let at = &j["at_dump"][0];
+        let scan = scan_bytes(&bytes).unwrap();
+        let r = report(&scan, &ReportOptions::default()).unwrap();
+        let d = &r.devices[0];
+        assert_eq!(
+            (d.allocated_bytes, d.reserved_bytes, d.segments),
+            (
+                at["memory_allocated"].as_u64().unwrap(),
+                at["memory_reserved"].as_u64().unwrap(),
+                at["segments"].as_u64().unwrap()
+            ),
+            "{name}"
+        );
+        assert!(d.end_check.consistent(), "{name}: {:?}", d.end_check);
+        let ours: BTreeMap<String, u64> = d
+            .at_end
+            .by_site
+            .iter()
+            .map(|s| (s.site.clone(), s.bytes))
+            .collect();
+        let want = dump_sites(&bytes).remove(&0).unwrap_or_default();
+        assert!(!ours.contains_key("unknown"), "{name}: {ours:?}");
+        assert_eq!(ours, want, "{name}: bytes by site at the end");
+    }
+}
+
+#[test]
 fn generated_snapshots_of_several_shapes_are_read_whole() {
     for (iterations, context, devices, seed) in [
         (0, Context::All, 1, 1),
