@@ -3,8 +3,8 @@
 //! (see `import`), from the records `memwatch_analysis::torch::records` makes. The
 //! records are produced and sent as the replay goes, so a snapshot of several GB is
 //! imported in bounded memory; batches are stored by a second thread while the replay
-//! makes the next (at most [`IN_FLIGHT`] waiting), so storing costs little wall time on
-//! top of reading.
+//! makes the next (at most [`IN_FLIGHT`] waiting, stored together in one transaction),
+//! so storing costs little wall time on top of reading.
 
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -20,8 +20,10 @@ use super::import::{
 };
 use super::store_target::Target;
 
-/// Batches made and not yet being stored (each up to [`BATCH_EVENTS`] events).
-const IN_FLIGHT: usize = 1;
+/// Batches made and not yet being stored (each up to [`BATCH_EVENTS`] events), and the
+/// most stored in one transaction: a store that syncs every commit to disk (SQLite's
+/// `synchronous=FULL`) syncs once per group, and the replay runs on meanwhile.
+const IN_FLIGHT: usize = 4;
 
 /// What the storing thread saw.
 #[derive(Default)]
@@ -32,15 +34,24 @@ struct Stored {
     duplicate_batches: u64,
 }
 
-/// Stores every batch received, in order, then closes the destination.
+/// Stores every batch received, in order (those already waiting in one transaction),
+/// then closes the destination.
 fn store_all(mut dest: Destination<'_>, batches: Receiver<Batch>) -> Result<Stored> {
     let mut s = Stored::default();
-    for batch in batches {
-        let sent = dest.send(batch)?;
-        s.batches += 1;
-        s.run_id = sent.run_id.or(s.run_id);
-        s.events += sent.events;
-        s.duplicate_batches += u64::from(sent.duplicate);
+    while let Ok(first) = batches.recv() {
+        let mut group = vec![first];
+        while group.len() < IN_FLIGHT {
+            match batches.try_recv() {
+                Ok(b) => group.push(b),
+                Err(_) => break,
+            }
+        }
+        for sent in dest.send_many(group)? {
+            s.batches += 1;
+            s.run_id = sent.run_id.or(s.run_id);
+            s.events += sent.events;
+            s.duplicate_batches += u64::from(sent.duplicate);
+        }
     }
     dest.close()?;
     Ok(s)
@@ -220,8 +231,7 @@ pub fn import(
             None => {
                 // Fewer records than the identity needs (or the replay failed first).
                 made?;
-                let mut s =
-                    Sender::start(scope, &head, path, target, run.take().flatten(), node)?;
+                let mut s = Sender::start(scope, &head, path, target, run.take().flatten(), node)?;
                 let pushed = head.drain(..).try_for_each(|r| s.push(r));
                 (s, pushed)
             }
