@@ -23,7 +23,7 @@ use super::store_target::Target;
 /// Batches made and not yet being stored (each up to [`BATCH_EVENTS`] events), and the
 /// most stored in one transaction: a store that syncs every commit to disk (SQLite's
 /// `synchronous=FULL`) syncs once per group, and the replay runs on meanwhile.
-const IN_FLIGHT: usize = 4;
+const IN_FLIGHT: usize = 2;
 
 /// What the storing thread saw.
 #[derive(Default)]
