@@ -6,13 +6,16 @@
 //! variations (`torch::synth`) of several lengths, contexts and device counts, checked
 //! against the figures they were made with and against the whole-document reading.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use memwatch_analysis::torch::model::BlockState;
 use memwatch_analysis::torch::pickle::write::Writer;
 use memwatch_analysis::torch::pickle::{load_plain, ErrorKind, Value};
 use memwatch_analysis::torch::synth::{self, Context, Figures, Params};
-use memwatch_analysis::torch::{report, scan_reader, ReportOptions, Scan, SnapshotError};
+use memwatch_analysis::torch::{
+    report, scan_reader, ReportOptions, Scan, SnapshotError, SnapshotReport,
+};
 
 fn long_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/torch-snapshots/long")
@@ -72,21 +75,80 @@ fn whole(bytes: &[u8]) -> Vec<Vec<Seen>> {
         .collect()
 }
 
-/// Reads `bytes` and checks it against `figures` (per device) and the whole reading.
-fn check(bytes: &[u8], figures: &[Figures], what: &str) {
+/// Allocated bytes of the dump's blocks by site (the innermost frame of a `.py` file),
+/// per device, from the whole document.
+fn dump_sites(bytes: &[u8]) -> BTreeMap<i32, BTreeMap<String, u64>> {
+    let doc = load_plain(bytes).unwrap();
+    let mut out: BTreeMap<i32, BTreeMap<String, u64>> = BTreeMap::new();
+    for s in doc.get("segments").and_then(Value::as_seq).unwrap() {
+        let device = s.get("device").and_then(Value::as_i64).unwrap() as i32;
+        for b in s.get("blocks").and_then(Value::as_seq).unwrap() {
+            if b.get("state").and_then(Value::as_str) != Some("active_allocated") {
+                continue;
+            }
+            let frames = b.get("frames").and_then(Value::as_seq).unwrap_or(&[]);
+            let site = frames
+                .iter()
+                .find(|f| {
+                    f.get("filename")
+                        .and_then(Value::as_str)
+                        .is_some_and(|n| n.ends_with(".py") && !n.contains("/torch/"))
+                })
+                .map_or_else(
+                    || "unknown".to_string(),
+                    |f| {
+                        let file = f.get("filename").and_then(Value::as_str).unwrap();
+                        format!(
+                            "{}:{} in {}",
+                            file.rsplit('/').next().unwrap(),
+                            f.get("line").and_then(Value::as_i64).unwrap(),
+                            f.get("name").and_then(Value::as_str).unwrap()
+                        )
+                    },
+                );
+            let size = b.get("size").and_then(Value::as_u64).unwrap();
+            *out.entry(device).or_default().entry(site).or_default() += size;
+        }
+    }
+    out
+}
+
+/// Reads `bytes` and checks it against `figures` (per device) and the whole reading;
+/// `stateless`: written with context "state" (no trace entry has frames).
+fn check(bytes: &[u8], figures: &[Figures], what: &str, stateless: bool) -> SnapshotReport {
     let scan = scan_bytes(bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
     let streamed = streamed(&scan);
     assert_eq!(streamed, whole(bytes), "{what}: streamed entries differ");
-    // Every entry has its stack, the far ones included.
+    // Every entry has its stack, the far ones included (none with context "state").
     for t in &streamed {
         assert!(
-            t.iter().all(|e| !e.3.is_empty()),
-            "{what}: an entry lost its frames"
+            t.iter().all(|e| e.3.is_empty() == stateless),
+            "{what}: an entry's frames are not as written"
         );
     }
     let r = report(&scan, &ReportOptions::default()).unwrap();
     assert_eq!(r.devices.len(), figures.len(), "{what}");
+    let sites = dump_sites(bytes);
     for (d, f) in r.devices.iter().zip(figures) {
+        // Bytes by Python line at the end are the dump's blocks' (their frames), whatever
+        // the trace entries carry; every byte at the peak is under some site.
+        let ours: BTreeMap<String, u64> = d
+            .at_end
+            .by_site
+            .iter()
+            .map(|s| (s.site.clone(), s.bytes))
+            .collect();
+        assert_eq!(
+            ours,
+            sites.get(&d.device).cloned().unwrap_or_default(),
+            "{what}: device {} bytes by site at the end",
+            d.device
+        );
+        let at_peak: u64 = d.at_peak.by_site.iter().map(|s| s.bytes).sum();
+        assert_eq!(
+            at_peak, d.at_peak.allocated_bytes,
+            "{what}: sites at the peak"
+        );
         let segs: Vec<_> = scan
             .segments
             .iter()
@@ -113,12 +175,13 @@ fn check(bytes: &[u8], figures: &[Figures], what: &str) {
         );
         assert_eq!(c.replayed_allocated, f.allocated, "{what}");
     }
+    r
 }
 
 #[test]
 fn python_made_snapshots_with_far_references_are_read_whole() {
     // protocol2: the same shape with BINPUT/LONG_BINPUT (PyTorch's C++ pickler).
-    for name in ["alloc_context", "all_context", "protocol2"] {
+    for name in ["alloc_context", "all_context", "protocol2", "state_context"] {
         let bytes = std::fs::read(long_dir().join(format!("{name}.pickle"))).unwrap();
         let text = std::fs::read_to_string(long_dir().join(format!("{name}.json"))).unwrap();
         let j: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -149,7 +212,52 @@ fn python_made_snapshots_with_far_references_are_read_whole() {
         // Far enough that a window of recent entries would not reach: the trace's
         // 'segment_alloc' at its start is fetched again past 11,000 entries later.
         assert!(f.entries > 11_000 || name == "protocol2", "{name}");
-        check(&bytes, &[f], name);
+        let r = check(&bytes, &[f], name, name == "state_context");
+        // What Python summed from the dump's blocks when it wrote the file.
+        if let Some(want) = at["bytes_by_site"].as_object() {
+            let want: BTreeMap<String, u64> = want.iter().map(|(k, v)| (k.clone(), n(v))).collect();
+            let ours: BTreeMap<String, u64> = r.devices[0]
+                .at_end
+                .by_site
+                .iter()
+                .map(|s| (s.site.clone(), s.bytes))
+                .collect();
+            assert_eq!(ours, want, "{name}: bytes by site");
+        }
+    }
+}
+
+#[test]
+fn real_state_context_snapshots_attribute_bytes_by_the_dumps_frames() {
+    // H200, PyTorch 2.11: with context="state" no trace entry has frames.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/torch-snapshots/h200");
+    for name in ["all_state", "state_only"] {
+        let bytes = std::fs::read(dir.join(format!("{name}.pickle"))).unwrap();
+        let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let at = &j["at_dump"][0];
+        let scan = scan_bytes(&bytes).unwrap();
+        let r = report(&scan, &ReportOptions::default()).unwrap();
+        let d = &r.devices[0];
+        assert_eq!(
+            (d.allocated_bytes, d.reserved_bytes, d.segments),
+            (
+                at["memory_allocated"].as_u64().unwrap(),
+                at["memory_reserved"].as_u64().unwrap(),
+                at["segments"].as_u64().unwrap()
+            ),
+            "{name}"
+        );
+        assert!(d.end_check.consistent(), "{name}: {:?}", d.end_check);
+        let ours: BTreeMap<String, u64> = d
+            .at_end
+            .by_site
+            .iter()
+            .map(|s| (s.site.clone(), s.bytes))
+            .collect();
+        let want = dump_sites(&bytes).remove(&0).unwrap_or_default();
+        assert!(!ours.contains_key("unknown"), "{name}: {ours:?}");
+        assert_eq!(ours, want, "{name}: bytes by site at the end");
     }
 }
 
@@ -161,6 +269,9 @@ fn generated_snapshots_of_several_shapes_are_read_whole() {
         (3_000, Context::Alloc, 1, 3),
         (3_000, Context::All, 2, 4),
         (9_000, Context::Alloc, 2, 5),
+        (1, Context::State, 1, 6),
+        (3_000, Context::State, 1, 7),
+        (5_000, Context::State, 2, 8),
     ] {
         let p = Params {
             iterations,
@@ -169,7 +280,12 @@ fn generated_snapshots_of_several_shapes_are_read_whole() {
             seed,
         };
         let (bytes, figures) = synth::write_long(Vec::new(), &p).unwrap();
-        check(&bytes, &figures, &format!("{p:?}"));
+        check(
+            &bytes,
+            &figures,
+            &format!("{p:?}"),
+            context == Context::State,
+        );
     }
 }
 

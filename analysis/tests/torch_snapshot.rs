@@ -522,3 +522,34 @@ fn allocator_paths_equal_pytorchs_figures() {
     assert_eq!(settings("roundup").max_split_size, Some(64 << 20));
     assert_eq!(settings("streams").expandable_segments, Some(false));
 }
+
+#[test]
+fn stack_markers_read_back_to_the_same_frames_and_site() {
+    use memwatch_analysis::torch::records::parse_stack_marker;
+    use memwatch_analysis::torch::stacks::site_of_frames;
+    use memwatch_analysis::torch::StackId;
+    for name in ["leak", "train_snapshot", "fragmentation"] {
+        let b = bytes(name);
+        let scan = scan_bytes(&b, name).unwrap();
+        let mut seen = 0;
+        to_records::<()>(&scan, "h100", &mut |r| {
+            if let Record::Marker(m) = &r {
+                if let Some((n, frames)) = parse_stack_marker(&m.text) {
+                    let id = StackId(n);
+                    let want: Vec<_> = scan.stacks.frames(id).cloned().collect();
+                    assert_eq!(frames, want, "{name}: stack {n}");
+                    assert_eq!(
+                        site_of_frames(&frames).map(|f| f.site_label()),
+                        memwatch_analysis::torch::report::site_label(&scan.stacks, id),
+                        "{name}: stack {n}"
+                    );
+                    seen += 1;
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert!(seen > 0, "{name}: no stack marker");
+    }
+    assert_eq!(parse_stack_marker("torch.annotation START x"), None);
+}

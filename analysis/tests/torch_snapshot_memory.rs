@@ -7,6 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
+use memwatch_analysis::torch::pickle::write::Writer;
 use memwatch_analysis::torch::pickle::{
     load, Element, Kind, Limits, Route, Router, Streaming, Value,
 };
@@ -76,6 +77,41 @@ impl Router for Drop {
     }
 }
 
+/// A snapshot-shaped document whose `entries` trace entries each have a new list of
+/// the same one frame dict (as PyTorch's dump of a one-frame stack).
+fn one_frame_trace(entries: usize) -> Vec<u8> {
+    use std::rc::Rc;
+    let s = Value::str;
+    let frame = Value::Dict(Rc::new(vec![
+        (s("name"), s("<module>")),
+        (s("filename"), s("/work/train.py")),
+        (s("line"), Value::Int(6)),
+    ]));
+    // Keys and the action name: one object each, as PyTorch makes them.
+    let keys = [s("action"), s("addr"), s("size"), s("frames")];
+    let action = s("alloc");
+    let trace: Vec<Value> = (0..entries)
+        .map(|i| {
+            Value::Dict(Rc::new(vec![
+                (keys[0].clone(), action.clone()),
+                (keys[1].clone(), Value::Int(4096 * (i as i64 % 64))),
+                (keys[2].clone(), Value::Int(512)),
+                (keys[3].clone(), Value::List(Rc::new(vec![frame.clone()]))),
+            ]))
+        })
+        .collect();
+    let doc = Value::Dict(Rc::new(vec![
+        (s("segments"), Value::List(Rc::new(Vec::new()))),
+        (
+            s("device_traces"),
+            Value::List(Rc::new(vec![Value::List(Rc::new(trace))])),
+        ),
+    ]));
+    let mut w = Writer::new(Vec::new(), 1000);
+    w.write(&doc).unwrap();
+    w.finish().unwrap()
+}
+
 #[test]
 fn reading_holds_distinct_content_not_length() {
     // The reader alone: a fourfold longer trace costs its memo indices (about a byte
@@ -103,6 +139,21 @@ fn reading_holds_distinct_content_not_length() {
     eprintln!("growth {growth:.2} bytes per extra entry");
     assert!(growth < 8.0, "{growth:.2} bytes per extra entry");
     assert!(p2 < b2 / 4, "peak {p2} for {b2} bytes");
+
+    // Stacks of one frame (a script allocating at module level: `stacks="python"` gives
+    // one frame), whose lists Python's pickler writes `EMPTY_LIST MEMOIZE GET APPEND`:
+    // a new list object per entry, of the same frame, held once too.
+    let mut peaks = Vec::new();
+    for entries in [40_000usize, 160_000] {
+        let bytes = one_frame_trace(entries);
+        let (_, peak) = peak_of(|| load(&bytes[..], &mut Drop, &Limits::default()).unwrap());
+        eprintln!("one-frame stacks: {entries} entries, peak {peak} bytes");
+        peaks.push((peak, entries));
+    }
+    let ((p1, n1), (p2, n2)) = (peaks[0], peaks[1]);
+    let growth = p2.saturating_sub(p1) as f64 / (n2 - n1) as f64;
+    eprintln!("growth {growth:.2} bytes per extra entry (one-frame stacks)");
+    assert!(growth < 8.0, "{growth:.2} bytes per extra entry");
 
     // Hostile: 8 M MEMOIZEs of one value, 1 M of new empty tuples and 1 M of 1-tuples
     // (1 to 4 bytes of file each): the indices, and each distinct object once — linear

@@ -327,6 +327,62 @@ async fn pytorch_snapshot_runs_show_allocated_against_reserved() {
     }
 }
 
+#[tokio::test]
+async fn pytorch_snapshot_runs_stack_allocated_bytes_by_site() {
+    use memwatch_analysis::torch::{report, scan_path, ReportOptions};
+    for url in dbs("framework_torch_sites").await.urls.clone() {
+        let (app, store) = test_app(&url, None, 16 << 20).await;
+        for (stream, name) in [(1, "leak"), (2, "train_snapshot"), (3, "fragmentation")] {
+            let path = testdata(&format!("torch-snapshots/{name}.pickle"));
+            let run = store_snapshot_file(&store, &path, &format!("snapshot:{name}"), stream).await;
+            let v = api(
+                &app,
+                &format!("/api/runs/{run}/framework?device=0&points=50"),
+            )
+            .await;
+            let series = v["timeline"]["series"].as_object().expect("series");
+            let producers = v["timeline"]["producers"].as_array().expect("producers");
+            let last = |k: &str| series[k].as_array().unwrap().last().unwrap()["last"].as_i64();
+            // Allocated bytes per site at the end, from the per-site series.
+            let mut ours = std::collections::BTreeMap::new();
+            for (k, _) in series {
+                let s: i64 = k.parse().unwrap();
+                if (1_000..1_000_000).contains(&s) {
+                    let bytes = last(k).unwrap();
+                    if bytes > 0 {
+                        let site = producers[(s - 1_000) as usize].as_str().unwrap();
+                        ours.insert(site.to_string(), bytes as u64);
+                    }
+                }
+            }
+            assert_eq!(
+                ours.values().sum::<u64>() as i64,
+                last("4").unwrap(),
+                "{name}: sites sum to allocated"
+            );
+            // The same as the snapshot's own report at the end of its trace.
+            let scan = scan_path(&path).unwrap();
+            let opts = ReportOptions {
+                sites: 10_000,
+                ..ReportOptions::default()
+            };
+            let r = report(&scan, &opts).unwrap();
+            let want: std::collections::BTreeMap<String, u64> = r.devices[0]
+                .at_end
+                .by_site
+                .iter()
+                .map(|s| (s.site.clone(), s.bytes))
+                .collect();
+            assert_eq!(ours, want, "{name}: allocated by site at the end");
+            // The run page: the chart stacked by site and the table at the peak.
+            let (_, page) = get(&app, &format!("/runs/{run}")).await;
+            assert!(page.contains("stacked by allocation site"), "{name}");
+            assert!(page.contains("Allocated by Python line at"), "{name}");
+            assert!(!page.contains("Live outputs per executable"), "{name}");
+        }
+    }
+}
+
 /// A live run: the background builder keeps its framework view current as records
 /// arrive, so the "growing" badge shows while the job still runs. The real leak capture
 /// arrives in two parts; after the second, the builder rebuilds the run by itself.

@@ -27,11 +27,38 @@ use memwatch_wire::{
 use super::model::{Action, Annotation};
 use super::replay::{self, Observer, ReplayError, Sim, Step};
 use super::scan::{Scan, Trace};
-use super::stacks::StackId;
+use super::stacks::{Frame, StackId};
 use crate::capture::load::TAG_PREFIX;
 
 /// An event's kind, memory kind and API.
 type What = (EventKind, MemKind, Api);
+
+/// The first word of a stack's marker.
+const STACK_MARKER: &str = "torch.stack ";
+
+/// A `torch.stack N` marker read back: the stack's number (events' `aux` - 1) and its
+/// frames, innermost first (a frame cut off by the marker's length is not among them).
+pub fn parse_stack_marker(text: &str) -> Option<(u32, Vec<Frame>)> {
+    let mut lines = text.lines();
+    let n = lines
+        .next()?
+        .strip_prefix(STACK_MARKER)?
+        .trim()
+        .parse()
+        .ok()?;
+    let frames = lines
+        .filter_map(|l| {
+            let (name, place) = l.split_once('\t')?;
+            let (file, line) = place.rsplit_once(':')?;
+            Some(Frame {
+                name: name.to_string(),
+                filename: file.to_string(),
+                line: line.parse().ok()?,
+            })
+        })
+        .collect();
+    Some((n, frames))
+}
 
 /// Events per events record.
 const BATCH: usize = 8192;
@@ -196,7 +223,7 @@ impl<E> Converter<'_, E> {
         if !self.sent.get(i).copied().unwrap_or(true) {
             self.sent[i] = true;
             self.summary.stacks += 1;
-            let mut text = format!("torch.stack {}", id.0);
+            let mut text = format!("{STACK_MARKER}{}", id.0);
             let frames: Vec<_> = self.scan.stacks.frames(id).collect();
             for (n, f) in frames.iter().enumerate() {
                 let line = format!("\n{}\t{}:{}", f.name, f.filename, f.line);

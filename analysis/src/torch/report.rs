@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::model::{Action, AllocatorSettings, BlockState};
 use super::replay::{self, Anomalies, Blk, EndCheck, Observer, Sim, Step};
 use super::scan::{Scan, Trace};
-use super::stacks::{Frame, StackId, StackTable};
+use super::stacks::{Frame, StackId, StackTable, UNKNOWN_SITE};
 use super::SnapshotError;
 use crate::alloc::torch::SMALL_SIZE;
 
@@ -260,7 +260,7 @@ impl Reporter<'_> {
             .map(|(k, bytes, blocks)| SiteBytes {
                 site: stacks
                     .frame_by_key(k)
-                    .map_or_else(|| "unknown".to_string(), Frame::site_label),
+                    .map_or_else(|| UNKNOWN_SITE.to_string(), Frame::site_label),
                 bytes,
                 blocks,
             })

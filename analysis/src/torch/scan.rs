@@ -16,7 +16,7 @@ use super::decode;
 use super::model::{Action, AllocatorSettings, Annotation, Entry, Segment};
 use super::pickle::{self, Element, Kind, Limits, Route, Router, Streaming, Value};
 use super::spill::{Range, Spill};
-use super::stacks::StackTable;
+use super::stacks::{StackId, StackTable};
 use super::SnapshotError;
 
 /// One device's trace.
@@ -30,6 +30,12 @@ pub struct Trace {
     pub actions: BTreeMap<&'static str, u64>,
     /// What the trace says about memory that was there before its first entry.
     pub before: Before,
+    /// `alloc` entries recorded without a stack whose block is still held at the end of
+    /// the trace, as (index in the trace, address), by index. With
+    /// `_record_memory_history(context="state")` no trace entry has frames, but the
+    /// dump's blocks do: these allocations are the dump's blocks, so their stacks are
+    /// known (`replay` gives them the dump block's).
+    pub stackless_live: Vec<(u64, u64)>,
 }
 
 /// Blocks and segments the trace releases without having created them: they existed
@@ -74,8 +80,9 @@ const TRACE0: u32 = 16;
 /// Per-device tracking of what the trace itself created, while reading.
 #[derive(Default)]
 struct Tracker {
-    /// Blocks allocated within the trace and not yet returned to the cache.
-    blocks: FastMap<u64, bool>,
+    /// Blocks allocated within the trace and not yet returned to the cache: whether the
+    /// caller released them, and the index of their `alloc` entry when it had no stack.
+    blocks: FastMap<u64, (bool, Option<u64>)>,
     segments: FastMap<u64, u64>,
     /// Entries per action (by `Action as usize`), for `Trace::actions`.
     actions: [u64; Action::ALL.len()],
@@ -127,6 +134,7 @@ impl Reader {
                 "device_traces[{device}] continues after another device's entries"
             ));
         }
+        let index = t.range.len;
         t.range.len += 1;
         t.first_time_us.get_or_insert(e.time_us);
         t.last_time_us = Some(e.time_us);
@@ -135,13 +143,14 @@ impl Reader {
         let before = &mut self.traces[device].before;
         match e.action {
             Action::Alloc => {
-                tr.blocks.insert(e.addr, false);
+                let stackless = (e.stack == StackId::NONE).then_some(index);
+                tr.blocks.insert(e.addr, (false, stackless));
             }
             Action::FreeRequested => match tr.blocks.get_mut(&e.addr) {
-                Some(released) => *released = true,
+                Some((released, _)) => *released = true,
                 None => {
                     before.blocks.push((e.addr, e.size, false));
-                    tr.blocks.insert(e.addr, true);
+                    tr.blocks.insert(e.addr, (true, None));
                 }
             },
             Action::FreeCompleted => {
@@ -355,6 +364,12 @@ pub fn scan_reader<R: Read>(input: R, path: &Path, file_bytes: u64) -> Result<Sc
     for (t, tr) in r.traces.iter_mut().zip(&r.trackers) {
         // Blocks whose free is still pending hold their place too.
         t.before.live_blocks = tr.blocks.keys().copied().collect();
+        t.stackless_live = tr
+            .blocks
+            .iter()
+            .filter_map(|(&addr, &(_, index))| Some((index?, addr)))
+            .collect();
+        t.stackless_live.sort_unstable();
         t.before.live_segments = tr.segments.keys().copied().collect();
         t.actions = Action::ALL
             .iter()

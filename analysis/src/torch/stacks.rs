@@ -12,6 +12,10 @@ use serde::Serialize;
 
 use super::pickle::Value;
 
+/// What bytes are grouped under when their stack has no site (no frames recorded, or
+/// none a site can be).
+pub const UNKNOWN_SITE: &str = "unknown";
+
 /// A stack's number in its [`StackTable`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StackId(pub u32);
@@ -317,20 +321,22 @@ fn aten_op(name: &str) -> Option<&str> {
 /// The innermost Python frame outside the `torch` package; else the innermost Python
 /// frame; else the backward node or the ATen operator.
 fn site_of(frames: &[Frame], stack: &[u32]) -> Option<u32> {
-    let python = || {
-        stack
-            .iter()
-            .copied()
-            .filter(|&f| frames[f as usize].is_python())
-    };
-    let named = |pick: fn(&str) -> Option<&str>| {
-        stack
-            .iter()
-            .copied()
-            .find(|&f| pick(&frames[f as usize].name).is_some())
-    };
+    let at = site_index(stack.len(), |i| &frames[stack[i] as usize])?;
+    Some(stack[at])
+}
+
+/// The site of a stack given as its frames, innermost first (the same rule as the
+/// reports': see [`site_index`]), e.g. read back from a `torch.stack` marker.
+pub fn site_of_frames(frames: &[Frame]) -> Option<&Frame> {
+    site_index(frames.len(), |i| &frames[i]).map(|i| &frames[i])
+}
+
+/// The position of a stack's site among its `n` frames (`frame(i)`, innermost first).
+fn site_index<'a>(n: usize, frame: impl Fn(usize) -> &'a Frame) -> Option<usize> {
+    let python = || (0..n).filter(|&i| frame(i).is_python());
+    let named = |pick: fn(&str) -> Option<&str>| (0..n).find(|&i| pick(&frame(i).name).is_some());
     python()
-        .find(|&f| !frames[f as usize].filename.contains("/torch/"))
+        .find(|&i| !frame(i).filename.contains("/torch/"))
         .or_else(|| python().next())
         .or_else(|| named(backward_node))
         .or_else(|| named(aten_op))

@@ -10,7 +10,7 @@
 //! frame list per entry (repeating a few stacks), a new `'N/A'` per entry; a block live
 //! at the dump has the same frame list in `segments` (written first) and in its `alloc`
 //! entry; with [`Context::Alloc`] a free shares its alloc's list; `free_completed` shares
-//! `free_requested`'s. What reaches far back: a block allocated first and freed last, a
+//! `free_requested`'s; with [`Context::State`] entries have no `frames`. What reaches far back: a block allocated first and freed last, a
 //! frame used only at the start and the end, `'segment_alloc'` once at the start (the
 //! loop reuses segments made before the trace, as after a wrapped ring) and again at the
 //! end. The simulation runs twice with the same seed: once for the state at the dump
@@ -38,6 +38,9 @@ pub enum Context {
     All,
     /// Its alloc's (the same list object).
     Alloc,
+    /// None: no trace entry has frames (PyTorch's `record_trace` drops them below
+    /// `RecordContext::ALLOC`); only the dump's blocks carry their allocation's list.
+    State,
 }
 
 #[derive(Debug, Clone)]
@@ -326,7 +329,7 @@ pub fn write_long<W: Write>(out: W, p: &Params) -> io::Result<(W, Vec<Figures>)>
                 "free_requested" => {
                     let l = match p.context {
                         Context::Alloc => lists.get(&ev.alloc).cloned(),
-                        Context::All => None,
+                        Context::All | Context::State => None,
                     }
                     .unwrap_or_else(|| list(1 + ev.stack % (STACKS - 1)));
                     if let Some(old) = lists.insert(ev.alloc, l.clone()) {
@@ -350,7 +353,7 @@ pub fn write_long<W: Write>(out: W, p: &Params) -> io::Result<(W, Vec<Figures>)>
             };
             let (action, empty) = (names.get(ev.action), names.get(""));
             let mut d = |k: &'static str, v: Value| (names.get(k), v);
-            let e = Value::Dict(Rc::new(vec![
+            let mut items = vec![
                 d("action", action),
                 d("addr", Value::Int(ev.addr as i64)),
                 d("size", Value::Int(SIZE as i64)),
@@ -358,8 +361,11 @@ pub fn write_long<W: Write>(out: W, p: &Params) -> io::Result<(W, Vec<Figures>)>
                 d("time_us", Value::Int(time)),
                 d("compile_context", Value::str("N/A")),
                 d("user_metadata", empty),
-                d("frames", frames),
-            ]));
+            ];
+            if p.context != Context::State {
+                items.push(d("frames", frames));
+            }
+            let e = Value::Dict(Rc::new(items));
             *f.actions.entry(ev.action).or_default() += 1;
             f.entries += 1;
             batch.push(e);

@@ -315,49 +315,37 @@ impl<'a> Destination<'a> {
     }
 
     pub(super) fn send(&mut self, batch: Batch) -> Result<Sent> {
-        let seq = batch.seq;
+        let mut sent = self.send_many(vec![batch])?;
+        sent.pop()
+            .context("the store answered no outcome for the batch")
+    }
+
+    /// Stores `batches` (in order) in one transaction of the store (one commit, one
+    /// sync to disk); a daemon gets them one request each. What each did.
+    pub(super) fn send_many(&mut self, batches: Vec<Batch>) -> Result<Vec<Sent>> {
+        let Some(seq) = batches.last().map(|b| b.seq) else {
+            return Ok(Vec::new());
+        };
         match self {
             Destination::Db {
                 rt, ingestor, db, ..
             } => {
                 let out = rt
-                    .block_on(ingestor.commit(vec![batch]))
+                    .block_on(ingestor.commit(batches))
                     .with_context(|| format!("storing the records up to {seq} into {db}"))?;
-                Ok(out.into_iter().fold(
-                    Sent {
-                        run_id: None,
-                        events: 0,
-                        duplicate: false,
-                    },
-                    |mut s, o| {
-                        s.run_id = s.run_id.or(o.run_id);
-                        s.events += o.events;
-                        s.duplicate |= o.duplicate;
-                        s
-                    },
-                ))
+                Ok(out
+                    .into_iter()
+                    .map(|o| Sent {
+                        run_id: o.run_id,
+                        events: o.events,
+                        duplicate: o.duplicate,
+                    })
+                    .collect())
             }
-            Destination::Daemon { base, token } => {
-                let mut body = encode_preamble().to_vec();
-                for r in &batch.records {
-                    encode_record(r, &mut body).context("encoding a frame")?;
-                }
-                let endpoint = format!(
-                    "{base}/api/ingest?node={}&run={}&stream={}&seq={seq}",
-                    urlencode(&batch.node),
-                    urlencode(&batch.run_key),
-                    batch.stream
-                );
-                let req = http()
-                    .post(&endpoint)
-                    .set("content-type", "application/octet-stream");
-                let v = call(req, *token, base, Some(&body))?;
-                Ok(Sent {
-                    run_id: v["run_id"].as_i64(),
-                    events: v["events"].as_u64().unwrap_or(0),
-                    duplicate: v["duplicate"].as_bool().unwrap_or(false),
-                })
-            }
+            Destination::Daemon { base, token } => batches
+                .iter()
+                .map(|b| send_to_daemon(base, *token, b))
+                .collect(),
         }
     }
 
@@ -371,6 +359,30 @@ impl<'a> Destination<'a> {
         }
         Ok(())
     }
+}
+
+/// One batch to a daemon's `/api/ingest`.
+fn send_to_daemon(base: &str, token: Option<&str>, batch: &Batch) -> Result<Sent> {
+    let mut body = encode_preamble().to_vec();
+    for r in &batch.records {
+        encode_record(r, &mut body).context("encoding a frame")?;
+    }
+    let endpoint = format!(
+        "{base}/api/ingest?node={}&run={}&stream={}&seq={}",
+        urlencode(&batch.node),
+        urlencode(&batch.run_key),
+        batch.stream,
+        batch.seq
+    );
+    let req = http()
+        .post(&endpoint)
+        .set("content-type", "application/octet-stream");
+    let v = call(req, token, base, Some(&body))?;
+    Ok(Sent {
+        run_id: v["run_id"].as_i64(),
+        events: v["events"].as_u64().unwrap_or(0),
+        duplicate: v["duplicate"].as_bool().unwrap_or(false),
+    })
 }
 
 /// One HTTP call to the daemon; its JSON answer, or an error naming the daemon.

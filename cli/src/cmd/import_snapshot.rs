@@ -2,11 +2,15 @@
 //! a run, through the same batches, stream identity and resume rules as a capture's
 //! (see `import`), from the records `memwatch_analysis::torch::records` makes. The
 //! records are produced and sent as the replay goes, so a snapshot of several GB is
-//! imported in bounded memory.
+//! imported in bounded memory; batches are stored by a second thread while the replay
+//! makes the next (at most [`IN_FLIGHT`] waiting, stored together in one transaction),
+//! so storing costs little wall time on top of reading.
 
 use std::path::Path;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread::{Scope, ScopedJoinHandle};
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Result};
 use memwatch_analysis::torch;
 use memwatch_daemon::Batch;
 use memwatch_wire::Record;
@@ -16,9 +20,45 @@ use super::import::{
 };
 use super::store_target::Target;
 
+/// Batches made and not yet being stored (each up to [`BATCH_EVENTS`] events), and the
+/// most stored in one transaction: a store that syncs every commit to disk (SQLite's
+/// `synchronous=FULL`) syncs once per group, and the replay runs on meanwhile.
+const IN_FLIGHT: usize = 2;
+
+/// What the storing thread saw.
+#[derive(Default)]
+struct Stored {
+    run_id: Option<i64>,
+    batches: u64,
+    events: u64,
+    duplicate_batches: u64,
+}
+
+/// Stores every batch received, in order (those already waiting in one transaction),
+/// then closes the destination.
+fn store_all(mut dest: Destination<'_>, batches: Receiver<Batch>) -> Result<Stored> {
+    let mut s = Stored::default();
+    while let Ok(first) = batches.recv() {
+        let mut group = vec![first];
+        while group.len() < IN_FLIGHT {
+            match batches.try_recv() {
+                Ok(b) => group.push(b),
+                Err(_) => break,
+            }
+        }
+        for sent in dest.send_many(group)? {
+            s.batches += 1;
+            s.run_id = sent.run_id.or(s.run_id);
+            s.events += sent.events;
+            s.duplicate_batches += u64::from(sent.duplicate);
+        }
+    }
+    dest.close()?;
+    Ok(s)
+}
+
 /// Sends records in numbered batches once the stream is named.
-struct Sender<'a> {
-    dest: Destination<'a>,
+struct Sender<'scope> {
     node: String,
     stream: u64,
     run_key: String,
@@ -28,13 +68,16 @@ struct Sender<'a> {
     batch: Vec<Record>,
     in_batch: usize,
     summary: ImportSummary,
+    to_store: SyncSender<Batch>,
+    storing: ScopedJoinHandle<'scope, Result<Stored>>,
 }
 
-impl<'a> Sender<'a> {
-    fn start(
+impl<'scope> Sender<'scope> {
+    fn start<'env>(
+        scope: &'scope Scope<'scope, 'env>,
         head: &[Record],
         path: &Path,
-        target: Target<'a>,
+        target: Target<'env>,
         run: Option<String>,
         node: String,
     ) -> Result<Self> {
@@ -47,8 +90,9 @@ impl<'a> Sender<'a> {
         let stream = identity ^ ((crc32fast::hash(run_key.as_bytes()) as u64) << 16);
         let dest = Destination::open(target)?;
         let (stored, stored_run) = dest.position(&node, stream, &run_key)?;
+        let (to_store, batches) = sync_channel(IN_FLIGHT);
+        let storing = scope.spawn(move || store_all(dest, batches));
         Ok(Sender {
-            dest,
             node,
             stream,
             summary: ImportSummary {
@@ -70,6 +114,8 @@ impl<'a> Sender<'a> {
             seen: 0,
             batch: Vec::new(),
             in_batch: 0,
+            to_store,
+            storing,
         })
     }
 
@@ -87,31 +133,52 @@ impl<'a> Sender<'a> {
         Ok(())
     }
 
+    /// Hands the batch to the storing thread (waits while [`IN_FLIGHT`] are waiting).
+    /// Fails when that thread stopped: [`Sender::finish`] has its error.
     fn send(&mut self) -> Result<()> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let sent = self.dest.send(Batch {
+        let batch = Batch {
             node: self.node.clone(),
             stream: self.stream,
             seq: self.seen,
             run_key: self.run_key.clone(),
             records: std::mem::take(&mut self.batch),
-        })?;
+        };
         self.in_batch = 0;
-        let s = &mut self.summary;
-        s.batches += 1;
-        s.run_id = sent.run_id.or(s.run_id);
-        s.events += sent.events;
-        s.duplicate_batches += u64::from(sent.duplicate);
-        Ok(())
+        self.to_store
+            .send(batch)
+            .map_err(|_| anyhow!("storing stopped"))
     }
 
-    fn finish(mut self) -> Result<ImportSummary> {
-        self.send()?;
-        self.summary.records = self.seen;
-        self.dest.close()?;
-        Ok(self.summary)
+    /// Sends the last batch and waits until everything is stored. `made`: how making
+    /// the records ended (its error comes first unless storing failed).
+    fn finish(mut self, made: Result<()>) -> Result<ImportSummary> {
+        let last = made.and_then(|()| self.send());
+        let Sender {
+            to_store,
+            storing,
+            mut summary,
+            seen,
+            ..
+        } = self;
+        drop(to_store);
+        let stored = storing
+            .join()
+            .map_err(|_| anyhow!("the thread storing the records panicked"))?;
+        let stored = match (last, stored) {
+            // The storing thread's error is why sending stopped.
+            (_, Err(e)) => return Err(e.context(format!("storing {}", summary.capture))),
+            (Err(e), Ok(_)) => return Err(e),
+            (Ok(()), Ok(s)) => s,
+        };
+        summary.records = seen;
+        summary.run_id = stored.run_id.or(summary.run_id);
+        summary.batches = stored.batches;
+        summary.events = stored.events;
+        summary.duplicate_batches = stored.duplicate_batches;
+        Ok(summary)
     }
 }
 
@@ -128,40 +195,47 @@ pub fn import(
     let node = node
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "import".into());
-    let mut head: Vec<Record> = Vec::new();
-    let mut sender: Option<Sender> = None;
-    let mut run = Some(run);
-    torch::to_records(&scan, &host, &mut |r| -> Result<()> {
-        if let Some(s) = &mut sender {
-            return s.push(r);
-        }
-        head.push(r);
-        if head.len() == IDENTITY_RECORDS {
-            let mut s = Sender::start(&head, path, target, run.take().flatten(), node.clone())?;
-            for r in head.drain(..) {
-                s.push(r)?;
+    std::thread::scope(|scope| {
+        let mut head: Vec<Record> = Vec::new();
+        let mut sender: Option<Sender> = None;
+        let mut run = Some(run);
+        let made = torch::to_records(&scan, &host, &mut |r| -> Result<()> {
+            if let Some(s) = &mut sender {
+                return s.push(r);
             }
-            sender = Some(s);
-        }
-        Ok(())
+            head.push(r);
+            if head.len() == IDENTITY_RECORDS {
+                let mut s = Sender::start(
+                    scope,
+                    &head,
+                    path,
+                    target,
+                    run.take().flatten(),
+                    node.clone(),
+                )?;
+                for r in head.drain(..) {
+                    s.push(r)?;
+                }
+                sender = Some(s);
+            }
+            Ok(())
+        })
+        .map_err(|e| match e {
+            torch::ConvertError::Io(e) => anyhow::Error::new(e)
+                .context(format!("{}: reading the stored trace", path.display())),
+            torch::ConvertError::Emit(e) => e,
+        })
+        .map(|_| ());
+        let (sender, made) = match sender {
+            Some(s) => (s, made),
+            None => {
+                // Fewer records than the identity needs (or the replay failed first).
+                made?;
+                let mut s = Sender::start(scope, &head, path, target, run.take().flatten(), node)?;
+                let pushed = head.drain(..).try_for_each(|r| s.push(r));
+                (s, pushed)
+            }
+        };
+        sender.finish(made)
     })
-    .map_err(|e| match e {
-        torch::ConvertError::Io(e) => {
-            anyhow::Error::new(e).context(format!("{}: reading the stored trace", path.display()))
-        }
-        torch::ConvertError::Emit(e) => e,
-    })?;
-    let sender = match sender {
-        Some(s) => s,
-        None => {
-            let mut s = Sender::start(&head, path, target, run.take().flatten(), node)?;
-            for r in head.drain(..) {
-                s.push(r)?;
-            }
-            s
-        }
-    };
-    sender
-        .finish()
-        .with_context(|| format!("storing {}", path.display()))
 }

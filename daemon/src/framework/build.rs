@@ -7,6 +7,8 @@
 
 use std::collections::HashMap;
 
+use memwatch_analysis::torch::records::parse_stack_marker;
+use memwatch_analysis::torch::stacks::{site_of_frames, UNKNOWN_SITE};
 use memwatch_wire::{Api, ApiFamily, EventKind};
 
 use super::rollup::{base_level, Rollups, Row};
@@ -130,10 +132,15 @@ pub async fn build_run(store: &Store, run: i64) -> Result<Built, StoreError> {
     let base = base_level(duration);
     let mut built = Built::default();
     let mut per_device: Vec<(i64, Vec<Row>)> = Vec::new();
+    let mut sites: Option<Vec<i64>> = None;
     for &device in &devices {
         let mut r = Rollups::new(base, duration);
         let n = if snapshot > 0 {
-            sweep_torch(store, run, device, head.t0_mono_ns, &mut r).await?
+            if sites.is_none() {
+                sites = Some(torch_sites(store, run, &mut producers).await?);
+            }
+            let sites = sites.as_ref().map_or(&[][..], Vec::as_slice);
+            sweep_torch(store, run, device, head.t0_mono_ns, sites, &mut r).await?
         } else {
             sweep_pjrt(store, run, device, &head, &mut producers, &mut r).await?
         };
@@ -395,16 +402,54 @@ async fn sweep_pjrt(
 /// Chunks read per query in the PyTorch sweep.
 const CHUNK_PAGE: i64 = 64;
 
+/// A PyTorch snapshot run's stacks as producers: the producer index of each stack
+/// number (its `torch.stack N` marker), named by the stack's site (the Python line
+/// reports group by; stacks of one site share it); the last stands for blocks without
+/// a stack, named as the reports name them.
+async fn torch_sites(
+    store: &Store,
+    run: i64,
+    producers: &mut Producers,
+) -> Result<Vec<i64>, StoreError> {
+    let texts: Vec<String> = sqlx::query_scalar(
+        "SELECT text FROM annotations WHERE run_id = $1 AND text LIKE 'torch.stack %' ORDER BY id",
+    )
+    .bind(run)
+    .fetch_all(&store.pool)
+    .await?;
+    let mut by_stack: Vec<Option<i64>> = Vec::new();
+    for t in &texts {
+        let Some((n, frames)) = parse_stack_marker(t) else {
+            continue;
+        };
+        let name =
+            site_of_frames(&frames).map_or_else(|| UNKNOWN_SITE.to_string(), |f| f.site_label());
+        let i = n as usize;
+        if by_stack.len() <= i {
+            by_stack.resize(i + 1, None);
+        }
+        by_stack[i] = Some(producers.idx(&name));
+    }
+    let none = producers.idx(UNKNOWN_SITE);
+    let mut out: Vec<i64> = by_stack.into_iter().map(|p| p.unwrap_or(none)).collect();
+    out.push(none);
+    Ok(out)
+}
+
+/// Sweeps a device's PyTorch block events: allocated bytes, and the same per site
+/// (`sites`: the producer of each stack number, the last for none; see [`torch_sites`]).
 async fn sweep_torch(
     store: &Store,
     run: i64,
     device: i64,
     t0: i64,
+    sites: &[i64],
     r: &mut Rollups,
 ) -> Result<u64, StoreError> {
     let mut after = 0i64;
     let mut records = 0u64;
-    let mut sizes: HashMap<(u32, u64), i64> = HashMap::new();
+    let mut blocks: HashMap<(u32, u64), (i64, i64)> = HashMap::new();
+    let none = sites.last().copied().unwrap_or(0);
     loop {
         let page: Vec<(i64, Vec<u8>)> = sqlx::query_as(
             "SELECT id, events FROM event_chunks WHERE run_id = $1 AND device = $2 AND id > $3 \
@@ -428,13 +473,27 @@ async fn sweep_torch(
                 let t = (e.ts_ns as i64 - t0).max(0) as u64;
                 match codes::event_kind(e.kind) {
                     Some(EventKind::Alloc) => {
-                        sizes.insert((e.pid, e.ptr), e.size as i64);
-                        r.add(series::TORCH_ALLOCATED, t, e.size as i64);
+                        // aux: the stack number + 1 (0: none).
+                        let site = usize::try_from(e.aux)
+                            .ok()
+                            .and_then(|a| a.checked_sub(1))
+                            .and_then(|k| sites.get(k).copied())
+                            .unwrap_or(none);
+                        let size = e.size as i64;
+                        if let Some((old, old_site)) = blocks.insert((e.pid, e.ptr), (size, site)) {
+                            // An address allocated again without a free: the earlier
+                            // block is dropped, as the snapshot's replay drops it.
+                            r.add(series::TORCH_ALLOCATED, t, -old);
+                            r.add(series::PRODUCER_LIVE + old_site, t, -old);
+                        }
+                        r.add(series::TORCH_ALLOCATED, t, size);
+                        r.add(series::PRODUCER_LIVE + site, t, size);
                         records += 1;
                     }
                     Some(EventKind::Free) => {
-                        if let Some(size) = sizes.remove(&(e.pid, e.ptr)) {
+                        if let Some((size, site)) = blocks.remove(&(e.pid, e.ptr)) {
                             r.add(series::TORCH_ALLOCATED, t, -size);
+                            r.add(series::PRODUCER_LIVE + site, t, -size);
                         }
                         records += 1;
                     }

@@ -42,7 +42,26 @@ pub(crate) struct FrameworkSection {
     pub growth: Vec<GrowthRow>,
     /// "growing: +X/s in NAME" when the run keeps accumulating.
     pub growing: Option<String>,
+    /// PyTorch: allocated bytes by Python line near the peak.
+    pub sites: Option<SitesAtPeak>,
 }
+
+/// Allocated bytes by site (the innermost Python line outside PyTorch) at one instant:
+/// the end of the finest stored interval whose end holds the most allocated. The rows
+/// (the largest [`SITE_ROWS`], then the rest as one) sum to `total`.
+pub(crate) struct SitesAtPeak {
+    /// When (offset from the run's start).
+    pub at: String,
+    pub total: String,
+    /// The most allocated at any instant, and when.
+    pub peak: String,
+    pub peak_at: String,
+    /// (site, bytes, share of total).
+    pub rows: Vec<(String, String, String)>,
+}
+
+/// Sites listed by name under the stacked chart; the rest are one row.
+const SITE_ROWS: usize = 15;
 
 pub(crate) struct GrowthRow {
     pub name: String,
@@ -142,6 +161,10 @@ async fn section(
         ),
         None => (Vec::new(), None),
     };
+    let sites = match &whole {
+        Some(w) if tl.is_torch() => sites_at_peak(st, run.id, device, w).await?,
+        _ => None,
+    };
     Ok(Some(FrameworkSection {
         device,
         label: crate::runs::device_label(device),
@@ -156,6 +179,84 @@ async fn section(
         lanes,
         growth: rows,
         growing,
+        sites,
+    }))
+}
+
+/// The point of `points` starting at `t_ns`.
+fn at_bucket(points: &[Point], t_ns: u64) -> Option<&Point> {
+    points.iter().find(|p| p.t_ns == t_ns)
+}
+
+/// [`SitesAtPeak`] of a PyTorch device, from its per-site series (`whole`: the whole
+/// run, coarse; the interval holding the peak is read again at the finest level).
+async fn sites_at_peak(
+    st: &AppState,
+    run: i64,
+    device: i64,
+    whole: &FrameworkTimeline,
+) -> Result<Option<SitesAtPeak>, AppError> {
+    let top = |p: &[Point]| {
+        p.iter()
+            .max_by_key(|x| (x.max, std::cmp::Reverse(x.t_ns)))
+            .copied()
+    };
+    let Some(coarse) = whole.get(series::TORCH_ALLOCATED).and_then(top) else {
+        return Ok(None);
+    };
+    let end = coarse.t_ns.saturating_add(whole.bucket_ns.max(1));
+    let Some(fine) = read(&st.store, run, device, coarse.t_ns, end, 4096).await? else {
+        return Ok(None);
+    };
+    let Some(alloc) = fine.get(series::TORCH_ALLOCATED) else {
+        return Ok(None);
+    };
+    let Some(peak) = top(alloc) else {
+        return Ok(None);
+    };
+    // The instant: the end of the interval whose end holds the most.
+    let Some(at) = alloc
+        .iter()
+        .max_by_key(|x| (x.last, std::cmp::Reverse(x.t_ns)))
+        .copied()
+    else {
+        return Ok(None);
+    };
+    let mut bytes: Vec<(String, i64)> = fine
+        .series
+        .iter()
+        .filter_map(|(&s, p)| {
+            let i = series::producer_of_live(s)?;
+            let v = at_bucket(p, at.t_ns)?.last;
+            let name = fine
+                .producers
+                .get(i as usize)
+                .cloned()
+                .unwrap_or_else(|| format!("site {i}"));
+            (v > 0).then_some((name, v))
+        })
+        .collect();
+    bytes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let total = at.last;
+    let mut rows: Vec<(String, String, String)> = bytes
+        .iter()
+        .take(SITE_ROWS)
+        .map(|(n, v)| (n.clone(), fmt::bytes(*v), fmt::percent(*v, total)))
+        .collect();
+    if bytes.len() > SITE_ROWS {
+        let rest: i64 = bytes[SITE_ROWS..].iter().map(|x| x.1).sum();
+        rows.push((
+            format!("{} other lines", bytes.len() - SITE_ROWS),
+            fmt::bytes(rest),
+            fmt::percent(rest, total),
+        ));
+    }
+    Ok(Some(SitesAtPeak {
+        at: fmt::duration((at.t_ns.saturating_add(fine.bucket_ns)) as i64),
+        total: fmt::bytes(total),
+        peak: fmt::bytes(peak.max),
+        peak_at: fmt::duration(peak.t_ns as i64),
+        rows,
     }))
 }
 

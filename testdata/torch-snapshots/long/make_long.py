@@ -7,12 +7,14 @@ each block fills its own 20 MiB segment; a freed block stays cached and is reuse
 address first) before a new segment is made. Objects are shared as PyTorch shares them:
 one dict per distinct frame, one `'action'`-style key object, a new frame list per entry
 (a repeat of a few stacks), a new `'N/A'` string per entry; with context "alloc" a free
-shares its alloc's frame list, and `free_completed` shares its `free_requested`'s list.
+shares its alloc's frame list, and `free_completed` shares its `free_requested`'s list;
+with context "state" no trace entry has frames (PyTorch's `record_trace` drops them below
+`RecordContext::ALLOC`) and only the dump's blocks carry their allocation's list.
 What reaches far back: a block allocated first and freed last (its frame list), a frame
 used only at the start and the end, `'segment_alloc'` once at the start (the loop reuses
 segments made before the trace, as after a wrapped ring) and again at the end.
 
-argv: OUT_STEM ITERATIONS CONTEXT(all|alloc) [SEED [PROTOCOL]] (protocol 2: BINPUT and
+argv: OUT_STEM ITERATIONS CONTEXT(all|alloc|state) [SEED [PROTOCOL]] (protocol 2: BINPUT and
 LONG_BINPUT instead of MEMOIZE, as PyTorch's C++ pickler writes). Writes OUT_STEM.pickle and
 OUT_STEM.json (what the dump holds: allocated, reserved, segments, active blocks, and
 entries per action).
@@ -40,11 +42,14 @@ def main():
 
     def entry(action, addr, size, frames_list):
         t[0] += rng.randint(1, 50)
-        trace.append({
+        e = {
             "action": action, "addr": addr, "size": size, "stream": 0, "time_us": t[0],
             "compile_context": "".join(["N", "/A"]),  # a new object each time, as PyTorch makes
-            "user_metadata": "", "frames": frames_list,
-        })
+            "user_metadata": "",
+        }
+        if context != "state":
+            e["frames"] = frames_list
+        trace.append(e)
 
     def alloc(stack):
         if free_cached:
@@ -106,10 +111,17 @@ def main():
     for e in trace:
         actions[e["action"]] = actions.get(e["action"], 0) + 1
     active = sum(1 for s in segs if s["blocks"][0]["state"] == "active_allocated")
+    by_site = {}
+    for s in segs:
+        b = s["blocks"][0]
+        if b["state"] == "active_allocated":
+            f = b["frames"][0]
+            k = f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} in {f['name']}"
+            by_site[k] = by_site.get(k, 0) + b["size"]
     figures = {
         "made_by": " ".join(["make_long.py"] + sys.argv[2:]),
         "at_dump": {"memory_allocated": active * SIZE, "memory_reserved": len(segs) * SIZE,
-                    "segments": len(segs), "active_blocks": active},
+                    "segments": len(segs), "active_blocks": active, "bytes_by_site": by_site},
         "entries": len(trace), "actions": actions,
     }
     with open(stem + ".json", "w") as f:

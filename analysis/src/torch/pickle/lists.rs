@@ -1,5 +1,6 @@
-//! Lists of back-references read at once: `EMPTY_LIST MEMOIZE MARK GET… APPENDS` closed
-//! at once by its parent's `SETITEMS`/`SETITEM`, inside an element of a streamed list —
+//! Lists of back-references read at once: `EMPTY_LIST MEMOIZE MARK GET… APPENDS` (or,
+//! of one item, `EMPTY_LIST MEMOIZE GET APPEND`) closed at once by its parent's
+//! `SETITEMS`/`SETITEM`, inside an element of a streamed list —
 //! the layout of a PyTorch trace entry's frame list, a list of frame dicts fetched from
 //! the memo. Most of them repeat a stack seen before.
 //!
@@ -33,48 +34,61 @@ pub struct GetLists {
 }
 
 impl GetLists {
-    /// Reads the bytes after an `EMPTY_LIST`: `(MEMOIZE|BINPUT|LONG_BINPUT) MARK
-    /// (BINGET|LONG_BINGET)… APPENDS` followed by `SETITEMS` or `SETITEM`. Returns how many bytes that is
-    /// (up to the `APPENDS`, included) and how many items, or `None` when the bytes are
-    /// anything else or not all buffered.
+    /// Reads the bytes after an `EMPTY_LIST`: `(MEMOIZE|BINPUT|LONG_BINPUT)` then
+    /// `MARK (BINGET|LONG_BINGET)… APPENDS`, or for one item (Python's pickler writes a
+    /// list of one with `APPEND`) `(BINGET|LONG_BINGET) APPEND`, followed by `SETITEMS`
+    /// or `SETITEM`. Returns how many bytes that is (up to the `APPENDS`/`APPEND`,
+    /// included) and how many items, or `None` when the bytes are anything else or not
+    /// all buffered.
     pub fn parse(&mut self, bytes: &[u8]) -> Option<(usize, usize)> {
         self.ids.clear();
         self.put = None;
         let mut at = match *bytes {
-            [0x94, b'(', ..] => 2,
+            [0x94, ..] => 1,
             // Protocol 2 (BINPUT / LONG_BINPUT, as PyTorch's C++ pickler writes).
-            [b'q', i, b'(', ..] => {
+            [b'q', i, ..] => {
                 self.put = Some(u32::from(i));
-                3
+                2
             }
-            [b'r', a, b, c, d, b'(', ..] => {
+            [b'r', a, b, c, d, ..] => {
                 self.put = Some(u32::from_le_bytes([a, b, c, d]));
-                6
+                5
             }
             _ => return None,
         };
+        let closed = |at: usize| matches!(bytes.get(at + 1), Some(b'u' | b's'));
+        if *bytes.get(at)? != b'(' {
+            // One item: GET, APPEND.
+            at += self.get(bytes.get(at..)?)?;
+            return (*bytes.get(at)? == b'a' && closed(at)).then_some((at + 1, 1));
+        }
+        at += 1;
         loop {
             match *bytes.get(at)? {
-                b'h' => {
-                    self.ids.push(u32::from(*bytes.get(at + 1)?));
-                    at += 2;
-                }
-                b'j' => {
-                    let i = bytes.get(at + 1..at + 5)?;
-                    self.ids.push(u32::from_le_bytes([i[0], i[1], i[2], i[3]]));
-                    at += 5;
-                }
                 b'e' => {
-                    return match bytes.get(at + 1)? {
-                        b'u' | b's' if !self.ids.is_empty() => Some((at + 1, self.ids.len())),
-                        _ => None,
-                    };
+                    return (closed(at) && !self.ids.is_empty())
+                        .then_some((at + 1, self.ids.len()));
                 }
-                _ => return None,
+                _ => at += self.get(bytes.get(at..)?)?,
             }
             if self.ids.len() > MAX_ITEMS {
                 return None;
             }
+        }
+    }
+
+    /// Reads a `BINGET`/`LONG_BINGET` at the start of `bytes` into `ids`; its length.
+    fn get(&mut self, bytes: &[u8]) -> Option<usize> {
+        match *bytes {
+            [b'h', i, ..] => {
+                self.ids.push(u32::from(i));
+                Some(2)
+            }
+            [b'j', a, b, c, d, ..] => {
+                self.ids.push(u32::from_le_bytes([a, b, c, d]));
+                Some(5)
+            }
+            _ => None,
         }
     }
 
@@ -148,5 +162,14 @@ mod tests {
         assert_eq!(g.parse(b"\x94(K\x05eu"), None);
         assert_eq!(g.parse(b"\x94(eu"), None);
         assert_eq!(g.parse(b"(h\x05eu"), None);
+        // One item, appended alone (Python's pickler: a list of one).
+        assert_eq!(g.parse(b"\x94h\x05au"), Some((4, 1)));
+        assert_eq!(g.ids, [5]);
+        assert_eq!(g.parse(b"q\x07j\x00\x01\x00\x00as"), Some((8, 1)));
+        assert_eq!((g.ids.as_slice(), g.put), (&[256][..], Some(7)));
+        assert_eq!(g.parse(b"\x94h\x05a("), None);
+        assert_eq!(g.parse(b"\x94h\x05a"), None);
+        assert_eq!(g.parse(b"\x94h\x05h\x06au"), None);
+        assert_eq!(g.parse(b"\x94K\x05au"), None);
     }
 }

@@ -372,8 +372,23 @@ pub fn replay<O: Observer>(scan: &Scan, obs: &mut O) -> Result<(), ReplayError<O
         }
         if let Some(t) = trace {
             let mut step = Step::new(Action::Snapshot, t0);
+            let dump_stacks = dump_stacks(scan, device, t);
+            let mut stackless = t.stackless_live.iter().peekable();
+            let mut index = 0u64;
             scan.spill
                 .for_each(t.range, |e| {
+                    let i = index;
+                    index += 1;
+                    let mut with_stack;
+                    let e = match stackless.next_if(|&&(at, _)| at == i) {
+                        Some((_, addr)) => {
+                            with_stack = *e;
+                            with_stack.stack =
+                                dump_stacks.get(addr).copied().unwrap_or(StackId::NONE);
+                            &with_stack
+                        }
+                        None => e,
+                    };
                     step.action = e.action;
                     step.time_us = e.time_us;
                     step.ignored = false;
@@ -406,6 +421,21 @@ pub fn replay<O: Observer>(scan: &Scan, obs: &mut O) -> Result<(), ReplayError<O
             .map_err(ReplayError::Observer)?;
     }
     Ok(())
+}
+
+/// The stacks of the dump's active blocks by address, for the allocations the trace
+/// recorded without one (see [`Trace::stackless_live`]); empty when there are none.
+fn dump_stacks(scan: &Scan, device: i32, trace: &Trace) -> FastMap<u64, StackId> {
+    if trace.stackless_live.is_empty() {
+        return FastMap::default();
+    }
+    scan.segments
+        .iter()
+        .filter(|s| s.device == device)
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| b.state != BlockState::Inactive && b.stack != StackId::NONE)
+        .map(|b| (b.address, b.stack))
+        .collect()
 }
 
 fn end_check(scan: &Scan, sim: &Sim) -> EndCheck {
