@@ -319,6 +319,7 @@ pub async fn run(
         failures: incidents.len(),
         active,
         status: outcome::badge(&ended),
+        tone: outcome::tone(&ended),
         crash: match ended {
             Outcome::Crashed(code) => {
                 let line = outcome::logged_error(&st.store, id).await?;
