@@ -120,7 +120,10 @@ async fn verdicts_are_stored_and_shown_with_their_runs() {
         let (s, page) = get(&app, &format!("/runs/{leak}")).await;
         assert_eq!(s, StatusCode::OK);
         let headline = docs[0]["verdicts"][0]["headline"].as_str().unwrap();
-        assert!(page.contains("class=\"badge verdict\""), "no badge");
+        assert!(
+            page.contains("class=\"badge verdict failure\""),
+            "no failure badge on a run that ran out of memory"
+        );
         assert!(page.contains(">leak<"));
         assert!(page.contains(&escape(headline)), "no headline {headline}");
         assert!(page.contains("executable jit_update"));
@@ -176,8 +179,36 @@ async fn verdicts_are_stored_and_shown_with_their_runs() {
         assert!(page.contains("What was live when it failed"));
         assert!(!page.contains(">GPU -1<"), "phantom device in the selector");
 
+        // A run whose preallocations were refused and which went on and exited 0: its
+        // status and its verdict read as warnings (orange), never as a failure (red).
+        let recovered = store_corpus(&store, "h200_jax_recovered", 4).await;
+        let doc = corpus_diagnosis("h200_jax_recovered");
+        let url = format!("/api/runs/{recovered}/diagnosis");
+        let (s, body) = post(&app, &url, doc.to_string()).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        let (_, page) = get(&app, &format!("/runs/{recovered}")).await;
+        assert!(page.contains("class=\"badge warn\">recovered<"), "status");
+        assert!(
+            page.contains("class=\"badge verdict warning\"")
+                && page.contains("class=\"verdict warning\"")
+                && !page.contains("verdict failure")
+                && !page.contains("badge bad"),
+            "a recovered run is drawn as a failure"
+        );
+
         // The overview: titles, verdict badges.
         let (_, page) = get(&app, "/").await;
+        let runs = &page[page.find("id=\"runs-h\"").unwrap()..];
+        let row = |run: i64| {
+            let at = runs.find(&format!("href=\"/runs/{run}\">#{run} ")).unwrap();
+            runs[at..at + runs[at..].find("</tr>").unwrap()].to_string()
+        };
+        assert!(row(leak).contains("badge verdict failure"), "{}", row(leak));
+        let r = row(recovered);
+        assert!(
+            r.contains("badge verdict warning") && !r.contains("failure"),
+            "{r}"
+        );
         assert!(page.contains("python3 jax_leak.py 200 4096 4096"));
         assert!(
             !page.contains(&format!("#{leak} import:")),

@@ -6,6 +6,7 @@
 For each run page (server HTML as the browser receives it):
 - the status badge in the title matches how the program ended (scenario.json: its
   `exit_code` and the truth's `failed`/`kind`): OOM, crashed (exit N), recovered, ok;
+  and only an OOM run shows red verdict or refused-request badges;
 - no byte figure is negative, and no figure is written with two signs ("+ +", "+ -");
 - the page weighs at most 300 KB;
 - every chart line has at most two vertices per pixel of its plot width;
@@ -82,6 +83,12 @@ def check_page(base, run, scenario):
     want = expected_status(scenario) if scenario else None
     if want is not None and not shown & want:
         problems.append(f"status {sorted(shown)}, expected one of {sorted(want)}")
+    # Red is for a run that ran out of memory: anything else (recovered, ok, crashed)
+    # shows no red verdict or refused-request badge.
+    if want is not None and "OOM" not in want:
+        for red in ('class="badge bad"', "verdict failure", "refused failure"):
+            if red in html:
+                problems.append(f"a run that did not run out of memory shows {red}")
     text = text_of(html)
     for m in NEG_BYTES.finditer(text):
         problems.append(f"negative figure: {text[max(0, m.start() - 60):m.end()]!r}")

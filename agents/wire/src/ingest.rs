@@ -27,6 +27,11 @@
 use crate::frame::{decode_payload, Record, FRAME_OVERHEAD, MAX_FRAME_LEN};
 use crate::WireError;
 
+/// How often a node agent reads its devices and sends their memory by default, in ms
+/// (`memwatch agent --sample-ms`); `memwatch run` and `attach` read as often. The
+/// dashboard says so beside a device that has sent no sample yet.
+pub const DEFAULT_SAMPLE_MS: u64 = 100;
+
 /// First bytes a client sends.
 pub const HELLO_MAGIC: [u8; 8] = *b"MWINGST1";
 /// Start of every batch.

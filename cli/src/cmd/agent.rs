@@ -71,7 +71,7 @@ pub struct AgentArgs {
     /// Device sampling period in ms (0: no sampling): NVML / ROCm SMI read each device
     /// and its processes this often, and at once when a shim reports a failed
     /// allocation; amdgpu sysfs counters are read as often.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = memwatch_wire::ingest::DEFAULT_SAMPLE_MS)]
     pub sample_ms: u64,
     /// sysfs root for amdgpu sampling.
     #[arg(long, default_value = "/sys", hide = true)]

@@ -16,7 +16,7 @@ use memwatch_agent::sampler::watch::Watch;
 use memwatch_agent::{CaptureFileSink, FrameSink};
 
 /// How often the devices are read.
-pub const PERIOD: Duration = Duration::from_millis(100);
+pub const PERIOD: Duration = Duration::from_millis(memwatch_wire::ingest::DEFAULT_SAMPLE_MS);
 
 /// The capture tag that says why there are no readings (`memwatch.tag
 /// device_readings=off: …`).

@@ -1,12 +1,18 @@
-//! Growth and leaks from the framework view and the driver's series: per executable, its
-//! live outputs, its executions and the growth per execution; a PyTorch snapshot's
-//! allocated blocks and a device's raw live bytes per second. The rule itself is
-//! `memwatch_analysis::growth::ramp` (the overview's "growing" badge, the run page's
-//! growth table). Pure: works on whole-run series read at a coarse level.
+//! Growth and leaks from the framework view and the driver's allocations: per
+//! executable, its live outputs, its executions and the growth per execution, and a
+//! PyTorch snapshot's allocated blocks, by `memwatch_analysis::growth::ramp` on whole-run
+//! series read at a coarse level; a device's raw driver memory by the doctor's rule
+//! (`memwatch_analysis::doctor::steps::growth_until`) on the allocations live where
+//! `memwatch diagnose` looks. Pure: the caller reads the series and allocations.
 
 use serde::Serialize;
 
+use std::collections::BTreeMap;
+
+use memwatch_analysis::doctor::steps::growth_until;
 use memwatch_analysis::growth::{ramp, Sample};
+
+use crate::db::snapshot::LiveAlloc;
 
 use super::read::FrameworkTimeline;
 use super::series;
@@ -137,47 +143,85 @@ pub fn growing(tl: &FrameworkTimeline) -> Option<Growing> {
     })
 }
 
-/// Growth of raw driver memory (a device's live bytes, no steps): growth per second by
-/// the same rule, against twice the series' peak.
-pub fn driver_growing(points: &[Point]) -> Option<Growing> {
-    let peak = points.iter().map(|p| p.max).max().unwrap_or(0);
-    let r = ramp(&samples(points, None, None), peak * 2)?;
-    Some(Growing {
-        executable: "driver memory".into(),
-        growth_bytes: r.growth_bytes,
-        bytes_per_s: r.bytes_per_s,
-        per_execution: 0,
-    })
+/// Growth of raw driver memory by the doctor's rule
+/// (`memwatch_analysis::doctor::steps::growth_until`, the one `memwatch diagnose` and its
+/// ledger apply): each process's device allocations live at `until` (monotonic ns: the
+/// device's first failure, else the run's end), in time order; the largest growth of any
+/// process, per second over its repeating run and per repeating group.
+pub fn driver_growing(live: &[LiveAlloc], until: u64) -> Option<Growing> {
+    let mut by_pid: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for a in live {
+        by_pid.entry(a.pid).or_default().push((a.ts_ns, a.size));
+    }
+    by_pid
+        .into_values()
+        .filter_map(|mut v| {
+            v.sort_unstable();
+            growth_until(&v, until)
+        })
+        .max_by_key(|g| g.total)
+        .map(|g| {
+            let secs = g.ended_ts.saturating_sub(g.started_ts).max(1) as f64 / 1e9;
+            Growing {
+                executable: format!(
+                    "driver memory ({} per repeating group of {} allocation{})",
+                    crate::render::fmt::delta_bytes(g.per_group as i64),
+                    g.period,
+                    if g.period == 1 { "" } else { "s" }
+                ),
+                growth_bytes: g.total as i64,
+                bytes_per_s: g.total as f64 / secs,
+                per_execution: 0,
+            }
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn alloc(pid: u32, ts_ns: u64, size: u64) -> LiveAlloc {
+        LiveAlloc {
+            pid,
+            tid: pid,
+            ptr: ts_ns,
+            size,
+            ts_ns,
+            api: 0,
+            mem_kind: 0,
+        }
+    }
+
     #[test]
-    fn driver_ramp_is_growth_and_a_held_setup_is_not() {
-        let mib = 1 << 20;
-        let ramp_pts: Vec<Point> = (0..60)
-            .map(|i| Point {
-                t_ns: i * 100_000_000,
-                min: i as i64 * 32 * mib,
-                max: i as i64 * 32 * mib,
-                last: i as i64 * 32 * mib,
-            })
+    fn a_driver_ramp_to_the_checkpoint_is_growth_and_a_held_setup_is_not() {
+        let mib = 1u64 << 20;
+        for (n, size, step) in [
+            (60u64, 32 * mib, 100_000_000u64),
+            (4442, 20 * mib, 2_000_000),
+        ] {
+            // One size over and over until the checkpoint, beside another process's
+            // weights: growth, per repeating group of one allocation.
+            let mut live: Vec<LiveAlloc> = (0..n).map(|i| alloc(7, i * step, size)).collect();
+            live.push(alloc(8, 0, 10 << 30));
+            let until = n * step;
+            let g = driver_growing(&live, until).expect("a ramp to the checkpoint grows");
+            assert_eq!(g.growth_bytes as u64, n * size);
+            let per_s = size as f64 * 1e9 / step as f64;
+            assert!((g.bytes_per_s - per_s).abs() / per_s < 0.05, "{g:?}");
+            assert!(
+                g.executable.contains("per repeating group of 1 allocation"),
+                "{g:?}"
+            );
+            // The same allocations made at the start and held while the run goes on for
+            // as long again: a setup, not growth.
+            assert_eq!(driver_growing(&live, 2 * until), None);
+        }
+        // A group of three sizes repeated: growth wherever it stands.
+        let live: Vec<LiveAlloc> = (0..12u64)
+            .map(|i| alloc(3, i, [mib, 2 * mib, 3 * mib][i as usize % 3]))
             .collect();
-        let g = driver_growing(&ramp_pts).expect("a ramp to the end grows");
-        assert!((g.bytes_per_s - 320.0 * mib as f64).abs() < 1.0);
-        let held: Vec<Point> = (0..60)
-            .map(|i| {
-                let v = (i.min(10) as i64) * 100 * mib;
-                Point {
-                    t_ns: i * 100_000_000,
-                    min: v,
-                    max: v,
-                    last: v,
-                }
-            })
-            .collect();
-        assert_eq!(driver_growing(&held), None);
+        let g = driver_growing(&live, 1 << 40).expect("a repeating group");
+        assert!(g.executable.contains("group of 3 allocations"), "{g:?}");
+        assert_eq!(driver_growing(&[], 10), None);
     }
 }

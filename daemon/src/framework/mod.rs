@@ -62,17 +62,27 @@ pub(crate) async fn run_growing(
     Ok(None)
 }
 
-/// Whether a device's raw live bytes keep growing over the whole run (per second).
+/// Whether a device's raw driver memory grew by the doctor's rule
+/// ([`growth::driver_growing`]), checked where `memwatch diagnose` checks it: at the
+/// device's first failed request, else at the run's end (`end`, ns after its start).
 pub(crate) async fn driver_growing(
     store: &crate::db::Store,
     run: i64,
     device: i64,
     end: u64,
 ) -> Result<Option<Growing>, crate::db::StoreError> {
-    Ok(store
-        .timeline(run, device, Some(0), Some(end), growth::GROWTH_POINTS)
-        .await?
-        .and_then(|t| growth::driver_growing(&t.points)))
+    let failure: Option<i64> =
+        sqlx::query_scalar("SELECT MIN(ts_ns) FROM incidents WHERE run_id = $1 AND device = $2")
+            .bind(run)
+            .bind(device)
+            .fetch_one(&store.pool)
+            .await?;
+    let t0 = store.run_t0(run).await?.unwrap_or(0) as i64;
+    let at = failure.map_or(end, |f| (f - t0).max(0) as u64);
+    let Some((live, as_of, _)) = store.live_allocs_at(run, device, at).await? else {
+        return Ok(None);
+    };
+    Ok(growth::driver_growing(&live, as_of.max(0) as u64))
 }
 
 /// One device's framework memory over a whole run, for comparing runs: the main series

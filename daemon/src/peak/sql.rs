@@ -88,6 +88,25 @@ impl Store {
         let Some(t) = at else {
             return self.peak(run, device, top).await;
         };
+        let Some((allocs, as_of, t0)) = self.live_allocs_at(run, device, t).await? else {
+            return Ok(None);
+        };
+        let bytes = allocs.iter().map(|a| a.size as i64).sum();
+        let ts = (as_of - t0).max(0);
+        let notes = self.notes_for(run, &allocs).await?;
+        let allocs = allocs.into_iter().zip(notes).collect();
+        Ok(Some(group_live(run, device, bytes, ts, t0, allocs, top)))
+    }
+
+    /// The allocations live on `device` at `t` ns after the run's start, as [`Store::live_at`]
+    /// replays them, not grouped: (allocations, the instant they are exact for, the run's
+    /// start), both in monotonic ns. `Ok(None)` for a run that does not exist.
+    pub(crate) async fn live_allocs_at(
+        &self,
+        run: i64,
+        device: i64,
+        t: u64,
+    ) -> Result<Option<(Vec<LiveAlloc>, i64, i64)>, StoreError> {
         let Some(RunClock {
             t0_mono_ns: t0,
             raw_pruned_to_ns: pruned_to,
@@ -117,11 +136,7 @@ impl Store {
         let (allocs, as_of) = self
             .replay_live(run, device, t0, t, start, pruned_to)
             .await?;
-        let bytes = allocs.iter().map(|a| a.size as i64).sum();
-        let ts = (as_of - t0).max(0);
-        let notes = self.notes_for(run, &allocs).await?;
-        let allocs = allocs.into_iter().zip(notes).collect();
-        Ok(Some(group_live(run, device, bytes, ts, t0, allocs, top)))
+        Ok(Some((allocs, as_of, t0)))
     }
 
     /// The annotation in force for each allocation (the pid's latest at or before the

@@ -96,6 +96,18 @@ pub(crate) fn badge(o: &Outcome) -> (&'static str, String, String) {
     }
 }
 
+/// How what went wrong in the run reads, beside [`badge`]: `"failure"` (red) only when
+/// the run ended out of memory; `"warning"` (orange) otherwise: refusals it recovered
+/// from, a finished run's warning, a crash that is not memory. The CSS class of the
+/// doctor's verdict (its badges and section) and of the refused requests' badges on the
+/// overview and the run page.
+pub(crate) fn tone(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Oom(_) => "failure",
+        _ => "warning",
+    }
+}
+
 /// "exit 1", or "signal 9" for a status the recorder stored as a negative signal number.
 pub(crate) fn exit_text(code: i64) -> String {
     if code < 0 {
@@ -197,6 +209,24 @@ mod tests {
         };
         assert_eq!(decide(&live), Outcome::Running);
         assert_eq!(badge(&Outcome::Crashed(1)).1, "crashed: exit 1");
+    }
+
+    #[test]
+    fn a_verdict_reads_as_a_failure_only_when_the_run_ran_out_of_memory() {
+        // A recovered run has a failure verdict (refused requests) but exited 0: its
+        // status badge is a warning, and so is its verdict.
+        let recovered = decide(&facts(&[Some(0)], 3, Some((true, "pool_limit"))));
+        assert_eq!(badge(&recovered).0, "warn");
+        assert_eq!(tone(&recovered), "warning");
+        let oom = decide(&facts(&[Some(1)], 1, Some((true, "leak"))));
+        assert_eq!((badge(&oom).0, tone(&oom)), ("bad", "failure"));
+        for o in [
+            decide(&facts(&[Some(0)], 0, Some((false, "fragmentation")))),
+            decide(&facts(&[Some(1)], 0, Some((false, "")))),
+            decide(&facts(&[None], 0, None)),
+        ] {
+            assert_eq!(tone(&o), "warning", "{o:?}");
+        }
         assert_eq!(badge(&Outcome::Crashed(-9)).1, "crashed: signal 9");
     }
 

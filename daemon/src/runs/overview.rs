@@ -67,6 +67,12 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
             .await?
             .map(|g| crate::framework::growing_label(&g))
             .unwrap_or_default();
+        let ended = outcome::decide(&outcome::Facts {
+            active: sql::run_active(&st.store, r.id).await?,
+            exits: outcome::exits(&st.store, r.id).await?,
+            any_oom: oom_runs.contains_key(&r.id),
+            diagnosis: verdict.map(|d| (d.failed != 0, d.kind.clone())),
+        });
         rows.push(RunListRow {
             growing,
             id: r.id,
@@ -85,12 +91,8 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
             peak: fmt::bytes(peak),
             peak_device,
             failures: r.devices.iter().map(|d| d.failed_count).sum(),
-            status: outcome::badge(&outcome::decide(&outcome::Facts {
-                active: sql::run_active(&st.store, r.id).await?,
-                exits: outcome::exits(&st.store, r.id).await?,
-                any_oom: oom_runs.contains_key(&r.id),
-                diagnosis: verdict.map(|d| (d.failed != 0, d.kind.clone())),
-            })),
+            status: outcome::badge(&ended),
+            tone: outcome::tone(&ended),
             dropped: r.dropped_events,
         });
     }
@@ -224,5 +226,6 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
         runs: rows,
         jobs,
         running,
+        sample_every: format!("{} ms", memwatch_wire::ingest::DEFAULT_SAMPLE_MS),
     })
 }

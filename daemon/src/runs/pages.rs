@@ -247,7 +247,7 @@ pub async fn run(
         } else {
             crate::framework::driver_growing(&st.store, id, d.device, end)
                 .await?
-                .map(|g| format!("{}/s", fmt::delta_bytes(g.bytes_per_s as i64)))
+                .map(|g| crate::framework::growing_label(&g))
                 .unwrap_or_default()
         };
         let note = if d.alloc_count == 0 && d.peak_bytes == 0 {
@@ -325,6 +325,7 @@ pub async fn run(
         failures: counts.all,
         active,
         status: outcome::badge(&ended),
+        tone: outcome::tone(&ended),
         crash: match ended {
             Outcome::Crashed(code) => {
                 let line = outcome::logged_error(&st.store, id).await?;

@@ -15,6 +15,8 @@ pub struct Overview {
     pub jobs: Vec<JobView>,
     /// Running processes: (run id, run key, pid, command, node).
     pub running: Vec<(i64, String, i64, String, String)>,
+    /// How often a node agent samples its devices by default ("100 ms").
+    pub sample_every: String,
 }
 
 pub struct NodeView {
@@ -76,6 +78,8 @@ pub struct RunListRow {
     pub failures: i64,
     /// How it ended (`outcome`): badge class, text and tooltip.
     pub status: (&'static str, String, String),
+    /// How its verdict and refused requests read (`outcome::tone`).
+    pub tone: &'static str,
     pub dropped: i64,
 }
 
@@ -105,6 +109,8 @@ pub struct RunPage {
     pub active: bool,
     /// How it ended (`outcome`): badge class, text and tooltip.
     pub status: (&'static str, String, String),
+    /// How its verdict and refused requests read (`outcome::tone`).
+    pub tone: &'static str,
     /// For a crash: the exit and the error line of its log (empty: none).
     pub crash: String,
     /// Every process exited 0 after refused requests.
