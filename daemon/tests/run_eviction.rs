@@ -27,6 +27,7 @@ async fn finished_runs_leave_memory_and_come_back_exactly() {
         let mut ing = Ingestor::new(store.clone()).with_eviction(RunEviction {
             finished: Duration::ZERO,
             idle: Duration::from_secs(3600),
+            max_runs: 1024,
         });
         // 30 runs of 2,000 live allocations of varied sizes; all but the last end.
         let runs = 30usize;
@@ -84,6 +85,70 @@ async fn finished_runs_leave_memory_and_come_back_exactly() {
         );
         assert_eq!(dev.peak_bytes as u64, sizes.iter().sum::<u64>(), "{url}");
         assert_eq!((dev.alloc_count, dev.free_count), (2000, 1000), "{url}");
+        store.close().await.unwrap();
+    }
+}
+
+/// Open runs without end (issue 33 item 2: 70,000 of them held 804 MiB): never more than
+/// the cap is held, whatever the order of their batches; the runs pushed out are rebuilt
+/// exactly when a batch comes for them.
+#[tokio::test]
+async fn open_runs_beyond_the_cap_leave_memory_and_come_back_exactly() {
+    for url in dbs("run_cap").await.urls {
+        let store = memwatch_daemon::Store::open(&url).await.unwrap();
+        let cap = 40usize;
+        let mut ing = Ingestor::new(store.clone()).with_eviction(RunEviction {
+            finished: Duration::from_secs(3600),
+            idle: Duration::from_secs(3600),
+            max_runs: cap,
+        });
+        // 300 runs that never end, 5 per commit, each with 3 live allocations.
+        let runs = 300usize;
+        let mut most = 0;
+        for group in (0..runs).collect::<Vec<_>>().chunks(5) {
+            let batches = group
+                .iter()
+                .map(|&r| {
+                    let t0 = 1_000_000 + r as u64 * 10_000;
+                    let allocs = (0..3u64)
+                        .map(|i| {
+                            ev(
+                                t0 + 1 + i,
+                                EventKind::Alloc,
+                                0x1000 * (i + 1),
+                                100 + r as u64,
+                                0,
+                            )
+                        })
+                        .collect();
+                    batch(r, 1, vec![start(42, t0), Record::Events(allocs)])
+                })
+                .collect();
+            ing.commit(batches).await.unwrap();
+            ing.evict_idle_runs();
+            most = most.max(ing.runs_in_memory());
+        }
+        assert!(most <= cap, "{most} runs held, cap {cap} ({url})");
+        // The first run left memory long ago: one free rebuilds it and moves it exactly.
+        let t0 = 1_000_000u64;
+        ing.commit(vec![batch(
+            0,
+            2,
+            vec![Record::Events(vec![ev(
+                t0 + 100,
+                EventKind::Free,
+                0x1000,
+                0,
+                0,
+            )])],
+        )])
+        .await
+        .unwrap();
+        let listed = store.runs(1000).await.unwrap();
+        let run = listed.iter().find(|x| x.run_key == "run-0").unwrap();
+        let dev = &run.devices[0];
+        assert_eq!((dev.live_bytes, dev.peak_bytes), (200, 300), "{url}");
+        assert_eq!((dev.alloc_count, dev.free_count), (3, 1), "{url}");
         store.close().await.unwrap();
     }
 }

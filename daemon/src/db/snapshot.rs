@@ -72,15 +72,45 @@ impl Origin {
 pub fn encode(allocs: &[LiveAlloc]) -> Vec<u8> {
     let mut out = Vec::with_capacity(allocs.len() * RECORD_SIZE);
     for a in allocs {
-        out.extend_from_slice(&a.pid.to_le_bytes());
-        out.extend_from_slice(&a.tid.to_le_bytes());
-        out.extend_from_slice(&a.ptr.to_le_bytes());
-        out.extend_from_slice(&a.size.to_le_bytes());
-        out.extend_from_slice(&a.ts_ns.to_le_bytes());
-        out.extend_from_slice(&a.api.to_le_bytes());
-        out.push(a.mem_kind);
-        out.extend_from_slice(&[0u8; 5]);
+        push(&mut out, a);
     }
+    out
+}
+
+/// Appends one record of [`RECORD_SIZE`] bytes.
+fn push(out: &mut Vec<u8>, a: &LiveAlloc) {
+    out.extend_from_slice(&a.pid.to_le_bytes());
+    out.extend_from_slice(&a.tid.to_le_bytes());
+    out.extend_from_slice(&a.ptr.to_le_bytes());
+    out.extend_from_slice(&a.size.to_le_bytes());
+    out.extend_from_slice(&a.ts_ns.to_le_bytes());
+    out.extend_from_slice(&a.api.to_le_bytes());
+    out.push(a.mem_kind);
+    out.extend_from_slice(&[0u8; 5]);
+}
+
+/// Encodes allocations in the order of [`encode`]'s readers: by time, pid, pointer.
+/// Sorts the encoded records in place, so nothing but the blob is held.
+pub fn encode_sorted(allocs: impl Iterator<Item = LiveAlloc>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(allocs.size_hint().0 * RECORD_SIZE);
+    for a in allocs {
+        push(&mut out, &a);
+    }
+    let (records, _) = out.as_chunks_mut::<RECORD_SIZE>();
+    records.sort_unstable_by_key(|r| {
+        let field = |at: usize, n: usize| {
+            let mut b = [0u8; 8];
+            b[..n].copy_from_slice(&r[at..at + n]);
+            u64::from_le_bytes(b)
+        };
+        (
+            field(24, 8),
+            field(0, 4),
+            field(8, 8),
+            field(4, 4),
+            field(16, 8),
+        )
+    });
     out
 }
 

@@ -115,6 +115,10 @@ pub struct RunEviction {
     pub finished: Duration,
     /// No batch came for this long (a later batch pays for replaying the run's chunks).
     pub idle: Duration,
+    /// At most this many runs are held; over it, the runs quiet the longest leave
+    /// memory at once until a quarter of the room is free again (a client that opens
+    /// runs without end cannot grow the writer's memory).
+    pub max_runs: usize,
 }
 
 impl Default for RunEviction {
@@ -122,6 +126,7 @@ impl Default for RunEviction {
         Self {
             finished: Duration::from_secs(5),
             idle: Duration::from_secs(600),
+            max_runs: 1024,
         }
     }
 }
@@ -206,12 +211,25 @@ impl Ingestor {
     /// Gives back the memory of finished and idle runs (see [`RunEviction`]); looks at
     /// most once a second. Call between commits.
     pub fn evict_idle_runs(&mut self) {
-        if self.last_eviction.elapsed() < Duration::from_secs(1).min(self.eviction.finished) {
+        let e = self.eviction;
+        let before = self.runs.len();
+        if before > e.max_runs {
+            // The quietest first, down to three quarters of the cap.
+            let keep = e.max_runs - e.max_runs / 4;
+            let mut by_touch: Vec<(Instant, i64)> = self
+                .runs
+                .values()
+                .map(|st| (st.touched, st.run_id))
+                .collect();
+            by_touch.sort_unstable();
+            for (_, id) in &by_touch[..before - keep] {
+                self.runs.remove(id);
+            }
+        } else if self.last_eviction.elapsed() < Duration::from_secs(1).min(self.eviction.finished)
+        {
             return;
         }
         self.last_eviction = Instant::now();
-        let e = self.eviction;
-        let before = self.runs.len();
         self.runs.retain(|_, st| {
             let quiet = st.touched.elapsed();
             !(quiet >= e.idle || (st.running.is_empty() && quiet >= e.finished))

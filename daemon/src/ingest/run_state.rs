@@ -22,7 +22,7 @@ use super::pool_samples::PoolSamples;
 use super::rollup::{Accumulator, RollupRow};
 use crate::codes;
 use crate::db::chunk::{self, CHUNK_EVENTS};
-use crate::db::snapshot::{LiveAlloc, Origin};
+use crate::db::snapshot::{self, Origin};
 
 /// A live allocation: where the live set filed it and what it was.
 type Live = Held<Origin>;
@@ -361,39 +361,39 @@ impl RunState {
         self.images.process_start(pid);
     }
 
-    /// The allocations live at `device`'s peak, when the peak moved since the last call
-    /// (then the undo log is consumed).
-    pub fn take_peak_snapshot(&mut self, device: i32) -> Option<Vec<LiveAlloc>> {
+    /// The allocations live at `device`'s peak, encoded for storage in time order
+    /// ([`snapshot::encode_sorted`]), when the peak moved since the last call (then the
+    /// undo log is consumed). Built straight from the live set: the undo log says which
+    /// keys were not as they are now (the oldest entry of a key is its state at the
+    /// peak), so the only copy made is the encoded snapshot itself, not a second live
+    /// set (with millions of live allocations, that copy was most of the daemon's memory).
+    pub fn take_peak_snapshot(&mut self, device: i32) -> Option<Vec<u8>> {
         let d = self.devices.get_mut(&device)?;
         if !d.peak_moved {
             return None;
         }
         d.peak_moved = false;
         let undo = std::mem::take(&mut d.undo);
-        let mut at_peak: FastMap<LiveKey, Live> = self
+        // Each key's state at the peak: `None`, not live then (added after it); `Some`,
+        // live then as held (released after it).
+        let mut at_peak: FastMap<LiveKey, Option<Live>> = FastMap::default();
+        for u in undo.into_iter().rev() {
+            match u {
+                Undo::Added(k) => at_peak.insert(k, None),
+                Undo::Removed(k, l) => at_peak.insert(k, Some(l)),
+            };
+        }
+        let unchanged = self
             .live
             .iter()
             .filter(|(k, l)| l.device == device && k.family.on_device())
-            .map(|(k, l)| (*k, *l))
-            .collect();
-        for u in undo.into_iter().rev() {
-            match u {
-                Undo::Added(k) => {
-                    at_peak.remove(&k);
-                }
-                Undo::Removed(k, l) => {
-                    if k.family.on_device() {
-                        at_peak.insert(k, l);
-                    }
-                }
-            }
-        }
-        let mut v: Vec<LiveAlloc> = at_peak
+            .filter(|(k, _)| !at_peak.contains_key(k))
+            .map(|(k, l)| Origin::live_alloc(k, l));
+        let released = at_peak
             .iter()
-            .map(|(k, l)| Origin::live_alloc(k, l))
-            .collect();
-        v.sort_by_key(|a| (a.ts_ns, a.pid, a.ptr));
-        Some(v)
+            .filter(|(k, _)| k.family.on_device())
+            .filter_map(|(k, l)| l.as_ref().map(|l| Origin::live_alloc(k, l)));
+        Some(snapshot::encode_sorted(unchanged.chain(released)))
     }
 }
 
@@ -426,7 +426,7 @@ mod tests {
         assert_eq!(d.live_bytes, 60);
         assert_eq!(d.peak_bytes, 150);
         assert_eq!(d.peak_ts, 2);
-        let snap = s.take_peak_snapshot(0).unwrap();
+        let snap = snapshot::decode(&s.take_peak_snapshot(0).unwrap()).unwrap();
         let ptrs: Vec<u64> = snap.iter().map(|a| a.ptr).collect();
         assert_eq!(ptrs, vec![0x10, 0x20]);
         assert!(s.take_peak_snapshot(0).is_none());
@@ -467,7 +467,7 @@ mod tests {
         assert_eq!(s.releases.len(), 1);
         assert_eq!((s.releases[0].device, s.releases[0].event.ts_ns), (0, 2));
         // Device 0's peak snapshot still holds what was live at its peak.
-        let snap = s.take_peak_snapshot(0).unwrap();
+        let snap = snapshot::decode(&s.take_peak_snapshot(0).unwrap()).unwrap();
         assert_eq!(snap.iter().map(|a| a.size).collect::<Vec<_>>(), vec![100]);
     }
 
@@ -479,7 +479,7 @@ mod tests {
         s.apply(&ev(3, EventKind::Free, 0x20, 0), true);
         s.apply(&ev(4, EventKind::Alloc, 0x10, 10), true);
         assert_eq!(s.devices[&0].live_bytes, 10);
-        let snap = s.take_peak_snapshot(0).unwrap();
+        let snap = snapshot::decode(&s.take_peak_snapshot(0).unwrap()).unwrap();
         let got: Vec<(u64, u64)> = snap.iter().map(|a| (a.ptr, a.size)).collect();
         assert_eq!(got, vec![(0x10, 100), (0x20, 50)]);
     }

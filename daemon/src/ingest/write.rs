@@ -12,7 +12,7 @@ use super::rollup::RollupRow;
 use super::run_state::{Chunk, RunState};
 use super::Tx;
 use crate::codes;
-use crate::db::{snapshot, Backend, StoreError};
+use crate::db::{Backend, StoreError};
 
 /// Rows per multi-row rollup upsert: 7 parameters each, well under SQLite's 32,766 and
 /// PostgreSQL's 65,535 bind parameters per statement.
@@ -89,13 +89,8 @@ pub(super) async fn flush_run(
             d.frees,
             d.failed,
         ]);
-        if let Some(allocs) = snap {
-            snaps.push((
-                dev,
-                d.peak_bytes,
-                d.peak_ts as i64,
-                snapshot::encode(&allocs),
-            ));
+        if let Some(blob) = snap {
+            snaps.push((dev, d.peak_bytes, d.peak_ts as i64, blob));
         }
         d.dirty = false;
     }
