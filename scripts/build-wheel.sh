@@ -151,7 +151,8 @@ tag=$(basename "$wheel" .whl | awk -F- '{print $NF}')
 tr -s ' \n' ' ' <"$report" | grep -q "consistent with the following platform tag: \"$tag\"" ||
   fail "auditwheel does not find the wheel consistent with its own tag $tag (report: $report)"
 
-# -- The libraries its ELF files need (the shim: glibc and GCC's unwinder only) --
+# -- The libraries its ELF files need: glibc alone for the shim (it links GCC's unwinder
+# statically, agents/preload/build.rs), glibc and GCC's runtime for the binary --
 unpacked=$(mktemp -d)
 trap 'rm -rf "$unpacked"' EXIT
 "$VENV/bin/python" -m zipfile -e "$wheel" "$unpacked"
@@ -161,7 +162,8 @@ for f in "$unpacked"/memwatch-*.data/scripts/memwatch "$unpacked"/memwatch-*.dat
   echo "build-wheel: $(basename "$f"): $(stat -c %s "$f") B, needs ${needed}(newest symbol version $glibc)"
   for lib in $needed; do
     case $lib in
-      libc.so.6 | libm.so.6 | libdl.so.2 | libpthread.so.0 | librt.so.1 | ld-linux-x86-64.so.2 | libgcc_s.so.1) ;;
+      libc.so.6 | libm.so.6 | libdl.so.2 | libpthread.so.0 | librt.so.1 | ld-linux-x86-64.so.2) ;;
+      libgcc_s.so.1) [[ $f != *.so ]] || fail "the shim needs $lib: it must need glibc alone (agents/preload/build.rs)" ;;
       *) fail "$(basename "$f") needs $lib: not part of glibc or GCC's runtime" ;;
     esac
   done
