@@ -27,6 +27,7 @@ pub use model::{
     AnnotationRow, AnnotationsPage, DeviceRow, NodeRow, ProcessRow, RunDetail, RunDevice, RunLite,
     RunRow, SampleRow,
 };
+pub(crate) use outcome::failure_tone;
 pub(crate) use pages::{
     load_run, range, range_chart, run_end, RangeChart, RangeQ, CHART_H, CHART_W,
 };

@@ -22,7 +22,7 @@ use crate::app::page::html;
 use crate::app::state::AppState;
 use crate::db::chunk;
 use crate::incidents::{incident_view, verdict_view, FailureMarks};
-use crate::render::chart::{self, Marks, Series, PALETTE};
+use crate::render::chart::{self, Marks, Series, Tone, PALETTE};
 use crate::render::fmt;
 
 /// Pixel size of timeline charts (the SVG scales to the page width).
@@ -68,7 +68,7 @@ async fn device_chart(
     device: i64,
     from: u64,
     to: u64,
-    failures: FailureMarks,
+    (failures, failure_tone): (FailureMarks, Tone),
 ) -> Result<chart::Rendered, AppError> {
     let tl = st
         .store
@@ -89,6 +89,7 @@ async fn device_chart(
         peak: d.map(|d| (d.peak_ts_ns.max(0) as u64, d.peak_bytes)),
         failure_counts: Some((failures.in_range, failures.in_run)),
         failures: failures.times,
+        failure_tone,
         annotations: notes
             .into_iter()
             .filter(|(_, d, _)| *d == device || *d < 0)
@@ -221,27 +222,24 @@ pub async fn run(
     let incidents = st.store.incidents(Some(id), INCIDENTS_LISTED).await?;
     let counts = st.store.incident_counts(id, &incidents).await?;
     let diagnosis = st.store.diagnosis(id).await?;
-    let active = sql::run_active(&st.store, id).await?;
-    let ended = outcome::decide(&outcome::Facts {
-        active,
-        exits: outcome::exits(&st.store, id).await?,
-        any_oom: counts.any_oom,
-        diagnosis: diagnosis.as_ref().map(|d| (d.failed != 0, d.kind.clone())),
-    });
+    let facts = outcome::facts(&st.store, id, counts.any_oom, diagnosis.as_ref()).await?;
+    let active = facts.active;
+    let ended = outcome::decide(&facts);
+    let tone = outcome::tone_of(&ended);
     let verdict = diagnosis.as_ref().and_then(verdict_view);
     let framework = crate::framework::sections(
         &st,
         &run,
         from,
         to,
-        verdict.as_ref().map(|v| v.kind.as_str()),
+        (verdict.as_ref().map(|v| v.kind.as_str()), tone),
     )
     .await?;
     let t0 = run.t0;
     let mut devices = Vec::new();
     for d in run.devices.iter().filter(|d| d.shown()) {
         let fails = failure_marks(&st, &run, d.device, from, to).await?;
-        let c = device_chart(&st, &run, d.device, from, to, fails).await?;
+        let c = device_chart(&st, &run, d.device, from, to, (fails, tone)).await?;
         let growing = if framework.iter().any(|f| f.device == d.device) || d.device < 0 {
             String::new()
         } else {
@@ -516,7 +514,8 @@ pub(crate) async fn range_chart(
     let (from, to) = range(q, run_end(&run))?;
     let device = q.device.unwrap_or(0);
     let fails = failure_marks(st, &run, device, from, to).await?;
-    let chart = device_chart(st, &run, device, from, to, fails).await?;
+    let tone = outcome::failure_tone(&st.store, id).await?;
+    let chart = device_chart(st, &run, device, from, to, (fails, tone)).await?;
     Ok(RangeChart {
         device,
         from,
