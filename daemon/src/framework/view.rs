@@ -155,14 +155,17 @@ async fn section(
     let lanes = lanes_chart(st, run, &tl).await?;
     let whole = read(&st.store, run.id, device, 0, run_end(run), GROWTH_POINTS).await?;
     let (rows, growing) = match &whole {
-        Some(w) => (
-            growth::per_executable(w)
-                .iter()
-                .take(20)
-                .map(growth_row)
-                .collect(),
-            growth::growing(w).map(|g| growing_label(&g)),
-        ),
+        Some(w) => {
+            let leaks = super::step_leaks(&st.store, run.id, device, run_end(run)).await?;
+            (
+                growth::per_executable(w, &leaks)
+                    .iter()
+                    .take(20)
+                    .map(growth_row)
+                    .collect(),
+                growth::growing(w, &leaks).map(|g| growing_label(&g)),
+            )
+        }
         None => (Vec::new(), None),
     };
     let sites = match &whole {
