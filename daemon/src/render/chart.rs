@@ -585,6 +585,7 @@ mod tests {
         let marks = Marks {
             peak: Some((575, 1 << 30)),
             failures: vec![900],
+            failure_tone: Tone::Failure,
             failure_counts: None,
             annotations: vec![(100, "step 1".into())],
             capacity: Some(("GPU capacity".into(), 3 << 30)),
