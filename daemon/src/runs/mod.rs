@@ -11,6 +11,7 @@ mod model;
 mod outcome;
 mod overview;
 mod pages;
+mod pre_attach;
 mod samples;
 mod sql;
 mod timeline;

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::model::RunLite;
 use super::outcome::{self, Outcome};
 use super::views::{ProcessView, RunDeviceView, RunPage};
-use super::{events, sql};
+use super::{events, pre_attach, sql};
 use crate::app::error::AppError;
 use crate::app::extract::{Path, Query};
 use crate::app::page::html;
@@ -23,7 +23,7 @@ use crate::app::state::AppState;
 use crate::db::chunk;
 use crate::incidents::{incident_view, verdict_view, FailureMarks};
 use crate::render::chart::{self, Marks, Series, Tone, PALETTE};
-use crate::render::fmt;
+use crate::render::{fmt, Point};
 
 /// Pixel size of timeline charts (the SVG scales to the page width).
 pub const CHART_W: u32 = 1200;
@@ -103,6 +103,24 @@ async fn device_chart(
         .store
         .run_samples(run.id, device, 0, tl.from_ns, tl.bucket_ns, tl.points.len())
         .await?;
+    // Memory the device held before an attach: its own line, from the attach on.
+    let held: Vec<Point> = match pre_attach::of_run(&st.store, run.id)
+        .await?
+        .get(&device)
+        .and_then(|h| h.used.clone())
+    {
+        Some((used, _)) => (0..)
+            .map(|i: u64| tl.from_ns + i * tl.bucket_ns.max(1))
+            .take_while(|&t| t < tl.to_ns)
+            .map(|t_ns| Point {
+                t_ns,
+                min: used,
+                max: used,
+                last: used,
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     let mut series = vec![Series {
         label: format!("GPU {device} live bytes"),
         points: &tl.points,
@@ -110,6 +128,15 @@ async fn device_chart(
         color: PALETTE[0],
         style: chart::Style::Band,
     }];
+    if !held.is_empty() {
+        series.push(Series {
+            label: "held before attach (device used at attach)".into(),
+            points: &held,
+            bucket_ns: tl.bucket_ns,
+            color: PALETTE[3],
+            style: chart::Style::Dashed,
+        });
+    }
     if !used.is_empty() {
         series.push(Series {
             label: "device used (VRAM samples)".into(),
@@ -236,6 +263,7 @@ pub async fn run(
     )
     .await?;
     let t0 = run.t0;
+    let held = pre_attach::of_run(&st.store, id).await?;
     let mut devices = Vec::new();
     for d in run.devices.iter().filter(|d| d.shown()) {
         let fails = failure_marks(&st, &run, d.device, from, to).await?;
@@ -248,13 +276,15 @@ pub async fn run(
                 .map(|g| crate::framework::growing_label(&g))
                 .unwrap_or_default()
         };
-        let note = if d.alloc_count == 0 && d.peak_bytes == 0 {
+        let held_before = held.get(&d.device).map(|h| h.line()).unwrap_or_default();
+        let note = if d.alloc_count == 0 && d.peak_bytes == 0 && held_before.is_empty() {
             "No allocation was recorded on this device: memory allocated before the recording began (a pool made before an attach) is not in the driver view; the framework view and the device's samples show it where they were recorded.".to_string()
         } else {
             String::new()
         };
         devices.push(RunDeviceView {
             note,
+            held_before,
             growing,
             device: d.device,
             label: d.label(),
