@@ -5,7 +5,8 @@
 //! (`pre-attach-baseline` with the driver bytes live then, `pre-attach-pjrt-sample` with
 //! the allocator's first sample after it). The run page says "Held before attach" with
 //! those figures, and the device's chart draws the line; the same capture without the
-//! markers says nothing of an attach.
+//! markers says nothing of an attach. The attached capture is written to
+//! target/tmp/pre_attach.mwcap for looking at its page.
 
 mod common;
 
@@ -121,6 +122,13 @@ async fn memory_held_before_an_attach_is_its_own_line() {
             first.bytes_in_use, first.peak_bytes_in_use, first.pool_bytes, first.bytes_limit, first.num_allocs
         )),
     );
+    // Kept for looking at the page (`memwatch import` it): target/tmp/pre_attach.mwcap.
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("pre_attach.mwcap");
+    let mut w = memwatch_wire::FrameWriter::new(std::fs::File::create(&path).unwrap()).unwrap();
+    for r in &cut {
+        w.write_record(r).unwrap();
+    }
+    w.flush().unwrap();
     let attached = store_records(&store, "h100", "attached", 2, cut, 16).await;
 
     let page = get(&app, &format!("/runs/{attached}")).await;
