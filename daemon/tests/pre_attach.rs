@@ -152,6 +152,20 @@ async fn memory_held_before_an_attach_is_its_own_line() {
     assert!(!page.contains("No allocation was recorded on this device"));
     let svg = get(&app, &format!("/runs/{attached}/chart.svg?device=0")).await;
     assert!(svg.contains("held before attach"), "chart.svg");
+    // The Peak page: what the buffers seen since the attach leave of the allocator's
+    // bytes in use was held before it, not "unexplained".
+    let peak = get(&app, &format!("/runs/{attached}/peak?device=0")).await;
+    let before = format!(
+        "held before attach (the allocator had {} in use at the attach",
+        gib(first.bytes_in_use)
+    );
+    assert!(peak.contains(&before), "the peak page lacks: {before}");
+    assert!(
+        !peak.contains("unexplained"),
+        "pre-attach memory called unexplained"
+    );
+    let peak = get(&app, &format!("/runs/{plain}/peak?device=0")).await;
+    assert!(peak.contains("unexplained") && !peak.contains("before attach"));
     // Without the markers nothing is said of an attach.
     let page = get(&app, &format!("/runs/{plain}")).await;
     assert!(!page.contains("held before attach") && !page.contains("Held before attach"));
