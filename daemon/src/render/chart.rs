@@ -427,13 +427,9 @@ fn legend_items(
         (here as u64, marks.failures.len() as u64)
     });
     if total > 0 {
-        let what = match marks.failure_tone {
-            Tone::Failure => "failed allocation",
-            Tone::Warning => "refused request, recovered",
-        };
         v.push((
             Swatch::Triangle(marks.failure_tone.color()),
-            format!("{what} ({nf} here, {total} in run)"),
+            format!("failed allocation ({nf} here, {total} in run)"),
         ));
     }
     let na = marks

@@ -118,11 +118,7 @@ pub fn stacked(
             ));
         }
         if !failures.is_empty() {
-            let what = match tone {
-                Tone::Failure => "failed request",
-                Tone::Warning => "refused request, recovered",
-            };
-            legend.push((Swatch::Triangle(tone.color()), what.into()));
+            legend.push((Swatch::Triangle(tone.color()), "failed request".into()));
         }
         let legend_h = legend::height(size.0, &legend);
         legend::draw(&root, &legend)?;
