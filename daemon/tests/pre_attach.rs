@@ -150,6 +150,10 @@ async fn memory_held_before_an_attach_is_its_own_line() {
         "the chart has no line of what was held"
     );
     assert!(!page.contains("No allocation was recorded on this device"));
+    assert!(
+        page.contains("GPU 0 since the attach: peak"),
+        "the driver figures are not said to start at the attach"
+    );
     let svg = get(&app, &format!("/runs/{attached}/chart.svg?device=0")).await;
     assert!(svg.contains("held before attach"), "chart.svg");
     // The Peak page: what the buffers seen since the attach leave of the allocator's
