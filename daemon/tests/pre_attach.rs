@@ -174,3 +174,57 @@ async fn memory_held_before_an_attach_is_its_own_line() {
     let page = get(&app, &format!("/runs/{plain}")).await;
     assert!(!page.contains("held before attach") && !page.contains("Held before attach"));
 }
+
+/// The same on a real attach: `memwatch attach` to a leaking JAX job on an H200
+/// (testdata/h200-attach/jax_leak), whose pool (13.98 GiB) was made before the attach.
+/// The shim's own markers give what was held; the page says so, draws it, and the Peak
+/// page calls none of it unexplained.
+#[tokio::test]
+async fn a_real_attach_shows_what_was_held_before_it() {
+    let dbs = dbs("pre_attach_real").await;
+    let (app, store) = test_app(&dbs.urls[0], None, 16 << 20).await;
+    let records = capture_records(&testdata("h200-attach/jax_leak/attach.mwcap"));
+    let marker = |prefix: &str| {
+        records
+            .iter()
+            .find_map(|r| match r {
+                Record::Marker(m) if m.text.starts_with(prefix) => Some(m.text.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("the recording has no marker {prefix}"))
+    };
+    let field = |text: &str, key: &str| -> i64 {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {key}= in {text}"))
+    };
+    let baseline = marker("pre-attach-baseline device=");
+    let sample = marker("pre-attach-pjrt-sample ");
+    let used = field(&baseline, "used");
+    let pool = field(&sample, "pool_bytes");
+    assert!(
+        used >= pool && pool > 10 << 30,
+        "the job's pool was made before the attach: used {used}, pool {pool}"
+    );
+    let run = store_records(&store, "h200", "attached", 1, records, 16).await;
+    let gib = |b: i64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+    let page = get(&app, &format!("/runs/{run}")).await;
+    let line = format!(
+        "Held before attach: {} used on the device at attach (every process and the driver; cuMemGetInfo_v2)",
+        gib(used)
+    );
+    assert!(page.contains(&line), "no line {line}");
+    assert!(
+        page.contains(&format!("the framework&#39;s pool held {}", gib(pool))),
+        "no pool figure"
+    );
+    assert!(page.contains("held before attach (device used at attach)"));
+    assert!(page.contains("GPU 0 since the attach: peak"));
+    let svg = get(&app, &format!("/runs/{run}/chart.svg?device=0")).await;
+    assert!(svg.contains("held before attach"), "chart.svg");
+    let peak = get(&app, &format!("/runs/{run}/peak?device=0")).await;
+    assert!(
+        !peak.contains("unexplained"),
+        "pre-attach memory called unexplained on the real attach's Peak page"
+    );
+}
