@@ -112,6 +112,22 @@ fn check(dir: &Path) -> Vec<String> {
             bad.push(format!("advice lacks {advice}: {}", v["fix"]["advice"]));
         }
     }
+    // Rows the device ledger must have (a kind, and its bytes where given).
+    for row in want["ledger_has"].as_array().into_iter().flatten() {
+        let found = d["ledger"]["holders"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|h| {
+                h["kind"] == row["kind"] && (row["bytes"].is_null() || h["bytes"] == row["bytes"])
+            });
+        if !found {
+            bad.push(format!(
+                "the ledger has no row {row}: {}",
+                d["ledger"]["holders"]
+            ));
+        }
+    }
     // Figures add up: what is in use never exceeds the pool that holds it, in a verdict or
     // in a ledger row (the outputs of a failed execution hold no memory).
     if let (Some(u), Some(p)) = (

@@ -6,6 +6,7 @@ pub mod device_props;
 pub mod event;
 pub mod frame;
 pub mod ingest;
+pub mod pre_attach;
 pub mod reader;
 pub mod records;
 pub mod writer;

@@ -187,6 +187,10 @@ pub struct Loaded {
     /// does not keep), by (stream, time as in [`Ev::ts`], mapped address): the live set
     /// gives a released handle back at its last unmap. Only mappings are here.
     pub vmm_map_handles: std::collections::HashMap<(u32, u64, u64), u64>,
+    /// The shim's pre-attach markers of a late attach (`memwatch attach`), by pid:
+    /// (device the record names, text), in file order; read with
+    /// [`memwatch_wire::pre_attach::fold`]. Empty for a capture that was no attach.
+    pub pre_attach_markers: BTreeMap<u32, Vec<(i64, String)>>,
 }
 
 /// The PJRT part of a capture as read (raw CLOCK_MONOTONIC times).
@@ -512,6 +516,13 @@ impl LoadBuilder {
                     meta.integrated = props.integrated.or(meta.integrated);
                     meta.host_memory_bytes = props.host_memory_bytes.or(meta.host_memory_bytes);
                 } else {
+                    if memwatch_wire::pre_attach::is_pre_attach(&m.text) {
+                        self.loaded
+                            .pre_attach_markers
+                            .entry(m.pid)
+                            .or_default()
+                            .push((i64::from(m.device), m.text.clone()));
+                    }
                     self.records
                         .entry(m.pid)
                         .or_default()

@@ -109,16 +109,19 @@ async fn device_chart(
         .get(&device)
         .and_then(|h| h.used.clone())
     {
-        Some((used, _)) => (0..)
-            .map(|i: u64| tl.from_ns + i * tl.bucket_ns.max(1))
-            .take_while(|&t| t < tl.to_ns)
-            .map(|t_ns| Point {
-                t_ns,
-                min: used,
-                max: used,
-                last: used,
-            })
-            .collect(),
+        Some((used, _)) => {
+            let used = i64::try_from(used).unwrap_or(i64::MAX);
+            (0..)
+                .map(|i: u64| tl.from_ns + i * tl.bucket_ns.max(1))
+                .take_while(|&t| t < tl.to_ns)
+                .map(|t_ns| Point {
+                    t_ns,
+                    min: used,
+                    max: used,
+                    last: used,
+                })
+                .collect()
+        }
         None => Vec::new(),
     };
     let mut series = vec![Series {
@@ -276,7 +279,10 @@ pub async fn run(
                 .map(|g| crate::framework::growing_label(&g))
                 .unwrap_or_default()
         };
-        let held_before = held.get(&d.device).map(|h| h.line()).unwrap_or_default();
+        let held_before = held
+            .get(&d.device)
+            .map(pre_attach::line)
+            .unwrap_or_default();
         let note = if d.alloc_count == 0 && d.peak_bytes == 0 && held_before.is_empty() {
             "No allocation was recorded on this device: memory allocated before the recording began (a pool made before an attach) is not in the driver view; the framework view and the device's samples show it where they were recorded.".to_string()
         } else {

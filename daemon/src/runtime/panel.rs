@@ -133,8 +133,7 @@ pub async fn panel(
     let before = crate::runs::pre_attach(store, run)
         .await?
         .get(&device)
-        .and_then(|h| h.pool_in_use)
-        .map(|b| b as u64);
+        .and_then(|h| h.pool_in_use);
     let mut compiled = Vec::new();
     if let Some(x) = &p.executable_stats {
         for (k, v) in [

@@ -20,9 +20,10 @@ enum Framework {
 
 fn framework(k: HolderKind) -> Option<Framework> {
     match k {
-        HolderKind::XlaBfcPool | HolderKind::XlaAsyncPool | HolderKind::XlaDriver => {
-            Some(Framework::Xla)
-        }
+        HolderKind::XlaBfcPool
+        | HolderKind::XlaAsyncPool
+        | HolderKind::XlaDriver
+        | HolderKind::PreAttachPool => Some(Framework::Xla),
         HolderKind::TorchCaching | HolderKind::TorchExpandable => Some(Framework::Torch),
         HolderKind::CupyPool => Some(Framework::Cupy),
         _ => None,

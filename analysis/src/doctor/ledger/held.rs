@@ -180,34 +180,7 @@ pub fn holders(
         };
         match hk {
             HolderKind::XlaBfcPool | HolderKind::XlaAsyncPool => {
-                if let Some(s) = x.pjrt.sample_before(p, device, rt) {
-                    // The sample can be older than the moment: what is in use then is at
-                    // least the buffers live at it, and never more than the pool.
-                    let used = x
-                        .pjrt
-                        .in_use_at(p, device, rt)
-                        .unwrap_or(s.bytes_in_use)
-                        .min(bytes);
-                    holder.in_use_bytes = Some(used);
-                    holder.free_inside_bytes = Some(bytes - used);
-                    // cuda_async states no largest free block (it reads 0).
-                    holder.largest_free_block_bytes = s
-                        .largest_free_block_bytes
-                        .filter(|l| *l > 0 || used >= bytes)
-                        .map(|l| l.min(bytes - used));
-                    holder.source = format!(
-                        "{src} (live allocations; allocator statistics at {:.3} s, buffers live at the moment)",
-                        s.ts_ns as f64 / 1e9
-                    );
-                }
-                if let Some(l) = steps::execution_leak(x.pjrt, p, device, rt) {
-                    holder.trend = Some(Trend {
-                        bytes_per_unit: l.growth_per_step,
-                        unit: format!("execute of {}", l.executable),
-                        steps: l.leaked_steps as u64,
-                        span_ms: 0,
-                    });
-                }
+                xla_pool_figures(x, &mut holder, p, device, rt, &src);
             }
             HolderKind::TorchCaching | HolderKind::TorchExpandable => {
                 torch_figures(x, &mut holder, device);
@@ -274,6 +247,48 @@ pub fn by_holder(h: &Held, x: &Inputs<'_>, pid: u32) -> BTreeMap<HolderKind, (u6
         }
     }
     out
+}
+
+/// An XLA pool's figures at runtime ns `rt` (what is in use inside it, free inside, the
+/// largest free block; its growth per execute when an executable's steps leak), from the
+/// allocator's samples and the PJRT buffers of process `p`; `bytes` is the pool's size.
+pub(super) fn xla_pool_figures(
+    x: &Inputs<'_>,
+    holder: &mut Holder,
+    p: u32,
+    device: i32,
+    rt: u64,
+    src: &str,
+) {
+    let bytes = holder.bytes;
+    if let Some(s) = x.pjrt.sample_before(p, device, rt) {
+        // The sample can be older than the moment: what is in use then is at
+        // least the buffers live at it, and never more than the pool.
+        let used = x
+            .pjrt
+            .in_use_at(p, device, rt)
+            .unwrap_or(s.bytes_in_use)
+            .min(bytes);
+        holder.in_use_bytes = Some(used);
+        holder.free_inside_bytes = Some(bytes - used);
+        // cuda_async states no largest free block (it reads 0).
+        holder.largest_free_block_bytes = s
+            .largest_free_block_bytes
+            .filter(|l| *l > 0 || used >= bytes)
+            .map(|l| l.min(bytes - used));
+        holder.source = format!(
+            "{src} (live allocations; allocator statistics at {:.3} s, buffers live at the moment)",
+            s.ts_ns as f64 / 1e9
+        );
+    }
+    if let Some(l) = steps::execution_leak(x.pjrt, p, device, rt) {
+        holder.trend = Some(Trend {
+            bytes_per_unit: l.growth_per_step,
+            unit: format!("execute of {}", l.executable),
+            steps: l.leaked_steps as u64,
+            span_ms: 0,
+        });
+    }
 }
 
 /// PyTorch's own figures for its holder: the snapshot's OOM record (exact), else its

@@ -16,6 +16,7 @@
 //! does not close.
 
 mod held;
+mod pre_attach;
 mod samples;
 
 use super::evidence::Evidence;
@@ -25,6 +26,7 @@ use crate::capture::devices::MemoryKind;
 use crate::log::LogReport;
 use crate::size::format_bytes as b;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 pub use held::Held;
 pub use samples::{matched_sample, MatchedSample};
@@ -62,6 +64,9 @@ pub enum HolderKind {
     /// The recorded processes' contexts, modules and runtime memory: in use on the device
     /// per the samples or the framework, made by no allocation call the capture sees.
     ContextAndModules,
+    /// A framework pool a late attach found already made (the shim's pre-attach marker):
+    /// no allocation call in the capture shows it.
+    PreAttachPool,
     /// Device memory not in use.
     Free,
     /// In use, but no evidence says by whom.
@@ -246,8 +251,11 @@ pub fn at(x: &Inputs<'_>, pid: Option<u32>, device: i32, raw: Option<u64>, momen
         _ => None,
     };
     if let (Some(h), Some(c)) = (&held, cap) {
-        holders.extend(held::holders(h, c, x, pid, device, raw.unwrap_or(u64::MAX)));
-        per_second(&mut holders, c, x, pid, device, raw.unwrap_or(u64::MAX));
+        let t = raw.unwrap_or(u64::MAX);
+        holders.extend(held::holders(h, c, x, pid, device, t));
+        per_second(&mut holders, c, x, pid, device, t);
+        let made_before_attach = pre_attach::pools(c, x, &holders, device, t);
+        holders.extend(made_before_attach);
     } else if let Some(t) = torch {
         holders.extend(held::torch_message_holders(t, pid));
     }
@@ -301,13 +309,30 @@ pub fn at(x: &Inputs<'_>, pid: Option<u32>, device: i32, raw: Option<u64>, momen
         let then = held::at(c, device, pid, s.raw_ts);
         let outside = s.used.saturating_sub(then.device_total());
         let mut rest = outside;
+        // Pools a late attach found made are part of that memory: theirs first, at most
+        // what the sample leaves outside the capture.
+        let mut before_attach: BTreeMap<u32, u64> = BTreeMap::new();
+        for h in holders
+            .iter_mut()
+            .filter(|h| h.kind == HolderKind::PreAttachPool)
+        {
+            let take = h.bytes.min(rest);
+            rest -= take;
+            h.bytes = take;
+            h.in_use_bytes = h.in_use_bytes.map(|u| u.min(take));
+            h.free_inside_bytes = h.in_use_bytes.map(|u| take - u);
+            *before_attach.entry(h.pid.unwrap_or(0)).or_default() += take;
+        }
         // Per-process readings: the recorded processes' own context, and the processes
         // the capture did not record.
         if !s.processes.is_empty() {
             let mut ctx_bytes = 0u64;
             for (p, used) in &s.processes {
                 match then.process_total(*p) {
-                    Some(c) => ctx_bytes += used.saturating_sub(c),
+                    Some(c) => {
+                        let pool = before_attach.get(p).copied().unwrap_or(0);
+                        ctx_bytes += used.saturating_sub(c).saturating_sub(pool)
+                    }
                     None => {
                         let take = (*used).min(rest);
                         rest -= take;
@@ -669,6 +694,7 @@ pub fn label(kind: HolderKind) -> &'static str {
         HolderKind::OtherProcess => "another recorded process",
         HolderKind::OtherProcessUnrecorded => "other processes (not recorded)",
         HolderKind::ContextAndModules => "context, modules and runtime",
+        HolderKind::PreAttachPool => "framework pool made before the attach",
         HolderKind::Free => "free",
         HolderKind::Unattributed => "unattributed",
     }
