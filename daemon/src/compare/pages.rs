@@ -79,6 +79,7 @@ pub(super) async fn compare(
         rows: Vec::new(),
         fw_svg: String::new(),
         fw_rows: Vec::new(),
+        snap: None,
         align: q.align.clone().unwrap_or_else(|| "start".into()),
         align_label: "at their start".into(),
     };
@@ -209,6 +210,7 @@ pub(super) async fn compare(
         .map_err(AppError::internal)?
         .svg;
     framework(&st, &mut page, (a, da, ea, sa), (b, db, eb, sb), end).await?;
+    page.snap = crate::snapshot::compare_dumps(&st, (a, da), (b, db)).await?;
     let pa = st.store.live_at(a, da, None, 0).await?;
     let pb = st.store.live_at(b, db, None, 0).await?;
     let peak_of = |p: &Option<Peak>| p.as_ref().map_or(0, |p| p.peak_bytes);
@@ -334,7 +336,11 @@ async fn framework(
     if !v.is_empty() {
         page.fw_rows.push(CompareRow {
             header: true,
-            key: "producing executable (peak of its live outputs)".into(),
+            key: if what == "allocated" {
+                "allocation site (the most it held at once)".into()
+            } else {
+                "producing executable (peak of its live outputs)".into()
+            },
             a: String::new(),
             b: String::new(),
             delta: String::new(),
