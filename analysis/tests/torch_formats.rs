@@ -6,23 +6,26 @@
 //! insertion order of the code that builds it (the code read for each is named there and
 //! in `testdata/torch-snapshots/README.md`):
 //!
-//! - `v2_0_history`: `torch/csrc/cuda/Module.cpp` `THCPModule_memorySnapshot` of the 2.0
-//!   API (`_cuda_recordMemoryHistory(bool, bool, bool, Py_ssize_t, bool)`): blocks with
-//!   `history` and no `address` / `requested_size` / `frames`, separate `cpp_frames`,
-//!   no time;
-//! - `v2_1_frames`: the same function after the 2.1 API (`_cuda_record_memory_history`
-//!   with `enabled`/`context`/`stacks`, `_cuda_record_memory_history_legacy`): blocks
-//!   with `address`, `requested_size`, `frames`; segments with `requested_size`,
+//! - `v2_0_history` (2.0): `torch/csrc/cuda/Module.cpp` `THCPModule_memorySnapshot` of
+//!   the 2.0 API (`_cuda_recordMemoryHistory(bool, bool, bool, Py_ssize_t, bool)`):
+//!   blocks with `history` and no `address` / `requested_size` / `frames`, separate
+//!   `cpp_frames`, no time;
+//! - `v2_1_frames` (2.1): the same function once it binds `_cuda_record_memory_history`
+//!   (`enabled`/`context`/`stacks`) and `_cuda_record_memory_history_legacy`: blocks with
+//!   `address`, `requested_size`, `frames`; segments with `requested_size`,
 //!   `segment_pool_id`, `is_expandable`, `frames`; trace entries without `time_us`;
-//! - `time_us`: trace entries with `time_us`, the root still `segments` +
-//!   `device_traces`;
+//! - `v2_2_time_us` (2.2, pytorch/pytorch#112266): trace entries with `time_us`;
+//! - `v2_3_settings` (2.3–2.4, #119404): the root with `allocator_settings`;
+//! - `v2_5_annotations` (2.5–2.7, #130964): the root with `external_annotations`
+//!   (`{stage, name, device, time_us}`);
+//! - `v2_8_compile_context` (2.8–2.9, #152707): `compile_context` on trace entries;
+//! - `v2_10_user_metadata` (2.10–2.11, #165490): `user_metadata` too, the layout of the
+//!   2.11 recordings in `testdata/torch-snapshots/`;
 //! - `cpp_api_protocol2`: `torch/csrc/cuda/memory_snapshot.cpp`
-//!   `_memory_snapshot_pickled()` (pytorch/pytorch, the C++ API, TorchScript's pickler:
-//!   protocol 2) with `allocator_settings`;
-//! - `settings_annotations`: `THCPModule_memorySnapshot` with `allocator_settings` and
-//!   `external_annotations`;
-//! - `compile_context`: trace entries with `compile_context` and `user_metadata` too
-//!   (the layout of the 2.11 recordings in `testdata/torch-snapshots/`).
+//!   `_memory_snapshot_pickled()` (the C++ API; TorchScript's pickler, protocol 2).
+//!
+//! The release of each is inferred from the date of the pull request that added the key
+//! (the repository's release tags could not be read here).
 //!
 //! Every layout must give the program's figures: allocated 8 MiB + 512 B and reserved
 //! 22 MiB at the dump, the replay ending on the dump's blocks, 8 MiB + 512 B at
@@ -41,13 +44,15 @@ fn layout(name: &str) -> PathBuf {
 }
 
 /// (layout, has time, has settings, annotations).
-const LAYOUTS: [(&str, bool, bool, usize); 6] = [
+const LAYOUTS: [(&str, bool, bool, usize); 8] = [
     ("v2_0_history", false, false, 0),
     ("v2_1_frames", false, false, 0),
-    ("time_us", true, false, 0),
+    ("v2_2_time_us", true, false, 0),
+    ("v2_3_settings", true, true, 0),
+    ("v2_5_annotations", true, true, 2),
+    ("v2_8_compile_context", true, true, 2),
+    ("v2_10_user_metadata", true, true, 2),
     ("cpp_api_protocol2", true, true, 0),
-    ("settings_annotations", true, true, 2),
-    ("compile_context", true, true, 2),
 ];
 
 #[test]
@@ -60,7 +65,11 @@ fn every_layout_reads_to_the_programs_figures() {
         assert_eq!(d.allocated_bytes, 8 * MIB + 512, "{name}: allocated");
         assert_eq!(d.reserved_bytes, 22 * MIB, "{name}: reserved");
         assert_eq!(d.active_bytes, 8 * MIB + 512, "{name}: active");
-        assert_eq!((d.segments, d.blocks), (2, 2), "{name}: segments, active blocks");
+        assert_eq!(
+            (d.segments, d.blocks),
+            (2, 2),
+            "{name}: segments, active blocks"
+        );
         assert_eq!(d.trace_entries, 8, "{name}");
         let c = &d.end_check;
         assert_eq!(
@@ -76,7 +85,11 @@ fn every_layout_reads_to_the_programs_figures() {
             .iter()
             .map(|s| (s.site.as_str(), s.bytes))
             .collect();
-        assert_eq!(sites, vec![("train.py:42 in step", 8 * MIB + 512)], "{name}");
+        assert_eq!(
+            sites,
+            vec![("train.py:42 in step", 8 * MIB + 512)],
+            "{name}"
+        );
         assert_eq!(d.ooms_total, 1, "{name}");
         let oom = &d.ooms[0];
         assert_eq!(

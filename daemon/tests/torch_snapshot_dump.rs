@@ -84,7 +84,9 @@ fn html(s: &str) -> String {
 
 /// The value of `data-NAME="…"` on the page's `segment-totals` table.
 fn total(page: &str, name: &str) -> u64 {
-    let at = page.find("class=\"segment-totals\"").expect("segment totals");
+    let at = page
+        .find("class=\"segment-totals\"")
+        .expect("segment totals");
     let tag = &page[at..at + page[at..].find('>').unwrap()];
     let key = format!("data-{name}=\"");
     let from = tag.find(&key).unwrap_or_else(|| panic!("{name} in {tag}")) + key.len();
@@ -113,7 +115,11 @@ async fn segments_add_up_to_what_torch_reserved() {
                 assert_eq!(reserved, d.reserved_bytes, "{name}: reserved = report's");
                 assert_eq!(allocated, d.allocated_bytes, "{name}: allocated = report's");
                 assert_eq!(allocated + pending, d.active_bytes, "{name}: active");
-                assert_eq!(allocated + pending + free + uncovered, reserved, "{name}: sums");
+                assert_eq!(
+                    allocated + pending + free + uncovered,
+                    reserved,
+                    "{name}: sums"
+                );
                 assert_eq!(uncovered, 0, "{name}: PyTorch's blocks tile its segments");
                 assert_eq!(total(&page, "segments"), d.segments, "{name}");
                 // Every block of the dump (the report counts the active ones).
@@ -164,7 +170,10 @@ async fn segments_add_up_to_what_torch_reserved() {
             }
             // The run page links the segments and names the device.
             let (_, page) = get(&app, &format!("/runs/{run}")).await;
-            assert!(page.contains(&format!("/runs/{run}/segments?device=0")), "{name}");
+            assert!(
+                page.contains(&format!("/runs/{run}/segments?device=0")),
+                "{name}"
+            );
         }
         // A run that is no snapshot has no segments page.
         let cap = store_corpus(&store, "jax_leak_bfc", 99).await;
@@ -232,7 +241,9 @@ async fn stacks_are_titled_by_the_users_frame() {
 
 /// The row of `key` in the snapshot comparison: (A, B, difference).
 fn compare_row(page: &str, key: &str) -> (String, String, String) {
-    let table = &page[page.find("class=\"snapshot-compare\"").expect("snapshot table")..];
+    let table = &page[page
+        .find("class=\"snapshot-compare\"")
+        .expect("snapshot table")..];
     let at = table
         .find(&format!("<td>{key}</td>"))
         .unwrap_or_else(|| panic!("row {key}"));
@@ -269,13 +280,20 @@ async fn two_snapshots_compare_at_the_dump() {
             }
         };
         for (key, x, y) in [
-            ("allocated (held by the program)", da.allocated_bytes, db.allocated_bytes),
+            (
+                "allocated (held by the program)",
+                da.allocated_bytes,
+                db.allocated_bytes,
+            ),
             ("reserved (segments)", da.reserved_bytes, db.reserved_bytes),
         ] {
             let (ca, cb, cd) = compare_row(&page, key);
             assert_eq!((ca, cb), (format_bytes(x), format_bytes(y)), "{key}");
             assert_eq!(cd, minus(x, y), "{key}");
-            assert!(!cd.starts_with('-'), "a decrease is a difference, never a size");
+            assert!(
+                !cd.starts_with('-'),
+                "a decrease is a difference, never a size"
+            );
         }
         assert_eq!(
             compare_row(&page, "segments"),
@@ -334,7 +352,10 @@ async fn a_snapshot_names_its_devices_and_no_machine() {
             );
         }
         let (_, page) = get(&app, &format!("/runs/{run}")).await;
-        assert!(!page.contains("<dt>Node</dt>"), "no node shown as a machine");
+        assert!(
+            !page.contains("<dt>Node</dt>"),
+            "no node shown as a machine"
+        );
         assert!(page.contains("<dt>Taken on</dt><dd>not recorded"));
         let devices = &page[page.find("class=\"snapshot-devices\"").expect("devices")..];
         let row = &devices[devices.find("<tr data-device=\"0\">").expect("GPU 0")..];
@@ -343,6 +364,14 @@ async fn a_snapshot_names_its_devices_and_no_machine() {
         let d = &report_of(&path).devices[0];
         assert!(row.contains(&format!(">{}</td>", format_bytes(d.reserved_bytes))));
         assert!(!page.contains("total 0 B") && !page.contains("(unknown)"));
+        // The run list: no node "import" as the run's machine.
+        let (_, overview) = get(&app, "/").await;
+        let row = &overview[overview
+            .find(&format!("href=\"/runs/{run}\""))
+            .expect("listed")..];
+        let row = &row[..row.find("</tr>").unwrap()];
+        assert!(row.contains("not recorded (snapshot)"), "{row}");
+        assert!(!row.contains(">import<"), "{row}");
         // With `--node NAME` the import says where it was taken.
         let named = store_snapshot_file(&store, &path, "snap:named", 2).await;
         let (_, page) = get(&app, &format!("/runs/{named}")).await;

@@ -57,7 +57,10 @@ pub fn segment_markers(seg: &Segment, max_text: usize) -> Vec<String> {
     let kind = if seg.segment_type.trim().is_empty() {
         "-".to_string()
     } else {
-        seg.segment_type.split_whitespace().collect::<Vec<_>>().join("_")
+        seg.segment_type
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join("_")
     };
     let header = |part: u32| {
         format!(
@@ -176,7 +179,11 @@ mod tests {
                     } else {
                         BlockState::Inactive
                     },
-                    stack: if i % 3 == 0 { StackId::NONE } else { StackId(9) },
+                    stack: if i % 3 == 0 {
+                        StackId::NONE
+                    } else {
+                        StackId(9)
+                    },
                 })
                 .collect(),
         }

@@ -394,9 +394,15 @@ mod tests {
         };
         let stack = [
             f("??", 0),
-            f("/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 125),
+            f(
+                "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py",
+                125,
+            ),
             f("/usr/lib/python3.12/contextlib.py", 81),
-            f("/venv/lib/python3.12/site-packages/transformers/modeling.py", 9),
+            f(
+                "/venv/lib/python3.12/site-packages/transformers/modeling.py",
+                9,
+            ),
             f("/src/train.py", 42),
         ];
         assert_eq!(site_of_frames(&stack), Some(&stack[3]));

@@ -48,22 +48,22 @@ pub(super) async fn compare(
         })
         .collect();
     let titles = st.store.identities(&heads).await?;
-    let choices: Vec<Choice> = runs
-        .iter()
-        .map(|r| Choice {
+    let mut choices: Vec<Choice> = Vec::with_capacity(runs.len());
+    for r in &runs {
+        let node = crate::snapshot::machine_of(&st.store, r.id, &r.node).await?;
+        choices.push(Choice {
             id: r.id,
             label: format!(
-                "#{} {} ({})",
+                "#{} {} ({node})",
                 r.id,
                 titles
                     .get(&r.id)
                     .map_or(r.run_key.as_str(), |i| i.title.as_str()),
-                r.node
             ),
             sel_a: Some(r.id) == a,
             sel_b: Some(r.id) == b,
-        })
-        .collect();
+        });
+    }
     let (da, db) = (q.da.unwrap_or(0), q.db.unwrap_or(0));
     let mut page = ComparePage {
         choices,

@@ -54,7 +54,9 @@ async fn side(
     notes: &mut Vec<String>,
 ) -> Result<Option<Side>, AppError> {
     if !dump::is_snapshot(&st.store, run).await? {
-        notes.push(format!("Run #{run} was not stored from a PyTorch snapshot: it has no dump."));
+        notes.push(format!(
+            "Run #{run} was not stored from a PyTorch snapshot: it has no dump."
+        ));
         return Ok(None);
     }
     let d: Dump = dump::load(&st.store, run).await?;
@@ -93,6 +95,10 @@ async fn side(
         sites,
     }))
 }
+
+/// A site's allocated bytes in A and in B (`None`: that dump holds none of it) and the
+/// frames of its first stack.
+type SiteSides<'a> = (Option<u64>, Option<u64>, Option<&'a Vec<Frame>>);
 
 /// "+X" / "−X" (a true minus sign) / "no change".
 fn difference(a: u64, b: u64, count: bool) -> (String, &'static str) {
@@ -145,16 +151,45 @@ pub(crate) async fn compare_dumps(
     let sb = side(st, b, db as i32, &mut notes).await?;
     let pick = |s: &Option<Side>, f: fn(&Side) -> u64| s.as_ref().map(f);
     let figures = vec![
-        row("allocated (held by the program)", pick(&sa, |s| s.bytes.allocated), pick(&sb, |s| s.bytes.allocated), false),
-        row("pending free (released, waiting for streams)", pick(&sa, |s| s.bytes.pending_free), pick(&sb, |s| s.bytes.pending_free), false),
-        row("cached free (inactive blocks)", pick(&sa, |s| s.bytes.free), pick(&sb, |s| s.bytes.free), false),
-        row("reserved (segments)", pick(&sa, |s| s.reserved), pick(&sb, |s| s.reserved), false),
-        row("segments", pick(&sa, |s| s.segments), pick(&sb, |s| s.segments), true),
-        row("blocks", pick(&sa, |s| s.blocks), pick(&sb, |s| s.blocks), true),
+        row(
+            "allocated (held by the program)",
+            pick(&sa, |s| s.bytes.allocated),
+            pick(&sb, |s| s.bytes.allocated),
+            false,
+        ),
+        row(
+            "pending free (released, waiting for streams)",
+            pick(&sa, |s| s.bytes.pending_free),
+            pick(&sb, |s| s.bytes.pending_free),
+            false,
+        ),
+        row(
+            "cached free (inactive blocks)",
+            pick(&sa, |s| s.bytes.free),
+            pick(&sb, |s| s.bytes.free),
+            false,
+        ),
+        row(
+            "reserved (segments)",
+            pick(&sa, |s| s.reserved),
+            pick(&sb, |s| s.reserved),
+            false,
+        ),
+        row(
+            "segments",
+            pick(&sa, |s| s.segments),
+            pick(&sb, |s| s.segments),
+            true,
+        ),
+        row(
+            "blocks",
+            pick(&sa, |s| s.blocks),
+            pick(&sb, |s| s.blocks),
+            true,
+        ),
     ];
     // Sites: a side whose dump is there but holds nothing of a site has none of it.
-    let mut names: BTreeMap<String, (Option<u64>, Option<u64>, Option<&Vec<Frame>>)> =
-        BTreeMap::new();
+    let mut names: BTreeMap<String, SiteSides> = BTreeMap::new();
     for (k, (v, f)) in sa.iter().flat_map(|s| s.sites.iter()) {
         let e = names.entry(k.clone()).or_default();
         e.0 = Some(*v);
@@ -189,7 +224,7 @@ pub(crate) async fn compare_dumps(
         .collect();
     if v.len() > SITES {
         let rest = &v[SITES..];
-        let sum = |pick: fn(&(Option<u64>, Option<u64>, Option<&Vec<Frame>>)) -> Option<u64>| {
+        let sum = |pick: fn(&SiteSides) -> Option<u64>| {
             rest.iter().map(|(_, s)| pick(s).unwrap_or(0)).sum::<u64>()
         };
         sites.push(row(

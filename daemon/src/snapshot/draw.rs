@@ -104,12 +104,7 @@ pub(crate) fn segments_svg(
             fmt::bytes_u64(seg.total_size),
             if seg.is_expandable { " exp." } else { "" }
         );
-        let _ = write!(
-            s,
-            "<text x=\"4\" y=\"{}\">{}</text>",
-            y + 12.0,
-            esc(&label)
-        );
+        let _ = write!(s, "<text x=\"4\" y=\"{}\">{}</text>", y + 12.0, esc(&label));
         let _ = write!(
             s,
             "<rect x=\"{LABEL}\" y=\"{y}\" width=\"{plot}\" height=\"{BAR}\" fill=\"{}\" stroke=\"#555\" stroke-width=\"0.5\"/>",

@@ -63,22 +63,44 @@ pub(crate) struct SnapshotFacts {
     pub devices: Vec<SnapshotDevice>,
 }
 
+/// Where a snapshot run was taken: `None` when `run` is no snapshot run, else the
+/// machine the import named (`memwatch import --node`), empty when it named none (a
+/// snapshot file does not say). The node an import is stored under is not that machine.
+pub(crate) async fn taken_on(
+    store: &crate::db::Store,
+    run: i64,
+) -> Result<Option<String>, crate::db::StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT hostname FROM processes WHERE run_id = $1 AND argv LIKE $2 ORDER BY pid LIMIT 1",
+    )
+    .bind(run)
+    .bind(crate::codes::snapshot_argv_pattern())
+    .fetch_optional(&store.pool)
+    .await?)
+}
+
+/// The machine a run list names for run `run` stored under `node`: the node, but for a
+/// snapshot run where it was taken, "not recorded (snapshot)" when the import named none.
+pub(crate) async fn machine_of(
+    store: &crate::db::Store,
+    run: i64,
+    node: &str,
+) -> Result<String, crate::db::StoreError> {
+    Ok(match taken_on(store, run).await? {
+        Some(host) if host.is_empty() => "not recorded (snapshot)".to_string(),
+        Some(host) => host,
+        None => node.to_string(),
+    })
+}
+
 /// [`SnapshotFacts`] of `run`, or `None` when it is no snapshot run.
 pub(crate) async fn run_facts(
     st: &AppState,
     run: &RunLite,
 ) -> Result<Option<SnapshotFacts>, AppError> {
-    if !dump::is_snapshot(&st.store, run.id).await? {
+    let Some(host) = taken_on(&st.store, run.id).await? else {
         return Ok(None);
-    }
-    let host: Option<String> = sqlx::query_scalar(
-        "SELECT hostname FROM processes WHERE run_id = $1 AND argv LIKE $2 ORDER BY pid LIMIT 1",
-    )
-    .bind(run.id)
-    .bind(crate::codes::snapshot_argv_pattern())
-    .fetch_optional(&st.store.pool)
-    .await
-    .map_err(crate::db::StoreError::from)?;
+    };
     let d = dump::load(&st.store, run.id).await?;
     let mut devices: Vec<i32> = run
         .devices
@@ -90,7 +112,7 @@ pub(crate) async fn run_facts(
     devices.sort_unstable();
     devices.dedup();
     Ok(Some(SnapshotFacts {
-        host: host.unwrap_or_default(),
+        host,
         devices: devices
             .into_iter()
             .map(|dev| {
@@ -99,8 +121,7 @@ pub(crate) async fn run_facts(
                 SnapshotDevice {
                     device: dev,
                     total: "not recorded in the snapshot",
-                    totals: (!segs.is_empty())
-                        .then(|| DeviceTotals::of(segs, reserved, bytes)),
+                    totals: (!segs.is_empty()).then(|| DeviceTotals::of(segs, reserved, bytes)),
                 }
             })
             .collect(),

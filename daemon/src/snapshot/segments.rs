@@ -133,15 +133,16 @@ pub(crate) async fn page(
     let title = super::run_title(&st, &run).await?;
     let d = dump::load(&st.store, id).await?;
     let devices: Vec<i32> = d.devices.keys().copied().collect();
-    let device = q
-        .device
-        .or_else(|| devices.first().copied())
-        .unwrap_or(0);
+    let device = q.device.or_else(|| devices.first().copied()).unwrap_or(0);
     let segs = d.segments(device);
     let (reserved, bytes) = d.totals(device);
     let totals = DeviceTotals::of(segs, reserved, bytes);
     let mut order: Vec<&DumpSegment> = segs.iter().collect();
-    order.sort_by(|a, b| b.total_size.cmp(&a.total_size).then(a.address.cmp(&b.address)));
+    order.sort_by(|a, b| {
+        b.total_size
+            .cmp(&a.total_size)
+            .then(a.address.cmp(&b.address))
+    });
     let single = match q.segment.as_deref() {
         Some(a) => {
             let addr = a
@@ -188,8 +189,10 @@ pub(crate) async fn page(
         }
     };
     let site = |n: Option<u32>| -> String {
-        n.and_then(|n| frames.get(&n))
-            .map_or_else(|| "no stack recorded".into(), |f| super::stack::site_label(f))
+        n.and_then(|n| frames.get(&n)).map_or_else(
+            || "no stack recorded".into(),
+            |f| super::stack::site_label(f),
+        )
     };
     let svg = segments_svg(&shown, reserved, bytes, &site);
     let rows = shown

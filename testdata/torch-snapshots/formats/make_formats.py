@@ -152,7 +152,8 @@ def v2_0():
     return {"segments": segments, "device_traces": [trace]}
 
 
-def modern(time=False, settings=False, annotations=False, compile_meta=False, order=("name", "filename", "line")):
+def modern(time=False, settings=False, annotations=False, compile_context=False, user_metadata=False,
+           order=("name", "filename", "line")):
     """The layout every later THCPModule_memorySnapshot builds (blocks with address,
     requested_size, state, frames; segments with requested_size, segment_pool_id,
     is_expandable, frames; frames from the combined symbolizer, added after the rest of
@@ -194,8 +195,9 @@ def modern(time=False, settings=False, annotations=False, compile_meta=False, or
         e[k("stream")] = 0
         if time:
             e[k("time_us")] = T0 + dt
-        if compile_meta:
+        if compile_context:
             e[k("compile_context")] = k("N/A")
+        if user_metadata:
             e[k("user_metadata")] = k("")
         e[k("frames")] = combined(k, st, order, stacks)
         trace.append(e)
@@ -224,14 +226,22 @@ def modern(time=False, settings=False, annotations=False, compile_meta=False, or
     return result
 
 
+# Which release first wrote each layout is inferred from the date of the pull request
+# that added the key (the repository's tags could not be read here): time_us #112266
+# (2023-10) -> 2.2; allocator_settings #119404 (2024-02) -> 2.3; external_annotations
+# #130964 (2024-07) -> 2.5; compile_context #152707 (2025-05) -> 2.8; user_metadata
+# #165490 (2025-10) -> 2.10.
 LAYOUTS = {
-    # (file, document, pickle protocol)
+    # name: (document, pickle protocol)
     "v2_0_history": (v2_0(), 4),
     "v2_1_frames": (modern(), 4),
-    "time_us": (modern(time=True), 4),
+    "v2_2_time_us": (modern(time=True), 4),
+    "v2_3_settings": (modern(time=True, settings=True), 4),
+    "v2_5_annotations": (modern(time=True, settings=True, annotations=True), 4),
+    "v2_8_compile_context": (modern(time=True, settings=True, annotations=True, compile_context=True), 4),
+    "v2_10_user_metadata": (modern(time=True, settings=True, annotations=True, compile_context=True,
+                                   user_metadata=True), 4),
     "cpp_api_protocol2": (modern(time=True, settings=True), 2),
-    "settings_annotations": (modern(time=True, settings=True, annotations=True), 4),
-    "compile_context": (modern(time=True, settings=True, annotations=True, compile_meta=True), 4),
 }
 
 if __name__ == "__main__":
