@@ -171,7 +171,7 @@ impl Store {
                 let prev: Option<Note> = sqlx::query_as(&format!(
                     "SELECT ts_ns, text FROM annotations WHERE run_id = $1 AND pid = $2 \
                      AND ts_ns <= $3 AND {} ORDER BY ts_ns DESC, id DESC LIMIT 1",
-                    crate::codes::NOT_DATA_MARKER
+                    crate::codes::GROUPING_MARKER
                 ))
                 .bind(run)
                 .bind(i64::from(a.pid))
@@ -181,7 +181,7 @@ impl Store {
                 let next: Option<i64> = sqlx::query_scalar(&format!(
                     "SELECT ts_ns FROM annotations WHERE run_id = $1 AND pid = $2 \
                      AND ts_ns > $3 AND {} ORDER BY ts_ns LIMIT 1",
-                    crate::codes::NOT_DATA_MARKER
+                    crate::codes::GROUPING_MARKER
                 ))
                 .bind(run)
                 .bind(i64::from(a.pid))
@@ -210,7 +210,7 @@ impl Store {
         }
         let rows: Vec<PidNote> = sqlx::query_as(&format!(
             "SELECT pid, ts_ns, text FROM annotations WHERE run_id = $1 AND {} ORDER BY ts_ns, id",
-            crate::codes::NOT_DATA_MARKER
+            crate::codes::GROUPING_MARKER
         ))
         .bind(run)
         .fetch_all(&self.pool)

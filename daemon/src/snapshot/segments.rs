@@ -228,7 +228,11 @@ pub(crate) async fn page(
                             .iter()
                             .find(|c| c.0 == state_label(bl.state))
                             .map_or("#fff", |c| c.1),
-                        stack: view(bl.stack),
+                        // One segment's page lists every frame of its blocks.
+                        stack: StackView {
+                            open: single,
+                            ..view(bl.stack)
+                        },
                     })
                     .collect(),
                 blocks_more: s.blocks.len().saturating_sub(listed),

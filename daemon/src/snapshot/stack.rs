@@ -21,6 +21,8 @@ pub(crate) struct StackView {
     pub frames: Vec<(String, bool)>,
     /// Stacks sharing the title, when several do (0 or 1: just this one).
     pub others: usize,
+    /// Shown open (every frame listed without a click).
+    pub open: bool,
 }
 
 impl StackView {
@@ -43,6 +45,7 @@ impl StackView {
                 })
                 .collect(),
             others: 0,
+            open: false,
         }
     }
 
