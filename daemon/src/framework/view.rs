@@ -192,25 +192,23 @@ async fn section(
 }
 
 /// Gives each PyTorch site row the stack of its site (the first of the run's stacks
-/// with that site; how many share it), so the row is titled by the user's frame with
-/// every frame below.
+/// with that site), so the row is titled by the user's frame with every frame below.
 async fn with_stacks(
     st: &AppState,
     run: i64,
     sites: &mut Option<SitesAtPeak>,
     growth: &mut [GrowthRow],
 ) -> Result<(), AppError> {
+    // Rows that name a site (not "unknown", not the rest summed) have a stack.
     let mut names: std::collections::BTreeSet<String> =
         growth.iter().map(|g| g.name.clone()).collect();
     if let Some(s) = sites.as_ref() {
-        names.extend(s.rows.iter().map(|r| r.0.clone()));
+        names.extend(s.rows.iter().take(SITE_ROWS).map(|r| r.0.clone()));
     }
+    names.remove(memwatch_analysis::torch::stacks::UNKNOWN_SITE);
     let found = crate::snapshot::stacks_of_sites(&st.store, run, &names).await?;
     let view = |name: &str| match found.get(name) {
-        Some((frames, n)) => StackView {
-            others: *n,
-            ..StackView::of(frames)
-        },
+        Some(frames) => StackView::of(frames),
         None => StackView::untitled(name),
     };
     if let Some(s) = sites.as_mut() {

@@ -28,12 +28,12 @@ pub(crate) async fn is_snapshot(store: &Store, run: i64) -> Result<bool, StoreEr
 }
 
 /// Calls `each` with the text of every marker of `run` starting with `prefix`, in the
-/// order stored.
+/// order stored, until it returns `false`.
 async fn markers(
     store: &Store,
     run: i64,
     prefix: &str,
-    mut each: impl FnMut(&str),
+    mut each: impl FnMut(&str) -> bool,
 ) -> Result<(), StoreError> {
     let mut after = 0i64;
     let pattern = format!("{prefix}%");
@@ -53,7 +53,9 @@ async fn markers(
         };
         after = last.0;
         for (_, t) in &rows {
-            each(t);
+            if !each(t) {
+                return Ok(());
+            }
         }
     }
 }
@@ -139,7 +141,7 @@ pub(crate) async fn load(store: &Store, run: i64) -> Result<Dump, StoreError> {
     let mut open: HashMap<(i32, u64), usize> = HashMap::new();
     markers(store, run, "torch.segment ", |t| {
         let Some(p) = parse_segment_marker(t) else {
-            return;
+            return true;
         };
         let segs = dump.devices.entry(p.device).or_default();
         match (p.part, open.get(&(p.device, p.address))) {
@@ -157,6 +159,7 @@ pub(crate) async fn load(store: &Store, run: i64) -> Result<Dump, StoreError> {
             }
             (_, Some(&i)) => segs[i].blocks.extend(p.blocks),
         }
+        true
     })
     .await?;
     for segs in dump.devices.values_mut() {
@@ -175,39 +178,39 @@ pub(crate) async fn stacks(
     if wanted.is_empty() {
         return Ok(out);
     }
+    // Stops once every wanted stack is read.
     markers(store, run, "torch.stack ", |t| {
         if let Some((n, frames)) = parse_stack_marker(t) {
             if wanted.contains(&n) {
                 out.insert(n, frames);
             }
         }
+        out.len() < wanted.len()
     })
     .await?;
     Ok(out)
 }
 
 /// For each site label in `names` (as the framework view names them: the site of the
-/// stack by `memwatch_analysis::torch::stacks::site_of_frames`), the frames of its
-/// first stack and how many stacks have that site.
+/// stack by `memwatch_analysis::torch::stacks::site_of_frames`), the frames of the first
+/// stack with that site. Reads stack markers until each name has one.
 pub(crate) async fn stacks_of_sites(
     store: &Store,
     run: i64,
     names: &BTreeSet<String>,
-) -> Result<HashMap<String, (Vec<Frame>, usize)>, StoreError> {
-    let mut out: HashMap<String, (Vec<Frame>, usize)> = HashMap::new();
+) -> Result<HashMap<String, Vec<Frame>>, StoreError> {
+    let mut out: HashMap<String, Vec<Frame>> = HashMap::new();
     if names.is_empty() {
         return Ok(out);
     }
     markers(store, run, "torch.stack ", |t| {
-        let Some((_, frames)) = parse_stack_marker(t) else {
-            return;
-        };
-        let label = super::stack::site_label(&frames);
-        if names.contains(&label) {
-            out.entry(label)
-                .and_modify(|e| e.1 += 1)
-                .or_insert((frames, 1));
+        if let Some((_, frames)) = parse_stack_marker(t) {
+            let label = super::stack::site_label(&frames);
+            if names.contains(&label) {
+                out.entry(label).or_insert(frames);
+            }
         }
+        out.len() < names.len()
     })
     .await?;
     Ok(out)

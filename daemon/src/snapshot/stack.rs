@@ -19,8 +19,6 @@ pub(crate) struct StackView {
     pub title: String,
     /// Every frame, innermost first: (text, whether it is the title's frame).
     pub frames: Vec<(String, bool)>,
-    /// Stacks sharing the title, when several do (0 or 1: just this one).
-    pub others: usize,
     /// Shown open (every frame listed without a click).
     pub open: bool,
 }
@@ -44,7 +42,6 @@ impl StackView {
                     (text, site.is_some_and(|s| std::ptr::eq(s, f)))
                 })
                 .collect(),
-            others: 0,
             open: false,
         }
     }
