@@ -208,3 +208,33 @@ fn bad_pickles_exit_2_naming_the_file() {
         }
     }
 }
+
+/// Snapshots of older PyTorch versions (`testdata/torch-snapshots/formats/`, constructed
+/// from PyTorch's source, not recorded): the text report gives the program's figures, and
+/// where the layout has no `time_us` it says no time was recorded instead of printing a
+/// 1970 start, "over 0 ns" and "at 0 ns".
+#[test]
+fn older_layouts_report_without_made_up_times() {
+    for (name, timed) in [
+        ("v2_0_history", false),
+        ("v2_1_frames", false),
+        ("v2_2_time_us", true),
+        ("v2_10_user_metadata", true),
+    ] {
+        let out = run_memwatch(&["report", &snapshot(&format!("formats/{name}"))]);
+        assert_eq!(out.status.code(), Some(0), "{name}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("allocated 8.00 MiB, reserved 22.00 MiB in 2 segments"),
+            "{name}: {text}"
+        );
+        assert!(!text.contains("1970"), "{name}: {text}");
+        assert_eq!(text.contains("no times recorded"), !timed, "{name}: {text}");
+        assert!(!text.contains(" at 0 ns"), "{name}: {text}");
+        assert_eq!(
+            text.contains("peak allocated   12.00 MiB at"),
+            timed,
+            "{name}"
+        );
+    }
+}

@@ -45,6 +45,24 @@ pub(crate) fn vendor_name(raw: u8) -> &'static str {
 /// (`memwatch_analysis::torch`): a recording, never a running program.
 pub(crate) const SNAPSHOT_ARGV0: &str = "pytorch-memory-snapshot";
 
+/// The condition of [`NOT_DATA_MARKER`] as a literal, for [`GROUPING_MARKER`].
+macro_rules! not_data_marker {
+    () => {
+        "text NOT LIKE 'torch.stack %' AND text NOT LIKE 'torch.segment %'"
+    };
+}
+
+/// An SQL condition on `annotations.text` that keeps annotations and leaves out the
+/// markers a snapshot import stores as data (`torch.stack N` stacks, `torch.segment`
+/// segments at the dump): they are read by the snapshot views, not shown or grouped by
+/// as annotations.
+pub(crate) const NOT_DATA_MARKER: &str = not_data_marker!();
+
+/// [`NOT_DATA_MARKER`] and no `memwatch.tag` either: what the Peak page may group live
+/// allocations by (a run's tags describe the whole run, not the allocations after them).
+pub(crate) const GROUPING_MARKER: &str =
+    concat!(not_data_marker!(), " AND text NOT LIKE 'memwatch.tag %'");
+
 /// A `LIKE` pattern matching the stored argv (a JSON array) of a snapshot's process.
 pub(crate) fn snapshot_argv_pattern() -> String {
     format!("[\"{SNAPSHOT_ARGV0}\"%")

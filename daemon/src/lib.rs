@@ -7,7 +7,8 @@
 //! events, the overview and run pages), `peak` (what was live at the peak or any
 //! instant, checkpoints), `runtime` (PJRT attribution), `incidents` (failures and
 //! attached logs), `xla` (attached dumps), `gates` (CI gate history), `export` (traces,
-//! chart downloads), `compare`; `render` draws and formats (no store access); `app`
+//! chart downloads), `compare`, `snapshot` (what a stored PyTorch snapshot's dump says:
+//! segments, user-frame stacks, two dumps compared); `render` draws and formats (no store access); `app`
 //! assembles the router with the one error type; `server` starts it all; `codes`
 //! decodes the raw wire codes; `metrics` counts. Everything is crate-private behind the
 //! facade below, which the CLI and the tests use. It never changes frame bytes (those
@@ -29,6 +30,7 @@ mod render;
 mod runs;
 mod runtime;
 mod server;
+mod snapshot;
 mod xla;
 
 // Serving.

@@ -131,7 +131,11 @@ check 18-framework-leak "$B/runs/$LEAK_RUN" "Inside the pool: JAX / PJRT on GPU 
 check 19-framework-fits "$B/runs/$FITS_RUN" "Inside the pool: JAX / PJRT on GPU 0" "Live outputs per executable" "jit_multiply"
 check 20-framework-exec-oom "$B/runs/$TEMP_RUN" "Inside the pool: JAX / PJRT on GPU 0" "OOM: " "executions"
 check 21-framework-torch "$B/runs/$TORCH_RUN" "Inside the pool: PyTorch on GPU 0" "allocated (live blocks)" "cached in the allocator"
-check 24-compare-snapshots "$B/compare?a=$TORCH_RUN&b=$TORCH2_RUN" "Inside the pool" "peak allocated" "PyTorch snapshot leak.pickle"
+check 24-compare-snapshots "$B/compare?a=$TORCH_RUN&b=$TORCH2_RUN" "Inside the pool" "peak allocated" "PyTorch snapshot leak.pickle" \
+  "PyTorch snapshots at the dump" "Difference B − A" "reserved (segments)" "<details class=\"stack\">"
+SHOT_HEIGHT=1500 check 26-segments-torch "$B/runs/$TORCH_RUN/segments?device=0" "Allocator segments at the dump: GPU 0" \
+  "data-reserved=\"4229955584\"" "cached free" "smaller segments" "<details class=\"stack\">"
+check 27-snapshot-devices "$B/runs/$TORCH_RUN" "Devices the snapshot names" "not recorded in the snapshot" "<dt>Taken on</dt>"
 SHOT_HEIGHT=1500 check 25-peak-at-framework "$B/runs/$LEAK_RUN/peak?device=0&at=5000000000" "framework buffers live then" "jit_update" "jit(update)/mul" "loop_add_multiply_fusion#0 [output 1]"
 check 22-overview-growing "$B/" "badge grow" "in jit_update"
 for r in "$LEAK_RUN" "$TORCH_RUN"; do

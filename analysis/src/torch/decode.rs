@@ -52,6 +52,13 @@ fn stack(v: &Value, stacks: &mut StackTable, at: &dyn Fn() -> String) -> Result<
     }
 }
 
+/// The first entry of a block's `history` (PyTorch 2.0's blocks: a list of
+/// `{addr, real_size, frames[, cpp_frames]}` instead of `frames` and `requested_size`),
+/// read as memory_viz reads it.
+fn first_history(b: &Value) -> Option<&Value> {
+    b.get("history")?.as_seq()?.first()
+}
+
 /// One trace entry (`device_traces[device][index]`). `None`: an action this build does
 /// not know. (One pass over the keys: this runs for every entry of multi-GB traces.)
 pub fn entry(
@@ -157,6 +164,9 @@ pub fn segment(v: &Value, index: usize, stacks: &mut StackTable) -> Result<Segme
         .as_seq()
         .ok_or_else(|| format!("{}: 'blocks' is a {}", at(), blocks_v.type_name()))?;
     let mut blocks = Vec::with_capacity(items.len());
+    // Blocks lie end to end from the segment's address (PyTorch writes them so, and
+    // computes each `address` that way; PyTorch 2.0's blocks have no `address`).
+    let mut next = address;
     for (j, b) in items.iter().enumerate() {
         let bat = || format!("segments[{index}].blocks[{j}]");
         let b = dict(b, &bat)?;
@@ -165,7 +175,13 @@ pub fn segment(v: &Value, index: usize, stacks: &mut StackTable) -> Result<Segme
             .as_str()
             .and_then(BlockState::from_name)
             .ok_or_else(|| format!("{}: unknown block state {}", bat(), state_v.to_json()))?;
-        let (b_address, size) = (u64_field(b, "address", &bat)?, u64_field(b, "size", &bat)?);
+        let size = u64_field(b, "size", &bat)?;
+        let b_address = match b.get("address") {
+            Some(_) => u64_field(b, "address", &bat)?,
+            None => next,
+        };
+        next = b_address.saturating_add(size);
+        let history = first_history(b);
         // A block lies in its segment: what makes a blocks list that several segments
         // share (one memoized list) wrong at the second, before it is copied out again.
         if b_address < address || b_address.saturating_add(size) > end {
@@ -175,12 +191,21 @@ pub fn segment(v: &Value, index: usize, stacks: &mut StackTable) -> Result<Segme
                 bat()
             ));
         }
+        let requested = b
+            .get("requested_size")
+            .or_else(|| history.and_then(|h| h.get("real_size")))
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let stack = match (b.get("frames"), history) {
+            (None, Some(h)) => stack(h, stacks, &bat)?,
+            _ => stack(b, stacks, &bat)?,
+        };
         blocks.push(Block {
             address: b_address,
             size,
-            requested_size: b.get("requested_size").and_then(Value::as_u64).unwrap_or(0),
+            requested_size: requested,
             state,
-            stack: stack(b, stacks, &bat)?,
+            stack,
         });
     }
     Ok(Segment {

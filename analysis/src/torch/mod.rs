@@ -8,7 +8,8 @@
 //! `model`), `stacks` (interned frames and stacks, and their Python site), `replay` (the
 //! caching allocator's layout entry by entry, checked against the dump), `report` (what
 //! `memwatch report` shows and the OOM doctor reads), `compare` (two snapshots),
-//! `records` (capture records for `memwatch import`).
+//! `records` (capture records for `memwatch import`), `segment_marker` (the dump's
+//! segments and blocks as markers of those records).
 //!
 //! For the OOM doctor: [`scan_path`] then [`report`]; each [`DeviceReport`] has its
 //! [`OomReport`]s (request, allocated / reserved / free device bytes, the largest free
@@ -25,6 +26,7 @@ pub mod records;
 pub mod replay;
 pub mod report;
 pub mod scan;
+pub mod segment_marker;
 pub mod spill;
 pub mod stacks;
 pub mod synth;

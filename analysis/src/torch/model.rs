@@ -160,6 +160,14 @@ impl BlockState {
             _ => return None,
         })
     }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ActiveAllocated => "active_allocated",
+            Self::ActivePendingFree => "active_pending_free",
+            Self::Inactive => "inactive",
+        }
+    }
 }
 
 /// One block of a segment at the dump.

@@ -14,19 +14,22 @@
 //!   `torch.stack N` followed by one frame per line (`name<TAB>file:line`, innermost
 //!   first); `external_annotations` are markers `torch.annotation STAGE NAME`;
 //! - the settings and the file are `memwatch.tag` markers (`source=pytorch-snapshot`,
-//!   `torch.expandable_segments=…`, …).
+//!   `torch.expandable_segments=…`, …);
+//! - the segments and blocks at the dump are `torch.segment` markers
+//!   ([`segment_marker`](super::segment_marker)) after each device's events, at its last
+//!   entry's time. No device record: a snapshot names device ordinals only (no name, no
+//!   memory size), and the node an import is stored under is no machine of it.
 //!
 //! The state before the trace's first entry comes first, at that entry's time. One
 //! process (pid 0: the snapshot does not record it), devices one after the other, each
 //! in time order. Times are PyTorch's clock (Unix ns), used as the monotonic clock too.
 
-use memwatch_wire::{
-    Api, DeviceInfo, Event, EventKind, Marker, MemKind, ProcessStart, Record, Vendor,
-};
+use memwatch_wire::{Api, Event, EventKind, Marker, MemKind, ProcessStart, Record};
 
 use super::model::{Action, Annotation};
 use super::replay::{self, Observer, ReplayError, Sim, Step};
 use super::scan::{Scan, Trace};
+use super::segment_marker::segment_markers;
 use super::stacks::{Frame, StackId};
 use crate::capture::load::TAG_PREFIX;
 
@@ -100,6 +103,8 @@ pub fn to_records<E>(
         },
         next_annotation: 0,
         device: 0,
+        start_us,
+        last_us: start_us,
         summary: ConvertSummary::default(),
     };
     let name = std::path::Path::new(&scan.file)
@@ -138,16 +143,6 @@ pub fn to_records<E>(
         c.marker(start_us, -1, format!("{TAG_PREFIX}{k}={v}"))
             .map_err(ConvertError::Emit)?;
     }
-    for d in replay::devices(scan) {
-        c.record(Record::DeviceInfo(DeviceInfo {
-            pid: 0,
-            device: d,
-            vendor: Vendor::Unknown as u8,
-            total_bytes: 0,
-            name: String::new(),
-        }))
-        .map_err(ConvertError::Emit)?;
-    }
     replay::replay(scan, &mut c).map_err(|e| match e {
         ReplayError::Io(e) => ConvertError::Io(e),
         ReplayError::Observer(e) => ConvertError::Emit(e),
@@ -171,6 +166,9 @@ struct Converter<'a, E> {
     annotations: Vec<&'a Annotation>,
     next_annotation: usize,
     device: i32,
+    /// The snapshot's first trace time, and the current device's last entry's.
+    start_us: i64,
+    last_us: i64,
     summary: ConvertSummary,
 }
 
@@ -238,6 +236,22 @@ impl<E> Converter<'_, E> {
         Ok(u64::from(id.0) + 1)
     }
 
+    /// The device's segments at the dump, each after the markers of its stacks.
+    fn segments(&mut self, device: i32) -> Result<(), E> {
+        let scan = self.scan;
+        let at = self.last_us;
+        for seg in scan.segments.iter().filter(|s| s.device == device) {
+            self.stack(seg.stack, at)?;
+            for b in &seg.blocks {
+                self.stack(b.stack, at)?;
+            }
+            for text in segment_markers(seg, MAX_TEXT) {
+                self.marker(at, device, text)?;
+            }
+        }
+        Ok(())
+    }
+
     /// One event of `what` (kind, memory kind, API) at the step's time.
     fn event(&mut self, s: &Step, what: What, ptr: u64, size: u64, aux: u64) -> Result<(), E> {
         let (kind, mem, api) = what;
@@ -268,10 +282,12 @@ impl<E> Observer for Converter<'_, E> {
 
     fn device_start(&mut self, sim: &Sim, _: Option<&Trace>) -> Result<(), E> {
         self.device = sim.device;
+        self.last_us = self.start_us;
         Ok(())
     }
 
     fn after(&mut self, _sim: &Sim, s: &Step) -> Result<(), E> {
+        self.last_us = self.last_us.max(s.time_us);
         if s.ignored {
             return Ok(());
         }
@@ -343,6 +359,7 @@ impl<E> Observer for Converter<'_, E> {
 
     fn device_end(&mut self, sim: &Sim, _: &replay::EndCheck) -> Result<(), E> {
         self.annotations_until(sim.device, i64::MAX)?;
-        self.flush()
+        self.flush()?;
+        self.segments(sim.device)
     }
 }

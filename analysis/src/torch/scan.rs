@@ -136,8 +136,12 @@ impl Reader {
         }
         let index = t.range.len;
         t.range.len += 1;
-        t.first_time_us.get_or_insert(e.time_us);
-        t.last_time_us = Some(e.time_us);
+        // PyTorch's clock is Unix µs; 0 is an entry without `time_us` (older formats
+        // have none): such a trace has no time.
+        if e.time_us != 0 {
+            t.first_time_us.get_or_insert(e.time_us);
+            t.last_time_us = Some(e.time_us);
+        }
         let tr = &mut self.trackers[device];
         tr.actions[e.action as usize] += 1;
         let before = &mut self.traces[device].before;

@@ -41,6 +41,14 @@ impl Frame {
         self.filename.ends_with(".py")
     }
 
+    /// Whether this is the user's own Python code: a Python frame outside the `torch`
+    /// package and outside Python's standard library (`…/lib/python3.12/contextlib.py`;
+    /// installed packages other than torch, under `site-packages`, count as the user's).
+    /// C++ frames (`c10::…`, `at::…`, `??`) are never the user's.
+    pub fn is_user(&self) -> bool {
+        self.is_python() && !self.filename.contains("/torch/") && !is_stdlib(&self.filename)
+    }
+
     /// `file.py:42 in name` (Python) or the function name (C++).
     pub fn label(&self) -> String {
         if self.is_python() {
@@ -318,8 +326,19 @@ fn aten_op(name: &str) -> Option<&str> {
     (!op.contains(['(', ':', ' '])).then_some(op)
 }
 
-/// The innermost Python frame outside the `torch` package; else the innermost Python
-/// frame; else the backward node or the ATen operator.
+/// Whether a Python file is part of the interpreter's standard library:
+/// `…/lib/pythonX.Y/NAME.py` not under `site-packages` or `dist-packages`.
+fn is_stdlib(filename: &str) -> bool {
+    let Some((_, rest)) = filename.split_once("/lib/python") else {
+        return false;
+    };
+    let versioned = rest.starts_with(|c: char| c.is_ascii_digit());
+    versioned && !rest.contains("/site-packages/") && !rest.contains("/dist-packages/")
+}
+
+/// The innermost user frame ([`Frame::is_user`]); else the innermost Python frame
+/// outside the `torch` package; else the innermost Python frame; else the backward
+/// node or the ATen operator.
 fn site_of(frames: &[Frame], stack: &[u32]) -> Option<u32> {
     let at = site_index(stack.len(), |i| &frames[stack[i] as usize])?;
     Some(stack[at])
@@ -336,7 +355,8 @@ fn site_index<'a>(n: usize, frame: impl Fn(usize) -> &'a Frame) -> Option<usize>
     let python = || (0..n).filter(|&i| frame(i).is_python());
     let named = |pick: fn(&str) -> Option<&str>| (0..n).find(|&i| pick(&frame(i).name).is_some());
     python()
-        .find(|&i| !frame(i).filename.contains("/torch/"))
+        .find(|&i| frame(i).is_user())
+        .or_else(|| python().find(|&i| !frame(i).filename.contains("/torch/")))
         .or_else(|| python().next())
         .or_else(|| named(backward_node))
         .or_else(|| named(aten_op))
@@ -363,5 +383,34 @@ mod tests {
             "aten mul_Tensor"
         );
         assert_eq!(f("c10::foo()").site_label(), "c10::foo()");
+    }
+
+    #[test]
+    fn the_site_is_the_users_frame() {
+        let f = |file: &str, line: i64| Frame {
+            name: "fn".into(),
+            filename: file.into(),
+            line,
+        };
+        let stack = [
+            f("??", 0),
+            f(
+                "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py",
+                125,
+            ),
+            f("/usr/lib/python3.12/contextlib.py", 81),
+            f(
+                "/venv/lib/python3.12/site-packages/transformers/modeling.py",
+                9,
+            ),
+            f("/src/train.py", 42),
+        ];
+        assert_eq!(site_of_frames(&stack), Some(&stack[3]));
+        assert!(!stack[2].is_user() && !stack[1].is_user() && !stack[0].is_user());
+        assert!(f("/src/train.py", 1).is_user());
+        assert!(f("/home/u/lib/python_tools/x.py", 1).is_user());
+        // Only library frames: the innermost outside torch, else the innermost Python.
+        assert_eq!(site_of_frames(&stack[..3]), Some(&stack[2]));
+        assert_eq!(site_of_frames(&stack[..2]), Some(&stack[1]));
     }
 }

@@ -127,10 +127,15 @@ fn sparkline(d: &DeviceReport, width: usize) -> String {
         .collect()
 }
 
-fn oom_lines(o: &mut String, oom: &OomReport) {
+/// An OOM's lines; `timed`: the trace has times (else the OOM's is not recorded).
+fn oom_lines(o: &mut String, oom: &OomReport, timed: bool) {
     o.push_str(&format!(
-        "  OOM at {}: asked for {} ({} pool)\n",
-        duration(oom.at_ns),
+        "  OOM{}: asked for {} ({} pool)\n",
+        if timed {
+            format!(" at {}", duration(oom.at_ns))
+        } else {
+            String::new()
+        },
         bytes(oom.requested_bytes),
         oom.pool
     ));
@@ -169,6 +174,15 @@ pub fn render(r: &SnapshotReport, top: usize) -> String {
             .map(|t| format!(", trace from {}", utc(u64::try_from(t).unwrap_or(0) * 1000)))
             .unwrap_or_default()
     ));
+    // Older PyTorch versions wrote trace entries without `time_us`: no time is known.
+    let timed = r.start_time_unix_us.is_some();
+    let at = |ns: u64| {
+        if timed {
+            format!(" at {}", duration(ns))
+        } else {
+            String::new()
+        }
+    };
     let s = &r.allocator_settings;
     let mut settings = vec![format!(
         "expandable_segments={}",
@@ -191,10 +205,14 @@ pub fn render(r: &SnapshotReport, top: usize) -> String {
     for d in &r.devices {
         let actions: Vec<String> = d.actions.iter().map(|(a, n)| format!("{n} {a}")).collect();
         o.push_str(&format!(
-            "\ndevice {}: {} trace entries over {}{}\n",
+            "\ndevice {}: {} trace entries {}{}\n",
             d.device,
             d.trace_entries,
-            duration(d.duration_ns),
+            if timed || d.trace_entries == 0 {
+                format!("over {}", duration(d.duration_ns))
+            } else {
+                "(no times recorded: the snapshot's trace entries have no time_us)".to_string()
+            },
             if actions.is_empty() {
                 String::new()
             } else {
@@ -209,14 +227,14 @@ pub fn render(r: &SnapshotReport, top: usize) -> String {
             bytes(d.active_bytes)
         ));
         o.push_str(&format!(
-            "  peak allocated   {} at {}\n  peak reserved    {} at {}\n",
+            "  peak allocated   {}{}\n  peak reserved    {}{}\n",
             bytes(d.peak_allocated.bytes),
-            duration(d.peak_allocated.at_ns),
+            at(d.peak_allocated.at_ns),
             bytes(d.peak_reserved.bytes),
-            duration(d.peak_reserved.at_ns)
+            at(d.peak_reserved.at_ns)
         ));
         let line = sparkline(d, 60);
-        if !line.is_empty() {
+        if !line.is_empty() && timed {
             o.push_str(&format!("  allocated        {line}\n"));
         }
         if d.before_trace.blocks + d.before_trace.segments > 0 {
@@ -247,15 +265,19 @@ pub fn render(r: &SnapshotReport, top: usize) -> String {
                     bytes(b.size),
                     b.allocated_at_ns
                         .map_or("before the trace".to_string(), |t| format!(
-                            "allocated at {}",
-                            duration(t)
+                            "allocated{}",
+                            if timed {
+                                at(t)
+                            } else {
+                                " in the trace".to_string()
+                            }
                         )),
                     clip(b.site.as_deref().unwrap_or("(no Python frame)"), 80)
                 ));
             }
         }
         for oom in &d.ooms {
-            oom_lines(&mut o, oom);
+            oom_lines(&mut o, oom, timed);
         }
         if d.ooms_total > d.ooms.len() as u64 {
             o.push_str(&format!(

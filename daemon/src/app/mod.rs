@@ -41,6 +41,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .merge(crate::gates::routes())
         .merge(crate::export::routes())
         .merge(crate::compare::routes())
+        .merge(crate::snapshot::routes())
         .merge(crate::ingest::http::routes())
         .route("/api/openapi.json", get(openapi_doc))
         .route("/metrics", get(metrics))

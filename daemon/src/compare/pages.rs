@@ -48,22 +48,22 @@ pub(super) async fn compare(
         })
         .collect();
     let titles = st.store.identities(&heads).await?;
-    let choices: Vec<Choice> = runs
-        .iter()
-        .map(|r| Choice {
+    let mut choices: Vec<Choice> = Vec::with_capacity(runs.len());
+    for r in &runs {
+        let node = crate::snapshot::machine_of(&st.store, r.id, &r.node).await?;
+        choices.push(Choice {
             id: r.id,
             label: format!(
-                "#{} {} ({})",
+                "#{} {} ({node})",
                 r.id,
                 titles
                     .get(&r.id)
                     .map_or(r.run_key.as_str(), |i| i.title.as_str()),
-                r.node
             ),
             sel_a: Some(r.id) == a,
             sel_b: Some(r.id) == b,
-        })
-        .collect();
+        });
+    }
     let (da, db) = (q.da.unwrap_or(0), q.db.unwrap_or(0));
     let mut page = ComparePage {
         choices,
@@ -79,6 +79,7 @@ pub(super) async fn compare(
         rows: Vec::new(),
         fw_svg: String::new(),
         fw_rows: Vec::new(),
+        snap: None,
         align: q.align.clone().unwrap_or_else(|| "start".into()),
         align_label: "at their start".into(),
     };
@@ -209,6 +210,7 @@ pub(super) async fn compare(
         .map_err(AppError::internal)?
         .svg;
     framework(&st, &mut page, (a, da, ea, sa), (b, db, eb, sb), end).await?;
+    page.snap = crate::snapshot::compare_dumps(&st, (a, da), (b, db)).await?;
     let pa = st.store.live_at(a, da, None, 0).await?;
     let pb = st.store.live_at(b, db, None, 0).await?;
     let peak_of = |p: &Option<Peak>| p.as_ref().map_or(0, |p| p.peak_bytes);
@@ -334,7 +336,11 @@ async fn framework(
     if !v.is_empty() {
         page.fw_rows.push(CompareRow {
             header: true,
-            key: "producing executable (peak of its live outputs)".into(),
+            key: if what == "allocated" {
+                "allocation site (the most it held at once)".into()
+            } else {
+                "producing executable (peak of its live outputs)".into()
+            },
             a: String::new(),
             b: String::new(),
             delta: String::new(),

@@ -20,6 +20,8 @@ pub struct ComparePage {
     /// chart, and its figures side by side; empty when neither run has any.
     pub fw_svg: String,
     pub fw_rows: Vec<CompareRow>,
+    /// Two PyTorch snapshots' dumps side by side (when either run is a snapshot run).
+    pub snap: Option<crate::snapshot::DumpCompare>,
     /// `start` or `marker:NAME` as asked, and the caption's wording of it.
     pub align: String,
     pub align_label: String,

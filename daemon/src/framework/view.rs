@@ -24,6 +24,7 @@ use crate::render::chart::{self, Marks, Series, Span, Style, Tone, PALETTE};
 use crate::render::stack::{stacked, Buckets, Layer};
 use crate::render::{fmt, Point};
 use crate::runs::{load_run, range, run_end, RangeQ, RunLite, CHART_H, CHART_W};
+use crate::snapshot::StackView;
 
 /// Layers drawn by name in the stacked chart; the rest are summed as "other".
 const TOP_PRODUCERS: usize = 7;
@@ -56,8 +57,8 @@ pub(crate) struct SitesAtPeak {
     /// The most allocated at any instant, and when.
     pub peak: String,
     pub peak_at: String,
-    /// (site, bytes, share of total).
-    pub rows: Vec<(String, String, String)>,
+    /// (site, bytes, share of total, the site's stack).
+    pub rows: Vec<(String, String, String, StackView)>,
 }
 
 /// Sites listed by name under the stacked chart; the rest are one row.
@@ -71,6 +72,8 @@ pub(crate) struct GrowthRow {
     pub growth: String,
     pub per_execution: String,
     pub growing: bool,
+    /// PyTorch: the site's stack, titled by the user's frame.
+    pub stack: StackView,
 }
 
 fn growth_row(g: &ExecutableGrowth) -> GrowthRow {
@@ -90,6 +93,7 @@ fn growth_row(g: &ExecutableGrowth) -> GrowthRow {
             "–".into()
         },
         growing: g.growing,
+        stack: StackView::untitled(&g.name),
     }
 }
 
@@ -168,10 +172,14 @@ async fn section(
         }
         None => (Vec::new(), None),
     };
-    let sites = match &whole {
+    let mut sites = match &whole {
         Some(w) if tl.is_torch() => sites_at_peak(st, run.id, device, w).await?,
         _ => None,
     };
+    let mut rows = rows;
+    if tl.is_torch() {
+        with_stacks(st, run.id, &mut sites, &mut rows).await?;
+    }
     Ok(Some(FrameworkSection {
         device,
         label: crate::runs::device_label(device),
@@ -188,6 +196,37 @@ async fn section(
         growing,
         sites,
     }))
+}
+
+/// Gives each PyTorch site row the stack of its site (the first of the run's stacks
+/// with that site), so the row is titled by the user's frame with every frame below.
+async fn with_stacks(
+    st: &AppState,
+    run: i64,
+    sites: &mut Option<SitesAtPeak>,
+    growth: &mut [GrowthRow],
+) -> Result<(), AppError> {
+    // Rows that name a site (not "unknown", not the rest summed) have a stack.
+    let mut names: std::collections::BTreeSet<String> =
+        growth.iter().map(|g| g.name.clone()).collect();
+    if let Some(s) = sites.as_ref() {
+        names.extend(s.rows.iter().take(SITE_ROWS).map(|r| r.0.clone()));
+    }
+    names.remove(memwatch_analysis::torch::stacks::UNKNOWN_SITE);
+    let found = crate::snapshot::stacks_of_sites(&st.store, run, &names).await?;
+    let view = |name: &str| match found.get(name) {
+        Some(frames) => StackView::of(frames),
+        None => StackView::untitled(name),
+    };
+    if let Some(s) = sites.as_mut() {
+        for r in &mut s.rows {
+            r.3 = view(&r.0);
+        }
+    }
+    for g in growth {
+        g.stack = view(&g.name);
+    }
+    Ok(())
 }
 
 /// The point of `points` starting at `t_ns`.
@@ -245,17 +284,26 @@ async fn sites_at_peak(
         .collect();
     bytes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let total = at.last;
-    let mut rows: Vec<(String, String, String)> = bytes
+    let mut rows: Vec<(String, String, String, StackView)> = bytes
         .iter()
         .take(SITE_ROWS)
-        .map(|(n, v)| (n.clone(), fmt::bytes(*v), fmt::percent(*v, total)))
+        .map(|(n, v)| {
+            (
+                n.clone(),
+                fmt::bytes(*v),
+                fmt::percent(*v, total),
+                StackView::untitled(n),
+            )
+        })
         .collect();
     if bytes.len() > SITE_ROWS {
         let rest: i64 = bytes[SITE_ROWS..].iter().map(|x| x.1).sum();
+        let name = format!("{} other lines", bytes.len() - SITE_ROWS);
         rows.push((
-            format!("{} other lines", bytes.len() - SITE_ROWS),
+            name.clone(),
             fmt::bytes(rest),
             fmt::percent(rest, total),
+            StackView::untitled(&name),
         ));
     }
     Ok(Some(SitesAtPeak {

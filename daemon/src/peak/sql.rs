@@ -168,19 +168,21 @@ impl Store {
                         .collect());
                 }
                 queries += 2;
-                let prev: Option<Note> = sqlx::query_as(
+                let prev: Option<Note> = sqlx::query_as(&format!(
                     "SELECT ts_ns, text FROM annotations WHERE run_id = $1 AND pid = $2 \
-                     AND ts_ns <= $3 ORDER BY ts_ns DESC, id DESC LIMIT 1",
-                )
+                     AND ts_ns <= $3 AND {} ORDER BY ts_ns DESC, id DESC LIMIT 1",
+                    crate::codes::GROUPING_MARKER
+                ))
                 .bind(run)
                 .bind(i64::from(a.pid))
                 .bind(ts)
                 .fetch_optional(&self.pool)
                 .await?;
-                let next: Option<i64> = sqlx::query_scalar(
+                let next: Option<i64> = sqlx::query_scalar(&format!(
                     "SELECT ts_ns FROM annotations WHERE run_id = $1 AND pid = $2 \
-                     AND ts_ns > $3 ORDER BY ts_ns LIMIT 1",
-                )
+                     AND ts_ns > $3 AND {} ORDER BY ts_ns LIMIT 1",
+                    crate::codes::GROUPING_MARKER
+                ))
                 .bind(run)
                 .bind(i64::from(a.pid))
                 .bind(ts)
@@ -206,9 +208,10 @@ impl Store {
             ts_ns: i64,
             text: String,
         }
-        let rows: Vec<PidNote> = sqlx::query_as(
-            "SELECT pid, ts_ns, text FROM annotations WHERE run_id = $1 ORDER BY ts_ns, id",
-        )
+        let rows: Vec<PidNote> = sqlx::query_as(&format!(
+            "SELECT pid, ts_ns, text FROM annotations WHERE run_id = $1 AND {} ORDER BY ts_ns, id",
+            crate::codes::GROUPING_MARKER
+        ))
         .bind(run)
         .fetch_all(&self.pool)
         .await?;

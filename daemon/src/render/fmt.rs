@@ -13,12 +13,13 @@ pub fn bytes(v: i64) -> String {
     }
 }
 
-/// Signed delta with an explicit `+`.
+/// A difference of bytes, signed: "+1.00 MiB", "−1.00 MiB" (a minus sign, so a decrease
+/// reads as a difference, not as a size), "0 B".
 pub fn delta_bytes(v: i64) -> String {
-    if v > 0 {
-        format!("+{}", bytes(v))
-    } else {
-        bytes(v)
+    match v.cmp(&0) {
+        std::cmp::Ordering::Greater => format!("+{}", bytes(v)),
+        std::cmp::Ordering::Less => format!("\u{2212}{}", bytes_u64(v.unsigned_abs())),
+        std::cmp::Ordering::Equal => bytes(0),
     }
 }
 
@@ -126,6 +127,7 @@ mod tests {
         assert_eq!(bytes(80 << 30), "80.00 GiB");
         assert_eq!(bytes(-(1 << 20)), "-1.00 MiB");
         assert_eq!(delta_bytes(1 << 20), "+1.00 MiB");
+        assert_eq!(delta_bytes(-(1 << 20)), "\u{2212}1.00 MiB");
         assert_eq!(duration(1_500_000_000), "1.50 s");
         assert_eq!(duration(2_500_000), "2.50 ms");
         assert_eq!(axis_time(2.5e9), "2.5s");

@@ -81,7 +81,7 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
             job: job_of(r.id).map_or(0, |j| j + 1),
             verdict: verdict.and_then(|d| d.kind.clone()).unwrap_or_default(),
             verdict_headline: verdict.map_or_else(String::new, |d| d.headline.clone()),
-            node: r.node.clone(),
+            node: crate::snapshot::machine_of(&st.store, r.id, &r.node).await?,
             started: ident.map_or_else(
                 || fmt::wall(r.wall_anchor_unix_ns),
                 |i| fmt::wall(i.started_unix_ns),

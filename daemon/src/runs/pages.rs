@@ -346,6 +346,7 @@ pub async fn run(
         job,
         launcher_pid: ident.launcher.as_ref().map_or(0, |l| l.1),
         verdict,
+        snapshot: crate::snapshot::run_facts(&st, &run).await?,
         node: run.node.clone(),
         started: fmt::wall(ident.started_unix_ns),
         started_label: if ident.started_basis == "stored" {

@@ -445,18 +445,20 @@ pub(crate) async fn annotations_in(
     }
     let lo = t0.saturating_add(from.min(i64::MAX as u64) as i64);
     let hi = t0.saturating_add(to.min(i64::MAX as u64) as i64);
-    let n: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM annotations WHERE run_id = $1 AND ts_ns >= $2 AND ts_ns < $3",
-    )
+    let n: i64 = sqlx::query_scalar(&format!(
+        "SELECT COUNT(*) FROM annotations WHERE run_id = $1 AND ts_ns >= $2 AND ts_ns < $3 AND {}",
+        crate::codes::NOT_DATA_MARKER
+    ))
     .bind(run)
     .bind(lo)
     .bind(hi)
     .fetch_one(&store.pool)
     .await?;
-    let rows: Vec<Note> = sqlx::query_as(
+    let rows: Vec<Note> = sqlx::query_as(&format!(
         "SELECT ts_ns, device, text FROM annotations WHERE run_id = $1 AND ts_ns >= $2 \
-         AND ts_ns < $3 ORDER BY ts_ns, id LIMIT $4",
-    )
+         AND ts_ns < $3 AND {} ORDER BY ts_ns, id LIMIT $4",
+        crate::codes::NOT_DATA_MARKER
+    ))
     .bind(run)
     .bind(lo)
     .bind(hi)

@@ -98,6 +98,9 @@ pub struct RunPage {
     /// The stored OOM verdict.
     pub verdict: Option<VerdictView>,
     pub node: String,
+    /// A run stored from a PyTorch snapshot: its devices and where it was taken, shown
+    /// instead of the node (the node an import is stored under is no machine of it).
+    pub snapshot: Option<crate::snapshot::SnapshotFacts>,
     pub started: String,
     /// "Started", or "Stored" when no process recorded its start.
     pub started_label: &'static str,
