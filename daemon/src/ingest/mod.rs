@@ -19,6 +19,7 @@
 pub mod budget;
 pub(crate) mod http;
 pub(crate) mod idle;
+mod peak_rows;
 mod pjrt;
 mod pool_samples;
 mod records;
@@ -695,6 +696,7 @@ impl Ingestor {
         for d in st.devices.values_mut() {
             d.dirty = false;
         }
+        st.rewrite_peaks();
         st.dirty = false;
         Ok(st)
     }
