@@ -44,7 +44,7 @@ pub use db::{
 
 // Ingest.
 pub use ingest::{
-    rollup, spawn_writer, Batch, BatchOutcome, Budget, IngestLimits, Ingestor, NotStored, Reply,
+    rollup, spawn_writer, tune_allocator, Batch, BatchOutcome, Budget, IngestLimits, Ingestor, NotStored, Reply,
     RunEviction, Sequencing, TcpConfig, WriterHandle, DEFAULT_BUSY_RETRY,
 };
 

@@ -68,7 +68,7 @@ fn generate(seed: u64, n: usize, churn: usize, cross: bool) -> Vec<Step> {
         let grow = if i > n / 2 { 60 } else { 52 };
         if live.is_empty() || x % 100 < grow {
             // Often a pointer handed out before (its free unseen, or on the other device).
-            let p = if x % 7 == 0 && !live.is_empty() {
+            let p = if x.is_multiple_of(7) && !live.is_empty() {
                 live[(r.next() as usize) % live.len()]
             } else {
                 ptr_of(r.next() % 4096)

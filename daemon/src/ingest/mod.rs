@@ -40,7 +40,7 @@ pub use budget::{Budget, IngestLimits};
 pub use sequence::Sequencing;
 pub(crate) use tcp::serve_ingest;
 pub use tcp::TcpConfig;
-pub use writer::{spawn_writer, NotStored, Reply, WriterHandle};
+pub use writer::{spawn_writer, tune_allocator, NotStored, Reply, WriterHandle};
 
 use crate::db::images::StoredImages;
 use crate::db::{chunk, now_unix_ns, Store, StoreError};
