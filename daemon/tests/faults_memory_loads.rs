@@ -67,7 +67,6 @@ fn report(load: &str, daemon: &ChildDaemon, idle: u64) -> u64 {
 }
 
 #[test]
-#[ignore = "over the bound: the live set of 3M allocations and its peak snapshots (issue 33 item 2)"]
 fn three_million_allocations_never_freed_stay_under_the_bound() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = ChildDaemon::spawn(&dir.path().join("live.db"), 0);
@@ -125,7 +124,6 @@ fn seventy_thousand_open_runs_stay_under_the_bound() {
 }
 
 #[test]
-#[ignore = "over the bound: the writer's work on 2M events per commit is outside the budget (issue 33 item 2)"]
 fn eight_connections_with_a_59_mib_batch_each_stay_under_the_bound() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = ChildDaemon::spawn(&dir.path().join("big.db"), 0);

@@ -208,6 +208,7 @@ async fn the_sqlite_and_postgresql_migrations_make_the_same_schema() {
         "event_chunks",
         "rollups",
         "peak_snapshots",
+        "peak_allocs",
         "live_checkpoints",
     ] {
         assert!(

@@ -5,6 +5,8 @@
 //!   does), from the memory kind or, when that is `none`, the API;
 //! - `set`: [`LiveSet`], the one free-matching rule and the live totals per (process
 //!   image, device);
+//! - `shards`: the storage of the live allocations (a map in sixteen parts, so that
+//!   growing never copies the whole set at once);
 //! - `vmm`: when a VMM handle's memory is given back (released and unmapped), and
 //!   releases of retained or imported handles ([`HandleRef`]);
 //! - `images`: [`ImageClock`], which exec image of a pid a streamed record belongs to;
@@ -19,6 +21,7 @@ mod family;
 mod history;
 mod images;
 mod set;
+mod shards;
 mod vmm;
 
 pub use family::{Family, Step};

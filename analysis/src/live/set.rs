@@ -18,6 +18,7 @@ use foldhash::HashMap as FastMap;
 use memwatch_wire::{Api, Event, EventKind, MemKind};
 
 use super::family::{Family, Step};
+use super::shards::LiveMap;
 use super::vmm::{Release, VmmRefs};
 use super::ProcKey;
 
@@ -150,7 +151,7 @@ impl Totals {
 pub struct LiveSet<T = ()> {
     // Keyed with a fast non-cryptographic hash: touched by every event; the keys come
     // from captures, not from an adversary that could force collisions.
-    live: FastMap<LiveKey, Held<T>>,
+    live: LiveMap<Held<T>>,
     totals: FastMap<(ProcKey, i32), Totals>,
     vmm: VmmRefs,
 }
@@ -158,7 +159,7 @@ pub struct LiveSet<T = ()> {
 impl<T> Default for LiveSet<T> {
     fn default() -> Self {
         Self {
-            live: FastMap::default(),
+            live: LiveMap::default(),
             totals: FastMap::default(),
             vmm: VmmRefs::default(),
         }
@@ -174,7 +175,7 @@ impl<T> LiveSet<T> {
     /// from a known set of allocations, like the daemon's replays).
     pub fn with_capacity(n: usize) -> Self {
         Self {
-            live: FastMap::with_capacity_and_hasher(n, Default::default()),
+            live: LiveMap::with_capacity(n),
             totals: FastMap::default(),
             vmm: VmmRefs::default(),
         }

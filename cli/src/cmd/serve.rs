@@ -82,6 +82,8 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
                 .with_context(|| format!("cannot create the directory of --db {}", args.db))?;
         }
     }
+    // The daemon's allocator settings, before the runtime's threads allocate.
+    memwatch_daemon::tune_allocator();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

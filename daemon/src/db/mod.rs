@@ -41,6 +41,10 @@ pub struct Store {
     url: std::sync::Arc<str>,
 }
 
+/// The most heap SQLite keeps in this process before its page caches give pages back
+/// (`PRAGMA soft_heap_limit`, process-wide; the daemon's memory bound counts it).
+pub const SQLITE_HEAP_LIMIT: usize = 64 << 20;
+
 static MIGRATOR_SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 static MIGRATOR_POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -107,6 +111,11 @@ impl Store {
                     conn.execute("PRAGMA synchronous=FULL").await?;
                     conn.execute("PRAGMA busy_timeout=10000").await?;
                     conn.execute("PRAGMA cache_size=-65536").await?;
+                    // Process-wide: the page caches of every connection together give
+                    // pages back past this (each alone may grow to 64 MiB, and four did
+                    // under a heavy ingest with the checkpointer reading).
+                    conn.execute(format!("PRAGMA soft_heap_limit={SQLITE_HEAP_LIMIT}").as_str())
+                        .await?;
                     Ok(())
                 })
             });

@@ -89,31 +89,6 @@ fn push(out: &mut Vec<u8>, a: &LiveAlloc) {
     out.extend_from_slice(&[0u8; 5]);
 }
 
-/// Encodes allocations in the order of [`encode`]'s readers: by time, pid, pointer.
-/// Sorts the encoded records in place, so nothing but the blob is held.
-pub fn encode_sorted(allocs: impl Iterator<Item = LiveAlloc>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(allocs.size_hint().0 * RECORD_SIZE);
-    for a in allocs {
-        push(&mut out, &a);
-    }
-    let (records, _) = out.as_chunks_mut::<RECORD_SIZE>();
-    records.sort_unstable_by_key(|r| {
-        let field = |at: usize, n: usize| {
-            let mut b = [0u8; 8];
-            b[..n].copy_from_slice(&r[at..at + n]);
-            u64::from_le_bytes(b)
-        };
-        (
-            field(24, 8),
-            field(0, 4),
-            field(8, 8),
-            field(4, 4),
-            field(16, 8),
-        )
-    });
-    out
-}
-
 /// Decodes a blob written by [`encode`].
 pub fn decode(b: &[u8]) -> Result<Vec<LiveAlloc>, StoreError> {
     if !b.len().is_multiple_of(RECORD_SIZE) {

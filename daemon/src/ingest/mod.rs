@@ -19,6 +19,7 @@
 pub mod budget;
 pub(crate) mod http;
 pub(crate) mod idle;
+mod peak_rows;
 mod pjrt;
 mod pool_samples;
 mod records;
@@ -39,7 +40,7 @@ pub use budget::{Budget, IngestLimits};
 pub use sequence::Sequencing;
 pub(crate) use tcp::serve_ingest;
 pub use tcp::TcpConfig;
-pub use writer::{spawn_writer, NotStored, Reply, WriterHandle};
+pub use writer::{spawn_writer, tune_allocator, NotStored, Reply, WriterHandle};
 
 use crate::db::images::StoredImages;
 use crate::db::{chunk, now_unix_ns, Store, StoreError};
@@ -695,6 +696,7 @@ impl Ingestor {
         for d in st.devices.values_mut() {
             d.dirty = false;
         }
+        st.rewrite_peaks();
         st.dirty = false;
         Ok(st)
     }

@@ -18,14 +18,15 @@ use memwatch_analysis::live::{Change, Held, ImageClock, LiveKey, LiveSet, MemEve
 use memwatch_analysis::runtime::OutputOrder;
 use memwatch_wire::{Event, EventKind, MemKind, EVENT_SIZE};
 
+use super::peak_rows::{AtPeak, PeakPlan, PeakTrack};
 use super::pool_samples::PoolSamples;
 use super::rollup::{Accumulator, RollupRow};
 use crate::codes;
 use crate::db::chunk::{self, CHUNK_EVENTS};
-use crate::db::snapshot::{self, Origin};
+use crate::db::snapshot::Origin;
 
 /// A live allocation: where the live set filed it and what it was.
-type Live = Held<Origin>;
+pub(super) type Live = Held<Origin>;
 
 /// An event chunk being built for one device.
 #[derive(Debug, Clone, Default)]
@@ -78,6 +79,8 @@ pub struct DevState {
     /// after the peak, newest last.
     pub peak_moved: bool,
     undo: Vec<Undo>,
+    /// What changed since the peak stored last (its rows are written as a difference).
+    pub track: PeakTrack,
     pub dirty: bool,
 }
 
@@ -193,6 +196,9 @@ impl RunState {
                         // Its counters are stored again even when no event of its own
                         // follows.
                         d.dirty = true;
+                        if emit {
+                            d.track.touch(key(family), true, self.live.len());
+                        }
                         if old.device == device {
                             replaced_here = Some(Undo::Removed(key(family), old));
                         } else {
@@ -216,6 +222,12 @@ impl RunState {
                 if family.on_device() {
                     delta = e.size as i64;
                     allocs = 1;
+                    if emit {
+                        let was = replaced.is_some_and(|old| old.device == device);
+                        let live = self.live.len();
+                        let d = self.devices.entry(device).or_default();
+                        d.track.touch(key(family), was, live);
+                    }
                 }
             }
             Change::Free { family, freed, .. } => {
@@ -224,6 +236,11 @@ impl RunState {
                 if family.on_device() {
                     delta = -(freed.size as i64);
                     frees = 1;
+                    if emit {
+                        let live = self.live.len();
+                        let d = self.devices.entry(device).or_default();
+                        d.track.touch(key(family), true, live);
+                    }
                 }
                 undo = Some(Undo::Removed(key(family), freed));
             }
@@ -339,6 +356,9 @@ impl RunState {
             d.live_bytes -= held.size as i64;
             d.acc
                 .record(rel, before, d.live_bytes, emit.then_some(&mut d.closed));
+            if emit {
+                d.track.touch(key, true, self.live.len());
+            }
             if d.peak_moved {
                 d.undo.push(Undo::Removed(key, held));
             }
@@ -361,13 +381,13 @@ impl RunState {
         self.images.process_start(pid);
     }
 
-    /// The allocations live at `device`'s peak, encoded for storage in time order
-    /// ([`snapshot::encode_sorted`]), when the peak moved since the last call (then the
-    /// undo log is consumed). Built straight from the live set: the undo log says which
-    /// keys were not as they are now (the oldest entry of a key is its state at the
-    /// peak), so the only copy made is the encoded snapshot itself, not a second live
-    /// set (with millions of live allocations, that copy was most of the daemon's memory).
-    pub fn take_peak_snapshot(&mut self, device: i32) -> Option<Vec<u8>> {
+    /// The allocations live at `device`'s peak and how to store them, when the peak
+    /// moved since the last call (then the undo log is consumed, and what changes from
+    /// now on is tracked against this peak). Read straight from the live set: the undo
+    /// log says which keys were not as they are now (the oldest entry of a key is its
+    /// state at the peak), so no copy of the live set is made (with millions of live
+    /// allocations, a copy was most of the daemon's memory).
+    pub fn take_peak(&mut self, device: i32) -> Option<(PeakPlan, AtPeak<'_>)> {
         let d = self.devices.get_mut(&device)?;
         if !d.peak_moved {
             return None;
@@ -376,24 +396,29 @@ impl RunState {
         let undo = std::mem::take(&mut d.undo);
         // Each key's state at the peak: `None`, not live then (added after it); `Some`,
         // live then as held (released after it).
-        let mut at_peak: FastMap<LiveKey, Option<Live>> = FastMap::default();
+        let mut changed: FastMap<LiveKey, Option<Live>> = FastMap::default();
         for u in undo.into_iter().rev() {
             match u {
-                Undo::Added(k) => at_peak.insert(k, None),
-                Undo::Removed(k, l) => at_peak.insert(k, Some(l)),
+                Undo::Added(k) => changed.insert(k, None),
+                Undo::Removed(k, l) => changed.insert(k, Some(l)),
             };
         }
-        let unchanged = self
-            .live
-            .iter()
-            .filter(|(k, l)| l.device == device && k.family.on_device())
-            .filter(|(k, _)| !at_peak.contains_key(k))
-            .map(|(k, l)| Origin::live_alloc(k, l));
-        let released = at_peak
-            .iter()
-            .filter(|(k, _)| k.family.on_device())
-            .filter_map(|(k, l)| l.as_ref().map(|l| Origin::live_alloc(k, l)));
-        Some(snapshot::encode_sorted(unchanged.chain(released)))
+        let plan = d.track.restart(
+            changed
+                .iter()
+                .filter(|(k, _)| k.family.on_device())
+                .map(|(k, l)| (*k, l.is_some())),
+            self.live.len(),
+        );
+        Some((plan, AtPeak::new(&self.live, device, changed)))
+    }
+
+    /// The stored peaks are not known to match what is tracked (a run rebuilt from the
+    /// store): each device's next peak is written whole.
+    pub fn rewrite_peaks(&mut self) {
+        for d in self.devices.values_mut() {
+            d.track.rewrite_all();
+        }
     }
 }
 
@@ -415,6 +440,14 @@ mod tests {
         }
     }
 
+    /// (pointer, size) of what `take_peak` says was live at the peak, by pointer.
+    fn at_peak(s: &mut RunState, device: i32) -> Vec<(u64, u64)> {
+        let (_, at) = s.take_peak(device).unwrap();
+        let mut v: Vec<(u64, u64)> = at.iter().map(|(_, a)| (a.ptr, a.size)).collect();
+        v.sort_unstable();
+        v
+    }
+
     #[test]
     fn live_bytes_peak_and_snapshot() {
         let mut s = RunState::new(1, 0);
@@ -426,10 +459,9 @@ mod tests {
         assert_eq!(d.live_bytes, 60);
         assert_eq!(d.peak_bytes, 150);
         assert_eq!(d.peak_ts, 2);
-        let snap = snapshot::decode(&s.take_peak_snapshot(0).unwrap()).unwrap();
-        let ptrs: Vec<u64> = snap.iter().map(|a| a.ptr).collect();
+        let ptrs: Vec<u64> = at_peak(&mut s, 0).iter().map(|a| a.0).collect();
         assert_eq!(ptrs, vec![0x10, 0x20]);
-        assert!(s.take_peak_snapshot(0).is_none());
+        assert!(s.take_peak(0).is_none());
     }
 
     #[test]
@@ -467,8 +499,8 @@ mod tests {
         assert_eq!(s.releases.len(), 1);
         assert_eq!((s.releases[0].device, s.releases[0].event.ts_ns), (0, 2));
         // Device 0's peak snapshot still holds what was live at its peak.
-        let snap = snapshot::decode(&s.take_peak_snapshot(0).unwrap()).unwrap();
-        assert_eq!(snap.iter().map(|a| a.size).collect::<Vec<_>>(), vec![100]);
+        let snap = at_peak(&mut s, 0);
+        assert_eq!(snap.iter().map(|a| a.1).collect::<Vec<_>>(), vec![100]);
     }
 
     #[test]
@@ -479,9 +511,7 @@ mod tests {
         s.apply(&ev(3, EventKind::Free, 0x20, 0), true);
         s.apply(&ev(4, EventKind::Alloc, 0x10, 10), true);
         assert_eq!(s.devices[&0].live_bytes, 10);
-        let snap = snapshot::decode(&s.take_peak_snapshot(0).unwrap()).unwrap();
-        let got: Vec<(u64, u64)> = snap.iter().map(|a| (a.ptr, a.size)).collect();
-        assert_eq!(got, vec![(0x10, 100), (0x20, 50)]);
+        assert_eq!(at_peak(&mut s, 0), vec![(0x10, 100), (0x20, 50)]);
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! Writing what ingest produced, inside the commit's transaction: finished event chunks
 //! and closed rollup buckets while later events are still being applied
 //! ([`Ingestor::apply_and_write`](super::Ingestor)), then per run the open chunks and
-//! buckets, the per-device counters, peak snapshots, incidents, releases across devices
-//! and the run's totals
+//! buckets, the per-device counters, moved peaks (`peak_rows`), incidents, releases across
+//! devices and the run's totals
 //! ([`flush_run`]). Statements are multi-row with power-of-two shapes (each prepared once
 //! per connection); SQLite gets anonymous `?` placeholders (see [`push_values`]).
 
 use std::collections::{HashMap, HashSet};
 
+use super::peak_rows::write_peak;
 use super::rollup::RollupRow;
 use super::run_state::{Chunk, RunState};
 use super::Tx;
@@ -41,7 +42,7 @@ pub(super) fn push_values(sql: &mut String, backend: Backend, rows: usize, cols:
 }
 
 /// Writes what run `st` holds unwritten: open chunks and buckets, counters, a moved peak's
-/// snapshot, incidents, the run's totals.
+/// live allocations (`peak_rows`), incidents, the run's totals.
 pub(super) async fn flush_run(
     tx: &mut Tx,
     backend: Backend,
@@ -61,9 +62,8 @@ pub(super) async fn flush_run(
     let mut chunks: Vec<ChunkRow> = Vec::new();
     let mut rollups: Vec<RollRow> = Vec::new();
     let mut counters: Vec<[i64; 8]> = Vec::new();
-    let mut snaps: Vec<(i32, i64, i64, Vec<u8>)> = Vec::new();
+    let mut peaks: Vec<(i32, i64, i64)> = Vec::new();
     for dev in devices {
-        let snap = st.take_peak_snapshot(dev);
         let Some(d) = st.devices.get_mut(&dev) else {
             continue;
         };
@@ -89,8 +89,8 @@ pub(super) async fn flush_run(
             d.frees,
             d.failed,
         ]);
-        if let Some(blob) = snap {
-            snaps.push((dev, d.peak_bytes, d.peak_ts as i64, blob));
+        if d.peak_moved {
+            peaks.push((dev, d.peak_bytes, d.peak_ts as i64));
         }
         d.dirty = false;
     }
@@ -116,20 +116,10 @@ pub(super) async fn flush_run(
         }
         q.execute(&mut **tx).await?;
     }
-    for (dev, peak_bytes, peak_ts, blob) in snaps {
-        sqlx::query(
-            "INSERT INTO peak_snapshots (run_id, device, peak_bytes, peak_ts_ns, allocs) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, device) DO UPDATE SET \
-             peak_bytes = excluded.peak_bytes, peak_ts_ns = excluded.peak_ts_ns, \
-             allocs = excluded.allocs",
-        )
-        .bind(run)
-        .bind(dev as i64)
-        .bind(peak_bytes)
-        .bind(peak_ts)
-        .bind(blob)
-        .execute(&mut **tx)
-        .await?;
+    for (dev, peak_bytes, peak_ts) in peaks {
+        if let Some((plan, at)) = st.take_peak(dev) {
+            write_peak(tx, backend, run, dev, peak_bytes, peak_ts, plan, &at).await?;
+        }
     }
     for inc in std::mem::take(&mut st.incidents) {
         let e = inc.event;

@@ -160,9 +160,13 @@ fn events_in(b: &Batch) -> usize {
 /// frees a 576 KiB event chunk per 8192 events and multi-MiB batches, so every one came
 /// back as fresh zeroed pages: a page fault per 4 KiB, about a sixth of the daemon's CPU
 /// time at 1M events/s (perf stat: 392k faults for 5M events; 109k with these settings).
-/// Keeps blocks up to 16 MiB in the heap and up to 128 MiB of free heap. Process-wide,
-/// set once, by the process that runs the writer.
-fn tune_allocator() {
+/// Keeps blocks up to 16 MiB in the heap and up to 128 MiB of free heap. One heap
+/// (arena) for every thread: with one per thread, each kept what its thread had freed
+/// for that thread alone (3M live allocations ingested: peak RSS 598 MiB with one
+/// arena per thread, 528 MiB with one). Process-wide, set once, by the process that
+/// runs the writer, before the threads that allocate are started (an arena a thread
+/// took stays its own): `memwatch serve` before its runtime, the daemon at its start.
+pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         static ONCE: std::sync::Once = std::sync::Once::new();
@@ -172,6 +176,7 @@ fn tune_allocator() {
             unsafe {
                 libc::mallopt(libc::M_MMAP_THRESHOLD, 16 << 20);
                 libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 20);
+                libc::mallopt(libc::M_ARENA_MAX, 1);
             }
         });
     }

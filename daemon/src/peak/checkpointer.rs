@@ -6,6 +6,7 @@
 //! devices that received chunks since its last pass, and extends a device once at least
 //! [`CHECKPOINT_EVENTS`] events have gathered after its newest checkpoint.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -59,6 +60,7 @@ pub fn spawn_checkpointer(store: Store, settings: CheckpointSettings) -> watch::
     let (tx, rx) = watch::channel(Progress::default());
     tokio::spawn(async move {
         let mut seen: Option<i64> = None;
+        let mut waits = Waits::new();
         let mut progress = Progress::default();
         let mut last_full = Instant::now();
         loop {
@@ -69,7 +71,7 @@ pub fn spawn_checkpointer(store: Store, settings: CheckpointSettings) -> watch::
                 seen = None;
                 last_full = t;
             }
-            match pass(&store, seen, &settings).await {
+            match pass(&store, seen, &settings, &mut waits).await {
                 Ok((newest, written)) => {
                     seen = newest.or(seen);
                     progress.written += written as u64;
@@ -96,21 +98,38 @@ pub fn spawn_checkpointer(store: Store, settings: CheckpointSettings) -> watch::
     rx
 }
 
+/// Devices whose last extension wrote no checkpoint: the events after their newest
+/// checkpoint needed before the next try (a checkpoint needs `per_live` events per live
+/// allocation; without this, a device with millions of allocations live would be
+/// replayed from its last checkpoint at every pass, for nothing).
+type Waits = HashMap<(i64, i64), i64>;
+
 /// One pass: the devices with chunks newer than `seen` (all devices when `None`) that have
-/// at least `min_events` events after their newest checkpoint get extended. Returns the
-/// newest chunk id seen and the checkpoints written.
+/// at least `min_events` events after their newest checkpoint (and as many as `waits`
+/// asks) get extended. Returns the newest chunk id seen and the checkpoints written.
 async fn pass(
     store: &Store,
     seen: Option<i64>,
     s: &CheckpointSettings,
+    waits: &mut Waits,
 ) -> Result<(Option<i64>, usize), StoreError> {
     let heads = store.newest_chunks(seen).await?;
     let mut written = 0;
     for &(run, device, _) in &heads {
-        if store.events_after_checkpoint(run, device).await? >= s.min_events.max(1) as i64 {
-            written += store
-                .extend_checkpoints_every(run, device, s.spacing, s.per_live)
-                .await?;
+        let after = store.events_after_checkpoint(run, device).await?;
+        let wait = waits.get(&(run, device)).copied().unwrap_or(0);
+        if after < (s.min_events.max(1) as i64).max(wait) {
+            continue;
+        }
+        let x = store
+            .extend_checkpoints_within(run, device, s.spacing, s.per_live)
+            .await?;
+        written += x.written;
+        if x.written == 0 || x.stopped {
+            let need = (x.live.saturating_mul(s.per_live)).min(i64::MAX as usize) as i64;
+            waits.insert((run, device), need);
+        } else {
+            waits.remove(&(run, device));
         }
     }
     // Only advance past what was fully handled: an error above returns before this.

@@ -17,6 +17,23 @@ pub const CHECKPOINT_EVENTS: usize = 200_000;
 /// every live allocation: this keeps them under a byte per event).
 pub const CHECKPOINT_PER_LIVE: usize = 64;
 
+/// Most allocations a checkpoint extension holds in its replay: past them it stops (a
+/// checkpoint of that many allocations needs [`CHECKPOINT_PER_LIVE`] times as many events
+/// after the one before, and a replay of a live set that large would cost as much
+/// memory as ingest's own).
+pub const MAX_EXTEND_LIVE: usize = 1 << 20;
+
+/// What one extension did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extended {
+    /// Checkpoints written.
+    pub written: usize,
+    /// Allocations live on the device where the replay ended (or stopped).
+    pub live: usize,
+    /// It stopped at [`MAX_EXTEND_LIVE`] before the newest chunk.
+    pub stopped: bool,
+}
+
 /// A `live_checkpoints` row.
 #[derive(sqlx::FromRow)]
 struct Checkpoint {
@@ -80,6 +97,21 @@ impl Store {
         every: usize,
         per_live: usize,
     ) -> Result<usize, StoreError> {
+        Ok(self
+            .extend_checkpoints_within(run, device, every, per_live)
+            .await?
+            .written)
+    }
+
+    /// [`Store::extend_checkpoints_every`], saying how far it got; stops once the replay
+    /// holds more than [`MAX_EXTEND_LIVE`] allocations.
+    pub async fn extend_checkpoints_within(
+        &self,
+        run: i64,
+        device: i64,
+        every: usize,
+        per_live: usize,
+    ) -> Result<Extended, StoreError> {
         let lock = self.checkpoint_locks.of(run, device);
         let _held = lock.lock().await;
         let mut replay = Replay::new(self, run, device).await?;
@@ -131,9 +163,23 @@ impl Store {
                     since = 0;
                     written += 1;
                 }
+                if replay.device_allocs() > MAX_EXTEND_LIVE {
+                    return Ok(Extended {
+                        written,
+                        live: replay.device_allocs(),
+                        stopped: true,
+                    });
+                }
+            }
+            if rows.len() < 64 {
+                break;
             }
         }
-        Ok(written)
+        Ok(Extended {
+            written,
+            live: replay.device_allocs(),
+            stopped: false,
+        })
     }
 
     /// The newest stored chunk of each (run, device): `(run, device, chunk id)`. With

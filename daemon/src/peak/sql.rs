@@ -1,7 +1,8 @@
-//! Reading a device's live allocations: at its peak (the snapshot ingest stored when the
-//! peak moved, one row) or at any instant (the nearest checkpoint or the peak snapshot,
-//! then the stored events up to that instant replayed: `replay`), each with the
-//! annotation in force when it was made, grouped (`group`).
+//! Reading a device's live allocations: at its peak (what ingest stored when the peak
+//! moved: `peak_allocs` rows, or an older daemon's blob) or at any instant (the nearest
+//! checkpoint or the peak's allocations, then the stored events up to that instant
+//! replayed: `replay`), each with the annotation in force when it was made, grouped
+//! (`group`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +18,18 @@ struct Snapshot {
     peak_bytes: i64,
     peak_ts_ns: i64,
     allocs: Vec<u8>,
+}
+
+/// A `peak_allocs` row.
+#[derive(sqlx::FromRow)]
+struct PeakRow {
+    pid: i64,
+    tid: i64,
+    ptr: i64,
+    size: i64,
+    ts_ns: i64,
+    api: i64,
+    mem_kind: i64,
 }
 
 /// What a replay needs of a run.
@@ -55,7 +68,7 @@ impl Store {
         else {
             return Ok(None);
         };
-        let allocs = snapshot::decode(&row.allocs)?;
+        let allocs = self.peak_allocs(run, device, &row.allocs).await?;
         // The annotation in force for each allocation: indexed lookups per annotation
         // interval that holds live allocations, not a scan of all the run's annotations
         // per allocation (which took ~1 s at the peak of a 100M-event run with markers).
@@ -128,7 +141,10 @@ impl Store {
         .await?;
         let start = match snap {
             Some(row) if row.peak_ts_ns <= t0.saturating_add(t.min(i64::MAX as u64) as i64) => {
-                Some((row.peak_ts_ns, snapshot::decode(&row.allocs)?))
+                Some((
+                    row.peak_ts_ns,
+                    self.peak_allocs(run, device, &row.allocs).await?,
+                ))
             }
             _ => None,
         };
@@ -137,6 +153,37 @@ impl Store {
             .replay_live(run, device, t0, t, start, pruned_to)
             .await?;
         Ok(Some((allocs, as_of, t0)))
+    }
+
+    /// The allocations live at `device`'s peak: the `peak_allocs` rows, and those of the
+    /// blob `allocs` of its `peak_snapshots` row (written whole by older daemons; empty
+    /// since), in time order (then pid, pointer).
+    async fn peak_allocs(
+        &self,
+        run: i64,
+        device: i64,
+        blob: &[u8],
+    ) -> Result<Vec<LiveAlloc>, StoreError> {
+        let mut allocs = snapshot::decode(blob)?;
+        let rows: Vec<PeakRow> = sqlx::query_as(
+            "SELECT pid, tid, ptr, size, ts_ns, api, mem_kind FROM peak_allocs \
+             WHERE run_id = $1 AND device = $2",
+        )
+        .bind(run)
+        .bind(device)
+        .fetch_all(&self.pool)
+        .await?;
+        allocs.extend(rows.into_iter().map(|r| LiveAlloc {
+            pid: r.pid as u32,
+            tid: r.tid as u32,
+            ptr: r.ptr as u64,
+            size: r.size as u64,
+            ts_ns: r.ts_ns as u64,
+            api: r.api as u16,
+            mem_kind: r.mem_kind as u8,
+        }));
+        allocs.sort_unstable_by_key(|a| (a.ts_ns, a.pid, a.ptr, a.tid, a.size));
+        Ok(allocs)
     }
 
     /// The annotation in force for each allocation (the pid's latest at or before the

@@ -142,6 +142,7 @@ impl Running {
 
 /// Starts everything and returns once the sockets are bound.
 pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
+    crate::ingest::tune_allocator();
     for addr in [cfg.listen, cfg.ingest] {
         if !addr.ip().is_loopback() && cfg.token.as_deref().is_none_or(str::is_empty) {
             return Err(ServeError::TokenRequired(addr));

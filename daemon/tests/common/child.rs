@@ -21,6 +21,8 @@ pub fn serve_if_child() {
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(0);
+    // As `memwatch serve` does, before the runtime's threads allocate.
+    memwatch_daemon::tune_allocator();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -51,6 +53,10 @@ impl ChildDaemon {
     pub fn spawn(db: &Path, port: u16) -> Self {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "child_daemon", "--nocapture", "--test-threads=1"])
+            // One malloc arena from the start, as in `memwatch serve`, which sets it
+            // before any thread allocates (`tune_allocator`); here the test harness's
+            // thread has taken an arena of its own before `serve_if_child` runs.
+            .env("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
             .env("MEMWATCH_FAULT_DAEMON", db)
             .env("MEMWATCH_FAULT_PORT", port.to_string())
             .stdout(Stdio::piped())
