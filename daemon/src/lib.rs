@@ -44,8 +44,8 @@ pub use db::{
 
 // Ingest.
 pub use ingest::{
-    rollup, spawn_writer, Batch, BatchOutcome, Budget, IngestLimits, Ingestor, NotStored, Reply,
-    RunEviction, Sequencing, TcpConfig, WriterHandle, DEFAULT_BUSY_RETRY,
+    rollup, spawn_writer, Batch, BatchOutcome, Budget, IngestLimits, Ingestor, NotStored, Peer,
+    Reply, RunEviction, Sequencing, TcpConfig, WriterHandle, DEFAULT_BUSY_RETRY,
 };
 
 // What was live, and the background checkpointer.
