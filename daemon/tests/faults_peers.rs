@@ -224,6 +224,18 @@ fn closed_with(sock: &TcpStream) -> Option<Reply> {
     }
 }
 
+/// Sends one batch on `sock` as a new client: its acknowledgement, or how it was refused.
+fn serve_one(sock: TcpStream) -> Reply {
+    let mut c = match Client::hello_on(sock, "", "other") {
+        Ok(c) => c,
+        Err(e) => return Reply::Error(format!("hello: {e}")),
+    };
+    let batch = [start(7, 1_000), Record::Events(workload(100, 2_000, 1, 3))];
+    // A refused client may find its socket closed when it sends: the reply says why.
+    let _ = c.send(5, 1, "work", &batch);
+    c.reply()
+}
+
 fn silent_daemon_config(total: usize, per_peer: usize) -> (TcpConfig, HttpLimits) {
     let tcp = TcpConfig {
         max_connections: total,
@@ -259,19 +271,9 @@ async fn a_peer_holding_silent_connections_cannot_keep_another_out() {
     })
     .await;
     let sock = connect_from(OTHER, addr).await;
-    let reply = tokio::task::spawn_blocking(move || {
-        let mut c = Client::hello_on(sock, "", "other").unwrap();
-        c.send(
-            5,
-            1,
-            "work",
-            &[start(7, 1_000), Record::Events(workload(100, 2_000, 1, 3))],
-        )
+    let reply = tokio::task::spawn_blocking(move || serve_one(sock))
+        .await
         .unwrap();
-        c.reply()
-    })
-    .await
-    .unwrap();
     let refused: Vec<Reply> =
         tokio::task::spawn_blocking(move || silent.iter().filter_map(closed_with).collect())
             .await
@@ -311,19 +313,9 @@ async fn at_the_limit_the_peer_holding_the_most_makes_room_on_ingest() {
     })
     .await;
     let sock = connect_from(OTHER, addr).await;
-    let reply = tokio::task::spawn_blocking(move || {
-        let mut c = Client::hello_on(sock, "", "other").unwrap();
-        c.send(
-            5,
-            1,
-            "work",
-            &[start(7, 1_000), Record::Events(workload(100, 2_000, 1, 3))],
-        )
+    let reply = tokio::task::spawn_blocking(move || serve_one(sock))
+        .await
         .unwrap();
-        c.reply()
-    })
-    .await
-    .unwrap();
     let closed: Vec<Reply> =
         tokio::task::spawn_blocking(move || silent.iter().filter_map(closed_with).collect())
             .await
