@@ -12,21 +12,18 @@
 //!   any peer, and is refused when none is idle.
 //!
 //! Idle means: an ingest connection between batches, an HTTP connection without a
-//! complete request. The newcomer waits (at most [`EVICTION_WAIT`]) until the closed one
-//! has gone, so the limits hold at every moment.
+//! complete request. A connection told to close leaves the table at once and gives its
+//! place to the newcomer (it stops reading at once and goes after its last words), so
+//! admission never waits and never refuses a newcomer for a place being given back.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::peer::Peer;
-
-/// How long a new connection waits for the one it closed to go.
-pub(crate) const EVICTION_WAIT: Duration = Duration::from_secs(2);
 
 /// Connections open at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +36,6 @@ pub(crate) struct ConnLimits {
 #[derive(Clone)]
 pub(crate) struct ConnTable {
     inner: Arc<Mutex<Inner>>,
-    /// Told whenever a connection leaves.
-    left: Arc<Notify>,
     limits: ConnLimits,
 }
 
@@ -62,7 +57,6 @@ struct Entry {
 #[derive(Default)]
 struct Closing {
     notify: Notify,
-    told: AtomicBool,
     /// It was idle when told.
     idle: AtomicBool,
 }
@@ -102,7 +96,6 @@ impl ConnTable {
     pub(crate) fn new(limits: ConnLimits) -> Self {
         Self {
             inner: Arc::default(),
-            left: Arc::default(),
             limits: ConnLimits {
                 total: limits.total.max(1),
                 per_peer: limits.per_peer.clamp(1, limits.total.max(1)),
@@ -114,49 +107,19 @@ impl ConnTable {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A place for a new connection from `peer`, closing another connection when the rules
-    /// above say so and waiting for it to go.
-    pub(crate) async fn admit(&self, peer: Peer) -> Result<Slot, Refused> {
-        let deadline = Instant::now() + EVICTION_WAIT;
-        loop {
-            let left = self.left.notified();
-            tokio::pin!(left);
-            left.as_mut().enable();
-            {
-                let mut g = self.lock();
-                let held = g.per_peer.get(&peer).copied().unwrap_or(0);
-                if held < self.limits.per_peer && g.conns.len() < self.limits.total {
-                    return Ok(self.insert(&mut g, peer));
-                }
-                let victim = if held >= self.limits.per_peer {
-                    oldest_idle(&g, |p| p == peer).ok_or(Refused::PeerFull(held))
-                } else {
-                    choose_for(&g, held).ok_or(Refused::Full(g.conns.len()))
-                };
-                match victim {
-                    Ok((id, how)) => tell(&g, id, how),
-                    // Connections already told to close make room soon.
-                    Err(e)
-                        if !g
-                            .conns
-                            .values()
-                            .any(|c| c.close.told.load(Ordering::Relaxed)) =>
-                    {
-                        return Err(e)
-                    }
-                    Err(_) => {}
-                }
-            }
-            if tokio::time::timeout_at(deadline, left).await.is_err() {
-                let g = self.lock();
-                let held = g.per_peer.get(&peer).copied().unwrap_or(0);
-                return Err(if held >= self.limits.per_peer {
-                    Refused::PeerFull(held)
-                } else {
-                    Refused::Full(g.conns.len())
-                });
-            }
+    /// A place for a new connection from `peer`, taken from another connection (told to
+    /// close) when the rules above say so.
+    pub(crate) fn admit(&self, peer: Peer) -> Result<Slot, Refused> {
+        let mut g = self.lock();
+        let held = g.per_peer.get(&peer).copied().unwrap_or(0);
+        if held >= self.limits.per_peer {
+            let (id, how) = oldest_idle(&g, |p| p == peer).ok_or(Refused::PeerFull(held))?;
+            evict(&mut g, id, how);
+        } else if g.conns.len() >= self.limits.total {
+            let (id, how) = choose_for(&g, held).ok_or(Refused::Full(g.conns.len()))?;
+            evict(&mut g, id, how);
         }
+        Ok(self.insert(&mut g, peer))
     }
 
     fn insert(&self, g: &mut Inner, peer: Peer) -> Slot {
@@ -186,16 +149,10 @@ impl ConnTable {
     }
 }
 
-/// Those not yet told to close.
-fn open(g: &Inner) -> impl Iterator<Item = (&u64, &Entry)> {
-    g.conns
-        .iter()
-        .filter(|(_, c)| !c.close.told.load(Ordering::Relaxed))
-}
-
 /// The connection idle the longest among those of the peers `whose` picks.
 fn oldest_idle(g: &Inner, whose: impl Fn(Peer) -> bool) -> Option<(u64, Evicted)> {
-    open(g)
+    g.conns
+        .iter()
         .filter(|(_, c)| whose(c.peer))
         .filter_map(|(id, c)| c.idle_since.map(|t| (t, *id)))
         .min()
@@ -206,17 +163,16 @@ fn oldest_idle(g: &Inner, whose: impl Fn(Peer) -> bool) -> Option<(u64, Evicted)
 /// longest or oldest connection when it holds at least `held + 2`, else the idle-longest
 /// of all.
 fn choose_for(g: &Inner, held: usize) -> Option<(u64, Evicted)> {
-    let mut counts: HashMap<Peer, usize> = HashMap::new();
-    for (_, c) in open(g) {
-        *counts.entry(c.peer).or_default() += 1;
-    }
-    let busiest = counts
-        .into_iter()
+    let busiest = g
+        .per_peer
+        .iter()
+        .map(|(&p, &n)| (p, n))
         .filter(|&(_, n)| n >= held + 2)
         .max_by_key(|&(p, n)| (n, std::cmp::Reverse(p.ip), std::cmp::Reverse(p.uid)));
     match busiest {
         Some((p, _)) => oldest_idle(g, |q| q == p).or_else(|| {
-            open(g)
+            g.conns
+                .iter()
                 .filter(|(_, c)| c.peer == p)
                 .map(|(id, _)| *id)
                 .min()
@@ -226,12 +182,23 @@ fn choose_for(g: &Inner, held: usize) -> Option<(u64, Evicted)> {
     }
 }
 
-fn tell(g: &Inner, id: u64, how: Evicted) {
-    if let Some(c) = g.conns.get(&id) {
+/// Takes connection `id` out of the table and tells it to close.
+fn evict(g: &mut Inner, id: u64, how: Evicted) {
+    if let Some(c) = remove(g, id) {
         c.close.idle.store(how == Evicted::Idle, Ordering::Relaxed);
-        c.close.told.store(true, Ordering::Relaxed);
         c.close.notify.notify_one();
     }
+}
+
+fn remove(g: &mut Inner, id: u64) -> Option<Entry> {
+    let c = g.conns.remove(&id)?;
+    if let Some(n) = g.per_peer.get_mut(&c.peer) {
+        *n -= 1;
+        if *n == 0 {
+            g.per_peer.remove(&c.peer);
+        }
+    }
+    Some(c)
 }
 
 impl Slot {
@@ -270,24 +237,14 @@ impl Drop for Idle {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        {
-            let mut g = self.table.lock();
-            if let Some(c) = g.conns.remove(&self.id) {
-                if let Some(n) = g.per_peer.get_mut(&c.peer) {
-                    *n -= 1;
-                    if *n == 0 {
-                        g.per_peer.remove(&c.peer);
-                    }
-                }
-            }
-        }
-        self.table.left.notify_waiters();
+        remove(&mut self.table.lock(), self.id);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::FutureExt;
 
     fn peer(last: u8) -> Peer {
         Peer {
@@ -296,93 +253,79 @@ mod tests {
         }
     }
 
-    /// Admits `peer` while the table's evicted connections are dropped as they are told.
-    async fn admit(
-        t: &ConnTable,
-        slots: &mut Vec<Option<Slot>>,
-        p: Peer,
-    ) -> Result<usize, Refused> {
-        let admitting = t.admit(p);
-        tokio::pin!(admitting);
-        loop {
-            tokio::select! {
-                r = &mut admitting => {
-                    return r.map(|s| {
-                        slots.push(Some(s));
-                        slots.len() - 1
-                    });
-                }
-                () = tokio::time::sleep(Duration::from_millis(1)) => {
-                    for s in slots.iter_mut() {
-                        if s.as_ref().is_some_and(|s| s.close.told.load(Ordering::Relaxed)) {
-                            *s = None;
-                        }
-                    }
-                }
+    /// Admits `peer`; the connections told to close go (their slots are dropped).
+    fn admit(t: &ConnTable, slots: &mut Vec<Option<Slot>>, p: Peer) -> Result<usize, Refused> {
+        let r = t.admit(p);
+        for s in slots.iter_mut() {
+            if s.as_ref()
+                .is_some_and(|s| s.evicted().now_or_never().is_some())
+            {
+                *s = None;
             }
         }
+        r.map(|s| {
+            slots.push(Some(s));
+            slots.len() - 1
+        })
     }
 
     fn closed(slots: &[Option<Slot>]) -> Vec<usize> {
         (0..slots.len()).filter(|&i| slots[i].is_none()).collect()
     }
 
-    #[tokio::test]
-    async fn a_peer_at_its_share_closes_its_own_idle_or_is_refused() {
+    #[test]
+    fn a_peer_at_its_share_closes_its_own_idle_or_is_refused() {
         let t = ConnTable::new(ConnLimits {
             total: 8,
             per_peer: 3,
         });
         let mut slots = Vec::new();
         for _ in 0..3 {
-            admit(&t, &mut slots, peer(2)).await.unwrap();
+            admit(&t, &mut slots, peer(2)).unwrap();
         }
         // Busy: refused, whoever else has room.
-        assert_eq!(
-            admit(&t, &mut slots, peer(2)).await,
-            Err(Refused::PeerFull(3))
-        );
-        admit(&t, &mut slots, peer(3)).await.unwrap();
+        assert_eq!(admit(&t, &mut slots, peer(2)), Err(Refused::PeerFull(3)));
+        admit(&t, &mut slots, peer(3)).unwrap();
         // Idle: its own idle-longest goes (the second, idle first), not the other peer's.
         let b = slots[1].as_ref().unwrap().idle();
         std::mem::forget(b);
         let c = slots[2].as_ref().unwrap().idle();
         std::mem::forget(c);
-        admit(&t, &mut slots, peer(2)).await.unwrap();
+        admit(&t, &mut slots, peer(2)).unwrap();
         assert_eq!(closed(&slots), vec![1]);
         assert_eq!(t.held(peer(2)), 3);
         assert_eq!(t.held(peer(3)), 1);
     }
 
-    #[tokio::test]
-    async fn at_the_total_limit_the_peer_holding_the_most_makes_room() {
+    #[test]
+    fn at_the_total_limit_the_peer_holding_the_most_makes_room() {
         let t = ConnTable::new(ConnLimits {
             total: 6,
             per_peer: 6,
         });
         let mut slots = Vec::new();
         for _ in 0..5 {
-            admit(&t, &mut slots, peer(2)).await.unwrap();
+            admit(&t, &mut slots, peer(2)).unwrap();
         }
-        admit(&t, &mut slots, peer(3)).await.unwrap();
+        admit(&t, &mut slots, peer(3)).unwrap();
         // Every connection busy: peer 2's oldest goes for peer 4.
-        admit(&t, &mut slots, peer(4)).await.unwrap();
+        admit(&t, &mut slots, peer(4)).unwrap();
         assert_eq!(closed(&slots), vec![0]);
         // Peer 3's idle connection does not go while peer 2 holds the most: peer 2's
         // idle one goes.
         std::mem::forget(slots[5].as_ref().unwrap().idle());
         std::mem::forget(slots[3].as_ref().unwrap().idle());
-        admit(&t, &mut slots, peer(5)).await.unwrap();
+        admit(&t, &mut slots, peer(5)).unwrap();
         assert_eq!(closed(&slots), vec![0, 3]);
         // Now 2:3, 3:1, 4:1, 5:1. Peer 2's connections are busy: its oldest goes for a
         // new peer (it holds 3, at least 0 + 2).
-        admit(&t, &mut slots, peer(6)).await.unwrap();
+        admit(&t, &mut slots, peer(6)).unwrap();
         assert_eq!(closed(&slots), vec![0, 1, 3]);
         // 2:2 3:1 4:1 5:1 6:1: no peer holds 3 for peer 3 (held 1); the idle-longest of
         // all is peer 3's own.
-        admit(&t, &mut slots, peer(3)).await.unwrap();
+        admit(&t, &mut slots, peer(3)).unwrap();
         assert_eq!(closed(&slots), vec![0, 1, 3, 5]);
         // Nothing idle and no peer 2 ahead of a newcomer holding 1: refused.
-        assert_eq!(admit(&t, &mut slots, peer(4)).await, Err(Refused::Full(6)));
+        assert_eq!(admit(&t, &mut slots, peer(4)), Err(Refused::Full(6)));
     }
 }

@@ -26,6 +26,8 @@ mod records;
 pub mod rollup;
 mod run_state;
 mod sequence;
+#[cfg(target_os = "linux")]
+mod sock_diag;
 pub(crate) mod tcp;
 mod write;
 mod writer;

@@ -3,11 +3,13 @@
 //! share of the received-data budget).
 //!
 //! One definition, used by the TCP ingest and the HTTP listeners: a peer is the client's
-//! IP address; for a loopback connection also the user owning the client's socket (its
-//! uid in `/proc/net/tcp` or `/proc/net/tcp6`, found by the connection's two ports), so
+//! IP address; for a loopback connection also the user owning the client's socket, so
 //! two users of one machine are two peers, and so are two loopback source addresses
-//! (127.0.0.2 is not 127.0.0.1). When the client's socket is not found (another network
-//! namespace, a socket already closed, not Linux), the address alone is the peer.
+//! (127.0.0.2 is not 127.0.0.1). The owner is the client socket's uid, found by the
+//! connection's two addresses: asked of the kernel (`sock_diag`), or where that cannot be
+//! asked, read from `/proc/net/tcp` and `/proc/net/tcp6`. When the client's socket is not
+//! found (another network namespace, a socket already closed, not Linux), the address
+//! alone is the peer.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -48,8 +50,19 @@ impl std::fmt::Display for Peer {
 }
 
 /// The uid owning the client's end of the connection `client` → `server`: the socket whose
-/// local address is `client` and remote address `server`, in `/proc/net/tcp{,6}`.
+/// local address is `client` and remote address `server`.
 fn socket_owner(client: SocketAddr, server: SocketAddr) -> Option<u32> {
+    #[cfg(target_os = "linux")]
+    match super::sock_diag::owner(client, server) {
+        super::sock_diag::Owner::Uid(uid) => return Some(uid),
+        super::sock_diag::Owner::NotFound => return None,
+        super::sock_diag::Owner::Unavailable => {}
+    }
+    proc_owner(client, server)
+}
+
+/// [`socket_owner`] from `/proc/net/tcp{,6}` (a line per socket of the machine).
+fn proc_owner(client: SocketAddr, server: SocketAddr) -> Option<u32> {
     let want = (canonical(client), canonical(server));
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().find_map(|path| {
         let table = std::fs::read_to_string(path).ok()?;
@@ -151,13 +164,16 @@ mod tests {
     fn a_loopback_client_is_its_address_and_user_and_others_are_their_address() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let server = listener.local_addr().unwrap();
+        // SAFETY: getuid has no preconditions.
+        let me = Some(unsafe { libc::getuid() });
         for from in ["127.0.0.1", "127.0.0.2"] {
             let sock = socket2_bind_connect(from, server);
             let (_accepted, remote) = listener.accept().unwrap();
             let peer = Peer::of(remote, server);
             assert_eq!(peer.ip, from.parse::<IpAddr>().unwrap());
-            // SAFETY: getuid has no preconditions.
-            assert_eq!(peer.uid, Some(unsafe { libc::getuid() }), "{from}");
+            assert_eq!(peer.uid, me, "{from}");
+            // The fallback reads the same owner.
+            assert_eq!(proc_owner(remote, server), me, "{from}");
             drop(sock);
         }
         // Not loopback: the address alone, however the table looks.

@@ -130,7 +130,7 @@ pub async fn serve_ingest(
         let cfg = cfg.clone();
         tokio::spawn(async move {
             let peer = peer_of(&sock, remote).await;
-            let slot = match table.admit(peer).await {
+            let slot = match table.admit(peer) {
                 Ok(s) => s,
                 Err(why) => {
                     Metrics::add(&metrics.connections_rejected_total, 1);
@@ -217,7 +217,8 @@ async fn handle(
                                  (reconnect to send more)",
         })),
     };
-    // The place is free once reading stopped (acknowledgements may still go out).
+    // Reading stopped: its buffer goes now (acknowledgements may still go out).
+    drop(rd);
     drop(slot);
     drop(ack_tx);
     let mut wr = match acker.await {

@@ -56,7 +56,7 @@ pub(crate) async fn serve_http(listener: TcpListener, app: Router, limits: HttpL
         let (table, app) = (table.clone(), app.clone());
         tokio::spawn(async move {
             let peer = crate::ingest::tcp::peer_of(&sock, remote).await;
-            let slot = match table.admit(peer).await {
+            let slot = match table.admit(peer) {
                 Ok(s) => s,
                 Err(why) => {
                     tracing::warn!(%peer, "refusing an HTTP connection: {why}");
