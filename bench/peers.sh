@@ -6,12 +6,12 @@
 # flooder's batches are acknowledged while one of the second peer's waits). Release build.
 # Prints the machine and the commit with the figures, e.g. for
 # bench/results/MACHINE-DATE-peers-REV.txt.
-#   bash bench/peers.sh [RUNS]     (default 3)
+#   MACHINE="2-core x86-64 VM, no GPU" bash bench/peers.sh [RUNS]     (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${1:-3}"
 echo "# bench/peers.sh at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "# machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# machine: ${MACHINE:-unnamed}; $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo test -q --release -p memwatch-daemon --test faults_peers --no-run 2>/dev/null
 for i in $(seq "$RUNS"); do
   cargo test -q --release -p memwatch-daemon --test faults_peers \
