@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Ingest fairness between peers, as times: the second peer's acknowledgement latency (p50,
 # p90, max over its 20 batches of 200 events, from 127.0.0.3) while another peer floods
-# batches of 20,000 events over 64 connections (from 127.0.0.2), against an in-process
+# batches of 50,000 events over 64 connections (from 127.0.0.2), against an in-process
 # daemon (daemon/tests/faults_peers.rs; the test itself checks only order: how many of the
 # flooder's batches are acknowledged while one of the second peer's waits). Release build.
 # Prints the machine and the commit with the figures, e.g. for

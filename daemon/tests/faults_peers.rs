@@ -33,6 +33,10 @@ use memwatch_wire::Record;
 const FLOOD_CONNS: usize = 64;
 /// The second peer's batches sent under the flood.
 const SAMPLES: u64 = 20;
+/// Events in one flooder batch: large enough that a commit (sized to ~100 ms at the
+/// writer's rate) holds a few of them on any machine, so the bound (half the flooder's
+/// connections) tells a turn per peer (about two commits) from a turn per connection.
+const FLOOD_EVENTS: usize = 50_000;
 
 const FLOODER: [u8; 4] = [127, 0, 0, 2];
 const OTHER: [u8; 4] = [127, 0, 0, 3];
@@ -71,7 +75,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// One flooder connection: batches of 20,000 events as fast as the daemon reads them,
+/// One flooder connection: batches of [`FLOOD_EVENTS`] events as fast as the daemon reads them,
 /// each acknowledgement counted in `acks`, until `stop`.
 fn flood(
     sock: TcpStream,
@@ -117,7 +121,11 @@ async fn a_peer_s_many_connections_get_one_turn_per_turn_of_another_peer() {
     let addr = running.ingest_addr;
     assert!(FLOOD_CONNS <= TcpConfig::default().max_connections_per_peer);
     let mut frames = Vec::new();
-    encode_record(&Record::Events(workload(20_000, 1_000, 1, 9)), &mut frames).unwrap();
+    encode_record(
+        &Record::Events(workload(FLOOD_EVENTS, 1_000, 1, 9)),
+        &mut frames,
+    )
+    .unwrap();
     let frames = Arc::new(frames);
     let stop = Arc::new(AtomicBool::new(false));
     let acks = Arc::new(AtomicU64::new(0));
@@ -129,9 +137,10 @@ async fn a_peer_s_many_connections_get_one_turn_per_turn_of_another_peer() {
             flood(sock, i, frames, acks, stop)
         }));
     }
-    // The flood is under way on every connection: a round of it is acknowledged.
-    wait_for("the flood's first round", || {
-        acks.load(Ordering::SeqCst) >= FLOOD_CONNS as u64
+    // The flood is under way: the daemon has acknowledged some of it, and every flooder
+    // connection has batches in flight.
+    wait_for("the flood's first acknowledgements", || {
+        acks.load(Ordering::SeqCst) >= 8
     })
     .await;
     let sock = connect_from(OTHER, addr).await;
@@ -182,7 +191,7 @@ async fn a_peer_s_many_connections_get_one_turn_per_turn_of_another_peer() {
     let bound = FLOOD_CONNS as u64 / 2;
     println!(
         "faults: peer fairness: a peer flooding over {FLOOD_CONNS} connections ({} batches \
-         of 20,000 events acknowledged); flooder batches acknowledged while one of the \
+         of {FLOOD_EVENTS} events acknowledged); flooder batches acknowledged while one of the \
          second peer's waited: median {}, max {worst} (bound {bound})",
         acks.load(Ordering::SeqCst),
         sorted[sorted.len() / 2],
