@@ -195,6 +195,18 @@ async fn verdicts_are_stored_and_shown_with_their_runs() {
                 && !page.contains("badge bad"),
             "a recovered run is drawn as a failure"
         );
+        // Its refused requests are marked on its charts in the warning's orange, never in
+        // the red of a run that ended out of memory; the leak's failures stay red.
+        let (red, orange) = ("#C8001E", "#D67800");
+        let marks = |page: &str| (page.contains(red), page.contains(orange));
+        assert_eq!(marks(&page), (false, true), "recovered run page marks");
+        for part in ["chart.svg?device=0", "framework/memory.svg?device=0"] {
+            let (s, svg) = get(&app, &format!("/runs/{recovered}/{part}")).await;
+            assert_eq!(s, StatusCode::OK, "{part}: {svg}");
+            assert_eq!(marks(&svg), (false, true), "recovered {part}");
+        }
+        let (_, page) = get(&app, &format!("/runs/{leak}")).await;
+        assert_eq!(marks(&page), (true, false), "leak run page marks");
 
         // The overview: titles, verdict badges.
         let (_, page) = get(&app, "/").await;

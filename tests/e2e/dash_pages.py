@@ -6,7 +6,8 @@
 For each run page (server HTML as the browser receives it):
 - the status badge in the title matches how the program ended (scenario.json: its
   `exit_code` and the truth's `failed`/`kind`): OOM, crashed (exit N), recovered, ok;
-  and only an OOM run shows red verdict or refused-request badges;
+  and only an OOM run shows red verdict or refused-request badges, or red failure marks
+  on its charts (a recovered run's marks are orange);
 - no byte figure is negative, and no figure is written with two signs ("+ +", "+ -");
 - the page weighs at most 300 KB;
 - every chart line has at most two vertices per pixel of its plot width;
@@ -86,7 +87,8 @@ def check_page(base, run, scenario):
     # Red is for a run that ran out of memory: anything else (recovered, ok, crashed)
     # shows no red verdict or refused-request badge.
     if want is not None and "OOM" not in want:
-        for red in ('class="badge bad"', "verdict failure", "refused failure"):
+        # The charts' failure marks in the red of an OOM (render::chart::FAIL).
+        for red in ('class="badge bad"', "verdict failure", "refused failure", "#C8001E"):
             if red in html:
                 problems.append(f"a run that did not run out of memory shows {red}")
     text = text_of(html)

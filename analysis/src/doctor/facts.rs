@@ -145,6 +145,17 @@ pub struct PjrtFacts {
 impl PjrtFacts {
     pub fn compute(cap: &CaptureEvidence) -> Self {
         let rt = &cap.runtime;
+        let mut out = Self::lifetimes(rt);
+        if !(rt.events.is_empty() && rt.executables.is_empty() && rt.stats.is_empty()) {
+            out.report = Some(runtime::analyse(rt, true));
+        }
+        out
+    }
+
+    /// The executions and the buffers' lifetimes of a runtime capture, without the
+    /// runtime report (what [`super::steps::execution_leak`] reads; the daemon builds it
+    /// from its stored PJRT rows).
+    pub fn lifetimes(rt: &runtime::RuntimeCapture) -> Self {
         let mut out = PjrtFacts {
             executables: rt.executables.clone(),
             ..PjrtFacts::default()
@@ -218,7 +229,6 @@ impl PjrtFacts {
                 }
             }
         }
-        out.report = Some(runtime::analyse(rt, true));
         out
     }
 

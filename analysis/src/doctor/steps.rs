@@ -21,6 +21,9 @@ pub struct ExecutionLeak {
     pub growth_per_step: u64,
     /// Bytes live from those steps.
     pub leaked_bytes: u64,
+    /// Runtime ns of the first leaking step and of the last step of the run.
+    pub first_step_ts: u64,
+    pub last_step_ts: u64,
 }
 
 /// Steps needed before growth counts as a leak.
@@ -32,6 +35,22 @@ pub const MIN_LEAKED_STEPS: usize = 3;
 /// out (its outputs are the program's current state); the unbroken run of leaking
 /// executions before it must be [`MIN_LEAKED_STEPS`] long.
 pub fn execution_leak(pjrt: &PjrtFacts, pid: u32, device: i32, at: u64) -> Option<ExecutionLeak> {
+    let mut best: Option<ExecutionLeak> = None;
+    for cand in execution_leaks(pjrt, pid, device, at) {
+        if best
+            .as_ref()
+            .is_none_or(|b| cand.leaked_bytes > b.leaked_bytes)
+        {
+            best = Some(cand);
+        }
+    }
+    best
+}
+
+/// Every executable of (pid, device) whose step outputs are live at runtime ns `at`, by
+/// the rule of [`execution_leak`] (which takes the one that keeps the most), in name
+/// order.
+pub fn execution_leaks(pjrt: &PjrtFacts, pid: u32, device: i32, at: u64) -> Vec<ExecutionLeak> {
     // execution index -> live output bytes at `at`
     let mut survivors: BTreeMap<usize, u64> = BTreeMap::new();
     for b in pjrt.live_at(pid, device, at) {
@@ -55,7 +74,7 @@ pub fn execution_leak(pjrt: &PjrtFacts, pid: u32, device: i32, at: u64) -> Optio
             }
         }
     }
-    let mut best: Option<ExecutionLeak> = None;
+    let mut out = Vec::new();
     for (name, execs) in by_name {
         let n = execs.len();
         if n < MIN_LEAKED_STEPS + 1 {
@@ -95,22 +114,18 @@ pub fn execution_leak(pjrt: &PjrtFacts, pid: u32, device: i32, at: u64) -> Optio
             .iter()
             .max_by_key(|(size, c)| (**c, **size))
             .map_or(0, |(s, _)| *s);
-        let cand = ExecutionLeak {
+        out.push(ExecutionLeak {
             executable: name,
             steps: n,
             first_step: start,
             leaked_steps,
             growth_per_step: growth,
             leaked_bytes: leaked,
-        };
-        if best
-            .as_ref()
-            .is_none_or(|b| cand.leaked_bytes > b.leaked_bytes)
-        {
-            best = Some(cand);
-        }
+            first_step_ts: pjrt.executions[execs[start]].ts,
+            last_step_ts: pjrt.executions[execs[n - 1]].ts,
+        });
     }
-    best
+    out
 }
 
 /// Allocations that repeat in a fixed group and are never released.
@@ -187,11 +202,28 @@ pub fn growth_until(live: &[(u64, u64)], until: u64) -> Option<AllocationGrowth>
     if g.repetitions < MIN_RAMP_REPETITIONS || span == 0 || g.total.saturating_mul(2) < live_bytes {
         return None;
     }
-    // The failing request comes after the framework's own retry (freeing its cache,
-    // collecting garbage): a gap of a quarter of the ramp's span at most.
-    let interval = span / (reps - 1).max(1);
-    let gap = until.saturating_sub(g.ended_ts);
-    (gap <= interval.saturating_mul(4).max(span / 4)).then_some(g)
+    reaches(g.started_ts, g.ended_ts, reps, until).then_some(g)
+}
+
+/// Whether growth made in `steps` steps from `started` to `ended` goes on until `until`:
+/// the last step no further from it than four of the growth's own intervals or a quarter
+/// of its span (the failing request comes after the framework's own retry: freeing its
+/// cache, collecting garbage). A load at the start followed by other work does not.
+pub fn reaches(started: u64, ended: u64, steps: u64, until: u64) -> bool {
+    let span = ended.saturating_sub(started);
+    let interval = span / steps.saturating_sub(1).max(1);
+    let gap = until.saturating_sub(ended);
+    gap <= interval.saturating_mul(4).max(span / 4)
+}
+
+impl ExecutionLeak {
+    /// Whether its steps go on until `at` ([`reaches`]): kept outputs of a loop still
+    /// running, not a setup (weights made by one executable in a loop and kept) followed
+    /// by other work.
+    pub fn reaches(&self, at: u64) -> bool {
+        let steps = self.steps.saturating_sub(self.first_step) as u64;
+        reaches(self.first_step_ts, self.last_step_ts, steps, at)
+    }
 }
 
 /// The longest step a loop is looked for in (allocations per step).

@@ -86,45 +86,46 @@ fn process(pid: u32, r: &Records, timeline: bool) -> (ProcessRuntime, SweepWork)
     let names: HashMap<u64, String> = r.exes.iter().map(|x| (x.handle, x.name.clone())).collect();
     let events = &r.events;
 
-    // Execute spans, extended to completion where a completion event exists (the latest
-    // execution of the same executable, device and start before it).
+    // Execute spans, extended to completion where a completion event exists (the
+    // execution of the same executable, device and start). Completions are matched in a
+    // second pass: the plugin may report one (on its own thread) before the Execute call
+    // that started it has returned and been recorded, so it can come first in the capture.
     let mut spans: Vec<Span> = Vec::new();
     let mut span_at: HashMap<(u64, i32, u64), usize> = HashMap::new();
     let mut summary: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new();
     for e in events {
-        match e.api() {
-            Api::PjrtExecute => {
+        if e.api() == Api::PjrtExecute {
+            let s = summary.entry(e.ptr).or_default();
+            if e.result == 0 {
+                s.0 += 1;
+            } else {
+                s.1 += 1;
+            }
+            s.2 += e.duration_ns;
+            span_at.insert((e.ptr, e.device, e.ts_ns), spans.len());
+            spans.push(Span {
+                handle: e.ptr,
+                device: e.device,
+                start: e.ts_ns,
+                end: e.ts_ns + e.duration_ns,
+                completed: false,
+            });
+        }
+    }
+    for e in events {
+        if e.api() == Api::PjrtExecuteComplete {
+            if let Some(&i) = span_at.get(&(e.ptr, e.device, e.ts_ns)) {
+                let sp = &mut spans[i];
+                sp.end = sp.end.max(e.ts_ns + e.duration_ns);
+                sp.completed = true;
+            }
+            // Execute returned success but the device-side run failed (reported
+            // through the completion event): count it as a failed run.
+            if e.result != 0 {
                 let s = summary.entry(e.ptr).or_default();
-                if e.result == 0 {
-                    s.0 += 1;
-                } else {
-                    s.1 += 1;
-                }
-                s.2 += e.duration_ns;
-                span_at.insert((e.ptr, e.device, e.ts_ns), spans.len());
-                spans.push(Span {
-                    handle: e.ptr,
-                    device: e.device,
-                    start: e.ts_ns,
-                    end: e.ts_ns + e.duration_ns,
-                    completed: false,
-                });
+                s.0 = s.0.saturating_sub(1);
+                s.1 += 1;
             }
-            Api::PjrtExecuteComplete => {
-                if let Some(&i) = span_at.get(&(e.ptr, e.device, e.ts_ns)) {
-                    let sp = &mut spans[i];
-                    sp.end = sp.end.max(e.ts_ns + e.duration_ns);
-                    sp.completed = true;
-                }
-                // Execute returned success but the device-side run failed (reported
-                // through the completion event): count it as a failed run.
-                if e.result != 0 {
-                    let s = summary.entry(e.ptr).or_default();
-                    s.0 = s.0.saturating_sub(1);
-                    s.1 += 1;
-                }
-            }
-            _ => {}
         }
     }
     let executables = r
@@ -446,6 +447,21 @@ mod tests {
         assert_eq!(pk.unexplained_bytes, 0);
         let step = p.executables.iter().find(|x| x.name == "jit_step").unwrap();
         assert_eq!((step.executions, step.failed_executions), (1, 1));
+    }
+
+    /// The plugin's completion callback can be recorded before the Execute call that
+    /// started the run returns: the completion is still matched to its execution.
+    #[test]
+    fn a_completion_recorded_before_its_execute_still_extends_the_run() {
+        let mut c = co_resident_capture();
+        assert_eq!(c.events[2].api(), Api::PjrtExecute);
+        assert_eq!(c.events[3].api(), Api::PjrtExecuteComplete);
+        c.events.swap(2, 3);
+        let r = analyse(&c, true);
+        let pk = r.processes[0].devices[0].peak.clone().unwrap();
+        assert!(pk.running[0].completed);
+        assert_eq!(pk.running[0].end_ns, 550);
+        assert_eq!(pk.running_temp_bytes, 8 * GIB);
     }
 
     #[test]

@@ -1,15 +1,16 @@
-//! Growth and leaks from the framework view and the driver's allocations: per
-//! executable, its live outputs, its executions and the growth per execution, and a
-//! PyTorch snapshot's allocated blocks, by `memwatch_analysis::growth::ramp` on whole-run
-//! series read at a coarse level; a device's raw driver memory by the doctor's rule
-//! (`memwatch_analysis::doctor::steps::growth_until`) on the allocations live where
-//! `memwatch diagnose` looks. Pure: the caller reads the series and allocations.
+//! Growth and leaks by the doctor's rules, the ones `memwatch diagnose` applies: an
+//! executable whose step outputs stay live (`memwatch_analysis::doctor::steps::
+//! execution_leaks`, on the PJRT rows the caller reads at the moment the doctor looks),
+//! and a device's raw driver memory (`steps::growth_until` on the allocations live then);
+//! a PyTorch snapshot's allocated blocks (no steps, no driver allocations) by
+//! `memwatch_analysis::growth::ramp`. Pure: the caller reads the series, the PJRT rows
+//! and the allocations.
 
 use serde::Serialize;
 
 use std::collections::BTreeMap;
 
-use memwatch_analysis::doctor::steps::growth_until;
+use memwatch_analysis::doctor::steps::{growth_until, ExecutionLeak};
 use memwatch_analysis::growth::{ramp, Sample};
 
 use crate::db::snapshot::LiveAlloc;
@@ -29,10 +30,10 @@ pub struct ExecutableGrowth {
     /// Live bytes it produced at the end of the run, and their maximum.
     pub live_end: i64,
     pub live_peak: i64,
-    /// Its growth by the one rule (`memwatch_analysis::growth::ramp`); 0 when it does
-    /// not keep growing.
+    /// Bytes its leaking steps keep live by the doctor's rule (`execution_leaks`); 0 when
+    /// its step outputs do not stay.
     pub growth_bytes: i64,
-    /// `growth_bytes` per execution of it during the growth (0 without).
+    /// What each leaking step keeps (the doctor's `growth_per_step_bytes`; 0 without).
     pub per_execution: i64,
     pub growing: bool,
 }
@@ -44,7 +45,11 @@ pub struct Growing {
     pub executable: String,
     pub growth_bytes: i64,
     pub bytes_per_s: f64,
+    /// Growth per execution of an executable (0 for driver memory and snapshots).
     pub per_execution: i64,
+    /// What each step keeps, as the doctor's `growth_per_step_bytes` figure: per
+    /// execution, or per repeating group of driver allocations; 0 for a snapshot's ramp.
+    pub per_step: i64,
 }
 
 /// The reference a rise is compared with: the allocator's limit when sampled, else
@@ -77,11 +82,10 @@ fn samples(values: &[Point], own: Option<&[Point]>, program: Option<&[Point]>) -
         .collect()
 }
 
-/// Every producer with live outputs or executions, growing ones first, then by peak.
-pub fn per_executable(tl: &FrameworkTimeline) -> Vec<ExecutableGrowth> {
+/// Every producer with live outputs or executions, growing ones first, then by peak;
+/// growing where the doctor's step rule found its outputs live after each step (`leaks`).
+pub fn per_executable(tl: &FrameworkTimeline, leaks: &[ExecutionLeak]) -> Vec<ExecutableGrowth> {
     let mut out = Vec::new();
-    let reference = reference(tl);
-    let program = tl.get(series::EXECUTIONS);
     for (idx, name) in tl.producers.iter().enumerate() {
         let idx = idx as i64;
         let live = tl.get(series::PRODUCER_LIVE + idx).unwrap_or(&[]);
@@ -89,16 +93,18 @@ pub fn per_executable(tl: &FrameworkTimeline) -> Vec<ExecutableGrowth> {
         if live.is_empty() && execs.is_none() {
             continue;
         }
-        // An executable without executions (host transfers) has no steps of its own.
-        let r = execs.and_then(|e| ramp(&samples(live, Some(e), program), reference));
+        let leak = leaks
+            .iter()
+            .filter(|l| l.executable == *name)
+            .max_by_key(|l| l.leaked_bytes);
         out.push(ExecutableGrowth {
             name: name.clone(),
             executions: execs.map_or(0, |p| p.iter().map(|x| x.min).sum()),
             live_end: live.last().map_or(0, |p| p.last),
             live_peak: live.iter().map(|p| p.max).max().unwrap_or(0),
-            growth_bytes: r.as_ref().map_or(0, |r| r.growth_bytes),
-            per_execution: r.as_ref().and_then(|r| r.per_step).unwrap_or(0),
-            growing: r.is_some(),
+            growth_bytes: leak.map_or(0, |l| l.leaked_bytes as i64),
+            per_execution: leak.map_or(0, |l| l.growth_per_step as i64),
+            growing: leak.is_some(),
         });
     }
     out.sort_by(|x, y| {
@@ -110,10 +116,10 @@ pub fn per_executable(tl: &FrameworkTimeline) -> Vec<ExecutableGrowth> {
     out
 }
 
-/// Whether the run keeps accumulating: an executable that grows (see
-/// [`per_executable`]), or, on a PyTorch snapshot run, the allocated blocks (growth per
-/// second: a snapshot has no steps).
-pub fn growing(tl: &FrameworkTimeline) -> Option<Growing> {
+/// Whether the run keeps accumulating: the executable whose kept step outputs the
+/// doctor's rule finds largest (`leaks`, the doctor's own choice), or, on a PyTorch
+/// snapshot run, the allocated blocks (growth per second: a snapshot has no steps).
+pub fn growing(tl: &FrameworkTimeline, leaks: &[ExecutionLeak]) -> Option<Growing> {
     if let Some(alloc) = tl.get(series::TORCH_ALLOCATED) {
         let r = ramp(&samples(alloc, None, None), reference(tl))?;
         return Some(Growing {
@@ -121,26 +127,28 @@ pub fn growing(tl: &FrameworkTimeline) -> Option<Growing> {
             growth_bytes: r.growth_bytes,
             bytes_per_s: r.bytes_per_s,
             per_execution: 0,
+            per_step: 0,
         });
     }
-    let reference = reference(tl);
-    let program = tl.get(series::EXECUTIONS);
-    let top = per_executable(tl).into_iter().find(|e| e.growing)?;
-    let idx = tl.producers.iter().position(|p| *p == top.name)? as i64;
-    let r = ramp(
-        &samples(
-            tl.get(series::PRODUCER_LIVE + idx)?,
-            tl.get(series::PRODUCER_EXECS + idx),
-            program,
-        ),
-        reference,
-    )?;
-    Some(Growing {
-        executable: top.name,
-        growth_bytes: r.growth_bytes,
-        bytes_per_s: r.bytes_per_s,
-        per_execution: top.per_execution,
-    })
+    let mut top: Option<&ExecutionLeak> = None;
+    for l in leaks {
+        if top.is_none_or(|t| l.leaked_bytes > t.leaked_bytes) {
+            top = Some(l);
+        }
+    }
+    top.map(execution_growing)
+}
+
+/// A leaking executable as the run's growth: per second over its leaking steps.
+fn execution_growing(l: &ExecutionLeak) -> Growing {
+    let secs = l.last_step_ts.saturating_sub(l.first_step_ts).max(1) as f64 / 1e9;
+    Growing {
+        executable: l.executable.clone(),
+        growth_bytes: l.leaked_bytes as i64,
+        bytes_per_s: l.leaked_bytes as f64 / secs,
+        per_execution: l.growth_per_step as i64,
+        per_step: l.growth_per_step as i64,
+    }
 }
 
 /// Growth of raw driver memory by the doctor's rule
@@ -172,6 +180,7 @@ pub fn driver_growing(live: &[LiveAlloc], until: u64) -> Option<Growing> {
                 growth_bytes: g.total as i64,
                 bytes_per_s: g.total as f64 / secs,
                 per_execution: 0,
+                per_step: g.per_group as i64,
             }
         })
 }

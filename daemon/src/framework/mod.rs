@@ -1,9 +1,8 @@
 //! The framework view: what lives inside the framework's pool (JAX/XLA through the PJRT
 //! records, PyTorch through a snapshot's blocks), per device over time. `build` sweeps the
 //! stored records into rollups (`rollup`, series numbered in `series`), `builder` keeps
-//! them current in the background, `read` reads them at any zoom, `growth` (the rule of
-//! `memwatch_analysis::growth`, also on raw driver memory) finds what
-//! keeps accumulating, `live_at` says what was live at an instant, `view` draws the run page's section; `GET
+//! them current in the background, `read` reads them at any zoom, `growth` (the doctor's
+//! rules: kept step outputs, raw driver memory) finds what keeps accumulating, `live_at` says what was live at an instant, `view` draws the run page's section; `GET
 //! /api/runs/{id}/framework` answers the same as JSON.
 
 mod build;
@@ -20,6 +19,9 @@ use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
+
+use memwatch_analysis::doctor::facts::PjrtFacts;
+use memwatch_analysis::doctor::steps::{self, ExecutionLeak};
 
 use crate::app::error::AppError;
 use crate::app::extract::{Path, Query};
@@ -45,7 +47,8 @@ pub(crate) async fn run_growing(
     for &d in devices {
         if let Some(tl) = read::read(store, run, d, 0, end, growth::GROWTH_POINTS).await? {
             framework = true;
-            if let Some(g) = growth::growing(&tl) {
+            let leaks = step_leaks(store, run, d, end).await?;
+            if let Some(g) = growth::growing(&tl, &leaks) {
                 return Ok(Some(g));
             }
         }
@@ -62,27 +65,137 @@ pub(crate) async fn run_growing(
     Ok(None)
 }
 
+/// The device's first out-of-memory failure (monotonic ns as stored, pid): where the doctor's
+/// failure begins (refusals of another kind, e.g. a `cuMemCreate` not permitted, are
+/// not it).
+async fn first_oom(
+    store: &crate::db::Store,
+    run: i64,
+    device: i64,
+) -> Result<Option<(i64, i64)>, crate::db::StoreError> {
+    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT api, result, ts_ns, pid FROM incidents i WHERE run_id = $1 AND device = $2 \
+         AND ts_ns = (SELECT MIN(ts_ns) FROM incidents j WHERE j.run_id = i.run_id \
+         AND j.device = i.device AND j.api = i.api AND j.result = i.result)",
+    )
+    .bind(run)
+    .bind(device)
+    .fetch_all(&store.pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|(api, result, _, _)| crate::codes::is_oom(api, *result))
+        .map(|r| (r.2, r.3))
+        .min())
+}
+
+/// Stored monotonic ns `ts` of run `run` as ns after its start.
+async fn since_start(
+    store: &crate::db::Store,
+    run: i64,
+    ts: i64,
+) -> Result<u64, crate::db::StoreError> {
+    let t0 = store.run_t0(run).await?.unwrap_or(0) as i64;
+    Ok((ts - t0).max(0) as u64)
+}
+
+/// Where `memwatch diagnose` looks for growth of driver memory on `device`: at its first
+/// out-of-memory failure ([`first_oom`]), else at the run's end (`end`); ns after the
+/// run's start.
+async fn checkpoint(
+    store: &crate::db::Store,
+    run: i64,
+    device: i64,
+    end: u64,
+) -> Result<u64, crate::db::StoreError> {
+    match first_oom(store, run, device).await? {
+        Some((t, _)) => since_start(store, run, t).await,
+        None => Ok(end),
+    }
+}
+
 /// Whether a device's raw driver memory grew by the doctor's rule
-/// ([`growth::driver_growing`]), checked where `memwatch diagnose` checks it: at the
-/// device's first failed request, else at the run's end (`end`, ns after its start).
+/// ([`growth::driver_growing`]), checked where `memwatch diagnose` checks it
+/// ([`checkpoint`]).
 pub(crate) async fn driver_growing(
     store: &crate::db::Store,
     run: i64,
     device: i64,
     end: u64,
 ) -> Result<Option<Growing>, crate::db::StoreError> {
-    let failure: Option<i64> =
-        sqlx::query_scalar("SELECT MIN(ts_ns) FROM incidents WHERE run_id = $1 AND device = $2")
-            .bind(run)
-            .bind(device)
-            .fetch_one(&store.pool)
-            .await?;
-    let t0 = store.run_t0(run).await?.unwrap_or(0) as i64;
-    let at = failure.map_or(end, |f| (f - t0).max(0) as u64);
+    let at = checkpoint(store, run, device, end).await?;
     let Some((live, as_of, _)) = store.live_allocs_at(run, device, at).await? else {
         return Ok(None);
     };
     Ok(growth::driver_growing(&live, as_of.max(0) as u64))
+}
+
+/// Where `memwatch diagnose` looks for kept step outputs on `device`: at its first
+/// out-of-memory failure (a leak); in a run that did not fail, at the allocator's highest in-use sample,
+/// else (the platform allocator keeps no statistics) at the device's driver peak (a
+/// limit the allocator ignored); else at the run's end. ns after the run's start, and the
+/// failing process (the one the doctor examines) when there is a failure.
+async fn step_checkpoint(
+    store: &crate::db::Store,
+    run: i64,
+    device: i64,
+    end: u64,
+) -> Result<(u64, Option<u32>), crate::db::StoreError> {
+    if let Some((t, pid)) = first_oom(store, run, device).await? {
+        return Ok((since_start(store, run, t).await?, Some(pid as u32)));
+    }
+    let mut at: Option<i64> = sqlx::query_scalar(
+        "SELECT ts_ns FROM pjrt_memory_stats WHERE run_id = $1 AND device = $2 \
+             ORDER BY bytes_in_use DESC, ts_ns LIMIT 1",
+    )
+    .bind(run)
+    .bind(device)
+    .fetch_optional(&store.pool)
+    .await?;
+    if at.is_none() {
+        at = sqlx::query_scalar(
+            "SELECT peak_ts_ns FROM run_devices WHERE run_id = $1 AND device = $2 \
+             AND peak_bytes > 0",
+        )
+        .bind(run)
+        .bind(device)
+        .fetch_optional(&store.pool)
+        .await?;
+    }
+    match at {
+        Some(t) => Ok((since_start(store, run, t).await?, None)),
+        None => Ok((end, None)),
+    }
+}
+
+/// The executables of `device` whose step outputs stay live, by the doctor's rule
+/// (`steps::execution_leaks`, every process on the device) on the PJRT rows it reads,
+/// where `memwatch diagnose` looks ([`step_checkpoint`]), and whose steps go on until
+/// then (`ExecutionLeak::reaches`: weights made once in a loop are not growth).
+pub(crate) async fn step_leaks(
+    store: &crate::db::Store,
+    run: i64,
+    device: i64,
+    end: u64,
+) -> Result<Vec<ExecutionLeak>, crate::db::StoreError> {
+    let (at, failed) = step_checkpoint(store, run, device, end).await?;
+    let Some(cap) = crate::runtime::live_steps_at(store, run, device, at).await? else {
+        return Ok(Vec::new());
+    };
+    let facts = PjrtFacts::lifetimes(&cap);
+    let mut pids: Vec<u32> = facts
+        .buffers
+        .iter()
+        .map(|b| b.pid)
+        .filter(|&p| failed.is_none_or(|f| f == p))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    Ok(pids
+        .into_iter()
+        .flat_map(|pid| steps::execution_leaks(&facts, pid, device as i32, at))
+        .filter(|l| l.reaches(at))
+        .collect())
 }
 
 /// One device's framework memory over a whole run, for comparing runs: the main series
@@ -172,13 +285,25 @@ async fn api(
     let points = q.points.unwrap_or(1100).clamp(1, 100_000);
     let tl = read::read(&st.store, id, device, from, to, points).await?;
     let whole = read::read(&st.store, id, device, 0, end, growth::GROWTH_POINTS).await?;
+    let leaks = match &whole {
+        Some(_) => step_leaks(&st.store, id, device, end).await?,
+        None => Vec::new(),
+    };
+    // Without framework records, the device's raw driver memory by the doctor's rule.
+    let growing = match &whole {
+        Some(w) => growth::growing(w, &leaks),
+        None => driver_growing(&st.store, id, device, end).await?,
+    };
     Ok(Json(serde_json::json!({
         "run": id,
         "device": device,
         "framework": tl.as_ref().map(|t| if t.is_torch() { "pytorch" } else { "pjrt" }),
         "timeline": tl,
-        "growth": whole.as_ref().map(growth::per_executable).unwrap_or_default(),
-        "growing": whole.as_ref().and_then(growth::growing),
+        "growth": whole
+            .as_ref()
+            .map(|w| growth::per_executable(w, &leaks))
+            .unwrap_or_default(),
+        "growing": growing,
     })))
 }
 

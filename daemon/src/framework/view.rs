@@ -20,7 +20,7 @@ use crate::app::extract::{Path, Query};
 use crate::app::state::AppState;
 use crate::codes;
 use crate::incidents::FailureMarks;
-use crate::render::chart::{self, Marks, Series, Span, Style, PALETTE};
+use crate::render::chart::{self, Marks, Series, Span, Style, Tone, PALETTE};
 use crate::render::stack::{stacked, Buckets, Layer};
 use crate::render::{fmt, Point};
 use crate::runs::{load_run, range, run_end, RangeQ, RunLite, CHART_H, CHART_W};
@@ -99,6 +99,9 @@ pub(crate) struct OomMarks {
     pub failures: FailureMarks,
     /// The stored verdict's badge, carried by the mark.
     pub verdict: Option<String>,
+    /// How the marks read (`runs::failure_tone`: red only for a run that ended out of
+    /// memory).
+    pub tone: Tone,
     /// The device's memory (label, bytes), when the node said.
     pub capacity: Option<(String, i64)>,
 }
@@ -109,7 +112,7 @@ pub(crate) async fn sections(
     run: &RunLite,
     from: u64,
     to: u64,
-    verdict: Option<&str>,
+    (verdict, tone): (Option<&str>, Tone),
 ) -> Result<Vec<FrameworkSection>, AppError> {
     ensure_built(&st.store, run.id).await?;
     let mut out = Vec::new();
@@ -117,6 +120,7 @@ pub(crate) async fn sections(
         let oom = OomMarks {
             failures: failure_marks(st, run, d.device, (from, to)).await?,
             verdict: verdict.map(str::to_string),
+            tone,
             capacity: capacity_of(st, run.id, d.device).await?,
         };
         if let Some(s) = section(st, run, d.device, from, to, &oom).await? {
@@ -147,18 +151,21 @@ async fn section(
         driver.as_ref().map(|t| (&t.points[..], t.bucket_ns)),
         oom,
     )?;
-    let stack = stack_chart(&tl, &oom.failures.times)?;
+    let stack = stack_chart(&tl, (&oom.failures.times, oom.tone))?;
     let lanes = lanes_chart(st, run, &tl).await?;
     let whole = read(&st.store, run.id, device, 0, run_end(run), GROWTH_POINTS).await?;
     let (rows, growing) = match &whole {
-        Some(w) => (
-            growth::per_executable(w)
-                .iter()
-                .take(20)
-                .map(growth_row)
-                .collect(),
-            growth::growing(w).map(|g| growing_label(&g)),
-        ),
+        Some(w) => {
+            let leaks = super::step_leaks(&st.store, run.id, device, run_end(run)).await?;
+            (
+                growth::per_executable(w, &leaks)
+                    .iter()
+                    .take(20)
+                    .map(growth_row)
+                    .collect(),
+                growth::growing(w, &leaks).map(|g| growing_label(&g)),
+            )
+        }
         None => (Vec::new(), None),
     };
     let sites = match &whole {
@@ -282,14 +289,19 @@ fn marks_of(tl: &FrameworkTimeline, oom: &OomMarks, peak_series: i64) -> Marks {
             .max_by_key(|x| (x.max, std::cmp::Reverse(x.t_ns)))
             .map(|x| (x.t_ns, x.max))
     });
+    let what = match oom.tone {
+        Tone::Failure => "OOM",
+        Tone::Warning => "refused",
+    };
     let text = oom
         .verdict
         .as_ref()
-        .map_or_else(|| "OOM".to_string(), |kind| format!("OOM: {kind}"));
+        .map_or_else(|| what.to_string(), |kind| format!("{what}: {kind}"));
     Marks {
         peak,
         capacity: oom.capacity.clone(),
         failures: oom.failures.times.clone(),
+        failure_tone: oom.tone,
         failure_counts: Some((oom.failures.in_range, oom.failures.in_run)),
         annotations: oom
             .failures
@@ -415,7 +427,7 @@ fn memory_chart(
 
 fn stack_chart(
     tl: &FrameworkTimeline,
-    failures: &[u64],
+    failures: (&[u64], Tone),
 ) -> Result<Option<chart::Rendered>, AppError> {
     let mut producers: Vec<(i64, &[Point], i64)> = tl
         .series
@@ -574,6 +586,7 @@ pub(crate) async fn part_svg(
     let oom = OomMarks {
         failures: failure_marks(&st, &run, device, (from, to)).await?,
         verdict: None,
+        tone: crate::runs::failure_tone(&st.store, id).await?,
         capacity: capacity_of(&st, id, device).await?,
     };
     let r = match part.as_str() {
@@ -588,7 +601,7 @@ pub(crate) async fn part_svg(
                 &oom,
             )?)
         }
-        "stack.svg" => stack_chart(&tl, &oom.failures.times)?,
+        "stack.svg" => stack_chart(&tl, (&oom.failures.times, oom.tone))?,
         "lanes.svg" => lanes_chart(&st, &run, &tl).await?,
         other => {
             return Err(AppError::not_found(format!(

@@ -20,6 +20,8 @@ pub const PALETTE: [RGBColor; 4] = [
     RGBColor(150, 60, 150),
 ];
 pub(super) const FAIL: RGBColor = RGBColor(200, 0, 30);
+/// Refused requests of a run that did not end out of memory.
+pub(super) const REFUSED: RGBColor = RGBColor(214, 120, 0);
 pub(super) const PEAK: RGBColor = RGBColor(170, 0, 40);
 pub(super) const NOTE: RGBColor = RGBColor(90, 90, 90);
 /// The device's capacity line.
@@ -62,11 +64,40 @@ impl<'a> Series<'a> {
     }
 }
 
+/// How a run's failed requests read: red only when the run ended out of memory, orange
+/// for refusals it went on after (the rule is `runs::outcome`'s; charts only draw it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tone {
+    #[default]
+    Failure,
+    Warning,
+}
+
+impl Tone {
+    /// The CSS class of the dashboard's badges and verdict sections.
+    pub fn class(self) -> &'static str {
+        match self {
+            Tone::Failure => "failure",
+            Tone::Warning => "warning",
+        }
+    }
+
+    /// The colour of failure marks.
+    pub(super) fn color(self) -> RGBColor {
+        match self {
+            Tone::Failure => FAIL,
+            Tone::Warning => REFUSED,
+        }
+    }
+}
+
 /// Markers drawn over the timeline (times relative to the run's start).
 #[derive(Default)]
 pub struct Marks {
     pub peak: Option<(u64, i64)>,
     pub failures: Vec<u64>,
+    /// The colour of the failure marks.
+    pub failure_tone: Tone,
     /// How many failures the range and the run hold, when `failures` draws fewer (one
     /// per column); else the legend counts `failures`.
     pub failure_counts: Option<(u64, u64)>,
@@ -312,16 +343,17 @@ fn draw_timeline(
         .map(|&t| (t as f64, fail_y))
         .collect();
     if !fails.is_empty() {
+        let fail = marks.failure_tone.color();
         chart
             .draw_series(fails.iter().map(|&(x, y)| {
-                PathElement::new(vec![(x, 0.0), (x, y)], FAIL.mix(0.6).stroke_width(1))
+                PathElement::new(vec![(x, 0.0), (x, y)], fail.mix(0.6).stroke_width(1))
             }))
             .map_err(err)?;
         chart
             .draw_series(
                 fails
                     .iter()
-                    .map(|&c| TriangleMarker::new(c, 7, FAIL.filled())),
+                    .map(|&c| TriangleMarker::new(c, 7, fail.filled())),
             )
             .map_err(err)?;
     }
@@ -396,7 +428,7 @@ fn legend_items(
     });
     if total > 0 {
         v.push((
-            Swatch::Triangle,
+            Swatch::Triangle(marks.failure_tone.color()),
             format!("failed allocation ({nf} here, {total} in run)"),
         ));
     }
@@ -549,6 +581,7 @@ mod tests {
         let marks = Marks {
             peak: Some((575, 1 << 30)),
             failures: vec![900],
+            failure_tone: Tone::Failure,
             failure_counts: None,
             annotations: vec![(100, "step 1".into())],
             capacity: Some(("GPU capacity".into(), 3 << 30)),

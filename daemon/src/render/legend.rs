@@ -6,7 +6,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::chart::{err, DrawResult, FAIL, NOTE, PEAK};
+#[cfg(test)]
+use super::chart::FAIL;
+use super::chart::{err, DrawResult, NOTE, PEAK};
 
 /// What a legend entry's swatch looks like.
 pub(crate) enum Swatch {
@@ -16,7 +18,8 @@ pub(crate) enum Swatch {
     Line(RGBColor),
     /// A dashed line.
     Dashed(RGBColor),
-    Triangle,
+    /// A failure mark in its tone's colour.
+    Triangle(RGBColor),
     Dot,
     Tick,
 }
@@ -83,8 +86,8 @@ pub(crate) fn draw(
                     .map_err(err)?;
                 }
             }
-            Swatch::Triangle => root
-                .draw(&TriangleMarker::new((x + 8, y), 6, FAIL.filled()))
+            Swatch::Triangle(c) => root
+                .draw(&TriangleMarker::new((x + 8, y), 6, c.filled()))
                 .map_err(err)?,
             Swatch::Dot => root
                 .draw(&Circle::new((x + 8, y), 5, PEAK.filled()))

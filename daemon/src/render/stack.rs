@@ -5,7 +5,7 @@
 
 use plotters::prelude::*;
 
-use super::chart::{columns_of, err, time_bytes_chart, DrawResult, Rendered, FAIL};
+use super::chart::{columns_of, err, time_bytes_chart, DrawResult, Rendered, Tone};
 use super::legend::{self, Swatch};
 use super::{columns, Point};
 
@@ -37,13 +37,13 @@ pub struct Layer {
 }
 
 /// Draws `layers` stacked over the buckets, the `total` line over them, and `failures`
-/// (ns since run start).
+/// (ns since run start) in their tone's colour.
 pub fn stacked(
     size: (u32, u32),
     buckets: &Buckets,
     layers: &[Layer],
     total: Option<&[Point]>,
-    failures: &[u64],
+    (failures, tone): (&[u64], Tone),
 ) -> DrawResult<Rendered> {
     let Buckets {
         from,
@@ -118,7 +118,7 @@ pub fn stacked(
             ));
         }
         if !failures.is_empty() {
-            legend.push((Swatch::Triangle, "failed request".into()));
+            legend.push((Swatch::Triangle(tone.color()), "failed request".into()));
         }
         let legend_h = legend::height(size.0, &legend);
         legend::draw(&root, &legend)?;
@@ -161,7 +161,7 @@ pub fn stacked(
                     .iter()
                     .filter(|&&t| t >= from && t < to)
                     .take(2000)
-                    .map(|&t| TriangleMarker::new((t as f64, fail_y), 7, FAIL.filled())),
+                    .map(|&t| TriangleMarker::new((t as f64, fail_y), 7, tone.color().filled())),
             )
             .map_err(err)?;
         let (xr, _) = chart.plotting_area().get_pixel_range();

@@ -11,6 +11,7 @@ mod model;
 mod outcome;
 mod overview;
 mod pages;
+mod pre_attach;
 mod samples;
 mod sql;
 mod timeline;
@@ -27,9 +28,11 @@ pub use model::{
     AnnotationRow, AnnotationsPage, DeviceRow, NodeRow, ProcessRow, RunDetail, RunDevice, RunLite,
     RunRow, SampleRow,
 };
+pub(crate) use outcome::failure_tone;
 pub(crate) use pages::{
     load_run, range, range_chart, run_end, RangeChart, RangeQ, CHART_H, CHART_W,
 };
+pub(crate) use pre_attach::of_run as pre_attach;
 pub(crate) use sql::device_capacity;
 pub use sql::run_lite;
 pub use timeline::Timeline;

@@ -5,6 +5,8 @@
 //! recorder). Reads what the store has about the run; the rule itself is [`decide`].
 
 use crate::db::{Store, StoreError};
+use crate::incidents::DiagnosisRow;
+use crate::render::chart::Tone;
 
 /// What the rule looks at.
 #[derive(Debug, Default, Clone)]
@@ -96,16 +98,51 @@ pub(crate) fn badge(o: &Outcome) -> (&'static str, String, String) {
     }
 }
 
-/// How what went wrong in the run reads, beside [`badge`]: `"failure"` (red) only when
-/// the run ended out of memory; `"warning"` (orange) otherwise: refusals it recovered
-/// from, a finished run's warning, a crash that is not memory. The CSS class of the
-/// doctor's verdict (its badges and section) and of the refused requests' badges on the
-/// overview and the run page.
-pub(crate) fn tone(o: &Outcome) -> &'static str {
+/// How what went wrong in the run reads, beside [`badge`]: a failure (red) only when the
+/// run ended out of memory; a warning (orange) otherwise: refusals it recovered from, a
+/// finished run's warning, a crash that is not memory. The colour of the charts' failure
+/// marks.
+pub(crate) fn tone_of(o: &Outcome) -> Tone {
     match o {
-        Outcome::Oom(_) => "failure",
-        _ => "warning",
+        Outcome::Oom(_) => Tone::Failure,
+        _ => Tone::Warning,
     }
+}
+
+/// [`tone_of`] as the CSS class of the doctor's verdict (its badges and section) and of
+/// the refused requests' badges on the overview and the run page.
+pub(crate) fn tone(o: &Outcome) -> &'static str {
+    tone_of(o).class()
+}
+
+/// What the rule looks at for run `id`, given whether one of its incidents ran out of
+/// memory and its stored diagnosis.
+pub(crate) async fn facts(
+    store: &Store,
+    id: i64,
+    any_oom: bool,
+    diagnosis: Option<&DiagnosisRow>,
+) -> Result<Facts, StoreError> {
+    Ok(Facts {
+        active: super::sql::run_active(store, id).await?,
+        exits: exits(store, id).await?,
+        any_oom,
+        diagnosis: diagnosis.map(|d| (d.failed != 0, d.kind.clone())),
+    })
+}
+
+/// How run `id` ended, read whole from the store (for pages that show one chart of it).
+pub(crate) async fn of_run(store: &Store, id: i64) -> Result<Outcome, StoreError> {
+    let counts = store.incident_counts(id, &[]).await?;
+    let diagnosis = store.diagnosis(id).await?;
+    Ok(decide(
+        &facts(store, id, counts.any_oom, diagnosis.as_ref()).await?,
+    ))
+}
+
+/// The tone of run `id`'s failure marks ([`tone_of`] of [`of_run`]).
+pub(crate) async fn failure_tone(store: &Store, id: i64) -> Result<Tone, StoreError> {
+    Ok(tone_of(&of_run(store, id).await?))
 }
 
 /// "exit 1", or "signal 9" for a status the recorder stored as a negative signal number.

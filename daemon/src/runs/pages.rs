@@ -15,15 +15,15 @@ use serde::Deserialize;
 use super::model::RunLite;
 use super::outcome::{self, Outcome};
 use super::views::{ProcessView, RunDeviceView, RunPage};
-use super::{events, sql};
+use super::{events, pre_attach, sql};
 use crate::app::error::AppError;
 use crate::app::extract::{Path, Query};
 use crate::app::page::html;
 use crate::app::state::AppState;
 use crate::db::chunk;
 use crate::incidents::{incident_view, verdict_view, FailureMarks};
-use crate::render::chart::{self, Marks, Series, PALETTE};
-use crate::render::fmt;
+use crate::render::chart::{self, Marks, Series, Tone, PALETTE};
+use crate::render::{fmt, Point};
 
 /// Pixel size of timeline charts (the SVG scales to the page width).
 pub const CHART_W: u32 = 1200;
@@ -68,7 +68,7 @@ async fn device_chart(
     device: i64,
     from: u64,
     to: u64,
-    failures: FailureMarks,
+    (failures, failure_tone): (FailureMarks, Tone),
 ) -> Result<chart::Rendered, AppError> {
     let tl = st
         .store
@@ -89,6 +89,7 @@ async fn device_chart(
         peak: d.map(|d| (d.peak_ts_ns.max(0) as u64, d.peak_bytes)),
         failure_counts: Some((failures.in_range, failures.in_run)),
         failures: failures.times,
+        failure_tone,
         annotations: notes
             .into_iter()
             .filter(|(_, d, _)| *d == device || *d < 0)
@@ -102,6 +103,24 @@ async fn device_chart(
         .store
         .run_samples(run.id, device, 0, tl.from_ns, tl.bucket_ns, tl.points.len())
         .await?;
+    // Memory the device held before an attach: its own line, from the attach on.
+    let held: Vec<Point> = match pre_attach::of_run(&st.store, run.id)
+        .await?
+        .get(&device)
+        .and_then(|h| h.used.clone())
+    {
+        Some((used, _)) => (0..)
+            .map(|i: u64| tl.from_ns + i * tl.bucket_ns.max(1))
+            .take_while(|&t| t < tl.to_ns)
+            .map(|t_ns| Point {
+                t_ns,
+                min: used,
+                max: used,
+                last: used,
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     let mut series = vec![Series {
         label: format!("GPU {device} live bytes"),
         points: &tl.points,
@@ -109,6 +128,15 @@ async fn device_chart(
         color: PALETTE[0],
         style: chart::Style::Band,
     }];
+    if !held.is_empty() {
+        series.push(Series {
+            label: "held before attach (device used at attach)".into(),
+            points: &held,
+            bucket_ns: tl.bucket_ns,
+            color: PALETTE[3],
+            style: chart::Style::Dashed,
+        });
+    }
     if !used.is_empty() {
         series.push(Series {
             label: "device used (VRAM samples)".into(),
@@ -221,27 +249,25 @@ pub async fn run(
     let incidents = st.store.incidents(Some(id), INCIDENTS_LISTED).await?;
     let counts = st.store.incident_counts(id, &incidents).await?;
     let diagnosis = st.store.diagnosis(id).await?;
-    let active = sql::run_active(&st.store, id).await?;
-    let ended = outcome::decide(&outcome::Facts {
-        active,
-        exits: outcome::exits(&st.store, id).await?,
-        any_oom: counts.any_oom,
-        diagnosis: diagnosis.as_ref().map(|d| (d.failed != 0, d.kind.clone())),
-    });
+    let facts = outcome::facts(&st.store, id, counts.any_oom, diagnosis.as_ref()).await?;
+    let active = facts.active;
+    let ended = outcome::decide(&facts);
+    let tone = outcome::tone_of(&ended);
     let verdict = diagnosis.as_ref().and_then(verdict_view);
     let framework = crate::framework::sections(
         &st,
         &run,
         from,
         to,
-        verdict.as_ref().map(|v| v.kind.as_str()),
+        (verdict.as_ref().map(|v| v.kind.as_str()), tone),
     )
     .await?;
     let t0 = run.t0;
+    let held = pre_attach::of_run(&st.store, id).await?;
     let mut devices = Vec::new();
     for d in run.devices.iter().filter(|d| d.shown()) {
         let fails = failure_marks(&st, &run, d.device, from, to).await?;
-        let c = device_chart(&st, &run, d.device, from, to, fails).await?;
+        let c = device_chart(&st, &run, d.device, from, to, (fails, tone)).await?;
         let growing = if framework.iter().any(|f| f.device == d.device) || d.device < 0 {
             String::new()
         } else {
@@ -250,13 +276,15 @@ pub async fn run(
                 .map(|g| crate::framework::growing_label(&g))
                 .unwrap_or_default()
         };
-        let note = if d.alloc_count == 0 && d.peak_bytes == 0 {
+        let held_before = held.get(&d.device).map(|h| h.line()).unwrap_or_default();
+        let note = if d.alloc_count == 0 && d.peak_bytes == 0 && held_before.is_empty() {
             "No allocation was recorded on this device: memory allocated before the recording began (a pool made before an attach) is not in the driver view; the framework view and the device's samples show it where they were recorded.".to_string()
         } else {
             String::new()
         };
         devices.push(RunDeviceView {
             note,
+            held_before,
             growing,
             device: d.device,
             label: d.label(),
@@ -516,7 +544,8 @@ pub(crate) async fn range_chart(
     let (from, to) = range(q, run_end(&run))?;
     let device = q.device.unwrap_or(0);
     let fails = failure_marks(st, &run, device, from, to).await?;
-    let chart = device_chart(st, &run, device, from, to, fails).await?;
+    let tone = outcome::failure_tone(&st.store, id).await?;
+    let chart = device_chart(st, &run, device, from, to, (fails, tone)).await?;
     Ok(RangeChart {
         device,
         from,

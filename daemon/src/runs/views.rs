@@ -147,6 +147,8 @@ pub struct RunDeviceView {
     pub growing: String,
     /// Said instead of a flat 0 B chart: no allocation was recorded on the device.
     pub note: String,
+    /// What the device held before an attach (`pre_attach`), or empty.
+    pub held_before: String,
     pub svg: String,
     pub plot_left: i32,
     pub plot_right: i32,

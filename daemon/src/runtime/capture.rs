@@ -210,6 +210,27 @@ pub(crate) async fn runtime_capture(
     .bind(run)
     .fetch_all(&store.pool)
     .await?;
+    execution_events(&rows, t0, &mut cap.events);
+    let rows: Vec<Buffer> = sqlx::query_as(
+        "SELECT pid, device, ptr, size, api, producer, ts_ns, freed_ts_ns, output_index FROM pjrt_buffers \
+         WHERE run_id = $1 ORDER BY id",
+    )
+    .bind(run)
+    .fetch_all(&store.pool)
+    .await?;
+    buffer_events(&rows, t0, &mut cap.events);
+    sort_events(&mut cap.events);
+    Ok(Some(cap))
+}
+
+/// Stable: at equal times an allocation stays before a later free of the same pointer.
+fn sort_events(events: &mut [Event]) {
+    let free = codes::event_kind_code(EventKind::Free);
+    events.sort_by_key(|e| (e.ts_ns, e.kind == free));
+}
+
+/// Each execute (and its completion) as the API spans a capture holds.
+fn execution_events(rows: &[Execution], t0: u64, out: &mut Vec<Event>) {
     for r in rows {
         let start = rel(r.start_ns, t0);
         let call = Span {
@@ -222,9 +243,9 @@ pub(crate) async fn runtime_capture(
             result: r.result,
             size: r.requested_bytes,
         };
-        cap.events.push(call.event());
+        out.push(call.event());
         if let Some(done) = r.complete_ns {
-            cap.events.push(
+            out.push(
                 Span {
                     api: Api::PjrtExecuteComplete,
                     duration: done,
@@ -236,13 +257,10 @@ pub(crate) async fn runtime_capture(
             );
         }
     }
-    let rows: Vec<Buffer> = sqlx::query_as(
-        "SELECT pid, device, ptr, size, api, producer, ts_ns, freed_ts_ns, output_index FROM pjrt_buffers \
-         WHERE run_id = $1 ORDER BY id",
-    )
-    .bind(run)
-    .fetch_all(&store.pool)
-    .await?;
+}
+
+/// Each buffer's allocation (and its free) as a capture holds them.
+fn buffer_events(rows: &[Buffer], t0: u64, out: &mut Vec<Event>) {
     for r in rows {
         let mut alloc = Event {
             pid: r.pid as u32,
@@ -260,7 +278,7 @@ pub(crate) async fn runtime_capture(
             alloc.set_pjrt_output_index(i);
         }
         if let Some(freed) = r.freed_ts_ns {
-            cap.events.push(Event {
+            out.push(Event {
                 ts_ns: rel(freed, t0),
                 api: codes::api_code(Api::PjrtBufferDestroy),
                 kind: codes::event_kind_code(EventKind::Free),
@@ -271,10 +289,85 @@ pub(crate) async fn runtime_capture(
                 ..alloc
             });
         }
-        cap.events.push(alloc);
+        out.push(alloc);
     }
-    // Stable: at equal times an allocation stays before a later free of the same pointer.
-    let free = codes::event_kind_code(EventKind::Free);
-    cap.events.sort_by_key(|e| (e.ts_ns, e.kind == free));
+}
+
+/// What the doctor's step rule (`memwatch_analysis::doctor::steps::execution_leak`) reads
+/// of device `device` at `at` (ns after the run's start), as a capture: the PJRT buffers
+/// live then, and the executions up to then of every executable named like one that made
+/// one of them (an executable's steps are its executions under one name). The rest of
+/// the run cannot change the rule's answer and is not read. None: no such run.
+pub(crate) async fn live_steps_at(
+    store: &Store,
+    run: i64,
+    device: i64,
+    at: u64,
+) -> Result<Option<RuntimeCapture>, StoreError> {
+    let Some(t0) = store.run_t0(run).await? else {
+        return Ok(None);
+    };
+    let abs = t0.saturating_add(at).min(i64::MAX as u64) as i64;
+    let buffers: Vec<Buffer> = sqlx::query_as(
+        "SELECT pid, device, ptr, size, api, producer, ts_ns, freed_ts_ns, output_index \
+         FROM pjrt_buffers WHERE run_id = $1 AND device = $2 AND ts_ns <= $3 \
+         AND (freed_ts_ns IS NULL OR freed_ts_ns > $3) ORDER BY id",
+    )
+    .bind(run)
+    .bind(device)
+    .bind(abs)
+    .fetch_all(&store.pool)
+    .await?;
+    let executables = executables(store, run, t0).await?;
+    let name = |pid: i64, handle: i64| {
+        executables
+            .iter()
+            .find(|x| i64::from(x.pid) == pid && x.handle as i64 == handle)
+            .map(|x| x.name.as_str())
+    };
+    let mut handles: Vec<i64> = Vec::new();
+    for b in &buffers {
+        if b.api != i64::from(codes::api_code(Api::PjrtExecuteOutput)) {
+            continue;
+        }
+        handles.push(b.producer);
+        if let Some(n) = name(b.pid, b.producer) {
+            handles.extend(
+                executables
+                    .iter()
+                    .filter(|x| i64::from(x.pid) == b.pid && x.name == n)
+                    .map(|x| x.handle as i64),
+            );
+        }
+    }
+    handles.sort_unstable();
+    handles.dedup();
+    let mut cap = RuntimeCapture {
+        origin_ns: t0,
+        executables,
+        ..RuntimeCapture::default()
+    };
+    // Handles are integers read from the store; written into the statement as such.
+    for group in handles.chunks(512) {
+        let list = group
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let rows: Vec<Execution> = sqlx::query_as(&format!(
+            "SELECT pid, device, handle, start_ns, call_ns, result, requested_bytes, \
+             complete_ns, complete_result, complete_requested_bytes FROM pjrt_executions \
+             WHERE run_id = $1 AND device = $2 AND start_ns <= $3 AND handle IN ({list}) \
+             ORDER BY start_ns, id"
+        ))
+        .bind(run)
+        .bind(device)
+        .bind(abs)
+        .fetch_all(&store.pool)
+        .await?;
+        execution_events(&rows, t0, &mut cap.events);
+    }
+    buffer_events(&buffers, t0, &mut cap.events);
+    sort_events(&mut cap.events);
     Ok(Some(cap))
 }

@@ -17,7 +17,7 @@ use axum::Router;
 use crate::app::state::AppState;
 
 pub(crate) use api::add_to_peak;
-pub(crate) use capture::executables;
+pub(crate) use capture::{executables, live_steps_at};
 pub(crate) use panel::{panel, RuntimePanel};
 pub use peak::{peak_runtime, ModuleShare, PeakRuntime};
 pub use view::{ExecutionSpan, RuntimeView};

@@ -73,8 +73,11 @@ pub struct BufferRow {
 
 /// "Live jax.Array buffers A + the running executable's temp B = C of the D in use; E
 /// unexplained", or, when A + B is more than was in use, that not all of the temp was
-/// allocated then (never a negative or clamped remainder).
-fn accounted(live: u64, temp: u64, in_use: u64) -> String {
+/// allocated then (never a negative or clamped remainder). After a late attach
+/// (`before`: what the allocator had in use before it), the remainder up to that figure
+/// is said to be held since before the attach — buffers made then that no execute named
+/// are not in the capture — and only what is left beyond it is unexplained.
+fn accounted(live: u64, temp: u64, in_use: u64, before: Option<u64>) -> String {
     let sum = live.saturating_add(temp);
     let head = format!(
         "Live jax.Array buffers {} + the running executable's temp {} = {}",
@@ -82,18 +85,34 @@ fn accounted(live: u64, temp: u64, in_use: u64) -> String {
         fmt::bytes_u64(temp),
         fmt::bytes_u64(sum)
     );
-    if sum <= in_use {
-        format!(
-            "{head} of the {} in use; {} unexplained.",
-            fmt::bytes_u64(in_use),
-            fmt::bytes_u64(in_use - sum)
-        )
-    } else {
-        format!(
+    if sum > in_use {
+        return format!(
             "{head}, {} more than the {} in use then: not all of that temp was allocated at this instant.",
             fmt::bytes_u64(sum - in_use),
             fmt::bytes_u64(in_use)
-        )
+        );
+    }
+    let rest = in_use - sum;
+    match before {
+        Some(b) if rest > 0 => {
+            let held = rest.min(b);
+            let mut s = format!(
+                "{head} of the {} in use; {} held before attach (the allocator had {} in use at the attach; buffers made before it that no execute named are not in the capture)",
+                fmt::bytes_u64(in_use),
+                fmt::bytes_u64(held),
+                fmt::bytes_u64(b)
+            );
+            if rest > held {
+                s.push_str(&format!("; {} unexplained", fmt::bytes_u64(rest - held)));
+            }
+            s.push('.');
+            s
+        }
+        _ => format!(
+            "{head} of the {} in use; {} unexplained.",
+            fmt::bytes_u64(in_use),
+            fmt::bytes_u64(rest)
+        ),
     }
 }
 
@@ -111,6 +130,11 @@ pub async fn panel(
         return Ok(None);
     };
     let total = p.peak_bytes_in_use.max(1);
+    let before = crate::runs::pre_attach(store, run)
+        .await?
+        .get(&device)
+        .and_then(|h| h.pool_in_use)
+        .map(|b| b as u64);
     let mut compiled = Vec::new();
     if let Some(x) = &p.executable_stats {
         for (k, v) in [
@@ -139,6 +163,7 @@ pub async fn panel(
             p.live_buffer_bytes,
             p.running_temp_bytes,
             p.peak_bytes_in_use,
+            before,
         ),
         fingerprint: p
             .executable_stats

@@ -149,22 +149,16 @@ impl<'a> Ctx<'a> {
                 });
             }
         }
-        // A sample is taken every 100 ms or so: the PJRT buffers live at the failure are
-        // a later lower bound.
-        if let (Some((pid, dev)), false) = (
-            self.at(),
-            self.log
-                .ooms
-                .last()
-                .is_some_and(|o| o.chunk_dump_complete()),
-        ) {
-            let live: u64 = self
-                .pjrt
-                .live_at(pid, dev, self.failure_rt())
-                .map(|b| b.size)
-                .sum();
-            if live > 0 {
-                s.in_use = Some(s.in_use.map_or(live, |u| u.max(live)));
+        // Without the allocator's whole chunk dump, what was in use is the larger of the last
+        // sample (taken every 100 ms or so) and the PJRT buffers live at the failure.
+        let dump_complete = self
+            .log
+            .ooms
+            .last()
+            .is_some_and(|o| o.chunk_dump_complete());
+        if let (Some((pid, dev)), false) = (self.at(), dump_complete) {
+            if let Some(in_use) = self.pjrt.in_use_at(pid, dev, self.failure_rt()) {
+                s.in_use = Some(in_use);
             }
         }
         if s.pool.is_none() {
