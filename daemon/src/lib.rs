@@ -47,7 +47,7 @@ pub use db::{
 // Ingest.
 pub use ingest::{
     rollup, spawn_writer, tune_allocator, Batch, BatchOutcome, Budget, IngestLimits, Ingestor,
-    NotStored, Reply, RunEviction, Sequencing, TcpConfig, WriterHandle, DEFAULT_BUSY_RETRY,
+    NotStored, Peer, Reply, RunEviction, Sequencing, TcpConfig, WriterHandle, DEFAULT_BUSY_RETRY,
 };
 
 // What was live, and the background checkpointer.

@@ -52,6 +52,14 @@ pub struct ServeArgs {
     /// batches). Request bodies being read count against the daemon's memory bound.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub max_body_mib: u64,
+    /// Connections open at once, on each listener (TCP ingest, HTTP). At the limit a new
+    /// connection closes an idle one, or one of the client holding the most.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub max_connections: u64,
+    /// Connections open at once from one client, on each listener: an IP address, and on
+    /// loopback the address and the user owning the client's socket.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub max_connections_per_peer: u64,
 }
 
 pub fn init_logging() {
@@ -75,6 +83,17 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         .retain_raw_days
         .map(|d| Duration::from_secs_f64((d * 86400.0).max(0.0)));
     cfg.max_body_bytes = (args.max_body_mib as usize) << 20;
+    if args.max_connections_per_peer > args.max_connections {
+        anyhow::bail!(
+            "--max-connections-per-peer {} is more than --max-connections {}",
+            args.max_connections_per_peer,
+            args.max_connections
+        );
+    }
+    cfg.tcp.max_connections = args.max_connections as usize;
+    cfg.tcp.max_connections_per_peer = args.max_connections_per_peer as usize;
+    cfg.http.max_connections = args.max_connections as usize;
+    cfg.http.max_connections_per_peer = args.max_connections_per_peer as usize;
     if !args.db.contains("://") && !args.db.starts_with("sqlite:") {
         let p = PathBuf::from(&args.db);
         if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {

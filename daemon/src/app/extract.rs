@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use super::error::AppError;
 use super::state::AppState;
 use crate::ingest::budget::Charge;
+use crate::ingest::peer::Peer;
 
 fn reject(rejection: impl IntoResponse + std::fmt::Display) -> AppError {
     let text = rejection.to_string();
@@ -49,8 +50,9 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T>
 
 /// The whole request body, rejecting with an [`AppError`] (413 over the body limit; 503
 /// when the memory budget has no room for it within its wait limit). The body's bytes
-/// are charged to the budget's raw pool (its `Content-Length`, else the pool's size,
-/// which is at least the body limit) until the handler drops it.
+/// are charged to the budget's raw pool, the request's peer's share first (its
+/// `Content-Length`, else the pool's size, which is at least the body limit) until the
+/// handler drops it.
 pub(crate) struct Body(pub Bytes, pub Charge);
 
 impl FromRequest<AppState> for Body {
@@ -58,6 +60,11 @@ impl FromRequest<AppState> for Body {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, AppError> {
         let budget = state.writer.budget();
+        let peer = req
+            .extensions()
+            .get::<Peer>()
+            .copied()
+            .unwrap_or(Peer::LOCAL);
         let declared = req
             .headers()
             .get(header::CONTENT_LENGTH)
@@ -67,6 +74,7 @@ impl FromRequest<AppState> for Body {
             .unwrap_or(budget.limits().raw_bytes)
             .min(budget.limits().raw_bytes);
         let charge = budget
+            .peer(peer)
             .raw_within_limit("a request body", want)
             .await
             .map_err(|e| AppError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;

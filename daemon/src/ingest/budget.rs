@@ -5,30 +5,38 @@
 //! Two pools, so that waiting cannot deadlock: **raw** bytes (batch bodies and HTTP
 //! request bodies being read, not yet decoded) and **decoded** batches (from decoding
 //! until their commit ends). A reader holding raw bytes may wait for decoded room; decoded
-//! room is given back by the writer, which never waits for either pool. Each connection
-//! also has its own cap on decoded batches in flight, so one client cannot take the whole
-//! decoded pool. A batch is charged its decoded size before it is decoded, from an upper
-//! bound read off the frame headers ([`decoded_bound`]): 13-byte frames that decode to
-//! ~150-byte records cannot get past it.
+//! room is given back by the writer, which never waits for either pool. Each peer
+//! (`peer`: all its connections and requests together) also has its own share of each
+//! pool, taken before the shared pool, so one peer cannot take a whole pool and its
+//! waiting charges queue on its own share, not ahead of other peers' in the shared pool:
+//! half the raw pool (a batch larger than that takes the whole share, so a peer then has
+//! one such batch at a time) and [`IngestLimits::decoded_per_peer`]. A batch is charged
+//! its decoded size before it is decoded, from an upper bound read off the frame headers
+//! ([`decoded_bound`]): 13-byte frames that decode to ~150-byte records cannot get past
+//! it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use memwatch_wire::frame::{frame_type, FRAME_OVERHEAD};
 use memwatch_wire::{Event, Record, EVENT_SIZE};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::peer::Peer;
+
 /// Sizes of the pools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IngestLimits {
     /// Raw bytes received and not yet decoded, all clients together. At least the
-    /// largest batch or request body accepted.
+    /// largest batch or request body accepted. One peer holds at most half of it, or
+    /// one batch when a batch is larger.
     pub raw_bytes: usize,
     /// Decoded batches queued for or in the writer, all clients together.
     pub decoded_bytes: usize,
-    /// Decoded batches of one connection or request in flight; a batch that alone would
-    /// need more is refused.
-    pub decoded_per_client: usize,
+    /// Decoded batches of one peer (all its connections and requests) in flight; a batch
+    /// that alone would need more is refused.
+    pub decoded_per_peer: usize,
     /// How long a request body may wait for raw room before it is answered 503.
     pub wait_limit: Duration,
 }
@@ -38,7 +46,7 @@ impl Default for IngestLimits {
         Self {
             raw_bytes: 64 << 20,
             decoded_bytes: 192 << 20,
-            decoded_per_client: 96 << 20,
+            decoded_per_peer: 96 << 20,
             wait_limit: Duration::from_secs(30),
         }
     }
@@ -63,12 +71,15 @@ pub enum BudgetError {
 #[derive(Debug, Default)]
 pub struct Charge {
     permits: Vec<OwnedSemaphorePermit>,
+    /// The shares charged, kept while charged: a peer's later connections find the same.
+    shares: Vec<Arc<Shares>>,
 }
 
 impl Charge {
     /// Adds `other` to this charge (both are given back together).
     pub fn merge(&mut self, mut other: Charge) {
         self.permits.append(&mut other.permits);
+        self.shares.append(&mut other.shares);
     }
 }
 
@@ -83,6 +94,15 @@ pub struct Budget {
     raw: Arc<Semaphore>,
     decoded: Arc<Semaphore>,
     limits: IngestLimits,
+    /// The shares of the peers holding or waiting for room now.
+    peers: Arc<Mutex<HashMap<Peer, Weak<Shares>>>>,
+}
+
+/// One peer's shares of the pools.
+#[derive(Debug)]
+struct Shares {
+    raw: Arc<Semaphore>,
+    decoded: Arc<Semaphore>,
 }
 
 impl Budget {
@@ -91,6 +111,7 @@ impl Budget {
             raw: Arc::new(Semaphore::new(units(limits.raw_bytes) as usize)),
             decoded: Arc::new(Semaphore::new(units(limits.decoded_bytes) as usize)),
             limits,
+            peers: Arc::default(),
         }
     }
 
@@ -98,35 +119,85 @@ impl Budget {
         &self.limits
     }
 
-    /// Room for `bytes` raw bytes, all at once (waits; never a partial hold, so two
-    /// readers cannot each hold half of what both need).
+    /// A peer's raw share: half the pool.
+    fn raw_share(&self) -> usize {
+        (self.limits.raw_bytes / 2).max(1)
+    }
+
+    /// The budget as `peer` sees it: its shares (the same for all its connections and
+    /// requests while any of them holds this), then the shared pools.
+    pub fn peer(&self, peer: Peer) -> PeerBudget {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(shares) = peers.get(&peer).and_then(Weak::upgrade) {
+            return PeerBudget {
+                shares,
+                budget: self.clone(),
+            };
+        }
+        if peers.len() >= 64 {
+            peers.retain(|_, w| w.strong_count() > 0);
+        }
+        let shares = Arc::new(Shares {
+            raw: Arc::new(Semaphore::new(units(self.raw_share()) as usize)),
+            decoded: Arc::new(Semaphore::new(units(self.limits.decoded_per_peer) as usize)),
+        });
+        peers.insert(peer, Arc::downgrade(&shares));
+        PeerBudget {
+            shares,
+            budget: self.clone(),
+        }
+    }
+}
+
+/// One peer's view of the budget: its shares first, then the shared pools.
+pub struct PeerBudget {
+    shares: Arc<Shares>,
+    budget: Budget,
+}
+
+/// Waits for `n` units of `pool` (all at once: never a partial hold, so two readers
+/// cannot each hold half of what both need).
+async fn take(
+    pool: &Arc<Semaphore>,
+    n: usize,
+    bytes: usize,
+) -> Result<OwnedSemaphorePermit, BudgetError> {
+    pool.clone()
+        .acquire_many_owned(units(n))
+        .await
+        .map_err(|_| BudgetError::Busy {
+            bytes,
+            waited: Duration::ZERO,
+        })
+}
+
+impl PeerBudget {
+    /// Room for `bytes` raw bytes: in this peer's share (at most all of it), then in the
+    /// shared pool (waits for both).
     pub async fn raw(&self, what: &'static str, bytes: usize) -> Result<Charge, BudgetError> {
-        if bytes > self.limits.raw_bytes {
+        let limits = &self.budget.limits;
+        if bytes > limits.raw_bytes {
             return Err(BudgetError::TooBig {
                 what,
                 bytes,
-                limit: self.limits.raw_bytes,
+                limit: limits.raw_bytes,
             });
         }
-        let p = self
-            .raw
-            .clone()
-            .acquire_many_owned(units(bytes))
-            .await
-            .map_err(|_| BudgetError::Busy {
-                bytes,
-                waited: Duration::ZERO,
-            })?;
-        Ok(Charge { permits: vec![p] })
+        let own = take(&self.shares.raw, bytes.min(self.budget.raw_share()), bytes).await?;
+        let shared = take(&self.budget.raw, bytes, bytes).await?;
+        Ok(Charge {
+            permits: vec![own, shared],
+            shares: vec![self.shares.clone()],
+        })
     }
 
-    /// [`Budget::raw`], giving up after the wait limit.
+    /// [`PeerBudget::raw`], giving up after the wait limit.
     pub async fn raw_within_limit(
         &self,
         what: &'static str,
         bytes: usize,
     ) -> Result<Charge, BudgetError> {
-        let limit = self.limits.wait_limit;
+        let limit = self.budget.limits.wait_limit;
         tokio::time::timeout(limit, self.raw(what, bytes))
             .await
             .map_err(|_| BudgetError::Busy {
@@ -135,28 +206,10 @@ impl Budget {
             })?
     }
 
-    /// A client's share of the decoded pool.
-    pub fn client(&self) -> ClientBudget {
-        ClientBudget {
-            own: Arc::new(Semaphore::new(
-                units(self.limits.decoded_per_client) as usize
-            )),
-            budget: self.clone(),
-        }
-    }
-}
-
-/// One connection's (or request's) cap on decoded batches in flight.
-pub struct ClientBudget {
-    own: Arc<Semaphore>,
-    budget: Budget,
-}
-
-impl ClientBudget {
-    /// Room for a decoded batch of at most `bytes`: first in this client's cap, then in
+    /// Room for a decoded batch of at most `bytes`: first in this peer's share, then in
     /// the shared pool (waits for both).
     pub async fn decoded(&self, bytes: usize) -> Result<Charge, BudgetError> {
-        let limit = self.budget.limits.decoded_per_client;
+        let limit = self.budget.limits.decoded_per_peer;
         if bytes > limit {
             return Err(BudgetError::TooBig {
                 what: "a batch decoded",
@@ -164,25 +217,11 @@ impl ClientBudget {
                 limit,
             });
         }
-        let closed = |_| BudgetError::Busy {
-            bytes,
-            waited: Duration::ZERO,
-        };
-        let own = self
-            .own
-            .clone()
-            .acquire_many_owned(units(bytes))
-            .await
-            .map_err(closed)?;
-        let shared = self
-            .budget
-            .decoded
-            .clone()
-            .acquire_many_owned(units(bytes))
-            .await
-            .map_err(closed)?;
+        let own = take(&self.shares.decoded, bytes, bytes).await?;
+        let shared = take(&self.budget.decoded, bytes, bytes).await?;
         Ok(Charge {
             permits: vec![own, shared],
+            shares: vec![self.shares.clone()],
         })
     }
 }
@@ -284,35 +323,68 @@ mod tests {
         );
     }
 
+    fn peer(last: u8) -> Peer {
+        Peer {
+            ip: std::net::IpAddr::from([127, 0, 0, last]),
+            uid: Some(1000),
+        }
+    }
+
+    /// Whether `f` is still waiting after a moment.
+    async fn waits<T>(f: impl std::future::Future<Output = T>) -> bool {
+        tokio::time::timeout(Duration::from_millis(50), f)
+            .await
+            .is_err()
+    }
+
     #[tokio::test]
-    async fn a_client_cannot_take_more_than_its_cap_and_charges_come_back() {
+    async fn a_peer_cannot_take_more_than_its_shares_whatever_its_connections() {
         let b = Budget::new(IngestLimits {
-            raw_bytes: 1 << 20,
+            raw_bytes: 4 << 20,
             decoded_bytes: 4 << 20,
-            decoded_per_client: 3 << 20,
+            decoded_per_peer: 3 << 20,
             wait_limit: Duration::from_millis(50),
         });
-        assert!(b.raw("a body", 2 << 20).await.is_err());
-        let one = b.client();
-        let two = b.client();
-        let a = one.decoded(3 << 20).await.unwrap();
+        // Two connections of peer 2 share its shares; peer 3 has its own.
+        let (a1, a2, c) = (b.peer(peer(2)), b.peer(peer(2)), b.peer(peer(3)));
+        assert!(a1.raw("a body", 5 << 20).await.is_err(), "over the pool");
+        // Raw: half the pool per peer.
+        let r1 = a1.raw("a body", 2 << 20).await.unwrap();
         assert!(
-            one.decoded(5 << 20).await.is_err(),
-            "above the cap: refused"
+            waits(a2.raw("a body", 1024)).await,
+            "peer 2's raw share is full"
         );
-        // One's cap is full: its next batch waits, while two still gets room.
-        let waiting = tokio::time::timeout(Duration::from_millis(50), one.decoded(1024)).await;
-        assert!(waiting.is_err());
-        let c = two.decoded(1 << 20).await.unwrap();
-        drop(a);
-        let d = one.decoded(1 << 20).await.unwrap();
-        drop((c, d));
-        let r = b.raw("a body", 1 << 20).await.unwrap();
+        let r3 = c.raw("a body", 2 << 20).await.unwrap();
+        drop((r1, r3));
+        // A batch over the share takes all of it: one at a time, the rest for others.
+        let big = a1.raw("a batch", 3 << 20).await.unwrap();
+        assert!(waits(a2.raw("a batch", 1024)).await);
+        let small = c.raw("a batch", 1 << 20).await.unwrap();
+        drop((big, small));
+        assert!(a2.raw_within_limit("a body", 4 << 20).await.is_ok());
+        // Decoded: the peer's cap holds across its connections.
+        let d1 = a1.decoded(3 << 20).await.unwrap();
+        assert!(a1.decoded(4 << 20).await.is_err(), "above the cap: refused");
         assert!(
-            b.raw_within_limit("a body", 1).await.is_err(),
+            waits(a2.decoded(1024)).await,
+            "peer 2's decoded share is full"
+        );
+        let d3 = c.decoded(1 << 20).await.unwrap();
+        drop(d1);
+        let d2 = a2.decoded(1 << 20).await.unwrap();
+        drop((d2, d3));
+        // A share outlives its peer's handles while it holds charges (batches queued by
+        // connections since closed).
+        let held = b.peer(peer(6)).decoded(3 << 20).await.unwrap();
+        assert!(waits(b.peer(peer(6)).decoded(1024)).await);
+        drop(held);
+        // Charges come back: the pools are whole again.
+        let all = b.peer(peer(4)).raw("a body", 4 << 20).await.unwrap();
+        assert!(
+            b.peer(peer(5)).raw_within_limit("a body", 1).await.is_err(),
             "raw pool full"
         );
-        drop(r);
-        assert!(b.raw_within_limit("a body", 1).await.is_ok());
+        drop(all);
+        assert!(b.peer(peer(5)).raw_within_limit("a body", 1).await.is_ok());
     }
 }

@@ -2,7 +2,9 @@
 //! capture file; idempotent with `stream`/`seq`) and `GET /api/ingest` (where a stream
 //! stands, so `memwatch import` resumes after what is stored). Batches go through the
 //! same writer and the same memory budget as the agents' TCP ingest: the body (at most
-//! one batch's size) is charged before it is read, its decoded size before it is decoded.
+//! one batch's size) is charged before it is read, its decoded size before it is decoded,
+//! to the shares of the request's peer (`peer`), and its batch waits in the writer in a
+//! lane of that peer's.
 
 use std::time::Duration;
 
@@ -19,7 +21,8 @@ use serde::Deserialize;
 
 use futures_util::StreamExt;
 
-use super::budget::{decoded_bound, Charge};
+use super::budget::{decoded_bound, Charge, PeerBudget};
+use super::peer::Peer;
 use super::writer::NotStored;
 use super::{Batch, Sequencing};
 use crate::app::error::AppError;
@@ -76,7 +79,7 @@ const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Reads the request body (at most `limit` bytes, charged to the budget's raw pool first:
 /// its `Content-Length`, or `limit` when it has none).
 async fn read_body(
-    st: &AppState,
+    budget: &PeerBudget,
     headers: &HeaderMap,
     body: AxumBody,
     limit: usize,
@@ -98,9 +101,7 @@ async fn read_body(
         return Err(too_big(n));
     }
     let want = declared.unwrap_or(limit);
-    let charge = st
-        .writer
-        .budget()
+    let charge = budget
         .raw_within_limit("an ingest body", want)
         .await
         .map_err(|e| AppError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
@@ -126,9 +127,12 @@ async fn ingest(
     State(st): State<AppState>,
     Query(q): Query<IngestQ>,
     Extension(body_limit): Extension<BodyLimit>,
+    peer: Option<Extension<Peer>>,
     headers: HeaderMap,
     body: AxumBody,
 ) -> Result<Response, AppError> {
+    let peer = peer.map_or(Peer::LOCAL, |Extension(p)| p);
+    let budget = st.writer.budget().peer(peer);
     if q.node.is_empty() {
         return Err(AppError::bad("`node` must not be empty"));
     }
@@ -142,7 +146,7 @@ async fn ingest(
         }
     };
     let limit = st.writer.budget().limits().raw_bytes.min(body_limit.0);
-    let (body, raw) = read_body(&st, &headers, body, limit).await?;
+    let (body, raw) = read_body(&budget, &headers, body, limit).await?;
     if body.len() < PREAMBLE_LEN {
         return Err(AppError::bad(format!(
             "body of {} bytes is shorter than the 16-byte wire preamble",
@@ -151,10 +155,7 @@ async fn ingest(
     }
     decode_preamble(&body[..PREAMBLE_LEN]).map_err(|e| AppError::bad(e.to_string()))?;
     let frames = &body[PREAMBLE_LEN..];
-    let decoded = st
-        .writer
-        .budget()
-        .client()
+    let decoded = budget
         .decoded(decoded_bound(frames))
         .await
         .map_err(|e| AppError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()))?;
@@ -164,7 +165,7 @@ async fn ingest(
     drop(raw);
     let rx = st
         .writer
-        .lane()
+        .lane(peer)
         .submit(
             Batch {
                 node: q.node,

@@ -17,16 +17,19 @@
 //! rebuilds it from its stored chunks.
 
 pub mod budget;
+pub(crate) mod conns;
 pub(crate) mod http;
-pub(crate) mod idle;
 mod peak_rows;
+pub mod peer;
 mod pjrt;
 mod pool_samples;
 mod records;
 pub mod rollup;
 mod run_state;
 mod sequence;
-mod tcp;
+#[cfg(target_os = "linux")]
+mod sock_diag;
+pub(crate) mod tcp;
 mod write;
 mod writer;
 
@@ -37,6 +40,7 @@ use memwatch_wire::{Event, Record};
 use sqlx::{Any, Transaction};
 
 pub use budget::{Budget, IngestLimits};
+pub use peer::Peer;
 pub use sequence::Sequencing;
 pub(crate) use tcp::serve_ingest;
 pub use tcp::TcpConfig;

@@ -7,10 +7,11 @@
 //! other connections and stored data are untouched. Acknowledgements are written in
 //! order, each only after the writer committed the batch.
 //!
-//! Also owns what a connection may hold: at most [`TcpConfig::max_connections`] at once
-//! (more are refused at once); a batch's body is read into a buffer that grows as its
-//! bytes arrive, after its size was charged to the raw pool of the memory budget, and is
-//! charged its decoded size (an upper bound from the frame headers) before it is
+//! Also owns what a connection may hold: at most [`TcpConfig::max_connections`] at once,
+//! [`TcpConfig::max_connections_per_peer`] from one peer (`conns` says which connection
+//! makes room for a new one, and when it is refused); a batch's body is read into a buffer that grows as its
+//! bytes arrive, after its size was charged to the raw pool of the memory budget (the
+//! peer's share first), and is charged its decoded size (an upper bound from the frame headers) before it is
 //! decoded; a connection has at most [`TcpConfig::window`] batches unacknowledged; one
 //! that sends nothing for [`TcpConfig::idle_timeout`] between batches, or stalls inside a
 //! batch for [`TcpConfig::read_timeout`], is closed.
@@ -27,11 +28,12 @@ use memwatch_wire::ingest::{
 use memwatch_wire::PREAMBLE_LEN;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
-use super::budget::{decoded_bound, ClientBudget};
-use super::idle::IdleConns;
+use super::budget::{decoded_bound, PeerBudget};
+use super::conns::{ConnLimits, ConnTable, Evicted, Slot};
+use super::peer::Peer;
 use super::writer::{Reply, WriterHandle};
 use super::{Batch, Sequencing};
 use crate::metrics::Metrics;
@@ -51,8 +53,10 @@ pub struct TcpConfig {
     /// How long a read inside a batch may wait for bytes; a whole batch must also arrive
     /// at one MiB/s or faster after that.
     pub read_timeout: Duration,
-    /// Connections open at once; more are refused.
+    /// Connections open at once.
     pub max_connections: usize,
+    /// Connections open at once from one peer.
+    pub max_connections_per_peer: usize,
 }
 
 impl Default for TcpConfig {
@@ -65,6 +69,7 @@ impl Default for TcpConfig {
             idle_timeout: Duration::from_secs(300),
             read_timeout: Duration::from_secs(30),
             max_connections: 256,
+            max_connections_per_peer: 64,
         }
     }
 }
@@ -73,9 +78,6 @@ impl Default for TcpConfig {
 const MIN_BODY_RATE: f64 = (1 << 20) as f64;
 /// How long a batch body may take before [`MIN_BODY_RATE`] applies.
 const RATE_GRACE: Duration = Duration::from_secs(5);
-
-/// How long a connection at the limit waits for the idle one it closed to go.
-const EVICTION_WAIT: Duration = Duration::from_secs(2);
 
 /// Size of a connection's read buffer (headers and small reads; bodies are read into
 /// their own buffer).
@@ -108,10 +110,12 @@ pub async fn serve_ingest(
     metrics: Arc<Metrics>,
     cfg: TcpConfig,
 ) {
-    let open = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
-    let idle = IdleConns::default();
+    let table = ConnTable::new(ConnLimits {
+        total: cfg.max_connections,
+        per_peer: cfg.max_connections_per_peer,
+    });
     loop {
-        let (mut sock, peer) = match listener.accept().await {
+        let (mut sock, remote) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!("ingest accept failed: {e}");
@@ -120,48 +124,60 @@ pub async fn serve_ingest(
             }
         };
         let _ = sock.set_nodelay(true);
-        let slot = open.clone().try_acquire_owned().ok();
-        let (open, idle) = (open.clone(), idle.clone());
-        let writer = writer.lane();
+        let table = table.clone();
+        let writer = writer.clone();
         let metrics = metrics.clone();
         let cfg = cfg.clone();
         tokio::spawn(async move {
-            // At the limit, the connection idle the longest makes room; refused only
-            // when none is idle (every open connection is sending).
-            let slot = match slot {
-                Some(s) => Some(s),
-                None if idle.close_oldest() => timeout(EVICTION_WAIT, open.acquire_owned())
-                    .await
-                    .ok()
-                    .and_then(Result::ok),
-                None => None,
-            };
-            let Some(slot) = slot else {
-                Metrics::add(&metrics.connections_rejected_total, 1);
-                tracing::warn!(%peer, "refusing an ingest connection: {} open", cfg.max_connections);
-                let msg = encode_error(&format!(
-                    "too many connections ({} open, none idle); try again later",
-                    cfg.max_connections
-                ));
-                let _ = timeout(Duration::from_secs(1), sock.write_all(&msg)).await;
-                return;
+            let peer = peer_of(&sock, remote).await;
+            let slot = match table.admit(peer) {
+                Ok(s) => s,
+                Err(why) => {
+                    Metrics::add(&metrics.connections_rejected_total, 1);
+                    tracing::warn!(%peer, "refusing an ingest connection: {why}");
+                    let msg = encode_error(&why.to_string());
+                    let _ = timeout(Duration::from_secs(1), sock.write_all(&msg)).await;
+                    return;
+                }
             };
             Metrics::add(&metrics.connections_total, 1);
             metrics.connections_open.fetch_add(1, Ordering::Relaxed);
-            handle(sock, peer, writer, metrics.clone(), cfg, idle).await;
+            handle(
+                sock,
+                remote,
+                writer.lane(peer),
+                peer,
+                metrics.clone(),
+                cfg,
+                slot,
+            )
+            .await;
             metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
-            drop(slot);
         });
     }
 }
 
+/// The peer of an accepted connection (reads `/proc`, off the async threads).
+pub(crate) async fn peer_of(sock: &TcpStream, remote: SocketAddr) -> Peer {
+    let Ok(local) = sock.local_addr() else {
+        return Peer::of(remote, remote);
+    };
+    tokio::task::spawn_blocking(move || Peer::of(remote, local))
+        .await
+        .unwrap_or(Peer {
+            ip: remote.ip().to_canonical(),
+            uid: None,
+        })
+}
+
 async fn handle(
     sock: TcpStream,
-    peer: SocketAddr,
+    remote: SocketAddr,
     writer: WriterHandle,
+    peer: Peer,
     metrics: Arc<Metrics>,
     cfg: TcpConfig,
-    idle: IdleConns,
+    slot: Slot,
 ) {
     let (rd, mut wr) = sock.into_split();
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
@@ -189,20 +205,31 @@ async fn handle(
         }
         wr
     });
+    let budget = writer.budget().peer(peer);
     let result = tokio::select! {
-        r = read_loop(&mut rd, peer, &writer, &metrics, &cfg, &ack_tx, &idle) => r,
+        r = read_loop(&mut rd, remote, &writer, &budget, &metrics, &cfg, &ack_tx, &slot) => r,
         Some(msg) = fail_rx.recv() => Err(proto(msg)),
+        how = slot.evicted() => Err(proto(match how {
+            Evicted::Idle => "closed while idle: the connection limit was reached and another \
+                              client connected (reconnect to send more)",
+            Evicted::Busiest => "closed: the connection limit was reached, this client holds \
+                                 the most connections and another client connected \
+                                 (reconnect to send more)",
+        })),
     };
+    // Reading stopped: its buffer goes now (acknowledgements may still go out).
+    drop(rd);
+    drop(slot);
     drop(ack_tx);
     let mut wr = match acker.await {
         Ok(wr) => wr,
         Err(_) => return,
     };
     match result {
-        Ok(()) => tracing::debug!(%peer, "ingest connection closed by peer"),
+        Ok(()) => tracing::debug!(%remote, "ingest connection closed by peer"),
         Err(e) => {
             Metrics::add(&metrics.connections_rejected_total, 1);
-            tracing::warn!(%peer, "closing ingest connection: {e}");
+            tracing::warn!(%remote, %peer, "closing ingest connection: {e}");
             let _ = timeout(
                 Duration::from_secs(1),
                 wr.write_all(&encode_error(&e.to_string())),
@@ -272,14 +299,16 @@ async fn read_body<R: AsyncRead + Unpin>(
     Ok(buf)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn read_loop<R: AsyncBufRead + Unpin>(
     rd: &mut R,
     peer: SocketAddr,
     writer: &WriterHandle,
+    budget: &PeerBudget,
     metrics: &Metrics,
     cfg: &TcpConfig,
     ack_tx: &mpsc::Sender<(u64, u64, oneshot::Receiver<Reply>)>,
-    idle: &IdleConns,
+    slot: &Slot,
 ) -> Result<(), ConnError> {
     let hello = async {
         let mut magic = [0u8; 8];
@@ -306,19 +335,10 @@ async fn read_loop<R: AsyncBufRead + Unpin>(
         return Err(proto("empty node name"));
     }
     tracing::info!(%peer, %node, "agent connected");
-    let budget: ClientBudget = writer.budget().client();
     loop {
         let mut magic = [0u8; 4];
-        let waiting = idle.enter();
-        let next = tokio::select! {
-            r = timeout(cfg.idle_timeout, rd.read_exact(&mut magic)) => r,
-            () = waiting.evicted() => {
-                return Err(proto(
-                    "closed while idle: the connection limit was reached and another client \
-                     connected (reconnect to send more)",
-                ))
-            }
-        };
+        let waiting = slot.idle();
+        let next = timeout(cfg.idle_timeout, rd.read_exact(&mut magic)).await;
         drop(waiting);
         match next {
             Ok(Ok(_)) => {}
@@ -359,8 +379,7 @@ async fn read_loop<R: AsyncBufRead + Unpin>(
             })
             .await?;
         }
-        let raw = writer
-            .budget()
+        let raw = budget
             .raw("a batch", nbytes)
             .await
             .map_err(|e| proto(e.to_string()))?;

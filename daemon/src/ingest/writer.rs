@@ -1,9 +1,11 @@
 //! The single writer task: receives batches from all ingest paths, commits them in
 //! groups (one transaction per group) and answers each submitter after the commit.
 //!
-//! Owns the queue and its fairness: every client (a TCP connection, an HTTP request) has
-//! its own lane, and a group takes one batch from each waiting lane in turn, so a client
-//! that floods waits behind its own batches, not others behind it. A group is sized to
+//! Owns the queue and its fairness: every connection or HTTP request has its own lane,
+//! its peer's (`peer`) lanes are served in turn, and peers take turns: a group takes one
+//! batch from each waiting peer in turn, from that peer's next waiting lane. A peer that
+//! floods, over however many connections, waits behind its own batches, not others
+//! behind it. A group is sized to
 //! commit in about [`GROUP_TARGET`] at the rate the writer has been storing, so a batch
 //! that arrives waits at most about two groups. Also owns the queue-depth metric and the
 //! stop at shutdown (the commit in progress ends first). Storage logic lives in the
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
 
 use super::budget::{Budget, Charge, IngestLimits};
+use super::peer::Peer;
 use super::{Batch, BatchOutcome, Ingestor, Sequencing};
 use crate::metrics::Metrics;
 
@@ -55,12 +58,19 @@ struct Job {
     charge: Charge,
 }
 
-/// The waiting batches, by lane, and the order lanes take turns in.
+/// The waiting batches, by peer, and the order peers take turns in.
 #[derive(Default)]
 struct Queue {
+    peers: HashMap<Peer, Lanes>,
+    turns: VecDeque<Peer>,
+    stopped: bool,
+}
+
+/// One peer's waiting batches, by lane, and the order its lanes take turns in.
+#[derive(Default)]
+struct Lanes {
     lanes: HashMap<u64, VecDeque<Job>>,
     turns: VecDeque<u64>,
-    stopped: bool,
 }
 
 struct Shared {
@@ -80,14 +90,16 @@ pub struct WriterHandle {
     shared: Arc<Shared>,
     metrics: Arc<Metrics>,
     budget: Budget,
+    peer: Peer,
     lane: u64,
 }
 
 impl WriterHandle {
-    /// A handle with a lane of its own (one per client).
-    pub fn lane(&self) -> WriterHandle {
+    /// A handle with a lane of its own (one per connection or request) of `peer`'s.
+    pub fn lane(&self, peer: Peer) -> WriterHandle {
         WriterHandle {
             lane: self.shared.next_lane.fetch_add(1, Ordering::Relaxed),
+            peer,
             ..self.clone()
         }
     }
@@ -117,11 +129,15 @@ impl WriterHandle {
             if q.stopped {
                 return Err(NotStored::Stopped);
             }
-            let lane = q.lanes.entry(self.lane).or_default();
-            if lane.is_empty() {
-                q.turns.push_back(self.lane);
+            if !q.peers.contains_key(&self.peer) {
+                q.turns.push_back(self.peer);
             }
-            q.lanes.entry(self.lane).or_default().push_back(job);
+            let peer = q.peers.entry(self.peer).or_default();
+            let lane = peer.lanes.entry(self.lane).or_default();
+            if lane.is_empty() {
+                peer.turns.push_back(self.lane);
+            }
+            lane.push_back(job);
         }
         self.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
         self.shared.ready.notify_one();
@@ -135,9 +151,12 @@ impl WriterHandle {
             let mut q = lock(&self.shared.queue);
             q.stopped = true;
             q.turns.clear();
-            std::mem::take(&mut q.lanes)
+            std::mem::take(&mut q.peers)
         };
-        for job in dropped.into_values().flatten() {
+        for job in dropped
+            .into_values()
+            .flat_map(|p| p.lanes.into_values().flatten())
+        {
             self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
             let _ = job.reply.send(Err(NotStored::Stopped));
         }
@@ -182,7 +201,8 @@ pub fn tune_allocator() {
     }
 }
 
-/// Takes the next group: one batch per waiting lane in turn, until the group holds
+/// Takes the next group: one batch per waiting peer in turn (from its lanes in turn),
+/// until the group holds
 /// `max_events` events or [`MAX_GROUP`] batches, or nothing waits. `None` once stopped.
 fn take_group(shared: &Shared, max_events: usize) -> Option<Vec<Job>> {
     let mut q = lock(&shared.queue);
@@ -192,20 +212,29 @@ fn take_group(shared: &Shared, max_events: usize) -> Option<Vec<Job>> {
     let mut jobs = Vec::new();
     let mut events = 0usize;
     while jobs.len() < MAX_GROUP && events < max_events {
-        let Some(lane) = q.turns.pop_front() else {
+        let Some(peer) = q.turns.pop_front() else {
             break;
         };
-        let Some(waiting) = q.lanes.get_mut(&lane) else {
+        let Some(lanes) = q.peers.get_mut(&peer) else {
             continue;
         };
-        if let Some(job) = waiting.pop_front() {
-            events += events_in(&job.batch);
-            jobs.push(job);
+        if let Some(lane) = lanes.turns.pop_front() {
+            if let Some(waiting) = lanes.lanes.get_mut(&lane) {
+                if let Some(job) = waiting.pop_front() {
+                    events += events_in(&job.batch);
+                    jobs.push(job);
+                }
+                if waiting.is_empty() {
+                    lanes.lanes.remove(&lane);
+                } else {
+                    lanes.turns.push_back(lane);
+                }
+            }
         }
-        if waiting.is_empty() {
-            q.lanes.remove(&lane);
+        if lanes.turns.is_empty() {
+            q.peers.remove(&peer);
         } else {
-            q.turns.push_back(lane);
+            q.turns.push_back(peer);
         }
     }
     Some(jobs)
@@ -228,6 +257,7 @@ pub fn spawn_writer(
         shared: shared.clone(),
         metrics: metrics.clone(),
         budget: Budget::new(limits),
+        peer: Peer::LOCAL,
         lane: 0,
     };
     let task = tokio::spawn(async move {
@@ -296,4 +326,73 @@ pub fn spawn_writer(
         }
     });
     (handle, task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle() -> WriterHandle {
+        WriterHandle {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(Queue::default()),
+                ready: Notify::new(),
+                next_lane: AtomicU64::new(1),
+            }),
+            metrics: Arc::default(),
+            budget: Budget::new(IngestLimits::default()),
+            peer: Peer::LOCAL,
+            lane: 0,
+        }
+    }
+
+    fn peer(last: u8) -> Peer {
+        Peer {
+            ip: std::net::IpAddr::from([127, 0, 0, last]),
+            uid: Some(1000),
+        }
+    }
+
+    fn submit(lane: &WriterHandle, node: &str, seq: u64) {
+        let batch = Batch {
+            node: node.into(),
+            stream: 1,
+            seq,
+            run_key: String::new(),
+            records: Vec::new(),
+        };
+        lane.submit(batch, Sequencing::Consecutive, Charge::default())
+            .unwrap();
+    }
+
+    #[test]
+    fn peers_take_turns_then_their_lanes() {
+        let w = handle();
+        // Peer 2 floods over 10 connections, 3 batches each, before peer 3's 3 batches.
+        let flood: Vec<_> = (0..10).map(|_| w.lane(peer(2))).collect();
+        for seq in 1..=3 {
+            for (i, lane) in flood.iter().enumerate() {
+                submit(lane, &format!("a{i}"), seq);
+            }
+        }
+        let other = w.lane(peer(3));
+        for seq in 1..=3 {
+            submit(&other, "b", seq);
+        }
+        // One group takes them all (they hold no events), in turn order.
+        let order: Vec<String> = take_group(&w.shared, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|j| format!("{}/{}", j.batch.node, j.batch.seq))
+            .collect();
+        assert_eq!(order.len(), 33);
+        // Peer 3 is served every other turn while it waits; peer 2's connections in turn.
+        assert_eq!(
+            &order[..8],
+            ["a0/1", "b/1", "a1/1", "b/2", "a2/1", "b/3", "a3/1", "a4/1"]
+        );
+        assert_eq!(&order[10..13], ["a7/1", "a8/1", "a9/1"]);
+        assert_eq!(&order[13..15], ["a0/2", "a1/2"]);
+        assert_eq!(order[32], "a9/3");
+    }
 }

@@ -1,12 +1,12 @@
 //! The HTTP listener of `memwatch serve`: HTTP/1.1 connections served by the router, at
-//! most [`HttpLimits::max_connections`] at once, each of which must send a request's
-//! headers within [`HttpLimits::header_timeout`] (also while idle between keep-alive
-//! requests), so idle or slow clients cannot hold memory or connection slots. At the
-//! limit a new connection closes the one that has waited the longest without completing
-//! a request (`ingest::idle`); only when every connection has a request in progress is it
-//! answered 503 and closed.
+//! most [`HttpLimits::max_connections`] at once and [`HttpLimits::max_connections_per_peer`]
+//! from one peer (`ingest::peer`), each of which must send a request's headers within
+//! [`HttpLimits::header_timeout`] (also while idle between keep-alive requests), so idle
+//! or slow clients cannot hold memory or connection slots. A new connection without room
+//! closes another (idle: without a complete request) as `ingest::conns` says, or is
+//! answered 503 and closed. Each request carries its peer (a request extension) for
+//! the ingest budget and the writer's turns.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -14,14 +14,14 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
-use crate::ingest::idle::IdleConns;
+use crate::ingest::conns::{ConnLimits, ConnTable};
 
 /// What an HTTP client may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpLimits {
     pub max_connections: usize,
+    pub max_connections_per_peer: usize,
     pub header_timeout: Duration,
 }
 
@@ -29,6 +29,7 @@ impl Default for HttpLimits {
     fn default() -> Self {
         Self {
             max_connections: 256,
+            max_connections_per_peer: 64,
             header_timeout: Duration::from_secs(30),
         }
     }
@@ -39,10 +40,12 @@ connection: close\r\ncontent-length: 50\r\n\r\n{\"error\": \"too many connection
 
 /// Serves `app` on `listener` until the task is aborted.
 pub(crate) async fn serve_http(listener: TcpListener, app: Router, limits: HttpLimits) {
-    let open = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let idle = IdleConns::default();
+    let table = ConnTable::new(ConnLimits {
+        total: limits.max_connections,
+        per_peer: limits.max_connections_per_peer,
+    });
     loop {
-        let (mut sock, peer) = match listener.accept().await {
+        let (mut sock, remote) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!("HTTP accept failed: {e}");
@@ -50,62 +53,46 @@ pub(crate) async fn serve_http(listener: TcpListener, app: Router, limits: HttpL
                 continue;
             }
         };
-        let slot = open.clone().try_acquire_owned().ok();
-        let (open, idle, app) = (open.clone(), idle.clone(), app.clone());
+        let (table, app) = (table.clone(), app.clone());
         tokio::spawn(async move {
-            let slot = match slot {
-                Some(s) => Some(s),
-                None if idle.close_oldest() => {
-                    tokio::time::timeout(EVICTION_WAIT, open.acquire_owned())
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
+            let peer = crate::ingest::tcp::peer_of(&sock, remote).await;
+            let slot = match table.admit(peer) {
+                Ok(s) => s,
+                Err(why) => {
+                    tracing::warn!(%peer, "refusing an HTTP connection: {why}");
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(1), sock.write_all(BUSY)).await;
+                    return;
                 }
-                None => None,
             };
-            let Some(slot) = slot else {
-                tracing::warn!(%peer, "refusing an HTTP connection: {} open", limits.max_connections);
-                let _ = tokio::time::timeout(Duration::from_secs(1), sock.write_all(BUSY)).await;
-                return;
-            };
-            // Idle (evictable) until its first request's headers are complete.
-            let waiting = std::sync::Mutex::new(Some(idle.enter()));
-            let evicted = waiting
-                .lock()
-                .map(|w| w.as_ref().map(|i| i.signal()))
-                .ok()
-                .flatten();
+            // Idle (evictable first) until its first request's headers are complete.
+            let waiting = std::sync::Mutex::new(Some(slot.idle()));
             let router = TowerToHyperService::new(app);
-            let service = hyper::service::service_fn(move |req| {
+            let service = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
                 if let Ok(mut w) = waiting.lock() {
                     w.take();
                 }
+                req.extensions_mut().insert(peer);
                 hyper::service::Service::call(&router, req)
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)
                 .serve_connection(TokioIo::new(sock), service);
-            let served = match evicted {
-                Some(n) => tokio::select! {
-                    r = conn => r,
-                    () = n.notified() => {
-                        tracing::debug!(%peer, "HTTP connection closed: idle at the limit");
-                        Ok(())
-                    }
-                },
-                None => conn.await,
+            let served = tokio::select! {
+                r = conn => r,
+                how = slot.evicted() => {
+                    tracing::debug!(%remote, "HTTP connection closed to make room ({how:?})");
+                    Ok(())
+                }
             };
             if let Err(e) = served {
-                tracing::debug!(%peer, "HTTP connection ended: {e}");
+                tracing::debug!(%remote, "HTTP connection ended: {e}");
             }
             drop(slot);
         });
     }
 }
-
-/// How long a connection at the limit waits for the idle one it closed to go.
-const EVICTION_WAIT: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests {

@@ -172,7 +172,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, ServeError> {
         .raw_bytes
         .max(cfg.max_batch_bytes as usize)
         .max(cfg.max_body_bytes);
-    limits.decoded_per_client = limits.decoded_per_client.min(limits.decoded_bytes);
+    limits.decoded_per_peer = limits.decoded_per_peer.min(limits.decoded_bytes);
     let (writer, writer_task) = spawn_writer(
         Ingestor::new(store.clone())
             .with_busy_retry(cfg.busy_retry)

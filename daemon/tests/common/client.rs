@@ -40,7 +40,11 @@ pub fn batch_bytes(stream: u64, seq: u64, run: &str, records: &[Record]) -> Vec<
 impl Client {
     /// Connects and sends the hello (token, node name, wire preamble).
     pub fn connect(addr: SocketAddr, token: &str, node: &str) -> std::io::Result<Self> {
-        let sock = TcpStream::connect(addr)?;
+        Self::hello_on(TcpStream::connect(addr)?, token, node)
+    }
+
+    /// Sends the hello on a connected socket.
+    pub fn hello_on(sock: TcpStream, token: &str, node: &str) -> std::io::Result<Self> {
         sock.set_nodelay(true)?;
         sock.set_read_timeout(Some(Duration::from_secs(60)))?;
         let mut hello = Vec::new();
