@@ -11,6 +11,9 @@ use common::*;
 use memwatch_daemon::{CheckpointSettings, ServeConfig, Store};
 use memwatch_wire::Record;
 
+/// The size of a SQLite write-ahead log's header (a log of that size holds no frame).
+const WAL_HEADER_BYTES: u64 = 32;
+
 fn wal_len(db: &std::path::Path) -> u64 {
     let wal = db.with_file_name(format!("{}-wal", db.file_name().unwrap().to_string_lossy()));
     std::fs::metadata(wal).map_or(0, |m| m.len())
@@ -79,10 +82,12 @@ async fn stopping_leaves_the_database_file_complete_and_the_log_empty() {
         running.shutdown().await.unwrap();
         let acked = client.await.unwrap();
         assert!(acked > 0, "some batches were acknowledged before the stop");
-        assert_eq!(
-            wal_len(&db),
-            0,
-            "round {round}: the write-ahead log is empty"
+        // Empty: no frame in it (at most the 32-byte header a later handle on the file
+        // may write when it opens the log again; a frame is 24 bytes plus a page).
+        assert!(
+            wal_len(&db) <= WAL_HEADER_BYTES,
+            "round {round}: the write-ahead log holds frames: {} bytes",
+            wal_len(&db)
         );
         // The file alone, copied without its log.
         let copy = dir.path().join("copy.db");

@@ -140,6 +140,10 @@ impl Store {
     }
 }
 
+/// How long [`Store::close`] tries to fold the write-ahead log in while another handle
+/// still holds a lock on the file.
+const CLOSE_CHECKPOINT_WITHIN: Duration = Duration::from_secs(5);
+
 impl Store {
     /// Closes the pool; then SQLite copies its write-ahead log into the database file
     /// and empties it, so the `.db` file alone holds everything (a copied or attached
@@ -159,9 +163,19 @@ impl Store {
                         url: redact(&self.url),
                         source,
                     })?;
-            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                .execute(&mut conn)
-                .await?;
+            // The checkpoint answers busy (1 in its first column) when a reader or writer
+            // of another handle on the file still held a lock at that moment (a
+            // connection being closed in the background): tried again, within a bound.
+            let deadline = std::time::Instant::now() + CLOSE_CHECKPOINT_WITHIN;
+            loop {
+                let (busy,): (i64,) = sqlx::query_as("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .fetch_one(&mut conn)
+                    .await?;
+                if busy == 0 || std::time::Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             conn.close().await?;
         }
         Ok(())

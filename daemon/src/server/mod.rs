@@ -135,6 +135,13 @@ impl Running {
         }
         self.writer.stop();
         let _ = self.writer_task.await;
+        // The aborted tasks end at their next await; until then one may still hold a
+        // connection or a statement on the file.
+        let _ = self.http.await;
+        let _ = self.ingest.await;
+        for t in self.background {
+            let _ = t.await;
+        }
         self.store.close().await?;
         Ok(())
     }
