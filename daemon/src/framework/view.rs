@@ -315,20 +315,30 @@ async fn sites_at_peak(
     }))
 }
 
-/// "+1.2 GiB/s in jit_step (+64 MiB per execution)".
+/// "+64.00 MiB per execution of jit_step (3.69 GiB kept)" where the growth has steps (the
+/// doctor's per-step figure), else "+1.20 GiB/s in allocated blocks". A rate per second
+/// over steps dispatched within milliseconds says nothing a user can act on.
 pub(crate) fn growing_label(g: &growth::Growing) -> String {
-    let mut s = format!(
-        "{}/s in {}",
-        fmt::delta_bytes(g.bytes_per_s as i64),
-        g.executable
-    );
-    if g.per_execution != 0 {
-        s.push_str(&format!(
-            " ({} per execution)",
-            fmt::delta_bytes(g.per_execution)
-        ));
+    let step = if g.per_execution != 0 {
+        Some((g.per_execution, "per execution of"))
+    } else if g.per_step != 0 {
+        Some((g.per_step, "per step in"))
+    } else {
+        None
+    };
+    match step {
+        Some((bytes, unit)) => format!(
+            "{} {unit} {} ({} kept)",
+            fmt::delta_bytes(bytes),
+            g.executable,
+            fmt::bytes(g.growth_bytes.max(0))
+        ),
+        None => format!(
+            "{}/s in {}",
+            fmt::delta_bytes(g.bytes_per_s as i64),
+            g.executable
+        ),
     }
-    s
 }
 
 fn marks_of(tl: &FrameworkTimeline, oom: &OomMarks, peak_series: i64) -> Marks {
@@ -701,4 +711,34 @@ async fn failure_marks(
         .store
         .failure_marks(run.id, run.t0, device, range, u64::from(CHART_W - 100))
         .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn growing(per_execution: i64, per_step: i64) -> growth::Growing {
+        growth::Growing {
+            executable: "jit_update".into(),
+            growth_bytes: 3_959_422_976,
+            bytes_per_s: 236_000_000_000.0,
+            per_execution,
+            per_step,
+        }
+    }
+
+    /// A growth with steps reads per step, never as a rate over calls dispatched within
+    /// milliseconds; a ramp without steps reads per second.
+    #[test]
+    fn growth_reads_per_step_where_there_are_steps() {
+        assert_eq!(
+            growing_label(&growing(64 << 20, 64 << 20)),
+            "+64.00 MiB per execution of jit_update (3.69 GiB kept)"
+        );
+        assert_eq!(
+            growing_label(&growing(0, 244 << 20)),
+            "+244.00 MiB per step in jit_update (3.69 GiB kept)"
+        );
+        assert_eq!(growing_label(&growing(0, 0)), "+219.79 GiB/s in jit_update");
+    }
 }
