@@ -344,9 +344,16 @@ fn draw_timeline(
         .collect();
     if !fails.is_empty() {
         let fail = marks.failure_tone.color();
+        // A few failures are drawn down to the axis; many would hide the chart behind a
+        // wall of lines, so each is then a short tick under its triangle.
+        let line_from = if fails.len() <= FULL_HEIGHT_FAILURE_LINES {
+            0.0
+        } else {
+            ytop * 0.86
+        };
         chart
             .draw_series(fails.iter().map(|&(x, y)| {
-                PathElement::new(vec![(x, 0.0), (x, y)], fail.mix(0.6).stroke_width(1))
+                PathElement::new(vec![(x, line_from), (x, y)], fail.mix(0.6).stroke_width(1))
             }))
             .map_err(err)?;
         chart
@@ -563,9 +570,65 @@ pub(super) fn short(s: &str, n: usize) -> String {
     }
 }
 
+/// Up to this many failures in the range, each is drawn as a line down to the axis.
+const FULL_HEIGHT_FAILURE_LINES: usize = 12;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The vertical failure lines of an SVG chart: (x, top y, bottom y) of each two-point
+    /// polyline in the failure colour whose points share their x.
+    fn vertical_lines(svg: &str) -> Vec<(f64, f64, f64)> {
+        let c = Tone::Failure.color();
+        let stroke = format!("stroke=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
+        svg.split("<polyline")
+            .skip(1)
+            .filter(|p| p.split("/>").next().is_some_and(|e| e.contains(&stroke)))
+            .filter_map(|p| {
+                let pts = p.split("points=\"").nth(1)?.split('"').next()?;
+                let xy: Vec<(f64, f64)> = pts
+                    .split_whitespace()
+                    .filter_map(|v| {
+                        let (x, y) = v.split_once(',')?;
+                        Some((x.parse().ok()?, y.parse().ok()?))
+                    })
+                    .collect();
+                match xy[..] {
+                    [(x0, y0), (x1, y1)] if x0 == x1 => Some((x0, y0.min(y1), y0.max(y1))),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// Many failures do not hide the chart: past a dozen, each is a short tick.
+    #[test]
+    fn many_failures_are_ticks_not_a_wall() {
+        let pts: Vec<Point> = (0..100)
+            .map(|i| Point {
+                t_ns: i * 10,
+                min: 0,
+                max: 1 << 30,
+                last: 1 << 30,
+            })
+            .collect();
+        let s = [Series::band("device 0", &pts, 10, PALETTE[0])];
+        let tall = |failures: Vec<u64>| {
+            let marks = Marks {
+                failures,
+                failure_tone: Tone::Failure,
+                ..Marks::default()
+            };
+            let r = timeline((900, 300), 0, 1000, &s, &marks).unwrap();
+            vertical_lines(&r.svg)
+                .into_iter()
+                .filter(|(_, top, bottom)| bottom - top > 100.0)
+                .count()
+        };
+        assert_eq!(tall(vec![100, 500, 900]), 3);
+        assert_eq!(tall((0..100).map(|i| i * 10 + 5).collect()), 0);
+    }
 
     #[test]
     fn peak_survives_and_is_marked() {
