@@ -194,6 +194,8 @@ async fn the_stored_peak_is_what_was_live_at_the_peak() {
             (91, 4_000, 70_000, true, None),
             (5, 8_000, 0, false, Some(4)),
             (23, 6_000, 70_000, false, Some(6)),
+            (41, 8_000, 0, true, Some(4)),
+            (59, 6_000, 40_000, true, Some(7)),
         ] {
             let steps = generate(seed, n, churn, cross);
             let store = Store::open(url).await.unwrap();
@@ -229,10 +231,9 @@ async fn the_stored_peak_is_what_was_live_at_the_peak() {
                 commits += 1;
                 let what = format!("{url} seed {seed} commit {commits} ({done} steps)");
                 check(&store, run.unwrap(), &steps[..done], &what).await;
-                // A restart: the run is rebuilt from the store (which replays its chunks
-                // device after device, so a pointer handed out on another device may
-                // replay in another order: not generated then), its next peaks written
-                // whole.
+                // A restart: the run is rebuilt from the store (each device's chunks
+                // merged by time, so a pointer handed out again on another device replays
+                // in its order), its next peaks written whole.
                 if restart == Some(commits) {
                     ing = Ingestor::new(store.clone());
                 }

@@ -23,6 +23,7 @@ mod peak_rows;
 pub mod peer;
 mod pjrt;
 mod pool_samples;
+mod rebuild;
 mod records;
 pub mod rollup;
 mod run_state;
@@ -46,8 +47,7 @@ pub(crate) use tcp::serve_ingest;
 pub use tcp::TcpConfig;
 pub use writer::{spawn_writer, tune_allocator, NotStored, Reply, WriterHandle};
 
-use crate::db::images::StoredImages;
-use crate::db::{chunk, now_unix_ns, Store, StoreError};
+use crate::db::{now_unix_ns, Store, StoreError};
 use run_state::RunState;
 use sequence::{verdict, FailedStreams, Verdict};
 use write::{flush_run, take_ready, write_ready, Ready, APPLY_SLICE};
@@ -170,21 +170,6 @@ enum Work<'a> {
 struct StoredRun {
     id: i64,
     t0_mono_ns: i64,
-}
-
-/// A stored chunk's events (restart rebuild).
-#[derive(sqlx::FromRow)]
-struct ChunkEvents {
-    id: i64,
-    events: Vec<u8>,
-}
-
-/// A process's dropped-events counter and whether it ended (restart rebuild).
-#[derive(sqlx::FromRow)]
-struct ProcessDropped {
-    pid: i64,
-    dropped_events: i64,
-    end_ts_ns: Option<i64>,
 }
 
 impl Ingestor {
@@ -612,7 +597,7 @@ impl Ingestor {
                 .await?;
         let id = match row {
             Some(StoredRun { id, t0_mono_ns }) => {
-                let st = self.rebuild(tx, id, t0_mono_ns as u64).await?;
+                let st = rebuild::rebuild(tx, id, t0_mono_ns as u64).await?;
                 self.runs.insert(id, st);
                 id
             }
@@ -635,74 +620,6 @@ impl Ingestor {
         };
         self.run_ids.insert((node, key.to_string()), id);
         Ok(id)
-    }
-
-    /// Replays a run's stored chunks (in commit order) to recover its live state. The
-    /// pids that started are announced first; a stored exec (`process_images`) releases
-    /// the image before it when the replay reaches its start time, and once more after
-    /// the replay (events of the old image stored after the new image's, on another
-    /// device, are released too).
-    async fn rebuild(&mut self, tx: &mut Tx, run: i64, t0: u64) -> Result<RunState, StoreError> {
-        let mut st = RunState::new(run, t0);
-        let procs: Vec<ProcessDropped> = sqlx::query_as(
-            "SELECT pid, dropped_events, end_ts_ns FROM processes WHERE run_id = $1",
-        )
-        .bind(run)
-        .fetch_all(&mut **tx)
-        .await?;
-        for p in &procs {
-            st.replay_announce(p.pid as u32);
-        }
-        st.pool.load_stored(tx, run).await?;
-        let images = StoredImages::load(&mut **tx, run).await?;
-        let mut execs = images.exec_points();
-        execs.reverse(); // popped in time order
-        let mut after = 0i64;
-        loop {
-            let rows: Vec<ChunkEvents> = sqlx::query_as(
-                "SELECT id, events FROM event_chunks WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT 64",
-            )
-            .bind(run)
-            .bind(after)
-            .fetch_all(&mut **tx)
-            .await?;
-            if rows.is_empty() {
-                break;
-            }
-            for row in &rows {
-                after = row.id;
-                for e in chunk::whole_events(row.id, &row.events)? {
-                    if images.is_empty() {
-                        st.apply(&e, false);
-                        continue;
-                    }
-                    while execs.last().is_some_and(|x| x.0 <= e.ts_ns) {
-                        if let Some((ts, pid)) = execs.pop() {
-                            st.replay_exec(pid, ts);
-                        }
-                    }
-                    st.apply_as(&e, images.proc_at(e.pid, e.ts_ns), false);
-                }
-            }
-        }
-        while let Some((ts, pid)) = execs.pop() {
-            st.replay_exec(pid, ts);
-        }
-        for ended in images.ended_by(u64::MAX) {
-            st.release(ended, st.last_ts, false);
-        }
-        for p in procs {
-            st.dropped.insert(p.pid as u32, p.dropped_events as u64);
-            if p.end_ts_ns.is_none() {
-                st.running.insert(p.pid as u32);
-            }
-        }
-        for d in st.devices.values_mut() {
-            d.dirty = false;
-        }
-        st.rewrite_peaks();
-        st.dirty = false;
-        Ok(st)
     }
 
     /// Applies `work` in slices; while one slice is applied (CPU, this task), the chunks
