@@ -7,24 +7,10 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
 use common::corpus::{store_corpus, testdata};
 use common::*;
-use tower::ServiceExt;
 
-async fn get(app: &axum::Router, uri: &str) -> String {
-    let res = app
-        .clone()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK, "{uri}");
-    let body = axum::body::to_bytes(res.into_body(), 64 << 20)
-        .await
-        .unwrap();
-    String::from_utf8(body.to_vec()).unwrap()
-}
+use common::http::page as get;
 
 #[tokio::test]
 async fn driver_growth_agrees_with_the_doctor() {

@@ -6,24 +6,11 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use common::corpus::testdata;
 use common::*;
-use tower::ServiceExt;
 
-async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String) {
-    let resp = app
-        .clone()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
+use common::http::text as get;
 
 #[tokio::test]
 async fn old_fleet_database_shows_every_gpu_and_the_job() {

@@ -9,25 +9,12 @@ mod common;
 
 use std::collections::HashMap;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use common::corpus::{capture_records, store_corpus, store_snapshot_file, testdata};
 use common::*;
 use memwatch_wire::{EventKind, MemKind, Record};
-use tower::ServiceExt;
 
-async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String) {
-    let resp = app
-        .clone()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
+use common::http::text as get;
 
 async fn api(app: &axum::Router, uri: &str) -> serde_json::Value {
     let (s, body) = get(app, uri).await;

@@ -8,28 +8,15 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use common::test_app;
 use std::path::PathBuf;
-use tower::ServiceExt;
 
 fn fleet() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/multi-gpu/fleet")
 }
 
-async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String) {
-    let resp = app
-        .clone()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
+use common::http::text as get;
 
 #[tokio::test]
 async fn the_recorded_two_gpu_node_lists_both_gpus_with_their_nvml_samples() {

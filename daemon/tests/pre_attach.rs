@@ -10,25 +10,11 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
 use common::corpus::{capture_records, store_records, testdata};
 use common::*;
 use memwatch_wire::{EventKind, MemKind, Record};
-use tower::ServiceExt;
 
-async fn get(app: &axum::Router, uri: &str) -> String {
-    let res = app
-        .clone()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK, "{uri}");
-    let body = axum::body::to_bytes(res.into_body(), 64 << 20)
-        .await
-        .unwrap();
-    String::from_utf8(body.to_vec()).unwrap()
-}
+use common::http::page as get;
 
 /// The capture attached at `at` (monotonic ns): driver events before it left out, and
 /// the bytes they left live on device 0.

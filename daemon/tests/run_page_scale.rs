@@ -5,25 +5,12 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use common::{dbs, ev, start, test_app};
 use memwatch_daemon::{Batch, Ingestor, Store};
 use memwatch_wire::{EventKind, Record};
-use tower::ServiceExt;
 
-async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String) {
-    let resp = app
-        .clone()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
+use common::http::text as get;
 
 /// A run of `allocs` allocations and `failures` failed ones spread over its time, the
 /// failures in bursts (several at one instant, as queued executions fail together).

@@ -10,24 +10,10 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
 use common::corpus::{corpus_diagnosis, store_corpus};
 use common::*;
-use tower::ServiceExt;
 
-async fn get(app: &axum::Router, uri: &str) -> String {
-    let res = app
-        .clone()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK, "{uri}");
-    let body = axum::body::to_bytes(res.into_body(), 256 << 20)
-        .await
-        .unwrap();
-    String::from_utf8(body.to_vec()).unwrap()
-}
+use common::http::page as get;
 
 #[tokio::test]
 async fn dashboard_growth_is_the_doctors() {

@@ -17,27 +17,14 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use common::corpus::{store_corpus, store_records, store_snapshot_file, testdata};
 use common::*;
 use memwatch_analysis::size::format_bytes;
 use memwatch_analysis::torch::{report, scan_path, to_records, ReportOptions, SnapshotReport};
 use memwatch_wire::Record;
-use tower::ServiceExt;
 
-async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String) {
-    let resp = app
-        .clone()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 30)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
+use common::http::text as get;
 
 /// Every real snapshot in testdata, with torch's own figures where recorded.
 fn snapshots() -> Vec<PathBuf> {

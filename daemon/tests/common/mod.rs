@@ -4,6 +4,7 @@
 pub mod child;
 pub mod client;
 pub mod corpus;
+pub mod http;
 
 use std::sync::Arc;
 
