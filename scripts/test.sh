@@ -31,6 +31,9 @@ if [[ ! "$MEMWATCH_TEST_POSTGRES_URL" =~ ^postgres://[^[:space:]]+$ ]]; then
 fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
+# The daemon fault suites (daemon/tests/faults_*.rs) measure and kill the daemon users run,
+# `memwatch serve` with its own allocator, built by this same cargo test before any test runs.
+export MEMWATCH_SERVE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/memwatch"
 cargo test --workspace --locked 2>&1 | tee "$log"
 
 echo "== the shim's modules import no module above them (no import cycle)"; python3 scripts/module_cycles.py agents/preload/src

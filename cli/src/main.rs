@@ -5,16 +5,11 @@
 //! naming the file and what is wrong, printed to stderr).
 #![doc = include_str!("../README.md")]
 
+mod allocator;
 mod cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-
-/// mimalloc: reading a PyTorch snapshot makes and frees a few small objects per pickle
-/// opcode; glibc malloc/free was a fifth of its instructions. (The shim, a separate
-/// cdylib inside the watched program, keeps that program's allocator.)
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// memwatch finds out where GPU memory goes and why a job ran out of it.
 ///
@@ -61,6 +56,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    allocator::tune_for(std::env::args_os().nth(1).as_deref());
     let cli = Cli::parse();
     let result = match cli.command {
         Command::FormatVersion => {

@@ -37,6 +37,11 @@ fn ended(mut child: Child, what: &str, err_path: &Path) -> (ExitStatus, String) 
     let t = Instant::now();
     loop {
         if let Some(st) = child.try_wait().expect("wait") {
+            // A figure for the notes (`--nocapture`), not checked: the bound is HANG_LIMIT.
+            println!(
+                "no_hang: {what}: ended {:.2} s later ({st})",
+                t.elapsed().as_secs_f64()
+            );
             return (st, std::fs::read_to_string(err_path).unwrap_or_default());
         }
         if t.elapsed() > HANG_LIMIT {

@@ -119,8 +119,8 @@ fn perfetto_exports_stay_within_the_memory_bound() {
         .collect();
     let slow_docs: Vec<Vec<u8>> = slow.into_iter().map(|t| t.join().unwrap()).collect();
     let peak = d.peak_rss();
-    eprintln!(
-        "peak RSS: {} MiB at start, {} MiB after 4 readers at once, {} MiB after 10 slow \
+    println!(
+        "faults: perfetto export of a 250,000-event run: daemon peak RSS {} MiB at start, {} MiB after 4 readers at once, {} MiB after 10 slow \
          readers (bound {} MiB)",
         base >> 20,
         after_fast >> 20,

@@ -1,7 +1,9 @@
 //! The daemon as a child process, for tests that kill it (SIGKILL) or measure its memory:
 //! the test binary runs itself again with `MEMWATCH_FAULT_DAEMON` set, and its test
 //! `child_daemon` (each such test file has one, calling [`serve_if_child`]) serves until
-//! killed.
+//! killed. With `MEMWATCH_SERVE_BIN` set to a `memwatch` binary (a release build, say),
+//! the child is that binary's `memwatch serve` instead, so the same loads measure the
+//! daemon users run (`bench/daemon-memory.sh`).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -51,6 +53,22 @@ impl ChildDaemon {
     /// Starts one on database `db`, its ingest on `port` (0: any), and waits until it
     /// listens.
     pub fn spawn(db: &Path, port: u16) -> Self {
+        match std::env::var_os("MEMWATCH_SERVE_BIN") {
+            Some(bin) => {
+                let bin = Path::new(&bin);
+                assert!(
+                    bin.is_file(),
+                    "MEMWATCH_SERVE_BIN={}: no such file (build it: cargo build -p memwatch)",
+                    bin.display()
+                );
+                Self::spawn_serve(bin, db, port)
+            }
+            None => Self::spawn_test_binary(db, port),
+        }
+    }
+
+    /// The test binary itself as the daemon (its `child_daemon` test).
+    fn spawn_test_binary(db: &Path, port: u16) -> Self {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "child_daemon", "--nocapture", "--test-threads=1"])
             // One malloc arena from the start, as in `memwatch serve`, which sets it
@@ -64,24 +82,24 @@ impl ChildDaemon {
             .spawn()
             .unwrap();
         let out = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(out).lines();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let (api, ingest) = loop {
-            let line = lines
-                .next()
-                .expect("the child daemon ended before it listened")
-                .unwrap();
-            if let Some(rest) = line.split("MEMWATCH_FAULT_READY ").nth(1) {
-                let mut w = rest.split_whitespace();
-                break (
-                    w.next().unwrap().parse().unwrap(),
-                    w.next().unwrap().parse().unwrap(),
-                );
-            }
-            assert!(Instant::now() < deadline, "the child daemon did not start");
-        };
-        // Keep reading its output so that it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let (api, ingest) = wait_listening(out, "MEMWATCH_FAULT_READY ", " ", "");
+        Self { child, api, ingest }
+    }
+
+    /// `BIN serve` on `db`, as a user runs it; its start line is on stderr.
+    fn spawn_serve(bin: &Path, db: &Path, port: u16) -> Self {
+        let mut child = Command::new(bin)
+            .arg("serve")
+            .arg("--db")
+            .arg(db)
+            .args(["--listen", "127.0.0.1:0", "--ingest"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {} serve: {e}", bin.display()));
+        let err = child.stderr.take().unwrap();
+        let (api, ingest) = wait_listening(err, "API http://", "  ingest tcp://", "  db ");
         Self { child, api, ingest }
     }
 
@@ -109,6 +127,37 @@ impl Drop for ChildDaemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Reads `out` until the line that names both addresses: `api` follows `start`, ends at
+/// `middle`; `ingest` follows `middle`, ends at `end` (or the line's end). Keeps reading
+/// the rest in a thread so that the child never blocks on a full pipe.
+fn wait_listening(
+    out: impl std::io::Read + Send + 'static,
+    start: &str,
+    middle: &str,
+    end: &str,
+) -> (SocketAddr, SocketAddr) {
+    let mut lines = BufReader::new(out).lines();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let found = loop {
+        let line = lines
+            .next()
+            .expect("the child daemon ended before it listened")
+            .unwrap();
+        if let Some(rest) = line.split(start).nth(1) {
+            let (api, rest) = rest.split_once(middle).expect("both addresses on the line");
+            let ingest = if end.is_empty() {
+                rest.split_whitespace().next().unwrap_or(rest)
+            } else {
+                rest.split(end).next().unwrap_or(rest)
+            };
+            break (api.trim().parse().unwrap(), ingest.trim().parse().unwrap());
+        }
+        assert!(Instant::now() < deadline, "the child daemon did not start");
+    };
+    std::thread::spawn(move || for _ in lines {});
+    found
 }
 
 /// A free loopback port.
