@@ -31,10 +31,11 @@ pub fn tune_for(command: Option<&OsStr>) {
     if !long_running(command) {
         return;
     }
-    // SAFETY: mi_option_set only stores an option value; called on the main thread
-    // before any other thread exists (it is not thread-safe).
+    // SAFETY: mi_option_set_default only stores an option value; called on the main
+    // thread before any other thread exists (it is not thread-safe). A default, so that
+    // MIMALLOC_PURGE_DELAY in the environment still wins.
     unsafe {
-        libmimalloc_sys::mi_option_set(PURGE_DELAY, 0);
+        libmimalloc_sys::mi_option_set_default(PURGE_DELAY, 0);
     }
 }
 
