@@ -411,9 +411,16 @@ pub async fn run(
                 ppid: p.ppid,
                 host: p.hostname,
                 argv: p.argv.join(" "),
-                exit: p
-                    .exit_code
-                    .map_or("running or unknown".into(), |c| c.to_string()),
+                exit: p.exit_code.map_or_else(
+                    || {
+                        if active {
+                            "running".into()
+                        } else {
+                            "not recorded".into()
+                        }
+                    },
+                    |c| c.to_string(),
+                ),
                 dropped: p.dropped_events,
             })
             .collect(),
