@@ -150,7 +150,7 @@ SHOT_HEIGHT=1500 check 26-segments-torch "$B/runs/$TORCH_RUN/segments?device=0" 
   "data-reserved=\"4229955584\"" "cached free" "smaller segments" "<details class=\"stack\">"
 check 27-snapshot-devices "$B/runs/$TORCH_RUN" "Devices the snapshot names" "not recorded in the snapshot" "<dt>Taken on</dt>"
 SHOT_HEIGHT=1500 check 25-peak-at-framework "$B/runs/$LEAK_RUN/peak?device=0&at=5000000000" "framework buffers live then" "jit_update" "jit(update)/mul" "loop_add_multiply_fusion#0 [output 1]"
-check 22-overview-growing "$B/" "badge grow" "in jit_update"
+check 22-overview-growing "$B/" "badge grow" "per execution of jit_update" "kept)"
 for r in "$LEAK_RUN" "$TORCH_RUN"; do
   "${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,2600 \
     --screenshot="$SHOTS/23-framework-full-$r.png" "$B/runs/$r" >/dev/null 2>&1 || true
