@@ -227,6 +227,7 @@ async fn a_real_attach_shows_what_was_held_before_it() {
     );
     let svg = get(&app, &format!("/runs/{run}/chart.svg?device=0")).await;
     assert!(svg.contains("held before attach"), "chart.svg");
+    assert!(!svg.contains("peak 0 B"), "the chart marks a peak of 0 B");
     let peak = get(&app, &format!("/runs/{run}/peak?device=0")).await;
     assert!(
         !peak.contains("unexplained"),

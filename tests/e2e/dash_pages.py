@@ -156,6 +156,8 @@ def check_attach(base, run, html, text, problems):
     for bad in ("unexplained", "peak 0 B", "The driver saw 0 B"):
         if bad in text:
             problems.append(f"the attach's page says {bad!r}")
+    if any(t == "peak 0 B" for t in svg_texts(html)):
+        problems.append("an attach's chart marks a peak of 0 B")
     with urllib.request.urlopen(f"{base}/runs/{run}/peak?device=0") as r:
         if "unexplained" in text_of(r.read().decode()):
             problems.append("the attach's Peak page calls something unexplained")

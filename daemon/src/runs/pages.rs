@@ -89,7 +89,10 @@ async fn device_chart(
     let capacity = sql::device_capacity(&st.store, run.id, device).await?;
     let marks = Marks {
         capacity: capacity.map(|(_, b)| (format!("GPU {device} capacity"), b)),
-        peak: d.map(|d| (d.peak_ts_ns.max(0) as u64, d.peak_bytes)),
+        // A device with nothing allocated has no peak to mark (not a "peak 0 B").
+        peak: d
+            .filter(|d| d.peak_bytes > 0)
+            .map(|d| (d.peak_ts_ns.max(0) as u64, d.peak_bytes)),
         failure_counts: Some((failures.in_range, failures.in_run)),
         failures: failures.times,
         failure_tone,
