@@ -233,4 +233,12 @@ async fn a_real_attach_shows_what_was_held_before_it() {
         !peak.contains("unexplained"),
         "pre-attach memory called unexplained on the real attach's Peak page"
     );
+    // No driver allocation since the attach: the Peak page says what was held before
+    // it rather than that the run allocated nothing.
+    assert!(peak.contains(&line), "the Peak page lacks {line}");
+    assert!(
+        peak.contains("No allocation went through the driver on GPU 0 since the attach")
+            && !peak.contains("it allocated nothing"),
+        "the real attach's Peak page"
+    );
 }

@@ -164,7 +164,7 @@ for p in "${REAL_PAGES[@]}"; do
   "${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,3200 \
     --screenshot="$SHOTS/30-real-run-$r.png" "$B/runs/$r" >/dev/null 2>&1 || true
 done
-check 32-attach-peak "$B/runs/$ATTACH_RUN/peak?device=0" "Runtime attribution (PJRT)" "jit_leak_step" "A leak: jit_leak_step left 256.00 MiB live"
+check 32-attach-peak "$B/runs/$ATTACH_RUN/peak?device=0" "Held before attach: " "since the attach" "Runtime attribution (PJRT)" "jit_leak_step" "A leak: jit_leak_step left 256.00 MiB live"
 if grep -qF "unexplained" "$WORK/32-attach-peak.html"; then echo "e2e: FAIL the attach's Peak page calls pre-attach memory unexplained"; FAILED=1; fi
 check 31-overview-real "$B/" "crashed: exit 1" "recovered"
 if grep -qF "(unknown)" "$WORK/31-overview-real.html"; then echo "e2e: FAIL overview lists a device no driver described"; FAILED=1; fi
