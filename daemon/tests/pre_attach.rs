@@ -137,9 +137,11 @@ async fn memory_held_before_an_attach_is_its_own_line() {
     );
     assert!(!page.contains("No allocation was recorded on this device"));
     assert!(
-        page.contains("GPU 0 since the attach: peak"),
+        page.contains("GPU 0 since the attach: "),
         "the driver figures are not said to start at the attach"
     );
+    // A peak of what was allocated since the attach, or that nothing was: never 0 B.
+    assert!(!page.contains("peak <strong>0 B</strong>"), "a peak of 0 B");
     let svg = get(&app, &format!("/runs/{attached}/chart.svg?device=0")).await;
     assert!(svg.contains("held before attach"), "chart.svg");
     // The Peak page: what the buffers seen since the attach leave of the allocator's
@@ -205,12 +207,38 @@ async fn a_real_attach_shows_what_was_held_before_it() {
         "no pool figure"
     );
     assert!(page.contains("held before attach (device used at attach)"));
-    assert!(page.contains("GPU 0 since the attach: peak"));
+    // No allocation went through the driver after the attach: said so, with no
+    // "peak 0 B" or "the driver saw 0 B" beside the 13.98 GiB pool.
+    assert!(
+        page.contains("GPU 0 since the attach: no allocation through the driver"),
+        "the device caption"
+    );
+    assert!(
+        !page.contains("peak <strong>0 B</strong>") && !page.contains("The driver saw 0 B"),
+        "a driver figure of 0 B on the attach's page"
+    );
+    assert!(page.contains(&format!(
+        "The driver saw no allocation of it: the whole pool ({}) was allocated before recording began.",
+        gib(pool)
+    )));
+    assert!(
+        !page.contains("unexplained"),
+        "the run page calls something unexplained"
+    );
     let svg = get(&app, &format!("/runs/{run}/chart.svg?device=0")).await;
     assert!(svg.contains("held before attach"), "chart.svg");
+    assert!(!svg.contains("peak 0 B"), "the chart marks a peak of 0 B");
     let peak = get(&app, &format!("/runs/{run}/peak?device=0")).await;
     assert!(
         !peak.contains("unexplained"),
         "pre-attach memory called unexplained on the real attach's Peak page"
+    );
+    // No driver allocation since the attach: the Peak page says what was held before
+    // it rather than that the run allocated nothing.
+    assert!(peak.contains(&line), "the Peak page lacks {line}");
+    assert!(
+        peak.contains("No allocation went through the driver on GPU 0 since the attach")
+            && !peak.contains("it allocated nothing"),
+        "the real attach's Peak page"
     );
 }

@@ -41,6 +41,18 @@ corpus_import() {
 LEAK_RUN=$(corpus_import jax_leak_bfc)
 FITS_RUN=$(corpus_import jax_mlp_fits)
 TEMP_RUN=$(corpus_import jax_exec_temp)
+# A scan whose temp buffer (6.04 GiB) does not fit the pool (H100, jit_rollout).
+SCAN_RUN=$(corpus_import jax_scan_temp)
+# A real `memwatch attach` to a leaking JAX job (H200, testdata/h200-attach): its pool was
+# made before the attach (the shim's pre-attach markers); the job caught the OOM, was
+# detached and exited 7. Its scenario is the corpus copy of the same recording.
+A=testdata/h200-attach/jax_leak
+ATTACH_SCENARIO=testdata/oom-corpus/h200_jax_attach_leak/scenario.json
+cmp -s "$A/attach.mwcap" testdata/oom-corpus/h200_jax_attach_leak/capture.mwcap \
+  && [ "$(cat "$A/exit_code")" = "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["exit_code"])' "$ATTACH_SCENARIO")" ] \
+  || { echo "e2e: FAIL $ATTACH_SCENARIO is not the scenario of $A"; exit 1; }
+ATTACH_RUN=$("$TARGET/debug/memwatch" import "$A/attach.mwcap" --log "$A/stderr" --db "$DB" --run attach-jax_leak --json \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 TORCH_RUN=$("$TARGET/debug/memwatch" import testdata/torch-snapshots/leak.pickle --db "$DB" --json \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 TORCH2_RUN=$("$TARGET/debug/memwatch" import testdata/torch-snapshots/train_snapshot.pickle --db "$DB" --json \
@@ -66,7 +78,8 @@ for s in jax_train torch_ddp; do
 done
 C=testdata/oom-corpus
 REAL_PAGES+=("$LEAK_RUN:$C/jax_leak_bfc/scenario.json" "$TEMP_RUN:$C/jax_exec_temp/scenario.json"
-  "$FITS_RUN:$C/jax_mlp_fits/scenario.json" "$TORCH_RUN:" "$TORCH2_RUN:")
+  "$FITS_RUN:$C/jax_mlp_fits/scenario.json" "$SCAN_RUN:$C/jax_scan_temp/scenario.json"
+  "$ATTACH_RUN:$ATTACH_SCENARIO" "$TORCH_RUN::torch-snapshots/leak.pickle" "$TORCH2_RUN::torch-snapshots/train_snapshot.pickle")
 # Gate history: a baseline from run 1, a passing check of run 1, a failing one of run 2
 # (each stores its verdicts in gate_results, a second apart).
 "$TARGET/debug/memwatch" gate --baseline "$WORK/baseline.toml" --run train=1 --db "$DB" --update >/dev/null
@@ -143,12 +156,16 @@ for r in "$LEAK_RUN" "$TORCH_RUN"; do
     --screenshot="$SHOTS/23-framework-full-$r.png" "$B/runs/$r" >/dev/null 2>&1 || true
 done
 
-python3 tests/e2e/dash_pages.py "$B" "${REAL_PAGES[@]}" || FAILED=1
+# Prints which run is which kind of run (issue 34's ten kinds) and writes that map to
+# $SHOTS/kinds.txt beside the screenshots 30-real-run-RUN.png.
+python3 tests/e2e/dash_pages.py --kinds "$SHOTS/kinds.txt" "$B" "${REAL_PAGES[@]}" || FAILED=1
 for p in "${REAL_PAGES[@]}"; do
   r=${p%%:*}
   "${CHROME[@]}" --user-data-dir="$(mktemp -d -p "$WORK")" --window-size=1400,3200 \
     --screenshot="$SHOTS/30-real-run-$r.png" "$B/runs/$r" >/dev/null 2>&1 || true
 done
+check 32-attach-peak "$B/runs/$ATTACH_RUN/peak?device=0" "Held before attach: " "since the attach" "Runtime attribution (PJRT)" "jit_leak_step" "A leak: jit_leak_step left 256.00 MiB live"
+if grep -qF "unexplained" "$WORK/32-attach-peak.html"; then echo "e2e: FAIL the attach's Peak page calls pre-attach memory unexplained"; FAILED=1; fi
 check 31-overview-real "$B/" "crashed: exit 1" "recovered"
 if grep -qF "(unknown)" "$WORK/31-overview-real.html"; then echo "e2e: FAIL overview lists a device no driver described"; FAILED=1; fi
 

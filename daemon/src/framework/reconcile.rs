@@ -89,6 +89,10 @@ pub(crate) fn reconcile(tl: &FrameworkTimeline, driver: Option<(&[Point], u64)>)
                 fmt::bytes(d),
                 fmt::bytes(d - p)
             )),
+            (Some(0), Some(p)) => s.push_str(&format!(
+                ". The driver saw no allocation of it: the whole pool ({}) was allocated before recording began.",
+                fmt::bytes(p)
+            )),
             (Some(d), Some(p)) => s.push_str(&format!(
                 ". The driver saw {}, {} less than the pool: that part of the pool was allocated before recording began.",
                 fmt::bytes(d),

@@ -85,6 +85,11 @@ pub(super) async fn peak(
         None => Vec::new(),
     };
     let framework_total = fmt::bytes(framework_live.iter().map(|g| g.bytes).sum());
+    let held_before = crate::runs::pre_attach(&st.store, id)
+        .await?
+        .get(&device)
+        .map(crate::runs::pre_attach_line)
+        .unwrap_or_default();
     let p = st.store.live_at(id, device, at, PEAK_LIST).await?;
     if json {
         return Ok(Json(serde_json::json!({
@@ -104,6 +109,7 @@ pub(super) async fn peak(
             device,
             devices,
             missing: true,
+            held_before,
             peak: String::new(),
             peak_at: String::new(),
             zoom_from: 0,
@@ -127,6 +133,7 @@ pub(super) async fn peak(
         device,
         devices,
         missing: false,
+        held_before,
         peak: fmt::bytes(p.peak_bytes),
         peak_at: fmt::duration(p.peak_ts_ns),
         zoom_from: t.saturating_sub(pad),

@@ -16,6 +16,8 @@ pub struct PeakPage {
     /// The first out-of-memory failure on this device: the page leads with it.
     pub failed: Option<FailedView>,
     pub missing: bool,
+    /// What the device held before an attach (`runs::pre_attach_line`), or empty.
+    pub held_before: String,
     pub peak: String,
     pub peak_at: String,
     pub zoom_from: u64,

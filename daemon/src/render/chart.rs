@@ -371,16 +371,21 @@ fn draw_timeline(
             chart
                 .draw_series(std::iter::once(Circle::new(c, 6, PEAK.filled())))
                 .map_err(err)?;
-            let right_half = (t - from) as f64 > (to - from) as f64 * 0.7;
-            let anchor = if right_half { HPos::Right } else { HPos::Left };
-            let dx = if right_half {
+            let label = format!("peak {}", fmt::bytes(b));
+            let (xr, _) = chart.plotting_area().get_pixel_range();
+            let (p0, p1) = (f64::from(xr.start), f64::from(xr.end));
+            let px = |t: f64| p0 + (t - x0) / (x1 - x0) * (p1 - p0);
+            let fail_px: Vec<f64> = fails.iter().map(|&(t, _)| px(t)).collect();
+            let left = peak_label_left(px(c.0), label_width(&label), &fail_px, (p0, p1));
+            let anchor = if left { HPos::Right } else { HPos::Left };
+            let dx = if left {
                 -(x1 - x0) * 0.01
             } else {
                 (x1 - x0) * 0.01
             };
             chart
                 .draw_series(std::iter::once(Text::new(
-                    format!("peak {}", fmt::bytes(b)),
+                    label,
                     (c.0 + dx, c.1 + ytop * 0.015),
                     ("sans-serif", 13)
                         .into_font()
@@ -393,6 +398,39 @@ fn draw_timeline(
 
     let (xr, _) = chart.plotting_area().get_pixel_range();
     Ok((xr.start, xr.end))
+}
+
+/// About how wide the peak's label is drawn (13 px sans-serif), in pixels.
+fn label_width(label: &str) -> f64 {
+    label.chars().count() as f64 * 7.5 + 8.0
+}
+
+/// Whether the peak's label (`w` px wide) goes left of its dot at `x` px: on the right,
+/// unless the dot is in the right 30 % of the plot [p0, p1]; on the other side when a
+/// failure mark's line (at `fails`, px) would cross the label and would not cross it
+/// there, and it fits there.
+fn peak_label_left(x: f64, w: f64, fails: &[f64], (p0, p1): (f64, f64)) -> bool {
+    let default_left = x > p0 + (p1 - p0) * 0.7;
+    let span = |left: bool| {
+        if left {
+            (x - w, x - 4.0)
+        } else {
+            (x + 4.0, x + w)
+        }
+    };
+    let crossed = |left: bool| {
+        let (a, b) = span(left);
+        fails.iter().any(|&f| f >= a - 4.0 && f <= b + 4.0)
+    };
+    let fits = |left: bool| {
+        let (a, b) = span(left);
+        a >= p0 && b <= p1
+    };
+    if crossed(default_left) && !crossed(!default_left) && fits(!default_left) {
+        !default_left
+    } else {
+        default_left
+    }
 }
 
 fn legend_items(
@@ -665,6 +703,50 @@ mod tests {
         assert!(r.plot_left > 0 && r.plot_right > r.plot_left && r.plot_right < 900);
         assert!(r.svg.contains("GPU capacity 3.00 GiB") && !r.svg.contains("above this chart"));
         assert!(r.svg.contains("\n3 GiB\n") && !r.svg.contains("MiB\n"));
+    }
+
+    #[test]
+    fn the_peak_label_keeps_clear_of_failure_marks() {
+        let plot = (60.0, 1160.0);
+        // Left part of the plot: on the right of the dot, unless a failure's line
+        // crosses it there (the no-donation run: peak at 4.41 s, its OOM at 4.84 s).
+        assert!(!peak_label_left(380.0, 110.0, &[], plot));
+        assert!(peak_label_left(380.0, 110.0, &[420.0], plot));
+        // Failures on both sides, or no room on the other: it stays.
+        assert!(!peak_label_left(380.0, 110.0, &[420.0, 300.0], plot));
+        assert!(!peak_label_left(100.0, 110.0, &[150.0], plot));
+        // The right 30 %: on the left, unless a failure crosses it there.
+        assert!(peak_label_left(1100.0, 110.0, &[1160.0], plot));
+        assert!(!peak_label_left(1000.0, 110.0, &[950.0], plot));
+        // A failure at the dot itself crosses neither side.
+        assert!(!peak_label_left(380.0, 110.0, &[380.0], plot));
+        // Drawn: the label is anchored at its end (left of the dot) in a chart where a
+        // failure follows the peak closely.
+        let pts: Vec<Point> = (0..1500u64)
+            .map(|i| Point {
+                t_ns: i,
+                min: 0,
+                max: if i >= 441 { 10 << 30 } else { 0 },
+                last: if i >= 441 { 10 << 30 } else { 0 },
+            })
+            .collect();
+        let s = [Series::band("GPU 0", &pts, 1, PALETTE[0])];
+        let marks = |failures: Vec<u64>| Marks {
+            peak: Some((441, 10 << 30)),
+            failures,
+            failure_tone: Tone::Failure,
+            ..Marks::default()
+        };
+        let anchor_of_peak = |svg: &str| {
+            // The legend names the peak first; the label on the plot is the last text.
+            let at = svg.rfind(">\npeak 10.00 GiB\n<").expect("a peak label");
+            let open = svg[..at].rfind("<text").unwrap();
+            svg[open..at].contains("text-anchor=\"end\"")
+        };
+        let near = timeline((1400, 320), 0, 1500, &s, &marks(vec![484])).unwrap();
+        assert!(anchor_of_peak(&near.svg), "the label crosses the failure");
+        let alone = timeline((1400, 320), 0, 1500, &s, &marks(vec![])).unwrap();
+        assert!(!anchor_of_peak(&alone.svg));
     }
 
     #[test]

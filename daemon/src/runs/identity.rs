@@ -2,15 +2,12 @@
 //! from the run's tags or command (not a machine-made key such as
 //! `import:exec_oom.mwcap:402015ca64443681`), the start time from the first process's
 //! wall clock (else the earliest one, else when the run was stored), and which runs were
-//! started together by one launcher (a job: processes of one node with the same parent
-//! pid, started within [`JOB_WINDOW_NS`] of each other, each forwarded as its own run).
+//! started together by one launcher (a job, [`same_job`]: each worker forwarded as its
+//! own run).
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::db::{Store, StoreError};
-
-/// Runs whose first processes share a parent and started this close belong to one job.
-pub const JOB_WINDOW_NS: i64 = 60_000_000_000;
 
 /// Longest title shown before it is cut with "…".
 const TITLE_CHARS: usize = 90;
@@ -26,8 +23,40 @@ pub struct Identity {
     pub started_unix_ns: i64,
     /// "started" or "stored" (no process recorded its start: when it was stored).
     pub started_basis: &'static str,
-    /// (node, parent pid, start) of the run's first process: the job it belongs to.
-    pub launcher: Option<(String, i64, i64)>,
+    /// The run's first process, as the job rule reads it.
+    pub launcher: Option<Launch>,
+}
+
+/// A run's first process as the job rule ([`same_job`]) reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// The node the run was stored under (the host name the capture gave).
+    pub node: String,
+    pub ppid: i64,
+    pub pid: i64,
+    /// When it was alive, unix ns: its start (0: not known) and its end (its exit, else
+    /// the run's last event).
+    pub start_unix_ns: i64,
+    pub end_unix_ns: i64,
+}
+
+/// The job rule: two runs were started by one launcher when their first processes ran
+/// on one node, have the same parent pid (above 1: init, a container's entry point or a
+/// snapshot is no launcher), are two processes (not one process recorded twice, as an
+/// attach beside the full recording) and were alive at the same time. A pid names one
+/// process at a time on a host, so two processes alive together with one parent pid
+/// have one parent. Processes whose lifetimes do not meet may have had different
+/// parents that got the same pid: pids are reused, and fresh containers and VMs (every
+/// VM of a fleet may be called `vm`) hand out the same low pids, on any day.
+pub fn same_job(a: &Launch, b: &Launch) -> bool {
+    let known = |l: &Launch| l.ppid > 1 && l.start_unix_ns > 0;
+    known(a)
+        && known(b)
+        && a.node == b.node
+        && a.ppid == b.ppid
+        && a.pid != b.pid
+        && a.start_unix_ns <= b.end_unix_ns
+        && b.start_unix_ns <= a.end_unix_ns
 }
 
 /// What [`identify`] reads of a run.
@@ -49,7 +78,24 @@ pub struct ProcessFacts {
     pub ppid: i64,
     pub mono_anchor_ns: i64,
     pub wall_anchor_unix_ns: i64,
+    /// Its end on the monotonic clock of `mono_anchor_ns`: its exit, else the run's
+    /// last event.
+    pub end_mono_ns: i64,
     pub argv: String,
+}
+
+impl ProcessFacts {
+    /// The process as the job rule reads it, on `node`.
+    fn launch(&self, node: &str) -> Launch {
+        let alive = self.end_mono_ns.saturating_sub(self.mono_anchor_ns).max(0);
+        Launch {
+            node: node.to_string(),
+            ppid: self.ppid,
+            pid: self.pid,
+            start_unix_ns: self.wall_anchor_unix_ns,
+            end_unix_ns: self.wall_anchor_unix_ns.saturating_add(alive),
+        }
+    }
 }
 
 /// Whether a run key was made by a tool rather than chosen: `import:FILE:HEX16` (import,
@@ -150,45 +196,53 @@ pub fn identify(r: &RunFacts<'_>) -> Identity {
         subtitle,
         started_unix_ns,
         started_basis,
-        launcher: first.map(|p| (r.node.to_string(), p.ppid, p.wall_anchor_unix_ns)),
+        launcher: first.map(|p| p.launch(r.node)),
     }
 }
 
-/// Jobs among runs: groups of at least two runs whose launchers (node, parent pid) are
-/// the same and whose starts lie within [`JOB_WINDOW_NS`] of the group's first. Each
-/// group's run ids in start order.
+/// Jobs among runs: the groups of at least two runs that [`same_job`] links, directly
+/// or through another run of the group. Each group's run ids in start order.
 pub fn jobs(ids: &BTreeMap<i64, Identity>) -> Vec<Vec<i64>> {
-    let mut by_parent: BTreeMap<(String, i64), Vec<(i64, i64)>> = BTreeMap::new();
-    for (id, ident) in ids {
-        if let Some((node, ppid, start)) = &ident.launcher {
-            // pid 0/1 parents (init, a container's entry point, a snapshot) are no launcher.
-            if *ppid > 1 {
-                by_parent
-                    .entry((node.clone(), *ppid))
-                    .or_default()
-                    .push((*start, *id));
-            }
+    let runs: Vec<(i64, &Launch)> = ids
+        .iter()
+        .filter_map(|(id, i)| Some((*id, i.launcher.as_ref()?)))
+        .collect();
+    // Union-find over the linked pairs (only runs of one node and parent can link).
+    let mut root: Vec<usize> = (0..runs.len()).collect();
+    fn find(root: &mut [usize], mut i: usize) -> usize {
+        while root[i] != i {
+            root[i] = root[root[i]];
+            i = root[i];
         }
+        i
     }
-    let mut out = Vec::new();
-    for (_, mut runs) in by_parent {
-        runs.sort_unstable();
-        let mut group: Vec<i64> = Vec::new();
-        let mut first = 0;
-        for (start, id) in runs {
-            if group.is_empty() || start - first > JOB_WINDOW_NS {
-                if group.len() > 1 {
-                    out.push(std::mem::take(&mut group));
+    let mut by_parent: BTreeMap<(&str, i64), Vec<usize>> = BTreeMap::new();
+    for (k, (_, l)) in runs.iter().enumerate() {
+        by_parent.entry((&l.node, l.ppid)).or_default().push(k);
+    }
+    for members in by_parent.values() {
+        for (x, &a) in members.iter().enumerate() {
+            for &b in &members[x + 1..] {
+                if same_job(runs[a].1, runs[b].1) {
+                    let (ra, rb) = (find(&mut root, a), find(&mut root, b));
+                    root[ra.max(rb)] = ra.min(rb);
                 }
-                group.clear();
-                first = start;
             }
-            group.push(id);
-        }
-        if group.len() > 1 {
-            out.push(group);
         }
     }
+    let mut groups: BTreeMap<usize, Vec<(i64, i64)>> = BTreeMap::new();
+    for (k, (id, l)) in runs.iter().enumerate() {
+        let r = find(&mut root, k);
+        groups.entry(r).or_default().push((l.start_unix_ns, *id));
+    }
+    let mut out: Vec<Vec<i64>> = groups
+        .into_values()
+        .filter(|g| g.len() > 1)
+        .map(|mut g| {
+            g.sort_unstable();
+            g.into_iter().map(|(_, id)| id).collect()
+        })
+        .collect();
     out.sort();
     out
 }
@@ -244,29 +298,37 @@ impl Store {
         Ok(out)
     }
 
-    /// The other runs of `run`'s job: runs of the same node whose processes have the same
-    /// parent and started within [`JOB_WINDOW_NS`] of `start` (unix ns), by id.
+    /// The other runs of `run`'s job (its first process `launch`): the runs of its node
+    /// with a process of the same parent pid whose first process [`same_job`] links to
+    /// it, by id (at most 64).
     pub(crate) async fn job_siblings(
         &self,
         run: i64,
-        ppid: i64,
-        start: i64,
+        launch: &Launch,
     ) -> Result<Vec<i64>, StoreError> {
-        if ppid <= 1 {
+        if launch.ppid <= 1 {
             return Ok(Vec::new());
         }
-        Ok(sqlx::query_scalar(
+        let candidates: Vec<i64> = sqlx::query_scalar(
             "SELECT DISTINCT p.run_id FROM processes p JOIN runs r ON r.id = p.run_id \
              WHERE r.node_id = (SELECT node_id FROM runs WHERE id = $1) AND p.ppid = $2 \
-             AND p.wall_anchor_unix_ns >= $3 AND p.wall_anchor_unix_ns <= $4 \
-             AND p.run_id <> $1 ORDER BY p.run_id LIMIT 64",
+             AND p.run_id <> $1 ORDER BY p.run_id LIMIT 256",
         )
         .bind(run)
-        .bind(ppid)
-        .bind(start.saturating_sub(JOB_WINDOW_NS))
-        .bind(start.saturating_add(JOB_WINDOW_NS))
+        .bind(launch.ppid)
         .fetch_all(&self.pool)
-        .await?)
+        .await?;
+        let procs = self.run_process_facts(&candidates).await?;
+        Ok(candidates
+            .into_iter()
+            .filter(|id| {
+                procs
+                    .get(id)
+                    .and_then(|ps| first_process(ps))
+                    .is_some_and(|p| same_job(launch, &p.launch(&launch.node)))
+            })
+            .take(64)
+            .collect())
     }
 
     /// The processes of runs (for [`identify`]), by run.
@@ -278,8 +340,10 @@ impl Store {
         for group in runs.chunks(256) {
             let marks: Vec<String> = (1..=group.len()).map(|i| format!("${i}")).collect();
             let sql = format!(
-                "SELECT run_id, pid, ppid, mono_anchor_ns, wall_anchor_unix_ns, argv \
-                 FROM processes WHERE run_id IN ({}) ORDER BY run_id, mono_anchor_ns, pid",
+                "SELECT p.run_id, p.pid, p.ppid, p.mono_anchor_ns, p.wall_anchor_unix_ns, \
+                 COALESCE(p.end_ts_ns, r.last_ts_ns) AS end_mono_ns, p.argv \
+                 FROM processes p JOIN runs r ON r.id = p.run_id WHERE p.run_id IN ({}) \
+                 ORDER BY p.run_id, p.mono_anchor_ns, p.pid",
                 marks.join(", ")
             );
             let mut q = sqlx::query_as::<_, ProcessFacts>(&sql);
@@ -305,6 +369,7 @@ mod tests {
             ppid,
             mono_anchor_ns: wall,
             wall_anchor_unix_ns: wall,
+            end_mono_ns: wall + 7_000,
             argv: serde_json::to_string(argv).unwrap(),
         }
     }
@@ -380,7 +445,14 @@ mod tests {
         assert_eq!(id.subtitle, "import:x.mwcap:0123456789abcdef");
         // The first process with a wall clock gives the start.
         assert_eq!((id.started_unix_ns, id.started_basis), (5_000, "started"));
-        assert_eq!(id.launcher, Some(("n".into(), 10, 0)));
+        let launch = Launch {
+            node: "n".into(),
+            ppid: 10,
+            pid: 11,
+            start_unix_ns: 0,
+            end_unix_ns: 7_000,
+        };
+        assert_eq!(id.launcher, Some(launch));
         // A chosen key wins over the command; a title tag over both.
         f.run_key = "nightly-42";
         assert_eq!(identify(&f).title, "nightly-42");
@@ -397,22 +469,66 @@ mod tests {
         assert_eq!((id.started_unix_ns, id.started_basis), (99, "stored"));
     }
 
-    #[test]
-    fn runs_of_one_launcher_form_a_job() {
-        let ident = |node: &str, ppid: i64, start: i64| Identity {
+    const S: i64 = 1_000_000_000;
+    const DAY: i64 = 86_400 * S;
+
+    /// A run whose first process `pid` (parent `ppid`, on `node`) lived over
+    /// [start, end] seconds after a fixed day.
+    fn run(node: &str, ppid: i64, pid: i64, (start, end): (i64, i64)) -> Identity {
+        let t0 = 1_795_894_850 * S;
+        Identity {
             title: String::new(),
             subtitle: String::new(),
-            started_unix_ns: start,
+            started_unix_ns: t0 + start * S,
             started_basis: "started",
-            launcher: Some((node.to_string(), ppid, start)),
-        };
+            launcher: Some(Launch {
+                node: node.to_string(),
+                ppid,
+                pid,
+                start_unix_ns: t0 + start * S,
+                end_unix_ns: t0 + end * S,
+            }),
+        }
+    }
+
+    #[test]
+    fn runs_of_one_launcher_form_a_job() {
         let mut ids = BTreeMap::new();
-        ids.insert(1, ident("vm", 2527, 1_000));
-        ids.insert(2, ident("vm", 2527, 9_000));
-        ids.insert(3, ident("vm", 2527, 1_000 + 2 * JOB_WINDOW_NS));
-        ids.insert(4, ident("other", 2527, 1_000));
-        ids.insert(5, ident("vm", 1, 1_000));
-        ids.insert(6, ident("vm", 1, 1_000));
-        assert_eq!(jobs(&ids), vec![vec![1, 2]]);
+        // Two workers of one launcher, alive together (the H100 fleet's jax_launch.py).
+        ids.insert(1, run("vm", 2527, 2530, (0, 5)));
+        ids.insert(2, run("vm", 2527, 2531, (0, 6)));
+        // A third started 2 minutes later while the first still ran (a restarted
+        // worker of a long job): the same launcher.
+        ids.insert(3, run("vm", 2527, 2540, (120, 600)));
+        ids.insert(11, run("vm", 2527, 2530, (0, 700)));
+        // Another node, and init / a container's entry point as parent: no job.
+        ids.insert(4, run("other", 2527, 2533, (0, 5)));
+        ids.insert(5, run("vm", 1, 20, (0, 5)));
+        ids.insert(6, run("vm", 1, 21, (0, 5)));
+        // The same parent pid on the same host name, on different days (fresh VMs or
+        // containers all called `vm` hand out the same low pids): no job.
+        ids.insert(7, run("vm", 900, 906, (0, 30)));
+        ids.insert(8, run("vm", 900, 907, (DAY / S, DAY / S + 30)));
+        // The same parent pid 30 s later, after the first had exited: its launcher may
+        // have exited too and its pid been handed out again.
+        ids.insert(9, run("vm", 4000, 4001, (0, 10)));
+        ids.insert(10, run("vm", 4000, 4002, (30, 40)));
+        // One process recorded twice (an attach beside the full recording): one
+        // process, not a job of two.
+        ids.insert(12, run("vm", 1796, 1798, (0, 10)));
+        ids.insert(13, run("vm", 1796, 1798, (4, 10)));
+        // A start not known: nothing to compare.
+        let mut unknown = run("vm", 2527, 2541, (0, 5));
+        if let Some(l) = unknown.launcher.as_mut() {
+            l.start_unix_ns = 0;
+        }
+        ids.insert(14, unknown);
+        assert_eq!(jobs(&ids), vec![vec![1, 2, 11, 3]]);
+        let l = |id: i64| ids[&id].launcher.clone().unwrap();
+        assert!(same_job(&l(1), &l(2)) && same_job(&l(2), &l(1)));
+        assert!(!same_job(&l(1), &l(11)), "one pid twice");
+        for (a, b) in [(7, 8), (9, 10), (12, 13), (1, 4), (5, 6), (1, 14)] {
+            assert!(!same_job(&l(a), &l(b)), "{a} and {b}");
+        }
     }
 }

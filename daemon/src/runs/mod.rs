@@ -32,6 +32,7 @@ pub(crate) use outcome::failure_tone;
 pub(crate) use pages::{
     load_run, range, range_chart, run_end, RangeChart, RangeQ, CHART_H, CHART_W,
 };
+pub(crate) use pre_attach::line as pre_attach_line;
 pub(crate) use pre_attach::of_run as pre_attach;
 pub(crate) use sql::device_capacity;
 pub use sql::run_lite;

@@ -207,7 +207,7 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
                 .first()
                 .and_then(|id| idents.get(id))
                 .and_then(|i| i.launcher.clone())
-                .map_or((String::new(), 0), |l| (l.0, l.1));
+                .map_or((String::new(), 0), |l| (l.node, l.ppid));
             JobView {
                 n: i + 1,
                 node,

@@ -62,13 +62,16 @@ pub(crate) fn range(q: &RangeQ, end: u64) -> Result<(u64, u64), AppError> {
     Ok((from, to.max(from + 1)))
 }
 
+/// Device `device`'s driver chart over [from, to): its live bytes, what it held before an
+/// attach (`held`: the run's pre-attach markers, read once by the caller) and the
+/// device's own samples.
 async fn device_chart(
     st: &AppState,
     run: &RunLite,
     device: i64,
-    from: u64,
-    to: u64,
+    (from, to): (u64, u64),
     (failures, failure_tone): (FailureMarks, Tone),
+    held: Option<&pre_attach::PreAttach>,
 ) -> Result<chart::Rendered, AppError> {
     let tl = st
         .store
@@ -86,7 +89,10 @@ async fn device_chart(
     let capacity = sql::device_capacity(&st.store, run.id, device).await?;
     let marks = Marks {
         capacity: capacity.map(|(_, b)| (format!("GPU {device} capacity"), b)),
-        peak: d.map(|d| (d.peak_ts_ns.max(0) as u64, d.peak_bytes)),
+        // A device with nothing allocated has no peak to mark (not a "peak 0 B").
+        peak: d
+            .filter(|d| d.peak_bytes > 0)
+            .map(|d| (d.peak_ts_ns.max(0) as u64, d.peak_bytes)),
         failure_counts: Some((failures.in_range, failures.in_run)),
         failures: failures.times,
         failure_tone,
@@ -104,11 +110,7 @@ async fn device_chart(
         .run_samples(run.id, device, 0, tl.from_ns, tl.bucket_ns, tl.points.len())
         .await?;
     // Memory the device held before an attach: its own line, from the attach on.
-    let held: Vec<Point> = match pre_attach::of_run(&st.store, run.id)
-        .await?
-        .get(&device)
-        .and_then(|h| h.used.clone())
-    {
+    let held: Vec<Point> = match held.and_then(|h| h.used.clone()) {
         Some((used, _)) => {
             let used = i64::try_from(used).unwrap_or(i64::MAX);
             (0..)
@@ -270,7 +272,15 @@ pub async fn run(
     let mut devices = Vec::new();
     for d in run.devices.iter().filter(|d| d.shown()) {
         let fails = failure_marks(&st, &run, d.device, from, to).await?;
-        let c = device_chart(&st, &run, d.device, from, to, (fails, tone)).await?;
+        let c = device_chart(
+            &st,
+            &run,
+            d.device,
+            (from, to),
+            (fails, tone),
+            held.get(&d.device),
+        )
+        .await?;
         let growing = if framework.iter().any(|f| f.device == d.device) || d.device < 0 {
             String::new()
         } else {
@@ -319,8 +329,8 @@ pub async fn run(
         .remove(&id)
         .ok_or_else(|| AppError::internal("no identity"))?;
     let job = match &ident.launcher {
-        Some((_, ppid, start)) => {
-            let ids = st.store.job_siblings(id, *ppid, *start).await?;
+        Some(launch) => {
+            let ids = st.store.job_siblings(id, launch).await?;
             let mut out = Vec::new();
             for other in ids {
                 if let Ok(o) = load_run(&st, other).await {
@@ -344,7 +354,7 @@ pub async fn run(
         title: ident.title,
         subtitle: ident.subtitle,
         job,
-        launcher_pid: ident.launcher.as_ref().map_or(0, |l| l.1),
+        launcher_pid: ident.launcher.as_ref().map_or(0, |l| l.ppid),
         verdict,
         snapshot: crate::snapshot::run_facts(&st, &run).await?,
         node: run.node.clone(),
@@ -404,9 +414,16 @@ pub async fn run(
                 ppid: p.ppid,
                 host: p.hostname,
                 argv: p.argv.join(" "),
-                exit: p
-                    .exit_code
-                    .map_or("running or unknown".into(), |c| c.to_string()),
+                exit: p.exit_code.map_or_else(
+                    || {
+                        if active {
+                            "running".into()
+                        } else {
+                            "not recorded".into()
+                        }
+                    },
+                    |c| c.to_string(),
+                ),
                 dropped: p.dropped_events,
             })
             .collect(),
@@ -552,7 +569,16 @@ pub(crate) async fn range_chart(
     let device = q.device.unwrap_or(0);
     let fails = failure_marks(st, &run, device, from, to).await?;
     let tone = outcome::failure_tone(&st.store, id).await?;
-    let chart = device_chart(st, &run, device, from, to, (fails, tone)).await?;
+    let held = pre_attach::of_run(&st.store, id).await?;
+    let chart = device_chart(
+        st,
+        &run,
+        device,
+        (from, to),
+        (fails, tone),
+        held.get(&device),
+    )
+    .await?;
     Ok(RangeChart {
         device,
         from,
