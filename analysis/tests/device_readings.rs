@@ -189,6 +189,7 @@ fn doctor_series_match_the_run_device_and_keep_splits_per_sample() {
             vendor: Vendor::Nvidia as u8,
             total_bytes: 143 * GIB,
             name: "NVIDIA H200".into(),
+            identity: None,
         }))
         .unwrap();
         for i in 0..4u64 {

@@ -178,6 +178,7 @@ fn the_doctor_takes_what_others_held_from_one_instant() {
             vendor: Vendor::Nvidia as u8,
             total_bytes: 140 * GIB,
             name: "NVIDIA H200".into(),
+            identity: None,
         }))
         .unwrap();
         let ev = |ts: u64, kind: EventKind, size: u64, result: i32| Event {

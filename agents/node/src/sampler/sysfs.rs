@@ -71,6 +71,7 @@ impl DeviceSampler for SysfsSampler {
                     .ok()
                     .filter(|s| !s.is_empty())
                     .unwrap_or_else(|| "amdgpu".into()),
+                identity: None,
             })
             .collect()
     }
