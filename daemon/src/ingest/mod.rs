@@ -18,6 +18,7 @@
 
 pub mod budget;
 pub(crate) mod conns;
+mod devices;
 pub(crate) mod http;
 mod peak_rows;
 pub mod peer;
@@ -106,6 +107,8 @@ pub struct Ingestor {
     streams: HashMap<(i64, u64), Option<u64>>,
     run_ids: HashMap<(i64, String), i64>,
     runs: HashMap<i64, RunState>,
+    /// Readings' devices already described: (node, index, identity, total bytes).
+    readings_described: HashSet<(i64, i32, memwatch_wire::DeviceIdentity, u64)>,
     failed: FailedStreams,
     busy_retry: Duration,
     eviction: RunEviction,
@@ -179,6 +182,7 @@ impl Ingestor {
             nodes: HashMap::new(),
             streams: HashMap::new(),
             run_ids: HashMap::new(),
+            readings_described: HashSet::new(),
             runs: HashMap::new(),
             failed: FailedStreams::default(),
             busy_retry: DEFAULT_BUSY_RETRY,
@@ -262,6 +266,26 @@ impl Ingestor {
         self.streams.clear();
         self.run_ids.clear();
         self.runs.clear();
+        self.readings_described.clear();
+    }
+
+    /// The stored run `key` of node `node`, without making one.
+    async fn stored_run(
+        &mut self,
+        tx: &mut Tx,
+        node: i64,
+        key: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        if let Some(id) = self.run_ids.get(&(node, key.to_string())) {
+            return Ok(Some(*id));
+        }
+        Ok(
+            sqlx::query_scalar("SELECT id FROM runs WHERE node_id = $1 AND run_key = $2")
+                .bind(node)
+                .bind(key.to_string())
+                .fetch_optional(&mut **tx)
+                .await?,
+        )
     }
 
     /// Stores `batches` in one transaction; outcomes in the same order. Acknowledge a
@@ -431,7 +455,17 @@ impl Ingestor {
                             .await?;
                     }
                     Record::DeviceInfo(d) => {
-                        records::device_info(tx, node_id, d).await?;
+                        devices::describe(tx, node_id, &devices::Described::info(d)).await?;
+                        // A process's own view, in its run (one the batch named or made).
+                        if d.pid != 0 {
+                            let r = match run_id {
+                                Some(r) => Some(r),
+                                None => self.stored_run(tx, node_id, key).await?,
+                            };
+                            if let Some(r) = r {
+                                devices::process_device(tx, r, d).await?;
+                            }
+                        }
                     }
                     Record::Marker(m) => {
                         let t0 = earliest.unwrap_or(m.ts_ns);
@@ -466,6 +500,14 @@ impl Ingestor {
                     // sample of the node (VRAM); the per-process figures stay in the
                     // capture file (`memwatch report` / `diagnose` read them there).
                     Record::DeviceReading(d) => {
+                        // Which device the index is, once per identity and size seen.
+                        let id = d.identity();
+                        let seen = (node_id, d.device, id.clone(), d.total_bytes);
+                        if !self.readings_described.contains(&seen) {
+                            let desc = devices::Described::reading(d, &id);
+                            devices::describe(tx, node_id, &desc).await?;
+                            self.readings_described.insert(seen);
+                        }
                         let s = memwatch_wire::DeviceSample {
                             ts_ns: d.ts_ns,
                             device: d.device,

@@ -1,13 +1,12 @@
 //! The rows of the records that are not events, one function per record kind: a
-//! process's start and end, the dropped-events counter, device info and samples, markers
+//! process's start and end, the dropped-events counter, device samples, markers
 //! (annotations). Called by [`Ingestor::commit`](super::Ingestor::commit) inside its
 //! transaction, in the batch's order. (Events go to the run state and `write`; PJRT
-//! records to `pjrt`.)
+//! records to `pjrt`; device descriptions to `devices`.)
 
-use memwatch_wire::{DeviceInfo, DeviceSample, Dropped, Marker, ProcessEnd, ProcessStart};
+use memwatch_wire::{DeviceSample, Dropped, Marker, ProcessEnd, ProcessStart};
 
 use super::Tx;
-use crate::codes;
 use crate::db::StoreError;
 
 /// The `processes` row of a `process_start` of run `r` (a later start of the pid, after
@@ -32,28 +31,6 @@ pub(super) async fn process_start(tx: &mut Tx, r: i64, p: &ProcessStart) -> Resu
     .bind(p.hostname.clone())
     .bind(p.shim_version.clone())
     .bind(argv)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-/// A device of node `node_id` (`device_info`).
-pub(super) async fn device_info(
-    tx: &mut Tx,
-    node_id: i64,
-    d: &DeviceInfo,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO devices (node_id, ordinal, vendor, name, total_bytes) \
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (node_id, ordinal) DO UPDATE \
-         SET vendor = excluded.vendor, name = excluded.name, \
-         total_bytes = excluded.total_bytes",
-    )
-    .bind(node_id)
-    .bind(d.device as i64)
-    .bind(codes::vendor_name(d.vendor).to_string())
-    .bind(d.name.clone())
-    .bind(d.total_bytes as i64)
     .execute(&mut **tx)
     .await?;
     Ok(())

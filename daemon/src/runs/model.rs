@@ -6,10 +6,15 @@ use serde::Serialize;
 
 #[derive(Debug, Serialize, sqlx::FromRow)]
 pub struct DeviceRow {
+    /// The node's index of the device (its sampler's), else the ordinal a process saw.
     pub ordinal: i64,
     pub vendor: String,
     pub name: String,
     pub total_bytes: i64,
+    /// UUID and PCI bus id as the driver said them ("": not known). Two devices of one
+    /// ordinal are two machines' (captures imported under one host name).
+    pub uuid: String,
+    pub pci_bus_id: String,
     /// Latest samples per memory (0 VRAM, 1 GTT): never added together.
     #[sqlx(skip)]
     pub samples: Vec<SampleRow>,

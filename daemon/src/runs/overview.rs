@@ -155,6 +155,11 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
             }
             devices.push(DeviceView {
                 ordinal: d.ordinal,
+                identity: memwatch_wire::DeviceIdentity {
+                    uuid: d.uuid,
+                    pci_bus_id: d.pci_bus_id,
+                }
+                .label(),
                 name: d.name,
                 vendor: d.vendor,
                 total: fmt::bytes(d.total_bytes),

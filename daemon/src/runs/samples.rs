@@ -57,11 +57,12 @@ impl Store {
         Ok(reduce_max(v, points))
     }
 
-    /// Device-level used bytes sampled on a run's node for `device`'s `memory` (0 VRAM,
-    /// 1 GTT) over `[from, to)` ns since the run's start, bucketed into `n` buckets of
+    /// Device-level used bytes sampled on a run's node for the run's device `device`
+    /// (the node device it is by identity, `super::devices::sample_index`; nothing when
+    /// it is none of the node's) and `memory` (0 VRAM, 1 GTT) over `[from, to)` ns since the run's start, bucketed into `n` buckets of
     /// `bucket_ns` (each bucket's min/max/last; a bucket without a sample carries the
     /// previous value). Empty when the node sent no sample in or before the range.
-    pub(crate) async fn run_samples(
+    pub async fn run_samples(
         &self,
         run: i64,
         device: i64,
@@ -78,6 +79,9 @@ impl Store {
             .fetch_optional(&self.pool)
             .await?
         else {
+            return Ok(Vec::new());
+        };
+        let Some(device) = super::devices::sample_index(self, run, device).await? else {
             return Ok(Vec::new());
         };
         let bucket_ns = bucket_ns.max(1);

@@ -149,8 +149,8 @@ impl Store {
         let mut out = Vec::new();
         for n in heads {
             let mut devices: Vec<DeviceRow> = sqlx::query_as(
-                "SELECT ordinal, vendor, name, total_bytes FROM devices WHERE node_id = $1 \
-                 ORDER BY ordinal",
+                "SELECT ordinal, vendor, name, total_bytes, uuid, pci_bus_id FROM devices \
+                 WHERE node_id = $1 ORDER BY ordinal, id",
             )
             .bind(n.id)
             .fetch_all(&self.pool)
@@ -494,25 +494,29 @@ pub(crate) async fn processes(store: &Store, run: i64) -> Result<Vec<ProcessRow>
         .collect())
 }
 
-/// The memory of device `device` of the node that recorded `run`, as its device info
-/// said (name, bytes); `None` when the node sent none, said 0 bytes, or said less than the
-/// run's own peak there (the node's devices are kept by ordinal: another machine's
-/// capture imported under the same host name describes another device).
-pub(crate) async fn device_capacity(
+/// The memory of run `run`'s device `device` as its node described it (name, bytes):
+/// the node device it is by identity (`super::devices::node_device`); `None` when none
+/// matches, it said 0 bytes, or said less than the run's own peak there (an old
+/// capture of another machine imported under the same host name, without identities,
+/// pairs by ordinal with a device it was not).
+pub async fn device_capacity(
     store: &Store,
     run: i64,
     device: i64,
 ) -> Result<Option<(String, i64)>, StoreError> {
-    let row: Option<(String, i64)> = sqlx::query_as(
-        "SELECT d.name, d.total_bytes FROM devices d JOIN runs r ON r.node_id = d.node_id \
-         LEFT JOIN run_devices rd ON rd.run_id = r.id AND rd.device = d.ordinal \
-         WHERE r.id = $1 AND d.ordinal = $2 AND d.total_bytes >= COALESCE(rd.peak_bytes, 0)",
+    let Some(d) = super::devices::node_device(store, run, device).await?.0 else {
+        return Ok(None);
+    };
+    let peak: Option<i64> =
+        sqlx::query_scalar("SELECT peak_bytes FROM run_devices WHERE run_id = $1 AND device = $2")
+            .bind(run)
+            .bind(device)
+            .fetch_optional(&store.pool)
+            .await?;
+    Ok(
+        (d.total_bytes > 0 && d.total_bytes >= peak.unwrap_or(0))
+            .then_some((d.name, d.total_bytes)),
     )
-    .bind(run)
-    .bind(device)
-    .fetch_optional(&store.pool)
-    .await?;
-    Ok(row.filter(|r| r.1 > 0))
 }
 
 /// How recent a run's own last event must be (on the wall clock of its node) for it to

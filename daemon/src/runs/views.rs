@@ -28,6 +28,8 @@ pub struct NodeView {
 pub struct DeviceView {
     pub ordinal: i64,
     pub name: String,
+    /// UUID and bus id as the driver said them ("" when not known).
+    pub identity: String,
     pub vendor: String,
     pub total: String,
     pub mems: Vec<MemView>,
