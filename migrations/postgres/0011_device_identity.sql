@@ -9,6 +9,8 @@
 -- `process_devices` keeps each process's own view: the ordinal it saw (under
 -- CUDA_VISIBLE_DEVICES=1 the second GPU is its device 0) and that device's identity, so a
 -- run's device is joined to the node's sampled device by identity.
+-- `device_samples.device_id` is the `devices` row a sample is of (NULL: no row described
+-- the device when it was stored): two machines' device 0 keep their own samples.
 -- The sqlite twin is migrations/sqlite/0011_device_identity.sql: the same tables.
 ALTER TABLE devices DROP CONSTRAINT devices_pkey;
 ALTER TABLE devices ADD COLUMN id BIGSERIAL PRIMARY KEY;
@@ -27,3 +29,8 @@ CREATE TABLE process_devices (
     pci_bus_id TEXT NOT NULL,
     PRIMARY KEY (run_id, pid, ordinal)
 );
+
+ALTER TABLE device_samples ADD COLUMN device_id BIGINT;
+UPDATE device_samples SET device_id = (SELECT d.id FROM devices d
+    WHERE d.node_id = device_samples.node_id AND d.ordinal = device_samples.device);
+CREATE INDEX device_samples_by_device ON device_samples (device_id, memory, ts_ns);

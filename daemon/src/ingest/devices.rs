@@ -4,8 +4,12 @@
 //! `CUDA_VISIBLE_DEVICES=1` describes the node's second GPU as its device 0, and captures
 //! of two machines imported under one host name are two devices when their UUIDs differ —
 //! and a process's own view (the ordinal it saw, with that device's identity) goes to
-//! `process_devices`. Called by [`Ingestor::commit`](super::Ingestor::commit) inside its
-//! transaction.
+//! `process_devices`. Device samples are stored against the row they are of
+//! (`device_samples.device_id`), so two machines' device 0 keep their own samples.
+//! Called by [`Ingestor::commit`](super::Ingestor::commit) inside its transaction;
+//! [`RowCache`] remembers the rows readings and samples go to.
+
+use std::collections::HashMap;
 
 use memwatch_wire::{find_device, DeviceIdentity, DeviceInfo, DeviceReading};
 
@@ -61,26 +65,32 @@ struct Row {
     pci_bus_id: String,
 }
 
-/// Stores `d` as a device of node `node_id`: the row [`find_device`] picks is updated
-/// (its identity completed with what `d` knows), or a new row is added.
-pub(super) async fn describe(
-    tx: &mut Tx,
-    node_id: i64,
-    d: &Described<'_>,
-) -> Result<(), StoreError> {
+/// Node `node_id`'s devices rows, in the order they were made, with their identities.
+async fn rows_of(tx: &mut Tx, node_id: i64) -> Result<(Vec<Row>, Vec<DeviceIdentity>), StoreError> {
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT id, ordinal, uuid, pci_bus_id FROM devices WHERE node_id = $1 ORDER BY id",
     )
     .bind(node_id)
     .fetch_all(&mut **tx)
     .await?;
-    let ids: Vec<DeviceIdentity> = rows
+    let ids = rows
         .iter()
         .map(|r| DeviceIdentity {
             uuid: r.uuid.clone(),
             pci_bus_id: r.pci_bus_id.clone(),
         })
         .collect();
+    Ok((rows, ids))
+}
+
+/// Stores `d` as a device of node `node_id`: the row [`find_device`] picks is updated
+/// (its identity completed with what `d` knows), or a new row is added. The row's id.
+pub(super) async fn describe(
+    tx: &mut Tx,
+    node_id: i64,
+    d: &Described<'_>,
+) -> Result<i64, StoreError> {
+    let (rows, ids) = rows_of(tx, node_id).await?;
     let vendor = codes::vendor_name(d.vendor).to_string();
     let found = find_device(
         i64::from(d.ordinal),
@@ -88,9 +98,9 @@ pub(super) async fn describe(
         rows.iter().zip(&ids).map(|(r, id)| (r.ordinal, id)),
     );
     let Some(k) = found else {
-        sqlx::query(
+        return Ok(sqlx::query_scalar(
             "INSERT INTO devices (node_id, ordinal, vendor, name, total_bytes, uuid, pci_bus_id) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
         )
         .bind(node_id)
         .bind(i64::from(d.ordinal))
@@ -99,9 +109,8 @@ pub(super) async fn describe(
         .bind(d.total_bytes as i64)
         .bind(d.identity.uuid.clone())
         .bind(d.identity.pci_bus_id.clone())
-        .execute(&mut **tx)
-        .await?;
-        return Ok(());
+        .fetch_one(&mut **tx)
+        .await?);
     };
     let id = d.identity.merged(&ids[k]);
     let ordinal = if d.node_view {
@@ -122,7 +131,78 @@ pub(super) async fn describe(
     .bind(rows[k].id)
     .execute(&mut **tx)
     .await?;
-    Ok(())
+    Ok(rows[k].id)
+}
+
+/// The devices rows readings and samples are stored against, remembered across commits
+/// (cleared with the ingestor's other caches when a commit fails: a rolled-back row is
+/// not remembered).
+#[derive(Default)]
+pub(super) struct RowCache {
+    /// (node, index, identity, total bytes) of a reading -> its row.
+    readings: HashMap<(i64, i32, DeviceIdentity, u64), i64>,
+    /// (node, index) of an identity-less sample -> the row at that index, if any.
+    by_index: HashMap<(i64, i32), Option<i64>>,
+}
+
+impl RowCache {
+    pub fn clear(&mut self) {
+        self.readings.clear();
+        self.by_index.clear();
+    }
+
+    /// Stores a `device_info` of node `node_id`.
+    pub async fn info(
+        &mut self,
+        tx: &mut Tx,
+        node_id: i64,
+        d: &DeviceInfo,
+    ) -> Result<(), StoreError> {
+        describe(tx, node_id, &Described::info(d)).await?;
+        // A sample's row by index may be another now.
+        self.by_index.clear();
+        Ok(())
+    }
+
+    /// The row of a reading's device (described the first time it is seen).
+    pub async fn reading(
+        &mut self,
+        tx: &mut Tx,
+        node_id: i64,
+        r: &DeviceReading,
+    ) -> Result<i64, StoreError> {
+        let id = r.identity();
+        let key = (node_id, r.device, id, r.total_bytes);
+        if let Some(row) = self.readings.get(&key) {
+            return Ok(*row);
+        }
+        let row = describe(tx, node_id, &Described::reading(r, &key.2)).await?;
+        self.by_index.clear();
+        self.readings.insert(key, row);
+        Ok(row)
+    }
+
+    /// The row a sample without identity (`device_sample`: amdgpu sysfs) is of: the
+    /// node's device at its index, by the same rule; `None` when no row is there.
+    pub async fn sample(
+        &mut self,
+        tx: &mut Tx,
+        node_id: i64,
+        index: i32,
+    ) -> Result<Option<i64>, StoreError> {
+        if let Some(row) = self.by_index.get(&(node_id, index)) {
+            return Ok(*row);
+        }
+        let (rows, ids) = rows_of(tx, node_id).await?;
+        let row = find_device(
+            i64::from(index),
+            DeviceIdentity::unknown(),
+            rows.iter().zip(&ids).map(|(r, id)| (r.ordinal, id)),
+        )
+        .map(|k| rows[k].id);
+        self.by_index.insert((node_id, index), row);
+        Ok(row)
+    }
 }
 
 /// The process's own view of device `d` (the ordinal it saw, and which device that was)

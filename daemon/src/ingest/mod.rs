@@ -107,8 +107,8 @@ pub struct Ingestor {
     streams: HashMap<(i64, u64), Option<u64>>,
     run_ids: HashMap<(i64, String), i64>,
     runs: HashMap<i64, RunState>,
-    /// Readings' devices already described: (node, index, identity, total bytes).
-    readings_described: HashSet<(i64, i32, memwatch_wire::DeviceIdentity, u64)>,
+    /// The devices rows readings and samples go to.
+    device_rows: devices::RowCache,
     failed: FailedStreams,
     busy_retry: Duration,
     eviction: RunEviction,
@@ -182,7 +182,7 @@ impl Ingestor {
             nodes: HashMap::new(),
             streams: HashMap::new(),
             run_ids: HashMap::new(),
-            readings_described: HashSet::new(),
+            device_rows: devices::RowCache::default(),
             runs: HashMap::new(),
             failed: FailedStreams::default(),
             busy_retry: DEFAULT_BUSY_RETRY,
@@ -266,7 +266,7 @@ impl Ingestor {
         self.streams.clear();
         self.run_ids.clear();
         self.runs.clear();
-        self.readings_described.clear();
+        self.device_rows.clear();
     }
 
     /// The stored run `key` of node `node`, without making one.
@@ -455,7 +455,7 @@ impl Ingestor {
                             .await?;
                     }
                     Record::DeviceInfo(d) => {
-                        devices::describe(tx, node_id, &devices::Described::info(d)).await?;
+                        self.device_rows.info(tx, node_id, d).await?;
                         // A process's own view, in its run (one the batch named or made).
                         if d.pid != 0 {
                             let r = match run_id {
@@ -494,20 +494,15 @@ impl Ingestor {
                         records::process_end(tx, r, pe).await?;
                     }
                     Record::DeviceSample(s) => {
-                        records::device_sample(tx, node_id, s, now).await?;
+                        let row = self.device_rows.sample(tx, node_id, s.device).await?;
+                        records::device_sample(tx, node_id, s, row, now).await?;
                     }
                     // memwatch's own device readings: the device-wide figure is a device
                     // sample of the node (VRAM); the per-process figures stay in the
                     // capture file (`memwatch report` / `diagnose` read them there).
                     Record::DeviceReading(d) => {
                         // Which device the index is, once per identity and size seen.
-                        let id = d.identity();
-                        let seen = (node_id, d.device, id.clone(), d.total_bytes);
-                        if !self.readings_described.contains(&seen) {
-                            let desc = devices::Described::reading(d, &id);
-                            devices::describe(tx, node_id, &desc).await?;
-                            self.readings_described.insert(seen);
-                        }
+                        let row = self.device_rows.reading(tx, node_id, d).await?;
                         let s = memwatch_wire::DeviceSample {
                             ts_ns: d.ts_ns,
                             device: d.device,
@@ -516,7 +511,7 @@ impl Ingestor {
                             total_bytes: d.total_bytes,
                             source: d.source.clone(),
                         };
-                        records::device_sample(tx, node_id, &s, now).await?;
+                        records::device_sample(tx, node_id, &s, Some(row), now).await?;
                     }
                     // PJRT executable / allocator-statistics frames: `pjrt`.
                     Record::PjrtExecutable(x) => {

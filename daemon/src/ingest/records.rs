@@ -81,17 +81,19 @@ pub(super) async fn process_end(tx: &mut Tx, r: i64, pe: &ProcessEnd) -> Result<
     Ok(())
 }
 
-/// A device-memory sample of node `node_id`, received at `now`.
+/// A device-memory sample of node `node_id`, received at `now`, of the `devices` row
+/// `device_id` (`None`: no row describes the device).
 pub(super) async fn device_sample(
     tx: &mut Tx,
     node_id: i64,
     s: &DeviceSample,
+    device_id: Option<i64>,
     now: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO device_samples (node_id, device, memory, ts_ns, \
-         used_bytes, total_bytes, source, received_unix_ns) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+         used_bytes, total_bytes, source, received_unix_ns, device_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(node_id)
     .bind(s.device as i64)
@@ -101,6 +103,7 @@ pub(super) async fn device_sample(
     .bind(s.total_bytes as i64)
     .bind(s.source.clone())
     .bind(now)
+    .bind(device_id)
     .execute(&mut **tx)
     .await?;
     Ok(())

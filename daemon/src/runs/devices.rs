@@ -12,7 +12,9 @@ use crate::db::{Store, StoreError};
 /// A device of the node, as the run's device was matched to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NodeDevice {
-    /// The node's index of it (the one `device_samples` use).
+    /// Its `devices` row (the one its samples are stored against).
+    pub id: i64,
+    /// The node's index of it.
     pub ordinal: i64,
     pub name: String,
     pub total_bytes: i64,
@@ -26,6 +28,7 @@ struct Id {
 
 #[derive(sqlx::FromRow)]
 struct Row {
+    id: i64,
     ordinal: i64,
     name: String,
     total_bytes: i64,
@@ -63,7 +66,7 @@ pub(crate) async fn node_device(
 ) -> Result<(Option<NodeDevice>, bool), StoreError> {
     let id = run_identity(store, run, device).await?;
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT d.ordinal AS ordinal, d.name AS name, d.total_bytes AS total_bytes, \
+        "SELECT d.id AS id, d.ordinal AS ordinal, d.name AS name, d.total_bytes AS total_bytes, \
          d.uuid AS uuid, d.pci_bus_id AS pci_bus_id FROM devices d \
          JOIN runs r ON r.node_id = d.node_id WHERE r.id = $1 ORDER BY d.id",
     )
@@ -84,6 +87,7 @@ pub(crate) async fn node_device(
     );
     Ok((
         found.map(|k| NodeDevice {
+            id: rows[k].id,
             ordinal: rows[k].ordinal,
             name: rows[k].name.clone(),
             total_bytes: rows[k].total_bytes,
@@ -92,17 +96,26 @@ pub(crate) async fn node_device(
     ))
 }
 
-/// The node's index whose device samples are run `run`'s device `device`: its matched
-/// node device's, else (no identity known and no node device described) the ordinal
+/// Which stored samples are a device's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SampleKey {
+    /// Those stored against its `devices` row.
+    Row(i64),
+    /// Those of the node's index that no row described (no device records at all).
+    Index(i64),
+}
+
+/// Whose device samples are run `run`'s device `device`: its matched node device's,
+/// else (no identity known and no node device described) the samples at the ordinal
 /// itself; `None` when the run's device is known to be none of the node's devices.
-pub(crate) async fn sample_index(
+pub(crate) async fn sample_key(
     store: &Store,
     run: i64,
     device: i64,
-) -> Result<Option<i64>, StoreError> {
+) -> Result<Option<SampleKey>, StoreError> {
     let (found, known) = node_device(store, run, device).await?;
     Ok(match found {
-        Some(d) => Some(d.ordinal),
-        None => (!known).then_some(device),
+        Some(d) => Some(SampleKey::Row(d.id)),
+        None => (!known).then_some(SampleKey::Index(device)),
     })
 }

@@ -6,6 +6,9 @@ use serde::Serialize;
 
 #[derive(Debug, Serialize, sqlx::FromRow)]
 pub struct DeviceRow {
+    /// Its `devices` row (its samples are stored against it).
+    #[serde(skip)]
+    pub id: i64,
     /// The node's index of the device (its sampler's), else the ordinal a process saw.
     pub ordinal: i64,
     pub vendor: String,
