@@ -190,6 +190,30 @@ async fn a_process_under_cuda_visible_devices_is_drawn_on_the_gpu_it_used() {
                 let want = (used(k, i.saturating_sub(1)) as i64, used(k, i) as i64);
                 assert_eq!((*lo, *hi), want, "{what}: reading {i} of GPU {k}");
             }
+            // The run page names the GPU its device 0 was.
+            let resp = app
+                .clone()
+                .oneshot(
+                    Request::get(format!("/runs/{run}"))
+                        .body(Body::empty())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let page = axum::body::to_bytes(resp.into_body(), 1 << 24)
+                .await
+                .unwrap();
+            let page = String::from_utf8(page.to_vec()).unwrap();
+            assert!(
+                page.contains(&format!("GPU model {k} (the node&#39;s GPU {k})")),
+                "{what}: run page names the GPU: {}",
+                page.split("<figcaption>")
+                    .nth(1)
+                    .unwrap_or("")
+                    .chars()
+                    .take(300)
+                    .collect::<String>()
+            );
             // The node lists each GPU once, at the sampler's index, with its identity.
             let v = nodes_json(&app).await;
             let nd = v["nodes"]

@@ -141,6 +141,9 @@ pub struct RunDeviceView {
     pub device: i64,
     /// "GPU N" or "no device".
     pub label: String,
+    /// The GPU it was, as the node described it ("NVIDIA H200 (the node's GPU 1)" when
+    /// the process saw it under another ordinal); empty when not known.
+    pub gpu: String,
     pub peak: String,
     pub peak_at: String,
     pub live: String,
