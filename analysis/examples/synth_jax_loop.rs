@@ -171,6 +171,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         vendor: Vendor::Nvidia.code(),
         total_bytes: 150_109_880_320,
         name: "NVIDIA H200".into(),
+        identity: None,
     }))?;
     for tag in [
         "memwatch.tag env.XLA_PYTHON_CLIENT_MEM_FRACTION=0.08".to_string(),

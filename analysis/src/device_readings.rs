@@ -4,13 +4,15 @@
 //! together and "the others" are the device's use minus the watched tree's at that
 //! instant — never one figure's maximum set against another's at another time.
 //!
-//! Owns grouping the readings by device in time order ([`by_device`]) and the report's
+//! Owns grouping the readings by device in time order ([`by_device`]), which of the
+//! capture's device ordinals each sampled device was ([`capture_ordinals`], by
+//! `memwatch_wire::find_device`: UUID, then PCI bus id, then ordinal) and the report's
 //! summary ([`summarize`]); the doctor reads them as device samples
 //! (`doctor::evidence::capture_device_series`). A capture without readings has no
 //! figures here, with the reason when the sampler recorded one ([`OFF_TAG`]): missing,
 //! never zero.
 
-use memwatch_wire::{DeviceReading, ProcessUse};
+use memwatch_wire::{find_device, DeviceIdentity, DeviceReading, ProcessUse};
 use serde::Serialize;
 
 use crate::capture::Loaded;
@@ -54,6 +56,11 @@ pub struct DeviceReadings {
 }
 
 impl DeviceReadings {
+    /// The device's identity in canonical form.
+    pub fn identity(&self) -> DeviceIdentity {
+        DeviceIdentity::new(&self.uuid, &self.pci_bus_id)
+    }
+
     /// Whether any reading listed a process of the watched tree on this device.
     pub fn watched_seen(&self) -> bool {
         self.readings.iter().any(|r| {
@@ -104,6 +111,67 @@ pub fn by_device(loaded: &Loaded) -> Vec<DeviceReadings> {
     out
 }
 
+/// The devices the capture's processes described: (ordinal, identity), each once, by
+/// ordinal.
+fn described(loaded: &Loaded) -> Vec<(i64, DeviceIdentity)> {
+    let mut out: Vec<(i64, DeviceIdentity)> = loaded
+        .processes
+        .values()
+        .flat_map(|p| p.devices.iter())
+        .filter(|(o, _)| **o >= 0)
+        .map(|(o, m)| (i64::from(*o), m.identity.clone()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// For each of `devices` (the capture's sampled devices, [`by_device`]), the device
+/// ordinal the capture's processes knew it by, or `None` when it is none of theirs.
+///
+/// When the processes recorded identities, each sampled device is matched to them by
+/// `memwatch_wire::find_device` (UUID, then PCI bus id, ordinal only where the two share
+/// no identity): a process that ran under `CUDA_VISIBLE_DEVICES=1` saw the second GPU as
+/// its device 0. A capture without identities (made before the shim recorded them)
+/// keeps the older rule: when the events name one device and the readings listed the
+/// run's processes on exactly one device, that one is it and the others are none of
+/// the run's; otherwise each device is taken for the ordinal equal to its index. A
+/// capture whose processes described no device keeps every index.
+pub fn capture_ordinals(loaded: &Loaded, devices: &[DeviceReadings]) -> Vec<Option<i32>> {
+    let described = described(loaded);
+    if described.iter().any(|(_, id)| id.is_known()) {
+        return devices
+            .iter()
+            .map(|d| {
+                let id = d.identity();
+                let k = find_device(
+                    i64::from(d.device),
+                    &id,
+                    described.iter().map(|(o, i)| (*o, i)),
+                )?;
+                i32::try_from(described[k].0).ok()
+            })
+            .collect();
+    }
+    let mut ordinals: Vec<i32> = loaded
+        .streams
+        .iter()
+        .map(|s| s.1)
+        .filter(|d| *d >= 0)
+        .collect();
+    ordinals.sort_unstable();
+    ordinals.dedup();
+    let with_run: Vec<usize> = (0..devices.len())
+        .filter(|&i| devices[i].watched_seen())
+        .collect();
+    match (ordinals.as_slice(), with_run.as_slice()) {
+        ([ordinal], [k]) => (0..devices.len())
+            .map(|i| (i == *k).then_some(*ordinal))
+            .collect(),
+        _ => devices.iter().map(|d| Some(d.device)).collect(),
+    }
+}
+
 /// The readings of a capture as `memwatch report` shows them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReadingsSummary {
@@ -118,7 +186,11 @@ pub struct ReadingsSummary {
 /// One device's readings, summed up. Seconds count from the capture's start.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeviceSummary {
+    /// The sampler library's index.
     pub device: i32,
+    /// The device ordinal the capture's processes knew it by ([`capture_ordinals`]);
+    /// `None`: none of theirs.
+    pub ordinal: Option<i32>,
     pub source: String,
     pub uuid: String,
     pub pci_bus_id: String,
@@ -165,6 +237,7 @@ fn secs(ns: u64, base: u64) -> f64 {
 /// The summary of a capture's readings.
 pub fn summarize(loaded: &Loaded) -> ReadingsSummary {
     let devices = by_device(loaded);
+    let ordinals = capture_ordinals(loaded, &devices);
     let base = time_base(loaded);
     let missing_why = loaded
         .tags
@@ -172,7 +245,8 @@ pub fn summarize(loaded: &Loaded) -> ReadingsSummary {
         .map(|v| v.strip_prefix("off: ").unwrap_or(v).to_string());
     let devices: Vec<DeviceSummary> = devices
         .iter()
-        .filter_map(|d| {
+        .zip(&ordinals)
+        .filter_map(|(d, ordinal)| {
             let first = d.readings.first()?;
             let last = d.readings.last()?;
             let peak = d
@@ -182,9 +256,11 @@ pub fn summarize(loaded: &Loaded) -> ReadingsSummary {
                 .max_by_key(|(o, r)| (*o, std::cmp::Reverse(r.ts_ns)));
             Some(DeviceSummary {
                 device: d.device,
+                ordinal: *ordinal,
                 source: d.source.clone(),
-                uuid: d.uuid.clone(),
-                pci_bus_id: d.pci_bus_id.clone(),
+                // In the one form (a capture's older readings hold NVML's own).
+                uuid: d.identity().uuid,
+                pci_bus_id: d.identity().pci_bus_id,
                 total_bytes: d.readings.iter().map(|r| r.total_bytes).max().unwrap_or(0),
                 readings: d.readings.len() as u64,
                 at_failure: d.readings.iter().filter(|r| r.at_failure).count() as u64,

@@ -52,6 +52,7 @@ impl Cap {
             vendor: Vendor::Amd as u8,
             total_bytes: hip_total,
             name: "AMD Radeon 8060S".into(),
+            identity: None,
         }));
         let props = DeviceProps {
             device,

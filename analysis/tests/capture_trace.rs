@@ -23,6 +23,7 @@ fn capture(events: Vec<Event>) -> Vec<u8> {
         vendor: Vendor::Nvidia.code(),
         total_bytes: 150_156_083_200,
         name: "NVIDIA H200".into(),
+        identity: None,
     }))
     .unwrap();
     w.write_record(&Record::Events(events)).unwrap();

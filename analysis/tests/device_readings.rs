@@ -189,6 +189,7 @@ fn doctor_series_match_the_run_device_and_keep_splits_per_sample() {
             vendor: Vendor::Nvidia as u8,
             total_bytes: 143 * GIB,
             name: "NVIDIA H200".into(),
+            identity: None,
         }))
         .unwrap();
         for i in 0..4u64 {
@@ -227,5 +228,108 @@ fn doctor_series_match_the_run_device_and_keep_splits_per_sample() {
         let (t, last) = s.split_at(u64::MAX).unwrap();
         assert_eq!((t, last.watched_bytes), (s.samples[3].0, 4 * GIB));
         assert_eq!(s.others_peak().unwrap().1.other_bytes, 512 * MIB);
+    }
+}
+
+fn uuid(gpu: i32) -> String {
+    format!(
+        "GPU-{:08x}-5e6f-7081-92a3-b4c5d6e7f809",
+        0xaaaa_0000u32 + gpu as u32
+    )
+}
+
+/// A node of `n` GPUs whose readings name each by UUID and bus id (as NVML writes them:
+/// upper case, eight-digit domain); GPU `d`'s use is `(10 + d) GiB + i MiB` at reading
+/// `i`, the run's pid listed on `listed_on` when the processes were read.
+fn node_readings(w: &mut FrameWriter<Vec<u8>>, n: i32, listed_on: Option<i32>) {
+    for i in 0..5u64 {
+        for d in 0..n {
+            let procs = listed_on.map(|k| {
+                if k == d {
+                    vec![proc_use(4242, Some(GIB), true)]
+                } else {
+                    Vec::new()
+                }
+            });
+            let mut r = reading(
+                d,
+                T0 + i * PERIOD + d as u64,
+                (10 + d as u64) * GIB + i * MIB,
+                procs,
+            );
+            if let Record::DeviceReading(x) = &mut r {
+                x.uuid = uuid(d).to_uppercase();
+                x.pci_bus_id = format!("00000000:{:02X}:00.0", 0x1a + d);
+            }
+            w.write_record(&r).unwrap();
+        }
+    }
+}
+
+fn described(ordinal: i32, identity: Option<DeviceIdentity>) -> Record {
+    Record::DeviceInfo(DeviceInfo {
+        pid: 4242,
+        device: ordinal,
+        vendor: Vendor::Nvidia as u8,
+        total_bytes: 143 * GIB,
+        name: "NVIDIA H200".into(),
+        identity,
+    })
+}
+
+/// A process run under CUDA_VISIBLE_DEVICES=k saw GPU k as its device 0 and recorded
+/// GPU k's UUID (or only its bus id, in the CUDA driver's form): the doctor's series for
+/// device 0 is GPU k's readings, and no other GPU's, whether or not the sampler listed
+/// the run's processes; the report says which sampled device was the run's device 0.
+#[test]
+fn a_process_device_is_the_sampled_gpu_of_the_same_identity() {
+    for n in 2..=5 {
+        for k in 1..n {
+            for listed in [None, Some(k)] {
+                for by in ["uuid", "bus"] {
+                    let mut w = writer();
+                    let id = match by {
+                        "uuid" => DeviceIdentity::new(&uuid(k), ""),
+                        _ => DeviceIdentity::new("", &format!("0000:{:02X}:00.0", 0x1a + k)),
+                    };
+                    w.write_record(&described(0, Some(id))).unwrap();
+                    node_readings(&mut w, n, listed);
+                    let loaded = load(w);
+                    let series = capture_device_series(&loaded);
+                    let what = format!("{n} GPUs, visible {k}, listed {listed:?}, by {by}");
+                    assert_eq!(series.len(), 1, "{what}");
+                    assert_eq!(series[0].device, 0, "{what}");
+                    let used: Vec<u64> = series[0].samples.iter().map(|s| s.1).collect();
+                    let want: Vec<u64> = (0..5).map(|i| (10 + k as u64) * GIB + i * MIB).collect();
+                    assert_eq!(used, want, "{what}: GPU {k}'s figures");
+                    let summary = device_readings::summarize(&loaded);
+                    let ordinals: Vec<(i32, Option<i32>)> = summary
+                        .devices
+                        .iter()
+                        .map(|d| (d.device, d.ordinal))
+                        .collect();
+                    let want: Vec<(i32, Option<i32>)> =
+                        (0..n).map(|d| (d, (d == k).then_some(0))).collect();
+                    assert_eq!(ordinals, want, "{what}");
+                }
+            }
+        }
+    }
+}
+
+/// A capture made before the shim recorded identities still pairs by ordinal: its
+/// device 0 is the sampler's device 0 when the processes were not listed.
+#[test]
+fn a_capture_without_identities_pairs_by_ordinal() {
+    for n in 1..=4 {
+        for ordinal in 0..n {
+            let mut w = writer();
+            w.write_record(&described(ordinal, None)).unwrap();
+            node_readings(&mut w, n, None);
+            let series = capture_device_series(&load(w));
+            assert_eq!(series.len(), n as usize);
+            let s = series.iter().find(|s| s.device == ordinal).unwrap();
+            assert_eq!(s.samples[0].1, (10 + ordinal as u64) * GIB);
+        }
     }
 }

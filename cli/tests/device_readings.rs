@@ -74,7 +74,12 @@ fn report_shows_device_use_and_what_was_outside_the_run_at_one_instant() {
         assert_eq!(d["readings"], n);
         assert_eq!(d["at_failure"], 1);
         assert_eq!(d["max_gap_ms"], 100.0);
-        assert_eq!(d["pci_bus_id"], "00000000:18:00.0");
+        // NVML's eight-digit domain, read in the one form.
+        assert_eq!(d["pci_bus_id"], "0000:18:00.0");
+        assert_eq!(
+            d["ordinal"], 0,
+            "the run's device 0 (one described, by ordinal)"
+        );
         assert_eq!(d["used_max_bytes"], other + own + 256 * MIB);
         // Outside the run: the other process plus the driver's part, at one instant.
         assert_eq!(d["others_peak_bytes"], other + 256 * MIB);
@@ -178,6 +183,7 @@ fn the_doctor_takes_what_others_held_from_one_instant() {
             vendor: Vendor::Nvidia as u8,
             total_bytes: 140 * GIB,
             name: "NVIDIA H200".into(),
+            identity: None,
         }))
         .unwrap();
         let ev = |ts: u64, kind: EventKind, size: u64, result: i32| Event {

@@ -251,6 +251,7 @@ fn the_failing_device_is_named_among_several() {
             vendor: 2,
             total_bytes: 80 * GIB,
             name: "GPU".into(),
+            identity: None,
         }))
         .unwrap();
     }

@@ -577,3 +577,55 @@ fn processes_left_behind_are_waited_for_and_reported() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("3 process(es) still running"), "{err}");
 }
+
+/// Two processes of one run each saw its GPU as device 0 (CUDA_VISIBLE_DEVICES=2 and =5
+/// over the simulated CUDA driver): `memwatch report --json` names each process's device
+/// 0 by the GPU it was — the simulated runtime's UUID and bus id of GPU 2 and GPU 5, in
+/// the canonical forms (NVML's UUID, the bus id in lower case).
+#[test]
+fn each_process_device_is_named_by_the_gpu_it_was() {
+    let (shim, dir) = built();
+    let work = tempfile::tempdir().unwrap();
+    let prog = dir.join("mwtest_dl");
+    let script = format!(
+        "P={p}; CUDA_VISIBLE_DEVICES=2 \"$P\" dlsym cu-threads 20000 1 & \
+         CUDA_VISIBLE_DEVICES=5,1 \"$P\" dlsym cu-threads 20000 1 & wait",
+        p = prog.display()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_memwatch"))
+        .current_dir(work.path())
+        .env("MEMWATCH_PRELOAD", shim)
+        .env("MWTEST_LIBDIR", dir)
+        .args([
+            "run", "--quiet", "--out", "v.mwcap", "--", "sh", "-c", &script,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = report_json(&work.path().join("v.mwcap"));
+    let mut seen: Vec<(String, String)> = find(&report, |p| p["command"][1] == "dlsym")
+        .iter()
+        .map(|p| {
+            let d = device(p, 0);
+            (
+                d["uuid"].as_str().unwrap_or("missing").to_string(),
+                d["pci_bus_id"].as_str().unwrap_or("missing").to_string(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let want: Vec<(String, String)> = [2, 5]
+        .iter()
+        .map(|p| {
+            (
+                format!("GPU-6d777465-7374-7274-0000-0000000000{:02x}", 0xa0 + p),
+                format!("0000:{:02x}:00.0", 0x1a + p),
+            )
+        })
+        .collect();
+    assert_eq!(seen, want, "{report}");
+}

@@ -95,6 +95,7 @@ async fn record_run(
             vendor: 2,
             total_bytes: 141 << 30,
             name: "NVIDIA H200".into(),
+            identity: None,
         }));
     }
     let mut evs: Vec<Event> = Vec::new();

@@ -65,8 +65,8 @@ pub use gates::{gate_results, GateResult, GateRow};
 pub use incidents::{BadDiagnosis, DiagnosisRow, IncidentLogRow, IncidentRow};
 pub use render::Point;
 pub use runs::{
-    run_lite, AnnotationRow, AnnotationsPage, DeviceRow, EventRow, EventsPage, NodeRow, ProcessRow,
-    RunDetail, RunDevice, RunLite, RunRow, SampleRow, Timeline,
+    device_capacity, run_lite, AnnotationRow, AnnotationsPage, DeviceRow, EventRow, EventsPage,
+    NodeRow, ProcessRow, RunDetail, RunDevice, RunLite, RunRow, SampleRow, Timeline,
 };
 pub use runtime::{peak_runtime, ExecutionSpan, ModuleShare, PeakRuntime, RuntimeView};
 pub use xla::{DumpModuleRow, NewModule};

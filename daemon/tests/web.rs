@@ -55,6 +55,7 @@ async fn record(store: &Store) -> (i64, i64) {
             vendor: 1,
             total_bytes: 128 << 30,
             name: "AMD Radeon 8060S (Strix Halo)".into(),
+            identity: None,
         }),
         Record::DeviceSample(DeviceSample {
             ts_ns: t0 + 10,

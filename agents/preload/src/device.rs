@@ -1,5 +1,6 @@
-//! Describing devices: name and total memory, asked of the real runtime; for HIP devices
-//! also whether the GPU is integrated (an APU) and the OS's physical memory.
+//! Describing devices: name, total memory and which physical device it is (UUID, PCI bus
+//! id), asked of the real runtime; for HIP devices also whether the GPU is integrated (an
+//! APU) and the OS's physical memory.
 //!
 //! Owns the `device_info` queries. Runs only on the flusher thread (never on the hook
 //! path, never at exit when runtimes may be torn down). The runtime library is found
@@ -10,7 +11,8 @@ use crate::config::Family;
 use crate::hooks::table::HOOKS;
 use crate::real::real_dlsym;
 use core::ffi::{c_char, c_int, c_void, CStr};
-use memwatch_wire::{DeviceInfo, DeviceProps, Vendor};
+use memwatch_wire::identity::{uuid_from_cuda_bytes, uuid_from_hip_bytes};
+use memwatch_wire::{canonical_pci_bus_id, DeviceIdentity, DeviceInfo, DeviceProps, Vendor};
 
 /// The families whose runtime can describe its devices, in [`runtime_index`] order.
 pub const RUNTIMES: [Family; 3] = [Family::Hip, Family::CudaDriver, Family::CudaRuntime];
@@ -24,6 +26,11 @@ type NameFn = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
 type HipTotalFn = unsafe extern "C" fn(*mut usize, c_int) -> c_int;
 type CuDeviceGetFn = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
 type HipAttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
+/// `cuDeviceGetUuid(_v2)(CUuuid*, CUdevice)`, `hipDeviceGetUuid(hipUUID*, hipDevice_t)`:
+/// both fill a 16-byte struct.
+type UuidFn = unsafe extern "C" fn(*mut [u8; 16], c_int) -> c_int;
+/// `cuDeviceGetPCIBusId(char*, int len, CUdevice)`, `hipDeviceGetPCIBusId(char*, int, int)`.
+type BusIdFn = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
 
 /// `hipDeviceAttributeIntegrated` in `hipDeviceAttribute_t` (ROCm 5.0 and later: the
 /// CUDA-compatible attributes in their fixed order; 16 in ROCm 5.2's header).
@@ -98,6 +105,7 @@ pub fn query(fam: Family, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
         let simulated = !sym(handle, c"memwatchSimulatedRuntime").is_null();
         let mut name = [0 as c_char; 256];
         let mut total: usize = 0;
+        let identity;
         let vendor = if fam == Family::Hip {
             let n = sym(handle, c"hipDeviceGetName");
             let t = sym(handle, c"hipDeviceTotalMem");
@@ -109,6 +117,7 @@ pub fn query(fam: Family, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
             if n(name.as_mut_ptr(), 255, ordinal) != 0 || t(&mut total, ordinal) != 0 {
                 return None;
             }
+            identity = hip_identity(handle, ordinal);
             Vendor::Amd
         } else {
             let g = sym(cuda, c"cuDeviceGet");
@@ -127,6 +136,7 @@ pub fn query(fam: Family, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
             {
                 return None;
             }
+            identity = cuda_identity(cuda, dev);
             Vendor::Nvidia
         };
         let name = CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
@@ -136,7 +146,88 @@ pub fn query(fam: Family, ordinal: i32, pid: u32) -> Option<DeviceInfo> {
             vendor: if simulated { Vendor::Simulated } else { vendor }.code(),
             total_bytes: total as u64,
             name,
+            identity: identity.is_known().then_some(identity),
         })
+    }
+}
+
+/// The 16 bytes a `UuidFn` at `f` (may be NULL) writes for `dev`; `None` when it is
+/// missing or fails.
+///
+/// # Safety
+/// `f` is NULL or a function with the [`UuidFn`] signature.
+unsafe fn uuid_bytes(f: *mut c_void, dev: c_int) -> Option<[u8; 16]> {
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract; the buffer is the 16-byte struct the function fills.
+    unsafe {
+        let f: UuidFn = core::mem::transmute::<*mut c_void, UuidFn>(f);
+        let mut b = [0u8; 16];
+        (f(&mut b, dev) == 0).then_some(b)
+    }
+}
+
+/// The bus id a `BusIdFn` at `f` (may be NULL) writes for `dev`, in canonical form.
+///
+/// # Safety
+/// `f` is NULL or a function with the [`BusIdFn`] signature.
+unsafe fn bus_id(f: *mut c_void, dev: c_int) -> String {
+    if f.is_null() {
+        return String::new();
+    }
+    // SAFETY: the caller's contract; the buffer's length is passed (one byte kept for
+    // the NUL, which is written there again after the call).
+    unsafe {
+        let f: BusIdFn = core::mem::transmute::<*mut c_void, BusIdFn>(f);
+        let mut b = [0 as c_char; 64];
+        if f(b.as_mut_ptr(), 63, dev) != 0 {
+            return String::new();
+        }
+        b[63] = 0;
+        let raw = CStr::from_ptr(b.as_ptr()).to_string_lossy();
+        canonical_pci_bus_id(&raw).unwrap_or_default()
+    }
+}
+
+/// UUID and PCI bus id of CUDA device `dev` from the driver library behind `cuda`:
+/// `cuDeviceGetUuid_v2` (a MIG instance's own UUID; `cuDeviceGetUuid` where the driver
+/// predates it), `cuDeviceGetPCIBusId`. A MIG instance is told by the two UUID calls
+/// disagreeing (the old one names the GPU).
+///
+/// # Safety
+/// `cuda` is NULL or a live `dlopen` handle.
+unsafe fn cuda_identity(cuda: *mut c_void, dev: c_int) -> DeviceIdentity {
+    // SAFETY: symbols of the CUDA driver with the documented signatures.
+    unsafe {
+        let v2 = uuid_bytes(sym(cuda, c"cuDeviceGetUuid_v2"), dev);
+        let v1 = uuid_bytes(sym(cuda, c"cuDeviceGetUuid"), dev);
+        let uuid = match (v2, v1) {
+            (Some(a), b) => uuid_from_cuda_bytes(&a, b.is_some_and(|b| b != a)),
+            (None, Some(b)) => uuid_from_cuda_bytes(&b, false),
+            (None, None) => None,
+        };
+        DeviceIdentity {
+            uuid: uuid.unwrap_or_default(),
+            pci_bus_id: bus_id(sym(cuda, c"cuDeviceGetPCIBusId"), dev),
+        }
+    }
+}
+
+/// UUID (`hipDeviceGetUuid`, when the library has it) and PCI bus id
+/// (`hipDeviceGetPCIBusId`) of HIP device `ordinal`.
+///
+/// # Safety
+/// `hip` is NULL or a live `dlopen` handle.
+unsafe fn hip_identity(hip: *mut c_void, ordinal: c_int) -> DeviceIdentity {
+    // SAFETY: symbols of the HIP runtime with the documented signatures.
+    unsafe {
+        DeviceIdentity {
+            uuid: uuid_bytes(sym(hip, c"hipDeviceGetUuid"), ordinal)
+                .and_then(|b| uuid_from_hip_bytes(&b))
+                .unwrap_or_default(),
+            pci_bus_id: bus_id(sym(hip, c"hipDeviceGetPCIBusId"), ordinal),
+        }
     }
 }
 

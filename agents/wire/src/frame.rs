@@ -27,6 +27,7 @@
 
 use crate::codec::{Cursor, Field, FieldLayout, Put, SliceWriter, WireStruct};
 use crate::event::Event;
+use crate::identity::DeviceIdentity;
 use crate::WireError;
 
 pub use crate::records::{
@@ -177,6 +178,8 @@ macro_rules! records {
                     <CompiledMemoryStats as WireStruct>::fields()),
                 ("Module", <Module as Field>::FIXED_SIZE, <Module as WireStruct>::fields()),
                 ("ProcessUse", <ProcessUse as Field>::FIXED_SIZE, <ProcessUse as WireStruct>::fields()),
+                ("DeviceIdentity", <DeviceIdentity as Field>::FIXED_SIZE,
+                    <DeviceIdentity as WireStruct>::fields()),
             ] {
                 let size = size.map_or("variable".to_string(), |n| format!("{n} bytes"));
                 out.push_str(&format!("| `{name}` | {size} | {} |\n", fields_text(&fields, true)));

@@ -5,6 +5,7 @@ pub mod codec;
 pub mod device_props;
 pub mod event;
 pub mod frame;
+pub mod identity;
 pub mod ingest;
 pub mod pre_attach;
 pub mod reader;
@@ -19,6 +20,7 @@ pub use frame::{
     Module, ModuleMap, PjrtExecutable, PjrtMemoryStats, ProcessEnd, ProcessStart, ProcessUse,
     Record, EVENT_SIZE, FORMAT_VERSION, MAGIC, PREAMBLE_LEN,
 };
+pub use identity::{canonical_pci_bus_id, canonical_uuid, find_device, DeviceIdentity};
 pub use reader::{Damage, DamageKind, FrameReader, ReadMode};
 pub use writer::FrameWriter;
 

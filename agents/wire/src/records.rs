@@ -8,6 +8,7 @@
 
 use crate::codec::{wire_struct, Cursor, Field, FieldLayout, Put, WireStruct};
 use crate::event::Event;
+use crate::identity::DeviceIdentity;
 use crate::WireError;
 
 /// A record type with a frame of its own.
@@ -159,14 +160,29 @@ wire_struct! {
 }
 
 wire_struct! {
-    /// A device the process uses (`vendor`: [`crate::Vendor`]).
+    /// A device the process uses (`vendor`: [`crate::Vendor`]); with pid 0, a device
+    /// of the node as a sampler lists it (`device` is then the sampler's index).
     #[derive(Debug, Clone, PartialEq, Eq, Default)]
     pub struct DeviceInfo {
         pub pid: u32,
+        /// The ordinal the process saw (under `CUDA_VISIBLE_DEVICES` not the GPU's
+        /// index on the machine: `identity` says which GPU it is).
         pub device: i32,
         pub vendor: u8,
         pub total_bytes: u64,
         pub name: String,
+        /// Which physical device this is, as the runtime said it (UUID, PCI bus id, in
+        /// canonical form). Absent from older captures.
+        pub identity: Option<DeviceIdentity>,
+    }
+}
+
+impl DeviceInfo {
+    /// Its identity ([`DeviceIdentity::unknown`] when the record has none).
+    pub fn identity(&self) -> &DeviceIdentity {
+        self.identity
+            .as_ref()
+            .unwrap_or_else(|| DeviceIdentity::unknown())
     }
 }
 
@@ -417,9 +433,11 @@ wire_struct! {
         pub total_bytes: u64,
         /// "nvml" or "rocm_smi".
         pub source: String,
-        /// The device's UUID (NVML `GPU-…`; ROCm SMI's unique id in hex), empty if unknown.
+        /// The device's UUID, empty if unknown ([`crate::identity::canonical_uuid`]'s
+        /// form; older captures hold NVML's `GPU-…` or ROCm SMI's bare hex unique id).
         pub uuid: String,
-        /// PCI bus id (`00000000:18:00.0`), empty if unknown.
+        /// PCI bus id, empty if unknown ([`crate::identity::canonical_pci_bus_id`]'s
+        /// `0000:18:00.0`; older captures hold NVML's `00000000:18:00.0`).
         pub pci_bus_id: String,
         /// Every process on the device at this instant (valid with
         /// [`DeviceReading::PROCESSES`]).
@@ -452,5 +470,11 @@ impl DeviceReading {
     /// Whether it was taken because of a failure.
     pub fn at_failure(&self) -> bool {
         self.flags & Self::AT_FAILURE != 0
+    }
+
+    /// The device's identity, in canonical form (readings written before it was
+    /// canonical hold the library's own forms).
+    pub fn identity(&self) -> DeviceIdentity {
+        DeviceIdentity::new(&self.uuid, &self.pci_bus_id)
     }
 }

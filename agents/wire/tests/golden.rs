@@ -28,6 +28,7 @@ fn sample_records() -> Vec<Record> {
             vendor: Vendor::Amd as u8,
             total_bytes: 192 << 30,
             name: "AMD Instinct MI300X".into(),
+            identity: None,
         }),
         Record::Events(vec![
             Event {
@@ -155,6 +156,40 @@ fn the_appended_pid_namespace_is_optional() {
         let (back, damage) = read_all(&b, ReadMode::Strict);
         assert!(damage.is_empty());
         assert_eq!(back, vec![Record::ProcessStart(new)]);
+    }
+}
+
+/// The device identity was appended to `device_info` after format v1's golden file: that
+/// file's device_info (without it) still decodes (to `None`), and one with it carries the
+/// two strings more, read back unchanged, whichever of them is known.
+#[test]
+fn the_appended_device_identity_is_optional() {
+    let Some(Record::DeviceInfo(old)) = sample_records().into_iter().nth(1) else {
+        panic!("the sample's second record is a device_info");
+    };
+    assert_eq!(old.identity, None);
+    assert_eq!(old.identity(), DeviceIdentity::unknown());
+    for (uuid, bus) in [
+        ("GPU-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "0000:18:00.0"),
+        ("GPU-4b2c8e3f1d5a6b7c", ""),
+        ("", "0000:c1:00.0"),
+        ("", ""),
+    ] {
+        let new = DeviceInfo {
+            identity: Some(DeviceIdentity {
+                uuid: uuid.into(),
+                pci_bus_id: bus.into(),
+            }),
+            ..old.clone()
+        };
+        let (a, b) = (
+            encode_all(&[Record::DeviceInfo(old.clone())]),
+            encode_all(&[Record::DeviceInfo(new.clone())]),
+        );
+        assert_eq!(b.len(), a.len() + 4 + uuid.len() + bus.len());
+        let (back, damage) = read_all(&b, ReadMode::Strict);
+        assert!(damage.is_empty());
+        assert_eq!(back, vec![Record::DeviceInfo(new)]);
     }
 }
 

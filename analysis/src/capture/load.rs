@@ -103,6 +103,9 @@ pub struct DeviceMeta {
     pub integrated: Option<bool>,
     /// Physical memory the OS of the process managed.
     pub host_memory_bytes: Option<u64>,
+    /// Which physical device the ordinal was (unknown in captures made before the shim
+    /// recorded it).
+    pub identity: memwatch_wire::DeviceIdentity,
 }
 
 /// What the capture says about one process image (see [`ProcKey`]). A pid with several
@@ -506,6 +509,7 @@ impl LoadBuilder {
                 meta.name.clone_from(&d.name);
                 meta.vendor = d.vendor;
                 meta.total_bytes = d.total_bytes;
+                meta.identity = d.identity().merged(&meta.identity);
             }
             Record::Marker(m) => {
                 if let Some(tag) = m.text.strip_prefix(TAG_PREFIX) {

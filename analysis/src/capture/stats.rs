@@ -113,6 +113,10 @@ pub struct DeviceReport {
     pub device: i32,
     pub name: Option<String>,
     pub total_bytes: Option<u64>,
+    /// The physical device's UUID and PCI bus id as the runtime said them
+    /// (`memwatch_wire::identity`'s forms; `None`: not recorded).
+    pub uuid: Option<String>,
+    pub pci_bus_id: Option<String>,
     /// Successful device-memory allocations.
     pub alloc_count: u64,
     /// Frees matched to an allocation made on this device.
@@ -583,6 +587,10 @@ impl ReportFold {
                         device,
                         name: info.map(|d| d.name.clone()),
                         total_bytes: info.map(|d| d.total_bytes),
+                        uuid: info.and_then(|d| d.identity.uuid()).map(str::to_string),
+                        pci_bus_id: info
+                            .and_then(|d| d.identity.pci_bus_id())
+                            .map(str::to_string),
                         alloc_count: a.alloc_count,
                         free_count: a.free_count,
                         failed_count: a.failed_count,

@@ -387,37 +387,23 @@ pub fn capture_series(loaded: &Loaded) -> Vec<DeviceSeries> {
 /// The capture's own device readings (`memwatch run` / `attach` sampled NVML or ROCm
 /// SMI into it) as device series with a split per sample; empty when the capture has
 /// none (no readings: no series, never zeros). Times are ns since the capture's start
-/// (`Loaded::base_ns`, the time base of its events; `device_readings::time_base`). A device the run's processes used
-/// gets the capture's device ordinal when that can be told: the capture's events name
-/// one device and the readings listed the run's processes on exactly one device (that
-/// one is the ordinal, the others are left out: not the run's). Otherwise each series
-/// keeps the library's index (NVML's PCI order), which CUDA_VISIBLE_DEVICES and
-/// CUDA_DEVICE_ORDER can make differ from the ordinals.
+/// (`Loaded::base_ns`, the time base of its events; `device_readings::time_base`). Each
+/// series is named by the device ordinal the run's processes knew it by
+/// (`device_readings::capture_ordinals`: by UUID, then PCI bus id, then ordinal; a
+/// process under CUDA_VISIBLE_DEVICES=1 saw the second GPU as device 0); a sampled
+/// device that was none of the run's is left out. A capture whose processes described no
+/// device keeps the library's index (NVML's PCI order).
 pub fn capture_device_series(loaded: &Loaded) -> Vec<DeviceSeries> {
     let devices = crate::device_readings::by_device(loaded);
     let base = crate::device_readings::time_base(loaded);
-    let mut ordinals: Vec<i32> = loaded
-        .streams
-        .iter()
-        .map(|s| s.1)
-        .filter(|d| *d >= 0)
-        .collect();
-    ordinals.sort_unstable();
-    ordinals.dedup();
-    let with_run: Vec<usize> = (0..devices.len())
-        .filter(|&i| devices[i].watched_seen())
-        .collect();
-    let matched = match (ordinals.as_slice(), with_run.as_slice()) {
-        ([ordinal], [k]) => Some((*k, *ordinal)),
-        _ => None,
-    };
+    let ordinals = crate::device_readings::capture_ordinals(loaded, &devices);
     devices
         .iter()
-        .enumerate()
-        .filter(|(i, _)| matched.is_none_or(|(k, _)| k == *i))
-        .map(|(_, d)| DeviceSeries {
+        .zip(ordinals)
+        .filter_map(|(d, ordinal)| Some((d, ordinal?)))
+        .map(|(d, ordinal)| DeviceSeries {
             source: format!("{} ({})", loaded.path.display(), d.source),
-            device: matched.map_or(d.device, |(_, ordinal)| ordinal),
+            device: ordinal,
             samples: d
                 .readings
                 .iter()

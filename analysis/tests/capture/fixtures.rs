@@ -290,6 +290,7 @@ pub fn scenario() -> Vec<Record> {
             vendor: Vendor::Simulated.code(),
             total_bytes: 1 << 30,
             name: "sim0".into(),
+            identity: None,
         }),
         start(b, 1500, &["worker"]),
         Record::Events(thread2),

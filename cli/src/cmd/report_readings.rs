@@ -27,8 +27,13 @@ pub fn render(r: &ReadingsSummary) -> String {
             .filter(|s| !s.is_empty())
             .collect::<Vec<_>>()
             .join(", ");
+        // Which of the run's devices it was (by UUID, then PCI bus id, then ordinal).
+        let theirs = match d.ordinal {
+            Some(o) => format!(", the run's device {o}"),
+            None => ", none of the run's devices".to_string(),
+        };
         o.push_str(&format!(
-            "  {} device {}{}: {} readings ({} at a failure) from {:.2} s to {:.2} s, longest gap {}\n",
+            "  {} device {}{}{}: {} readings ({} at a failure) from {:.2} s to {:.2} s, longest gap {}\n",
             d.source,
             d.device,
             if ident.is_empty() {
@@ -36,6 +41,7 @@ pub fn render(r: &ReadingsSummary) -> String {
             } else {
                 format!(" ({ident})")
             },
+            theirs,
             d.readings,
             d.at_failure,
             d.first_s,

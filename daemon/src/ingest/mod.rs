@@ -18,6 +18,7 @@
 
 pub mod budget;
 pub(crate) mod conns;
+mod devices;
 pub(crate) mod http;
 mod peak_rows;
 pub mod peer;
@@ -106,6 +107,8 @@ pub struct Ingestor {
     streams: HashMap<(i64, u64), Option<u64>>,
     run_ids: HashMap<(i64, String), i64>,
     runs: HashMap<i64, RunState>,
+    /// The devices rows readings and samples go to.
+    device_rows: devices::RowCache,
     failed: FailedStreams,
     busy_retry: Duration,
     eviction: RunEviction,
@@ -179,6 +182,7 @@ impl Ingestor {
             nodes: HashMap::new(),
             streams: HashMap::new(),
             run_ids: HashMap::new(),
+            device_rows: devices::RowCache::default(),
             runs: HashMap::new(),
             failed: FailedStreams::default(),
             busy_retry: DEFAULT_BUSY_RETRY,
@@ -262,6 +266,26 @@ impl Ingestor {
         self.streams.clear();
         self.run_ids.clear();
         self.runs.clear();
+        self.device_rows.clear();
+    }
+
+    /// The stored run `key` of node `node`, without making one.
+    async fn stored_run(
+        &mut self,
+        tx: &mut Tx,
+        node: i64,
+        key: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        if let Some(id) = self.run_ids.get(&(node, key.to_string())) {
+            return Ok(Some(*id));
+        }
+        Ok(
+            sqlx::query_scalar("SELECT id FROM runs WHERE node_id = $1 AND run_key = $2")
+                .bind(node)
+                .bind(key.to_string())
+                .fetch_optional(&mut **tx)
+                .await?,
+        )
     }
 
     /// Stores `batches` in one transaction; outcomes in the same order. Acknowledge a
@@ -431,7 +455,17 @@ impl Ingestor {
                             .await?;
                     }
                     Record::DeviceInfo(d) => {
-                        records::device_info(tx, node_id, d).await?;
+                        self.device_rows.info(tx, node_id, d).await?;
+                        // A process's own view, in its run (one the batch named or made).
+                        if d.pid != 0 {
+                            let r = match run_id {
+                                Some(r) => Some(r),
+                                None => self.stored_run(tx, node_id, key).await?,
+                            };
+                            if let Some(r) = r {
+                                devices::process_device(tx, r, d).await?;
+                            }
+                        }
                     }
                     Record::Marker(m) => {
                         let t0 = earliest.unwrap_or(m.ts_ns);
@@ -460,12 +494,15 @@ impl Ingestor {
                         records::process_end(tx, r, pe).await?;
                     }
                     Record::DeviceSample(s) => {
-                        records::device_sample(tx, node_id, s, now).await?;
+                        let row = self.device_rows.sample(tx, node_id, s.device).await?;
+                        records::device_sample(tx, node_id, s, row, now).await?;
                     }
                     // memwatch's own device readings: the device-wide figure is a device
                     // sample of the node (VRAM); the per-process figures stay in the
                     // capture file (`memwatch report` / `diagnose` read them there).
                     Record::DeviceReading(d) => {
+                        // Which device the index is, once per identity and size seen.
+                        let row = self.device_rows.reading(tx, node_id, d).await?;
                         let s = memwatch_wire::DeviceSample {
                             ts_ns: d.ts_ns,
                             device: d.device,
@@ -474,7 +511,7 @@ impl Ingestor {
                             total_bytes: d.total_bytes,
                             source: d.source.clone(),
                         };
-                        records::device_sample(tx, node_id, &s, now).await?;
+                        records::device_sample(tx, node_id, &s, Some(row), now).await?;
                     }
                     // PJRT executable / allocator-statistics frames: `pjrt`.
                     Record::PjrtExecutable(x) => {

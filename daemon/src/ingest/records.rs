@@ -1,13 +1,12 @@
 //! The rows of the records that are not events, one function per record kind: a
-//! process's start and end, the dropped-events counter, device info and samples, markers
+//! process's start and end, the dropped-events counter, device samples, markers
 //! (annotations). Called by [`Ingestor::commit`](super::Ingestor::commit) inside its
 //! transaction, in the batch's order. (Events go to the run state and `write`; PJRT
-//! records to `pjrt`.)
+//! records to `pjrt`; device descriptions to `devices`.)
 
-use memwatch_wire::{DeviceInfo, DeviceSample, Dropped, Marker, ProcessEnd, ProcessStart};
+use memwatch_wire::{DeviceSample, Dropped, Marker, ProcessEnd, ProcessStart};
 
 use super::Tx;
-use crate::codes;
 use crate::db::StoreError;
 
 /// The `processes` row of a `process_start` of run `r` (a later start of the pid, after
@@ -32,28 +31,6 @@ pub(super) async fn process_start(tx: &mut Tx, r: i64, p: &ProcessStart) -> Resu
     .bind(p.hostname.clone())
     .bind(p.shim_version.clone())
     .bind(argv)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-/// A device of node `node_id` (`device_info`).
-pub(super) async fn device_info(
-    tx: &mut Tx,
-    node_id: i64,
-    d: &DeviceInfo,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO devices (node_id, ordinal, vendor, name, total_bytes) \
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (node_id, ordinal) DO UPDATE \
-         SET vendor = excluded.vendor, name = excluded.name, \
-         total_bytes = excluded.total_bytes",
-    )
-    .bind(node_id)
-    .bind(d.device as i64)
-    .bind(codes::vendor_name(d.vendor).to_string())
-    .bind(d.name.clone())
-    .bind(d.total_bytes as i64)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -104,17 +81,19 @@ pub(super) async fn process_end(tx: &mut Tx, r: i64, pe: &ProcessEnd) -> Result<
     Ok(())
 }
 
-/// A device-memory sample of node `node_id`, received at `now`.
+/// A device-memory sample of node `node_id`, received at `now`, of the `devices` row
+/// `device_id` (`None`: no row describes the device).
 pub(super) async fn device_sample(
     tx: &mut Tx,
     node_id: i64,
     s: &DeviceSample,
+    device_id: Option<i64>,
     now: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO device_samples (node_id, device, memory, ts_ns, \
-         used_bytes, total_bytes, source, received_unix_ns) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+         used_bytes, total_bytes, source, received_unix_ns, device_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(node_id)
     .bind(s.device as i64)
@@ -124,6 +103,7 @@ pub(super) async fn device_sample(
     .bind(s.total_bytes as i64)
     .bind(s.source.clone())
     .bind(now)
+    .bind(device_id)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -1,10 +1,12 @@
 //! Runs: nodes and their devices, runs with their per-device counters, processes and
 //! annotations (`sql`, `model`), the live-bytes timeline at any zoom (`timeline`), the
-//! stored raw events and API-call lanes (`events`), device-memory samples (`samples`);
+//! stored raw events and API-call lanes (`events`), device-memory samples (`samples`),
+//! which node device a run's device is (`devices`: by identity);
 //! the JSON API over them (`api`) and the overview and run pages (`overview`, `pages`,
 //! `views`).
 
 mod api;
+mod devices;
 mod events;
 mod identity;
 mod model;
@@ -34,7 +36,7 @@ pub(crate) use pages::{
 };
 pub(crate) use pre_attach::line as pre_attach_line;
 pub(crate) use pre_attach::of_run as pre_attach;
-pub(crate) use sql::device_capacity;
+pub use sql::device_capacity;
 pub use sql::run_lite;
 pub use timeline::Timeline;
 

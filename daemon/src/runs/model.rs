@@ -6,13 +6,32 @@ use serde::Serialize;
 
 #[derive(Debug, Serialize, sqlx::FromRow)]
 pub struct DeviceRow {
+    /// Its `devices` row (its samples are stored against it).
+    #[serde(skip)]
+    pub id: i64,
+    /// The node's index of the device (its sampler's), else the ordinal a process saw.
     pub ordinal: i64,
     pub vendor: String,
     pub name: String,
     pub total_bytes: i64,
+    /// UUID and PCI bus id as the driver said them (`null`: not known). Two devices of
+    /// one ordinal are two machines' (captures imported under one host name).
+    #[serde(serialize_with = "empty_as_null")]
+    pub uuid: String,
+    #[serde(serialize_with = "empty_as_null")]
+    pub pci_bus_id: String,
     /// Latest samples per memory (0 VRAM, 1 GTT): never added together.
     #[sqlx(skip)]
     pub samples: Vec<SampleRow>,
+}
+
+/// A text stored as "" when not known, written as `null`.
+fn empty_as_null<S: serde::Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_empty() {
+        s.serialize_none()
+    } else {
+        s.serialize_str(v)
+    }
 }
 
 #[derive(Debug, Serialize)]

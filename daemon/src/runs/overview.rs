@@ -122,7 +122,7 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
                 // The last hour of this memory's samples, on the node's own clock.
                 let hist = st
                     .store
-                    .sample_history(node_id, d.ordinal, code, s.ts_ns - 3_600_000_000_000, 240)
+                    .device_sample_history(node_id, d.id, code, s.ts_ns - 3_600_000_000_000, 240)
                     .await?;
                 let (spark, spark_note) = if hist.len() >= 2 {
                     let svg = page_charts::sparkline(260, 40, &hist).map_err(AppError::internal)?;
@@ -155,6 +155,11 @@ pub async fn overview(State(st): State<AppState>) -> Result<Response, AppError> 
             }
             devices.push(DeviceView {
                 ordinal: d.ordinal,
+                identity: memwatch_wire::DeviceIdentity {
+                    uuid: d.uuid,
+                    pci_bus_id: d.pci_bus_id,
+                }
+                .label(),
                 name: d.name,
                 vendor: d.vendor,
                 total: fmt::bytes(d.total_bytes),

@@ -298,10 +298,23 @@ pub async fn run(
         } else {
             String::new()
         };
+        // Which GPU it was: the node's device it is by identity (`devices`).
+        let gpu = match super::devices::node_device(&st.store, id, d.device)
+            .await?
+            .0
+        {
+            Some(n) if n.name.is_empty() => String::new(),
+            Some(n) if n.ordinal != d.device => {
+                format!("{} (the node's GPU {})", n.name, n.ordinal)
+            }
+            Some(n) => n.name,
+            None => String::new(),
+        };
         devices.push(RunDeviceView {
             note,
             held_before,
             growing,
+            gpu,
             device: d.device,
             label: d.label(),
             peak: fmt::bytes(d.peak_bytes),

@@ -2,6 +2,7 @@
 //! overview's sparklines (last hour, highest use kept) and the run chart's "device used"
 //! series (bucketed like the timeline).
 
+use super::devices::SampleKey;
 use crate::db::{Store, StoreError};
 use crate::render::Point;
 
@@ -28,9 +29,10 @@ struct Used {
 }
 
 impl Store {
-    /// Device samples of one node/device/memory with a sample time (`ts_ns`, the
+    /// Device samples of one node/device index/memory with a sample time (`ts_ns`, the
     /// node's clock) at or after `since_ts_ns`, oldest first, reduced to at most
-    /// `points` by keeping each bucket's highest use. (ts_ns, used, total).
+    /// `points` by keeping each bucket's highest use. (ts_ns, used, total). Every
+    /// sample at that index: [`Store::device_sample_history`] keeps one device's.
     pub async fn sample_history(
         &self,
         node: i64,
@@ -39,11 +41,37 @@ impl Store {
         since_ts_ns: i64,
         points: usize,
     ) -> Result<Vec<SamplePoint>, StoreError> {
-        let rows: Vec<Sample> = sqlx::query_as(
+        self.history(node, ("device", device), memory, since_ts_ns, points)
+            .await
+    }
+
+    /// [`Store::sample_history`] of the samples stored against one `devices` row (two
+    /// machines' device 0 imported under one node name apart).
+    pub async fn device_sample_history(
+        &self,
+        node: i64,
+        device_id: i64,
+        memory: i64,
+        since_ts_ns: i64,
+        points: usize,
+    ) -> Result<Vec<SamplePoint>, StoreError> {
+        self.history(node, ("device_id", device_id), memory, since_ts_ns, points)
+            .await
+    }
+
+    async fn history(
+        &self,
+        node: i64,
+        (column, device): (&str, i64),
+        memory: i64,
+        since_ts_ns: i64,
+        points: usize,
+    ) -> Result<Vec<SamplePoint>, StoreError> {
+        let rows: Vec<Sample> = sqlx::query_as(&format!(
             "SELECT ts_ns, used_bytes, total_bytes FROM device_samples \
-             WHERE node_id = $1 AND device = $2 AND memory = $3 AND ts_ns >= $4 \
-             ORDER BY ts_ns LIMIT 100000",
-        )
+             WHERE node_id = $1 AND {column} = $2 AND memory = $3 AND ts_ns >= $4 \
+             ORDER BY ts_ns LIMIT 100000"
+        ))
         .bind(node)
         .bind(device)
         .bind(memory)
@@ -57,11 +85,12 @@ impl Store {
         Ok(reduce_max(v, points))
     }
 
-    /// Device-level used bytes sampled on a run's node for `device`'s `memory` (0 VRAM,
-    /// 1 GTT) over `[from, to)` ns since the run's start, bucketed into `n` buckets of
+    /// Device-level used bytes sampled on a run's node for the run's device `device`
+    /// (the node device it is by identity, `super::devices::sample_index`; nothing when
+    /// it is none of the node's) and `memory` (0 VRAM, 1 GTT) over `[from, to)` ns since the run's start, bucketed into `n` buckets of
     /// `bucket_ns` (each bucket's min/max/last; a bucket without a sample carries the
     /// previous value). Empty when the node sent no sample in or before the range.
-    pub(crate) async fn run_samples(
+    pub async fn run_samples(
         &self,
         run: i64,
         device: i64,
@@ -80,13 +109,18 @@ impl Store {
         else {
             return Ok(Vec::new());
         };
+        let (column, device) = match super::devices::sample_key(self, run, device).await? {
+            Some(SampleKey::Row(id)) => ("device_id", id),
+            Some(SampleKey::Index(i)) => ("device", i),
+            None => return Ok(Vec::new()),
+        };
         let bucket_ns = bucket_ns.max(1);
         let lo = t0.saturating_add(from.min(i64::MAX as u64) as i64);
         let hi = lo.saturating_add(bucket_ns.saturating_mul(n as u64).min(i64::MAX as u64) as i64);
-        let before: Option<i64> = sqlx::query_scalar(
-            "SELECT used_bytes FROM device_samples WHERE node_id = $1 AND device = $2 \
-             AND memory = $3 AND ts_ns < $4 AND ts_ns >= $5 ORDER BY ts_ns DESC LIMIT 1",
-        )
+        let before: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT used_bytes FROM device_samples WHERE node_id = $1 AND {column} = $2 \
+             AND memory = $3 AND ts_ns < $4 AND ts_ns >= $5 ORDER BY ts_ns DESC LIMIT 1"
+        ))
         .bind(node)
         .bind(device)
         .bind(memory)
@@ -95,10 +129,10 @@ impl Store {
         .bind(lo.saturating_sub(10_000_000_000))
         .fetch_optional(&self.pool)
         .await?;
-        let rows: Vec<Used> = sqlx::query_as(
-            "SELECT ts_ns, used_bytes FROM device_samples WHERE node_id = $1 AND device = $2 \
-             AND memory = $3 AND ts_ns >= $4 AND ts_ns < $5 ORDER BY ts_ns LIMIT 200000",
-        )
+        let rows: Vec<Used> = sqlx::query_as(&format!(
+            "SELECT ts_ns, used_bytes FROM device_samples WHERE node_id = $1 AND {column} = $2 \
+             AND memory = $3 AND ts_ns >= $4 AND ts_ns < $5 ORDER BY ts_ns LIMIT 200000"
+        ))
         .bind(node)
         .bind(device)
         .bind(memory)

@@ -27,6 +27,7 @@ struct NodeHead {
 /// A `device_samples` row.
 #[derive(sqlx::FromRow)]
 struct Sample {
+    device_id: Option<i64>,
     device: i64,
     memory: i64,
     ts_ns: i64,
@@ -114,29 +115,43 @@ impl RunHead {
 }
 
 impl Store {
-    async fn samples(&self, node: i64) -> Result<Vec<SampleRow>, StoreError> {
-        let rows: Vec<Sample> = sqlx::query_as(
-            "SELECT s.device AS device, s.memory AS memory, s.ts_ns AS ts_ns, \
-             s.used_bytes AS used_bytes, s.total_bytes AS total_bytes, s.source AS source \
-             FROM device_samples s JOIN (SELECT device, memory, MAX(ts_ns) AS ts FROM \
-             device_samples WHERE node_id = $1 GROUP BY device, memory) m \
-             ON s.device = m.device AND s.memory = m.memory AND s.ts_ns = m.ts \
-             WHERE s.node_id = $1 ORDER BY s.device, s.memory",
-        )
-        .bind(node)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| SampleRow {
-                device: r.device,
-                memory: memory_name(r.memory),
-                ts_ns: r.ts_ns,
-                used_bytes: r.used_bytes,
-                total_bytes: r.total_bytes,
-                source: r.source,
-            })
-            .collect())
+    /// Node `node`'s latest sample per device and memory: (the `devices` row it is of,
+    /// or `None` for a device no row described, and the sample).
+    async fn samples(&self, node: i64) -> Result<Vec<(Option<i64>, SampleRow)>, StoreError> {
+        let mut out = Vec::new();
+        // Samples of a described device by its row (two machines' device 0 apart), then
+        // those of no row by the node's index.
+        for (key, filter) in [
+            ("device_id", "device_id IS NOT NULL"),
+            ("device", "device_id IS NULL"),
+        ] {
+            let rows: Vec<Sample> = sqlx::query_as(&format!(
+                "SELECT s.device_id AS device_id, s.device AS device, s.memory AS memory, \
+                 s.ts_ns AS ts_ns, s.used_bytes AS used_bytes, s.total_bytes AS total_bytes, \
+                 s.source AS source FROM device_samples s JOIN (SELECT {key}, memory, \
+                 MAX(ts_ns) AS ts FROM device_samples WHERE node_id = $1 AND {filter} \
+                 GROUP BY {key}, memory) m \
+                 ON s.{key} = m.{key} AND s.memory = m.memory AND s.ts_ns = m.ts \
+                 WHERE s.node_id = $1 AND s.{filter} ORDER BY s.{key}, s.memory"
+            ))
+            .bind(node)
+            .fetch_all(&self.pool)
+            .await?;
+            out.extend(rows.into_iter().map(|r| {
+                (
+                    r.device_id,
+                    SampleRow {
+                        device: r.device,
+                        memory: memory_name(r.memory),
+                        ts_ns: r.ts_ns,
+                        used_bytes: r.used_bytes,
+                        total_bytes: r.total_bytes,
+                        source: r.source,
+                    },
+                )
+            }));
+        }
+        Ok(out)
     }
 
     /// Nodes by name, each with its devices and their latest samples.
@@ -149,15 +164,15 @@ impl Store {
         let mut out = Vec::new();
         for n in heads {
             let mut devices: Vec<DeviceRow> = sqlx::query_as(
-                "SELECT ordinal, vendor, name, total_bytes FROM devices WHERE node_id = $1 \
-                 ORDER BY ordinal",
+                "SELECT id, ordinal, vendor, name, total_bytes, uuid, pci_bus_id FROM devices \
+                 WHERE node_id = $1 ORDER BY ordinal, id",
             )
             .bind(n.id)
             .fetch_all(&self.pool)
             .await?;
             let mut loose = Vec::new();
-            for smp in self.samples(n.id).await? {
-                match devices.iter_mut().find(|d| d.ordinal == smp.device) {
+            for (row, smp) in self.samples(n.id).await? {
+                match devices.iter_mut().find(|d| row == Some(d.id)) {
                     Some(d) => d.samples.push(smp),
                     None => loose.push(smp),
                 }
@@ -494,25 +509,29 @@ pub(crate) async fn processes(store: &Store, run: i64) -> Result<Vec<ProcessRow>
         .collect())
 }
 
-/// The memory of device `device` of the node that recorded `run`, as its device info
-/// said (name, bytes); `None` when the node sent none, said 0 bytes, or said less than the
-/// run's own peak there (the node's devices are kept by ordinal: another machine's
-/// capture imported under the same host name describes another device).
-pub(crate) async fn device_capacity(
+/// The memory of run `run`'s device `device` as its node described it (name, bytes):
+/// the node device it is by identity (`super::devices::node_device`); `None` when none
+/// matches, it said 0 bytes, or said less than the run's own peak there (an old
+/// capture of another machine imported under the same host name, without identities,
+/// pairs by ordinal with a device it was not).
+pub async fn device_capacity(
     store: &Store,
     run: i64,
     device: i64,
 ) -> Result<Option<(String, i64)>, StoreError> {
-    let row: Option<(String, i64)> = sqlx::query_as(
-        "SELECT d.name, d.total_bytes FROM devices d JOIN runs r ON r.node_id = d.node_id \
-         LEFT JOIN run_devices rd ON rd.run_id = r.id AND rd.device = d.ordinal \
-         WHERE r.id = $1 AND d.ordinal = $2 AND d.total_bytes >= COALESCE(rd.peak_bytes, 0)",
+    let Some(d) = super::devices::node_device(store, run, device).await?.0 else {
+        return Ok(None);
+    };
+    let peak: Option<i64> =
+        sqlx::query_scalar("SELECT peak_bytes FROM run_devices WHERE run_id = $1 AND device = $2")
+            .bind(run)
+            .bind(device)
+            .fetch_optional(&store.pool)
+            .await?;
+    Ok(
+        (d.total_bytes > 0 && d.total_bytes >= peak.unwrap_or(0))
+            .then_some((d.name, d.total_bytes)),
     )
-    .bind(run)
-    .bind(device)
-    .fetch_optional(&store.pool)
-    .await?;
-    Ok(row.filter(|r| r.1 > 0))
 }
 
 /// How recent a run's own last event must be (on the wall clock of its node) for it to

@@ -28,6 +28,8 @@ pub struct NodeView {
 pub struct DeviceView {
     pub ordinal: i64,
     pub name: String,
+    /// UUID and bus id as the driver said them ("" when not known).
+    pub identity: String,
     pub vendor: String,
     pub total: String,
     pub mems: Vec<MemView>,
@@ -139,6 +141,9 @@ pub struct RunDeviceView {
     pub device: i64,
     /// "GPU N" or "no device".
     pub label: String,
+    /// The GPU it was, as the node described it ("NVIDIA H200 (the node's GPU 1)" when
+    /// the process saw it under another ordinal); empty when not known.
+    pub gpu: String,
     pub peak: String,
     pub peak_at: String,
     pub live: String,

@@ -3,7 +3,7 @@
 //! `nvmlDeviceGetMemoryInfo` (used, total), then `nvmlDeviceGetComputeRunningProcesses`
 //! (each process's `usedGpuMemory`), right after each other.
 
-use memwatch_wire::{DeviceInfo, Vendor};
+use memwatch_wire::{DeviceIdentity, DeviceInfo, Vendor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::Nvml;
 
@@ -48,7 +48,7 @@ impl DeviceReader for NvmlReader {
     fn infos(&self) -> Vec<DeviceInfo> {
         self.devices
             .iter()
-            .filter_map(|(i, _, _)| {
+            .filter_map(|(i, uuid, bus)| {
                 let d = self.nvml.device_by_index(*i).ok()?;
                 Some(DeviceInfo {
                     pid: 0,
@@ -56,6 +56,7 @@ impl DeviceReader for NvmlReader {
                     vendor: Vendor::Nvidia.code(),
                     total_bytes: d.memory_info().map(|m| m.total).unwrap_or(0),
                     name: d.name().unwrap_or_else(|_| "nvidia".into()),
+                    identity: Some(DeviceIdentity::new(uuid, bus)),
                 })
             })
             .collect()

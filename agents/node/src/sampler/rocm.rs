@@ -7,7 +7,7 @@
 //! not split it). Without an AMD GPU it says so and is left out.
 
 use libloading::{Library, Symbol};
-use memwatch_wire::{DeviceInfo, Vendor};
+use memwatch_wire::{DeviceIdentity, DeviceInfo, Vendor};
 
 use super::monotonic_ns;
 use super::reader::{DeviceRead, DeviceReader, ProcessRead};
@@ -185,12 +185,13 @@ impl DeviceReader for RocmReader {
     fn infos(&self) -> Vec<DeviceInfo> {
         self.devices
             .iter()
-            .map(|(i, _, _)| DeviceInfo {
+            .map(|(i, uuid, pci)| DeviceInfo {
                 pid: 0,
                 device: *i as i32,
                 vendor: Vendor::Amd.code(),
                 total_bytes: self.vram(b"rsmi_dev_memory_total_get\0", *i).unwrap_or(0),
                 name: "amdgpu".into(),
+                identity: Some(DeviceIdentity::new(uuid, pci)),
             })
             .collect()
     }

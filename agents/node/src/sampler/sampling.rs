@@ -115,6 +115,8 @@ pub fn reading_record(
         }
         None => Vec::new(),
     };
+    // The identity in its one form, so every record of the device compares equal.
+    let id = memwatch_wire::DeviceIdentity::new(&d.uuid, &d.pci_bus_id);
     DeviceReading {
         ts_ns: d.ts_ns,
         device: d.device,
@@ -123,8 +125,8 @@ pub fn reading_record(
         used_bytes: d.used_bytes,
         total_bytes: d.total_bytes,
         source: source.to_string(),
-        uuid: d.uuid,
-        pci_bus_id: d.pci_bus_id,
+        uuid: id.uuid,
+        pci_bus_id: id.pci_bus_id,
         processes,
     }
 }

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use memwatch_wire::{DeviceInfo, DeviceSample, Vendor};
+use memwatch_wire::{DeviceIdentity, DeviceInfo, DeviceSample, Vendor};
 
 use super::DeviceSampler;
 
@@ -21,6 +21,17 @@ pub struct SysfsSampler {
 
 fn read_u64(p: &Path) -> Option<u64> {
     std::fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+/// A card's identity: amdgpu's `unique_id` (the unique id ROCm names the GPU by) and the
+/// PCI address its `device` directory links to; unknown parts stay empty.
+fn identity(dev: &Path) -> DeviceIdentity {
+    let uuid = std::fs::read_to_string(dev.join("unique_id")).unwrap_or_default();
+    let bus = std::fs::canonicalize(dev)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    DeviceIdentity::new(&uuid, &bus)
 }
 
 impl SysfsSampler {
@@ -71,6 +82,7 @@ impl DeviceSampler for SysfsSampler {
                     .ok()
                     .filter(|s| !s.is_empty())
                     .unwrap_or_else(|| "amdgpu".into()),
+                identity: Some(identity(p)).filter(DeviceIdentity::is_known),
             })
             .collect()
     }
@@ -105,6 +117,49 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../testdata/amdgpu-sysfs")
             .join(name)
+    }
+
+    /// A card whose `device` links to its PCI address, with amdgpu's `unique_id`: the
+    /// node's description names the GPU as HIP does (`GPU-` and the unique id) and by
+    /// its bus id; the fixture trees (no link, no unique_id) name none.
+    #[test]
+    fn a_card_is_named_by_its_unique_id_and_pci_address() {
+        let root = tempfile::tempdir().unwrap();
+        for (k, (bus, id)) in [("0000:C1:00.0", "4b2c8e3f1d5a6b7c\n"), ("0000:03:00.0", "")]
+            .iter()
+            .enumerate()
+        {
+            let pci = root.path().join("devices/pci0000:00").join(bus);
+            std::fs::create_dir_all(&pci).unwrap();
+            std::fs::write(pci.join("mem_info_vram_used"), "1\n").unwrap();
+            std::fs::write(pci.join("mem_info_vram_total"), "2\n").unwrap();
+            if !id.is_empty() {
+                std::fs::write(pci.join("unique_id"), id).unwrap();
+            }
+            let card = root.path().join(format!("class/drm/card{}", k + 1));
+            std::fs::create_dir_all(&card).unwrap();
+            std::os::unix::fs::symlink(&pci, card.join("device")).unwrap();
+        }
+        let ids: Vec<Option<DeviceIdentity>> = SysfsSampler::new(root.path())
+            .devices()
+            .into_iter()
+            .map(|d| d.identity)
+            .collect();
+        assert_eq!(
+            ids,
+            vec![
+                Some(DeviceIdentity {
+                    uuid: "GPU-4b2c8e3f1d5a6b7c".into(),
+                    pci_bus_id: "0000:c1:00.0".into()
+                }),
+                Some(DeviceIdentity {
+                    uuid: String::new(),
+                    pci_bus_id: "0000:03:00.0".into()
+                }),
+            ]
+        );
+        let d = SysfsSampler::new(&fixture("mi300x-x2-bmc")).devices();
+        assert!(d.iter().all(|d| d.identity.is_none()));
     }
 
     #[test]

@@ -315,6 +315,24 @@ static void threads(void) {
     for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i);
     for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
 }
+/* cu-threads: `threads` through the CUDA driver (each thread on its device's primary
+ * context, cuMemAlloc_v2 / cuMemFree_v2 pairs). */
+static void *cu_worker(void *arg) {
+    int dev = (int)(intptr_t)arg;
+    void *ctx = NULL;
+    if (T.cuDevicePrimaryCtxRetain(&ctx, dev) == 0) T.cuCtxSetCurrent(ctx);
+    for (int i = 0; i < per_thread; i++) {
+        uint64_t d = 0;
+        if (T.cuMemAlloc_v2(&d, (size_t)(dev + 1) * 4096 + (size_t)i) == 0) T.cuMemFree_v2(d);
+    }
+    return NULL;
+}
+static void cu_threads(int n) {
+    pthread_t th[8];
+    T.cuInit(0);
+    for (int i = 0; i < n; i++) pthread_create(&th[i], NULL, cu_worker, (void *)(intptr_t)i);
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+}
 
 static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 /* bench THREADS BATCHES BATCH_PAIRS: each thread times BATCHES batches of BATCH_PAIRS
@@ -633,6 +651,11 @@ int main(int argc, char **argv) {
     load(argv[1]);
     if (!strcmp(sc, "basic")) basic();
     else if (!strcmp(sc, "threads")) { if (argc > 3) per_thread = atoi(argv[3]); threads(); }
+    else if (!strcmp(sc, "cu-threads")) {
+        int n = argc > 4 ? atoi(argv[4]) : 8;
+        if (argc > 3) per_thread = atoi(argv[3]);
+        cu_threads(n < 1 ? 1 : n > 8 ? 8 : n);
+    }
     else if (!strcmp(sc, "fork")) {
         void *p = NULL; int r;
         r = T.hipMalloc(&p, 1000); E("hipMalloc", ALLOC, DEV, r, (uint64_t)p, 1000, 0, 0);

@@ -152,6 +152,91 @@ fn device_info_describes_simulated_devices() {
     assert_eq!(ids, dedup, "each device described once");
 }
 
+/// The devices `b`'s program `args` described, by ordinal.
+fn described(b: &Built, args: &[&str], env: &[(&str, &str)]) -> Vec<memwatch_wire::DeviceInfo> {
+    let tmp = tempfile::tempdir().unwrap();
+    let cap = tmp.path().join("ids.mwcap");
+    b.run("direct", args, Some(&cap), env);
+    let mut devs: Vec<_> = read_capture(&cap)
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::DeviceInfo(d) => Some(d),
+            _ => None,
+        })
+        .collect();
+    devs.sort_by_key(|d| d.device);
+    devs
+}
+
+/// Under a visible-devices list, each ordinal is recorded with the UUID and PCI bus id
+/// of the GPU it stands for, in canonical form (the simulated HIP runtime writes ROCm's
+/// hex-text UUID and a lower-case bus id): the identity follows the list, not the ordinal.
+#[test]
+fn device_info_names_the_physical_gpu_behind_each_hip_ordinal() {
+    let b = built("capture");
+    for list in ["", "7,6,5,4,3,2,1,0", "3,0,5,1,7,2,6,4"] {
+        let devs = described(b, &["threads", "20000"], &[("HIP_VISIBLE_DEVICES", list)]);
+        assert_eq!(devs.len(), 8, "{list}: {devs:?}");
+        let phys: Vec<i32> = if list.is_empty() {
+            (0..8).collect()
+        } else {
+            list.split(',').map(|p| p.parse().unwrap()).collect()
+        };
+        for d in &devs {
+            let p = phys[d.device as usize];
+            let id = d.identity.clone().expect("identity recorded");
+            assert_eq!(id.uuid, format!("GPU-6d777465{:08x}", 0xa0 + p), "{list}");
+            assert_eq!(
+                id.pci_bus_id,
+                format!("0000:{:02x}:00.0", 0xc1 + p),
+                "{list}"
+            );
+        }
+    }
+}
+
+/// The CUDA driver's UUID bytes are written as NVML prints them and its upper-case bus
+/// id in the one form; a MIG instance (cuDeviceGetUuid_v2 differs from cuDeviceGetUuid)
+/// is named MIG-.
+#[test]
+fn device_info_names_the_physical_gpu_behind_each_cuda_ordinal() {
+    let b = built("capture");
+    for (list, n, mig) in [
+        ("", "3", false),
+        ("1", "1", false),
+        ("6,5", "2", false),
+        ("2", "1", true),
+    ] {
+        let devs = described(
+            b,
+            &["cu-threads", "20000", n],
+            &[
+                ("CUDA_VISIBLE_DEVICES", list),
+                ("HIP_VISIBLE_DEVICES", ""),
+                ("MEMWATCH_TESTRT_MIG", if mig { "1" } else { "0" }),
+            ],
+        );
+        assert_eq!(devs.len().to_string(), n, "{list}: {devs:?}");
+        let phys: Vec<i32> = list.split(',').filter_map(|p| p.parse().ok()).collect();
+        for d in &devs {
+            let p = phys.get(d.device as usize).copied().unwrap_or(d.device);
+            let id = d.identity();
+            let kind = if mig { "MIG" } else { "GPU" };
+            let m = if mig { "4d" } else { "00" };
+            assert_eq!(
+                id.uuid,
+                format!("{kind}-6d777465-7374-7274-{m}00-0000000000{:02x}", 0xa0 + p),
+                "{list}"
+            );
+            assert_eq!(
+                id.pci_bus_id,
+                format!("0000:{:02x}:00.0", 0x1a + p),
+                "{list}"
+            );
+        }
+    }
+}
+
 #[test]
 fn oom_under_small_capacity_is_recorded_with_real_code() {
     let b = built("capture");

@@ -2,7 +2,11 @@
  * memwatch shim tests. Exports the entry points memwatch intercepts over a simulated
  * heap: 8 devices, capacity per device from MEMWATCH_TESTRT_CAPACITY (bytes, default
  * 1 GiB); MEMWATCH_TESTRT_INTEGRATED=1 makes them report hipDeviceAttributeIntegrated = 1
- * (an APU such as Strix Halo; with an APU-sized capacity, e.g. 128 GiB). Device pointers are unmapped addresses ((device+1) << 40 + offset); host
+ * (an APU such as Strix Halo; with an APU-sized capacity, e.g. 128 GiB). Each device
+ * has an identity (UUID and PCI bus id, in each runtime's own form) of the physical GPU
+ * its ordinal stands for under CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES (numbers only:
+ * "2,0" makes ordinal 0 GPU 2); MEMWATCH_TESTRT_MIG=1 makes each CUDA device a MIG
+ * instance (cuDeviceGetUuid names its GPU, cuDeviceGetUuid_v2 the instance). Device pointers are unmapped addresses ((device+1) << 40 + offset); host
  * (pinned) memory is real malloc memory. Errors use the real codes: out of memory 2
  * (hipErrorOutOfMemory, CUDA_ERROR_OUT_OF_MEMORY, cudaErrorMemoryAllocation), invalid
  * value 1, invalid device 101, invalid context 201, file not found 301, invalid handle
@@ -297,7 +301,68 @@ int hipDeviceGetAttribute(int *v, int attr, int d) {
     return ret(0);
 }
 
+/* The physical GPU ordinal `ord` stands for under the visible-devices list `var` (the
+ * ordinal itself without one, or where the entry is not a number). */
+static int physical(const char *var, int ord) {
+    const char *v = getenv(var);
+    if (!v || !*v) return ord;
+    for (int i = 0; *v; i++) {
+        char *end;
+        long p = strtol(v, &end, 10);
+        if (i == ord) return (end != v && (*end == ',' || !*end) && p >= 0 && p < NDEV) ? (int)p : ord;
+        const char *comma = strchr(v, ',');
+        if (!comma) break;
+        v = comma + 1;
+    }
+    return ord;
+}
+static int hip_physical(int d) { return physical(getenv("HIP_VISIBLE_DEVICES") ? "HIP_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES", d); }
+/* hipUUID: the 16 hex characters of the GPU's unique id, as ROCm fills it. */
+int hipDeviceGetUuid(char *uuid, int d) {
+    if (!uuid) return ret(1);
+    if (d < 0 || d >= NDEV) return ret(101);
+    char s[17];
+    snprintf(s, sizeof s, "6d777465%08x", 0xa0 + hip_physical(d));
+    memcpy(uuid, s, 16);
+    return ret(0);
+}
+int hipDeviceGetPCIBusId(char *bus, int len, int d) {
+    if (!bus || len <= 0) return ret(1);
+    if (d < 0 || d >= NDEV) return ret(101);
+    snprintf(bus, (size_t)len, "%04x:%02x:%02x.%x", 0, 0xc1 + hip_physical(d), 0, 0);
+    return ret(0);
+}
+
 /* --------------------------- CUDA driver --------------------------- */
+/* CUuuid of GPU `p` (bytes 6d 77 74 65 73 74 72 74, zeros, then 0xa0 + p: NVML prints it
+ * GPU-6d777465-7374-7274-0000-0000000000a<p>); `mig` an instance on it. */
+static void cu_uuid(unsigned char *u, int p, int mig) {
+    static const unsigned char head[8] = {0x6d, 0x77, 0x74, 0x65, 0x73, 0x74, 0x72, 0x74};
+    memcpy(u, head, 8);
+    memset(u + 8, 0, 8);
+    u[8] = mig ? 0x4d : 0;
+    u[15] = (unsigned char)(0xa0 + p);
+}
+static int cu_mig(void) { const char *m = getenv("MEMWATCH_TESTRT_MIG"); return m && !strcmp(m, "1"); }
+int cuDeviceGetUuid(unsigned char *u, int d) {
+    if (!u) return ret(1);
+    if (d < 0 || d >= NDEV) return ret(101);
+    cu_uuid(u, physical("CUDA_VISIBLE_DEVICES", d), 0);
+    return ret(0);
+}
+int cuDeviceGetUuid_v2(unsigned char *u, int d) {
+    if (!u) return ret(1);
+    if (d < 0 || d >= NDEV) return ret(101);
+    cu_uuid(u, physical("CUDA_VISIBLE_DEVICES", d), cu_mig());
+    return ret(0);
+}
+/* The CUDA driver's form: four-digit domain, upper-case hex. */
+int cuDeviceGetPCIBusId(char *bus, int len, int d) {
+    if (!bus || len <= 0) return ret(1);
+    if (d < 0 || d >= NDEV) return ret(101);
+    snprintf(bus, (size_t)len, "%04X:%02X:%02X.%X", 0, 0x1a + physical("CUDA_VISIBLE_DEVICES", d), 0, 0);
+    return ret(0);
+}
 typedef uint64_t CUdeviceptr;
 int cuInit(unsigned f) { (void)f; return ret(0); }
 int cuDeviceGet(int *d, int ord) { if (ord < 0 || ord >= NDEV) return ret(101); *d = ord; return ret(0); }

@@ -1,0 +1,121 @@
+//! Which of its node's devices a run's device is: the run's processes said which GPU
+//! their ordinal was (`process_devices`), the node's devices are kept by identity
+//! (`devices`), and `memwatch_wire::find_device` pairs them — by UUID, then PCI bus id,
+//! and by ordinal only where the two share no identity. A process under
+//! `CUDA_VISIBLE_DEVICES=1` saw the node's second GPU as its device 0: that GPU's name,
+//! memory and samples are its device 0's. The one place the run pages ask this.
+
+use memwatch_wire::{find_device, DeviceIdentity};
+
+use crate::db::{Store, StoreError};
+
+/// A device of the node, as the run's device was matched to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeDevice {
+    /// Its `devices` row (the one its samples are stored against).
+    pub id: i64,
+    /// The node's index of it.
+    pub ordinal: i64,
+    pub name: String,
+    pub total_bytes: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct Id {
+    uuid: String,
+    pci_bus_id: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: i64,
+    ordinal: i64,
+    name: String,
+    total_bytes: i64,
+    uuid: String,
+    pci_bus_id: String,
+}
+
+/// The identity the run's processes recorded for their device `device` (the first
+/// process that knew one; unknown when none did).
+async fn run_identity(store: &Store, run: i64, device: i64) -> Result<DeviceIdentity, StoreError> {
+    let ids: Vec<Id> = sqlx::query_as(
+        "SELECT uuid, pci_bus_id FROM process_devices WHERE run_id = $1 AND ordinal = $2 \
+         ORDER BY pid",
+    )
+    .bind(run)
+    .bind(device)
+    .fetch_all(&store.pool)
+    .await?;
+    Ok(ids
+        .into_iter()
+        .map(|i| DeviceIdentity {
+            uuid: i.uuid,
+            pci_bus_id: i.pci_bus_id,
+        })
+        .find(DeviceIdentity::is_known)
+        .unwrap_or_default())
+}
+
+/// The node device that run `run`'s device `device` is, and whether the run's
+/// processes knew its identity; `None` when no node device matches.
+pub(crate) async fn node_device(
+    store: &Store,
+    run: i64,
+    device: i64,
+) -> Result<(Option<NodeDevice>, bool), StoreError> {
+    let id = run_identity(store, run, device).await?;
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT d.id AS id, d.ordinal AS ordinal, d.name AS name, d.total_bytes AS total_bytes, \
+         d.uuid AS uuid, d.pci_bus_id AS pci_bus_id FROM devices d \
+         JOIN runs r ON r.node_id = d.node_id WHERE r.id = $1 ORDER BY d.id",
+    )
+    .bind(run)
+    .fetch_all(&store.pool)
+    .await?;
+    let ids: Vec<DeviceIdentity> = rows
+        .iter()
+        .map(|r| DeviceIdentity {
+            uuid: r.uuid.clone(),
+            pci_bus_id: r.pci_bus_id.clone(),
+        })
+        .collect();
+    let found = find_device(
+        device,
+        &id,
+        rows.iter().zip(&ids).map(|(r, i)| (r.ordinal, i)),
+    );
+    Ok((
+        found.map(|k| NodeDevice {
+            id: rows[k].id,
+            ordinal: rows[k].ordinal,
+            name: rows[k].name.clone(),
+            total_bytes: rows[k].total_bytes,
+        }),
+        id.is_known(),
+    ))
+}
+
+/// Which stored samples are a device's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SampleKey {
+    /// Those stored against its `devices` row.
+    Row(i64),
+    /// Those of the node's index that no row described (no device records at all).
+    Index(i64),
+}
+
+/// Whose device samples are run `run`'s device `device`: its matched node device's,
+/// else (no identity known and no node device described) the samples at the ordinal
+/// itself; `None` when the run's device is known to be none of the node's devices.
+pub(crate) async fn sample_key(
+    store: &Store,
+    run: i64,
+    device: i64,
+) -> Result<Option<SampleKey>, StoreError> {
+    let (found, known) = node_device(store, run, device).await?;
+    Ok(match found {
+        Some(d) => Some(SampleKey::Row(d.id)),
+        None => (!known).then_some(SampleKey::Index(device)),
+    })
+}
