@@ -31,6 +31,12 @@ fn total(gpu: i32) -> u64 {
     (80 + 10 * gpu as u64) * GIB
 }
 
+/// GPU `d`'s total as its runtime gives it (cuDeviceTotalMem): NVML's less what the
+/// driver reserves (0.4 % on an H200).
+fn runtime_total(gpu: i32) -> u64 {
+    total(gpu) - 512 * MIB
+}
+
 /// GPU `d`'s use at reading `i`.
 fn used(d: i32, i: u64) -> u64 {
     10 * (d as u64 + 1) * GIB + i * MIB
@@ -371,7 +377,9 @@ async fn a_capture_without_identities_pairs_by_ordinal() {
                         &node,
                         2,
                         "r",
-                        run_records(j, None, "old name", total(j), GIB),
+                        // The runtime's name is the sampler's; its total is below
+                        // NVML's by what the driver reserves.
+                        run_records(j, None, &format!("GPU model {j}"), runtime_total(j), GIB),
                     ),
                 ],
                 "r",
@@ -380,12 +388,85 @@ async fn a_capture_without_identities_pairs_by_ordinal() {
             // The run's own description is the latest of that device.
             assert_eq!(
                 device_capacity(&store, run, j as i64).await.unwrap(),
-                Some(("old name".to_string(), total(j) as i64))
+                Some((format!("GPU model {j}"), runtime_total(j) as i64))
             );
             let pts = used_points(&store, run, j as i64, 2).await;
             assert_eq!(
                 pts.iter().map(|p| p.1).collect::<Vec<_>>(),
                 vec![used(j, 0) as i64, used(j, 1) as i64]
+            );
+        }
+    }
+}
+
+/// Device 0 of an H100 machine and of an H200 machine, imported under one host name from
+/// captures whose shim recorded no identity, the H200's with NVML readings that know its
+/// UUID: two devices, each run's capacity its own GPU's, the readings on the H200's
+/// (the overview drew the H100's name over the H200's readings, and H200 pages the
+/// H100's 79 GiB capacity line). Either import first.
+#[tokio::test]
+async fn old_captures_of_two_models_at_one_ordinal_are_two_devices() {
+    for url in dbs("device_identity_models").await.urls.clone() {
+        for h100_first in [true, false] {
+            let (_app, store) = test_app(&url, None, 1 << 20).await;
+            let node = format!("vm-{h100_first}");
+            let h100 = batch(
+                &node,
+                1,
+                "h100",
+                run_records(0, None, "NVIDIA H100 80GB HBM3", 85_029_158_912, GIB),
+            );
+            let mut h200_records = run_records(0, None, "NVIDIA H200", 150_109_880_320, 2 * GIB);
+            for i in 0..3u64 {
+                h200_records.push(Record::DeviceReading(DeviceReading {
+                    ts_ns: T0 + i * PERIOD,
+                    device: 0,
+                    vendor: Vendor::Nvidia as u8,
+                    flags: 0,
+                    used_bytes: 14 * GIB + i * MIB,
+                    total_bytes: 150_754_820_096,
+                    source: "nvml".into(),
+                    uuid: uuid(5),
+                    pci_bus_id: "00000000:00:06.0".into(),
+                    processes: Vec::new(),
+                }));
+            }
+            let h200 = batch(&node, 2, "h200", h200_records);
+            let batches = if h100_first {
+                vec![h100.clone(), h200.clone()]
+            } else {
+                vec![h200.clone(), h100.clone()]
+            };
+            let mut ing = Ingestor::new(store.clone());
+            let mut runs = std::collections::HashMap::new();
+            for b in batches {
+                let key = b.run_key.clone();
+                let out = ing.commit(vec![b]).await.unwrap();
+                runs.insert(key, out[0].run_id.unwrap());
+            }
+            assert_eq!(
+                device_capacity(&store, runs["h100"], 0).await.unwrap(),
+                Some(("NVIDIA H100 80GB HBM3".to_string(), 85_029_158_912)),
+                "h100 first: {h100_first}"
+            );
+            // The row's latest description: the name the runtime gave, the total of
+            // NVML's readings that followed it.
+            assert_eq!(
+                device_capacity(&store, runs["h200"], 0).await.unwrap(),
+                Some(("NVIDIA H200".to_string(), 150_754_820_096)),
+                "h100 first: {h100_first}"
+            );
+            let pts = used_points(&store, runs["h200"], 0, 3).await;
+            assert_eq!(
+                pts.iter().map(|p| p.1).collect::<Vec<_>>(),
+                (0..3)
+                    .map(|i| (14 * GIB + i * MIB) as i64)
+                    .collect::<Vec<_>>(),
+                "the H200's readings on the H200 run (h100 first: {h100_first})"
+            );
+            assert!(
+                used_points(&store, runs["h100"], 0, 3).await.is_empty(),
+                "no H200 readings on the H100 run (h100 first: {h100_first})"
             );
         }
     }

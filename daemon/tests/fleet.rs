@@ -57,6 +57,9 @@ async fn old_fleet_database_shows_every_gpu_and_the_job() {
     let (_, run1) = get(&app, "/runs/1").await;
     assert!(run1.contains("Part of a job started by pid 2527"));
     assert!(run1.contains("href=\"/runs/2\""));
-    assert!(run1.contains("GPU 1: peak"), "run 1 ran on GPU 1");
+    assert!(
+        run1.contains("<figcaption>GPU 1 <span class=\"muted\">NVIDIA H100 80GB HBM3</span>: peak"),
+        "run 1 ran on GPU 1, an H100"
+    );
     assert!(!run1.contains("GPU -1"));
 }

@@ -100,20 +100,90 @@ impl DeviceIdentity {
     }
 }
 
+/// What a view says of a device beside its identity: its name and its memory. Two views
+/// that share no identity ([`DeviceIdentity::same_as`] is `None`) are paired by ordinal
+/// only when these agree where both know them ([`DeviceLook::may_be`]): device 0 of an
+/// H100 machine and device 0 of an H200 machine imported under one host name are two
+/// devices even when one of the views recorded no UUID.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceLook<'a> {
+    /// The device's name as a driver or sampler gave it (`None` or empty: not known).
+    pub name: Option<&'a str>,
+    /// Its memory in bytes (`None` or 0: not known).
+    pub total_bytes: Option<u64>,
+}
+
+impl DeviceLook<'_> {
+    /// The largest ratio between two views' totals of one device: the runtime's total
+    /// (`cuDeviceTotalMem`) sits below the sampler's (NVML) by what the driver reserves,
+    /// 0.4-0.6 % on H100/H200; two models of one ordinal differ by far more (80 GB and
+    /// 94 GB H100s by 17 %).
+    const SAME_TOTAL_RATIO: f64 = 1.05;
+
+    /// Whether `self` and `other` may describe the same device: names that are both
+    /// known must contain one another (ignoring case: `AMD Instinct MI300X` and `AMD
+    /// Instinct MI300X OAM` may; `NVIDIA H100 80GB HBM3` and `NVIDIA H200` may not), and
+    /// totals that are both known must be within [`Self::SAME_TOTAL_RATIO`].
+    pub fn may_be(&self, other: &DeviceLook<'_>) -> bool {
+        fn known(n: Option<&str>) -> Option<&str> {
+            n.map(str::trim).filter(|n| !n.is_empty())
+        }
+        let names = match (known(self.name), known(other.name)) {
+            (Some(a), Some(b)) => {
+                let (a, b) = (a.to_lowercase(), b.to_lowercase());
+                a.contains(&b) || b.contains(&a)
+            }
+            _ => true,
+        };
+        let totals = match (
+            self.total_bytes.filter(|t| *t > 0),
+            other.total_bytes.filter(|t| *t > 0),
+        ) {
+            (Some(a), Some(b)) => a.max(b) as f64 / a.min(b) as f64 <= Self::SAME_TOTAL_RATIO,
+            _ => true,
+        };
+        names && totals
+    }
+}
+
 /// Of `candidates` (ordinal, identity) — the devices one view knows, e.g. a node's
 /// sampled devices — the index of the one that is device `ordinal` with `identity` of
 /// another view (a process's): the first whose identity is the same
 /// ([`DeviceIdentity::same_as`]); else the first with the same ordinal that shares no
 /// identity with it. A candidate whose identity differs is never taken for its ordinal.
+/// [`find_device_like`] with nothing known beside the identities.
 pub fn find_device<'a, I>(ordinal: i64, identity: &DeviceIdentity, candidates: I) -> Option<usize>
 where
     I: IntoIterator<Item = (i64, &'a DeviceIdentity)>,
 {
+    find_device_like(
+        ordinal,
+        identity,
+        DeviceLook::default(),
+        candidates
+            .into_iter()
+            .map(|(o, id)| (o, id, DeviceLook::default())),
+    )
+}
+
+/// [`find_device`], where the views also say what the device looks like: a candidate
+/// paired by ordinal alone must also [`DeviceLook::may_be`] the device.
+pub fn find_device_like<'a, 'b, I>(
+    ordinal: i64,
+    identity: &DeviceIdentity,
+    look: DeviceLook<'_>,
+    candidates: I,
+) -> Option<usize>
+where
+    I: IntoIterator<Item = (i64, &'a DeviceIdentity, DeviceLook<'b>)>,
+{
     let mut by_ordinal = None;
-    for (i, (o, id)) in candidates.into_iter().enumerate() {
+    for (i, (o, id, other)) in candidates.into_iter().enumerate() {
         match identity.same_as(id) {
             Some(true) => return Some(i),
-            None if o == ordinal && by_ordinal.is_none() => by_ordinal = Some(i),
+            None if o == ordinal && by_ordinal.is_none() && look.may_be(&other) => {
+                by_ordinal = Some(i)
+            }
             _ => {}
         }
     }
@@ -341,5 +411,50 @@ mod tests {
             // A GPU the node does not have: no device, not the one at its ordinal.
             assert_eq!(find_device(0, &id(&uuid(99), ""), cands()), None);
         }
+    }
+
+    #[test]
+    fn an_ordinal_pairs_only_devices_that_look_alike() {
+        let none = DeviceIdentity::unknown();
+        let h200_cuda = DeviceLook {
+            name: Some("NVIDIA H200"),
+            total_bytes: Some(150_109_880_320),
+        };
+        let h200_nvml = DeviceLook {
+            name: None,
+            total_bytes: Some(150_754_820_096),
+        };
+        let h100 = DeviceLook {
+            name: Some("NVIDIA H100 80GB HBM3"),
+            total_bytes: Some(85_029_158_912),
+        };
+        let mi300x = DeviceLook {
+            name: Some("AMD Instinct MI300X"),
+            total_bytes: None,
+        };
+        let mi300x_oam = DeviceLook {
+            name: Some("amd instinct mi300x oam"),
+            total_bytes: Some(205_822_885_888),
+        };
+        assert!(h200_cuda.may_be(&h200_nvml) && h200_nvml.may_be(&h200_cuda));
+        assert!(mi300x.may_be(&mi300x_oam));
+        assert!(!h200_cuda.may_be(&h100) && !h100.may_be(&h200_nvml));
+        assert!(DeviceLook::default().may_be(&h100));
+        // An H100's row and an H200's at ordinal 0 of one host name: the H200's view
+        // pairs with the H200's row, never the first row at its ordinal.
+        let rows = [(0, none, h100), (0, none, h200_nvml)];
+        assert_eq!(find_device_like(0, none, h200_cuda, rows), Some(1));
+        assert_eq!(find_device_like(0, none, h100, rows), Some(0));
+        let other_model = DeviceLook {
+            name: Some("NVIDIA A100-SXM4-40GB"),
+            total_bytes: Some(42_505_273_344),
+        };
+        assert_eq!(find_device_like(0, none, other_model, rows), None);
+        // Nothing known beside the ordinal: the first row at it, as find_device.
+        assert_eq!(find_device(0, none, rows.map(|(o, i, _)| (o, i))), Some(0));
+        // A shared identity decides whatever the looks say.
+        let a = DeviceIdentity::new("GPU-1a2b3c4d-5e6f-7081-92a3-b4c5d6e7f809", "");
+        let rows = [(3, &a, h100)];
+        assert_eq!(find_device_like(0, &a, h200_cuda, rows), Some(0));
     }
 }

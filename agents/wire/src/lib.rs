@@ -20,7 +20,9 @@ pub use frame::{
     Module, ModuleMap, PjrtExecutable, PjrtMemoryStats, ProcessEnd, ProcessStart, ProcessUse,
     Record, EVENT_SIZE, FORMAT_VERSION, MAGIC, PREAMBLE_LEN,
 };
-pub use identity::{canonical_pci_bus_id, canonical_uuid, find_device, DeviceIdentity};
+pub use identity::{
+    canonical_pci_bus_id, canonical_uuid, find_device, find_device_like, DeviceIdentity, DeviceLook,
+};
 pub use reader::{Damage, DamageKind, FrameReader, ReadMode};
 pub use writer::FrameWriter;
 

@@ -1,6 +1,6 @@
 //! Which device a `device_info` or `device_reading` describes, stored by identity: the
-//! node's `devices` row is found by `memwatch_wire::find_device` (UUID, then PCI bus id,
-//! ordinal only where the two share no identity) — a process under
+//! node's `devices` row is found by `memwatch_wire::find_device_like` (UUID, then PCI bus
+//! id, ordinal only where the two share no identity and name and memory agree) — a process under
 //! `CUDA_VISIBLE_DEVICES=1` describes the node's second GPU as its device 0, and captures
 //! of two machines imported under one host name are two devices when their UUIDs differ —
 //! and a process's own view (the ordinal it saw, with that device's identity) goes to
@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use memwatch_wire::{find_device, DeviceIdentity, DeviceInfo, DeviceReading};
+use memwatch_wire::{find_device_like, DeviceIdentity, DeviceInfo, DeviceLook, DeviceReading};
 
 use super::Tx;
 use crate::codes;
@@ -61,14 +61,35 @@ impl<'a> Described<'a> {
 struct Row {
     id: i64,
     ordinal: i64,
+    name: String,
+    total_bytes: i64,
     uuid: String,
     pci_bus_id: String,
+}
+
+impl Row {
+    fn look(&self) -> DeviceLook<'_> {
+        DeviceLook {
+            name: Some(&self.name),
+            total_bytes: u64::try_from(self.total_bytes).ok(),
+        }
+    }
+}
+
+impl Described<'_> {
+    fn look(&self) -> DeviceLook<'_> {
+        DeviceLook {
+            name: self.name,
+            total_bytes: Some(self.total_bytes),
+        }
+    }
 }
 
 /// Node `node_id`'s devices rows, in the order they were made, with their identities.
 async fn rows_of(tx: &mut Tx, node_id: i64) -> Result<(Vec<Row>, Vec<DeviceIdentity>), StoreError> {
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT id, ordinal, uuid, pci_bus_id FROM devices WHERE node_id = $1 ORDER BY id",
+        "SELECT id, ordinal, name, total_bytes, uuid, pci_bus_id FROM devices WHERE node_id = $1 \
+         ORDER BY id",
     )
     .bind(node_id)
     .fetch_all(&mut **tx)
@@ -83,7 +104,7 @@ async fn rows_of(tx: &mut Tx, node_id: i64) -> Result<(Vec<Row>, Vec<DeviceIdent
     Ok((rows, ids))
 }
 
-/// Stores `d` as a device of node `node_id`: the row [`find_device`] picks is updated
+/// Stores `d` as a device of node `node_id`: the row [`find_device_like`] picks is updated
 /// (its identity completed with what `d` knows), or a new row is added. The row's id.
 pub(super) async fn describe(
     tx: &mut Tx,
@@ -92,10 +113,13 @@ pub(super) async fn describe(
 ) -> Result<i64, StoreError> {
     let (rows, ids) = rows_of(tx, node_id).await?;
     let vendor = codes::vendor_name(d.vendor).to_string();
-    let found = find_device(
+    let found = find_device_like(
         i64::from(d.ordinal),
         d.identity,
-        rows.iter().zip(&ids).map(|(r, id)| (r.ordinal, id)),
+        d.look(),
+        rows.iter()
+            .zip(&ids)
+            .map(|(r, id)| (r.ordinal, id, r.look())),
     );
     let Some(k) = found else {
         return Ok(sqlx::query_scalar(
@@ -194,10 +218,13 @@ impl RowCache {
             return Ok(*row);
         }
         let (rows, ids) = rows_of(tx, node_id).await?;
-        let row = find_device(
+        let row = find_device_like(
             i64::from(index),
             DeviceIdentity::unknown(),
-            rows.iter().zip(&ids).map(|(r, id)| (r.ordinal, id)),
+            DeviceLook::default(),
+            rows.iter()
+                .zip(&ids)
+                .map(|(r, id)| (r.ordinal, id, r.look())),
         )
         .map(|k| rows[k].id);
         self.by_index.insert((node_id, index), row);

@@ -1,11 +1,11 @@
 //! Which of its node's devices a run's device is: the run's processes said which GPU
 //! their ordinal was (`process_devices`), the node's devices are kept by identity
-//! (`devices`), and `memwatch_wire::find_device` pairs them — by UUID, then PCI bus id,
-//! and by ordinal only where the two share no identity. A process under
+//! (`devices`), and `memwatch_wire::find_device_like` pairs them — by UUID, then PCI bus
+//! id, and by ordinal only where the two share no identity and name and memory agree. A process under
 //! `CUDA_VISIBLE_DEVICES=1` saw the node's second GPU as its device 0: that GPU's name,
 //! memory and samples are its device 0's. The one place the run pages ask this.
 
-use memwatch_wire::{find_device, DeviceIdentity};
+use memwatch_wire::{find_device_like, DeviceIdentity, DeviceLook};
 
 use crate::db::{Store, StoreError};
 
@@ -22,8 +22,18 @@ pub(crate) struct NodeDevice {
 
 #[derive(sqlx::FromRow)]
 struct Id {
+    name: String,
+    total_bytes: i64,
     uuid: String,
     pci_bus_id: String,
+}
+
+/// What the run's processes recorded of one of their devices.
+#[derive(Default)]
+struct RunView {
+    identity: DeviceIdentity,
+    name: String,
+    total_bytes: u64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -37,24 +47,33 @@ struct Row {
 }
 
 /// The identity the run's processes recorded for their device `device` (the first
-/// process that knew one; unknown when none did).
-async fn run_identity(store: &Store, run: i64, device: i64) -> Result<DeviceIdentity, StoreError> {
+/// process that knew one; unknown when none did), with the name and memory the first
+/// process recorded.
+async fn run_view(store: &Store, run: i64, device: i64) -> Result<RunView, StoreError> {
     let ids: Vec<Id> = sqlx::query_as(
-        "SELECT uuid, pci_bus_id FROM process_devices WHERE run_id = $1 AND ordinal = $2 \
-         ORDER BY pid",
+        "SELECT name, total_bytes, uuid, pci_bus_id FROM process_devices \
+         WHERE run_id = $1 AND ordinal = $2 ORDER BY pid",
     )
     .bind(run)
     .bind(device)
     .fetch_all(&store.pool)
     .await?;
-    Ok(ids
-        .into_iter()
+    let identity = ids
+        .iter()
         .map(|i| DeviceIdentity {
-            uuid: i.uuid,
-            pci_bus_id: i.pci_bus_id,
+            uuid: i.uuid.clone(),
+            pci_bus_id: i.pci_bus_id.clone(),
         })
         .find(DeviceIdentity::is_known)
-        .unwrap_or_default())
+        .unwrap_or_default();
+    let first = ids.into_iter().next();
+    Ok(RunView {
+        identity,
+        name: first.as_ref().map(|i| i.name.clone()).unwrap_or_default(),
+        total_bytes: first
+            .and_then(|i| u64::try_from(i.total_bytes).ok())
+            .unwrap_or(0),
+    })
 }
 
 /// The node device that run `run`'s device `device` is, and whether the run's
@@ -64,7 +83,8 @@ pub(crate) async fn node_device(
     run: i64,
     device: i64,
 ) -> Result<(Option<NodeDevice>, bool), StoreError> {
-    let id = run_identity(store, run, device).await?;
+    let view = run_view(store, run, device).await?;
+    let id = view.identity;
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT d.id AS id, d.ordinal AS ordinal, d.name AS name, d.total_bytes AS total_bytes, \
          d.uuid AS uuid, d.pci_bus_id AS pci_bus_id FROM devices d \
@@ -80,10 +100,24 @@ pub(crate) async fn node_device(
             pci_bus_id: r.pci_bus_id.clone(),
         })
         .collect();
-    let found = find_device(
+    let look = DeviceLook {
+        name: Some(&view.name),
+        total_bytes: Some(view.total_bytes),
+    };
+    let found = find_device_like(
         device,
         &id,
-        rows.iter().zip(&ids).map(|(r, i)| (r.ordinal, i)),
+        look,
+        rows.iter().zip(&ids).map(|(r, i)| {
+            (
+                r.ordinal,
+                i,
+                DeviceLook {
+                    name: Some(&r.name),
+                    total_bytes: u64::try_from(r.total_bytes).ok(),
+                },
+            )
+        }),
     );
     Ok((
         found.map(|k| NodeDevice {
