@@ -16,6 +16,7 @@ use memwatch_wire::{find_device_like, DeviceIdentity, DeviceInfo, DeviceLook, De
 use super::Tx;
 use crate::codes;
 use crate::db::StoreError;
+use crate::runs::StoredDevice;
 
 /// One description of a device, from a process or from the node's sampler.
 pub(super) struct Described<'a> {
@@ -57,25 +58,6 @@ impl<'a> Described<'a> {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: i64,
-    ordinal: i64,
-    name: String,
-    total_bytes: i64,
-    uuid: String,
-    pci_bus_id: String,
-}
-
-impl Row {
-    fn look(&self) -> DeviceLook<'_> {
-        DeviceLook {
-            name: Some(&self.name),
-            total_bytes: u64::try_from(self.total_bytes).ok(),
-        }
-    }
-}
-
 impl Described<'_> {
     fn look(&self) -> DeviceLook<'_> {
         DeviceLook {
@@ -86,21 +68,18 @@ impl Described<'_> {
 }
 
 /// Node `node_id`'s devices rows, in the order they were made, with their identities.
-async fn rows_of(tx: &mut Tx, node_id: i64) -> Result<(Vec<Row>, Vec<DeviceIdentity>), StoreError> {
-    let rows: Vec<Row> = sqlx::query_as(
+async fn rows_of(
+    tx: &mut Tx,
+    node_id: i64,
+) -> Result<(Vec<StoredDevice>, Vec<DeviceIdentity>), StoreError> {
+    let rows: Vec<StoredDevice> = sqlx::query_as(
         "SELECT id, ordinal, name, total_bytes, uuid, pci_bus_id FROM devices WHERE node_id = $1 \
          ORDER BY id",
     )
     .bind(node_id)
     .fetch_all(&mut **tx)
     .await?;
-    let ids = rows
-        .iter()
-        .map(|r| DeviceIdentity {
-            uuid: r.uuid.clone(),
-            pci_bus_id: r.pci_bus_id.clone(),
-        })
-        .collect();
+    let ids = rows.iter().map(StoredDevice::identity).collect();
     Ok((rows, ids))
 }
 

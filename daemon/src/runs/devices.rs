@@ -36,14 +36,34 @@ struct RunView {
     total_bytes: u64,
 }
 
+/// A `devices` row: a node's device as stored (ingest finds and updates rows by the same
+/// rule the run pages join them with).
 #[derive(sqlx::FromRow)]
-struct Row {
-    id: i64,
-    ordinal: i64,
-    name: String,
-    total_bytes: i64,
-    uuid: String,
-    pci_bus_id: String,
+pub(crate) struct StoredDevice {
+    pub id: i64,
+    pub ordinal: i64,
+    pub name: String,
+    pub total_bytes: i64,
+    pub uuid: String,
+    pub pci_bus_id: String,
+}
+
+impl StoredDevice {
+    /// Its identity as stored ('' fields: not known).
+    pub fn identity(&self) -> DeviceIdentity {
+        DeviceIdentity {
+            uuid: self.uuid.clone(),
+            pci_bus_id: self.pci_bus_id.clone(),
+        }
+    }
+
+    /// Its name and memory, for [`find_device_like`].
+    pub fn look(&self) -> DeviceLook<'_> {
+        DeviceLook {
+            name: Some(&self.name),
+            total_bytes: u64::try_from(self.total_bytes).ok(),
+        }
+    }
 }
 
 /// The identity the run's processes recorded for their device `device` (the first
@@ -85,7 +105,7 @@ pub(crate) async fn node_device(
 ) -> Result<(Option<NodeDevice>, bool), StoreError> {
     let view = run_view(store, run, device).await?;
     let id = view.identity;
-    let rows: Vec<Row> = sqlx::query_as(
+    let rows: Vec<StoredDevice> = sqlx::query_as(
         "SELECT d.id AS id, d.ordinal AS ordinal, d.name AS name, d.total_bytes AS total_bytes, \
          d.uuid AS uuid, d.pci_bus_id AS pci_bus_id FROM devices d \
          JOIN runs r ON r.node_id = d.node_id WHERE r.id = $1 ORDER BY d.id",
@@ -93,13 +113,7 @@ pub(crate) async fn node_device(
     .bind(run)
     .fetch_all(&store.pool)
     .await?;
-    let ids: Vec<DeviceIdentity> = rows
-        .iter()
-        .map(|r| DeviceIdentity {
-            uuid: r.uuid.clone(),
-            pci_bus_id: r.pci_bus_id.clone(),
-        })
-        .collect();
+    let ids: Vec<DeviceIdentity> = rows.iter().map(StoredDevice::identity).collect();
     let look = DeviceLook {
         name: Some(&view.name),
         total_bytes: Some(view.total_bytes),
@@ -108,16 +122,7 @@ pub(crate) async fn node_device(
         device,
         &id,
         look,
-        rows.iter().zip(&ids).map(|(r, i)| {
-            (
-                r.ordinal,
-                i,
-                DeviceLook {
-                    name: Some(&r.name),
-                    total_bytes: u64::try_from(r.total_bytes).ok(),
-                },
-            )
-        }),
+        rows.iter().zip(&ids).map(|(r, i)| (r.ordinal, i, r.look())),
     );
     Ok((
         found.map(|k| NodeDevice {

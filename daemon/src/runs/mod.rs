@@ -24,6 +24,7 @@ use axum::Router;
 
 use crate::app::state::AppState;
 
+pub(crate) use devices::StoredDevice;
 pub use events::{EventRow, EventsPage};
 pub(crate) use model::device_label;
 pub use model::{
