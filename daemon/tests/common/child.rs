@@ -82,7 +82,7 @@ impl ChildDaemon {
             .spawn()
             .unwrap();
         let out = child.stdout.take().unwrap();
-        let (api, ingest) = wait_listening(out, "MEMWATCH_FAULT_READY ", " ", "");
+        let (api, ingest) = wait_listening(out, "MEMWATCH_FAULT_READY ", " ");
         Self { child, api, ingest }
     }
 
@@ -99,7 +99,7 @@ impl ChildDaemon {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {} serve: {e}", bin.display()));
         let err = child.stderr.take().unwrap();
-        let (api, ingest) = wait_listening(err, "API http://", "  ingest tcp://", "  db ");
+        let (api, ingest) = wait_listening(err, "API http://", "  ingest tcp://");
         Self { child, api, ingest }
     }
 
@@ -129,14 +129,13 @@ impl Drop for ChildDaemon {
     }
 }
 
-/// Reads `out` until the line that names both addresses: `api` follows `start`, ends at
-/// `middle`; `ingest` follows `middle`, ends at `end` (or the line's end). Keeps reading
-/// the rest in a thread so that the child never blocks on a full pipe.
+/// Reads `out` until the line that names both addresses: `api` follows `start` and ends
+/// at `middle`; `ingest` is the word after `middle`. Keeps reading the rest in a thread so
+/// that the child never blocks on a full pipe.
 fn wait_listening(
     out: impl std::io::Read + Send + 'static,
     start: &str,
     middle: &str,
-    end: &str,
 ) -> (SocketAddr, SocketAddr) {
     let mut lines = BufReader::new(out).lines();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -147,12 +146,8 @@ fn wait_listening(
             .unwrap();
         if let Some(rest) = line.split(start).nth(1) {
             let (api, rest) = rest.split_once(middle).expect("both addresses on the line");
-            let ingest = if end.is_empty() {
-                rest.split_whitespace().next().unwrap_or(rest)
-            } else {
-                rest.split(end).next().unwrap_or(rest)
-            };
-            break (api.trim().parse().unwrap(), ingest.trim().parse().unwrap());
+            let ingest = rest.split_whitespace().next().unwrap_or(rest);
+            break (api.trim().parse().unwrap(), ingest.parse().unwrap());
         }
         assert!(Instant::now() < deadline, "the child daemon did not start");
     };
